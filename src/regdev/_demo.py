@@ -1,0 +1,54 @@
+"""The demo session: a scripted proposer and the calls it makes.
+
+The script shows, in order: accepted calls, a refused call corrected on its retry, and a
+refusal whose retry is refused too, which stops the loop with ``rejected``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._observation import Observation
+
+__all__ = ["DEMO_SCRIPT", "ScriptedProposer"]
+
+#: ``(what the model is doing, its raw output)`` in canonical dialect.
+DEMO_SCRIPT: tuple[tuple[str, str], ...] = (
+    ("read register 0",
+     '{"tool": "read_register", "arguments": {"addr": 0}}'),
+    ("write 0xA5 to register 0",
+     '{"tool": "write_register", "arguments": {"addr": 0, "data": 165}}'),
+    ("write 300 to register 1 (too big for 8 bits)",
+     '{"tool": "write_register", "arguments": {"addr": 1, "data": 300}}'),
+    ("retry with 255",
+     '{"tool": "write_register", "arguments": {"addr": 1, "data": 255}}'),
+    ("write 0x42 to register 2, sent as 66.0 (an integer in JSON Schema)",
+     '{"tool": "write_register", "arguments": {"addr": 2, "data": 66.0}}'),
+    ("read register 1 back",
+     '{"tool": "read_register", "arguments": {"addr": 1}}'),
+    ("write to register \"7\" (a string, not an integer)",
+     '{"tool": "write_register", "arguments": {"addr": "7", "data": 1}}'),
+    ("retry with register 16 (there are only 0..15)",
+     '{"tool": "write_register", "arguments": {"addr": 16, "data": 1}}'),
+    ("never sent: the loop stops when the retry is refused",
+     '{"tool": "write_register", "arguments": {"addr": 15, "data": 1}}'),
+)
+
+
+class ScriptedProposer:
+    """A proposer that returns fixed raw outputs in order, then None (done).
+
+    Args:
+        outputs: the raw outputs, first to last.
+    """
+
+    def __init__(self, outputs: Sequence[str | bytes]) -> None:
+        self._outputs = list(outputs)
+        self.calls = 0
+
+    def __call__(self, observations: Sequence[Observation]) -> str | bytes | None:
+        """Return the next output, or None when the script is spent."""
+        if self.calls >= len(self._outputs):
+            return None
+        self.calls += 1
+        return self._outputs[self.calls - 1]

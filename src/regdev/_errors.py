@@ -1,0 +1,93 @@
+"""The exceptions regdev raises on purpose, all rooted at :class:`RegdevError`.
+
+The tree::
+
+    RegdevError
+    ├── SchemaError            a tool schema is malformed or uses an unsupported keyword
+    │                          (raised when the schema is compiled, never per call)
+    ├── ProtocolError          the serial wire protocol was broken
+    │   ├── LocalProtocolError     by this side (misuse of the codec)
+    │   └── RemoteProtocolError    by the peer (garbage, bad checksum, over-long frame)
+    ├── TransportError         the port could not be opened, read or written
+    └── DeviceError            the device refused or failed an operation
+        ├── RegisterRangeError     address outside 0..15 or data outside 0..255
+        ├── DeviceTimeout          the device did not answer within the timeout
+        └── DeviceRefused          the device answered with an error code
+
+A model's tool call never raises: the gate turns every refusal into an observation. These
+exceptions are for Python callers who use the parts directly (the register file, the schema
+compiler, the serial backend). Backend exceptions (``serial.SerialException``, ``OSError``)
+are mapped to these at the transport and never leak past it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DeviceError",
+    "DeviceRefused",
+    "DeviceTimeout",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RegdevError",
+    "RegisterRangeError",
+    "RemoteProtocolError",
+    "SchemaError",
+    "TransportError",
+]
+
+
+class RegdevError(Exception):
+    """Base class of every exception regdev raises on purpose."""
+
+
+class SchemaError(RegdevError):
+    """A tool schema is malformed or uses a keyword outside the supported subset.
+
+    Attributes:
+        pointer: JSON Pointer (RFC 6901) to the offending place in the schema, e.g.
+            ``/properties/addr/pattern``.
+    """
+
+    def __init__(self, message: str, pointer: str = "") -> None:
+        self.pointer = pointer
+        super().__init__(f"{message} - at `{pointer or '/'}`")
+
+
+class ProtocolError(RegdevError):
+    """The serial wire protocol was broken."""
+
+
+class LocalProtocolError(ProtocolError):
+    """This side misused the protocol codec (a bug in the caller, not the peer)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that break the protocol (garbage, bad checksum, over-long frame)."""
+
+
+class TransportError(RegdevError):
+    """The port could not be opened, read or written (wraps the backend's own exception)."""
+
+
+class DeviceError(RegdevError):
+    """The device refused or failed an operation."""
+
+
+class RegisterRangeError(DeviceError, ValueError):
+    """An address outside 0..15 or a data value outside 0..255 reached the register file."""
+
+
+class DeviceTimeout(DeviceError):
+    """The device did not answer within the transaction timeout (seconds)."""
+
+
+class DeviceRefused(DeviceError):
+    """The device answered with an error code instead of an acknowledgement.
+
+    Attributes:
+        code: the device's error code as sent on the wire, e.g. ``"ADDR"``.
+    """
+
+    def __init__(self, message: str, code: str = "") -> None:
+        self.code = code
+        super().__init__(message)

@@ -1,0 +1,156 @@
+"""The agent loop: a proposer's calls through the gate, one retry after a refusal.
+
+Rules of this file:
+
+* A proposer is any callable ``proposer(observations) -> raw | None``: it gets every
+  observation so far (oldest first) and returns the model's next raw output, or None when it
+  is done.
+* Every proposal goes through :meth:`Gate.handle`, so a partial or invalid call is never
+  dispatched. A refused proposal is answered with its observation; the proposer gets
+  ``retries`` more attempts (default 1) before the loop stops with ``rejected``. A success
+  resets the count.
+* The loop stops with exactly one reason: ``done`` (the proposer returned None), ``budget``
+  (``max_steps`` proposals made), ``rejected`` (the retries after a refusal were refused too),
+  ``error`` (the proposer raised).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ._gate import Gate
+from ._observation import Observation
+
+__all__ = ["LoopResult", "Proposer", "Step", "StopReason", "call_with_retry", "run_loop"]
+
+StopReason = Literal["done", "budget", "rejected", "error"]
+#: ``proposer(observations so far) -> the model's next raw output, or None when done``.
+Proposer = Callable[[Sequence[Observation]], "str | bytes | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One proposal and its observation.
+
+    Attributes:
+        raw: the model's raw output for this step.
+        observation: what the gate answered.
+        retry: True when this step was a retry after a refusal.
+    """
+
+    raw: str | bytes
+    observation: Observation
+    retry: bool
+
+
+@dataclass(slots=True)
+class LoopResult:
+    """How a loop went.
+
+    Attributes:
+        stop: why it stopped: ``done``, ``budget``, ``rejected`` or ``error``.
+        detail: one line saying why, for a person.
+        steps: every step in order.
+    """
+
+    stop: StopReason
+    detail: str
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def observations(self) -> list[Observation]:
+        """Every observation in order."""
+        return [step.observation for step in self.steps]
+
+
+def run_loop(
+    proposer: Proposer,
+    gate: Gate,
+    *,
+    dialect: str = "canonical",
+    tool_choice: str | None = None,
+    max_steps: int = 16,
+    retries: int = 1,
+    on_step: Callable[[Step], None] | None = None,
+) -> LoopResult:
+    """Drive ``gate`` with ``proposer`` until it is done or a stop rule fires.
+
+    Args:
+        proposer: see the module docstring.
+        gate: the gate every proposal goes through.
+        dialect: the dialect of the proposer's output.
+        tool_choice: force this tool on every step (others are ``wrong-tool``).
+        max_steps: the step budget (proposals, retries included), >= 1.
+        retries: attempts allowed after a refusal before stopping with ``rejected``, >= 0.
+        on_step: called with each step as it completes (progress output, audit).
+
+    Returns:
+        A :class:`LoopResult`; the proposer's own exceptions stop the loop with ``error``
+        and are not re-raised.
+
+    Raises:
+        ValueError: ``max_steps`` < 1 or ``retries`` < 0.
+    """
+    if max_steps < 1 or retries < 0:
+        raise ValueError(f"need max_steps >= 1 and retries >= 0, got {max_steps}, {retries}")
+    result = LoopResult(stop="budget", detail=f"the step budget of {max_steps} is spent")
+    refused_in_a_row = 0
+    while len(result.steps) < max_steps:
+        try:
+            raw = proposer(result.observations)
+        except Exception as error:
+            result.stop, result.detail = "error", f"the proposer raised {type(error).__name__}"
+            return result
+        if raw is None:
+            result.stop, result.detail = "done", "the proposer is done"
+            return result
+        observation = gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
+        step = Step(raw=raw, observation=observation, retry=refused_in_a_row > 0)
+        result.steps.append(step)
+        if on_step is not None:
+            on_step(step)
+        if observation.ok:
+            refused_in_a_row = 0
+            continue
+        refused_in_a_row += 1
+        if refused_in_a_row > retries:
+            result.stop = "rejected"
+            result.detail = (f"{observation.code}: the call was refused "
+                             f"{refused_in_a_row} times in a row (retries allowed: {retries})")
+            return result
+    return result
+
+
+def call_with_retry(
+    raw: str | bytes,
+    ask_model: Callable[[str], str | bytes],
+    gate: Gate,
+    *,
+    dialect: str = "canonical",
+    tool_choice: str | None = None,
+    retries: int = 1,
+) -> Observation:
+    """Run one call; on a refusal, ask the model to correct it, at most ``retries`` times.
+
+    Args:
+        raw: the model's first output.
+        ask_model: ``ask_model(error_text) -> corrected raw output``; ``error_text`` is the
+            refusal's observation as one line of JSON.
+        gate: the gate the calls go through.
+        dialect: the dialect of ``raw`` and of the corrections.
+        tool_choice: force this tool (others are ``wrong-tool``).
+        retries: corrections allowed, >= 0 (default 1).
+
+    Returns:
+        The last observation: the first success, or the last refusal. An exception raised by
+        ``ask_model`` propagates to the caller (it is the caller's own code).
+    """
+    observation = gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
+    for _ in range(retries):
+        if observation.ok:
+            break
+        observation = gate.handle(ask_model(observation.to_json()), dialect=dialect,
+                                  tool_choice=tool_choice)
+    return observation

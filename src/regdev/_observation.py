@@ -1,0 +1,117 @@
+"""Refusals and observations: what each stage decides, and what goes back to the model.
+
+An observation is one JSON object (see ``docs/errors.md``)::
+
+    {"ok": true,  "tool": "write_register", "result": {"addr": 3, "data": 255}}
+    {"ok": false, "stage": "validate", "code": "range-addr",
+     "message": "addr 16 is outside 0..15", "retryable": true}
+
+An optional ``"id"`` echoes the call's correlation id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = ["STAGES", "Observation", "Refusal", "Stage"]
+
+Stage = Literal["parse", "validate", "authorize", "execute", "observe", "internal"]
+#: The stages in pipeline order; a refusal names exactly one.
+STAGES: tuple[Stage, ...] = ("parse", "validate", "authorize", "execute", "observe", "internal")
+
+_NOT_RETRYABLE = frozenset(
+    {"approval-denied", "device-error", "output-too-large", "internal-error"}
+)
+
+
+def _retryable(code: str) -> bool:
+    """Whether the model can fix the call and try again (a policy denial it cannot)."""
+    return code not in _NOT_RETRYABLE and not code.startswith("denied-")
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One stage's refusal of a call.
+
+    Attributes:
+        stage: the stage that refused, one of :data:`STAGES`.
+        code: the verdict code, e.g. ``"range-addr"`` (see ``docs/errors.md``).
+        message: one line for the model: what was wrong and what is allowed.
+    """
+
+    stage: Stage
+    code: str
+    message: str
+
+    @property
+    def retryable(self) -> bool:
+        """True when a corrected call could succeed (false for policy denials, device errors)."""
+        return _retryable(self.code)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """The one JSON object that goes back to the model after a call.
+
+    Attributes:
+        ok: True when the call ran on the device and the device acknowledged it.
+        tool: the tool that ran (on success), else None.
+        result: the tool's result object (on success), e.g. ``{"addr": 3, "data": 255}``.
+        refusal: why the call was refused or failed (when ``ok`` is False).
+        id: the call's correlation id, echoed back when the call carried one.
+    """
+
+    ok: bool
+    tool: str | None = None
+    result: dict[str, Any] | None = None
+    refusal: Refusal | None = None
+    id: str | None = None
+
+    @classmethod
+    def success(cls, tool: str, result: dict[str, Any], call_id: str | None = None) -> Observation:
+        """An accepted call's observation."""
+        return cls(ok=True, tool=tool, result=result, id=call_id)
+
+    @classmethod
+    def refused(cls, refusal: Refusal, call_id: str | None = None) -> Observation:
+        """A refused or failed call's observation."""
+        return cls(ok=False, refusal=refusal, id=call_id)
+
+    @property
+    def stage(self) -> str | None:
+        """The refusing stage, or None on success."""
+        return self.refusal.stage if self.refusal else None
+
+    @property
+    def code(self) -> str | None:
+        """The verdict code, or None on success."""
+        return self.refusal.code if self.refusal else None
+
+    @property
+    def message(self) -> str | None:
+        """The one-line message for the model, or None on success."""
+        return self.refusal.message if self.refusal else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The observation as the JSON object sent to the model (see the module docstring)."""
+        out: dict[str, Any]
+        if self.refusal is None:
+            out = {"ok": True, "tool": self.tool, "result": self.result}
+        else:
+            out = {
+                "ok": False,
+                "stage": self.refusal.stage,
+                "code": self.refusal.code,
+                "message": self.refusal.message,
+                "retryable": self.refusal.retryable,
+            }
+        if self.id is not None:
+            out["id"] = self.id
+        return out
+
+    def to_json(self) -> str:
+        """The observation as one line of JSON text."""
+        return msgspec.json.encode(self.to_dict()).decode()

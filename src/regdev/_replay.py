@@ -1,0 +1,146 @@
+"""Replay: recorded model outputs (JSONL) run in order through one gate, with expectations.
+
+A replay file holds one JSON object per line::
+
+    {"raw": "<the model's raw output>", "dialect": "mcp", "expect": "range-addr",
+     "result": {"addr": 3, "data": 200}, "why": "a note for people"}
+
+Only ``raw`` is required. ``dialect`` overrides the default for that line; ``expect`` is
+``"ok"`` or a verdict code; ``result`` is the expected result object of an accepted call.
+Blank lines are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ._gate import Gate
+from ._observation import Observation
+from ._parse import DIALECTS
+
+__all__ = ["ReplayFileError", "ReplayOutcome", "ReplayRecord", "load_replay", "run_replay"]
+
+
+class ReplayRecord(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One line of a replay file (see the module docstring)."""
+
+    raw: str
+    dialect: str | None = None
+    expect: str | None = None
+    result: dict[str, Any] | None = None
+    why: str | None = None
+
+
+class ReplayFileError(ValueError):
+    """A replay file cannot be read or a line is not a replay record; names the line."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    """What one replayed line gave.
+
+    Attributes:
+        line: the 1-based line number in the replay file.
+        record: the line as read.
+        observation: the gate's observation.
+        expect_met: True or False when the line states an expectation, else None.
+    """
+
+    line: int
+    record: ReplayRecord
+    observation: Observation
+    expect_met: bool | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object ``regdev replay --json`` prints for this line."""
+        obs = self.observation
+        return {
+            "line": self.line,
+            "ok": obs.ok,
+            "tool": obs.tool,
+            "stage": obs.stage,
+            "code": obs.code,
+            "message": obs.message,
+            "result": obs.result,
+            "expect": self.record.expect,
+            "expect_met": self.expect_met,
+        }
+
+
+_line_decoder = msgspec.json.Decoder(ReplayRecord)
+
+
+def load_replay(path: str | Path) -> list[tuple[int, ReplayRecord]]:
+    """Read a replay file.
+
+    Args:
+        path: a JSONL file (UTF-8), one :class:`ReplayRecord` per line.
+
+    Returns:
+        ``(line number, record)`` pairs in file order, line numbers 1-based.
+
+    Raises:
+        ReplayFileError: the file cannot be read, or a line is not a valid record (the message
+            names the line and the problem).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ReplayFileError(f"cannot read {path}: {error}") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = _line_decoder.decode(line)
+        except msgspec.DecodeError as error:
+            raise ReplayFileError(f"{path}:{number}: not a replay record: {error}") from None
+        if record.dialect is not None and record.dialect not in DIALECTS:
+            raise ReplayFileError(
+                f"{path}:{number}: unknown dialect {record.dialect!r}; "
+                f"expected one of {', '.join(DIALECTS)}"
+            )
+        records.append((number, record))
+    return records
+
+
+def _expect_met(record: ReplayRecord, observation: Observation) -> bool | None:
+    if record.expect is None and record.result is None:
+        return None
+    met = True
+    if record.expect is not None:
+        met = observation.ok if record.expect == "ok" else observation.code == record.expect
+    if record.result is not None:
+        met = met and observation.ok and observation.result == record.result
+    return met
+
+
+def run_replay(
+    records: Iterable[tuple[int, ReplayRecord]],
+    gate: Gate,
+    *,
+    dialect: str = "canonical",
+    tool_choice: str | None = None,
+) -> list[ReplayOutcome]:
+    """Run records in order through ``gate`` (one device, so writes are seen by later reads).
+
+    Args:
+        records: ``(line number, record)`` pairs, as :func:`load_replay` returns.
+        gate: the gate to run them through.
+        dialect: the dialect of lines that do not name one.
+        tool_choice: force this tool on every line.
+
+    Returns:
+        One :class:`ReplayOutcome` per record, in order.
+    """
+    outcomes = []
+    for line, record in records:
+        observation = gate.handle(record.raw, dialect=record.dialect or dialect,
+                                  tool_choice=tool_choice)
+        outcomes.append(ReplayOutcome(line, record, observation, _expect_met(record, observation)))
+    return outcomes

@@ -1,0 +1,251 @@
+"""The supported JSON Schema subset: schema checks, and the JSON semantics both validators share.
+
+Rules of this file:
+
+* Keyword meanings follow JSON Schema draft 2020-12, Validation vocabulary
+  (https://json-schema.org/draft/2020-12/json-schema-validation), sections 6.1 (type, enum,
+  const), 6.2 (minimum, maximum, exclusiveMinimum, exclusiveMaximum), 6.3 (minLength,
+  maxLength) and 6.5.3 (required); ``properties`` and ``additionalProperties`` follow the Core
+  vocabulary, section 10.3.2.
+* A keyword outside :data:`VALIDATION_KEYWORDS` and :data:`ANNOTATION_KEYWORDS` is refused
+  with a :class:`~regdev.SchemaError`; nothing is silently ignored.
+* Numbers are compared exactly: ``int``, ``float`` and ``decimal.Decimal`` compare by value in
+  Python without rounding, and a JSON number with a fraction part is decoded to ``Decimal``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from typing import Any
+
+from ._errors import SchemaError
+
+__all__ = [
+    "ANNOTATION_KEYWORDS",
+    "TYPE_NAMES",
+    "VALIDATION_KEYWORDS",
+    "check_input_schema",
+    "escape_text",
+    "is_integer",
+    "is_number",
+    "iter_properties",
+    "json_equal",
+    "json_type_name",
+    "matches_type",
+]
+
+#: Keywords that constrain an instance and that both validators implement.
+VALIDATION_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "enum",
+        "const",
+        "minLength",
+        "maxLength",
+    }
+)
+#: Keywords that only annotate (draft 2020-12 Core 8.3, Meta-Data vocabulary section 9);
+#: they have no effect on validity, so accepting them ignores nothing.
+ANNOTATION_KEYWORDS = frozenset(
+    {
+        "$schema",
+        "$comment",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
+)
+#: The seven JSON Schema type names (draft 2020-12 Core 4.2.1).
+TYPE_NAMES = ("null", "boolean", "object", "array", "number", "string", "integer")
+
+
+# --- JSON semantics ---------------------------------------------------------------------------
+
+
+def is_number(value: object) -> bool:
+    """True for a JSON number: an ``int`` (not ``bool``), a finite ``float`` or ``Decimal``."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, Decimal):
+        return value.is_finite()
+    return False
+
+
+def is_integer(value: object) -> bool:
+    """True for a JSON Schema integer: a number with zero fractional part (so ``3.0`` and ``1e2``).
+
+    Source: draft 2020-12 Validation 6.1.1, "integer ... any number with a zero fractional part".
+    """
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, Decimal):
+        return value.is_finite() and value == value.to_integral_value()
+    return False
+
+
+def matches_type(value: object, name: str) -> bool:
+    """True when ``value`` is an instance of the JSON Schema type ``name`` (one of TYPE_NAMES)."""
+    if name == "integer":
+        return is_integer(value)
+    if name == "number":
+        return is_number(value)
+    if name == "string":
+        return type(value) is str
+    if name == "object":
+        return type(value) is dict
+    if name == "boolean":
+        return type(value) is bool
+    if name == "null":
+        return value is None
+    if name == "array":
+        return type(value) is list
+    return False
+
+
+def json_type_name(value: object) -> str:
+    """Name the JSON type of a decoded value for a message: ``"string"``, ``"boolean"``, ..."""
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "boolean"
+    if is_integer(value):
+        return "integer"
+    if is_number(value):
+        return "number"
+    if type(value) is str:
+        return "string"
+    if type(value) is dict:
+        return "object"
+    if type(value) is list:
+        return "array"
+    return type(value).__name__
+
+
+def json_equal(a: object, b: object) -> bool:
+    """JSON equality as in draft 2020-12 Core 4.2.2: ``1 == 1.0``, but ``true != 1``."""
+    if is_number(a) and is_number(b):
+        return a == b
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(json_equal, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+# --- Schema checking --------------------------------------------------------------------------
+
+
+def _pointer(path: tuple[str | int, ...]) -> str:
+    """JSON Pointer (RFC 6901) for a path, escaping ``~`` and ``/``."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _is_non_negative_integer(value: object) -> bool:
+    return is_integer(value) and value >= 0  # type: ignore[operator]
+
+
+def _check_subschema(schema: object, path: tuple[str | int, ...]) -> None:
+    if type(schema) is bool:
+        return
+    if type(schema) is not dict:
+        raise SchemaError(f"a schema must be an object or a boolean, got {type(schema).__name__}",
+                          _pointer(path))
+    for keyword, value in schema.items():
+        where = _pointer((*path, keyword))
+        if keyword in ANNOTATION_KEYWORDS:
+            continue
+        if keyword not in VALIDATION_KEYWORDS:
+            raise SchemaError(f"keyword `{escape_text(keyword)}` is not supported", where)
+        if keyword == "type":
+            names = value if type(value) is list else [value]
+            if not names or any(n not in TYPE_NAMES for n in names):
+                raise SchemaError(
+                    f"`type` must be one of {', '.join(TYPE_NAMES)} or a non-empty list of them",
+                    where,
+                )
+            if len(set(names)) != len(names):
+                raise SchemaError("`type` lists a type twice", where)
+        elif keyword == "properties":
+            if type(value) is not dict:
+                raise SchemaError("`properties` must be an object", where)
+            for name, sub in value.items():
+                _check_subschema(sub, (*path, keyword, name))
+        elif keyword == "required":
+            if type(value) is not list or any(type(n) is not str for n in value):
+                raise SchemaError("`required` must be an array of strings", where)
+            if len(set(value)) != len(value):
+                raise SchemaError("`required` names a property twice", where)
+        elif keyword == "additionalProperties":
+            if type(value) is not bool:
+                raise SchemaError(
+                    "`additionalProperties` is supported only as true or false", where
+                )
+        elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if not is_number(value):
+                raise SchemaError(f"`{keyword}` must be a number", where)
+        elif keyword in ("minLength", "maxLength"):
+            if not _is_non_negative_integer(value):
+                raise SchemaError(f"`{keyword}` must be a non-negative integer", where)
+        elif keyword == "enum" and type(value) is not list:
+            raise SchemaError("`enum` must be an array", where)
+
+
+def check_input_schema(schema: object, pointer: str = "") -> None:
+    """Check that ``schema`` is a tool input schema within the supported subset.
+
+    A tool input schema is a JSON Schema object whose ``type`` is ``"object"`` (as MCP,
+    OpenAI and Anthropic require). Every keyword below it must be in
+    :data:`VALIDATION_KEYWORDS` or :data:`ANNOTATION_KEYWORDS`, with a value of the type the
+    draft 2020-12 Validation vocabulary prescribes.
+
+    Args:
+        schema: the decoded schema.
+        pointer: JSON Pointer prefix for error locations, e.g. ``/tools/0/inputSchema``.
+
+    Raises:
+        SchemaError: the schema is malformed or uses an unsupported keyword; the message names
+            the keyword and its JSON Pointer.
+    """
+    if type(schema) is not dict or schema.get("type") != "object":
+        raise SchemaError('a tool input schema must be an object with "type": "object"',
+                          pointer or "/")
+    try:
+        _check_subschema(schema, ())
+    except SchemaError as error:
+        raise SchemaError(str(error).rsplit(" - at ", 1)[0], pointer + error.pointer) from None
+
+
+def escape_text(text: str, limit: int = 40) -> str:
+    """Escape untrusted text (control characters, non-ASCII, backticks) and cut it to ``limit``."""
+    shown = text.encode("unicode_escape").decode("ascii").replace("`", "\\x60")
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def iter_properties(schema: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Yield ``(name, subschema)`` for a schema's ``properties`` in declared order."""
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        yield from props.items()

@@ -1,0 +1,214 @@
+"""The tool registry: each tool declared once, as the JSON Schema that models are given.
+
+The validators (reference and compiled) and every provider's tool format are derived from
+these declarations; nothing restates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._device import DATA_MAX, REGISTER_COUNT, Device
+from ._errors import SchemaError
+from ._schema import check_input_schema, escape_text, is_integer
+
+__all__ = [
+    "READ_REGISTER",
+    "REGISTER_TOOLS",
+    "WRITE_REGISTER",
+    "Handler",
+    "Tool",
+    "ToolSet",
+]
+
+#: A tool's implementation: ``(device, validated arguments) -> result object``.
+Handler = Callable[[Device, dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool offered to models.
+
+    Attributes:
+        name: the tool name models call, matched exactly.
+        description: what the tool does, written for a model.
+        input_schema: JSON Schema of the arguments object (the supported subset; see
+            ``docs/errors.md``), in the form MCP calls ``inputSchema``.
+        read_only: True when the tool never changes the device.
+        idempotent: True when repeating a call with the same arguments has no further effect.
+        handler: runs the call on a device; None for a tool that is only validated.
+
+    Raises:
+        SchemaError: at construction, when ``input_schema`` is outside the supported subset.
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    read_only: bool = False
+    idempotent: bool = False
+    handler: Handler | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SchemaError("a tool name must be a non-empty string", "/name")
+        check_input_schema(self.input_schema, "/inputSchema")
+
+    def bind(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Return validated ``arguments`` with integral values of ``integer`` properties as ``int``.
+
+        JSON Schema counts ``3.0`` and ``1e2`` as integers (draft 2020-12 Validation 6.1.1);
+        they reach the device as Python ``int``. Call only on arguments that passed validation.
+        """
+        return _bind(arguments, self.input_schema)
+
+    def definition(self) -> dict[str, Any]:
+        """The tool in MCP ``tools/list`` form: ``{"name", "description", "inputSchema"}``."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
+        }
+
+
+def _bind(value: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+    properties = schema.get("properties") or {}
+    out = dict(value)
+    for name, sub in properties.items():
+        if name not in out or not isinstance(sub, dict):
+            continue
+        item = out[name]
+        if type(item) is not int and type(item) is not bool and is_integer(item):
+            types = sub.get("type")
+            if types == "integer" or (isinstance(types, list) and "integer" in types):
+                out[name] = int(item)
+        elif type(item) is dict:
+            out[name] = _bind(item, sub)
+    return out
+
+
+class ToolSet(Mapping[str, Tool]):
+    """An ordered, read-only set of tools, looked up by exact name.
+
+    Args:
+        tools: the tools, in the order they are offered to models.
+
+    Raises:
+        SchemaError: two tools share a name.
+    """
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise SchemaError(f"tool `{escape_text(tool.name)}` is declared twice", "/name")
+            self._tools[tool.name] = tool
+
+    @classmethod
+    def from_definitions(cls, definitions: Iterable[Mapping[str, Any]]) -> ToolSet:
+        """Build a tool set from MCP ``tools/list`` entries (``name``, ``inputSchema``, ...).
+
+        The tools have no handler: they can be validated, not executed.
+
+        Raises:
+            SchemaError: an entry lacks ``name`` or ``inputSchema``, or its schema is outside
+                the supported subset; the pointer names the entry, e.g. ``/1/inputSchema/type``.
+        """
+        tools = []
+        for index, entry in enumerate(definitions):
+            if not isinstance(entry, Mapping) or "name" not in entry or "inputSchema" not in entry:
+                raise SchemaError("a tool definition needs `name` and `inputSchema`", f"/{index}")
+            try:
+                tools.append(
+                    Tool(
+                        name=entry["name"],
+                        description=str(entry.get("description", "")),
+                        input_schema=entry["inputSchema"],
+                        read_only=bool((entry.get("annotations") or {}).get("readOnlyHint")),
+                    )
+                )
+            except SchemaError as error:
+                message = str(error).rsplit(" - at ", 1)[0]
+                raise SchemaError(message, f"/{index}{error.pointer}") from None
+        return cls(tools)
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolSet({list(self._tools)!r})"
+
+
+# --- The register tools -----------------------------------------------------------------------
+
+_ADDR = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": REGISTER_COUNT - 1,
+    "description": f"Register address, 0..{REGISTER_COUNT - 1}.",
+}
+_DATA = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": DATA_MAX,
+    "description": f"Value to store, 0..{DATA_MAX} (one unsigned byte).",
+}
+
+
+def _write(device: Device, args: dict[str, Any]) -> dict[str, Any]:
+    addr = args["addr"]
+    return {"addr": addr, "data": device.write(addr, args["data"])}
+
+
+def _read(device: Device, args: dict[str, Any]) -> dict[str, Any]:
+    addr = args["addr"]
+    return {"addr": addr, "data": device.read(addr)}
+
+
+WRITE_REGISTER = Tool(
+    name="write_register",
+    description=(
+        f"Write one byte to one of the device's {REGISTER_COUNT} registers. "
+        f"addr is the register address (integer 0..{REGISTER_COUNT - 1}); data is the value "
+        f"(integer 0..{DATA_MAX}). Returns the address and the value the register holds "
+        "after the write."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {"addr": _ADDR, "data": _DATA},
+        "required": ["addr", "data"],
+        "additionalProperties": False,
+    },
+    read_only=False,
+    idempotent=True,
+    handler=_write,
+)
+
+READ_REGISTER = Tool(
+    name="read_register",
+    description=(
+        f"Read one of the device's {REGISTER_COUNT} registers. addr is the register address "
+        f"(integer 0..{REGISTER_COUNT - 1}). Returns the address and its current value "
+        f"(0..{DATA_MAX})."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {"addr": _ADDR},
+        "required": ["addr"],
+        "additionalProperties": False,
+    },
+    read_only=True,
+    idempotent=True,
+    handler=_read,
+)
+
+#: The two tools regdev offers by default, ``write_register`` first.
+REGISTER_TOOLS = ToolSet([WRITE_REGISTER, READ_REGISTER])

@@ -1,0 +1,31 @@
+"""Shared fixtures and hypothesis settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from regdev import Gate, RegisterFile
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+settings.register_profile("ci", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def device() -> RegisterFile:
+    """A fresh in-process register file, all registers 0."""
+    return RegisterFile()
+
+
+@pytest.fixture
+def gate(device: RegisterFile) -> Gate:
+    """A gate over the fresh register file with the register tools."""
+    return Gate(device)

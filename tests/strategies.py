@@ -1,0 +1,71 @@
+"""Hypothesis strategies shared by the property tests: JSON values and calls biased to edges."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+from hypothesis import strategies as st
+
+#: Any JSON scalar, including exact big integers and Decimal numbers as the parser makes them.
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+)
+
+#: Any JSON value (nested arrays and objects of scalars).
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+#: Values for an integer argument, biased to the edges of 0..15 and 0..255.
+edge_numbers = st.one_of(
+    st.sampled_from([-1, 0, 1, 14, 15, 16, 254, 255, 256, 2**63, 2**64 + 1, -(2**64)]),
+    st.integers(min_value=-300, max_value=300),
+    st.sampled_from([Decimal("3.0"), Decimal("1E+2"), Decimal("15.5"), Decimal("-0.0"),
+                     Decimal("255.0000000000000000001"), Decimal("1E+400"), 3.0, 15.0, 16.0,
+                     0.5, 255.0]),
+    st.sampled_from([True, False, None, "3", "", [], {}]),
+)
+
+argument_names = st.sampled_from(["addr", "data", "value", "register", "Addr", "addr "])
+
+#: Argument objects mixing the declared names, near misses and edge values.
+arguments = st.dictionaries(argument_names, edge_numbers, max_size=3)
+
+tool_names = st.sampled_from(
+    ["write_register", "read_register", "erase_chip", "Write_register", " read_register", ""]
+)
+
+
+@st.composite
+def canonical_calls(draw: st.DrawFn) -> Any:
+    """Canonical calls, mostly well shaped, sometimes with a wrong shape."""
+    shape = draw(st.integers(0, 9))
+    if shape == 0:
+        return draw(json_values)
+    call: dict[str, Any] = {}
+    if shape != 1:
+        call["tool"] = draw(st.one_of(tool_names, json_scalars) if shape == 2 else tool_names)
+    if shape != 3:
+        call["arguments"] = draw(json_values if shape == 4 else arguments)
+    return call
+
+
+_encoder = msgspec.json.Encoder(decimal_format="number")
+
+
+def to_json(value: Any) -> str:
+    """Encode a value drawn from these strategies as JSON text (Decimal as a JSON number)."""
+    return _encoder.encode(value).decode()

@@ -1,0 +1,146 @@
+"""The command line: demo, replay, call; exit codes; no tracebacks."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES
+from regdev._cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_demo_shows_acceptance_retry_rejection_and_registers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo shows each kind of outcome and the final register dump."""
+    status, out, _ = run(capsys, "demo")
+    assert status == 0
+    assert "accepted  write_register: register 0 = 0xa5 (165)" in out
+    assert "refused   validate/range-data (retryable): data 300 is outside 0..255" in out
+    assert "step 4 (retry)" in out
+    assert "loop stopped: rejected" in out
+    assert "data 0xa5 0xff 0x42 0x00" in out
+
+
+def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json gives one object per step, then the stop reason and the registers."""
+    status, out, _ = run(capsys, "demo", "--json")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert status == 0
+    assert lines[-2] == {"stop": "rejected", "detail": lines[-2]["detail"]}
+    assert lines[-1] == {"registers": [165, 255, 66] + [0] * 13}
+    codes = [line["observation"].get("code") for line in lines[:-2]]
+    assert codes == [None, None, "range-data", None, None, None, "type-addr", "range-addr"]
+
+
+def test_replay_wild_cases_meets_every_expectation(capsys: pytest.CaptureFixture[str]) -> None:
+    """The shared wild cases all get their expected verdicts; only accepted writes show."""
+    status, out, _ = run(capsys, "replay", str(EXAMPLES / "wild-calls.jsonl"), "--json")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert status == 0
+    assert all(line["expect_met"] is True for line in lines[:-1])
+    assert len(lines) == 19
+    assert {"line", "ok", "stage", "code", "message", "result", "expect_met"} <= set(lines[0])
+    assert lines[-1] == {"registers": [0, 0, 0, 200] + [0] * 12}
+
+
+def test_replay_reports_unmet_expectations(capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    """An unmet expectation exits 1 and says NOT MET."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        '{"raw": "{\\"tool\\": \\"read_register\\", \\"arguments\\": {\\"addr\\": 1}}", '
+        '"expect": "range-addr"}\n\n'
+        '{"raw": "{\\"tool\\": \\"read_register\\", \\"arguments\\": {\\"addr\\": 1}}", '
+        '"result": {"addr": 1, "data": 9}}\n'
+        '{"raw": "{}"}\n')
+    status, out, _ = run(capsys, "replay", str(path))
+    assert status == 1
+    assert out.count("NOT MET") == 2
+    assert "3 calls, 2 with expectations, 2 not met" in out
+
+
+def test_replay_dialect_option_and_line_override(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    """--dialect applies to lines without one; a line's own dialect wins."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        '{"raw": "{\\"name\\": \\"read_register\\", \\"arguments\\": {\\"addr\\": 1}}", '
+        '"expect": "ok"}\n'
+        '{"raw": "{\\"tool\\": \\"read_register\\", \\"arguments\\": {\\"addr\\": 1}}", '
+        '"dialect": "canonical", "expect": "ok"}\n')
+    assert run(capsys, "replay", str(path), "--dialect", "mcp")[0] == 0
+    assert run(capsys, "replay", str(path))[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json\n", "r.jsonl:1: not a replay record"),
+        ('{"expect": "ok"}\n', "r.jsonl:1: not a replay record: Object missing required field"),
+        ('{"raw": "{}"}\n{"raw": 5}\n', "r.jsonl:2: not a replay record: Expected `str`"),
+        ('{"raw": "{}", "expcet": "ok"}\n', "unknown field `expcet`"),
+        ('{"raw": "{}", "dialect": "xml"}\n', "r.jsonl:1: unknown dialect 'xml'"),
+    ],
+)
+def test_replay_file_errors_exit_2_without_traceback(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, message: str) -> None:
+    """A bad replay file names the line and the problem; nothing runs."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(content)
+    status, out, err = run(capsys, "replay", str(path))
+    assert status == 2
+    assert message in err
+    assert out == "" and "Traceback" not in err
+
+
+def test_replay_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A missing file is a clear error, exit 2."""
+    status, _, err = run(capsys, "replay", str(tmp_path / "nope.jsonl"))
+    assert status == 2 and "cannot read" in err and "nope.jsonl" in err
+
+
+def test_call_prints_the_observation(capsys: pytest.CaptureFixture[str]) -> None:
+    """call prints one JSON observation; exit 0 when accepted, 1 when refused."""
+    status, out, _ = run(capsys, "call",
+                         '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}')
+    assert (status, json.loads(out)) == (0, {"ok": True, "tool": "write_register",
+                                            "result": {"addr": 3, "data": 255}})
+    status, out, _ = run(capsys, "call", '{"name": "erase_chip", "arguments": {}}',
+                         "--dialect", "mcp", "--tool-choice", "write_register")
+    assert status == 1 and json.loads(out)["code"] == "wrong-tool"
+
+
+def test_call_reads_stdin(capsys: pytest.CaptureFixture[str],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAW of - reads the call from standard input."""
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"tool": "read_register", "arguments": {}}'))
+    status, out, _ = run(capsys, "call", "-")
+    assert status == 1 and json.loads(out)["code"] == "missing-addr"
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad option is a usage error from argparse, exit 2."""
+    with pytest.raises(SystemExit) as info:
+        main(["call", "{}", "--dialect", "xml"])
+    assert info.value.code == 2
+    assert "invalid choice: 'xml'" in capsys.readouterr().err
+
+
+def test_console_script_help_lists_commands() -> None:
+    """The installed regdev command and python -m regdev both work and list the commands."""
+    for argv in (["regdev", "--help"], [sys.executable, "-m", "regdev", "--help"]):
+        exe = Path(sys.executable).parent / argv[0] if argv[0] == "regdev" else argv[0]
+        done = subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True, check=True)
+        for command in ("demo", "replay", "call"):
+            assert command in done.stdout

@@ -1,0 +1,86 @@
+"""The in-process register file: reset values, read, write, snapshot, range refusals, threads."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from regdev import RegisterFile, RegisterRangeError
+
+
+def test_starts_at_zero_by_default() -> None:
+    """Without reset values every register reads 0."""
+    assert RegisterFile().snapshot() == [0] * 16
+
+
+def test_reset_values_apply_at_start_and_on_reset() -> None:
+    """Configured reset values are the start state and what reset restores."""
+    values = list(range(100, 116))
+    regs = RegisterFile(values)
+    assert regs.snapshot() == values
+    regs.write(3, 7)
+    assert regs.read(3) == 7
+    regs.reset()
+    assert regs.snapshot() == values
+
+
+def test_write_returns_value_and_counts() -> None:
+    """A write returns the stored value and is counted."""
+    regs = RegisterFile()
+    assert regs.write(15, 255) == 255
+    assert regs.read(15) == 255
+    assert regs.write_count == 1
+
+
+@pytest.mark.parametrize("addr", [-1, 16, 2**64, True, 3.0, "3", None])
+def test_refuses_bad_address(addr: object) -> None:
+    """Addresses outside 0..15, and non-int addresses (bool, float), are refused."""
+    regs = RegisterFile()
+    with pytest.raises(RegisterRangeError, match="address"):
+        regs.read(addr)  # type: ignore[arg-type]
+    with pytest.raises(RegisterRangeError, match="address"):
+        regs.write(addr, 1)  # type: ignore[arg-type]
+    assert regs.write_count == 0
+
+
+@pytest.mark.parametrize("data", [-1, 256, False, 1.0, "1"])
+def test_refuses_bad_data(data: object) -> None:
+    """Data outside 0..255, and non-int data, are refused without changing the register."""
+    regs = RegisterFile()
+    with pytest.raises(RegisterRangeError, match="data"):
+        regs.write(0, data)  # type: ignore[arg-type]
+    assert regs.snapshot() == [0] * 16
+    assert regs.write_count == 0
+
+
+@pytest.mark.parametrize("values", [[0] * 15, [0] * 17, [0] * 15 + [256]])
+def test_refuses_bad_reset_values(values: list[int]) -> None:
+    """Reset values must be 16 bytes."""
+    with pytest.raises(RegisterRangeError):
+        RegisterFile(values)
+
+
+def test_snapshot_is_a_copy() -> None:
+    """Changing a snapshot does not change the device."""
+    regs = RegisterFile()
+    snap = regs.snapshot()
+    snap[0] = 99
+    assert regs.read(0) == 0
+
+
+def test_concurrent_writes_are_all_applied() -> None:
+    """Writes from many threads are each applied once (the lock serialises them)."""
+    regs = RegisterFile()
+
+    def worker(addr: int) -> None:
+        for value in range(256):
+            regs.write(addr, value)
+
+    threads = [threading.Thread(target=worker, args=(a,)) for a in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert regs.write_count == 16 * 256
+    assert regs.snapshot() == [255] * 16

@@ -1,0 +1,226 @@
+"""The gate end to end in process: one observation per call, nothing refused reaches the device."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from regdev import (
+    Device,
+    DeviceRefused,
+    DeviceTimeout,
+    Gate,
+    Observation,
+    RegisterFile,
+    Tool,
+    ToolSet,
+)
+from strategies import canonical_calls, json_values, to_json
+
+
+def test_accepted_write_reaches_device_and_reports_the_value(gate: Gate,
+                                                             device: RegisterFile) -> None:
+    """A valid write runs once and its result is the register's new value."""
+    obs = gate.handle('{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}')
+    assert obs.to_dict() == {"ok": True, "tool": "write_register",
+                             "result": {"addr": 3, "data": 255}}
+    assert device.snapshot()[3] == 255
+    assert device.write_count == 1
+
+
+def test_integral_numbers_reach_the_device_as_int(gate: Gate, device: RegisterFile) -> None:
+    """3.0 and 1e2 are integers and arrive as Python int."""
+    seen: list[tuple[Any, Any]] = []
+    original = device.write
+
+    def spy(addr: int, data: int) -> int:
+        seen.append((addr, data))
+        return original(addr, data)
+
+    device.write = spy  # type: ignore[method-assign]
+    obs = gate.handle('{"tool": "write_register", "arguments": {"addr": 3.0, "data": 1e2}}')
+    assert obs.ok and obs.result == {"addr": 3, "data": 100}
+    assert seen == [(3, 100)]
+    assert all(type(v) is int for v in seen[0])
+
+
+def test_refusal_observation_shape(gate: Gate) -> None:
+    """A refusal is one object: ok, stage, code, message, retryable."""
+    obs = gate.handle('{"tool": "write_register", "arguments": {"addr": 16, "data": 1}}')
+    assert obs.to_dict() == {"ok": False, "stage": "validate", "code": "range-addr",
+                             "message": "addr 16 is outside 0..15", "retryable": True}
+
+
+def test_id_is_echoed_on_success_and_refusal(gate: Gate) -> None:
+    """The correlation id comes back either way."""
+    ok = gate.handle('{"tool": "read_register", "arguments": {"addr": 1}, "id": "a1"}')
+    bad = gate.handle('{"tool": "read_register", "arguments": {"addr": 99}, "id": "a2"}')
+    assert ok.to_dict()["id"] == "a1"
+    assert bad.to_dict()["id"] == "a2"
+
+
+def test_dialects_reach_the_same_verdicts(gate: Gate) -> None:
+    """The same call in each dialect gives the same observation."""
+    raws = {
+        "canonical": '{"tool": "read_register", "arguments": {"addr": 16}}',
+        "mcp": '{"name": "read_register", "arguments": {"addr": 16}}',
+        "anthropic": '{"type": "tool_use", "id": "t", "name": "read_register", '
+                     '"input": {"addr": 16}}',
+        "openai": '{"type": "function", "function": {"name": "read_register", '
+                  '"arguments": "{\\"addr\\": 16}"}}',
+    }
+    codes = {d: gate.handle(raw, dialect=d).code for d, raw in raws.items()}
+    assert codes == dict.fromkeys(raws, "range-addr")
+
+
+def test_unknown_dialect_raises(gate: Gate) -> None:
+    """A wrong dialect is the caller's bug, raised before anything runs."""
+    with pytest.raises(ValueError, match="unknown dialect"):
+        gate.handle("{}", dialect="xml")
+
+
+def test_input_cap_is_configurable(device: RegisterFile) -> None:
+    """A smaller input cap refuses a call that would otherwise run."""
+    small = Gate(device, max_input_bytes=20)
+    obs = small.handle('{"tool": "read_register", "arguments": {"addr": 1}}')
+    assert (obs.stage, obs.code) == ("parse", "too-large")
+
+
+def test_output_cap_refuses_large_results(device: RegisterFile) -> None:
+    """An observation over the output cap is refused as output-too-large."""
+    tiny = Gate(device, max_output_bytes=30)
+    obs = tiny.handle('{"tool": "read_register", "arguments": {"addr": 1}}')
+    assert (obs.ok, obs.stage, obs.code) == (False, "observe", "output-too-large")
+
+
+@pytest.mark.parametrize("cap", [0, -1, 1.5, None])
+def test_caps_must_be_positive_ints(cap: Any) -> None:
+    """Caps are bytes: positive ints."""
+    with pytest.raises(ValueError, match="positive int"):
+        Gate(max_input_bytes=cap)
+
+
+class FailingDevice(RegisterFile):
+    """A register file whose writes fail in a chosen way."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, addr: int, data: int) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "retryable"),
+    [
+        (DeviceTimeout("no answer after 0.5 s"), "device-timeout", True),
+        (DeviceRefused("ERR ADDR", code="ADDR"), "device-error", False),
+    ],
+)
+def test_device_failures_are_failures(error: Exception, code: str, retryable: bool) -> None:
+    """A device failure is reported as a failure at the execute stage, never as success."""
+    obs = Gate(FailingDevice(error)).handle(
+        '{"tool": "write_register", "arguments": {"addr": 1, "data": 1}}')
+    assert (obs.ok, obs.stage, obs.code) == (False, "execute", code)
+    assert obs.refusal is not None and obs.refusal.retryable is retryable
+
+
+def test_unexpected_exception_becomes_internal_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A bug in a device becomes an internal-error observation, logged, never raised."""
+    with caplog.at_level(logging.ERROR, logger="regdev"):
+        obs = Gate(FailingDevice(ZeroDivisionError("boom"))).handle(
+            '{"tool": "write_register", "arguments": {"addr": 1, "data": 1}}')
+    assert (obs.ok, obs.stage, obs.code) == (False, "internal", "internal-error")
+    assert "Traceback" not in obs.to_json()
+    assert "ZeroDivisionError" in caplog.text
+
+
+def test_validated_only_tool_is_refused_at_execute() -> None:
+    """A tool without a handler is validated but cannot run."""
+    tool = Tool(name="t", description="", input_schema={"type": "object"})
+    obs = Gate(tools=ToolSet([tool])).handle('{"tool": "t", "arguments": {}}')
+    assert (obs.stage, obs.code) == ("execute", "device-error")
+
+
+class CountingDevice(RegisterFile):
+    """Counts every access that reaches the device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accesses = 0
+
+    def read(self, addr: int) -> int:
+        self.accesses += 1
+        return super().read(addr)
+
+    def write(self, addr: int, data: int) -> int:
+        self.accesses += 1
+        return super().write(addr, data)
+
+
+def assert_one_observation(obs: Observation, device: CountingDevice, before: list[int]) -> None:
+    assert isinstance(obs, Observation)
+    out = obs.to_dict()
+    assert out["ok"] is obs.ok
+    if obs.ok:
+        assert device.accesses == 1
+        assert out["result"]["addr"] in range(16)
+    else:
+        assert device.accesses == 0, "a refused call reached the device"
+        assert device.snapshot() == before
+        assert out["stage"] in ("parse", "validate")
+        assert "\n" not in out["message"]
+
+
+@given(st.one_of(st.text(max_size=200), st.binary(max_size=200)),
+       st.sampled_from(["canonical", "mcp", "openai", "anthropic"]))
+def test_arbitrary_text_gives_one_observation(raw: str | bytes, dialect: str) -> None:
+    """Any text in any dialect gives exactly one observation; nothing refused is executed."""
+    device = CountingDevice()
+    before = device.snapshot()
+    assert_one_observation(Gate(device).handle(raw, dialect=dialect), device, before)
+
+
+@given(json_values, st.sampled_from(["canonical", "mcp", "openai", "anthropic"]))
+def test_arbitrary_json_gives_one_observation(value: Any, dialect: str) -> None:
+    """Any JSON document gives exactly one observation; nothing refused is executed."""
+    device = CountingDevice()
+    assert_one_observation(Gate(device).handle(to_json(value), dialect=dialect), device,
+                           device.snapshot())
+
+
+@given(canonical_calls(), st.sampled_from([None, "write_register", "read_register"]))
+def test_near_miss_calls_give_one_observation(call: Any, tool_choice: str | None) -> None:
+    """Calls biased to edges: refusals never reach the device; acceptances reach it once."""
+    device = CountingDevice()
+    before = device.snapshot()
+    obs = Gate(device).handle(to_json(call), tool_choice=tool_choice)
+    assert_one_observation(obs, device, before)
+    if obs.ok:
+        assert obs.tool == call["tool"]
+        assert obs.result is not None and obs.result["addr"] == call["arguments"]["addr"]
+
+
+def test_gate_is_a_device_abstraction_user() -> None:
+    """Any Device subclass works behind the gate."""
+
+    class Constant(Device):
+        def read(self, addr: int) -> int:
+            return 42
+
+        def write(self, addr: int, data: int) -> int:
+            return data
+
+        def reset(self) -> None:
+            pass
+
+        def snapshot(self) -> list[int]:
+            return [42] * 16
+
+    obs = Gate(Constant()).handle('{"tool": "read_register", "arguments": {"addr": 0}}')
+    assert obs.result == {"addr": 0, "data": 42}

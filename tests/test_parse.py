@@ -1,0 +1,162 @@
+"""Parse: byte cap, strict JSON, exact numbers, and the four dialect adapters."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from regdev import ParsedCall, Refusal, parse
+
+
+def code(result: ParsedCall | Refusal) -> str | None:
+    return result.code if isinstance(result, Refusal) else None
+
+
+def test_canonical_call_with_id() -> None:
+    """A canonical call is passed through and its string id is kept."""
+    got = parse('{"tool": "read_register", "arguments": {"addr": 1}, "id": "c1"}')
+    assert got == ParsedCall({"tool": "read_register", "arguments": {"addr": 1},
+                              "id": "c1"}, "c1")
+
+
+def test_bytes_and_str_agree() -> None:
+    """UTF-8 bytes parse the same as the str."""
+    text = '{"tool": "read_register", "arguments": {"addr": 1}}'
+    assert parse(text) == parse(text.encode())
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"a": NaN}',
+        '{"a": Infinity}',
+        '{"a": -Infinity}',
+        '{"a": "x\ny"}',  # a raw control character inside a string
+        '{"a": 1} {"a": 2}',  # trailing data
+        '{"a": 1} x',
+        '{"a": 1,}',
+        "{'a': 1}",
+        '{"a": 1',  # truncated
+        "",
+        "[" * 5000 + "]" * 5000,  # nested too deep
+        '{"a": 0' + "1" * 5000 + "}",  # a leading zero
+        "1" * 5000,  # past Python's 4300-digit limit for int()
+        b'{"a": "\xff"}',  # invalid UTF-8
+        '{"a": "\\ud800"}',  # a lone surrogate escape
+        "\ufeff{}",  # a byte order mark
+    ],
+)
+def test_not_json(raw: str | bytes) -> None:
+    """Everything that is not one strict JSON document is refused as not-json."""
+    result = parse(raw)
+    assert isinstance(result, Refusal)
+    assert (result.stage, result.code) == ("parse", "not-json")
+    assert "\n" not in result.message
+
+
+def test_too_large_checked_before_parsing() -> None:
+    """Over the cap is too-large even when it is not JSON at all; at the cap it is parsed."""
+    assert code(parse("x" * 101, max_bytes=100)) == "too-large"
+    assert code(parse(b"x" * 101, max_bytes=100)) == "too-large"
+    assert code(parse("x" * 100, max_bytes=100)) == "not-json"
+    # the cap counts UTF-8 bytes, not characters: 40 x "é" is 80 bytes
+    assert code(parse('"' + "é" * 40 + '"', max_bytes=81)) == "too-large"
+    assert code(parse('"' + "é" * 40 + '"', max_bytes=82)) is None
+
+
+def test_default_cap_is_64_kib() -> None:
+    """The default cap is 65536 bytes."""
+    padding = " " * (65536 - 2)
+    assert code(parse("{}" + padding)) is None
+    assert code(parse("{}" + padding + " ")) == "too-large"
+
+
+def test_numbers_stay_exact() -> None:
+    """Integers keep every digit; fractions and exponents become Decimal, never float."""
+    got = parse('{"tool": "t", "arguments": {"a": 18446744073709551617, "b": 3.0, "c": 1e2,'
+                ' "d": 0.1}}')
+    assert isinstance(got, ParsedCall)
+    args = got.call["arguments"]  # type: ignore[index]
+    assert args["a"] == 2**64 + 1 and type(args["a"]) is int
+    assert args["b"] == Decimal("3.0") and type(args["b"]) is Decimal
+    assert args["c"] == 100 and type(args["c"]) is Decimal
+    assert args["d"] == Decimal("0.1")
+
+
+def test_non_object_documents_pass_to_the_shape_step() -> None:
+    """A valid JSON document that is not an object is parsed, not judged, in every dialect."""
+    for dialect in ("canonical", "mcp", "openai", "anthropic"):
+        assert parse("[1, 2]", dialect) == ParsedCall([1, 2])
+        assert parse('"x"', dialect) == ParsedCall("x")
+
+
+def test_mcp_dialect() -> None:
+    """MCP tools/call params: name and arguments."""
+    got = parse('{"name": "read_register", "arguments": {"addr": 2}}', "mcp")
+    assert got == ParsedCall({"tool": "read_register", "arguments": {"addr": 2}})
+
+
+def test_mcp_absent_fields_stay_absent() -> None:
+    """A missing name or arguments is left missing for the shape step to name."""
+    assert parse('{"arguments": {}}', "mcp") == ParsedCall({"arguments": {}})
+    assert parse('{"name": "x"}', "mcp") == ParsedCall({"tool": "x"})
+
+
+def test_anthropic_dialect() -> None:
+    """Anthropic tool_use blocks: name, input, and the id echoed."""
+    got = parse('{"type": "tool_use", "id": "toolu_1", "name": "read_register",'
+                ' "input": {"addr": 2}}', "anthropic")
+    assert got == ParsedCall({"tool": "read_register", "arguments": {"addr": 2}}, "toolu_1")
+
+
+def test_openai_dialect_parses_argument_text() -> None:
+    """OpenAI function calls carry arguments as JSON text, parsed with the same strictness."""
+    raw = ('{"id": "call_1", "type": "function", "function": {"name": "write_register",'
+           ' "arguments": "{\\"addr\\": 3, \\"data\\": 255}"}}')
+    assert parse(raw, "openai") == ParsedCall(
+        {"tool": "write_register", "arguments": {"addr": 3, "data": 255}}, "call_1")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ('"{\\"addr\\": 3,}"', "not-json"),
+        ('"{\\"addr\\": NaN}"', "not-json"),
+        ('""', "not-json"),
+        ('{"addr": 3}', "bad-arguments"),
+        ("null", "bad-arguments"),
+    ],
+)
+def test_openai_argument_text_must_be_strict_json_text(arguments: str, expected: str) -> None:
+    """Bad argument text is not-json; arguments that are not a string are bad-arguments."""
+    raw = f'{{"type": "function", "function": {{"name": "t", "arguments": {arguments}}}}}'
+    assert code(parse(raw, "openai")) == expected
+
+
+def test_openai_double_encoded_arguments_stay_a_string() -> None:
+    """Arguments text that decodes to a string is passed on as a string (shape refuses it)."""
+    raw = '{"type": "function", "function": {"name": "t", "arguments": "\\"{}\\""}}'
+    assert parse(raw, "openai") == ParsedCall({"tool": "t", "arguments": "{}"})
+
+
+def test_openai_without_function_object() -> None:
+    """No function object means no tool name."""
+    assert parse('{"type": "function"}', "openai") == ParsedCall({})
+
+
+def test_non_string_id_is_not_echoed() -> None:
+    """Only a string id is a correlation id."""
+    assert parse('{"tool": "t", "arguments": {}, "id": 5}') == ParsedCall(
+        {"tool": "t", "arguments": {}, "id": 5}, None)
+
+
+def test_unknown_dialect_is_a_programming_error() -> None:
+    """The dialect is declared by the caller; a wrong one raises ValueError naming them all."""
+    with pytest.raises(ValueError, match="canonical, mcp, openai, anthropic"):
+        parse("{}", "gemini")
+
+
+def test_non_text_input_is_refused() -> None:
+    """A Python object that is not text is refused, not parsed."""
+    assert code(parse(123)) == "not-json"  # type: ignore[arg-type]

@@ -1,0 +1,36 @@
+"""The public names are pinned: a change to regdev.__all__ is a deliberate API change."""
+
+from __future__ import annotations
+
+import regdev
+
+EXPECTED = {
+    "DATA_MAX", "DIALECTS", "READ_REGISTER", "REGISTER_COUNT", "REGISTER_TOOLS",
+    "WRITE_REGISTER", "Device", "DeviceError", "DeviceRefused", "DeviceTimeout", "Gate",
+    "LocalProtocolError", "LoopResult", "Observation", "ParsedCall", "ProtocolError",
+    "ReferenceValidator", "Refusal", "RegdevError", "RegisterFile", "RegisterRangeError",
+    "RemoteProtocolError", "SchemaError", "ScriptedProposer", "Step", "Tool", "ToolSet",
+    "TransportError", "__version__", "call_with_retry", "parse", "run_loop",
+}
+
+
+def test_all_is_pinned() -> None:
+    """regdev.__all__ is exactly the documented public API."""
+    assert set(regdev.__all__) == EXPECTED
+    assert len(regdev.__all__) == len(EXPECTED)
+
+
+def test_every_public_name_exists_and_is_documented() -> None:
+    """Each public class and function has a docstring."""
+    for name in regdev.__all__:
+        obj = getattr(regdev, name)
+        if callable(obj):
+            assert obj.__doc__, name
+
+
+def test_exception_tree() -> None:
+    """Every regdev exception derives from RegdevError."""
+    for name in regdev.__all__:
+        obj = getattr(regdev, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, regdev.RegdevError), name

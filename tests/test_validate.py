@@ -1,0 +1,258 @@
+"""The reference validator: the seed probe, the fixed order, messages, and the schema subset."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from regdev import ReferenceValidator, SchemaError, Tool, ToolSet
+
+validator = ReferenceValidator()
+
+
+def check(call: Any, tool_choice: str | None = None) -> str | None:
+    return validator(call, tool_choice)
+
+
+def write(**arguments: Any) -> dict[str, Any]:
+    return {"tool": "write_register", "arguments": arguments}
+
+
+# --- the seed probe (design.md), in forced-tool mode ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ({"tool": "write_register", "arguments": {"addr": 3, "data": 255}}, None),
+        ({"tool": "write_register", "arguments": {"data": 1}}, "missing-addr"),
+        ({"tool": "write_register", "arguments": {"addr": "3", "data": 1}}, "type-addr"),
+        ({"tool": "write_register", "arguments": {"addr": 16, "data": 1}}, "range-addr"),
+        ({"tool": "write_register", "arguments": {"addr": 3, "data": 300}}, "range-data"),
+        ({"tool": "erase_chip", "arguments": {"addr": 3, "data": 1}}, "wrong-tool"),
+    ],
+)
+def test_seed_probe_forced_write_register(call: dict[str, Any], expected: str | None) -> None:
+    """The worked example from the design, with write_register forced."""
+    assert check(call, tool_choice="write_register") == expected
+
+
+# --- the five steps in order ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ([write(addr=1, data=1)], "not-an-object"),
+        ("write_register", "not-an-object"),
+        (None, "not-an-object"),
+        ({"arguments": {"addr": 1}}, "missing-tool"),
+        ({"tool": None, "arguments": {"addr": 1}}, "missing-tool"),
+        ({"tool": 7, "arguments": {}}, "missing-tool"),
+        ({"tool": "read_register"}, "bad-arguments"),
+        ({"tool": "read_register", "arguments": None}, "bad-arguments"),
+        ({"tool": "read_register", "arguments": '{"addr": 1}'}, "bad-arguments"),
+        ({"tool": "read_register", "arguments": [1]}, "bad-arguments"),
+        # shape before name: a bad tool with bad arguments is a shape failure
+        ({"tool": "erase_chip", "arguments": None}, "bad-arguments"),
+        # name is exact: case and whitespace count
+        ({"tool": "Read_register", "arguments": {"addr": 1}}, "unknown-tool"),
+        ({"tool": "read_register ", "arguments": {"addr": 1}}, "unknown-tool"),
+        ({"tool": "", "arguments": {}}, "unknown-tool"),
+        # fields: missing in declared order, before extras
+        (write(), "missing-addr"),
+        (write(addr=1), "missing-data"),
+        (write(register=3, value=200), "missing-addr"),
+        (write(addr=1, data=2, extra=3), "unknown-argument"),
+        # fields before types
+        (write(addr="x"), "missing-data"),
+        (write(addr="x", data=1, extra=1), "unknown-argument"),
+        # types in declared order, before ranges
+        (write(addr=99, data="x"), "type-data"),
+        (write(addr="x", data="y"), "type-addr"),
+        (write(addr=True, data=1), "type-addr"),
+        (write(addr=1, data=False), "type-data"),
+        (write(addr=Decimal("3.5"), data=1), "type-addr"),
+        (write(addr=3.5, data=1), "type-addr"),
+        (write(addr=None, data=1), "type-addr"),
+        # ranges in declared order, compared exactly
+        (write(addr=16, data=256), "range-addr"),
+        (write(addr=-1, data=0), "range-addr"),
+        (write(addr=15, data=256), "range-data"),
+        (write(addr=15, data=2**64 + 1), "range-data"),
+        (write(addr=Decimal("1E+400"), data=0), "range-addr"),
+        (write(addr=Decimal("-1E+400"), data=0), "range-addr"),
+        # integral numbers are integers
+        (write(addr=Decimal("3.0"), data=Decimal("1E+2")), None),
+        (write(addr=15.0, data=255.0), None),
+        (write(addr=0, data=0), None),
+        (write(addr=Decimal("-0.0"), data=0), None),
+    ],
+)
+def test_first_failure_decides(call: Any, expected: str | None) -> None:
+    """Shape, name, fields, types, ranges: the earliest failing step names the code."""
+    assert check(call) == expected
+
+
+def test_wrong_tool_only_when_forced() -> None:
+    """Without a forced tool an unknown name is unknown-tool; with one it is wrong-tool."""
+    call = {"tool": "read_register", "arguments": {"addr": 1}}
+    assert check(call) is None
+    assert check(call, tool_choice="write_register") == "wrong-tool"
+    assert check(call, tool_choice="read_register") is None
+
+
+def test_messages_say_what_is_wrong_and_what_is_allowed() -> None:
+    """Messages name the argument, the value and the allowed range, on one line."""
+    messages = {
+        "range-addr": validator.check(write(addr=16, data=1)),
+        "type-addr": validator.check(write(addr="3", data=1)),
+        "missing-data": validator.check(write(addr=1)),
+        "unknown-argument": validator.check(write(addr=1, data=1, colour="red")),
+    }
+    assert messages["range-addr"].message == "addr 16 is outside 0..15"  # type: ignore[union-attr]
+    assert messages["type-addr"].message == 'addr must be an integer 0..15, got string "3"'  # type: ignore[union-attr]
+    assert messages["missing-data"].message == (  # type: ignore[union-attr]
+        "missing required argument data (an integer 0..255)")
+    assert messages["unknown-argument"].message == (  # type: ignore[union-attr]
+        'unknown argument "colour"; write_register takes: addr, data')
+
+
+def test_untrusted_text_is_escaped_and_cut_short_in_messages() -> None:
+    """An injected name never reaches a code and reaches a message escaped and truncated."""
+    evil = "x\n\u202e" + "A" * 500
+    unknown = validator.check({"tool": evil, "arguments": {}})
+    extra = validator.check(write(addr=1, data=1, **{evil: 1}))
+    for refusal in (unknown, extra):
+        assert refusal is not None
+        assert "\n" not in refusal.message and "\u202e" not in refusal.message
+        assert len(refusal.message) < 200
+        assert "A" * 100 not in refusal.message
+    assert unknown.code == "unknown-tool"  # type: ignore[union-attr]
+    assert extra.code == "unknown-argument"  # type: ignore[union-attr]
+
+
+def test_huge_integers_are_shown_without_building_their_digits() -> None:
+    """A range message for a giant integer stays short."""
+    refusal = validator.check(write(addr=1, data=10**4000))
+    assert refusal is not None and refusal.code == "range-data"
+    assert len(refusal.message) < 100
+
+
+# --- a richer tool set: the whole subset -------------------------------------------------------
+
+CONFIGURE = Tool(
+    name="configure",
+    description="test tool",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "mode": {"enum": ["fast", "slow", 1]},
+            "label": {"type": "string", "minLength": 1, "maxLength": 4},
+            "gain": {"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 2.5},
+            "version": {"const": 2},
+            "limits": {
+                "type": "object",
+                "properties": {"low": {"type": "integer", "minimum": 0}},
+                "required": ["low"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["mode"],
+    },
+)
+custom = ReferenceValidator(ToolSet([CONFIGURE]))
+
+
+def conf(**arguments: Any) -> str | None:
+    return custom({"tool": "configure", "arguments": arguments})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"mode": "fast"}, None),
+        ({"mode": 1.0}, None),  # JSON equality: 1.0 == 1
+        ({"mode": True}, "range-mode"),  # but true != 1
+        ({"mode": "FAST"}, "range-mode"),
+        ({"mode": "fast", "anything": [1]}, None),  # additionalProperties defaults to true
+        ({"mode": "fast", "label": ""}, "range-label"),
+        ({"mode": "fast", "label": "abcd"}, None),
+        ({"mode": "fast", "label": "abcde"}, "range-label"),
+        ({"mode": "fast", "label": "\U0001f600" * 4}, None),  # code points, not UTF-16 units
+        ({"mode": "fast", "label": 5}, "type-label"),
+        ({"mode": "fast", "gain": None}, None),
+        ({"mode": "fast", "gain": 0}, "range-gain"),
+        ({"mode": "fast", "gain": Decimal("2.5")}, "range-gain"),
+        ({"mode": "fast", "gain": Decimal("2.4999999999999999999")}, None),
+        ({"mode": "fast", "gain": "1"}, "type-gain"),
+        ({"mode": "fast", "version": 2.0}, None),
+        ({"mode": "fast", "version": 3}, "range-version"),
+        ({"mode": "fast", "limits": {"low": 1}}, None),
+        ({"mode": "fast", "limits": {}}, "missing-limits.low"),
+        ({"mode": "fast", "limits": {"low": 1, "x": 1}}, "unknown-argument"),
+        ({"mode": "fast", "limits": {"low": -1}}, "range-limits.low"),
+        ({"mode": "fast", "limits": []}, "type-limits"),
+        # level by level: the parent's range failure comes before the child's missing field
+        ({"mode": "bad", "limits": {}}, "range-mode"),
+        ({}, "missing-mode"),
+    ],
+)
+def test_subset_keywords(arguments: dict[str, Any], expected: str | None) -> None:
+    """enum, const, lengths, exclusive bounds, type lists and nested objects."""
+    assert conf(**arguments) == expected
+
+
+@pytest.mark.parametrize(
+    ("schema", "pointer"),
+    [
+        ({"type": "object", "properties": {"a": {"pattern": "x"}}},
+         "/inputSchema/properties/a/pattern"),
+        ({"type": "object", "additionalProperties": {"type": "string"}},
+         "/inputSchema/additionalProperties"),
+        ({"type": "object", "properties": {"a": {"type": "int"}}},
+         "/inputSchema/properties/a/type"),
+        ({"type": "object", "properties": {"a": {"minimum": "0"}}},
+         "/inputSchema/properties/a/minimum"),
+        ({"type": "object", "properties": {"a": {"minimum": True}}},
+         "/inputSchema/properties/a/minimum"),
+        ({"type": "object", "properties": {"a": {"maxLength": -1}}},
+         "/inputSchema/properties/a/maxLength"),
+        ({"type": "object", "required": ["a", "a"]}, "/inputSchema/required"),
+        ({"type": "object", "properties": {"a/b": {"$ref": "#"}}},
+         "/inputSchema/properties/a~1b/$ref"),
+        ({"type": "array"}, "/inputSchema"),
+        ({"properties": {}}, "/inputSchema"),
+    ],
+)
+def test_schema_errors_name_keyword_and_pointer(schema: dict[str, Any], pointer: str) -> None:
+    """Unsupported keywords and malformed values are refused at declaration, with a pointer."""
+    with pytest.raises(SchemaError) as info:
+        Tool(name="t", description="", input_schema=schema)
+    assert info.value.pointer == pointer
+    assert pointer in str(info.value)
+
+
+def test_annotations_are_accepted() -> None:
+    """Annotation keywords do not affect validity and are allowed."""
+    Tool(name="t", description="", input_schema={
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+        "title": "T", "properties": {"a": {"description": "d", "default": 1, "examples": [1]}}})
+
+
+def test_tool_set_from_mcp_definitions() -> None:
+    """MCP tools/list entries become a tool set; a bad entry names its index."""
+    tools = ToolSet.from_definitions([CONFIGURE.definition()])
+    assert list(tools) == ["configure"]
+    with pytest.raises(SchemaError) as info:
+        ToolSet.from_definitions([CONFIGURE.definition(), {"name": "x", "inputSchema": {
+            "type": "object", "properties": {"a": {"format": "uri"}}}}])
+    assert info.value.pointer == "/1/inputSchema/properties/a/format"
+
+
+def test_duplicate_tool_names_are_refused() -> None:
+    """Two tools with one name cannot be offered together."""
+    with pytest.raises(SchemaError, match="declared twice"):
+        ToolSet([CONFIGURE, CONFIGURE])
