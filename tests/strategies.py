@@ -69,3 +69,27 @@ _encoder = msgspec.json.Encoder(decimal_format="number")
 def to_json(value: Any) -> str:
     """Encode a value drawn from these strategies as JSON text (Decimal as a JSON number)."""
     return _encoder.encode(value).decode()
+
+
+#: JSON number literals at the edges of what a decoder can hold, as text.
+number_literals = st.sampled_from([
+    "0", "-0", "-0.0", "3.0", "1e2", "2.55e2", "25500e-2", "15.999999999999999999999",
+    "1.0000000000000000000000001", "1e999999", "1e-999999", "0e999999",
+    "1e9999999999999999999", "0e9999999999999999999", "-1e-9999999999999999999",
+    "18446744073709551617", "1" * 4301, "1E400", "-1E400",
+])
+
+#: Correlation ids: absent, short, at the cap, over it, or not strings.
+ids = st.one_of(st.none(), st.text(max_size=10), st.sampled_from(["x" * 256, "x" * 257, "9" * 300]),
+                st.integers())
+
+
+@st.composite
+def raw_register_calls(draw: st.DrawFn) -> str:
+    """Raw canonical calls whose numbers are literal text at the edges, with or without ids."""
+    addr, data = draw(number_literals), draw(number_literals)
+    tool = draw(st.sampled_from(["write_register", "read_register"]))
+    args = f'"addr": {addr}, "data": {data}' if tool == "write_register" else f'"addr": {addr}'
+    call_id = draw(ids)
+    extra = "" if call_id is None else f', "id": {to_json(call_id)}'
+    return f'{{"tool": "{tool}", "arguments": {{{args}}}{extra}}}'

@@ -104,6 +104,27 @@ def test_replay_file_errors_exit_2_without_traceback(
     assert out == "" and "Traceback" not in err
 
 
+def test_replay_file_with_bom_crlf_and_unicode_separators(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A BOM, CRLF line ends and U+2028 inside a JSON string are all fine."""
+    raw = '{"tool": "read_register", "arguments": {"addr": 1}, "id": "a\u2028b"}'
+    line = json.dumps({"raw": raw, "expect": "ok"}, ensure_ascii=False)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (line + "\r\n").encode() * 2)
+    status, out, err = run(capsys, "replay", str(path), "--json")
+    assert (status, err) == (0, "")
+    assert [json.loads(x)["line"] for x in out.splitlines()[:-1]] == [1, 2]
+
+
+def test_replay_non_utf8_line_names_the_line(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    """Invalid UTF-8 is reported with its line number."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"raw": "{}"}\n{"raw": "\xff"}\n')
+    status, _, err = run(capsys, "replay", str(path))
+    assert status == 2 and "r.jsonl:2: not a replay record" in err
+
+
 def test_replay_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A missing file is a clear error, exit 2."""
     status, _, err = run(capsys, "replay", str(tmp_path / "nope.jsonl"))
@@ -124,9 +145,29 @@ def test_call_prints_the_observation(capsys: pytest.CaptureFixture[str]) -> None
 def test_call_reads_stdin(capsys: pytest.CaptureFixture[str],
                           monkeypatch: pytest.MonkeyPatch) -> None:
     """RAW of - reads the call from standard input."""
-    monkeypatch.setattr("sys.stdin", io.StringIO('{"tool": "read_register", "arguments": {}}'))
+    stdin = io.TextIOWrapper(io.BytesIO(b'{"tool": "read_register", "arguments": {}}'))
+    monkeypatch.setattr("sys.stdin", stdin)
     status, out, _ = run(capsys, "call", "-")
     assert status == 1 and json.loads(out)["code"] == "missing-addr"
+
+
+def test_call_reads_stdin_as_bytes_and_caps_it(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invalid UTF-8 on stdin is not-json, and an endless stdin is too-large, not a hang."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe")))
+    status, out, err = run(capsys, "call", "-")
+    assert (status, json.loads(out)["code"], err) == (1, "not-json", "")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b" " * 200_000)))
+    status, out, _ = run(capsys, "call", "-")
+    assert (status, json.loads(out)["code"]) == (1, "too-large")
+
+
+def test_call_with_unknown_tool_choice_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--tool-choice must name an offered tool."""
+    status, out, err = run(capsys, "call", "{}", "--tool-choice", "erase_chip")
+    assert (status, out) == (2, "")
+    assert "tool_choice 'erase_chip' is not one of the tools offered" in err
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

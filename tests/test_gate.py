@@ -19,7 +19,7 @@ from regdev import (
     Tool,
     ToolSet,
 )
-from strategies import canonical_calls, json_values, to_json
+from strategies import canonical_calls, json_values, raw_register_calls, to_json
 
 
 def test_accepted_write_reaches_device_and_reports_the_value(gate: Gate,
@@ -91,10 +91,76 @@ def test_input_cap_is_configurable(device: RegisterFile) -> None:
 
 
 def test_output_cap_refuses_large_results(device: RegisterFile) -> None:
-    """An observation over the output cap is refused as output-too-large."""
-    tiny = Gate(device, max_output_bytes=30)
-    obs = tiny.handle('{"tool": "read_register", "arguments": {"addr": 1}}')
-    assert (obs.ok, obs.stage, obs.code) == (False, "observe", "output-too-large")
+    """A result over the output cap is refused; for a write the message says it ran."""
+    tiny = Gate(device, max_output_bytes=18)  # {"addr":1,"data":0} is 19 bytes
+    read = tiny.handle('{"tool": "read_register", "arguments": {"addr": 1}}')
+    assert (read.ok, read.stage, read.code) == (False, "observe", "output-too-large")
+    assert read.message == "read_register ran, but its result is 19 bytes, over the cap of 18 bytes"
+    write = tiny.handle('{"tool": "write_register", "arguments": {"addr": 1, "data": 7}}')
+    assert write.code == "output-too-large"
+    assert "write_register ran and its effect stands" in (write.message or "")
+    assert device.snapshot()[1] == 7
+
+
+def test_output_cap_does_not_count_the_echoed_id(device: RegisterFile) -> None:
+    """The model's own id is not part of the result it is capped on."""
+    gate = Gate(device, max_output_bytes=30)
+    obs = gate.handle('{"tool": "read_register", "arguments": {"addr": 1}, "id": "'
+                      + "i" * 200 + '"}')
+    assert obs.ok and obs.id == "i" * 200
+
+
+def test_openai_adapter_refusals_keep_the_id(gate: Gate) -> None:
+    """A refused OpenAI call still carries its tool_call_id back."""
+    obs = gate.handle('{"id": "call_1", "type": "function", "function": '
+                      '{"name": "read_register", "arguments": 5}}', dialect="openai")
+    assert obs.to_dict()["id"] == "call_1" and obs.code == "bad-arguments"
+
+
+def test_openai_shape_order_matches_canonical(gate: Gate) -> None:
+    """Without a name, the OpenAI dialect says missing-tool, as the canonical one does."""
+    obs = gate.handle('{"id": "c", "type": "function", "function": {"arguments": 5}}',
+                      dialect="openai")
+    assert obs.code == gate.handle('{"arguments": 5}').code == "missing-tool"
+
+
+@pytest.mark.parametrize("choice", ["nosuch", "", "read_register\n", 123])
+def test_tool_choice_must_be_an_offered_tool(gate: Gate, choice: Any) -> None:
+    """Forcing a tool the gate does not offer is the caller's bug, raised at once."""
+    with pytest.raises(ValueError, match="tool_choice"):
+        gate.handle('{"tool": "read_register", "arguments": {"addr": 1}}', tool_choice=choice)
+    with pytest.raises(ValueError, match="tool_choice"):
+        gate.handle_call({"tool": "read_register", "arguments": {"addr": 1}},
+                         tool_choice=choice)
+
+
+class LyingDevice(RegisterFile):
+    """Answers writes and reads with a chosen value, whatever was asked."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def write(self, addr: int, data: int) -> int:
+        return self.answer  # type: ignore[no-any-return]
+
+    def read(self, addr: int) -> int:
+        return self.answer  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("answer", [None, 300, -1, "x", True, 8])
+def test_a_device_answer_that_is_not_the_value_written_is_a_failure(answer: Any) -> None:
+    """A write counts only when the device reports the value written, as a byte."""
+    obs = Gate(LyingDevice(answer)).handle(
+        '{"tool": "write_register", "arguments": {"addr": 1, "data": 7}}')
+    assert (obs.ok, obs.stage, obs.code) == (False, "execute", "device-error")
+
+
+@pytest.mark.parametrize("answer", [None, 300, "x", True])
+def test_a_read_answer_that_is_not_a_byte_is_a_failure(answer: Any) -> None:
+    """A read reports a failure when the device answers something that is not 0..255."""
+    obs = Gate(LyingDevice(answer)).handle('{"tool": "read_register", "arguments": {"addr": 1}}')
+    assert (obs.ok, obs.code) == (False, "device-error")
 
 
 @pytest.mark.parametrize("cap", [0, -1, 1.5, None])
@@ -204,6 +270,18 @@ def test_near_miss_calls_give_one_observation(call: Any, tool_choice: str | None
     if obs.ok:
         assert obs.tool == call["tool"]
         assert obs.result is not None and obs.result["addr"] == call["arguments"]["addr"]
+
+
+@given(raw_register_calls())
+def test_number_literals_at_the_edges(raw: str) -> None:
+    """Edge number literals and ids: never an internal error; what runs is exact ints."""
+    device = CountingDevice()
+    before = device.snapshot()
+    obs = Gate(device).handle(raw)
+    assert obs.code != "internal-error"
+    assert_one_observation(obs, device, before)
+    if obs.ok:
+        assert obs.result is not None and type(obs.result["addr"]) is int
 
 
 def test_gate_is_a_device_abstraction_user() -> None:

@@ -6,7 +6,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from regdev import Gate, Observation, RegisterFile, ScriptedProposer, call_with_retry, run_loop
+from regdev import (
+    DeviceRefused,
+    Gate,
+    Observation,
+    RegisterFile,
+    ScriptedProposer,
+    call_with_retry,
+    run_loop,
+)
 
 OK_WRITE = '{"tool": "write_register", "arguments": {"addr": 1, "data": 7}}'
 BAD_WRITE = '{"tool": "write_register", "arguments": {"addr": 1, "data": 700}}'
@@ -121,3 +129,50 @@ def test_call_with_retry_does_not_ask_after_success(gate: Gate) -> None:
         raise AssertionError("should not be called")
 
     assert call_with_retry(OK_WRITE, ask_model, gate).ok
+
+
+class BrokenDevice(RegisterFile):
+    """Every write fails with a device error (not retryable)."""
+
+    def write(self, addr: int, data: int) -> int:
+        raise DeviceRefused("ERR BUSY", code="BUSY")
+
+
+def test_a_final_refusal_stops_the_loop_at_once() -> None:
+    """A refusal that is not retryable stops the loop, whatever retries allow."""
+    gate = Gate(BrokenDevice())
+    result = run_loop(ScriptedProposer([OK_WRITE] * 5), gate, retries=3)
+    assert (result.stop, len(result.steps)) == ("rejected", 1)
+    assert "not retryable" in result.detail
+
+
+def test_call_with_retry_does_not_ask_after_a_final_refusal() -> None:
+    """ask_model is not called when the refusal is not retryable."""
+
+    def ask_model(error_text: str) -> str:
+        raise AssertionError("should not be called")
+
+    obs = call_with_retry(OK_WRITE, ask_model, Gate(BrokenDevice()))
+    assert (obs.ok, obs.code) == (False, "device-error")
+
+
+def test_a_proposal_that_is_not_text_is_an_error(gate: Gate) -> None:
+    """A proposer returning a non-text value has a bug: stop with error, send nothing."""
+    result = run_loop(lambda observations: 5, gate)  # type: ignore[arg-type, return-value]
+    assert (result.stop, result.steps) == ("error", [])
+    assert "returned a value of type int" in result.detail
+
+
+def test_bad_options_raise_before_the_first_proposal(gate: Gate) -> None:
+    """A wrong dialect or forced tool raises before the proposer is called."""
+    calls: list[int] = []
+
+    def proposer(observations: Sequence[Observation]) -> str:
+        calls.append(1)
+        return OK_WRITE
+
+    with pytest.raises(ValueError, match="dialect"):
+        run_loop(proposer, gate, dialect="xx")
+    with pytest.raises(ValueError, match="tool_choice"):
+        run_loop(proposer, gate, tool_choice="erase_chip")
+    assert calls == []

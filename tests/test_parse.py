@@ -10,7 +10,9 @@ from regdev import ParsedCall, Refusal, parse
 
 
 def code(result: ParsedCall | Refusal) -> str | None:
-    return result.code if isinstance(result, Refusal) else None
+    if isinstance(result, Refusal):
+        return result.code
+    return result.refusal.code if result.refusal else None
 
 
 def test_canonical_call_with_id() -> None:
@@ -45,6 +47,12 @@ def test_bytes_and_str_agree() -> None:
         b'{"a": "\xff"}',  # invalid UTF-8
         '{"a": "\\ud800"}',  # a lone surrogate escape
         "\ufeff{}",  # a byte order mark
+        '{"a": 1e9999999999999999999}',  # an exponent past what Decimal can hold
+        '{"a": 0e9999999999999999999}',
+        '{"tool": "t", "tool": "u", "arguments": {}}',  # duplicate keys, at every depth
+        '{"tool": "t", "arguments": {"addr": 99, "addr": 1}}',
+        '{"tool": "t", "arguments": {"x": [{"a": 1, "a": 2}]}}',
+        '{"tool": "t:u", "arguments": {"a": "1:2", "a": 3}}',
     ],
 )
 def test_not_json(raw: str | bytes) -> None:
@@ -130,8 +138,33 @@ def test_openai_dialect_parses_argument_text() -> None:
 )
 def test_openai_argument_text_must_be_strict_json_text(arguments: str, expected: str) -> None:
     """Bad argument text is not-json; arguments that are not a string are bad-arguments."""
-    raw = f'{{"type": "function", "function": {{"name": "t", "arguments": {arguments}}}}}'
-    assert code(parse(raw, "openai")) == expected
+    raw = ('{"id": "call_9", "type": "function", '
+           f'"function": {{"name": "t", "arguments": {arguments}}}}}')
+    result = parse(raw, "openai")
+    assert code(result) == expected
+    assert isinstance(result, ParsedCall) and result.id == "call_9"  # kept for tool_call_id
+
+
+def test_openai_without_a_name_leaves_arguments_to_the_shape_step() -> None:
+    """No tool name: the arguments are not judged here, so missing-tool comes first."""
+    raw = '{"id": "c", "type": "function", "function": {"arguments": 5}}'
+    assert parse(raw, "openai") == ParsedCall({"arguments": 5}, "c")
+
+
+def test_duplicate_keys_are_found_past_colons_in_strings() -> None:
+    """Colons inside strings do not hide a repeated key, nor flag a clean call."""
+    clean = parse('{"tool": "a:b", "arguments": {"addr": "1:2"}, "id": "x:y"}')
+    assert clean == ParsedCall({"tool": "a:b", "arguments": {"addr": "1:2"}, "id": "x:y"}, "x:y")
+    dup = parse('{"tool": "a:b", "arguments": {"k:1": 1, "k:1": 2}}')
+    assert isinstance(dup, Refusal) and 'key "k:1" appears twice' in dup.message
+
+
+def test_long_ids_are_not_echoed() -> None:
+    """A correlation id is at most 256 characters; a longer one is not echoed."""
+    ok = parse('{"tool": "t", "arguments": {}, "id": "' + "x" * 256 + '"}')
+    long = parse('{"tool": "t", "arguments": {}, "id": "' + "x" * 257 + '"}')
+    assert isinstance(ok, ParsedCall) and ok.id == "x" * 256
+    assert isinstance(long, ParsedCall) and long.id is None
 
 
 def test_openai_double_encoded_arguments_stay_a_string() -> None:

@@ -95,22 +95,26 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     except ReplayFileError as error:
         raise UsageError(str(error)) from None
     gate = Gate()
+    try:
+        gate.check_options(args.dialect, args.tool_choice)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     outcomes = run_replay(records, gate, dialect=args.dialect, tool_choice=args.tool_choice)
     failed = 0
     if not args.json:
-        out.write(f"{'line':<8}  {'expect':<7}  verdict\n")
+        out.write(f"{'line':<9}  {'expect':<7}  verdict\n")
     for outcome in outcomes:
         failed += outcome.expect_met is False
         if args.json:
             _json_line(outcome.to_dict(), out)
             continue
         mark = {True: "met", False: "NOT MET", None: "-"}[outcome.expect_met]
-        out.write(f"line {outcome.line:>3}  {mark:<7}  {_describe(outcome.observation)}\n")
+        out.write(f"line {outcome.line:>4}  {mark:<7}  {_describe(outcome.observation)}\n")
         if outcome.expect_met is False:
             want = outcome.record.expect or "ok"
             if outcome.record.result is not None:
                 want += f" with result {msgspec.json.encode(outcome.record.result).decode()}"
-            out.write(f"{'':<19}expected {want}\n")
+            out.write(f"{'':<20}expected {want}\n")
     registers = gate.device.snapshot()
     if args.json:
         _json_line({"registers": registers}, out)
@@ -122,8 +126,13 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
-    raw = sys.stdin.read() if args.raw == "-" else args.raw
-    observation = Gate().handle(raw, dialect=args.dialect, tool_choice=args.tool_choice)
+    gate = Gate()
+    # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
+    raw = sys.stdin.buffer.read(gate.max_input_bytes + 1) if args.raw == "-" else args.raw
+    try:
+        observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     _json_line(observation.to_dict(), out)
     return 0 if observation.ok else 1
 

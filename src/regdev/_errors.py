@@ -4,7 +4,7 @@ The tree::
 
     RegdevError
     ├── SchemaError            a tool schema is malformed or uses an unsupported keyword
-    │                          (raised when the schema is compiled, never per call)
+    │                          (raised when a tool is declared or compiled, never per call)
     ├── ProtocolError          the serial wire protocol was broken
     │   ├── LocalProtocolError     by this side (misuse of the codec)
     │   └── RemoteProtocolError    by the peer (garbage, bad checksum, over-long frame)

@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 
 from ._device import Device, RegisterFile
-from ._errors import DeviceError, DeviceTimeout, RegdevError
+from ._errors import DeviceTimeout, RegdevError
 from ._observation import Observation, Refusal
-from ._parse import DEFAULT_MAX_INPUT_BYTES, DIALECTS, parse
+from ._parse import DEFAULT_MAX_INPUT_BYTES, MAX_ID_CHARS, check_dialect, parse
 from ._schema import escape_text
 from ._tools import REGISTER_TOOLS, Handler, ToolSet
 from ._validate import ReferenceValidator
@@ -41,7 +41,7 @@ class Gate:
         tools: the tools offered to callers; the register tools by default. A tool without a
             handler is validated but refused at execution as ``device-error``.
         max_input_bytes: cap on a raw call, in bytes (``too-large`` above it).
-        max_output_bytes: cap on an observation's JSON text, in bytes (``output-too-large``).
+        max_output_bytes: cap on a tool result's JSON text, in bytes (``output-too-large``).
 
     Raises:
         ValueError: a cap is not a positive int.
@@ -83,15 +83,17 @@ class Gate:
             Exactly one :class:`Observation`.
 
         Raises:
-            ValueError: ``dialect`` is not one of :data:`regdev.DIALECTS` (checked before
-                anything else; a programming error, not a model's).
+            ValueError: ``dialect`` is not one of :data:`regdev.DIALECTS`, or ``tool_choice``
+                is not one of the gate's tools (checked before anything else; a programming
+                error, not a model's).
         """
-        if dialect not in DIALECTS:
-            raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
+        self.check_options(dialect, tool_choice)
         try:
             parsed = parse(raw, dialect, max_bytes=self.max_input_bytes)
             if isinstance(parsed, Refusal):
                 return Observation.refused(parsed)
+            if parsed.refusal is not None:
+                return Observation.refused(parsed.refusal, parsed.id)
             return self._run(parsed.call, parsed.id, tool_choice)
         except Exception:  # the gate's promise: one observation, never an exception
             return self._internal_error()
@@ -107,12 +109,26 @@ class Gate:
             tool_choice: when set, this step forces that tool.
 
         Returns:
-            Exactly one :class:`Observation`; never raises.
+            Exactly one :class:`Observation`.
+
+        Raises:
+            ValueError: ``tool_choice`` is not one of the gate's tools.
         """
+        self.check_options("canonical", tool_choice)
+        if call_id is not None and (type(call_id) is not str or len(call_id) > MAX_ID_CHARS):
+            call_id = None
         try:
             return self._run(call, call_id, tool_choice)
         except Exception:
             return self._internal_error()
+
+    def check_options(self, dialect: str, tool_choice: str | None) -> None:
+        """Raise ValueError for a dialect or a forced tool this gate cannot honour."""
+        check_dialect(dialect)
+        if tool_choice is not None and (type(tool_choice) is not str
+                                        or tool_choice not in self.tools):
+            raise ValueError(f"tool_choice {tool_choice!r} is not one of the tools offered: "
+                             f"{', '.join(self.tools)}")
 
     def _run(self, call: object, call_id: str | None, tool_choice: str | None) -> Observation:
         refusal = self._validator.check(call, tool_choice)
@@ -124,15 +140,16 @@ class Gate:
         result = self._execute(tool.name, tool.handler, arguments)
         if isinstance(result, Refusal):
             return Observation.refused(result, call_id)
-        observation = Observation.success(tool.name, result, call_id)
-        size = len(msgspec.json.encode(observation.to_dict()))
+        size = len(msgspec.json.encode(result))
         if size > self.max_output_bytes:
+            ran = "ran" if tool.read_only else "ran and its effect stands"
             return Observation.refused(
                 Refusal("observe", "output-too-large",
-                        f"the result is {size} bytes, over the cap of {self.max_output_bytes}"),
+                        f"{tool.name} {ran}, but its result is {size} bytes, over the cap of "
+                        f"{self.max_output_bytes} bytes"),
                 call_id,
             )
-        return observation
+        return Observation.success(tool.name, result, call_id)
 
     def _execute(
         self, name: str, handler: Handler | None, arguments: dict[str, Any]
@@ -144,7 +161,7 @@ class Gate:
         except DeviceTimeout as error:
             return Refusal("execute", "device-timeout",
                            f"the device did not answer in time: {escape_text(str(error), 120)}")
-        except (DeviceError, RegdevError) as error:
+        except RegdevError as error:
             return Refusal("execute", "device-error",
                            f"the device refused: {escape_text(str(error), 120)}")
         return result

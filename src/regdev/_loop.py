@@ -8,10 +8,12 @@ Rules of this file:
 * Every proposal goes through :meth:`Gate.handle`, so a partial or invalid call is never
   dispatched. A refused proposal is answered with its observation; the proposer gets
   ``retries`` more attempts (default 1) before the loop stops with ``rejected``. A success
-  resets the count.
+  resets the count. A refusal that is not retryable (a policy denial, a device error) stops
+  the loop with ``rejected`` at once: sending the call again cannot help.
 * The loop stops with exactly one reason: ``done`` (the proposer returned None), ``budget``
-  (``max_steps`` proposals made), ``rejected`` (the retries after a refusal were refused too),
-  ``error`` (the proposer raised).
+  (``max_steps`` proposals made), ``rejected`` (the retries after a refusal were refused too,
+  or the refusal was final), ``error`` (the proposer raised or returned something that is not
+  text).
 """
 
 from __future__ import annotations
@@ -91,10 +93,13 @@ def run_loop(
         and are not re-raised.
 
     Raises:
-        ValueError: ``max_steps`` < 1 or ``retries`` < 0.
+        ValueError: ``max_steps`` < 1, ``retries`` < 0, or a ``dialect`` or ``tool_choice``
+            the gate cannot honour (checked before the first proposal). An exception raised
+            by ``on_step`` propagates.
     """
     if max_steps < 1 or retries < 0:
         raise ValueError(f"need max_steps >= 1 and retries >= 0, got {max_steps}, {retries}")
+    gate.check_options(dialect, tool_choice)
     result = LoopResult(stop="budget", detail=f"the step budget of {max_steps} is spent")
     refused_in_a_row = 0
     while len(result.steps) < max_steps:
@@ -106,6 +111,11 @@ def run_loop(
         if raw is None:
             result.stop, result.detail = "done", "the proposer is done"
             return result
+        if not isinstance(raw, (str, bytes)):
+            result.stop = "error"
+            result.detail = (f"the proposer returned a value of type {type(raw).__name__}, "
+                             "not text or None")
+            return result
         observation = gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
         step = Step(raw=raw, observation=observation, retry=refused_in_a_row > 0)
         result.steps.append(step)
@@ -115,6 +125,10 @@ def run_loop(
             refused_in_a_row = 0
             continue
         refused_in_a_row += 1
+        if observation.refusal is not None and not observation.refusal.retryable:
+            result.stop = "rejected"
+            result.detail = f"{observation.code}: the refusal is final (not retryable)"
+            return result
         if refused_in_a_row > retries:
             result.stop = "rejected"
             result.detail = (f"{observation.code}: the call was refused "
@@ -144,12 +158,16 @@ def call_with_retry(
         retries: corrections allowed, >= 0 (default 1).
 
     Returns:
-        The last observation: the first success, or the last refusal. An exception raised by
-        ``ask_model`` propagates to the caller (it is the caller's own code).
+        The last observation: the first success, the last refusal, or a refusal that is not
+        retryable (the model is not asked again after one).
+
+    Raises:
+        ValueError: a ``dialect`` or ``tool_choice`` the gate cannot honour. An exception
+            raised by ``ask_model`` propagates (it is the caller's own code).
     """
     observation = gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
     for _ in range(retries):
-        if observation.ok:
+        if observation.ok or (observation.refusal and not observation.refusal.retryable):
             break
         observation = gate.handle(ask_model(observation.to_json()), dialect=dialect,
                                   tool_choice=tool_choice)

@@ -9,29 +9,44 @@ Rules of this file:
 * Integers stay exact Python ``int`` at any size. Numbers with a fraction or an exponent are
   decoded to ``decimal.Decimal``, so ``3.0`` and ``1e2`` stay exact and can be recognised as
   integers, and no value is rounded through ``float``.
-* Duplicate object keys: the last one wins (RFC 8259 section 4 leaves this to the parser).
+* Duplicate object keys are refused (``not-json``): RFC 8259 section 4 leaves them to the
+  parser, and parsers disagree, so an approver, the audit log and the device could each see a
+  different call. I-JSON (RFC 7493 section 2.3) forbids them; so do we.
+* A correlation id is a string of at most :data:`MAX_ID_CHARS` characters; anything else is not
+  echoed (it is not a correlation id).
 * A dialect adapter only renames: it never judges the call. The one exception is OpenAI's
-  ``function.arguments``, which is JSON text and is parsed here with the same strictness.
-  The dialect is declared by the caller; it is never guessed.
+  ``function.arguments``, which is JSON text: once the call has a tool name, it is parsed here
+  with the same strictness. The dialect is declared by the caller; it is never guessed.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+import json
+from decimal import Decimal, DecimalException
 from typing import Any, Literal, get_args
 
 import msgspec
 
 from ._observation import Refusal
-from ._schema import json_type_name
+from ._schema import a_json_type, escape_text
 
-__all__ = ["DEFAULT_MAX_INPUT_BYTES", "DIALECTS", "Dialect", "ParsedCall", "parse"]
+__all__ = [
+    "DEFAULT_MAX_INPUT_BYTES",
+    "DIALECTS",
+    "MAX_ID_CHARS",
+    "Dialect",
+    "ParsedCall",
+    "check_dialect",
+    "parse",
+]
 
 Dialect = Literal["canonical", "mcp", "openai", "anthropic"]
 #: The declared shapes of a tool call, see ``docs/errors.md``.
 DIALECTS: tuple[str, ...] = get_args(Dialect)
 #: Default cap on raw model output, in bytes (64 KiB).
 DEFAULT_MAX_INPUT_BYTES = 64 * 1024
+#: Longest correlation id echoed back, in characters.
+MAX_ID_CHARS = 256
 
 _decoder = msgspec.json.Decoder(float_hook=Decimal)
 
@@ -43,33 +58,88 @@ class ParsedCall(msgspec.Struct, frozen=True):
         call: the canonical call ``{"tool": ..., "arguments": ...}`` as decoded, or whatever
             non-object document was sent (the validator's shape step refuses it).
         id: the call's correlation id when it carried a string one, else None.
+        refusal: set when the dialect adapter itself refused the call (OpenAI
+            ``function.arguments`` that is not a string, or not JSON); ``id`` is still known.
     """
 
     call: object
     id: str | None = None
+    refusal: Refusal | None = None
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _duplicate_key(data: bytes | str, doc: object) -> str | None:
+    """Return a key that appears twice in one object of ``data``, else None.
+
+    Fast path: every key is followed by a colon outside any string, so when the colons in
+    ``data`` are exactly the keys of the document's top two levels plus the colons inside
+    string values at those levels, every colon is accounted for: there is no deeper object
+    and no repeated key. Otherwise the text is scanned exactly by the standard library's parser.
+    """
+    if type(doc) is not dict:
+        return None  # a non-object document is refused by the shape step anyway
+    expected = len(doc)
+    for value in doc.values():
+        kind = type(value)
+        if kind is dict:
+            expected += len(value)
+            for inner in value.values():
+                if type(inner) is str:
+                    expected += inner.count(":")
+        elif kind is str:
+            expected += value.count(":")
+    colons = data.count(b":") if type(data) is bytes else data.count(":")  # type: ignore[arg-type]
+    if colons == expected:
+        return None
+    try:
+        json.loads(data, object_pairs_hook=_pairs_without_duplicates, parse_int=str,
+                   parse_float=str)
+    except _DuplicateKey as error:
+        return str(error.args[0])
+    return None
 
 
 def _decode(data: bytes | str) -> tuple[object, str | None]:
     """Decode one strict JSON document; return ``(value, None)`` or ``(None, error text)``."""
     try:
-        return _decoder.decode(data), None
+        doc = _decoder.decode(data)
     except msgspec.DecodeError as error:
         return None, str(error)
     except RecursionError:
         return None, "JSON is nested too deeply"
+    except DecimalException:
+        return None, "a number's exponent is out of range"
     except (ValueError, TypeError) as error:  # e.g. an integer past Python's digit limit
         return None, f"JSON could not be decoded: {error}"
+    duplicate = _duplicate_key(data, doc)
+    if duplicate is not None:
+        return None, f'key "{escape_text(duplicate)}" appears twice in one object'
+    return doc, None
 
 
 def _string_id(value: object) -> str | None:
-    return value if type(value) is str else None
+    return value if type(value) is str and len(value) <= MAX_ID_CHARS else None
 
 
-def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall | Refusal:
+def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall:
     """Rename a dialect's fields into the canonical call (absent fields stay absent)."""
-    out: dict[str, Any] = {}
+    call_id = _string_id(doc.get("id"))
     if dialect == "canonical":
-        return ParsedCall(doc, _string_id(doc.get("id")))
+        return ParsedCall(doc, call_id)
     if dialect == "mcp":
         name_key, args_key, holder = "name", "arguments", doc
     elif dialect == "anthropic":
@@ -77,25 +147,32 @@ def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall | Refusal:
     else:  # openai
         function = doc.get("function")
         if type(function) is not dict:
-            return ParsedCall({}, _string_id(doc.get("id")))
+            return ParsedCall({}, call_id)
         name_key, args_key, holder = "name", "arguments", function
+    out: dict[str, Any] = {}
     if name_key in holder:
         out["tool"] = holder[name_key]
     if args_key in holder:
         out["arguments"] = holder[args_key]
-    if dialect == "openai" and "arguments" in out:
-        text = out["arguments"]
-        if type(text) is not str:
-            return Refusal(
-                "validate",
-                "bad-arguments",
-                f"function.arguments must be JSON text (a string), got {json_type_name(text)}",
-            )
-        out["arguments"], error = _decode(text)
-        if error is not None:
-            return Refusal("parse", "not-json",
-                           f"function.arguments is not one JSON document: {error}")
-    return ParsedCall(out, _string_id(doc.get("id")))
+    if dialect != "openai" or type(out.get("tool")) is not str or "arguments" not in out:
+        return ParsedCall(out, call_id)
+    # OpenAI: the arguments are JSON text. Without a tool name the shape step refuses first.
+    text = out["arguments"]
+    if type(text) is not str:
+        return ParsedCall(out, call_id, Refusal(
+            "validate", "bad-arguments",
+            f"function.arguments must be JSON text (a string), got {a_json_type(text)}"))
+    out["arguments"], error = _decode(text)
+    if error is not None:
+        return ParsedCall(out, call_id, Refusal(
+            "parse", "not-json", f"function.arguments is not one strict JSON document: {error}"))
+    return ParsedCall(out, call_id)
+
+
+def check_dialect(dialect: str) -> None:
+    """Raise ValueError unless ``dialect`` is one of :data:`DIALECTS`."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
 
 
 def parse(
@@ -116,15 +193,15 @@ def parse(
 
     Returns:
         The :class:`ParsedCall`, or a parse-stage :class:`Refusal` (``too-large``,
-        ``not-json``); for the openai dialect a ``function.arguments`` that is not a string
-        is refused as ``bad-arguments``.
+        ``not-json``) when the document cannot be read. For the openai dialect, a
+        ``function.arguments`` that is not a string (``bad-arguments``) or not strict JSON
+        (``not-json``) is refused in :attr:`ParsedCall.refusal`, so the id is kept.
 
     Raises:
         ValueError: ``dialect`` is not one of :data:`DIALECTS` (a caller's mistake, not the
             model's).
     """
-    if dialect not in DIALECTS:
-        raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
+    check_dialect(dialect)
     size = len(raw) if type(raw) is bytes else None
     if size is None:
         if type(raw) is not str:
@@ -138,8 +215,8 @@ def parse(
             size = len(raw)
     if size > max_bytes:
         return Refusal("parse", "too-large",
-                       f"the call is over {max_bytes} bytes; send one call of at most "
-                       f"{max_bytes} bytes")
+                       f"the call is over the cap of {max_bytes} bytes; send one call of at "
+                       f"most {max_bytes} bytes")
     doc, error = _decode(raw)
     if error is not None:
         return Refusal("parse", "not-json",

@@ -7,6 +7,8 @@ A replay file holds one JSON object per line::
 
 Only ``raw`` is required. ``dialect`` overrides the default for that line; ``expect`` is
 ``"ok"`` or a verdict code; ``result`` is the expected result object of an accepted call.
+The file is UTF-8 (a byte order mark is allowed); lines end at LF (a CR before it is
+dropped), never at the other Unicode line separators, which are legal inside JSON strings.
 Blank lines are skipped.
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from ._errors import RegdevError
 from ._gate import Gate
 from ._observation import Observation
 from ._parse import DIALECTS
@@ -36,7 +39,7 @@ class ReplayRecord(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     why: str | None = None
 
 
-class ReplayFileError(ValueError):
+class ReplayFileError(RegdevError, ValueError):
     """A replay file cannot be read or a line is not a replay record; names the line."""
 
 
@@ -89,11 +92,13 @@ def load_replay(path: str | Path) -> list[tuple[int, ReplayRecord]]:
             names the line and the problem).
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ReplayFileError(f"cannot read {path}: {error}") from None
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise ReplayFileError(f"cannot read {path}: {error.strerror or error}") from None
+    data = data.removeprefix(b"\xef\xbb\xbf")
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, text in enumerate(data.split(b"\n"), start=1):
+        line = text.removesuffix(b"\r")
         if not line.strip():
             continue
         try:

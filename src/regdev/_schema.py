@@ -26,6 +26,7 @@ __all__ = [
     "ANNOTATION_KEYWORDS",
     "TYPE_NAMES",
     "VALIDATION_KEYWORDS",
+    "a_json_type",
     "check_input_schema",
     "escape_text",
     "is_integer",
@@ -139,7 +140,16 @@ def json_type_name(value: object) -> str:
         return "object"
     if type(value) is list:
         return "array"
-    return type(value).__name__
+    return f"Python {type(value).__name__}"
+
+
+_ARTICLE = {"integer": "an integer", "array": "an array", "object": "an object", "null": "null"}
+
+
+def a_json_type(value: object) -> str:
+    """The JSON type of a value with its article: ``"a string"``, ``"an array"``, ``"null"``."""
+    name = json_type_name(value)
+    return _ARTICLE.get(name, f"a {name}")
 
 
 def json_equal(a: object, b: object) -> bool:

@@ -1,17 +1,18 @@
 """The tool registry: each tool declared once, as the JSON Schema that models are given.
 
-The validators (reference and compiled) and every provider's tool format are derived from
-these declarations; nothing restates them.
+The validators and the tool definitions given to models are derived from these
+declarations; nothing restates them. A register tool's handler also checks what the device
+answers: a write counts only when the device reports the value written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._device import DATA_MAX, REGISTER_COUNT, Device
-from ._errors import SchemaError
+from ._errors import DeviceRefused, SchemaError
 from ._schema import check_input_schema, escape_text, is_integer
 
 __all__ = [
@@ -137,7 +138,7 @@ class ToolSet(Mapping[str, Tool]):
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         return iter(self._tools)
 
     def __len__(self) -> int:
@@ -163,14 +164,24 @@ _DATA = {
 }
 
 
+def _checked(value: object, what: str) -> int:
+    """A value the device answered with, refused unless it is a byte (0..255)."""
+    if type(value) is not int or not 0 <= value <= DATA_MAX:
+        raise DeviceRefused(f"the device answered {what} with {value!r}, not a byte 0..{DATA_MAX}")
+    return value
+
+
 def _write(device: Device, args: dict[str, Any]) -> dict[str, Any]:
-    addr = args["addr"]
-    return {"addr": addr, "data": device.write(addr, args["data"])}
+    addr, data = args["addr"], args["data"]
+    stored = _checked(device.write(addr, data), f"write {addr}")
+    if stored != data:
+        raise DeviceRefused(f"register {addr} holds {stored} after writing {data}")
+    return {"addr": addr, "data": stored}
 
 
 def _read(device: Device, args: dict[str, Any]) -> dict[str, Any]:
     addr = args["addr"]
-    return {"addr": addr, "data": device.read(addr)}
+    return {"addr": addr, "data": _checked(device.read(addr), f"read {addr}")}
 
 
 WRITE_REGISTER = Tool(

@@ -13,8 +13,8 @@ Rules of this file:
 
 * A nested object property is checked level by level: its own fields, types and ranges run
   after every check of its parent, and its codes name the dotted path (``missing-cfg.speed``).
-* This module is the readable reference; the compiled validator must return the same code for
-  every input. It is not on the hot path: the gate asks it only for a refusal's message.
+* This module is the readable reference: any faster validator must return the same code for
+  every input, and refusal messages come from here.
 * Untrusted text (an unknown tool or argument name, a string value) enters a message only
   escaped and cut short, and never enters a code.
 """
@@ -27,6 +27,7 @@ from typing import Any
 
 from ._observation import Refusal
 from ._schema import (
+    a_json_type,
     escape_text,
     is_number,
     iter_properties,
@@ -40,6 +41,7 @@ __all__ = ["ReferenceValidator", "describe_schema", "show_value"]
 
 _A = {"integer": "an integer", "number": "a number", "string": "a string", "object": "an object",
       "array": "an array", "boolean": "a boolean", "null": "null"}
+_SHOWN_BY_TYPE = frozenset({"object", "array", "null"})
 
 
 def show_value(value: object, limit: int = 40) -> str:
@@ -91,10 +93,12 @@ def _bounds(schema: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _a(value: object) -> str:
-    """The JSON type of a value with its article: ``"a string"``, ``"an array"``, ``"null"``."""
+def _got(value: object) -> str:
+    """A wrong value for a type message: ``string "3"``, ``boolean true``, ``an array``."""
     name = json_type_name(value)
-    return _A.get(name, f"a {name}")
+    if name in _SHOWN_BY_TYPE or name.startswith("Python "):
+        return a_json_type(value)
+    return f"{name} {show_value(value)}"
 
 
 def describe_schema(schema: object) -> str:
@@ -172,8 +176,7 @@ def _check_object(
         if name in value and not _type_ok(sub, value[name]):
             return Refusal(
                 "validate", f"type-{prefix}{name}",
-                f"{prefix}{name} must be {describe_schema(sub)}, got "
-                f"{json_type_name(value[name])} {show_value(value[name])}",
+                f"{prefix}{name} must be {describe_schema(sub)}, got {_got(value[name])}",
             )
     for name, sub in properties.items():
         if name in value and isinstance(sub, Mapping) and not _range_ok(sub, value[name]):
@@ -213,9 +216,9 @@ class ReferenceValidator:
         if type(call) is not dict:
             hint = "; send one call at a time" if type(call) is list else ""
             return Refusal("validate", "not-an-object",
-                           f"a tool call must be a JSON object, got {_a(call)}{hint}")
+                           f"a tool call must be a JSON object, got {a_json_type(call)}{hint}")
         if "tool" not in call or type(call["tool"]) is not str:
-            got = "" if "tool" not in call else f" (got {_a(call['tool'])})"
+            got = "" if "tool" not in call else f" (got {a_json_type(call['tool'])})"
             return Refusal("validate", "missing-tool",
                            f"the call names no tool{got}; available tools: {names}")
         if type(call.get("arguments")) is not dict:
@@ -223,7 +226,7 @@ class ReferenceValidator:
                 message = "the call has no arguments; send them as a JSON object"
             else:
                 got = call["arguments"]
-                message = f"arguments must be a JSON object, got {_a(got)}"
+                message = f"arguments must be a JSON object, got {a_json_type(got)}"
                 if type(got) is str:
                     message += " (a string holding JSON is still a string)"
             return Refusal("validate", "bad-arguments", message)
