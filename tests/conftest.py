@@ -19,6 +19,14 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True)
+def audit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The CLI's default audit log, moved into this test's own folder (never ~/.local)."""
+    path = tmp_path / "state" / "audit.db"
+    monkeypatch.setenv("REGDEV_AUDIT", str(path))
+    return path
+
+
 @pytest.fixture
 def device() -> RegisterFile:
     """A fresh in-process register file, all registers 0."""

@@ -163,9 +163,9 @@ def test_a_read_answer_that_is_not_a_byte_is_a_failure(answer: Any) -> None:
     assert (obs.ok, obs.code) == (False, "device-error")
 
 
-@pytest.mark.parametrize("cap", [0, -1, 1.5, None])
+@pytest.mark.parametrize("cap", [0, -1, 1.5, "8"])
 def test_caps_must_be_positive_ints(cap: Any) -> None:
-    """Caps are bytes: positive ints."""
+    """Caps are bytes: positive ints (None means the policy's cap, else the default)."""
     with pytest.raises(ValueError, match="positive int"):
         Gate(max_input_bytes=cap)
 

@@ -112,10 +112,11 @@ def test_mcp_absent_fields_stay_absent() -> None:
 
 
 def test_anthropic_dialect() -> None:
-    """Anthropic tool_use blocks: name, input, and the id echoed."""
+    """Anthropic tool_use blocks: name, input, and the id echoed (and used as the key)."""
     got = parse('{"type": "tool_use", "id": "toolu_1", "name": "read_register",'
                 ' "input": {"addr": 2}}', "anthropic")
-    assert got == ParsedCall({"tool": "read_register", "arguments": {"addr": 2}}, "toolu_1")
+    assert got == ParsedCall({"tool": "read_register", "arguments": {"addr": 2}}, "toolu_1",
+                             idempotency_key="toolu_1")
 
 
 def test_openai_dialect_parses_argument_text() -> None:
@@ -123,7 +124,8 @@ def test_openai_dialect_parses_argument_text() -> None:
     raw = ('{"id": "call_1", "type": "function", "function": {"name": "write_register",'
            ' "arguments": "{\\"addr\\": 3, \\"data\\": 255}"}}')
     assert parse(raw, "openai") == ParsedCall(
-        {"tool": "write_register", "arguments": {"addr": 3, "data": 255}}, "call_1")
+        {"tool": "write_register", "arguments": {"addr": 3, "data": 255}}, "call_1",
+        idempotency_key="call_1")
 
 
 @pytest.mark.parametrize(
@@ -148,7 +150,7 @@ def test_openai_argument_text_must_be_strict_json_text(arguments: str, expected:
 def test_openai_without_a_name_leaves_arguments_to_the_shape_step() -> None:
     """No tool name: the arguments are not judged here, so missing-tool comes first."""
     raw = '{"id": "c", "type": "function", "function": {"arguments": 5}}'
-    assert parse(raw, "openai") == ParsedCall({"arguments": 5}, "c")
+    assert parse(raw, "openai") == ParsedCall({"arguments": 5}, "c", idempotency_key="c")
 
 
 def test_duplicate_keys_are_found_past_colons_in_strings() -> None:

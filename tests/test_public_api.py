@@ -11,6 +11,9 @@ EXPECTED = {
     "ReferenceValidator", "Refusal", "RegdevError", "RegisterFile", "RegisterRangeError",
     "RemoteProtocolError", "SchemaError", "ScriptedProposer", "Step", "Tool", "ToolSet",
     "TransportError", "__version__", "call_with_retry", "parse", "run_loop",
+    # the safety issue: policy, sessions, timeout, audit log
+    "ApprovalRequest", "AuditError", "AuditLog", "AuditRecord", "Policy", "PolicyError",
+    "RateLimit", "RegisterMap", "Session", "SessionPolicy", "TimeoutDevice", "read_audit",
 }
 
 

@@ -9,17 +9,22 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 
 from . import __version__
+from ._audit import AuditLog, AuditRecord, default_audit_path, read_audit
 from ._demo import DEMO_SCRIPT, ScriptedProposer
-from ._device import REGISTER_COUNT
+from ._device import REGISTER_COUNT, Device
+from ._errors import AuditError, PolicyError
 from ._gate import Gate
 from ._loop import Step, run_loop
 from ._observation import Observation
 from ._parse import DIALECTS
+from ._policy import Policy, Session
 from ._replay import ReplayFileError, load_replay, run_replay
 
 __all__ = ["main"]
@@ -58,7 +63,12 @@ def _describe(observation: Observation) -> str:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    gate = Gate()
+    gate, session = open_gate(args)
+    with gate:
+        return _demo(args, out, gate, session)
+
+
+def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -> int:
     notes = [note for note, _ in DEMO_SCRIPT]
     proposer = ScriptedProposer([raw for _, raw in DEMO_SCRIPT])
     if not args.json:
@@ -78,7 +88,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"{'':<16}sends {step.raw!s}\n")
         out.write(f"{'':<16}{_describe(step.observation)}\n\n")
 
-    result = run_loop(proposer, gate, on_step=show)
+    result = run_loop(proposer, gate, on_step=show, session=session)
     registers = gate.device.snapshot()
     if args.json:
         _json_line({"stop": result.stop, "detail": result.detail}, out)
@@ -86,6 +96,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(f"loop stopped: {result.stop} ({result.detail})\n\n")
         out.write("registers after the session:\n" + format_registers(registers) + "\n")
+        _audit_note(gate, out)
     return 0
 
 
@@ -94,12 +105,19 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         records = load_replay(args.file)
     except ReplayFileError as error:
         raise UsageError(str(error)) from None
-    gate = Gate()
-    try:
-        gate.check_options(args.dialect, args.tool_choice)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    outcomes = run_replay(records, gate, dialect=args.dialect, tool_choice=args.tool_choice)
+    gate, session = open_gate(args)
+    with gate:
+        try:
+            gate.check_options(args.dialect, args.tool_choice)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        return _replay(args, out, gate, session, records)
+
+
+def _replay(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session,
+            records: list[Any]) -> int:
+    outcomes = run_replay(records, gate, dialect=args.dialect, tool_choice=args.tool_choice,
+                          session=session)
     failed = 0
     if not args.json:
         out.write(f"{'line':<9}  {'expect':<7}  verdict\n")
@@ -122,19 +140,138 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         checked = sum(o.expect_met is not None for o in outcomes)
         out.write(f"\n{len(outcomes)} calls, {checked} with expectations, {failed} not met\n")
         out.write("registers after the replay:\n" + format_registers(registers) + "\n")
+        _audit_note(gate, out)
     return 1 if failed else 0
 
 
 def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
-    gate = Gate()
-    # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
-    raw = sys.stdin.buffer.read(gate.max_input_bytes + 1) if args.raw == "-" else args.raw
-    try:
-        observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    gate, session = open_gate(args)
+    with gate:
+        # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
+        raw = sys.stdin.buffer.read(gate.max_input_bytes + 1) if args.raw == "-" else args.raw
+        try:
+            observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice,
+                                      session=session)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     _json_line(observation.to_dict(), out)
     return 0 if observation.ok else 1
+
+
+# --- policy and audit (shared by every command that runs calls) -------------------------------
+
+
+def add_gate_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--policy``, ``--session``, ``--audit``, ``--no-audit`` and ``--durability``."""
+    group = p.add_argument_group("policy and audit")
+    group.add_argument("--policy", metavar="FILE",
+                       help="a policy file (TOML, or JSON for other suffixes): sessions, "
+                            "read-only and protected registers, rate limits, timeout; see "
+                            "docs/safety.md")
+    group.add_argument("--session", metavar="NAME", default="default",
+                       help="run the calls as this session of the policy (default: default)")
+    group.add_argument("--audit", metavar="PATH", type=Path,
+                       help="record every call in this SQLite audit log (default: "
+                            "$REGDEV_AUDIT, else $XDG_STATE_HOME/regdev/audit.db, i.e. "
+                            "~/.local/state/regdev/audit.db)")
+    group.add_argument("--no-audit", action="store_true",
+                       help="record nothing (idempotency keys are then ignored too)")
+    group.add_argument("--durability", choices=("crash", "power-loss"), default="crash",
+                       help="crash: a recorded write survives the process being killed "
+                            "(default); power-loss: it survives power loss too (slower: one "
+                            "fsync per write)")
+
+
+def open_gate(args: argparse.Namespace, device: Device | None = None) -> tuple[Gate, Session]:
+    """The gate and session that the options of :func:`add_gate_options` ask for.
+
+    Raises:
+        UsageError: the policy file is invalid, the session is not declared, or the audit log
+            cannot be opened.
+    """
+    try:
+        policy = Policy.from_file(args.policy) if args.policy else None
+        audit = None
+        if not args.no_audit:
+            audit = AuditLog(args.audit or default_audit_path(), durability=args.durability)
+        try:
+            gate = Gate(device, policy=policy, audit=audit)
+            return gate, gate.session(args.session)
+        except BaseException:
+            if audit is not None:
+                audit.close()
+            raise
+    except (PolicyError, AuditError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _audit_note(gate: Gate, out: TextIO) -> None:
+    if gate.audit is not None:
+        out.write(f"\nrecorded in the audit log {gate.audit.path} "
+                  f"(regdev audit --db {gate.audit.path})\n")
+
+
+# --- regdev audit -----------------------------------------------------------------------------
+
+
+def _parse_time(text: str, option: str) -> float:
+    """ISO 8601 (UTC when no offset is given) or Unix seconds, as Unix seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{option}: expected an ISO 8601 time such as 2024-05-01T12:00 or "
+                         f"2024-05-01T12:00+02:00 (UTC when no offset), or Unix seconds; got "
+                         f"{text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _show_record(record: AuditRecord) -> str:
+    when = datetime.fromtimestamp(record.time, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    head = f"{record.id:>6}  {when}Z  {record.session:<10}"
+    loop = f"  loop {record.loop_id[:8]}" if record.loop_id else ""
+    if record.event == "stop":
+        detail = msgspec.json.decode(record.observation or "{}").get("detail", "")
+        return f"{head}  loop stop: {record.code} ({detail}){loop}, {record.step} steps"
+    verdict = "accepted" if record.ok else f"refused {record.stage}/{record.code}"
+    extras = []
+    if record.idempotency_key is not None:
+        extras.append(f"key {record.idempotency_key!r}")
+    if record.replay:
+        extras.append("replay")
+    if record.loop_id:
+        extras.append(f"loop {record.loop_id[:8]} step {record.step}")
+    total = sum(t for t in (record.parse_ns, record.validate_ns, record.authorize_ns,
+                            record.execute_ns, record.observe_ns) if t is not None)
+    extras.append(f"{total / 1000:.0f} us")
+    call = f"{record.tool or '-'} {record.arguments or ''}".strip()
+    return f"{head}  {record.dialect or '-':<9}  {verdict:<28}  {call}  ({', '.join(extras)})"
+
+
+def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
+    if args.last is not None and args.last < 0:
+        raise UsageError(f"--last must be >= 0, got {args.last}")
+    since = _parse_time(args.since, "--since") if args.since else None
+    until = _parse_time(args.until, "--until") if args.until else None
+    path = args.db or default_audit_path()
+    try:
+        records = read_audit(path, session=args.session, code=args.code, since=since,
+                             until=until, loop_id=args.loop, last=args.last)
+    except AuditError as error:
+        raise UsageError(str(error)) from None
+    for record in records:
+        if args.json:
+            _json_line(record.to_dict(), out)
+        else:
+            out.write(_show_record(record) + "\n")
+    if not args.json:
+        out.write(f"{len(records)} record{'s' * (len(records) != 1)} in {path}\n")
+    return 0
 
 
 # --- parser -----------------------------------------------------------------------------------
@@ -168,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "dumped.")
     demo.add_argument("--json", action="store_true",
                       help="one JSON object per step, then the stop reason and the registers")
+    add_gate_options(demo)
     demo.set_defaults(func=cmd_demo)
 
     replay = sub.add_parser(
@@ -181,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     dialect_options(replay, "A line's own `dialect` wins.")
     replay.add_argument("--json", action="store_true",
                         help="one JSON object per line, then {\"registers\": [16 ints]}")
+    add_gate_options(replay)
     replay.set_defaults(func=cmd_replay)
 
     call = sub.add_parser(
@@ -189,7 +328,33 @@ def build_parser() -> argparse.ArgumentParser:
                     "accepted, 1 when refused.")
     call.add_argument("raw", metavar="RAW", help="the call as JSON text, or - to read stdin")
     dialect_options(call, "")
+    add_gate_options(call)
     call.set_defaults(func=cmd_call)
+
+    audit = sub.add_parser(
+        "audit", help="show, filter and export the audit log",
+        description="Show the records of an audit log, oldest first: every call (accepted or "
+                    "refused) with its session, dialect, verdict, tool, arguments, "
+                    "idempotency key and time spent, and every loop's stop. Filters combine. "
+                    "Times are shown in UTC.")
+    audit.add_argument("--db", metavar="PATH", type=Path,
+                       help="the audit database (default: $REGDEV_AUDIT, else "
+                            "$XDG_STATE_HOME/regdev/audit.db, i.e. "
+                            "~/.local/state/regdev/audit.db)")
+    audit.add_argument("--session", metavar="NAME", help="only this session's records")
+    audit.add_argument("--code", metavar="CODE",
+                       help="only this verdict code (e.g. range-addr, approval-denied), or a "
+                            "loop stop reason; ok for accepted calls")
+    audit.add_argument("--since", metavar="TIME",
+                       help="only records at or after TIME: ISO 8601 (UTC unless it has an "
+                            "offset) or Unix seconds")
+    audit.add_argument("--until", metavar="TIME", help="only records before TIME")
+    audit.add_argument("--loop", metavar="ID", help="only the records of this loop id")
+    audit.add_argument("--last", metavar="N", type=int, help="only the last N matching records")
+    audit.add_argument("--json", action="store_true",
+                       help="one JSON object per record (every column; arguments and "
+                            "observation as JSON values)")
+    audit.set_defaults(func=cmd_audit)
     return parser
 
 

@@ -2,17 +2,21 @@
 
 :class:`Device` is the one small base class every backend implements (the in-process
 :class:`RegisterFile` here, the serial backend elsewhere). The gate talks only to it.
+:class:`TimeoutDevice` wraps any device to bound how long a caller waits for it.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ._errors import RegisterRangeError
+from ._errors import DeviceTimeout, RegisterRangeError
 
-__all__ = ["DATA_MAX", "REGISTER_COUNT", "Device", "RegisterFile", "check_access"]
+__all__ = ["DATA_MAX", "REGISTER_COUNT", "Device", "RegisterFile", "TimeoutDevice",
+           "check_access"]
 
 #: Number of registers; valid addresses are 0..REGISTER_COUNT-1 (0..15).
 REGISTER_COUNT = 16
@@ -127,3 +131,110 @@ class RegisterFile(Device):
     def identify(self) -> str:
         """Return ``"regdev register file, 16 x 8-bit (in process)"``."""
         return f"regdev register file, {REGISTER_COUNT} x 8-bit (in process)"
+
+
+class TimeoutDevice(Device):
+    """Another device whose every call a caller waits for at most ``timeout`` seconds.
+
+    This is the gate's ``timeout`` (see :class:`~regdev.Gate`). One worker thread runs the
+    wrapped device's calls one at a time, in order. A caller that has waited ``timeout``
+    seconds gets :class:`~regdev.DeviceTimeout`:
+
+    * if its call had not started (the device was busy with an earlier one), the call is
+      cancelled and never runs: nothing was applied;
+    * if it had started, it cannot be stopped (Python cannot interrupt a blocked call): it runs
+      to its end in the worker and its result is dropped, so a write may or may not be
+      applied. The caller is told so and is never told it succeeded.
+
+    So at most one thread is ever busy with a stuck call, and nothing piles up behind it: the
+    calls queued behind it time out and are cancelled in turn. A backend with its own
+    transaction timeout (the serial bridge) should have it shorter than this one, so that this
+    is only a backstop.
+
+    Args:
+        device: the device to call.
+        timeout: seconds (> 0) a caller waits for one call, queueing included.
+
+    Raises:
+        ValueError: ``timeout`` is not a positive number.
+    """
+
+    def __init__(self, device: Device, timeout: float) -> None:
+        if type(timeout) not in (int, float) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.device = device
+        self.timeout = float(timeout)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._worker = threading.Thread(target=self._work, daemon=True,
+                                        name=f"regdev-device {device.identify()}")
+        self._worker.start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            with self._lock:
+                if job.cancelled:
+                    continue
+                job.started = True
+            try:
+                job.result = job.function(*job.args)
+            except BaseException as error:  # handed to the caller, who re-raises it
+                job.error = error
+            job.done.set()
+
+    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
+        job = _Job(function, args)
+        self._jobs.put(job)
+        if not job.done.wait(self.timeout):
+            with self._lock:
+                started = job.started
+                job.cancelled = not started
+            if not started:
+                raise DeviceTimeout(f"the device was busy for {self.timeout:g} s with an "
+                                    "earlier call; this call was cancelled and not applied")
+            if not job.done.is_set():
+                raise DeviceTimeout(f"the device call did not finish within {self.timeout:g} "
+                                    "s; a write may still be applied: read the register back")
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def read(self, addr: int) -> int:
+        """Return register ``addr`` (0..15), waiting at most ``timeout`` seconds."""
+        result: int = self._call(self.device.read, addr)
+        return result
+
+    def write(self, addr: int, data: int) -> int:
+        """Write ``data`` to register ``addr``, waiting at most ``timeout`` seconds."""
+        result: int = self._call(self.device.write, addr, data)
+        return result
+
+    def reset(self) -> None:
+        """Reset the device, waiting at most ``timeout`` seconds."""
+        self._call(self.device.reset)
+
+    def snapshot(self) -> list[int]:
+        """Return all 16 registers, waiting at most ``timeout`` seconds."""
+        result: list[int] = self._call(self.device.snapshot)
+        return result
+
+    def identify(self) -> str:
+        """The wrapped device's description."""
+        return self.device.identify()
+
+    def close(self) -> None:
+        """Stop the worker once its queue is done (without waiting for a stuck call)."""
+        self._jobs.put(None)
+
+
+class _Job:
+    __slots__ = ("args", "cancelled", "done", "error", "function", "result", "started")
+
+    def __init__(self, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.function = function
+        self.args = args
+        self.done = threading.Event()
+        self.started = False
+        self.cancelled = False
+        self.result: Any = None
+        self.error: BaseException | None = None

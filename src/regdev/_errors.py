@@ -9,6 +9,10 @@ The tree::
     │   ├── LocalProtocolError     by this side (misuse of the codec)
     │   └── RemoteProtocolError    by the peer (garbage, bad checksum, over-long frame)
     ├── TransportError         the port could not be opened, read or written
+    ├── PolicyError            a policy (file or Python) is invalid, or names a session or
+    │                          tool that does not exist (raised when the policy is loaded)
+    ├── AuditError             the audit database could not be opened, read or written
+    │                          (wraps ``sqlite3.Error`` and ``OSError``)
     └── DeviceError            the device refused or failed an operation
         ├── RegisterRangeError     address outside 0..15 or data outside 0..255
         ├── DeviceTimeout          the device did not answer within the timeout
@@ -17,16 +21,19 @@ The tree::
 A model's tool call never raises: the gate turns every refusal into an observation. These
 exceptions are for Python callers who use the parts directly (the register file, the schema
 compiler, the serial backend). Backend exceptions (``serial.SerialException``, ``OSError``)
-are mapped to these at the transport and never leak past it.
+are mapped to these at the transport and never leak past it; ``sqlite3.Error`` and ``OSError``
+from the audit database are mapped to :class:`AuditError` in ``_audit.py``.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AuditError",
     "DeviceError",
     "DeviceRefused",
     "DeviceTimeout",
     "LocalProtocolError",
+    "PolicyError",
     "ProtocolError",
     "RegdevError",
     "RegisterRangeError",
@@ -67,6 +74,15 @@ class RemoteProtocolError(ProtocolError):
 
 class TransportError(RegdevError):
     """The port could not be opened, read or written (wraps the backend's own exception)."""
+
+
+class PolicyError(RegdevError, ValueError):
+    """A policy is invalid: the message is one line naming the file (if any) and the field,
+    e.g. ``policy.toml: `sessions.viewer.scopes[0]`: input should be 'read' or 'write'``."""
+
+
+class AuditError(RegdevError):
+    """The audit database could not be opened, read or written (the message names the path)."""
 
 
 class DeviceError(RegdevError):

@@ -14,16 +14,21 @@ Rules of this file:
   (``max_steps`` proposals made), ``rejected`` (the retries after a refusal were refused too,
   or the refusal was final), ``error`` (the proposer raised or returned something that is not
   text).
+* Every loop has a ``loop_id``. With an audit log on the gate, each step's record carries the
+  loop id and the step number (its verdict is the record's stage and code), and the stop is one
+  more record (``event = "stop"``, the reason in ``code``).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ._gate import Gate
 from ._observation import Observation
+from ._policy import Session
 
 __all__ = ["LoopResult", "Proposer", "Step", "StopReason", "call_with_retry", "run_loop"]
 
@@ -55,11 +60,13 @@ class LoopResult:
         stop: why it stopped: ``done``, ``budget``, ``rejected`` or ``error``.
         detail: one line saying why, for a person.
         steps: every step in order.
+        loop_id: the loop's id, as in its audit records.
     """
 
     stop: StopReason
     detail: str
     steps: list[Step] = field(default_factory=list)
+    loop_id: str = ""
 
     @property
     def observations(self) -> list[Observation]:
@@ -76,6 +83,8 @@ def run_loop(
     max_steps: int = 16,
     retries: int = 1,
     on_step: Callable[[Step], None] | None = None,
+    session: Session | None = None,
+    loop_id: str | None = None,
 ) -> LoopResult:
     """Drive ``gate`` with ``proposer`` until it is done or a stop rule fires.
 
@@ -86,7 +95,9 @@ def run_loop(
         tool_choice: force this tool on every step (others are ``wrong-tool``).
         max_steps: the step budget (proposals, retries included), >= 1.
         retries: attempts allowed after a refusal before stopping with ``rejected``, >= 0.
-        on_step: called with each step as it completes (progress output, audit).
+        on_step: called with each step as it completes (progress output).
+        session: the session every call is made in; the gate's default when None.
+        loop_id: the id of this loop in the audit log; a random one when None.
 
     Returns:
         A :class:`LoopResult`; the proposer's own exceptions stop the loop with ``error``
@@ -100,23 +111,42 @@ def run_loop(
     if max_steps < 1 or retries < 0:
         raise ValueError(f"need max_steps >= 1 and retries >= 0, got {max_steps}, {retries}")
     gate.check_options(dialect, tool_choice)
-    result = LoopResult(stop="budget", detail=f"the step budget of {max_steps} is spent")
+    result = LoopResult(stop="budget", detail=f"the step budget of {max_steps} is spent",
+                        loop_id=loop_id or uuid.uuid4().hex)
+    try:
+        _drive(result, proposer, gate, dialect=dialect, tool_choice=tool_choice,
+               max_steps=max_steps, retries=retries, on_step=on_step, session=session)
+    except BaseException as error:  # on_step raised, or an interrupt: recorded, re-raised
+        result.stop, result.detail = "error", f"the loop was interrupted by {type(error).__name__}"
+        raise
+    finally:
+        gate.record_loop_stop(result.loop_id, result.stop, result.detail, len(result.steps),
+                              session)
+    return result
+
+
+def _drive(result: LoopResult, proposer: Proposer, gate: Gate, *, dialect: str,
+           tool_choice: str | None, max_steps: int, retries: int,
+           on_step: Callable[[Step], None] | None, session: Session | None) -> None:
+    """Run the loop's steps into ``result`` until a stop rule fires (the rules above)."""
     refused_in_a_row = 0
     while len(result.steps) < max_steps:
         try:
             raw = proposer(result.observations)
         except Exception as error:
             result.stop, result.detail = "error", f"the proposer raised {type(error).__name__}"
-            return result
+            return
         if raw is None:
             result.stop, result.detail = "done", "the proposer is done"
-            return result
+            return
         if not isinstance(raw, (str, bytes)):
             result.stop = "error"
             result.detail = (f"the proposer returned a value of type {type(raw).__name__}, "
                              "not text or None")
-            return result
-        observation = gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
+            return
+        observation = gate.handle(raw, dialect=dialect, tool_choice=tool_choice,
+                                  session=session, loop_id=result.loop_id,
+                                  step=len(result.steps) + 1)
         step = Step(raw=raw, observation=observation, retry=refused_in_a_row > 0)
         result.steps.append(step)
         if on_step is not None:
@@ -128,13 +158,12 @@ def run_loop(
         if observation.refusal is not None and not observation.refusal.retryable:
             result.stop = "rejected"
             result.detail = f"{observation.code}: the refusal is final (not retryable)"
-            return result
+            return
         if refused_in_a_row > retries:
             result.stop = "rejected"
             result.detail = (f"{observation.code}: the call was refused "
                              f"{refused_in_a_row} times in a row (retries allowed: {retries})")
-            return result
-    return result
+            return
 
 
 def call_with_retry(
@@ -145,6 +174,7 @@ def call_with_retry(
     dialect: str = "canonical",
     tool_choice: str | None = None,
     retries: int = 1,
+    session: Session | None = None,
 ) -> Observation:
     """Run one call; on a refusal, ask the model to correct it, at most ``retries`` times.
 
@@ -156,6 +186,7 @@ def call_with_retry(
         dialect: the dialect of ``raw`` and of the corrections.
         tool_choice: force this tool (others are ``wrong-tool``).
         retries: corrections allowed, >= 0 (default 1).
+        session: the session the calls are made in; the gate's default when None.
 
     Returns:
         The last observation: the first success, the last refusal, or a refusal that is not
@@ -165,10 +196,10 @@ def call_with_retry(
         ValueError: a ``dialect`` or ``tool_choice`` the gate cannot honour. An exception
             raised by ``ask_model`` propagates (it is the caller's own code).
     """
-    observation = gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
+    observation = gate.handle(raw, dialect=dialect, tool_choice=tool_choice, session=session)
     for _ in range(retries):
         if observation.ok or (observation.refusal and not observation.refusal.retryable):
             break
         observation = gate.handle(ask_model(observation.to_json()), dialect=dialect,
-                                  tool_choice=tool_choice)
+                                  tool_choice=tool_choice, session=session)
     return observation

@@ -6,7 +6,8 @@ An observation is one JSON object (see ``docs/errors.md``)::
     {"ok": false, "stage": "validate", "code": "range-addr",
      "message": "addr 16 is outside 0..15", "retryable": true}
 
-An optional ``"id"`` echoes the call's correlation id.
+An optional ``"id"`` echoes the call's correlation id, and ``"replay": true`` marks the
+stored observation of an earlier call with the same idempotency key (nothing ran again).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ Stage = Literal["parse", "validate", "authorize", "execute", "observe", "interna
 STAGES: tuple[Stage, ...] = ("parse", "validate", "authorize", "execute", "observe", "internal")
 
 _NOT_RETRYABLE = frozenset(
-    {"approval-denied", "device-error", "output-too-large", "internal-error"}
+    {"approval-denied", "read-only-register", "idempotency-conflict", "device-error",
+     "output-too-large", "internal-error", "audit-error"}
 )
 
 
@@ -62,6 +64,8 @@ class Observation:
         result: the tool's result object (on success), e.g. ``{"addr": 3, "data": 255}``.
         refusal: why the call was refused or failed (when ``ok`` is False).
         id: the call's correlation id, echoed back when the call carried one.
+        replay: True when this is the stored observation of an earlier call with the same
+            idempotency key and arguments: the call was not executed again.
     """
 
     ok: bool
@@ -69,6 +73,7 @@ class Observation:
     result: dict[str, Any] | None = None
     refusal: Refusal | None = None
     id: str | None = None
+    replay: bool = False
 
     @classmethod
     def success(cls, tool: str, result: dict[str, Any], call_id: str | None = None) -> Observation:
@@ -110,7 +115,22 @@ class Observation:
             }
         if self.id is not None:
             out["id"] = self.id
+        if self.replay:
+            out["replay"] = True
         return out
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Observation:
+        """Rebuild an observation from :meth:`to_dict`'s output (e.g. a stored one).
+
+        Raises:
+            KeyError, TypeError: ``value`` is not an observation object.
+        """
+        refusal = None
+        if not value["ok"]:
+            refusal = Refusal(value["stage"], value["code"], value["message"])
+        return cls(ok=bool(value["ok"]), tool=value.get("tool"), result=value.get("result"),
+                   refusal=refusal, id=value.get("id"), replay=bool(value.get("replay")))
 
     def to_json(self) -> str:
         """The observation as one line of JSON text."""

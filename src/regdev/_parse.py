@@ -17,6 +17,12 @@ Rules of this file:
 * A dialect adapter only renames: it never judges the call. The one exception is OpenAI's
   ``function.arguments``, which is JSON text: once the call has a tool name, it is parsed here
   with the same strictness. The dialect is declared by the caller; it is never guessed.
+* The idempotency key travels outside the arguments, in each dialect's own envelope (see
+  ``docs/safety.md``): canonical ``"idempotency_key"``; MCP ``_meta.idempotency_key`` in the
+  ``tools/call`` params; OpenAI and Anthropic: the tool call's ``id``, which the provider
+  assigns once per call, so a runtime that re-sends the same call re-sends the same key (an id
+  that is not a correlation id is no key either). An explicit key must be a string of 1..256
+  characters (``bad-idempotency-key`` otherwise, with the id kept).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from ._schema import a_json_type, escape_text
 __all__ = [
     "DEFAULT_MAX_INPUT_BYTES",
     "DIALECTS",
+    "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_ID_CHARS",
     "Dialect",
     "ParsedCall",
@@ -47,6 +54,8 @@ DIALECTS: tuple[str, ...] = get_args(Dialect)
 DEFAULT_MAX_INPUT_BYTES = 64 * 1024
 #: Longest correlation id echoed back, in characters.
 MAX_ID_CHARS = 256
+#: Longest idempotency key, in characters (as for a correlation id).
+MAX_IDEMPOTENCY_KEY_CHARS = MAX_ID_CHARS
 
 _decoder = msgspec.json.Decoder(float_hook=Decimal)
 
@@ -59,12 +68,15 @@ class ParsedCall(msgspec.Struct, frozen=True):
             non-object document was sent (the validator's shape step refuses it).
         id: the call's correlation id when it carried a string one, else None.
         refusal: set when the dialect adapter itself refused the call (OpenAI
-            ``function.arguments`` that is not a string, or not JSON); ``id`` is still known.
+            ``function.arguments`` that is not a string, or not JSON; a bad idempotency key);
+            ``id`` is still known.
+        idempotency_key: the call's idempotency key (see the module docstring), else None.
     """
 
     call: object
     id: str | None = None
     refusal: Refusal | None = None
+    idempotency_key: str | None = None
 
 
 class _DuplicateKey(Exception):
@@ -135,27 +147,50 @@ def _string_id(value: object) -> str | None:
     return value if type(value) is str and len(value) <= MAX_ID_CHARS else None
 
 
+def _key(value: object, field: str) -> str | Refusal | None:
+    """An explicit idempotency key in ``field``: None when absent, else a 1..256 char string."""
+    if value is None:
+        return None
+    if type(value) is str and 0 < len(value) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        return value
+    got = f"{len(value)} characters" if type(value) is str else a_json_type(value)
+    return Refusal("validate", "bad-idempotency-key",
+                   f"{field} must be a string of 1..{MAX_IDEMPOTENCY_KEY_CHARS} characters, "
+                   f"got {got}")
+
+
+def _with_key(call: dict[str, Any], call_id: str | None, key: str | Refusal | None) -> ParsedCall:
+    if isinstance(key, Refusal):
+        return ParsedCall(call, call_id, key)
+    return ParsedCall(call, call_id, None, key)
+
+
 def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall:
     """Rename a dialect's fields into the canonical call (absent fields stay absent)."""
     call_id = _string_id(doc.get("id"))
     if dialect == "canonical":
-        return ParsedCall(doc, call_id)
+        return _with_key(doc, call_id, _key(doc.get("idempotency_key"), "idempotency_key"))
     if dialect == "mcp":
+        meta = doc.get("_meta")
+        key = _key(meta.get("idempotency_key"), "_meta.idempotency_key") \
+            if type(meta) is dict else None
         name_key, args_key, holder = "name", "arguments", doc
-    elif dialect == "anthropic":
-        name_key, args_key, holder = "name", "input", doc
-    else:  # openai
-        function = doc.get("function")
-        if type(function) is not dict:
-            return ParsedCall({}, call_id)
-        name_key, args_key, holder = "name", "arguments", function
+    else:  # openai, anthropic: the provider's tool call id is the key
+        key = call_id or None
+        if dialect == "anthropic":
+            name_key, args_key, holder = "name", "input", doc
+        else:
+            function = doc.get("function")
+            if type(function) is not dict:
+                return ParsedCall({}, call_id)
+            name_key, args_key, holder = "name", "arguments", function
     out: dict[str, Any] = {}
     if name_key in holder:
         out["tool"] = holder[name_key]
     if args_key in holder:
         out["arguments"] = holder[args_key]
     if dialect != "openai" or type(out.get("tool")) is not str or "arguments" not in out:
-        return ParsedCall(out, call_id)
+        return _with_key(out, call_id, key)
     # OpenAI: the arguments are JSON text. Without a tool name the shape step refuses first.
     text = out["arguments"]
     if type(text) is not str:
@@ -166,7 +201,7 @@ def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall:
     if error is not None:
         return ParsedCall(out, call_id, Refusal(
             "parse", "not-json", f"function.arguments is not one strict JSON document: {error}"))
-    return ParsedCall(out, call_id)
+    return _with_key(out, call_id, key)
 
 
 def check_dialect(dialect: str) -> None:

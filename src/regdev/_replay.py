@@ -25,6 +25,7 @@ from ._errors import RegdevError
 from ._gate import Gate
 from ._observation import Observation
 from ._parse import DIALECTS
+from ._policy import Session
 
 __all__ = ["ReplayFileError", "ReplayOutcome", "ReplayRecord", "load_replay", "run_replay"]
 
@@ -131,6 +132,7 @@ def run_replay(
     *,
     dialect: str = "canonical",
     tool_choice: str | None = None,
+    session: Session | None = None,
 ) -> list[ReplayOutcome]:
     """Run records in order through ``gate`` (one device, so writes are seen by later reads).
 
@@ -139,6 +141,7 @@ def run_replay(
         gate: the gate to run them through.
         dialect: the dialect of lines that do not name one.
         tool_choice: force this tool on every line.
+        session: the session the calls are made in; the gate's default when None.
 
     Returns:
         One :class:`ReplayOutcome` per record, in order.
@@ -146,6 +149,6 @@ def run_replay(
     outcomes = []
     for line, record in records:
         observation = gate.handle(record.raw, dialect=record.dialect or dialect,
-                                  tool_choice=tool_choice)
+                                  tool_choice=tool_choice, session=session)
         outcomes.append(ReplayOutcome(line, record, observation, _expect_met(record, observation)))
     return outcomes

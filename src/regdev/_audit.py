@@ -1,0 +1,490 @@
+"""The audit log: every call, accepted or refused, appended to a SQLite database (WAL mode).
+
+Rules of this file:
+
+* Append-only: records are only inserted; triggers in the database refuse UPDATE and DELETE.
+* One record per call (``event = "call"``) and one per loop stop (``event = "stop"``, the stop
+  reason in ``code``). The columns are described in :class:`AuditRecord`.
+* A record whose call ran a tool that changes the device is *durable*: it is committed before
+  the gate returns the observation, so a crash can never lose the record of an acknowledged
+  write (nor its idempotency key, inserted in the same transaction). Every other record (reads,
+  refusals, replays, loop stops) is group-committed: it waits in memory until a background
+  thread commits it, at most ``flush_interval`` seconds (default 0.05) plus the time of the
+  commits ahead of it, or until a durable commit takes it along. :meth:`AuditLog.close` (and
+  interpreter exit) commits everything.
+* Group commit: committers take turns under one lock, and whoever holds it commits every
+  pending record in one transaction. Concurrent writers queue behind the one committing and the
+  next of them commits for all, so N writers share one commit instead of paying N.
+* Durability: ``"crash"`` (the default) is WAL with ``synchronous=NORMAL``: a committed record is
+  in the operating system's file cache when the commit returns and survives the process being
+  killed, but the last commits can be lost if the machine loses power or the OS crashes.
+  ``"power-loss"`` is ``synchronous=FULL``: each commit is flushed to stable storage (fsync)
+  before it returns, which costs a disk flush per commit. (SQLite, "Write-Ahead Logging" and
+  "PRAGMA synchronous", sqlite.org.)
+* ``sqlite3.Error`` and ``OSError`` become :class:`~regdev.AuditError` here and nowhere else.
+* One process writes a database at a time for idempotency keys to hold: each process indexes
+  the keys in memory when it opens the database. Several processes may append records.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from ._errors import AuditError
+from ._idempotency import INSERT_KEY, KEYS_SCHEMA, IdempotencyStore
+
+__all__ = [
+    "DEFAULT_FLUSH_INTERVAL",
+    "DEFAULT_MAX_RAW_BYTES",
+    "AuditLog",
+    "AuditRecord",
+    "Durability",
+    "default_audit_path",
+    "read_audit",
+]
+
+logger = logging.getLogger("regdev")
+
+#: Longest wait, in seconds, of a group-committed record before the flusher commits it.
+DEFAULT_FLUSH_INTERVAL = 0.05
+#: Bytes of each raw call kept in the audit log (its full size and SHA-256 are kept too).
+DEFAULT_MAX_RAW_BYTES = 4096
+#: Records waiting to be committed beyond which an appending caller commits them itself.
+MAX_PENDING = 4096
+
+Durability = Literal["crash", "power-loss"]
+_SYNCHRONOUS: dict[str, str] = {"crash": "NORMAL", "power-loss": "FULL"}
+_SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    id              INTEGER PRIMARY KEY,  -- append order
+    time            REAL NOT NULL,        -- Unix time, seconds, when the call arrived
+    event           TEXT NOT NULL,        -- 'call', or 'stop' for a loop's stop
+    session         TEXT NOT NULL,
+    dialect         TEXT,
+    loop_id         TEXT,
+    step            INTEGER,
+    raw             TEXT,                 -- the first max_raw_bytes of the raw call, UTF-8
+    raw_bytes       INTEGER,              -- the raw call's full size, bytes
+    raw_sha256      TEXT,                 -- hex SHA-256 of the full raw call
+    ok              INTEGER NOT NULL,     -- 1 accepted, 0 refused
+    stage           TEXT,                 -- the refusing stage
+    code            TEXT,                 -- the verdict code; for a stop, the stop reason
+    tool            TEXT,
+    arguments       TEXT,                 -- JSON
+    observation     TEXT,                 -- JSON, as returned; for a stop {"stop", "detail"}
+    idempotency_key TEXT,
+    replay          INTEGER NOT NULL,     -- 1 when a stored observation was returned
+    parse_ns        INTEGER,              -- time spent in each stage, nanoseconds
+    validate_ns     INTEGER,
+    authorize_ns    INTEGER,
+    execute_ns      INTEGER,
+    observe_ns      INTEGER
+);
+CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS calls_append_only_delete BEFORE DELETE ON calls
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+"""
+
+_COLUMNS = (
+    "time", "event", "session", "dialect", "loop_id", "step", "raw", "raw_bytes", "raw_sha256",
+    "ok", "stage", "code", "tool", "arguments", "observation", "idempotency_key", "replay",
+    "parse_ns", "validate_ns", "authorize_ns", "execute_ns", "observe_ns",
+)
+_INSERT = (f"INSERT INTO calls ({', '.join(_COLUMNS)}) "
+           f"VALUES ({', '.join('?' * len(_COLUMNS))})")
+
+#: One record as inserted: the values of the columns above, in order.
+Row = tuple[Any, ...]
+_Item = tuple[Row, "tuple[Any, ...] | None", "list[object] | None"]
+
+_encode_json = msgspec.json.Encoder(decimal_format="number").encode
+
+
+def default_audit_path() -> Path:
+    """Where the CLI keeps its audit log unless told otherwise.
+
+    ``$REGDEV_AUDIT`` when set; else ``$XDG_STATE_HOME/regdev/audit.db``, where
+    ``$XDG_STATE_HOME`` defaults to ``~/.local/state`` (XDG Base Directory Specification).
+    """
+    explicit = os.environ.get("REGDEV_AUDIT")
+    if explicit:
+        return Path(explicit)
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                             ".local", "state")
+    return Path(state) / "regdev" / "audit.db"
+
+
+@contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    """Map the storage backend's exceptions to :class:`AuditError` (the one place)."""
+    try:
+        yield
+    except (sqlite3.Error, OSError) as error:
+        raise AuditError(f"{what}: {error}") from None
+
+
+def encode_json(value: object) -> str | None:
+    """``value`` as compact JSON text, or None when it is not JSON-encodable."""
+    try:
+        return _encode_json(value).decode("utf-8")
+    except (TypeError, ValueError, UnicodeDecodeError):
+        return None
+
+
+class AuditRecord(msgspec.Struct, frozen=True):
+    """One record of the audit log (see the module docstring for when each is written).
+
+    Attributes:
+        id: append order, from 1.
+        time: Unix time in seconds when the call arrived (or the loop stopped).
+        event: ``"call"``, or ``"stop"`` for a loop's stop.
+        session: the session's name.
+        dialect: the dialect the call was declared in (None for a stop).
+        loop_id: the loop the call belongs to (``run_loop``), else None.
+        step: the step number in that loop, from 1; for a stop, the number of steps.
+        raw: the first ``max_raw_bytes`` of the raw call, decoded as UTF-8 (invalid bytes
+            replaced); None for a decoded call handed over without raw text.
+        raw_bytes: the raw call's full size, in bytes.
+        raw_sha256: the hex SHA-256 of the full raw call.
+        ok: True when the call was accepted.
+        stage: the refusing stage, or None.
+        code: the verdict code, or None when accepted; for a stop, the stop reason.
+        tool: the tool name the call gave (when it gave a string), else None.
+        arguments: the arguments as JSON text (validated and bound when the call got that far).
+        observation: the observation's JSON text as returned to the caller; for a stop,
+            ``{"stop": ..., "detail": ...}``.
+        idempotency_key: the call's idempotency key, or None.
+        replay: True when the stored observation of an earlier call was returned.
+        parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns: time spent in each stage,
+            in nanoseconds; None for a stage the call did not reach.
+    """
+
+    id: int
+    time: float
+    event: str
+    session: str
+    dialect: str | None
+    loop_id: str | None
+    step: int | None
+    raw: str | None
+    raw_bytes: int | None
+    raw_sha256: str | None
+    ok: bool
+    stage: str | None
+    code: str | None
+    tool: str | None
+    arguments: str | None
+    observation: str | None
+    idempotency_key: str | None
+    replay: bool
+    parse_ns: int | None
+    validate_ns: int | None
+    authorize_ns: int | None
+    execute_ns: int | None
+    observe_ns: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as one JSON object, ``arguments`` and ``observation`` as JSON values."""
+        out = msgspec.structs.asdict(self)
+        for name in ("arguments", "observation"):
+            if out[name] is not None:
+                out[name] = msgspec.json.decode(out[name])
+        return out
+
+
+class AuditLog:
+    """An append-only audit log in one SQLite database, with group commit.
+
+    Args:
+        path: the database file; created with its parent folders when missing.
+        durability: ``"crash"`` (default: a committed record survives the process being
+            killed) or ``"power-loss"`` (it survives power loss too; ``synchronous=FULL``).
+        flush_interval: the longest wait, in seconds (> 0), of a read's or refusal's record
+            before it is committed.
+        max_raw_bytes: bytes of each raw call kept (>= 0); its size and SHA-256 are always kept.
+
+    Attributes:
+        idempotency: the idempotency keys stored in this database.
+
+    Raises:
+        AuditError: the database cannot be opened or created, is not a regdev audit log, or
+            cannot use WAL mode.
+        ValueError: an argument is out of range.
+    """
+
+    def __init__(self, path: str | Path, *, durability: Durability = "crash",
+                 flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+                 max_raw_bytes: int = DEFAULT_MAX_RAW_BYTES) -> None:
+        if durability not in _SYNCHRONOUS:
+            raise ValueError(f"durability must be one of {', '.join(_SYNCHRONOUS)}, "
+                             f"got {durability!r}")
+        if not flush_interval > 0:
+            raise ValueError(f"flush_interval must be > 0 seconds, got {flush_interval!r}")
+        if type(max_raw_bytes) is not int or max_raw_bytes < 0:
+            raise ValueError(f"max_raw_bytes must be an int >= 0, got {max_raw_bytes!r}")
+        self.path = Path(path)
+        self.durability = durability
+        self.flush_interval = flush_interval
+        self.max_raw_bytes = max_raw_bytes
+        self._conn = self._open()
+        self._pending: list[_Item] = []
+        self._lock = threading.Lock()          # guards _pending and _closed
+        self._commit_lock = threading.Lock()   # one committer at a time
+        self._closed = False
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                         name=f"regdev-audit-flush {self.path.name}")
+        self._flusher.start()
+        atexit.register(self.close)
+
+    def _open(self) -> sqlite3.Connection:
+        conn = None
+        with _mapped(f"cannot open the audit database {self.path}"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=10.0)
+            try:
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if mode != "wal":
+                    raise AuditError(f"the audit database {self.path} cannot use WAL mode "
+                                     f"(journal mode {mode})")
+                conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.durability]}")
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version not in (0, _SCHEMA_VERSION):
+                    raise AuditError(f"{self.path} has audit schema version {version}; this "
+                                     f"regdev reads version {_SCHEMA_VERSION}")
+                if version == 0:
+                    tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+                    if tables:
+                        raise AuditError(f"{self.path} is a SQLite database but not a regdev "
+                                         "audit log")
+                conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} {KEYS_SCHEMA} "
+                                   f"PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
+                keys = conn.execute("SELECT session, key, fingerprint, observation "
+                                    "FROM idempotency_keys").fetchall()
+            except BaseException:
+                conn.close()
+                raise
+        self.idempotency = IdempotencyStore(keys)
+        return conn
+
+    # --- writing --------------------------------------------------------------------------
+
+    def row(self, *, time: float, session: str, dialect: str | None, raw: str | bytes | None,
+            ok: bool, stage: str | None, code: str | None, tool: str | None,
+            arguments: str | None, observation: str | None, event: str = "call",
+            loop_id: str | None = None, step: int | None = None,
+            idempotency_key: str | None = None, replay: bool = False,
+            timings: Sequence[int | None] = (None,) * 5) -> Row:
+        """Build one record (the columns of :class:`AuditRecord` but ``id``).
+
+        ``raw`` is cut to ``max_raw_bytes`` here, and its full size and SHA-256 computed;
+        ``arguments`` and ``observation`` are JSON text; ``timings`` holds the nanoseconds of
+        parse, validate, authorize, execute and observe.
+        """
+        raw_text = raw_size = raw_sha = None
+        if raw is not None:
+            if type(raw) is str:
+                try:
+                    data = raw.encode("utf-8")
+                    raw_text = raw if len(data) <= self.max_raw_bytes else None
+                except UnicodeEncodeError:  # lone surrogates: keep them visible, replaced
+                    data = raw.encode("utf-8", "surrogatepass")
+            elif isinstance(raw, bytes | bytearray | memoryview):
+                data = bytes(raw)
+            else:  # not text at all (the parse stage refused it): keep what it was
+                data = repr(raw).encode("utf-8", "replace")
+            if raw_text is None:
+                raw_text = data[: self.max_raw_bytes].decode("utf-8", "replace")
+            raw_size, raw_sha = len(data), hashlib.sha256(data).hexdigest()
+        return (time, event, session, dialect, loop_id, step, raw_text, raw_size, raw_sha,
+                ok, stage, code, tool, arguments, observation, idempotency_key, replay,
+                *timings)
+
+    def append(self, row: Row, key_row: tuple[Any, ...] | None = None, *,
+               durable: bool = False) -> None:
+        """Append one record; with ``durable``, return only once it is committed.
+
+        Args:
+            row: the record, from :meth:`row`.
+            key_row: an idempotency key to store in the same transaction, as
+                ``(session, key, fingerprint, observation JSON, time)``.
+            durable: commit before returning (with every record pending before it).
+
+        Raises:
+            AuditError: the log is closed, or (``durable``) the commit failed.
+        """
+        box: list[object] | None = [None] if durable else None
+        with self._lock:
+            if self._closed:
+                raise AuditError(f"the audit log {self.path} is closed")
+            self._pending.append((row, key_row, box))
+            backlog = len(self._pending) >= MAX_PENDING
+        if box is None and not backlog:
+            return
+        with self._commit_lock:
+            if box is None or box[0] is None:  # not yet committed by an earlier committer
+                self._commit_pending()
+        if box is not None and box[0] is not True:
+            raise AuditError(str(box[0]))
+
+    def _commit_pending(self) -> object:
+        """Commit every pending record in one transaction; hold ``_commit_lock``.
+
+        Returns True, or the error text when the commit failed (the records are then lost).
+        """
+        with self._lock:
+            items, self._pending = self._pending, []
+        if not items:
+            return True
+        outcome: object = True
+        conn = self._conn
+        try:
+            if len(items) == 1 and items[0][1] is None:
+                conn.execute(_INSERT, items[0][0])  # autocommit: one statement, one commit
+            else:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(_INSERT, [item[0] for item in items])
+                keys = [item[1] for item in items if item[1] is not None]
+                if keys:
+                    conn.executemany(INSERT_KEY, keys)
+                conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            outcome = f"could not commit to the audit database {self.path}: {error}"
+            logger.error("regdev: %d audit record(s) lost: %s", len(items), outcome)
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+        for _, _, box in items:
+            if box is not None:
+                box[0] = outcome
+        return outcome
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            if self._pending:
+                with self._commit_lock:
+                    self._commit_pending()
+
+    def flush(self) -> None:
+        """Commit every pending record now.
+
+        Raises:
+            AuditError: the commit failed (those records are lost; the error is logged too).
+        """
+        with self._commit_lock:
+            outcome = self._commit_pending()
+        if outcome is not True:
+            raise AuditError(str(outcome))
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    def close(self) -> None:
+        """Commit every pending record and close the database. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if self._flusher is not threading.current_thread():
+            self._flusher.join()
+        with self._commit_lock:
+            self._commit_pending()
+            with _mapped(f"cannot close the audit database {self.path}"):
+                self._conn.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- reading --------------------------------------------------------------------------
+
+    def records(self, **filters: Any) -> list[AuditRecord]:
+        """Commit what is pending, then :func:`read_audit` of this database."""
+        self.flush()
+        return read_audit(self.path, **filters)
+
+    def __repr__(self) -> str:
+        return f"AuditLog({str(self.path)!r}, durability={self.durability!r})"
+
+
+def read_audit(path: str | Path, *, session: str | None = None, code: str | None = None,
+                 since: float | None = None, until: float | None = None,
+                 loop_id: str | None = None, last: int | None = None) -> list[AuditRecord]:
+    """Read records of an audit database, oldest first, opened read-only.
+
+    Args:
+        path: the database file.
+        session: only this session's records.
+        code: only records with this verdict code (a stop reason for stops); ``"ok"`` selects
+            accepted calls.
+        since: only records at or after this Unix time (seconds).
+        until: only records before this Unix time (seconds).
+        loop_id: only the records of this loop.
+        last: only the last ``last`` matching records (>= 0).
+
+    Returns:
+        The matching records in append order.
+
+    Raises:
+        AuditError: no database at ``path``, not a regdev audit log, or unreadable.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AuditError(f"no audit database at {path}")
+    where: list[str] = []
+    params: list[object] = []
+    for column, value in (("session", session), ("loop_id", loop_id)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if code == "ok":
+        where.append("ok = 1 AND event = 'call'")
+    elif code is not None:
+        where.append("code = ?")
+        params.append(code)
+    if since is not None:
+        where.append("time >= ?")
+        params.append(since)
+    if until is not None:
+        where.append("time < ?")
+        params.append(until)
+    query = f"SELECT id, {', '.join(_COLUMNS)} FROM calls"
+    if where:
+        query += " WHERE " + " AND ".join(where)
+    if last is not None:
+        query = f"SELECT * FROM ({query} ORDER BY id DESC LIMIT {int(last)})"
+    query += " ORDER BY id"
+    with _mapped(f"cannot read the audit database {path}"):
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            has_calls = conn.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'table' "
+                                     "AND name = 'calls'").fetchone()[0]
+            if not has_calls:
+                raise AuditError(f"{path} is not a regdev audit log")
+            rows = conn.execute(query, params).fetchall()
+        finally:
+            conn.close()
+    return [AuditRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7],
+                        row[8], row[9], bool(row[10]), row[11], row[12], row[13], row[14],
+                        row[15], row[16], bool(row[17]), *row[18:]) for row in rows]

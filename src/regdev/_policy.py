@@ -1,0 +1,411 @@
+"""Authorize: who may call which tool, on which registers, how often, with whose approval.
+
+A call reaches this stage only when it parsed and validated. The checks run in this order; the
+first refusal decides, nothing after it runs, and the call never reaches the device:
+
+====  ===============  ==========================  ============================================
+ #    check            code                        refused when
+====  ===============  ==========================  ============================================
+ 1    scope            ``denied-<tool>``           the session's scopes do not cover the tool:
+                                                   a tool that changes the device needs
+                                                   ``write``, a read-only tool needs ``read``
+ 2    register map     ``read-only-register``      a write to a register marked read-only
+ 3    idempotency key  ``idempotency-conflict``,   the key was used for a different call, or
+                       ``idempotency-in-progress`` its first call is still running; a key seen
+                                                   with the same call returns the stored
+                                                   observation as a replay (``_idempotency.py``)
+ 4    rate limit       ``rate-limited``            the session's token bucket is empty
+ 5    approval         ``approval-denied``         a write to a protected register that the
+                                                   approval hook did not approve (or no hook)
+====  ===============  ==========================  ============================================
+
+Why this order: the static rights (1, 2) come first: they are cheap, they never change during a
+session, and no retry helps. The key (3) comes before the rate limit so that a runtime re-sending
+an acknowledged write gets its answer without spending a token: a replay costs no device time.
+The rate limit (4) comes before approval so that a flood never reaches the approver, and the
+approval hook (5), which may ask a person, is asked only for a call that will run at once if
+approved.
+
+The tool allowlist is not here: a tool the session is not offered is ``unknown-tool`` at the
+validate stage, with the same message as a tool that does not exist, so a session learns
+nothing about tools it is not offered (``Gate`` checks it right after the validator).
+
+A policy is declared in Python (:class:`Policy`) or in a TOML or JSON file
+(:meth:`Policy.from_file`), validated by pydantic. The file format is in ``docs/safety.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ._device import REGISTER_COUNT
+from ._errors import PolicyError
+from ._observation import Refusal
+from ._tools import Tool
+
+__all__ = [
+    "SCOPES",
+    "ApprovalRequest",
+    "Approver",
+    "Policy",
+    "RateLimit",
+    "RegisterMap",
+    "Scope",
+    "Session",
+    "SessionPolicy",
+    "TokenBucket",
+    "ask_approval",
+    "check_read_only",
+    "register_address",
+]
+
+Scope = Literal["read", "write"]
+#: The scopes a session can hold.
+SCOPES: tuple[Scope, ...] = ("read", "write")
+
+logger = logging.getLogger("regdev")
+
+_Address = Annotated[int, Field(strict=True, ge=0, le=REGISTER_COUNT - 1)]
+_Seconds = Annotated[float, Field(strict=True, gt=0)]
+_Bytes = Annotated[int, Field(strict=True, gt=0)]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What the approval hook is asked to approve: one write to a protected register.
+
+    Attributes:
+        session: the name of the session that sent the call.
+        tool: the tool, e.g. ``"write_register"``.
+        arguments: the validated arguments, e.g. ``{"addr": 15, "data": 1}``.
+        addr: the protected register address (0..15).
+    """
+
+    session: str
+    tool: str
+    arguments: Mapping[str, Any]
+    addr: int
+
+
+#: ``approve(request) -> True`` approves; False, anything else, or an exception denies.
+Approver = Callable[[ApprovalRequest], bool]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RateLimit(_Model):
+    """A token bucket: ``burst`` calls at once, refilled at ``rate`` calls per second.
+
+    Attributes:
+        rate: calls per second (> 0), refilled continuously.
+        burst: calls allowed at once when the bucket is full (>= 1).
+    """
+
+    rate: _Seconds
+    burst: Annotated[int, Field(strict=True, ge=1)]
+
+
+class RegisterMap(_Model):
+    """Which registers tool calls may not write, or may write only with approval.
+
+    Attributes:
+        read_only: addresses (0..15) no tool call may write (``read-only-register``).
+        protected: addresses (0..15) written only when the approval hook approves
+            (``approval-denied`` otherwise).
+
+    Raises:
+        pydantic.ValidationError: an address is outside 0..15 or in both sets.
+    """
+
+    read_only: frozenset[_Address] = frozenset()
+    protected: frozenset[_Address] = frozenset()
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> RegisterMap:
+        both = sorted(self.read_only & self.protected)
+        if both:
+            raise ValueError(f"register {both[0]} is both read_only and protected; pick one")
+        return self
+
+
+class SessionPolicy(_Model):
+    """What one named session may do.
+
+    Attributes:
+        scopes: ``["read"]`` (read-only) or ``["read", "write"]``; at least one scope.
+        tools: the tool names offered to the session, in order; None offers every tool.
+        rate_limit: this session's rate limit; None takes the policy's ``rate_limit``.
+    """
+
+    scopes: Annotated[frozenset[Scope], Field(min_length=1)] = frozenset(SCOPES)
+    tools: tuple[str, ...] | None = None
+    rate_limit: RateLimit | None = None
+
+
+class Policy(_Model):
+    """The gate's safety policy: limits, the register map, rate limits and sessions.
+
+    Every field is optional; the empty policy allows everything, as a gate without one does.
+
+    Attributes:
+        timeout: seconds the gate waits for one device call before answering
+            ``device-timeout`` (see :class:`~regdev.Gate`); None waits as long as the device
+            backend does.
+        max_input_bytes: cap on a raw call, in bytes; None keeps the gate's default (65536).
+        max_output_bytes: cap on an observation, in bytes; None keeps the default (8192).
+        registers: the register map (read-only and protected registers).
+        rate_limit: every session's rate limit unless its own says otherwise; None: no limit.
+        sessions: named sessions; ``"default"`` is used when a caller names none (and allows
+            every scope and tool when not declared).
+        approve: the approval hook for protected registers (Python only, never in a file);
+            None denies every protected write.
+
+    Raises:
+        pydantic.ValidationError: a field is invalid (:meth:`from_file` and :meth:`from_dict`
+            turn it into a one-line :class:`~regdev.PolicyError`).
+    """
+
+    timeout: _Seconds | None = None
+    max_input_bytes: _Bytes | None = None
+    max_output_bytes: _Bytes | None = None
+    registers: RegisterMap = RegisterMap()
+    rate_limit: RateLimit | None = None
+    sessions: dict[str, SessionPolicy] = Field(default_factory=dict)
+    approve: Approver | None = Field(default=None, exclude=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "policy",
+                  approve: Approver | None = None) -> Policy:
+        """Validate a policy given as decoded TOML or JSON.
+
+        Args:
+            data: the policy object (the file format in ``docs/safety.md``).
+            source: names the policy in error messages, e.g. a file path.
+            approve: the approval hook (it cannot be declared in data).
+
+        Raises:
+            PolicyError: one line naming ``source``, the field and the problem.
+        """
+        if not isinstance(data, Mapping):
+            raise PolicyError(f"{source}: a policy must be an object (a TOML table)")
+        if "approve" in data:
+            raise PolicyError(f"{source}: `approve` is a Python callable; it cannot be "
+                              "declared in a file")
+        try:
+            policy = cls.model_validate(dict(data))
+        except ValidationError as error:
+            raise PolicyError(f"{source}: {_describe(error)}") from None
+        return policy.model_copy(update={"approve": approve}) if approve else policy
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, approve: Approver | None = None) -> Policy:
+        """Load a policy from a TOML (``.toml``) or JSON (any other suffix) file.
+
+        Args:
+            path: the policy file, UTF-8.
+            approve: the approval hook for protected registers.
+
+        Raises:
+            PolicyError: the file cannot be read, is not TOML or JSON, or is not a valid
+                policy; one line naming the file and the field.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise PolicyError(f"cannot read policy file {path}: {error}") from None
+        try:
+            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        except (tomllib.TOMLDecodeError, ValueError) as error:
+            kind = "TOML" if path.suffix == ".toml" else "JSON"
+            raise PolicyError(f"{path}: not valid {kind}: {error}") from None
+        return cls.from_dict(data, source=str(path), approve=approve)
+
+    def session_policy(self, name: str = "default") -> SessionPolicy:
+        """The declared session ``name`` (``"default"`` allows everything when not declared).
+
+        Raises:
+            PolicyError: no session of that name is declared.
+        """
+        if name in self.sessions:
+            return self.sessions[name]
+        if name == "default":
+            return SessionPolicy()
+        known = ", ".join(sorted(self.sessions)) or "none"
+        raise PolicyError(f"the policy declares no session `{name}`; sessions: {known}")
+
+    def session(self, name: str = "default") -> Session:
+        """A new live session (with its own full rate-limit bucket) declared as ``name``.
+
+        Raises:
+            PolicyError: no session of that name is declared.
+        """
+        spec = self.session_policy(name)
+        return Session(name, scopes=spec.scopes, tools=spec.tools,
+                       rate_limit=spec.rate_limit or self.rate_limit)
+
+
+def _describe(error: ValidationError) -> str:
+    """A pydantic error as one line: the first problem's location and message."""
+    first = error.errors()[0]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}"
+                    for part in first["loc"]).lstrip(".")
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif "input" in first and first["type"] not in ("missing", "value_error"):
+        message += f", got {first['input']!r}"[:80]
+    more = error.error_count() - 1
+    tail = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
+    return f"`{where or '(top)'}`: {message}{tail}"
+
+
+class TokenBucket:
+    """A thread-safe token bucket (the classic rate limiter).
+
+    Args:
+        rate: tokens added per second (> 0).
+        burst: the bucket's size, and its content at the start (>= 1).
+        clock: a monotonic clock in seconds (for tests).
+    """
+
+    def __init__(self, rate: float, burst: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def take(self) -> float:
+        """Take one token; return 0.0 when taken, else the seconds until one is available."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return 0.0
+            return (1.0 - self._tokens) / self.rate
+
+
+class Session:
+    """One caller of the gate: a name, its scopes, the tools it is offered, its rate limit.
+
+    A session is live state (its token bucket); share one object between the calls of one
+    caller. Thread-safe.
+
+    Args:
+        name: names the session in refusals and in the audit log.
+        scopes: ``{"read"}`` for a read-only session, ``{"read", "write"}`` (the default)
+            for full access.
+        tools: the tool names offered to this session; None offers every tool of the gate.
+        rate_limit: calls per second and burst; None: no limit.
+
+    Raises:
+        ValueError: no scope, or a scope other than ``read`` and ``write``.
+    """
+
+    __slots__ = ("_bucket", "name", "rate_limit", "scopes", "tools")
+
+    def __init__(self, name: str = "default", *, scopes: Iterable[str] = SCOPES,
+                 tools: Iterable[str] | None = None,
+                 rate_limit: RateLimit | None = None) -> None:
+        self.name = name
+        self.scopes = frozenset(scopes)
+        if not self.scopes or not self.scopes <= set(SCOPES):
+            raise ValueError(f"scopes must be a non-empty subset of {SCOPES}, "
+                             f"got {sorted(self.scopes)}")
+        #: The offered tool names in order, or None for every tool.
+        self.tools = tuple(tools) if tools is not None else None
+        self.rate_limit = rate_limit
+        self._bucket = TokenBucket(rate_limit.rate, rate_limit.burst) if rate_limit else None
+
+    def offers(self, tool: str) -> bool:
+        """True when the tool named ``tool`` is offered to this session."""
+        return self.tools is None or tool in self.tools
+
+    def check_scope(self, tool: Tool) -> Refusal | None:
+        """Step 1: ``denied-<tool>`` when the scopes do not cover ``tool``, else None."""
+        needed = "read" if tool.read_only else "write"
+        if needed in self.scopes:
+            return None
+        held = " and ".join(sorted(self.scopes))
+        return Refusal("authorize", f"denied-{tool.name}",
+                       f"session {self.name} holds the {held} scope; {tool.name} needs the "
+                       f"{needed} scope, so this session cannot call it")
+
+    def take_token(self) -> Refusal | None:
+        """Step 4: spend one call of the rate limit; ``rate-limited`` when none is left."""
+        if self._bucket is None:
+            return None
+        wait = self._bucket.take()
+        if not wait:
+            return None
+        limit = self._bucket
+        return Refusal("authorize", "rate-limited",
+                       f"session {self.name} is over its rate limit of {limit.rate:g} calls "
+                       f"per second (burst {limit.burst}); retry in {wait:.2f} s")
+
+    def __repr__(self) -> str:
+        return (f"Session({self.name!r}, scopes={sorted(self.scopes)!r}, "
+                f"tools={self.tools!r}, rate_limit={self.rate_limit!r})")
+
+
+def register_address(tool: Tool, arguments: Mapping[str, Any]) -> int | None:
+    """The register a call would change: ``arguments["addr"]`` for a tool that is not
+    read-only, else None (reads are never write-protected)."""
+    if tool.read_only:
+        return None
+    addr = arguments.get("addr")
+    return addr if type(addr) is int else None
+
+
+def check_read_only(registers: RegisterMap, addr: int) -> Refusal | None:
+    """Step 2: ``read-only-register`` for a write to a register marked read-only."""
+    if addr not in registers.read_only:
+        return None
+    return Refusal("authorize", "read-only-register",
+                   f"register {addr} is read-only in this device's register map; no call "
+                   "can write it")
+
+
+def ask_approval(registers: RegisterMap, addr: int, approve: Approver | None,
+                 request: Callable[[], ApprovalRequest]) -> Refusal | None:
+    """Step 5: for a protected register, ask ``approve``; ``approval-denied`` unless it
+    returns ``True`` (anything else it returns, or an exception it raises, denies).
+
+    Args:
+        registers: the register map.
+        addr: the register the call writes.
+        approve: the approval hook, or None (every protected write is denied).
+        request: builds the :class:`ApprovalRequest` (only when the hook is asked).
+    """
+    if addr not in registers.protected:
+        return None
+    if approve is None:
+        return Refusal("authorize", "approval-denied",
+                       f"register {addr} is protected: writing it needs approval, and no "
+                       "approver is configured")
+    try:
+        approved = approve(request()) is True
+    except Exception:  # the hook's failure is a denial, never an approval
+        logger.exception("regdev: the approval hook raised; the write is denied")
+        approved = False
+    if approved:
+        return None
+    return Refusal("authorize", "approval-denied",
+                   f"register {addr} is protected and the approver denied this write")
