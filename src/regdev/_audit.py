@@ -12,9 +12,15 @@ Rules of this file:
   thread commits it, at most ``flush_interval`` seconds (default 0.05) plus the time of the
   commits ahead of it, or until a durable commit takes it along. :meth:`AuditLog.close` (and
   interpreter exit) commits everything.
-* Group commit: committers take turns under one lock, and whoever holds it commits every
-  pending record in one transaction. Concurrent writers queue behind the one committing and the
-  next of them commits for all, so N writers share one commit instead of paying N.
+* Group commit: committers take turns (one at a time), and whoever has the turn commits every
+  pending record in one transaction; a writer whose record another committer took along just
+  waits for that commit to end. When other threads have appended records in the last
+  ``SIBLING_WINDOW`` seconds (0.005), a writer first waits, at most ``commit_delay`` seconds
+  (default 0.001), until each of them has appended one more record, so that they share its
+  commit (PostgreSQL's ``commit_delay`` and ``commit_siblings``). A lone writer never waits.
+  The wait matters under CPython's interpreter lock: a commit releases that lock only for tens
+  of microseconds, too short for a waiting thread to wake, so without a real wait the
+  committing thread wins the lock back each time and concurrent writers commit one by one.
 * Durability: ``"crash"`` (the default) is WAL with ``synchronous=NORMAL``: a committed record is
   in the operating system's file cache when the commit returns and survives the process being
   killed, but the last commits can be lost if the machine loses power or the OS crashes.
@@ -34,17 +40,21 @@ import logging
 import os
 import sqlite3
 import threading
+from _thread import get_ident
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from time import monotonic
 from typing import Any, Literal
 
 import msgspec
 
 from ._errors import AuditError
 from ._idempotency import INSERT_KEY, KEYS_SCHEMA, IdempotencyStore
+from ._observation import Observation, Refusal
 
 __all__ = [
+    "DEFAULT_COMMIT_DELAY",
     "DEFAULT_FLUSH_INTERVAL",
     "DEFAULT_MAX_RAW_BYTES",
     "AuditLog",
@@ -62,6 +72,10 @@ DEFAULT_FLUSH_INTERVAL = 0.05
 DEFAULT_MAX_RAW_BYTES = 4096
 #: Records waiting to be committed beyond which an appending caller commits them itself.
 MAX_PENDING = 4096
+#: Longest wait, in seconds, of a write's commit for the records of other threads.
+DEFAULT_COMMIT_DELAY = 0.001
+#: A thread that appended a record within this many seconds counts as a committer's sibling.
+SIBLING_WINDOW = 0.005
 
 Durability = Literal["crash", "power-loss"]
 _SYNCHRONOUS: dict[str, str] = {"crash": "NORMAL", "power-loss": "FULL"}
@@ -75,16 +89,18 @@ CREATE TABLE IF NOT EXISTS calls (
     session         TEXT NOT NULL,
     dialect         TEXT,
     loop_id         TEXT,
-    step            INTEGER,
-    raw             TEXT,                 -- the first max_raw_bytes of the raw call, UTF-8
+    step            INTEGER,              -- the step in the loop; for a stop, the step count
+    raw             BLOB,                 -- the first max_raw_bytes bytes of the raw call
     raw_bytes       INTEGER,              -- the raw call's full size, bytes
-    raw_sha256      TEXT,                 -- hex SHA-256 of the full raw call
+    raw_sha256      BLOB,                 -- SHA-256 of the full raw call (32 bytes)
     ok              INTEGER NOT NULL,     -- 1 accepted, 0 refused
     stage           TEXT,                 -- the refusing stage
     code            TEXT,                 -- the verdict code; for a stop, the stop reason
+    message         TEXT,                 -- the refusal's message; for a stop, its detail
     tool            TEXT,
     arguments       TEXT,                 -- JSON
-    observation     TEXT,                 -- JSON, as returned; for a stop {"stop", "detail"}
+    result          TEXT,                 -- JSON: the accepted call's result object
+    call_id         TEXT,                 -- the correlation id echoed in the observation
     idempotency_key TEXT,
     replay          INTEGER NOT NULL,     -- 1 when a stored observation was returned
     parse_ns        INTEGER,              -- time spent in each stage, nanoseconds
@@ -101,8 +117,9 @@ CREATE TRIGGER IF NOT EXISTS calls_append_only_delete BEFORE DELETE ON calls
 
 _COLUMNS = (
     "time", "event", "session", "dialect", "loop_id", "step", "raw", "raw_bytes", "raw_sha256",
-    "ok", "stage", "code", "tool", "arguments", "observation", "idempotency_key", "replay",
-    "parse_ns", "validate_ns", "authorize_ns", "execute_ns", "observe_ns",
+    "ok", "stage", "code", "message", "tool", "arguments", "result", "call_id",
+    "idempotency_key", "replay", "parse_ns", "validate_ns", "authorize_ns", "execute_ns",
+    "observe_ns",
 )
 _INSERT = (f"INSERT INTO calls ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join('?' * len(_COLUMNS))})")
@@ -156,17 +173,18 @@ class AuditRecord(msgspec.Struct, frozen=True):
         dialect: the dialect the call was declared in (None for a stop).
         loop_id: the loop the call belongs to (``run_loop``), else None.
         step: the step number in that loop, from 1; for a stop, the number of steps.
-        raw: the first ``max_raw_bytes`` of the raw call, decoded as UTF-8 (invalid bytes
-            replaced); None for a decoded call handed over without raw text.
+        raw: the first ``max_raw_bytes`` bytes of the raw call, exactly as received (UTF-8
+            text, or whatever bytes were sent); None for a stop.
         raw_bytes: the raw call's full size, in bytes.
-        raw_sha256: the hex SHA-256 of the full raw call.
+        raw_sha256: the SHA-256 of the full raw call (32 bytes).
         ok: True when the call was accepted.
         stage: the refusing stage, or None.
         code: the verdict code, or None when accepted; for a stop, the stop reason.
+        message: the refusal's one-line message; for a stop, the stop's detail.
         tool: the tool name the call gave (when it gave a string), else None.
         arguments: the arguments as JSON text (validated and bound when the call got that far).
-        observation: the observation's JSON text as returned to the caller; for a stop,
-            ``{"stop": ..., "detail": ...}``.
+        result: the accepted call's result object as JSON text, else None.
+        call_id: the correlation id echoed in the observation, else None.
         idempotency_key: the call's idempotency key, or None.
         replay: True when the stored observation of an earlier call was returned.
         parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns: time spent in each stage,
@@ -180,15 +198,17 @@ class AuditRecord(msgspec.Struct, frozen=True):
     dialect: str | None
     loop_id: str | None
     step: int | None
-    raw: str | None
+    raw: bytes | None
     raw_bytes: int | None
-    raw_sha256: str | None
+    raw_sha256: bytes | None
     ok: bool
     stage: str | None
     code: str | None
+    message: str | None
     tool: str | None
     arguments: str | None
-    observation: str | None
+    result: str | None
+    call_id: str | None
     idempotency_key: str | None
     replay: bool
     parse_ns: int | None
@@ -197,12 +217,30 @@ class AuditRecord(msgspec.Struct, frozen=True):
     execute_ns: int | None
     observe_ns: int | None
 
+    def observation(self) -> Observation | None:
+        """The observation the caller got (None for a stop record)."""
+        if self.event != "call":
+            return None
+        if self.ok:
+            result = msgspec.json.decode(self.result) if self.result is not None else None
+            return Observation(True, self.tool, result, id=self.call_id, replay=self.replay)
+        refusal = Refusal(self.stage, self.code or "", self.message or "")  # type: ignore[arg-type]
+        return Observation(False, refusal=refusal, id=self.call_id, replay=self.replay)
+
     def to_dict(self) -> dict[str, Any]:
-        """The record as one JSON object, ``arguments`` and ``observation`` as JSON values."""
+        """The record as one JSON object: ``raw`` as text (invalid UTF-8 replaced),
+        ``raw_sha256`` in hex, ``arguments`` and ``result`` as JSON values, and the
+        ``observation`` the caller got, rebuilt from the columns."""
         out = msgspec.structs.asdict(self)
-        for name in ("arguments", "observation"):
+        if self.raw is not None:
+            out["raw"] = self.raw.decode("utf-8", "replace")
+        if self.raw_sha256 is not None:
+            out["raw_sha256"] = self.raw_sha256.hex()
+        for name in ("arguments", "result"):
             if out[name] is not None:
                 out[name] = msgspec.json.decode(out[name])
+        observation = self.observation()
+        out["observation"] = observation.to_dict() if observation is not None else None
         return out
 
 
@@ -215,6 +253,8 @@ class AuditLog:
             killed) or ``"power-loss"`` (it survives power loss too; ``synchronous=FULL``).
         flush_interval: the longest wait, in seconds (> 0), of a read's or refusal's record
             before it is committed.
+        commit_delay: the longest wait, in seconds (>= 0), of a write's commit for the records
+            of the other threads calling (group commit; see the module docstring).
         max_raw_bytes: bytes of each raw call kept (>= 0); its size and SHA-256 are always kept.
 
     Attributes:
@@ -228,22 +268,30 @@ class AuditLog:
 
     def __init__(self, path: str | Path, *, durability: Durability = "crash",
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+                 commit_delay: float = DEFAULT_COMMIT_DELAY,
                  max_raw_bytes: int = DEFAULT_MAX_RAW_BYTES) -> None:
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be one of {', '.join(_SYNCHRONOUS)}, "
                              f"got {durability!r}")
         if not flush_interval > 0:
             raise ValueError(f"flush_interval must be > 0 seconds, got {flush_interval!r}")
+        if not commit_delay >= 0:
+            raise ValueError(f"commit_delay must be >= 0 seconds, got {commit_delay!r}")
         if type(max_raw_bytes) is not int or max_raw_bytes < 0:
             raise ValueError(f"max_raw_bytes must be an int >= 0, got {max_raw_bytes!r}")
         self.path = Path(path)
         self.durability = durability
         self.flush_interval = flush_interval
+        self.commit_delay = commit_delay
         self.max_raw_bytes = max_raw_bytes
         self._conn = self._open()
         self._pending: list[_Item] = []
-        self._lock = threading.Lock()          # guards _pending and _closed
-        self._commit_lock = threading.Lock()   # one committer at a time
+        self._lock = threading.Lock()  # guards everything below
+        self._arrived = threading.Condition(self._lock)    # a record was appended (gathering)
+        self._committed = threading.Condition(self._lock)  # a committer's turn ended
+        self._committing = False       # one committer at a time
+        self._seen: dict[int, float] = {}      # thread id -> monotonic time of its last append
+        self._gathering = False
         self._closed = False
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
@@ -284,36 +332,54 @@ class AuditLog:
 
     # --- writing --------------------------------------------------------------------------
 
-    def row(self, *, time: float, session: str, dialect: str | None, raw: str | bytes | None,
-            ok: bool, stage: str | None, code: str | None, tool: str | None,
-            arguments: str | None, observation: str | None, event: str = "call",
+    def row(self, *, time: float, session: str, dialect: str | None, raw: object,
+            observation: Observation, tool: str | None, arguments: str | None,
             loop_id: str | None = None, step: int | None = None,
-            idempotency_key: str | None = None, replay: bool = False,
+            idempotency_key: str | None = None,
             timings: Sequence[int | None] = (None,) * 5) -> Row:
-        """Build one record (the columns of :class:`AuditRecord` but ``id``).
+        """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
-        ``raw`` is cut to ``max_raw_bytes`` here, and its full size and SHA-256 computed;
-        ``arguments`` and ``observation`` are JSON text; ``timings`` holds the nanoseconds of
-        parse, validate, authorize, execute and observe.
+        Args:
+            time: Unix time, seconds.
+            session: the session's name.
+            dialect: the call's dialect.
+            raw: the raw call (``bytes``, or ``str`` encoded here as UTF-8); it is cut to
+                ``max_raw_bytes`` and its full size and SHA-256 are computed here. None for
+                a call handed over decoded without text.
+            observation: what the caller got.
+            tool: the tool name, if the call gave one.
+            arguments: the arguments as JSON text.
+            loop_id: the loop, if any.
+            step: the step in the loop.
+            idempotency_key: the call's key, if any.
+            timings: nanoseconds spent in parse, validate, authorize, execute and observe.
         """
-        raw_text = raw_size = raw_sha = None
+        raw_size = raw_sha = None
         if raw is not None:
-            if type(raw) is str:
-                try:
-                    data = raw.encode("utf-8")
-                    raw_text = raw if len(data) <= self.max_raw_bytes else None
-                except UnicodeEncodeError:  # lone surrogates: keep them visible, replaced
-                    data = raw.encode("utf-8", "surrogatepass")
-            elif isinstance(raw, bytes | bytearray | memoryview):
-                data = bytes(raw)
-            else:  # not text at all (the parse stage refused it): keep what it was
-                data = repr(raw).encode("utf-8", "replace")
-            if raw_text is None:
-                raw_text = data[: self.max_raw_bytes].decode("utf-8", "replace")
-            raw_size, raw_sha = len(data), hashlib.sha256(data).hexdigest()
-        return (time, event, session, dialect, loop_id, step, raw_text, raw_size, raw_sha,
-                ok, stage, code, tool, arguments, observation, idempotency_key, replay,
-                *timings)
+            if type(raw) is not bytes:
+                raw = raw.encode("utf-8", "surrogatepass") if type(raw) is str \
+                    else repr(raw).encode("utf-8", "replace")
+            raw_size, raw_sha = len(raw), hashlib.sha256(raw).digest()
+            if raw_size > self.max_raw_bytes:
+                raw = raw[: self.max_raw_bytes]
+        refusal = observation.refusal
+        if refusal is None:
+            stage = code = message = None
+            result = encode_json(observation.result)
+        else:
+            stage, code, message, result = refusal.stage, refusal.code, refusal.message, None
+        return (time, "call", session, dialect, loop_id, step, raw, raw_size, raw_sha,
+                observation.ok, stage, code, message, tool, arguments, result, observation.id,
+                idempotency_key, observation.replay, *timings)
+
+    @staticmethod
+    def stop_row(*, time: float, session: str, loop_id: str, stop: str, detail: str,
+                 steps: int) -> Row:
+        """Build the record of a loop's stop: the reason in ``code``, the detail in
+        ``message``, the number of steps in ``step``; ``ok`` when the loop stopped ``done``."""
+        return (time, "stop", session, None, loop_id, steps, None, None, None, stop == "done",
+                None, stop, detail, None, None, None, None, None, False, None, None, None, None,
+                None)
 
     def append(self, row: Row, key_row: tuple[Any, ...] | None = None, *,
                durable: bool = False) -> None:
@@ -333,17 +399,65 @@ class AuditLog:
             if self._closed:
                 raise AuditError(f"the audit log {self.path} is closed")
             self._pending.append((row, key_row, box))
+            self._seen[get_ident()] = monotonic()
+            if self._gathering:
+                self._arrived.notify()
             backlog = len(self._pending) >= MAX_PENDING
         if box is None and not backlog:
             return
-        with self._commit_lock:
-            if box is None or box[0] is None:  # not yet committed by an earlier committer
-                self._commit_pending()
-        if box is not None and box[0] is not True:
-            raise AuditError(str(box[0]))
+        outcome = self._commit(box, gather=box is not None and self.commit_delay > 0)
+        if outcome is not True:
+            raise AuditError(str(outcome))
+
+    def _commit(self, box: list[object] | None = None, *, gather: bool = False) -> object:
+        """Commit the pending records in this thread's turn; with ``box``, return as soon as
+        that record is committed, by this thread or another.
+
+        Returns:
+            True, or the text of the error that lost the records.
+        """
+        with self._lock:
+            while self._committing and (box is None or box[0] is None):
+                self._committed.wait()
+            if box is not None and box[0] is not None:
+                return box[0]
+            self._committing = True
+        try:
+            if gather:
+                self._gather()
+            outcome = self._commit_pending()
+        finally:
+            with self._lock:
+                self._committing = False
+                self._committed.notify_all()
+        return box[0] if box is not None else outcome
+
+    def _gather(self) -> None:
+        """Wait, at most ``commit_delay``, until every other thread that appended a record in
+        the last ``SIBLING_WINDOW`` seconds has appended one more. Call in a commit turn."""
+        with self._lock:
+            now, me = monotonic(), get_ident()
+            horizon = now - SIBLING_WINDOW
+            if len(self._seen) > 256:  # forget threads that stopped calling
+                self._seen = {t: last for t, last in self._seen.items() if last >= horizon}
+            siblings = sum(last >= horizon for t, last in self._seen.items() if t != me)
+            if not siblings:
+                return
+            deadline = now + self.commit_delay
+            self._gathering = True
+            try:
+                while len(self._pending) <= siblings:
+                    remaining = deadline - monotonic()
+                    if remaining <= 0 or not self._arrived.wait(remaining):
+                        # the threads that did not come stopped calling: wait no more for them
+                        self._seen = {t: last for t, last in self._seen.items()
+                                      if last >= now or t == me}
+                        return
+            finally:
+                self._gathering = False
 
     def _commit_pending(self) -> object:
-        """Commit every pending record in one transaction; hold ``_commit_lock``.
+        """Commit every pending record in one transaction; call in a commit turn.
 
         Returns True, or the error text when the commit failed (the records are then lost).
         """
@@ -377,8 +491,7 @@ class AuditLog:
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.flush_interval):
             if self._pending:
-                with self._commit_lock:
-                    self._commit_pending()
+                self._commit()
 
     def flush(self) -> None:
         """Commit every pending record now.
@@ -386,8 +499,7 @@ class AuditLog:
         Raises:
             AuditError: the commit failed (those records are lost; the error is logged too).
         """
-        with self._commit_lock:
-            outcome = self._commit_pending()
+        outcome = self._commit()
         if outcome is not True:
             raise AuditError(str(outcome))
 
@@ -405,10 +517,13 @@ class AuditLog:
         self._stop.set()
         if self._flusher is not threading.current_thread():
             self._flusher.join()
-        with self._commit_lock:
-            self._commit_pending()
-            with _mapped(f"cannot close the audit database {self.path}"):
-                self._conn.close()
+        self._commit()  # no record can be appended any more: this is the last commit
+        with self._lock:
+            while self._committing:
+                self._committed.wait()
+            self._committing = True  # for good: the connection is closed
+        with _mapped(f"cannot close the audit database {self.path}"):
+            self._conn.close()
         atexit.unregister(self.close)
 
     def __enter__(self) -> AuditLog:
@@ -485,6 +600,9 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
             rows = conn.execute(query, params).fetchall()
         finally:
             conn.close()
-    return [AuditRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7],
-                        row[8], row[9], bool(row[10]), row[11], row[12], row[13], row[14],
-                        row[15], row[16], bool(row[17]), *row[18:]) for row in rows]
+    records = []
+    for row in rows:
+        values = list(row)
+        values[10], values[19] = bool(values[10]), bool(values[19])  # ok, replay
+        records.append(AuditRecord(*values))
+    return records

@@ -236,8 +236,7 @@ def _show_record(record: AuditRecord) -> str:
     head = f"{record.id:>6}  {when}Z  {record.session:<10}"
     loop = f"  loop {record.loop_id[:8]}" if record.loop_id else ""
     if record.event == "stop":
-        detail = msgspec.json.decode(record.observation or "{}").get("detail", "")
-        return f"{head}  loop stop: {record.code} ({detail}){loop}, {record.step} steps"
+        return f"{head}  loop stop: {record.code} ({record.message}){loop}, {record.step} steps"
     verdict = "accepted" if record.ok else f"refused {record.stage}/{record.code}"
     extras = []
     if record.idempotency_key is not None:

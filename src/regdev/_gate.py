@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from itertools import pairwise
 from typing import Any
 
 import msgspec
@@ -113,6 +112,9 @@ class Gate:
         self._runner = TimeoutDevice(self.device, timeout) if timeout is not None else self.device
         self._validator = ReferenceValidator(tools)
         self._guarded = policy is not None or audit is not None
+        #: The register map when it protects any register (else the check is skipped).
+        self._registers = policy.registers if policy is not None and (
+            policy.registers.read_only or policy.registers.protected) else None
         if policy is not None:
             for name, spec in policy.sessions.items():
                 missing = [tool for tool in spec.tools or () if tool not in tools]
@@ -290,6 +292,9 @@ class Gate:
         """``raw`` to parse (from :meth:`handle`), or the decoded ``call`` when it is None."""
         try:
             if raw is not None:
+                if type(raw) is str and len(raw) <= self.max_input_bytes:
+                    # encoded once, for the parser and for the audit record
+                    raw = state.raw = raw.encode("utf-8", "surrogatepass")
                 parsed = parse(raw, state.dialect, max_bytes=self.max_input_bytes)
                 state.marks.append(_now_ns())
                 if isinstance(parsed, Refusal):
@@ -333,7 +338,7 @@ class Gate:
                    state: _CallState) -> Observation | None:
         """The authorize stage, in the order of ``_policy.py``; None lets the call run."""
         state.tool, state.arguments = tool, arguments
-        session, registers = state.session, self.policy.registers if self.policy else None
+        session, registers = state.session, self._registers
         if self.audit is not None and self.audit.closed:
             refusal: Refusal | None = Refusal(
                 "authorize", "audit-error",
@@ -373,25 +378,20 @@ class Gate:
         if audit is None:
             return observation
         tool = state.tool
-        wrote = len(marks) >= 5 and not state.replay and tool is not None and not tool.read_only
-        encoded = msgspec.json.encode(observation.to_dict())
+        wrote = len(marks) == 6 and tool is not None and not tool.read_only
         key_row = None
         if state.reserved and wrote and observation.code in STORED_CODES:
             assert state.key is not None and state.print is not None
-            stored = encoded if observation.id is None else \
-                msgspec.json.encode(replace(observation, id=None).to_dict())
-            key_row = (state.session.name, state.key, state.print, stored.decode(), state.time)
+            stored = msgspec.json.encode(replace(observation, id=None).to_dict()).decode()
+            key_row = (state.session.name, state.key, state.print, stored, state.time)
         row = audit.row(
             time=state.time, session=state.session.name, dialect=state.dialect, raw=state.raw,
-            ok=observation.ok, stage=observation.stage, code=observation.code,
+            observation=observation,
             tool=tool.name if tool is not None else _tool_name(state.call),
             arguments=encode_json(state.arguments) if state.arguments is not None
             else _arguments_text(state.call, audit.max_raw_bytes),
-            observation=encoded.decode(), loop_id=state.loop_id, step=state.step,
-            idempotency_key=state.key, replay=state.replay,
-            timings=[b - a for a, b in pairwise(marks)]
-            + [None] * (6 - len(marks)),
-        )
+            loop_id=state.loop_id, step=state.step, idempotency_key=state.key,
+            timings=_durations(marks))
         try:
             audit.append(row, key_row, durable=wrote)
         except AuditError as error:
@@ -414,11 +414,9 @@ class Gate:
         """Record a loop's stop reason in the audit log (nothing without one). Never raises."""
         if self.audit is None:
             return
-        row = self.audit.row(
-            time=time.time(), event="stop", session=(session or self.default_session).name,
-            dialect=None, raw=None, ok=stop == "done", stage=None, code=stop, tool=None,
-            arguments=None, observation=encode_json({"stop": stop, "detail": detail}),
-            loop_id=loop_id, step=steps)
+        row = self.audit.stop_row(time=time.time(),
+                                  session=(session or self.default_session).name,
+                                  loop_id=loop_id, stop=stop, detail=detail, steps=steps)
         try:
             self.audit.append(row)
         except AuditError as error:
@@ -464,6 +462,14 @@ class _CallState:
         self.print: bytes | None = None
         self.reserved = False
         self.replay = False
+
+
+def _durations(marks: list[int]) -> list[int | None]:
+    """Nanoseconds of the five stages from the clock marks; None for a stage not reached."""
+    out: list[int | None] = [None] * 5
+    for index in range(len(marks) - 1):
+        out[index] = marks[index + 1] - marks[index]
+    return out
 
 
 def _first(*values: Any) -> Any:

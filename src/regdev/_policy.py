@@ -319,7 +319,7 @@ class Session:
         ValueError: no scope, or a scope other than ``read`` and ``write``.
     """
 
-    __slots__ = ("_bucket", "name", "rate_limit", "scopes", "tools")
+    __slots__ = ("_bucket", "_can", "name", "rate_limit", "scopes", "tools")
 
     def __init__(self, name: str = "default", *, scopes: Iterable[str] = SCOPES,
                  tools: Iterable[str] | None = None,
@@ -333,6 +333,7 @@ class Session:
         self.tools = tuple(tools) if tools is not None else None
         self.rate_limit = rate_limit
         self._bucket = TokenBucket(rate_limit.rate, rate_limit.burst) if rate_limit else None
+        self._can = ("write" in self.scopes, "read" in self.scopes)  # indexed by read_only
 
     def offers(self, tool: str) -> bool:
         """True when the tool named ``tool`` is offered to this session."""
@@ -340,9 +341,9 @@ class Session:
 
     def check_scope(self, tool: Tool) -> Refusal | None:
         """Step 1: ``denied-<tool>`` when the scopes do not cover ``tool``, else None."""
-        needed = "read" if tool.read_only else "write"
-        if needed in self.scopes:
+        if self._can[tool.read_only]:
             return None
+        needed = "read" if tool.read_only else "write"
         held = " and ".join(sorted(self.scopes))
         return Refusal("authorize", f"denied-{tool.name}",
                        f"session {self.name} holds the {held} scope; {tool.name} needs the "
