@@ -27,6 +27,22 @@ def audit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+class CountingDevice(RegisterFile):
+    """Counts every access that reaches the device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accesses = 0
+
+    def read(self, addr: int) -> int:
+        self.accesses += 1
+        return super().read(addr)
+
+    def write(self, addr: int, data: int) -> int:
+        self.accesses += 1
+        return super().write(addr, data)
+
+
 @pytest.fixture
 def device() -> RegisterFile:
     """A fresh in-process register file, all registers 0."""

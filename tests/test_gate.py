@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import CountingDevice
 from regdev import (
     Device,
     DeviceRefused,
@@ -211,22 +212,6 @@ def test_validated_only_tool_is_refused_at_execute() -> None:
     tool = Tool(name="t", description="", input_schema={"type": "object"})
     obs = Gate(tools=ToolSet([tool])).handle('{"tool": "t", "arguments": {}}')
     assert (obs.stage, obs.code) == ("execute", "device-error")
-
-
-class CountingDevice(RegisterFile):
-    """Counts every access that reaches the device."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.accesses = 0
-
-    def read(self, addr: int) -> int:
-        self.accesses += 1
-        return super().read(addr)
-
-    def write(self, addr: int, data: int) -> int:
-        self.accesses += 1
-        return super().write(addr, data)
 
 
 def assert_one_observation(obs: Observation, device: CountingDevice, before: list[int]) -> None:

@@ -397,7 +397,8 @@ class AuditLog:
         box: list[object] | None = [None] if durable else None
         with self._lock:
             if self._closed:
-                raise AuditError(f"the audit log {self.path} is closed")
+                raise AuditError(f"the audit log {self.path} is closed",
+                                 "the audit log is closed")
             self._pending.append((row, key_row, box))
             self._seen[get_ident()] = monotonic()
             if self._gathering:
@@ -407,7 +408,8 @@ class AuditLog:
             return
         outcome = self._commit(box, gather=box is not None and self.commit_delay > 0)
         if outcome is not True:
-            raise AuditError(str(outcome))
+            raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
+                             str(outcome))
 
     def _commit(self, box: list[object] | None = None, *, gather: bool = False) -> object:
         """Commit the pending records in this thread's turn; with ``box``, return as soon as
@@ -459,7 +461,7 @@ class AuditLog:
     def _commit_pending(self) -> object:
         """Commit every pending record in one transaction; call in a commit turn.
 
-        Returns True, or the error text when the commit failed (the records are then lost).
+        Returns True, or SQLite's error text when the commit failed (the records are lost).
         """
         with self._lock:
             items, self._pending = self._pending, []
@@ -478,8 +480,9 @@ class AuditLog:
                     conn.executemany(INSERT_KEY, keys)
                 conn.execute("COMMIT")
         except sqlite3.Error as error:
-            outcome = f"could not commit to the audit database {self.path}: {error}"
-            logger.error("regdev: %d audit record(s) lost: %s", len(items), outcome)
+            outcome = str(error)
+            logger.error("regdev: %d audit record(s) lost: could not commit to the audit "
+                         "database %s: %s", len(items), self.path, outcome)
             if conn.in_transaction:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
@@ -501,7 +504,8 @@ class AuditLog:
         """
         outcome = self._commit()
         if outcome is not True:
-            raise AuditError(str(outcome))
+            raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
+                             str(outcome))
 
     @property
     def closed(self) -> bool:

@@ -82,7 +82,16 @@ class PolicyError(RegdevError, ValueError):
 
 
 class AuditError(RegdevError):
-    """The audit database could not be opened, read or written (the message names the path)."""
+    """The audit database could not be opened, read or written (the message names the path).
+
+    Attributes:
+        reason: the storage error alone, without the path (safe to show a model), e.g.
+            ``"disk I/O error"``; empty when there is none.
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(message)
 
 
 class DeviceError(RegdevError):

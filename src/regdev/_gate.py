@@ -401,7 +401,8 @@ class Gate:
             return Observation.refused(
                 Refusal("observe", "audit-error",
                         "the call ran on the device but its audit record could not be "
-                        f"written ({escape_text(str(error), 120)}); read the register back"),
+                        f"written ({escape_text(error.reason or 'audit log failure', 80)}); "
+                        "read the register back"),
                 observation.id)
         if key_row is not None:
             assert state.key is not None and state.print is not None

@@ -1,0 +1,390 @@
+"""The audit log: one append-only record per call, durable writes, group commit, CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import CountingDevice
+from regdev import (
+    AuditError,
+    AuditLog,
+    AuditRecord,
+    Gate,
+    Policy,
+    RegisterMap,
+    ScriptedProposer,
+    read_audit,
+    run_loop,
+)
+from regdev._audit import default_audit_path
+from regdev._cli import main
+
+WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
+READ = '{"tool": "read_register", "arguments": {"addr": 3}}'
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "audit.db"
+
+
+def only(records: list[AuditRecord]) -> AuditRecord:
+    assert len(records) == 1, records
+    return records[0]
+
+
+def test_accepted_write_record_has_every_field(db: Path) -> None:
+    """Time, session, dialect, raw (size, SHA-256), verdict, tool, arguments, result, timings."""
+    before = time.time()
+    with Gate(audit=AuditLog(db)) as gate:
+        gate.handle(WRITE)
+    record = only(read_audit(db))
+    raw = WRITE.encode()
+    assert before <= record.time <= time.time()
+    assert (record.event, record.session, record.dialect, record.ok) == (
+        "call", "default", "canonical", True)
+    assert (record.raw, record.raw_bytes, record.raw_sha256) == (
+        raw, len(raw), hashlib.sha256(raw).digest())
+    assert (record.stage, record.code, record.message, record.tool) == (
+        None, None, None, "write_register")
+    assert json.loads(record.arguments or "") == {"addr": 3, "data": 255}
+    assert json.loads(record.result or "") == {"addr": 3, "data": 255}
+    assert (record.call_id, record.idempotency_key, record.replay) == ("c1", None, False)
+    timings = (record.parse_ns, record.validate_ns, record.authorize_ns, record.execute_ns,
+               record.observe_ns)
+    assert all(type(t) is int and t >= 0 for t in timings), timings
+
+
+def test_refusals_record_the_stage_reached(db: Path) -> None:
+    """A refusal's record names its stage and code; stages not reached have no time."""
+    with Gate(audit=AuditLog(db)) as gate:
+        gate.handle("{not json")
+        gate.handle('{"tool": "write_register", "arguments": {"addr": 16, "data": 1}}')
+    parse_refusal, range_refusal = read_audit(db)
+    assert (parse_refusal.stage, parse_refusal.code, parse_refusal.tool) == (
+        "parse", "not-json", None)
+    assert parse_refusal.parse_ns is not None and parse_refusal.validate_ns is None
+    assert (range_refusal.stage, range_refusal.code, range_refusal.tool) == (
+        "validate", "range-addr", "write_register")
+    assert range_refusal.message == "addr 16 is outside 0..15"
+    assert json.loads(range_refusal.arguments or "") == {"addr": 16, "data": 1}
+    assert range_refusal.validate_ns is not None and range_refusal.authorize_ns is None
+
+
+def test_raw_is_capped_but_its_size_and_hash_are_of_the_whole(db: Path) -> None:
+    """Only max_raw_bytes are kept; raw_bytes and raw_sha256 describe the full call."""
+    raw = b'{"tool": "read_register", "arguments": {"addr": 1}, "pad": "\xff\xfe"}'
+    with Gate(audit=AuditLog(db, max_raw_bytes=16)) as gate:
+        gate.handle(raw)
+    record = only(read_audit(db))
+    assert record.raw == raw[:16]
+    assert (record.raw_bytes, record.raw_sha256) == (len(raw), hashlib.sha256(raw).digest())
+    assert record.code == "not-json"  # invalid UTF-8, kept exactly in the database
+
+
+def test_json_export_shows_text_hex_and_the_observation(db: Path) -> None:
+    """to_dict: raw as text, SHA-256 in hex, JSON values, and the observation rebuilt."""
+    with Gate(audit=AuditLog(db)) as gate:
+        observation = gate.handle(WRITE)
+        refused = gate.handle(b'{"tool": "x", "arguments": {}, "bad": "\xff"}')
+    ok, bad = (record.to_dict() for record in read_audit(db))
+    assert ok["observation"] == observation.to_dict()
+    assert ok["raw"] == WRITE and ok["raw_sha256"] == hashlib.sha256(WRITE.encode()).hexdigest()
+    assert ok["arguments"] == {"addr": 3, "data": 255}
+    assert bad["observation"] == refused.to_dict() and "\ufffd" in bad["raw"]
+    json.dumps(bad)  # every value is JSON
+
+
+def test_the_log_is_append_only(db: Path) -> None:
+    """The database itself refuses UPDATE and DELETE of records and keys."""
+    with Gate(audit=AuditLog(db)) as gate:
+        gate.handle('{"tool": "write_register", "arguments": {"addr": 1, "data": 1}, '
+                    '"idempotency_key": "k"}')
+    conn = sqlite3.connect(db)
+    for statement in ("UPDATE calls SET ok = 0", "DELETE FROM calls",
+                      "UPDATE idempotency_keys SET observation = ''",
+                      "DELETE FROM idempotency_keys"):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute(statement)
+    conn.close()
+
+
+@pytest.mark.parametrize(("durability", "synchronous"), [("crash", 1), ("power-loss", 2)])
+def test_wal_mode_and_durability_levels(db: Path, durability: Any, synchronous: int) -> None:
+    """WAL always; synchronous NORMAL (1) against a crash, FULL (2) against power loss."""
+    audit = AuditLog(db, durability=durability)
+    assert audit._conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous
+    audit.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_a_write_is_committed_before_its_observation_returns(db: Path) -> None:
+    """Another connection sees the write's record as soon as handle() returns."""
+    gate = Gate(audit=AuditLog(db, flush_interval=3600))  # the flusher never runs
+    gate.handle(READ)
+    gate.handle(WRITE)
+    records = read_audit(db)  # a separate, read-only connection
+    assert [r.tool for r in records] == ["read_register", "write_register"]
+    gate.close()
+
+
+def test_reads_are_group_committed_and_close_flushes_them(db: Path) -> None:
+    """A read's record may wait in memory; close() commits it."""
+    gate = Gate(audit=AuditLog(db, flush_interval=3600))
+    gate.handle(READ)
+    assert read_audit(db) == []  # waiting for the flusher (never, here) or a write
+    gate.close()
+    assert only(read_audit(db)).tool == "read_register"
+
+
+def test_the_flusher_commits_within_its_interval(db: Path) -> None:
+    """With no write to carry them, records are committed by the flusher thread."""
+    gate = Gate(audit=AuditLog(db, flush_interval=0.01))
+    gate.handle(READ)
+    deadline = time.monotonic() + 10
+    while not read_audit(db) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(read_audit(db)) == 1
+    gate.close()
+
+
+class BrokenConnection:
+    """Stands in for the SQLite connection when the disk fails."""
+
+    in_transaction = False
+
+    def execute(self, *args: Any) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    executemany = execute
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_write_whose_record_cannot_be_committed_is_not_a_success(
+        db: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The device ran it, but the caller gets audit-error, never ok."""
+    device = CountingDevice()
+    gate = Gate(device, audit=AuditLog(db))
+    real = gate.audit._conn  # type: ignore[union-attr]
+    gate.audit._conn = BrokenConnection()  # type: ignore[union-attr, assignment]
+    with caplog.at_level(logging.ERROR, logger="regdev"):
+        obs = gate.handle(WRITE)
+    assert (obs.ok, obs.stage, obs.code) == (False, "observe", "audit-error")
+    assert "disk I/O error" in (obs.message or "") and "read the register back" in (
+        obs.message or "")
+    assert obs.refusal is not None and not obs.refusal.retryable and obs.id == "c1"
+    assert device.accesses == 1 and "lost" in caplog.text
+    gate.audit._conn = real  # type: ignore[union-attr]
+    gate.close()
+
+
+def test_a_closed_audit_log_refuses_every_call(db: Path) -> None:
+    """Nothing runs unrecorded: after close, calls are audit-error and never reach the device."""
+    device = CountingDevice()
+    gate = Gate(device, audit=AuditLog(db))
+    gate.close()
+    obs = gate.handle(WRITE)
+    assert (obs.stage, obs.code) == ("authorize", "audit-error")
+    assert device.accesses == 0
+
+
+def test_not_an_audit_database(tmp_path: Path) -> None:
+    """Another SQLite database, a newer schema, or not SQLite at all: AuditError, one line."""
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(AuditError, match="not a regdev audit log"):
+        AuditLog(other)
+    newer = tmp_path / "newer.db"
+    sqlite3.connect(newer).execute("PRAGMA user_version = 99").connection.close()
+    with pytest.raises(AuditError, match="schema version 99"):
+        AuditLog(newer)
+    text = tmp_path / "text.db"
+    text.write_text("hello, this is not a database at all" * 100)
+    with pytest.raises(AuditError, match="cannot open the audit database"):
+        AuditLog(text)
+    with pytest.raises(AuditError, match="no audit database at"):
+        read_audit(tmp_path / "missing.db")
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [("durability", "disk"), ("flush_interval", 0), ("commit_delay", -1),
+     ("max_raw_bytes", -1)],
+)
+def test_audit_arguments_are_checked(db: Path, keyword: str, value: Any) -> None:
+    """Bad settings are ValueError at construction."""
+    with pytest.raises(ValueError, match=keyword):
+        AuditLog(db, **{keyword: value})
+
+
+def test_loop_steps_and_stop_are_recorded(db: Path) -> None:
+    """Each step's record carries the loop id and step; the stop is one more record."""
+    proposer = ScriptedProposer([READ, '{"tool": "read_register", "arguments": {"addr": 99}}',
+                                 '{"tool": "read_register", "arguments": {}}'])
+    with Gate(audit=AuditLog(db)) as gate:
+        result = run_loop(proposer, gate)
+    records = read_audit(db, loop_id=result.loop_id)
+    assert [(r.event, r.step, r.code) for r in records] == [
+        ("call", 1, None), ("call", 2, "range-addr"), ("call", 3, "missing-addr"),
+        ("stop", 3, "rejected")]
+    assert records[-1].message == result.detail and records[-1].ok is False
+    assert records[-1].to_dict()["observation"] is None
+
+
+def test_filters(db: Path) -> None:
+    """session, code (ok for accepted), time range, loop and last combine."""
+    policy = Policy.from_dict({"sessions": {"viewer": {"scopes": ["read"]}}})
+    with Gate(audit=AuditLog(db), policy=policy) as gate:
+        gate.handle(READ)
+        gate.handle(WRITE, session=gate.session("viewer"))
+        middle = time.time()
+        gate.handle(WRITE)
+    assert [r.session for r in read_audit(db, session="viewer")] == ["viewer"]
+    assert [r.code for r in read_audit(db, code="denied-write_register")] == [
+        "denied-write_register"]
+    assert [r.tool for r in read_audit(db, code="ok")] == ["read_register", "write_register"]
+    assert [r.id for r in read_audit(db, since=middle)] == [3]
+    assert [r.id for r in read_audit(db, until=middle)] == [1, 2]
+    assert [r.id for r in read_audit(db, last=2)] == [2, 3]
+    assert read_audit(db, session="nobody") == []
+
+
+def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    """$REGDEV_AUDIT, else $XDG_STATE_HOME/regdev/audit.db, else ~/.local/state/..."""
+    monkeypatch.setenv("REGDEV_AUDIT", str(tmp_path / "x.db"))
+    assert default_audit_path() == tmp_path / "x.db"
+    monkeypatch.delenv("REGDEV_AUDIT")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert default_audit_path() == tmp_path / "regdev" / "audit.db"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_audit_path() == tmp_path / ".local" / "state" / "regdev" / "audit.db"
+
+
+# --- the CLI ----------------------------------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_commands_record_to_the_default_audit_log(capsys: pytest.CaptureFixture[str],
+                                                  audit_path: Path) -> None:
+    """demo, replay and call record every call by default; --no-audit records nothing."""
+    run(capsys, "call", READ)
+    run(capsys, "demo", "--json")
+    _, out, _ = run(capsys, "demo")
+    assert f"recorded in the audit log {audit_path}" in out
+    records = read_audit(audit_path)
+    assert len(records) == 1 + 2 * 9  # one call; twice eight steps and a stop
+    assert len({r.loop_id for r in records if r.loop_id}) == 2
+    other = audit_path.parent / "other.db"
+    run(capsys, "call", READ, "--audit", str(other), "--durability", "power-loss")
+    assert only(read_audit(other)).tool == "read_register"
+    run(capsys, "call", READ, "--no-audit", "--audit", str(audit_path.parent / "none.db"))
+    assert not (audit_path.parent / "none.db").exists()
+
+
+def test_audit_command_shows_and_filters(capsys: pytest.CaptureFixture[str],
+                                         audit_path: Path) -> None:
+    """regdev audit prints one line per record and a count; filters apply."""
+    run(capsys, "demo")
+    status, out, _ = run(capsys, "audit")
+    lines = out.splitlines()
+    assert status == 0 and len(lines) == 10 and lines[-1] == f"9 records in {audit_path}"
+    assert "refused validate/range-data" in lines[2] and "loop stop: rejected" in lines[8]
+    status, out, _ = run(capsys, "audit", "--code", "range-data", "--since", "2000-01-01",
+                         "--until", str(time.time() + 60))
+    assert status == 0 and out.count("range-data") == 1 and "1 record in" in out
+    status, out, _ = run(capsys, "audit", "--json", "--last", "1")
+    assert json.loads(out)["event"] == "stop"
+
+
+def test_audit_command_json_exports_every_record(capsys: pytest.CaptureFixture[str],
+                                                 audit_path: Path) -> None:
+    """--json: one JSON object per record, nothing else on stdout."""
+    run(capsys, "demo")
+    _, out, _ = run(capsys, "audit", "--json", "--session", "default")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert len(records) == 9
+    assert records[0]["observation"] == {"ok": True, "tool": "read_register",
+                                         "result": {"addr": 0, "data": 0}}
+    assert {"time", "session", "dialect", "raw", "raw_bytes", "raw_sha256", "stage", "code",
+            "tool", "arguments", "result", "idempotency_key", "parse_ns"} <= set(records[0])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--since", "yesterday"], "--since: expected an ISO 8601 time"),
+        (["--last", "-1"], "--last must be >= 0"),
+        (["--db", "/nonexistent/a.db"], "no audit database at /nonexistent/a.db"),
+    ],
+)
+def test_audit_command_errors_are_one_line(capsys: pytest.CaptureFixture[str],
+                                           argv: list[str], message: str) -> None:
+    """Bad options and a missing database exit 2 with one line."""
+    run(capsys, "call", READ)
+    status, out, err = run(capsys, "audit", *argv)
+    assert status == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_bad_policy_file_in_the_cli_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    """--policy with a bad file: exit 2, one line naming the file and field; nothing runs."""
+    path = tmp_path / "p.toml"
+    path.write_text('[sessions.x]\nscopes = ["root"]\n')
+    status, out, err = run(capsys, "call", READ, "--policy", str(path))
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert f"{path}: `sessions.x.scopes[0]`" in err
+    status, _, err = run(capsys, "demo", "--session", "nobody")
+    assert status == 2 and "session `nobody` needs a policy" in err
+
+
+def test_unusable_audit_path_is_one_line(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    """An audit path that cannot be created: exit 2, one line."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    status, _, err = run(capsys, "call", READ, "--audit", str(blocker / "audit.db"))
+    assert status == 2 and "cannot open the audit database" in err
+
+
+def test_policy_applies_in_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """--policy and --session reach the gate of demo, replay and call."""
+    status, out, _ = run(capsys, "call", '{"tool": "write_register", "arguments": '
+                         '{"addr": 1, "data": 1}}', "--policy", "examples/policy.toml",
+                         "--session", "viewer")
+    assert status == 1 and json.loads(out)["code"] == "denied-write_register"
+    status, out, _ = run(capsys, "demo", "--json", "--policy", "examples/policy.toml",
+                         "--session", "viewer")
+    steps = [json.loads(line) for line in out.splitlines()]
+    assert steps[1]["observation"]["code"] == "denied-write_register"
+    assert steps[-2]["stop"] == "rejected"
+
+
+def test_idempotency_across_cli_calls(capsys: pytest.CaptureFixture[str]) -> None:
+    """Keys persist in the audit log between commands: the second call is a replay."""
+    raw = ('{"tool": "write_register", "arguments": {"addr": 1, "data": 5}, '
+           '"idempotency_key": "cli-1"}')
+    run(capsys, "call", raw)
+    _, out, _ = run(capsys, "call", raw)
+    assert json.loads(out)["replay"] is True
+    _, out, _ = run(capsys, "call", raw.replace('"data": 5', '"data": 6'))
+    assert json.loads(out)["code"] == "idempotency-conflict"
+    _ = RegisterMap  # the register map is exercised in test_policy

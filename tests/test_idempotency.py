@@ -1,0 +1,229 @@
+"""Idempotency keys: a write sent again with its key runs once; keys survive a restart."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import CountingDevice
+from regdev import (
+    AuditLog,
+    DeviceRefused,
+    DeviceTimeout,
+    Gate,
+    Policy,
+    RegisterFile,
+    RegisterMap,
+    parse,
+)
+
+
+def keyed_write(key: object, addr: int = 3, data: int = 7, **extra: object) -> str:
+    return json.dumps({"tool": "write_register", "arguments": {"addr": addr, "data": data},
+                       "idempotency_key": key, **extra})
+
+
+@pytest.fixture
+def audited(tmp_path: Path) -> Gate:
+    """A gate with an audit log (which holds the keys) over a counting device."""
+    return Gate(CountingDevice(), audit=AuditLog(tmp_path / "audit.db"))
+
+
+def accesses(gate: Gate) -> int:
+    device = gate.device
+    assert isinstance(device, CountingDevice)
+    return device.accesses
+
+
+def test_second_call_with_the_key_is_a_replay_and_does_not_run(audited: Gate) -> None:
+    """Same key, same arguments: the first observation comes back marked, nothing runs."""
+    first = audited.handle(keyed_write("k1", id="a"))
+    second = audited.handle(keyed_write("k1", id="b"))
+    assert first.to_dict() == {"ok": True, "tool": "write_register",
+                               "result": {"addr": 3, "data": 7}, "id": "a"}
+    assert second.to_dict() == {"ok": True, "tool": "write_register",
+                                "result": {"addr": 3, "data": 7}, "id": "b", "replay": True}
+    assert accesses(audited) == 1
+
+
+def test_same_key_with_other_arguments_is_refused(audited: Gate) -> None:
+    """A key reused for a different call is idempotency-conflict, final, and never runs."""
+    audited.handle(keyed_write("k1", data=7))
+    obs = audited.handle(keyed_write("k1", data=8))
+    assert (obs.stage, obs.code) == ("authorize", "idempotency-conflict")
+    assert obs.refusal is not None and obs.refusal.retryable is False
+    assert obs.message == ('idempotency key "k1" was already used for a different call; '
+                           "send each distinct call with a new key")
+    assert accesses(audited) == 1 and audited.device.snapshot()[3] == 7
+
+
+def test_equal_arguments_in_another_form_are_the_same_call(audited: Gate) -> None:
+    """Fingerprints use the validated arguments: 7.0 and key order do not matter."""
+    audited.handle(keyed_write("k1", data=7))
+    raw = '{"tool": "write_register", "arguments": {"data": 7.0, "addr": 3}, ' \
+          '"idempotency_key": "k1"}'
+    assert audited.handle(raw).replay is True
+    assert accesses(audited) == 1
+
+
+@pytest.mark.parametrize(
+    ("dialect", "raw"),
+    [
+        ("mcp", '{"name": "write_register", "arguments": {"addr": 3, "data": 7}, '
+                '"_meta": {"idempotency_key": "m1"}}'),
+        ("openai", '{"id": "call_abc", "type": "function", "function": {"name": '
+                   '"write_register", "arguments": "{\\"addr\\": 3, \\"data\\": 7}"}}'),
+        ("anthropic", '{"type": "tool_use", "id": "toolu_01", "name": "write_register", '
+                      '"input": {"addr": 3, "data": 7}}'),
+    ],
+)
+def test_each_dialect_carries_a_key(audited: Gate, dialect: str, raw: str) -> None:
+    """MCP _meta.idempotency_key; the OpenAI and Anthropic tool call id."""
+    assert audited.handle(raw, dialect=dialect).replay is False
+    assert audited.handle(raw, dialect=dialect).replay is True
+    assert accesses(audited) == 1
+
+
+def test_parse_extracts_the_key_per_dialect() -> None:
+    """The key is read from each dialect's envelope, never from the arguments."""
+    canonical = parse('{"tool": "t", "arguments": {"idempotency_key": "x"}}')
+    mcp = parse('{"name": "t", "arguments": {}, "_meta": {"idempotency_key": "m"}}', "mcp")
+    openai = parse('{"id": "call_1", "type": "function", "function": {"name": "t", '
+                   '"arguments": "{}"}}', "openai")
+    assert [getattr(p, "idempotency_key", "?") for p in (canonical, mcp, openai)] == [
+        None, "m", "call_1"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "dialect", "got"),
+    [
+        (keyed_write(5), "canonical", "got an integer"),
+        (keyed_write(""), "canonical", "got 0 characters"),
+        (keyed_write("k" * 257), "canonical", "got 257 characters"),
+        ('{"name": "write_register", "arguments": {"addr": 3, "data": 7}, '
+         '"_meta": {"idempotency_key": ["k"]}}', "mcp", "got an array"),
+    ],
+)
+def test_bad_key_is_refused_before_anything_runs(audited: Gate, raw: str, dialect: str,
+                                                 got: str) -> None:
+    """A key that is not a 1..256 character string is bad-idempotency-key (retryable)."""
+    obs = audited.handle(raw, dialect=dialect)
+    assert (obs.stage, obs.code) == ("validate", "bad-idempotency-key")
+    assert got in (obs.message or "") and obs.refusal is not None and obs.refusal.retryable
+    assert accesses(audited) == 0
+
+
+def test_keys_belong_to_a_session(tmp_path: Path) -> None:
+    """The same key in two sessions names two calls."""
+    gate = Gate(CountingDevice(), audit=AuditLog(tmp_path / "a.db"),
+                policy=Policy.from_dict({"sessions": {"a": {}, "b": {}}}))
+    assert not gate.handle(keyed_write("k"), session=gate.session("a")).replay
+    assert not gate.handle(keyed_write("k"), session=gate.session("b")).replay
+    assert gate.handle(keyed_write("k"), session=gate.session("a")).replay
+    assert accesses(gate) == 2
+
+
+def test_reads_ignore_keys(audited: Gate) -> None:
+    """A read runs every time: it has no effect to repeat, and must see fresh values."""
+    raw = '{"tool": "read_register", "arguments": {"addr": 3}, "idempotency_key": "r"}'
+    assert audited.handle(raw).result == {"addr": 3, "data": 0}
+    audited.handle(keyed_write("w", data=9))
+    again = audited.handle(raw)
+    assert again.result == {"addr": 3, "data": 9} and again.replay is False
+
+
+def test_without_an_audit_log_keys_are_ignored() -> None:
+    """Keys live in the audit database: a gate without one runs every call."""
+    device = CountingDevice()
+    gate = Gate(device)
+    gate.handle(keyed_write("k"))
+    assert gate.handle(keyed_write("k")).replay is False
+    assert device.accesses == 2
+
+
+def test_a_refused_call_does_not_spend_its_key(tmp_path: Path) -> None:
+    """Refused before the device (approval): the key stays free for the corrected attempt."""
+    approve = {"answer": False}
+    policy = Policy(registers=RegisterMap(protected=frozenset({15})),
+                    approve=lambda request: approve["answer"])
+    gate = Gate(CountingDevice(), audit=AuditLog(tmp_path / "a.db"), policy=policy)
+    assert gate.handle(keyed_write("k", addr=15)).code == "approval-denied"
+    approve["answer"] = True
+    retried = gate.handle(keyed_write("k", addr=15))
+    assert retried.ok and not retried.replay and accesses(gate) == 1
+
+
+class FlakyDevice(RegisterFile):
+    """Fails the next write with a chosen error, then works."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next: Exception | None = None
+
+    def write(self, addr: int, data: int) -> int:
+        error, self.fail_next = self.fail_next, None
+        if error is not None:
+            raise error
+        return super().write(addr, data)
+
+
+def test_timeout_frees_the_key_and_device_error_is_stored(tmp_path: Path) -> None:
+    """device-timeout has no definite outcome: retry runs. device-error is kept and replayed."""
+    device = FlakyDevice()
+    gate = Gate(device, audit=AuditLog(tmp_path / "a.db"))
+    device.fail_next = DeviceTimeout("no answer after 0.1 s")
+    assert gate.handle(keyed_write("t")).code == "device-timeout"
+    assert gate.handle(keyed_write("t")).ok
+    device.fail_next = DeviceRefused("ERR BUSY", code="BUSY")
+    first = gate.handle(keyed_write("e"))
+    again = gate.handle(keyed_write("e"))
+    assert (first.code, again.code, again.replay) == ("device-error", "device-error", True)
+    assert device.write_count == 1
+
+
+def test_keys_survive_a_restart(tmp_path: Path) -> None:
+    """A new gate on the same audit database replays the keys of the old one."""
+    path = tmp_path / "a.db"
+    with Gate(CountingDevice(), audit=AuditLog(path)) as first:
+        first.handle(keyed_write("k1", data=1))
+        first.handle(keyed_write("k2", data=2))
+    with Gate(CountingDevice(), audit=AuditLog(path)) as second:
+        assert second.handle(keyed_write("k1", data=1)).replay is True
+        assert second.handle(keyed_write("k2", data=3)).code == "idempotency-conflict"
+        assert accesses(second) == 0
+        assert len(second.audit.idempotency) == 2  # type: ignore[union-attr]
+
+
+class GatedDevice(RegisterFile):
+    """Writes wait for a signal, so a call can be caught running."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def write(self, addr: int, data: int) -> int:
+        self.entered.set()
+        self.go.wait(10)
+        return super().write(addr, data)
+
+
+def test_a_key_still_running_is_idempotency_in_progress(tmp_path: Path) -> None:
+    """While the first call with a key runs, a second is told to come back, and is not run."""
+    device = GatedDevice()
+    gate = Gate(device, audit=AuditLog(tmp_path / "a.db"))
+    results = []
+    worker = threading.Thread(target=lambda: results.append(gate.handle(keyed_write("k"))))
+    worker.start()
+    assert device.entered.wait(10)
+    second = gate.handle(keyed_write("k"))
+    device.go.set()
+    worker.join()
+    assert (second.stage, second.code) == ("authorize", "idempotency-in-progress")
+    assert second.refusal is not None and second.refusal.retryable
+    assert results[0].ok and device.write_count == 1
+    assert gate.handle(keyed_write("k")).replay is True
+    gate.close()

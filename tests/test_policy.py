@@ -1,0 +1,401 @@
+"""The authorize stage: sessions, scopes, offered tools, register map, approval, rate limit,
+timeout, and policy files. Nothing refused reaches the device."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import EXAMPLES, CountingDevice
+from regdev import (
+    ApprovalRequest,
+    Gate,
+    Policy,
+    PolicyError,
+    RateLimit,
+    RegisterFile,
+    RegisterMap,
+    Session,
+    TimeoutDevice,
+)
+from regdev._policy import TokenBucket
+from regdev._tools import READ_REGISTER, WRITE_REGISTER
+
+
+def write(addr: int, data: int = 1) -> str:
+    return json.dumps({"tool": "write_register", "arguments": {"addr": addr, "data": data}})
+
+
+def read(addr: int) -> str:
+    return json.dumps({"tool": "read_register", "arguments": {"addr": addr}})
+
+
+POLICY = Policy.from_dict({
+    "registers": {"read_only": [0], "protected": [15]},
+    "sessions": {
+        "viewer": {"scopes": ["read"]},
+        "reader": {"scopes": ["read"], "tools": ["read_register"]},
+        "writer": {"scopes": ["write"]},
+        "slow": {"rate_limit": {"rate": 0.001, "burst": 1}},
+    },
+})
+
+
+@pytest.mark.parametrize(
+    ("session", "raw", "stage", "code"),
+    [
+        ("viewer", write(3), "authorize", "denied-write_register"),
+        ("writer", read(3), "authorize", "denied-read_register"),
+        ("reader", write(3), "validate", "unknown-tool"),
+        ("default", write(0), "authorize", "read-only-register"),
+        ("default", write(15), "authorize", "approval-denied"),
+    ],
+)
+def test_each_policy_refusal_has_its_stage_and_never_reaches_the_device(
+        session: str, raw: str, stage: str, code: str) -> None:
+    """Each policy code names its stage, and the device sees no access at all."""
+    device = CountingDevice()
+    gate = Gate(device, policy=POLICY)
+    obs = gate.handle(raw, session=gate.session(session))
+    assert (obs.ok, obs.stage, obs.code) == (False, stage, code)
+    assert device.accesses == 0
+    assert device.snapshot() == [0] * 16
+
+
+def test_rate_limited_has_its_stage_and_never_reaches_the_device() -> None:
+    """The call after the burst is rate-limited at authorize; the device saw only the first."""
+    device = CountingDevice()
+    gate = Gate(device, policy=POLICY)
+    slow = gate.session("slow")
+    first, second = gate.handle(read(1), session=slow), gate.handle(read(1), session=slow)
+    assert first.ok
+    assert (second.stage, second.code, second.refusal and second.refusal.retryable) == (
+        "authorize", "rate-limited", True)
+    assert "rate limit of 0.001 calls per second (burst 1); retry in" in (second.message or "")
+    assert device.accesses == 1
+
+
+def test_policy_denials_are_final_and_stop_a_loop_at_once() -> None:
+    """denied-, read-only-register and approval-denied are not retryable."""
+    gate = Gate(policy=POLICY)
+    for session, raw in (("viewer", write(3)), ("default", write(0)), ("default", write(15))):
+        refusal = gate.handle(raw, session=gate.session(session)).refusal
+        assert refusal is not None and refusal.retryable is False, refusal
+
+
+def test_allowed_calls_run() -> None:
+    """The policy refuses only what it names: other reads and writes run."""
+    device = RegisterFile()
+    gate = Gate(device, policy=POLICY)
+    assert gate.handle(write(3, 7), session=gate.session("writer")).ok
+    assert gate.handle(read(0), session=gate.session("viewer")).result == {"addr": 0, "data": 0}
+    assert gate.handle(read(3), session=gate.session("reader")).result == {"addr": 3, "data": 7}
+
+
+def test_unoffered_tool_reads_exactly_like_a_missing_one() -> None:
+    """A session learns nothing about tools it is not offered: same code, own tool list."""
+    gate = Gate(policy=POLICY)
+    reader = gate.session("reader")
+    hidden = gate.handle(write(3), session=reader)
+    missing = gate.handle('{"tool": "erase_chip", "arguments": {}}', session=reader)
+    assert hidden.message == 'unknown tool "write_register"; available tools: read_register'
+    assert missing.message == 'unknown tool "erase_chip"; available tools: read_register'
+
+
+@pytest.mark.parametrize(
+    ("raw", "tool_choice", "code"),
+    [
+        ('{"tool": "write_register", "arguments": "x"}', None, "bad-arguments"),
+        ('{"arguments": {}}', None, "missing-tool"),
+        ('{"tool": "write_register", "arguments": {}}', None, "unknown-tool"),
+        ('{"tool": "write_register", "arguments": {"addr": 99, "data": 1}}', None,
+         "unknown-tool"),
+        ('{"tool": "write_register", "arguments": {}}', "read_register", "wrong-tool"),
+        ('{"tool": "read_register", "arguments": {}}', None, "missing-addr"),
+    ],
+)
+def test_unoffered_tool_takes_the_unknown_tool_position(raw: str, tool_choice: str | None,
+                                                        code: str) -> None:
+    """Shape and wrong-tool come first; an unoffered tool hides its own field errors."""
+    gate = Gate(policy=POLICY)
+    assert gate.handle(raw, session=gate.session("reader"), tool_choice=tool_choice).code == code
+
+
+def test_authorize_order_scope_before_register_map() -> None:
+    """A read-only session writing a read-only register is told about its scope."""
+    gate = Gate(policy=POLICY)
+    assert gate.handle(write(0), session=gate.session("viewer")).code == "denied-write_register"
+
+
+def test_authorize_order_rate_limit_before_approval() -> None:
+    """A rate-limited write to a protected register never reaches the approver."""
+    asked: list[ApprovalRequest] = []
+
+    def approve(request: ApprovalRequest) -> bool:
+        asked.append(request)
+        return True
+
+    policy = Policy.from_dict({"registers": {"protected": [15]},
+                               "rate_limit": {"rate": 0.001, "burst": 1}}, approve=approve)
+    gate = Gate(policy=policy)
+    assert gate.handle(write(15, 9)).ok
+    assert gate.handle(write(15, 9)).code == "rate-limited"
+    assert asked == [ApprovalRequest("default", "write_register", {"addr": 15, "data": 9}, 15)]
+
+
+@pytest.mark.parametrize(
+    ("answer", "ok"),
+    [(True, True), (False, False), ("yes", False), (1, False), (None, False)],
+)
+def test_approval_hook_approves_only_with_true(answer: Any, ok: bool) -> None:
+    """The write runs only when the hook returns True itself."""
+    device = CountingDevice()
+    gate = Gate(device, policy=Policy(registers=RegisterMap(protected=frozenset({15})),
+                                      approve=lambda request: answer))
+    obs = gate.handle(write(15, 3))
+    assert obs.ok is ok
+    assert device.accesses == (1 if ok else 0)
+    if not ok:
+        assert (obs.stage, obs.code) == ("authorize", "approval-denied")
+        assert obs.message == "register 15 is protected and the approver denied this write"
+
+
+def test_approval_hook_that_raises_denies_and_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An approver's exception is a denial, logged, never an approval or a crash."""
+    def broken(request: ApprovalRequest) -> bool:
+        raise RuntimeError("approver is down")
+
+    device = CountingDevice()
+    gate = Gate(device, policy=Policy(registers=RegisterMap(protected=frozenset({15})),
+                                      approve=broken))
+    with caplog.at_level(logging.ERROR, logger="regdev"):
+        obs = gate.handle(write(15))
+    assert obs.code == "approval-denied" and device.accesses == 0
+    assert "approver is down" in caplog.text
+
+
+def test_approver_cannot_change_what_runs() -> None:
+    """The hook gets a copy of the arguments: mutating it does not change the write."""
+    def sneaky(request: ApprovalRequest) -> bool:
+        request.arguments["data"] = 0  # type: ignore[index]
+        return True
+
+    device = RegisterFile()
+    gate = Gate(device, policy=Policy(registers=RegisterMap(protected=frozenset({15})),
+                                      approve=sneaky))
+    assert gate.handle(write(15, 200)).result == {"addr": 15, "data": 200}
+    assert device.snapshot()[15] == 200
+
+
+def test_no_approver_message_says_so() -> None:
+    """Without a hook, a protected write is denied with a message saying why."""
+    obs = Gate(policy=POLICY).handle(write(15))
+    assert obs.message == ("register 15 is protected: writing it needs approval, and no "
+                           "approver is configured")
+
+
+def test_reads_of_protected_and_read_only_registers_are_allowed() -> None:
+    """The register map restricts writes only."""
+    gate = Gate(policy=POLICY)
+    assert gate.handle(read(0)).ok and gate.handle(read(15)).ok
+
+
+def test_session_without_policy_is_enforced() -> None:
+    """A hand-made session applies its scopes and tools on a gate without a policy."""
+    device = CountingDevice()
+    gate = Gate(device)
+    viewer = Session("viewer", scopes={"read"})
+    assert gate.handle(write(1), session=viewer).code == "denied-write_register"
+    assert gate.handle(read(1), session=viewer).ok
+    assert device.accesses == 1
+
+
+@pytest.mark.parametrize("scopes", [set(), {"admin"}, {"read", "root"}])
+def test_session_scopes_are_checked(scopes: set[str]) -> None:
+    """A session needs at least one scope, and only read and write exist."""
+    with pytest.raises(ValueError, match="scopes must be a non-empty subset"):
+        Session("s", scopes=scopes)
+
+
+def test_token_bucket_refills_at_its_rate() -> None:
+    """burst tokens at once, then one per 1/rate seconds of the clock."""
+    now = [0.0]
+    bucket = TokenBucket(rate=2.0, burst=3, clock=lambda: now[0])
+    assert [bucket.take() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take() == pytest.approx(0.5)
+    now[0] = 0.25
+    assert bucket.take() == pytest.approx(0.25)
+    now[0] = 0.5
+    assert bucket.take() == 0.0
+    now[0] = 100.0
+    assert [bucket.take() for _ in range(4)] == [0.0, 0.0, 0.0, pytest.approx(0.5)]
+
+
+def test_each_session_has_its_own_bucket() -> None:
+    """Rate limits are per session: one session's burst does not spend another's."""
+    gate = Gate(policy=Policy(rate_limit=RateLimit(rate=0.001, burst=1)))
+    first, second = gate.session(), gate.session()
+    assert gate.handle(read(1), session=first).ok
+    assert gate.handle(read(1), session=first).code == "rate-limited"
+    assert gate.handle(read(1), session=second).ok
+
+
+def test_policy_limits_apply_and_explicit_arguments_win() -> None:
+    """The policy's caps and timeout configure the gate unless the caller passes their own."""
+    policy = Policy(max_input_bytes=30, max_output_bytes=20, timeout=0.5)
+    gate = Gate(policy=policy)
+    assert (gate.max_input_bytes, gate.max_output_bytes, gate.timeout) == (30, 20, 0.5)
+    assert gate.handle(read(1)).code == "too-large"
+    override = Gate(policy=policy, max_input_bytes=100)
+    assert override.max_input_bytes == 100 and override.handle(read(1)).ok
+
+
+def test_gate_refuses_a_policy_offering_tools_it_lacks() -> None:
+    """A session's tool list must name the gate's tools; the error says which."""
+    policy = Policy.from_dict({"sessions": {"x": {"tools": ["read_register", "erase_chip"]}}})
+    with pytest.raises(PolicyError, match="session `x` the tool `erase_chip`"):
+        Gate(policy=policy)
+
+
+def test_unknown_session_is_a_policy_error() -> None:
+    """Naming a session the policy does not declare fails at once."""
+    with pytest.raises(PolicyError, match="declares no session `admin`; sessions: reader"):
+        Gate(policy=POLICY).session("admin")
+    with pytest.raises(PolicyError, match="needs a policy"):
+        Gate().session("viewer")
+
+
+def test_example_policy_file_loads() -> None:
+    """examples/policy.toml is a valid policy with the sessions the docs use."""
+    policy = Policy.from_file(EXAMPLES / "policy.toml")
+    assert policy.registers == RegisterMap(read_only=frozenset({0}),
+                                           protected=frozenset({15}))
+    assert policy.session("reader").tools == ("read_register",)
+    assert policy.session("viewer").scopes == frozenset({"read"})
+    assert policy.sessions["reader"].rate_limit == RateLimit(rate=5.0, burst=5)
+    assert policy.timeout == 2.0
+
+
+def test_json_policy_file(tmp_path: Path) -> None:
+    """A policy can be JSON too, with the same fields."""
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"registers": {"read_only": [1, 2]},
+                                "rate_limit": {"rate": 10, "burst": 2}}))
+    policy = Policy.from_file(path)
+    assert policy.registers.read_only == frozenset({1, 2})
+    assert policy.rate_limit == RateLimit(rate=10.0, burst=2)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[registers]\nreadonly = [1]\n", "`registers.readonly`: unknown field"),
+        ("[registers]\nread_only = [16]\n",
+         "`registers.read_only[0]`: Input should be less than or equal to 15, got 16"),
+        ("[registers]\nread_only = [1]\nprotected = [1]\n",
+         "register 1 is both read_only and protected"),
+        ('[sessions.x]\nscopes = ["admin"]\n',
+         "`sessions.x.scopes[0]`: Input should be 'read' or 'write', got 'admin'"),
+        ("[sessions.x]\nscopes = []\n", "`sessions.x.scopes`: "),
+        ("[rate_limit]\nrate = 0\nburst = 1\n",
+         "`rate_limit.rate`: Input should be greater than 0, got 0"),
+        ('[rate_limit]\nrate = "5"\nburst = 1\n', "`rate_limit.rate`: Input should be"),
+        ("[rate_limit]\nrate = 5\n", "`rate_limit.burst`: Field required"),
+        ("timeout = -1\n", "`timeout`: Input should be greater than 0, got -1"),
+        ("max_output_bytes = 1.5\n", "`max_output_bytes`: Input should be a valid integer"),
+        ('approve = "yes"\n', "`approve` is a Python callable"),
+        ("registers = [\n", "not valid TOML"),
+    ],
+)
+def test_bad_policy_file_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
+    """A bad file names itself, the field, and the problem, on one line."""
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as info:
+        Policy.from_file(path)
+    assert message in str(info.value)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_missing_policy_file(tmp_path: Path) -> None:
+    """A missing file is a PolicyError naming the path."""
+    with pytest.raises(PolicyError, match=r"cannot read policy file .*nope\.toml"):
+        Policy.from_file(tmp_path / "nope.toml")
+
+
+def test_policy_in_python_validates_too() -> None:
+    """Policy declared in Python gets the same checks (pydantic)."""
+    with pytest.raises(ValueError, match="register 3 is both"):
+        RegisterMap(read_only=frozenset({3}), protected=frozenset({3}))
+    with pytest.raises(ValueError, match="greater than 0"):
+        RateLimit(rate=-1, burst=1)
+
+
+class StuckDevice(RegisterFile):
+    """A device whose writes block until released (a hung serial line)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def write(self, addr: int, data: int) -> int:
+        self.release.wait(10)
+        return super().write(addr, data)
+
+
+def test_timeout_reports_a_hung_write_as_a_timeout_never_a_success() -> None:
+    """A hung write is device-timeout; the call queued behind it is cancelled, not run."""
+    device = StuckDevice()
+    gate = Gate(device, timeout=0.05)
+    threads_before = threading.active_count()
+    first = gate.handle(write(1, 11))
+    queued = gate.handle(write(2, 22))
+    assert (first.ok, first.stage, first.code) == (False, "execute", "device-timeout")
+    assert "may still be applied: read the register back" in (first.message or "")
+    assert (queued.code, "was cancelled and not applied" in (queued.message or "")) == (
+        "device-timeout", True)
+    device.release.set()
+    assert gate.handle(read(1)).result == {"addr": 1, "data": 11}  # the first one did finish
+    assert device.snapshot()[2] == 0 and device.write_count == 1
+    assert threading.active_count() <= threads_before  # the one worker was already running
+    gate.close()
+
+
+def test_timeout_device_passes_results_and_errors_through() -> None:
+    """Within the timeout, the wrapped device answers as itself, errors included."""
+    device = TimeoutDevice(RegisterFile(), 5.0)
+    assert device.write(3, 9) == 9 and device.read(3) == 9 and device.snapshot()[3] == 9
+    with pytest.raises(ValueError, match=r"outside 0\.\.15"):
+        device.read(99)
+    device.reset()
+    assert device.read(3) == 0
+    device.close()
+
+
+@pytest.mark.parametrize("timeout", [0, -1, "1"])
+def test_timeout_must_be_positive(timeout: Any) -> None:
+    """A timeout is a positive number of seconds."""
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        Gate(timeout=timeout)
+
+
+def test_scopes_and_tools_in_session_repr() -> None:
+    """A session shows what it may do."""
+    text = repr(POLICY.session("reader"))
+    assert "scopes=['read']" in text and "tools=('read_register',)" in text
+
+
+def test_scope_check_uses_the_tools_read_only_flag() -> None:
+    """read_only tools need read; others need write."""
+    both = Session()
+    assert both.check_scope(READ_REGISTER) is None and both.check_scope(WRITE_REGISTER) is None
+    refusal = Session("v", scopes={"read"}).check_scope(WRITE_REGISTER)
+    assert refusal is not None and refusal.message == (
+        "session v holds the read scope; write_register needs the write scope, so this "
+        "session cannot call it")
