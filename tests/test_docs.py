@@ -1,4 +1,8 @@
-"""The examples in the docs are real: each `$ regdev call ...` block gives the output shown."""
+"""The examples in the docs are real: each `$ regdev call ...` line gives the output shown.
+
+The examples of one fenced block run in order against one audit log (so a block can show an
+idempotency key used twice); each block starts with a fresh one.
+"""
 
 from __future__ import annotations
 
@@ -11,24 +15,33 @@ from conftest import ROOT
 from regdev._cli import main
 
 EXAMPLE = re.compile(r"^\$ regdev (call .*)\n(\{.*\})$", re.MULTILINE)
+FENCE = re.compile(r"^```\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
-def examples(name: str) -> list[tuple[str, str]]:
-    return EXAMPLE.findall((ROOT / "docs" / name).read_text(encoding="utf-8"))
+def blocks(name: str) -> list[list[tuple[str, str]]]:
+    """The example blocks of a doc: each a list of ``(command, expected output)``."""
+    text = (ROOT / "docs" / name).read_text(encoding="utf-8")
+    found = [EXAMPLE.findall(block) for block in FENCE.findall(text)]
+    return [block for block in found if block]
 
 
-def test_errors_doc_has_an_example_for_every_validation_code() -> None:
-    """docs/errors.md shows each parse and validate code at least once."""
-    shown = " ".join(output for _, output in examples("errors.md"))
+def test_errors_doc_has_an_example_for_every_code_a_call_can_show() -> None:
+    """docs/errors.md shows each parse, validate and authorize code that one call can get."""
+    shown = " ".join(output for block in blocks("errors.md") for _, output in block)
     for code in ("not-json", "not-an-object", "missing-tool", "bad-arguments", "wrong-tool",
                  "unknown-tool", "missing-addr", "unknown-argument", "type-addr", "type-data",
-                 "range-addr", "range-data"):
+                 "range-addr", "range-data", "bad-idempotency-key", "denied-write_register",
+                 "read-only-register", "idempotency-conflict", "approval-denied"):
         assert f'"code":"{code}"' in shown, code
 
 
-@pytest.mark.parametrize(("command", "expected"), examples("errors.md"))
-def test_errors_doc_example(capsys: pytest.CaptureFixture[str], command: str,
-                            expected: str) -> None:
-    """The documented output is what regdev prints."""
-    main(shlex.split(command))
-    assert capsys.readouterr().out.strip() == expected
+@pytest.mark.parametrize("block", blocks("errors.md"),
+                         ids=lambda block: block[-1][0][:60])
+def test_errors_doc_example(capsys: pytest.CaptureFixture[str],
+                            monkeypatch: pytest.MonkeyPatch,
+                            block: list[tuple[str, str]]) -> None:
+    """The documented output is what regdev prints (paths relative to the repository)."""
+    monkeypatch.chdir(ROOT)
+    for command, expected in block:
+        main(shlex.split(command))
+        assert capsys.readouterr().out.strip() == expected, command

@@ -290,6 +290,7 @@ class AuditLog:
         self._arrived = threading.Condition(self._lock)    # a record was appended (gathering)
         self._committed = threading.Condition(self._lock)  # a committer's turn ended
         self._committing = False       # one committer at a time
+        self._followers = 0            # threads waiting for a commit turn to end
         self._seen: dict[int, float] = {}      # thread id -> monotonic time of its last append
         self._gathering = False
         self._closed = False
@@ -403,27 +404,38 @@ class AuditLog:
             self._seen[get_ident()] = monotonic()
             if self._gathering:
                 self._arrived.notify()
-            backlog = len(self._pending) >= MAX_PENDING
-        if box is None and not backlog:
-            return
-        outcome = self._commit(box, gather=box is not None and self.commit_delay > 0)
+            if box is None and len(self._pending) < MAX_PENDING:
+                return
+            leading = not self._committing  # take the commit turn now when it is free
+            self._committing = True
+        outcome = self._commit(box, leading=leading,
+                               gather=box is not None and self.commit_delay > 0)
         if outcome is not True:
             raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
                              str(outcome))
 
-    def _commit(self, box: list[object] | None = None, *, gather: bool = False) -> object:
+    def _commit(self, box: list[object] | None = None, *, leading: bool = False,
+                gather: bool = False) -> object:
         """Commit the pending records in this thread's turn; with ``box``, return as soon as
         that record is committed, by this thread or another.
+
+        Args:
+            box: a durable record's outcome slot, or None.
+            leading: this thread already holds the commit turn.
+            gather: wait for the other threads' records first (:meth:`_gather`).
 
         Returns:
             True, or the text of the error that lost the records.
         """
-        with self._lock:
-            while self._committing and (box is None or box[0] is None):
-                self._committed.wait()
-            if box is not None and box[0] is not None:
-                return box[0]
-            self._committing = True
+        if not leading:
+            with self._lock:
+                self._followers += 1
+                while self._committing and (box is None or box[0] is None):
+                    self._committed.wait()
+                self._followers -= 1
+                if box is not None and box[0] is not None:
+                    return box[0]
+                self._committing = True
         try:
             if gather:
                 self._gather()
@@ -431,18 +443,20 @@ class AuditLog:
         finally:
             with self._lock:
                 self._committing = False
-                self._committed.notify_all()
+                if self._followers:
+                    self._committed.notify_all()
         return box[0] if box is not None else outcome
 
     def _gather(self) -> None:
         """Wait, at most ``commit_delay``, until every other thread that appended a record in
         the last ``SIBLING_WINDOW`` seconds has appended one more. Call in a commit turn."""
+        if len(self._seen) < 2:  # only this thread has been calling (a racy read is harmless)
+            return
         with self._lock:
             now, me = monotonic(), get_ident()
             horizon = now - SIBLING_WINDOW
-            if len(self._seen) > 256:  # forget threads that stopped calling
-                self._seen = {t: last for t, last in self._seen.items() if last >= horizon}
-            siblings = sum(last >= horizon for t, last in self._seen.items() if t != me)
+            self._seen = {t: last for t, last in self._seen.items() if last >= horizon}
+            siblings = len(self._seen) - (me in self._seen)
             if not siblings:
                 return
             deadline = now + self.commit_delay
@@ -523,8 +537,10 @@ class AuditLog:
             self._flusher.join()
         self._commit()  # no record can be appended any more: this is the last commit
         with self._lock:
+            self._followers += 1
             while self._committing:
                 self._committed.wait()
+            self._followers -= 1
             self._committing = True  # for good: the connection is closed
         with _mapped(f"cannot close the audit database {self.path}"):
             self._conn.close()

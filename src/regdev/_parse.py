@@ -169,7 +169,10 @@ def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall:
     """Rename a dialect's fields into the canonical call (absent fields stay absent)."""
     call_id = _string_id(doc.get("id"))
     if dialect == "canonical":
-        return _with_key(doc, call_id, _key(doc.get("idempotency_key"), "idempotency_key"))
+        key = doc.get("idempotency_key")
+        if key is None:
+            return ParsedCall(doc, call_id)
+        return _with_key(doc, call_id, _key(key, "idempotency_key"))
     if dialect == "mcp":
         meta = doc.get("_meta")
         key = _key(meta.get("idempotency_key"), "_meta.idempotency_key") \
