@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from loadgen import check_load, run_load  # noqa: E402
+from loadgen import check_load, run_load
 
 
 def main(argv: list[str] | None = None) -> int:
