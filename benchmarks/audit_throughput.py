@@ -88,7 +88,7 @@ def sqlite_inserts(path: Path, durability: str, calls: int) -> Callable[[], floa
                          observation=Observation.success("write_register",
                                                          {"addr": 3, "data": 255}),
                          tool="write_register", arguments='{"addr":3,"data":255}',
-                         timings=(1000, 2000, 3000, 4000, 5000))
+                         marks=(0, 1000, 3000, 6000, 10000, 15000))
 
     def run() -> float:
         execute = conn.execute

@@ -28,37 +28,24 @@ def gates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Gate]]
     audited.close()
 
 
-@pytest.mark.benchmark(group="sequential write: SQLite insert+commit vs the gate")
+SQLITE_GROUP = "sequential write (beside SQLite insert+commit)"
+RUNNERS = {"sequential": sequential, "8 threads": concurrent}
+
+
+@pytest.mark.benchmark(group=SQLITE_GROUP)
 def test_sqlite_insert_per_commit(benchmark: pytest.FixtureRequest, tmp_path: Path) -> None:
     """SQLite alone: one audit record inserted per commit (WAL, synchronous=NORMAL)."""
     run = sqlite_inserts(tmp_path / "sqlite.db", "crash", CALLS_PER_ROUND)
     benchmark.pedantic(run, rounds=15, warmup_rounds=1)  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("mode", list(RUNNERS))
+@pytest.mark.parametrize("kind", list(CALLS))
 @pytest.mark.parametrize("audit", ["off", "on"])
-@pytest.mark.benchmark(group="sequential write: SQLite insert+commit vs the gate")
-def test_sequential_write(benchmark: pytest.FixtureRequest, gates: dict[str, Gate],
-                          audit: str) -> None:
-    """One thread, writes."""
-    benchmark.pedantic(sequential, args=(gates[audit], CALLS["write"], CALLS_PER_ROUND),  # type: ignore[attr-defined]
-                       rounds=15, warmup_rounds=1)
-
-
-@pytest.mark.parametrize("kind", ["read", "refusal"])
-@pytest.mark.parametrize("audit", ["off", "on"])
-def test_sequential(benchmark: pytest.FixtureRequest, gates: dict[str, Gate], audit: str,
-                    kind: str) -> None:
-    """One thread, reads or refusals (range-addr)."""
-    benchmark.group = f"sequential {kind}"  # type: ignore[attr-defined]
-    benchmark.pedantic(sequential, args=(gates[audit], CALLS[kind], CALLS_PER_ROUND),  # type: ignore[attr-defined]
-                       rounds=15, warmup_rounds=1)
-
-
-@pytest.mark.parametrize("kind", ["write", "read", "refusal"])
-@pytest.mark.parametrize("audit", ["off", "on"])
-def test_eight_threads(benchmark: pytest.FixtureRequest, gates: dict[str, Gate], audit: str,
-                       kind: str) -> None:
-    """8 threads on one gate, CALLS_PER_ROUND calls between them."""
-    benchmark.group = f"8 threads {kind}"  # type: ignore[attr-defined]
-    benchmark.pedantic(concurrent, args=(gates[audit], CALLS[kind], CALLS_PER_ROUND),  # type: ignore[attr-defined]
+def test_gate(benchmark: pytest.FixtureRequest, gates: dict[str, Gate], audit: str, kind: str,
+              mode: str) -> None:
+    """CALLS_PER_ROUND calls of one kind (write, read, refusal), from one thread or 8."""
+    group = f"{mode} {kind}"
+    benchmark.group = SQLITE_GROUP if group == "sequential write" else group  # type: ignore[attr-defined]
+    benchmark.pedantic(RUNNERS[mode], args=(gates[audit], CALLS[kind], CALLS_PER_ROUND),  # type: ignore[attr-defined]
                        rounds=15, warmup_rounds=1)

@@ -337,7 +337,7 @@ class AuditLog:
             observation: Observation, tool: str | None, arguments: str | None,
             loop_id: str | None = None, step: int | None = None,
             idempotency_key: str | None = None,
-            timings: Sequence[int | None] = (None,) * 5) -> Row:
+            marks: Sequence[int] = ()) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -353,7 +353,8 @@ class AuditLog:
             loop_id: the loop, if any.
             step: the step in the loop.
             idempotency_key: the call's key, if any.
-            timings: nanoseconds spent in parse, validate, authorize, execute and observe.
+            marks: the clock (``time.perf_counter_ns``) at the start and at the end of each
+                stage reached, in order: parse, validate, authorize, execute, observe.
         """
         raw_size = raw_sha = None
         if raw is not None:
@@ -369,6 +370,9 @@ class AuditLog:
             result = encode_json(observation.result)
         else:
             stage, code, message, result = refusal.stage, refusal.code, refusal.message, None
+        timings: list[int | None] = [None] * 5
+        for index in range(len(marks) - 1):
+            timings[index] = marks[index + 1] - marks[index]
         return (time, "call", session, dialect, loop_id, step, raw, raw_size, raw_sha,
                 observation.ok, stage, code, message, tool, arguments, result, observation.id,
                 idempotency_key, observation.replay, *timings)

@@ -391,7 +391,7 @@ class Gate:
             arguments=encode_json(state.arguments) if state.arguments is not None
             else _arguments_text(state.call, audit.max_raw_bytes),
             loop_id=state.loop_id, step=state.step, idempotency_key=state.key,
-            timings=_durations(marks))
+            marks=marks)
         try:
             audit.append(row, key_row, durable=wrote)
         except AuditError as error:
@@ -463,14 +463,6 @@ class _CallState:
         self.print: bytes | None = None
         self.reserved = False
         self.replay = False
-
-
-def _durations(marks: list[int]) -> list[int | None]:
-    """Nanoseconds of the five stages from the clock marks; None for a stage not reached."""
-    out: list[int | None] = [None] * 5
-    for index in range(len(marks) - 1):
-        out[index] = marks[index + 1] - marks[index]
-    return out
 
 
 def _first(*values: Any) -> Any:
