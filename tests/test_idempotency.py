@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,10 @@ def keyed_write(key: object, addr: int = 3, data: int = 7, **extra: object) -> s
 
 
 @pytest.fixture
-def audited(tmp_path: Path) -> Gate:
+def audited(tmp_path: Path) -> Iterator[Gate]:
     """A gate with an audit log (which holds the keys) over a counting device."""
-    return Gate(CountingDevice(), audit=AuditLog(tmp_path / "audit.db"))
+    with Gate(CountingDevice(), audit=AuditLog(tmp_path / "audit.db")) as gate:
+        yield gate
 
 
 def accesses(gate: Gate) -> int:
@@ -124,6 +126,7 @@ def test_keys_belong_to_a_session(tmp_path: Path) -> None:
     assert not gate.handle(keyed_write("k"), session=gate.session("b")).replay
     assert gate.handle(keyed_write("k"), session=gate.session("a")).replay
     assert accesses(gate) == 2
+    gate.close()
 
 
 def test_reads_ignore_keys(audited: Gate) -> None:
@@ -154,6 +157,7 @@ def test_a_refused_call_does_not_spend_its_key(tmp_path: Path) -> None:
     approve["answer"] = True
     retried = gate.handle(keyed_write("k", addr=15))
     assert retried.ok and not retried.replay and accesses(gate) == 1
+    gate.close()
 
 
 class FlakyDevice(RegisterFile):
@@ -182,6 +186,7 @@ def test_timeout_frees_the_key_and_device_error_is_stored(tmp_path: Path) -> Non
     again = gate.handle(keyed_write("e"))
     assert (first.code, again.code, again.replay) == ("device-error", "device-error", True)
     assert device.write_count == 1
+    gate.close()
 
 
 def test_keys_survive_a_restart(tmp_path: Path) -> None:

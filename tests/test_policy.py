@@ -295,7 +295,14 @@ def test_json_policy_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[registers]\nreadonly = [1]\n", "`registers.readonly`: unknown field"),
+        ("[registers]\nreadonly = [1]\n",
+         "`registers.readonly`: unknown field; allowed here: read_only, protected"),
+        ('[sessions.x]\nscope = ["read"]\n',
+         "`sessions.x.scope`: unknown field; allowed here: scopes, tools, rate_limit"),
+        ("rate = 5\n", "`rate`: unknown field; allowed here: timeout, max_input_bytes, "
+                       "max_output_bytes, registers, rate_limit, sessions"),
+        ("[rate_limit]\nrate = 5\nburst = 1\nper = 2\n",
+         "`rate_limit.per`: unknown field; allowed here: rate, burst"),
         ("[registers]\nread_only = [16]\n",
          "`registers.read_only[0]`: Input should be less than or equal to 15, got 16"),
         ("[registers]\nread_only = [1]\nprotected = [1]\n",

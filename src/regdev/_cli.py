@@ -201,8 +201,11 @@ def open_gate(args: argparse.Namespace, device: Device | None = None) -> tuple[G
             if audit is not None:
                 audit.close()
             raise
-    except (PolicyError, AuditError) as error:
+    except PolicyError as error:
         raise UsageError(str(error)) from None
+    except AuditError as error:
+        raise UsageError(f"{error} (choose another file with --audit PATH, or record nothing "
+                         "with --no-audit)") from None
 
 
 def _audit_note(gate: Gate, out: TextIO) -> None:
@@ -282,8 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="regdev",
         description=(
             "A validating tool backend for a 16-register, 8-bit device driven by "
-            "language-model agents. Every tool call is parsed, validated and only then "
-            "executed; a refusal names one stage and one code (see docs/errors.md)."
+            "language-model agents. Every tool call is parsed, validated, authorized and only "
+            "then executed; a refusal names one stage and one code (see docs/errors.md). "
+            "Every call is recorded in an audit log (see docs/safety.md)."
         ),
         epilog="Exit status: 0 ok; 1 a call refused or an expectation not met; 2 usage or "
                "file error.",

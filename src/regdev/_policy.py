@@ -264,12 +264,30 @@ def _describe(error: ValidationError) -> str:
                     for part in first["loc"]).lstrip(".")
     message = first["msg"]
     if first["type"] == "extra_forbidden":
-        message = "unknown field"
+        message = f"unknown field; allowed here: {', '.join(_fields_at(first['loc'][:-1]))}"
     elif "input" in first and first["type"] not in ("missing", "value_error"):
         message += f", got {first['input']!r}"[:80]
     more = error.error_count() - 1
     tail = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
     return f"`{where or '(top)'}`: {message}{tail}"
+
+
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The fields a policy file may give at ``loc`` (a pydantic error location)."""
+    model: type[BaseModel] = Policy
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        if part == "sessions" and model is Policy and parts:
+            parts.pop(0)  # the session's name
+            model = SessionPolicy
+            continue
+        nested: type[BaseModel] | None = {"registers": RegisterMap,
+                                          "rate_limit": RateLimit}.get(str(part))
+        if nested is None:
+            return []
+        model = nested
+    return [name for name in model.model_fields if name != "approve"]
 
 
 class TokenBucket:
