@@ -272,6 +272,10 @@ def _describe(error: ValidationError) -> str:
     return f"`{where or '(top)'}`: {message}{tail}"
 
 
+#: The nested models of a policy file, by field name.
+_NESTED: dict[str, type[BaseModel]] = {"registers": RegisterMap, "rate_limit": RateLimit}
+
+
 def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
     """The fields a policy file may give at ``loc`` (a pydantic error location)."""
     model: type[BaseModel] = Policy
@@ -282,8 +286,7 @@ def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
             parts.pop(0)  # the session's name
             model = SessionPolicy
             continue
-        nested: type[BaseModel] | None = {"registers": RegisterMap,
-                                          "rate_limit": RateLimit}.get(str(part))
+        nested = _NESTED.get(str(part))
         if nested is None:
             return []
         model = nested
