@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import EXAMPLES, CountingDevice
 from regdev import (
     ApprovalRequest,
+    AuditLog,
     Gate,
     Policy,
     PolicyError,
@@ -25,6 +29,7 @@ from regdev import (
 )
 from regdev._policy import TokenBucket
 from regdev._tools import READ_REGISTER, WRITE_REGISTER
+from strategies import canonical_calls, to_json
 
 
 def write(addr: int, data: int = 1) -> str:
@@ -406,3 +411,29 @@ def test_scope_check_uses_the_tools_read_only_flag() -> None:
     assert refusal is not None and refusal.message == (
         "session v holds the read scope; write_register needs the write scope, so this "
         "session cannot call it")
+
+
+@pytest.fixture(scope="module")
+def shared_audit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuditLog]:
+    """One audit log for every example of the property test below."""
+    with AuditLog(tmp_path_factory.mktemp("audit") / "audit.db") as audit:
+        yield audit
+
+
+@given(canonical_calls(), st.sampled_from(["default", "viewer", "reader", "writer"]),
+       st.sampled_from([None, "write_register", "read_register"]))
+def test_guarded_gate_gives_one_observation_one_record_and_never_runs_a_refusal(
+        shared_audit: AuditLog, call: Any, session: str, tool_choice: str | None) -> None:
+    """Any call, any session: one observation, one audit record with its verdict, and the
+    device is touched once when accepted, never when refused."""
+    audit = shared_audit
+    device = CountingDevice()
+    gate = Gate(device, policy=POLICY, audit=audit)
+    before = len(audit.records())
+    obs = gate.handle(to_json(call), session=gate.session(session), tool_choice=tool_choice)
+    records = audit.records()
+    assert len(records) == before + 1
+    assert (records[-1].ok, records[-1].code, records[-1].session) == (obs.ok, obs.code, session)
+    assert device.accesses == (1 if obs.ok else 0)
+    if obs.ok:
+        assert obs.stage is None and call["tool"] in {"read_register", "write_register"}
