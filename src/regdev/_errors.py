@@ -8,7 +8,8 @@ The tree::
     ├── ProtocolError          the serial wire protocol was broken
     │   ├── LocalProtocolError     by this side (misuse of the codec)
     │   └── RemoteProtocolError    by the peer (garbage, bad checksum, over-long frame)
-    ├── TransportError         the port could not be opened, read or written
+    ├── TransportError         the port could not be opened, read or written (the serial
+    │                          backend reopens it on the next transaction)
     └── DeviceError            the device refused or failed an operation
         ├── RegisterRangeError     address outside 0..15 or data outside 0..255
         ├── DeviceTimeout          the device did not answer within the timeout
@@ -62,7 +63,21 @@ class LocalProtocolError(ProtocolError):
 
 
 class RemoteProtocolError(ProtocolError):
-    """The peer sent bytes that break the protocol (garbage, bad checksum, over-long frame)."""
+    """The peer sent bytes that break the protocol (garbage, bad checksum, over-long frame).
+
+    The codec has already dropped the offending bytes when it raises this, so the link is
+    usable again: call ``next_event()`` once more to go on with the bytes after them.
+
+    Attributes:
+        code: the error code a device answers such a frame with (``docs/protocol.md``):
+            ``"CKSUM"`` for a checksum mismatch, ``"SYNTAX"`` for anything else.
+        seq: the frame's sequence number (1..255) when it could be read, else None.
+    """
+
+    def __init__(self, message: str, code: str = "SYNTAX", seq: int | None = None) -> None:
+        self.code = code
+        self.seq = seq
+        super().__init__(message)
 
 
 class TransportError(RegdevError):
