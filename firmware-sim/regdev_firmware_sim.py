@@ -66,7 +66,7 @@ _use_repository_regdev()
 
 from regdev import _protocol as wire  # noqa: E402 - after the import path is set up
 from regdev._device import REGISTER_COUNT, RegisterFile  # noqa: E402
-from regdev._errors import RemoteProtocolError  # noqa: E402
+from regdev._errors import LocalProtocolError, RemoteProtocolError  # noqa: E402
 
 __all__ = ["FAULT_KINDS", "IDENTITY", "Faults", "Firmware", "main", "serve"]
 
@@ -274,7 +274,7 @@ class _Pty:
     """A pseudo-terminal in raw mode; its slave end is the port the host opens."""
 
     def __init__(self, link: Path | None) -> None:
-        import tty  # POSIX only; imported here so --tcp works everywhere
+        import tty  # noqa: PLC0415 - POSIX only; imported here so --tcp works everywhere
 
         self.master, self.slave = os.openpty()
         tty.setraw(self.slave)  # no echo, no CR/LF translation, whoever opens it
@@ -291,7 +291,7 @@ class _Pty:
         os.close(self.slave)
 
 
-def serve_pty(firmware: Firmware, faults: Faults, link: Path | None,
+def serve_pty(firmware: Firmware, faults: Faults, *, link: Path | None,
               announce: Callable[[str], None], log: Callable[[str], None] | None) -> None:
     """Serve on a new pty until interrupted; announce its path (or ``link``) first."""
     pty = _Pty(link)
@@ -312,7 +312,7 @@ def serve_pty(firmware: Firmware, faults: Faults, link: Path | None,
             link.unlink(missing_ok=True)
 
 
-def serve_tcp(firmware: Firmware, faults: Faults, host: str, port: int,
+def serve_tcp(firmware: Firmware, faults: Faults, *, host: str, port: int,
               announce: Callable[[str], None], log: Callable[[str], None] | None,
               ready: Callable[[socket.socket], None] | None = None) -> None:
     """Serve one client at a time on ``host:port`` until interrupted; announce its URL first."""
@@ -406,7 +406,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
                         delay=args.delay)
         wire.encode(wire.IdentifyReply(1, args.identity))
-    except (ValueError, wire.LocalProtocolError) as error:
+    except (ValueError, LocalProtocolError) as error:
         parser.error(str(error))
     if rates.get("disconnect") and args.pty and args.link is None:
         parser.error("the disconnect fault on --pty needs --link PATH (the pty is replaced, "
@@ -429,10 +429,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         if args.pty:
             if not hasattr(os, "openpty"):
                 parser.error("--pty needs a POSIX system; use --tcp HOST:PORT")
-            serve_pty(firmware, faults, args.link, announce, log if args.verbose else None)
+            serve_pty(firmware, faults, link=args.link, announce=announce,
+                      log=log if args.verbose else None)
         else:
             host, port = args.tcp
-            serve_tcp(firmware, faults, host, port, announce, log if args.verbose else None)
+            serve_tcp(firmware, faults, host=host, port=port, announce=announce,
+                      log=log if args.verbose else None)
     except KeyboardInterrupt:
         return 0
     except OSError as error:

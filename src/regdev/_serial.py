@@ -16,11 +16,11 @@ Rules of this file:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from types import TracebackType
 from typing import TypeVar
 
@@ -75,7 +75,7 @@ _READ_CHUNK = 256
 _R = TypeVar("_R", bound=Reply)
 
 
-@contextmanager
+@contextlib.contextmanager
 def map_exceptions(url: str, *, opening: bool = False) -> Iterator[None]:
     """Turn pyserial and OS exceptions raised inside the block into regdev's own.
 
@@ -148,9 +148,9 @@ class SerialDevice(Device):
         self._lock = threading.Lock()
         self._link = Connection(HOST)
         self._resync = False
-        self._port: serial.SerialBase | None = self._open()
+        self._port: serial.Serial | None = self._open()
 
-    def _open(self) -> serial.SerialBase:
+    def _open(self) -> serial.Serial:
         with map_exceptions(self.url, opening=True):
             return serial.serial_for_url(
                 self.url, baudrate=self.baudrate, timeout=self.timeout,
@@ -269,7 +269,7 @@ class SerialDevice(Device):
                 link.abandon()
                 self._resync = True
 
-    def _await_reply(self, port: serial.SerialBase, request: Request) -> Reply:
+    def _await_reply(self, port: serial.Serial, request: Request) -> Reply:
         link = self._link
         deadline = time.monotonic() + self.timeout
         while True:
@@ -288,7 +288,7 @@ class SerialDevice(Device):
                     f"no valid reply to {type(request).__name__} (seq {request.seq}) within "
                     f"{self.timeout:g} s on {self.url}; if it was a write, it may or may not "
                     "have happened: read the register back")
-            if remaining < port.timeout - 0.001:
+            if remaining < (port.timeout or 0.0) - 0.001:
                 port.timeout = remaining
             chunk = port.read(1)
             waiting = port.in_waiting if chunk else 0
@@ -299,14 +299,13 @@ class SerialDevice(Device):
             except RemoteProtocolError:
                 self.bad_frames += 1
 
-    def _reopen(self) -> serial.SerialBase:
+    def _reopen(self) -> serial.Serial:
         self._port = self._open()
         return self._port
 
     def _close_port(self) -> None:
         port, self._port = self._port, None
         if port is not None:
-            try:
+            # Closing a port that already failed: there is nothing more to release.
+            with contextlib.suppress(serial.SerialException, OSError):
                 port.close()
-            except (serial.SerialException, OSError):
-                pass  # closing a port that already failed: nothing more to release
