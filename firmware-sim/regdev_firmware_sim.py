@@ -241,7 +241,7 @@ def _send(line: Line, link: wire.Connection, reply: wire.ErrorReply,
     line.write(out)
 
 
-# --- the two ways to reach it -------------------------------------------------------------------
+# --- the two ways to reach it ---------------------------------------------------------------------
 
 
 class _FdLine:
@@ -334,7 +334,7 @@ def serve_tcp(firmware: Firmware, faults: Faults, *, host: str, port: int,
                     pass  # the client went away mid-reply; wait for the next
 
 
-# --- command line -------------------------------------------------------------------------------
+# --- command line ---------------------------------------------------------------------------------
 
 
 def _fault_rates(text: str) -> dict[str, float]:

@@ -9,7 +9,8 @@ EXPECTED = {
     "WRITE_REGISTER", "Device", "DeviceError", "DeviceRefused", "DeviceTimeout", "Gate",
     "LocalProtocolError", "LoopResult", "Observation", "ParsedCall", "ProtocolError",
     "ReferenceValidator", "Refusal", "RegdevError", "RegisterFile", "RegisterRangeError",
-    "RemoteProtocolError", "SchemaError", "ScriptedProposer", "Step", "Tool", "ToolSet",
+    "RemoteProtocolError", "SchemaError", "ScriptedProposer", "SerialDevice", "Step", "Tool",
+    "ToolSet",
     "TransportError", "__version__", "call_with_retry", "parse", "run_loop",
 }
 

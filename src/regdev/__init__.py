@@ -2,7 +2,8 @@
 
 A model's tool call is untrusted data: :class:`Gate` parses it, validates it in a fixed order
 (shape, name, fields, types, ranges; the first failure decides), and only then runs it on a
-:class:`Device`. The result or the refusal comes back as one :class:`Observation`.
+:class:`Device`: the in-process :class:`RegisterFile`, or a :class:`SerialDevice` at the end of
+a serial line. The result or the refusal comes back as one :class:`Observation`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ._gate import Gate
 from ._loop import LoopResult, Step, call_with_retry, run_loop
 from ._observation import Observation, Refusal
 from ._parse import DIALECTS, ParsedCall, parse
+from ._serial import SerialDevice
 from ._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
 from ._validate import ReferenceValidator
 
@@ -55,6 +57,7 @@ __all__ = [
     "RemoteProtocolError",
     "SchemaError",
     "ScriptedProposer",
+    "SerialDevice",
     "Step",
     "Tool",
     "ToolSet",

@@ -26,6 +26,7 @@ from ._loop import Step, run_loop
 from ._observation import Observation
 from ._parse import DIALECTS
 from ._replay import ReplayFileError, load_replay, run_replay
+from ._serial import SerialDevice
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
 
 __all__ = ["main"]
@@ -72,11 +73,12 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate) -> int:
     notes = [note for note, _ in DEMO_SCRIPT]
     proposer = ScriptedProposer([raw for _, raw in DEMO_SCRIPT])
     if not args.json:
+        identity = _device_call(args, gate.device.identify)
         where = ("the in-process register file" if args.port is None
                  else f"the device on {args.port}")
         out.write(f"regdev demo: a scripted agent drives {where} through the gate.\n")
-        out.write(f"device: {_device_call(args, gate.device.identify)}; tools: "
-                  f"{', '.join(gate.tools)}; one retry after a refusal.\n\n")
+        out.write(f"device: {identity}; tools: {', '.join(gate.tools)}; one retry after a "
+                  "refusal.\n\n")
 
     def show(step: Step) -> None:
         index = proposer.calls
@@ -162,8 +164,6 @@ def _port_device(args: argparse.Namespace) -> Device:
     """The device the command runs on: the serial device at ``--port``, else in process."""
     if getattr(args, "port", None) is None:
         return RegisterFile()
-    from ._serial import SerialDevice  # noqa: PLC0415 - pyserial is loaded only for --port
-
     try:
         return SerialDevice(args.port, baudrate=args.baud, timeout=args.timeout)
     except (RegdevError, ValueError) as error:
