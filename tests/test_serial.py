@@ -113,6 +113,10 @@ def test_faulted_write_is_never_a_success_and_the_next_call_succeeds(
         else:
             assert faulted["ok"] is False
             assert (faulted["stage"], faulted["code"]) == ("execute", code)
+        if code == "device-timeout":
+            assert faulted["message"] == (
+                "the device did not answer in time: no valid reply within 0.4 s; the change "
+                "may or may not have happened: read the register back")
         following = call(gate, "read_register", addr=5)
         assert following == {"ok": True, "tool": "read_register",
                              "result": {"addr": 5, "data": after}}
@@ -230,7 +234,7 @@ def test_out_of_range_access_never_reaches_the_line() -> None:
 def test_an_echoing_line_times_out_instead_of_answering() -> None:
     """On loop:// the host hears its own request: dropped as an echo, then a timeout."""
     with SerialDevice("loop://", timeout=0.05, retries=1) as device:
-        with pytest.raises(DeviceTimeout, match="no valid reply to ReadRequest"):
+        with pytest.raises(DeviceTimeout, match=r"no valid reply within 0.05 s \(ReadRequest, seq 2\)"):
             device.read(1)
         assert device.timeouts == 2 and device.bad_frames == 2
 

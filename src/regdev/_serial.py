@@ -284,10 +284,11 @@ class SerialDevice(Device):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.timeouts += 1
+                changes = isinstance(request, (WriteRequest, ResetRequest))
                 raise DeviceTimeout(
-                    f"no valid reply to {type(request).__name__} (seq {request.seq}) within "
-                    f"{self.timeout:g} s on {self.url}; if it was a write, it may or may not "
-                    "have happened: read the register back")
+                    f"no valid reply within {self.timeout:g} s"
+                    + ("; the change may or may not have happened: read the register back"
+                       if changes else f" ({type(request).__name__}, seq {request.seq})"))
             if remaining < (port.timeout or 0.0) - 0.001:
                 port.timeout = remaining
             chunk = port.read(1)
