@@ -234,7 +234,8 @@ def test_out_of_range_access_never_reaches_the_line() -> None:
 def test_an_echoing_line_times_out_instead_of_answering() -> None:
     """On loop:// the host hears its own request: dropped as an echo, then a timeout."""
     with SerialDevice("loop://", timeout=0.05, retries=1) as device:
-        with pytest.raises(DeviceTimeout, match=r"no valid reply within 0.05 s \(ReadRequest, seq 2\)"):
+        with pytest.raises(DeviceTimeout,
+                           match=r"no valid reply within 0.05 s \(ReadRequest, seq 2\)"):
             device.read(1)
         assert device.timeouts == 2 and device.bad_frames == 2
 
