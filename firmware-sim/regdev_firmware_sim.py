@@ -423,6 +423,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     def stop(signum: int, frame: types.FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    # Both, explicitly: a shell starting this in the background may have set SIGINT to ignored.
+    signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     firmware = Firmware(identity=args.identity)
     try:
