@@ -4,6 +4,10 @@ A model's tool call is untrusted data: :class:`Gate` parses it, validates it in 
 (shape, name, fields, types, ranges; the first failure decides), and only then runs it on a
 :class:`Device`: the in-process :class:`RegisterFile`, or a :class:`SerialDevice` at the end of
 a serial line. The result or the refusal comes back as one :class:`Observation`.
+
+:func:`tool_definitions` declares the tools in MCP, OpenAI or Anthropic form, and
+:func:`openai_tool_results` / :func:`anthropic_tool_results` answer a provider's whole
+assistant turn; ``regdev serve`` is the MCP server (the ``mcp`` extra).
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ from ._gate import Gate
 from ._loop import LoopResult, Step, call_with_retry, run_loop
 from ._observation import Observation, Refusal
 from ._parse import DIALECTS, ParsedCall, parse
+from ._providers import (
+    PROVIDER_FORMATS,
+    anthropic_result,
+    anthropic_tool_results,
+    mcp_result,
+    openai_result,
+    openai_tool_results,
+    tool_definitions,
+)
 from ._serial import SerialDevice
 from ._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
 from ._validate import ReferenceValidator
@@ -35,6 +48,7 @@ from ._validate import ReferenceValidator
 __all__ = [
     "DATA_MAX",
     "DIALECTS",
+    "PROVIDER_FORMATS",
     "READ_REGISTER",
     "REGISTER_COUNT",
     "REGISTER_TOOLS",
@@ -63,7 +77,13 @@ __all__ = [
     "ToolSet",
     "TransportError",
     "__version__",
+    "anthropic_result",
+    "anthropic_tool_results",
     "call_with_retry",
+    "mcp_result",
+    "openai_result",
+    "openai_tool_results",
     "parse",
     "run_loop",
+    "tool_definitions",
 ]
