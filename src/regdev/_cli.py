@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from ._gate import Gate
 from ._loop import Step, run_loop
 from ._observation import Observation
 from ._parse import DIALECTS
+from ._providers import PROVIDER_FORMATS, tool_definitions
 from ._replay import ReplayFileError, load_replay, run_replay
 from ._serial import SerialDevice
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
@@ -315,6 +317,34 @@ def add_serial_commands(sub: Any, port_options: Any) -> None:
     sim.set_defaults(func=cmd_firmware_sim)
 
 
+def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
+    definitions = tool_definitions(args.format)
+    out.write(msgspec.json.format(msgspec.json.encode(definitions), indent=2).decode() + "\n")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from ._mcp import serve_stdio  # noqa: PLC0415 - the optional `mcp` extra, imported lazily
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio"):
+            raise
+        raise UsageError(
+            "the MCP server needs the `mcp` package; install it with: "
+            "pip install 'regdev[mcp]'"
+        ) from None
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="regdev serve: %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("regdev").setLevel(args.log_level.upper())
+    gate = Gate()
+    logging.getLogger("regdev").info(
+        "serving MCP on stdio: tools %s on %s", ", ".join(gate.tools), gate.device.identify())
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the ordinary way to stop
+        serve_stdio(gate)
+    logging.getLogger("regdev").info("stopped")
+    return 0
+
+
 # --- parser -----------------------------------------------------------------------------------
 
 
@@ -384,6 +414,30 @@ def build_parser() -> argparse.ArgumentParser:
     dialect_options(call, "")
     call.set_defaults(func=cmd_call)
     add_serial_commands(sub, port_options)
+
+    tools = sub.add_parser(
+        "tools", help="print the tool definitions in a provider's format (JSON)",
+        description="Print the tools as one provider declares them to a model, as a JSON "
+                    "array: mcp (tools/list entries with inputSchema and annotations), openai "
+                    "(Chat Completions tools in strict mode) or anthropic (Messages API tools "
+                    "with input_schema). All three come from the one registry.")
+    tools.add_argument("--format", choices=PROVIDER_FORMATS, default="mcp",
+                       help="which provider's shape (default: mcp)")
+    tools.set_defaults(func=cmd_tools)
+
+    serve = sub.add_parser(
+        "serve", help="run the MCP server on stdio (for Claude Desktop and other MCP clients)",
+        description="Serve write_register and read_register over MCP on stdin/stdout, on a "
+                    "fresh in-process register file. Every tools/call goes through the gate: "
+                    "a refused call comes back as an isError result with the verdict code "
+                    "and message. stdout carries protocol messages only; logs go to stderr. "
+                    "Ends when the client closes stdin, or on Ctrl-C. Needs the mcp extra: "
+                    "pip install 'regdev[mcp]'.")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                       default="info",
+                       help="regdev's log level on stderr (default: info; debug logs "
+                            "each call's verdict)")
+    serve.set_defaults(func=cmd_serve)
     return parser
 
 
