@@ -142,14 +142,17 @@ def test_openai_strict_refuses_what_it_cannot_carry(schema: dict[str, Any], poin
     assert info.value.pointer == pointer
 
 
-@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
-def test_provider_tool_names_are_checked(fmt: str) -> None:
-    """OpenAI and Anthropic tool names must match ^[a-zA-Z0-9_-]{1,64}$; MCP's may not."""
-    tools = _tool({"type": "object", "properties": {}, "required": []}, name="default_api:x")
-    with pytest.raises(SchemaError, match="must match") as info:
-        tool_definitions(fmt, tools)
-    assert info.value.pointer == "/tools/0/name"
-    assert tool_definitions("mcp", tools)[0]["name"] == "default_api:x"
+@pytest.mark.parametrize(("fmt", "limit"), [("openai", 64), ("anthropic", 128)])
+def test_provider_tool_names_are_checked(fmt: str, limit: int) -> None:
+    """OpenAI names: ^[a-zA-Z0-9_-]{1,64}$; Anthropic: {1,128}; MCP passes any name on."""
+    empty = {"type": "object", "properties": {}, "required": []}
+    for bad in ("default_api:x", "x" * (limit + 1)):
+        with pytest.raises(SchemaError, match=f"must match .*{limit}") as info:
+            tool_definitions(fmt, _tool(empty, name=bad))
+        assert info.value.pointer == "/tools/0/name"
+        assert tool_definitions("mcp", _tool(empty, name=bad))[0]["name"] == bad
+    (entry,) = tool_definitions(fmt, _tool(empty, name="x" * limit))
+    assert entry.get("name", entry.get("function", {}).get("name")) == "x" * limit
 
 
 def test_mcp_definitions_round_trip_through_the_tool_set() -> None:

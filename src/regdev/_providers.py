@@ -45,8 +45,10 @@ ProviderFormat = Literal["mcp", "openai", "anthropic"]
 #: The tool-definition formats :func:`tool_definitions` (and ``regdev tools``) can produce.
 PROVIDER_FORMATS: tuple[str, ...] = get_args(ProviderFormat)
 
-# OpenAI function names and Anthropic tool names: ^[a-zA-Z0-9_-]{1,64}$ (both APIs' references).
-_PROVIDER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Tool name rules in the APIs' references: OpenAI function names ^[a-zA-Z0-9_-]{1,64}$,
+# Anthropic tool names ^[a-zA-Z0-9_-]{1,128}$.
+_NAME_LIMITS = {"OpenAI": 64, "Anthropic": 128}
+_PROVIDER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 # Annotation keywords OpenAI's strict mode does not accept (it refuses e.g. `default`); they
 # carry no constraint (draft 2020-12 Meta-Data vocabulary), so leaving them out loses nothing.
 _STRICT_DROPPED_ANNOTATIONS = frozenset(
@@ -86,8 +88,9 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS) -> list[dict[
 
     Raises:
         ValueError: ``format`` is not one of :data:`PROVIDER_FORMATS`.
-        SchemaError: the format cannot carry a tool faithfully: an OpenAI or Anthropic tool
-            name outside ``^[a-zA-Z0-9_-]{1,64}$``, or, for OpenAI strict mode, an optional
+        SchemaError: the format cannot carry a tool faithfully: a tool name outside
+            ``^[a-zA-Z0-9_-]{1,64}$`` for OpenAI or ``^[a-zA-Z0-9_-]{1,128}$`` for
+            Anthropic, or, for OpenAI strict mode, an optional
             property, ``additionalProperties: true``, or a ``true``/``false`` subschema. The
             pointer names the place, e.g. ``/tools/0/inputSchema/required``.
     """
@@ -101,9 +104,10 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS) -> list[dict[
 
 
 def _check_name(tool: Tool, index: int, provider: str) -> None:
-    if not _PROVIDER_NAME.fullmatch(tool.name):
+    limit = _NAME_LIMITS[provider]
+    if not _PROVIDER_NAME.fullmatch(tool.name) or len(tool.name) > limit:
         raise SchemaError(
-            f"{provider} tool names must match ^[a-zA-Z0-9_-]{{1,64}}$, "
+            f"{provider} tool names must match ^[a-zA-Z0-9_-]{{1,{limit}}}$, "
             f"got `{escape_text(tool.name)}`",
             f"/tools/{index}/name",
         )
