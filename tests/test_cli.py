@@ -212,3 +212,12 @@ def test_serve_without_the_mcp_extra_says_how_to_install_it(
     assert status == 2 and out == ""
     assert err == ("regdev serve: error: the MCP server needs the `mcp` package; install it "
                    "with: pip install 'regdev[mcp]'\n")
+
+
+def test_serve_port_that_cannot_open_is_one_line_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """serve --port to nothing fails before serving: one line, exit 2, stdout untouched."""
+    status, out, err = run(capsys, "serve", "--port", "socket://127.0.0.1:1")
+    assert status == 2 and out == ""
+    assert err.startswith("regdev serve: error: cannot open port `socket://127.0.0.1:1`")
+    assert len(err.splitlines()) == 1

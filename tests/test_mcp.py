@@ -19,8 +19,10 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
+import regdev_firmware_sim as sim
 from conftest import EXAMPLES
-from regdev import Gate, tool_definitions
+from firmware import sim_thread
+from regdev import Gate, RegisterFile, tool_definitions
 from regdev._mcp import ExactArguments
 from regdev._replay import load_replay
 
@@ -116,6 +118,27 @@ def test_wild_calls_get_the_in_process_verdicts(session: Session) -> None:
     assert compared == [(7, "bad-arguments"), (9, "unknown-tool"), (10, "unknown-argument"),
                         (11, "type-addr"), (12, "type-data"), (13, "ok"), (14, "type-addr"),
                         (15, "range-data"), (17, "missing-addr"), (18, "ok")]
+
+
+def test_serve_port_runs_the_calls_on_the_serial_device() -> None:
+    """--port: accepted calls reach the device over the wire protocol; a refused one does not."""
+    registers = RegisterFile()
+    with sim_thread(sim.Firmware(registers)) as url:
+        params = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--port", url])
+        with start_blocking_portal() as portal, portal.wrap_async_context_manager(
+            Client(params, read_timeout_seconds=20)
+        ) as client:
+            written = portal.call(client.call_tool, "write_register", {"addr": 9, "data": 0x5A})
+            refused = portal.call(client.call_tool, "write_register", {"addr": 9, "data": "7"})
+            read = portal.call(client.call_tool, "read_register", {"addr": 9})
+    assert written.structured_content == {"ok": True, "tool": "write_register",
+                                          "result": {"addr": 9, "data": 0x5A}}
+    assert refused.is_error is True
+    assert refused.structured_content == Gate().handle(
+        '{"tool": "write_register", "arguments": {"addr": 9, "data": "7"}}').to_dict()
+    assert read.structured_content == {"ok": True, "tool": "read_register",
+                                       "result": {"addr": 9, "data": 0x5A}}
+    assert registers.snapshot()[9] == 0x5A and registers.write_count == 1
 
 
 # --- raw JSON-RPC over the subprocess's stdio -------------------------------------------------

@@ -335,13 +335,15 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         ) from None
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="regdev serve: %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("regdev").setLevel(args.log_level.upper())
-    gate = Gate()
-    logging.getLogger("regdev").info(
-        "serving MCP on stdio: tools %s on %s", ", ".join(gate.tools), gate.device.identify())
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the ordinary way to stop
-        serve_stdio(gate)
-    logging.getLogger("regdev").info("stopped")
+    log = logging.getLogger("regdev")
+    log.setLevel(args.log_level.upper())
+    with contextlib.closing(_port_device(args)) as device:
+        identity = _device_call(args, device.identify)  # a silent device fails here, at once
+        gate = Gate(device)
+        log.info("serving MCP on stdio: tools %s on %s", ", ".join(gate.tools), identity)
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the ordinary way to stop
+            serve_stdio(gate)
+    log.info("stopped")
     return 0
 
 
@@ -428,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve", help="run the MCP server on stdio (for Claude Desktop and other MCP clients)",
         description="Serve write_register and read_register over MCP on stdin/stdout, on a "
-                    "fresh in-process register file. Every tools/call goes through the gate: "
+                    "fresh in-process register file, or on the device at --port. Every "
+                    "tools/call goes through the gate: "
                     "a refused call comes back as an isError result with the verdict code "
                     "and message. stdout carries protocol messages only; logs go to stderr. "
                     "Ends when the client closes stdin, or on Ctrl-C. Needs the mcp extra: "
@@ -437,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
                        default="info",
                        help="regdev's log level on stderr (default: info; debug logs "
                             "each call's verdict)")
+    port_options(serve)
     serve.set_defaults(func=cmd_serve)
     return parser
 
