@@ -331,3 +331,10 @@ def test_a_caller_passing_the_wrong_thing_gets_a_value_error(message: object) ->
     """Not an assistant message (a caller's mistake, not a model's) raises ValueError."""
     with pytest.raises(ValueError, match=r"assistant message|must be a list"):
         openai_tool_results(message, Gate())
+
+
+@pytest.mark.parametrize("helper", [openai_tool_results, anthropic_tool_results])
+def test_a_forced_tool_the_gate_does_not_offer_is_a_value_error(helper: Any) -> None:
+    """tool_choice naming no offered tool is the caller's mistake, even for an empty turn."""
+    with pytest.raises(ValueError, match="not one of the tools offered"):
+        helper({"role": "assistant", "content": "no calls"}, Gate(), tool_choice="erase_chip")

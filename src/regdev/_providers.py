@@ -260,8 +260,9 @@ def openai_tool_results(
 
     Raises:
         ValueError: ``message`` is not an assistant message, or its ``tool_calls`` is not a
-            list.
+            list, or ``tool_choice`` is not one of the gate's tools.
     """
+    gate.check_options("openai", tool_choice)
     data = _assistant_message(message, "OpenAI")
     calls = data.get("tool_calls")
     if calls is None:
@@ -293,8 +294,10 @@ def anthropic_tool_results(
         :func:`anthropic_result`); None when the message has no ``tool_use`` block.
 
     Raises:
-        ValueError: ``message`` is not an assistant message.
+        ValueError: ``message`` is not an assistant message, or ``tool_choice`` is not one of
+            the gate's tools.
     """
+    gate.check_options("anthropic", tool_choice)
     data = _assistant_message(message, "Anthropic")
     content = data.get("content")
     blocks = [
