@@ -8,6 +8,8 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
+from regdev import _protocol as wire
+
 #: Any JSON scalar, including exact big integers and Decimal numbers as the parser makes them.
 json_scalars = st.one_of(
     st.none(),
@@ -93,3 +95,47 @@ def raw_register_calls(draw: st.DrawFn) -> str:
     call_id = draw(ids)
     extra = "" if call_id is None else f', "id": {to_json(call_id)}'
     return f'{{"tool": "{tool}", "arguments": {{{args}}}{extra}}}'
+
+
+# --- the serial wire protocol (regdev._protocol) --------------------------------------------------
+
+wire_bytes = st.integers(min_value=0, max_value=255)
+#: Sequence numbers a host uses (0 is reserved for a device's unattributed error replies).
+wire_seqs = st.integers(min_value=1, max_value=255)
+identify_texts = st.text(
+    alphabet=st.sampled_from([chr(c) for c in range(0x20, 0x7F) if chr(c) not in "$*"]),
+    min_size=1, max_size=wire.MAX_TEXT)
+error_codes = st.one_of(
+    st.sampled_from(wire.ERROR_CODES),
+    st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=8))
+
+#: Every request frame.
+wire_requests = st.one_of(
+    st.builds(wire.IdentifyRequest, wire_seqs),
+    st.builds(wire.ReadRequest, wire_seqs, wire_bytes),
+    st.builds(wire.WriteRequest, wire_seqs, wire_bytes, wire_bytes),
+    st.builds(wire.ResetRequest, wire_seqs),
+    st.builds(wire.DumpRequest, wire_seqs),
+)
+#: Every reply frame (an error reply may carry sequence number 0).
+wire_replies = st.one_of(
+    st.builds(wire.IdentifyReply, wire_seqs, identify_texts),
+    st.builds(wire.ReadReply, wire_seqs, wire_bytes, wire_bytes),
+    st.builds(wire.WriteReply, wire_seqs, wire_bytes, wire_bytes),
+    st.builds(wire.ResetReply, wire_seqs),
+    st.builds(wire.DumpReply, wire_seqs,
+              st.lists(wire_bytes, min_size=16, max_size=16).map(tuple)),
+    st.builds(wire.ErrorReply, st.integers(min_value=0, max_value=255), error_codes),
+)
+wire_frames = st.one_of(wire_requests, wire_replies)
+
+#: Line noise biased to what confuses a receiver: start bytes, LF, CR, hex, pieces of frames.
+wire_noise = st.lists(
+    st.one_of(
+        st.binary(max_size=12),
+        st.sampled_from([b"$", b"\n", b"\r\n", b"*", b" ", b"$01 R", b"*FF\n", b"$05 w 03 FF",
+                         b"\x00", b"\xff", b"A" * 70]),
+        wire_frames.map(lambda frame: wire.encode(frame)[:-1]),  # a frame without its LF
+    ),
+    max_size=12,
+).map(b"".join)

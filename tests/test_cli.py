@@ -1,4 +1,4 @@
-"""The command line: demo, replay, call; exit codes; no tracebacks."""
+"""The command line: demo, replay, call, tools, serve; exit codes; no tracebacks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES
+from regdev import tool_definitions
 from regdev._cli import main
 
 
@@ -183,5 +184,40 @@ def test_console_script_help_lists_commands() -> None:
     for argv in (["regdev", "--help"], [sys.executable, "-m", "regdev", "--help"]):
         exe = Path(sys.executable).parent / argv[0] if argv[0] == "regdev" else argv[0]
         done = subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True, check=True)
-        for command in ("demo", "replay", "call"):
+        for command in ("demo", "replay", "call", "tools", "serve"):
             assert command in done.stdout
+
+
+@pytest.mark.parametrize("fmt", ["mcp", "openai", "anthropic"])
+def test_tools_prints_the_definitions(capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    """tools --format F prints tool_definitions(F) as JSON."""
+    status, out, _ = run(capsys, "tools", "--format", fmt)
+    assert status == 0
+    assert json.loads(out) == tool_definitions(fmt)
+
+
+def test_tools_defaults_to_mcp(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --format, tools prints the MCP form."""
+    _, out, _ = run(capsys, "tools")
+    assert json.loads(out)[0]["inputSchema"]["required"] == ["addr", "data"]
+
+
+def test_serve_without_the_mcp_extra_says_how_to_install_it(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """No mcp package: one line naming the install command, exit 2, no traceback."""
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    monkeypatch.setitem(sys.modules, "mcp.server", None)
+    monkeypatch.delitem(sys.modules, "regdev._mcp", raising=False)
+    status, out, err = run(capsys, "serve")
+    assert status == 2 and out == ""
+    assert err == ("regdev serve: error: the MCP server needs the `mcp` package; install it "
+                   "with: pip install 'regdev[mcp]'\n")
+
+
+def test_serve_port_that_cannot_open_is_one_line_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """serve --port to nothing fails before serving: one line, exit 2, stdout untouched."""
+    status, out, err = run(capsys, "serve", "--port", "socket://127.0.0.1:1")
+    assert status == 2 and out == ""
+    assert err.startswith("regdev serve: error: cannot open port `socket://127.0.0.1:1`")
+    assert len(err.splitlines()) == 1

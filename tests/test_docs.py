@@ -45,3 +45,27 @@ def test_errors_doc_example(capsys: pytest.CaptureFixture[str],
     for command, expected in block:
         main(shlex.split(command))
         assert capsys.readouterr().out.strip() == expected, command
+
+
+RUNNABLE = re.compile(r"^<!-- runs in tests/test_docs.py -->\n```python\n(.*?)^```$",
+                      re.MULTILINE | re.DOTALL)
+
+
+def runnable_blocks(name: str) -> list[str]:
+    return RUNNABLE.findall((ROOT / name).read_text(encoding="utf-8"))
+
+
+def test_readme_has_runnable_python_examples() -> None:
+    """The README's provider-format example is marked to run here."""
+    assert len(runnable_blocks("README.md")) >= 1
+
+
+@pytest.mark.parametrize("block", runnable_blocks("README.md"))
+def test_readme_python_example_runs_and_prints_what_it_shows(
+        capsys: pytest.CaptureFixture[str], block: str) -> None:
+    """A marked README block runs, and each print() prints the comment line under it."""
+    exec(compile(block, "README.md", "exec"), {})
+    lines = block.splitlines()
+    shown = [lines[i + 1].removeprefix("# ") for i, line in enumerate(lines[:-1])
+             if line.startswith("print(") and lines[i + 1].startswith("# ")]
+    assert capsys.readouterr().out.splitlines() == shown

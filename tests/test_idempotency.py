@@ -232,3 +232,16 @@ def test_a_key_still_running_is_idempotency_in_progress(tmp_path: Path) -> None:
     assert results[0].ok and device.write_count == 1
     assert gate.handle(keyed_write("k")).replay is True
     gate.close()
+
+
+def test_handle_call_takes_a_key_and_checks_it(audited: Gate) -> None:
+    """Decoded calls (the MCP server's path) carry their key beside the call."""
+    call = {"tool": "write_register", "arguments": {"addr": 3, "data": 7}}
+    assert audited.handle_call(call, idempotency_key="h").replay is False
+    assert audited.handle_call(call, idempotency_key="h", call_id="c2").to_dict() == {
+        "ok": True, "tool": "write_register", "result": {"addr": 3, "data": 7}, "id": "c2",
+        "replay": True}
+    bad = audited.handle_call(call, idempotency_key=5)
+    assert (bad.stage, bad.code) == ("validate", "bad-idempotency-key")
+    assert Gate().handle_call(call, idempotency_key="").code == "bad-idempotency-key"
+    assert accesses(audited) == 1

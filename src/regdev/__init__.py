@@ -2,9 +2,14 @@
 
 A model's tool call is untrusted data: :class:`Gate` parses it, validates it in a fixed order
 (shape, name, fields, types, ranges; the first failure decides), authorizes it against a
-:class:`Policy` for the caller's :class:`Session`, and only then runs it on a :class:`Device`.
+:class:`Policy` for the caller's :class:`Session`, and only then runs it on a :class:`Device`:
+the in-process :class:`RegisterFile`, or a :class:`SerialDevice` at the end of a serial line.
 The result or the refusal comes back as one :class:`Observation`, and an :class:`AuditLog`
 records every call.
+
+:func:`tool_definitions` declares the tools in MCP, OpenAI or Anthropic form, and
+:func:`openai_tool_results` / :func:`anthropic_tool_results` answer a provider's whole
+assistant turn; ``regdev serve`` is the MCP server (the ``mcp`` extra).
 """
 
 from __future__ import annotations
@@ -33,12 +38,23 @@ from ._loop import LoopResult, Step, call_with_retry, run_loop
 from ._observation import Observation, Refusal
 from ._parse import DIALECTS, ParsedCall, parse
 from ._policy import ApprovalRequest, Policy, RateLimit, RegisterMap, Session, SessionPolicy
+from ._providers import (
+    PROVIDER_FORMATS,
+    anthropic_result,
+    anthropic_tool_results,
+    mcp_result,
+    openai_result,
+    openai_tool_results,
+    tool_definitions,
+)
+from ._serial import SerialDevice
 from ._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
 from ._validate import ReferenceValidator
 
 __all__ = [
     "DATA_MAX",
     "DIALECTS",
+    "PROVIDER_FORMATS",
     "READ_REGISTER",
     "REGISTER_COUNT",
     "REGISTER_TOOLS",
@@ -69,6 +85,7 @@ __all__ = [
     "RemoteProtocolError",
     "SchemaError",
     "ScriptedProposer",
+    "SerialDevice",
     "Session",
     "SessionPolicy",
     "Step",
@@ -77,8 +94,14 @@ __all__ = [
     "ToolSet",
     "TransportError",
     "__version__",
+    "anthropic_result",
+    "anthropic_tool_results",
     "call_with_retry",
+    "mcp_result",
+    "openai_result",
+    "openai_tool_results",
     "parse",
     "read_audit",
     "run_loop",
+    "tool_definitions",
 ]

@@ -7,10 +7,14 @@ device-connection error (with a one-line message on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import logging
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TextIO
 
 import msgspec
@@ -18,14 +22,17 @@ import msgspec
 from . import __version__
 from ._audit import AuditLog, AuditRecord, default_audit_path, read_audit
 from ._demo import DEMO_SCRIPT, ScriptedProposer
-from ._device import REGISTER_COUNT, Device
-from ._errors import AuditError, PolicyError
+from ._device import REGISTER_COUNT, Device, RegisterFile
+from ._errors import AuditError, PolicyError, RegdevError
 from ._gate import Gate
 from ._loop import Step, run_loop
 from ._observation import Observation
 from ._parse import DIALECTS
 from ._policy import Policy, Session
+from ._providers import PROVIDER_FORMATS, tool_definitions
 from ._replay import ReplayFileError, load_replay, run_replay
+from ._serial import SerialDevice
+from ._tools import REGISTER_TOOLS, Tool, ToolSet
 
 __all__ = ["main"]
 
@@ -63,19 +70,22 @@ def _describe(observation: Observation) -> str:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    gate, session = open_gate(args)
-    with gate:
-        return _demo(args, out, gate, session)
+    with contextlib.closing(_port_device(args)) as device:
+        gate, session = open_gate(args, device)
+        with gate:
+            return _demo(args, out, gate, session)
 
 
 def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -> int:
     notes = [note for note, _ in DEMO_SCRIPT]
     proposer = ScriptedProposer([raw for _, raw in DEMO_SCRIPT])
     if not args.json:
-        out.write("regdev demo: a scripted agent drives the in-process register file "
-                  "through the gate.\n")
-        out.write(f"device: {gate.device.identify()}; tools: {', '.join(gate.tools)}; "
-                  "one retry after a refusal.\n\n")
+        identity = _device_call(args, gate.device.identify)
+        where = ("the in-process register file" if args.port is None
+                 else f"the device on {args.port}")
+        out.write(f"regdev demo: a scripted agent drives {where} through the gate.\n")
+        out.write(f"device: {identity}; tools: {', '.join(gate.tools)}; one retry after a "
+                  "refusal.\n\n")
 
     def show(step: Step) -> None:
         index = proposer.calls
@@ -89,7 +99,7 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -
         out.write(f"{'':<16}{_describe(step.observation)}\n\n")
 
     result = run_loop(proposer, gate, on_step=show, session=session)
-    registers = gate.device.snapshot()
+    registers = _device_call(args, gate.device.snapshot)
     if args.json:
         _json_line({"stop": result.stop, "detail": result.detail}, out)
         _json_line({"registers": registers}, out)
@@ -105,17 +115,20 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         records = load_replay(args.file)
     except ReplayFileError as error:
         raise UsageError(str(error)) from None
-    gate, session = open_gate(args)
-    with gate:
-        try:
-            gate.check_options(args.dialect, args.tool_choice)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-        return _replay(args, out, gate, session, records)
+    try:
+        Gate().check_options(args.dialect, args.tool_choice)  # before a port is opened
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    with contextlib.closing(_port_device(args)) as device:
+        if args.reset:
+            _device_call(args, device.reset)
+        gate, session = open_gate(args, device)
+        with gate:
+            return _replay(args, out, records, gate, session)
 
 
-def _replay(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session,
-            records: list[Any]) -> int:
+def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]], gate: Gate,
+            session: Session) -> int:
     outcomes = run_replay(records, gate, dialect=args.dialect, tool_choice=args.tool_choice,
                           session=session)
     failed = 0
@@ -133,7 +146,7 @@ def _replay(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session,
             if outcome.record.result is not None:
                 want += f" with result {msgspec.json.encode(outcome.record.result).decode()}"
             out.write(f"{'':<20}expected {want}\n")
-    registers = gate.device.snapshot()
+    registers = _device_call(args, gate.device.snapshot)
     if args.json:
         _json_line({"registers": registers}, out)
     else:
@@ -276,6 +289,197 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# --- serial port: the device behind --port, the shell, the firmware simulator -----------------
+
+
+def _port_device(args: argparse.Namespace) -> Device:
+    """The device the command runs on: the serial device at ``--port``, else in process."""
+    if getattr(args, "port", None) is None:
+        return RegisterFile()
+    try:
+        return SerialDevice(args.port, baudrate=args.baud, timeout=args.timeout)
+    except (RegdevError, ValueError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _device_call(args: argparse.Namespace, action: Any) -> Any:
+    """Run a device call outside the gate (identify, dump, reset); a failure is one line."""
+    try:
+        return action()
+    except RegdevError as error:
+        where = f" on {args.port}" if getattr(args, "port", None) else ""
+        raise UsageError(f"the device{where} failed: {error}") from None
+
+
+def _shell_tool(name: str, description: str, handler: Any) -> Tool:
+    schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    return Tool(name, description, schema, read_only=name != "reset_device", handler=handler)
+
+
+#: The shell's tools: the register tools, and three for engineers (never offered to models).
+SHELL_TOOLS = ToolSet([
+    *REGISTER_TOOLS.values(),
+    _shell_tool("identify_device", "The device's identity line.",
+                lambda device, _: {"identity": device.identify()}),
+    _shell_tool("dump_registers", "All 16 registers, address 0 first.",
+                lambda device, _: {"registers": device.snapshot()}),
+    _shell_tool("reset_device", "Set every register to its reset value.",
+                lambda device, _: device.reset() or {"reset": True}),
+])
+
+SHELL_HELP = """\
+commands (numbers in decimal or hex: 3, 0x1f):
+  read ADDR         read_register: one register, ADDR 0..15
+  write ADDR DATA   write_register: DATA 0..255 to register ADDR
+  dump              all 16 registers
+  identify          the device's identity line
+  reset             every register to its reset value
+  help              this text
+  quit              leave (or Ctrl-D)
+every command is a tool call through the gate; its verdict is shown as the model would see it.
+"""
+
+
+def _shell_call(words: list[str]) -> str:
+    """The canonical call for one shell line; raises UsageError for a malformed line."""
+    command, *rest = words
+    arity = {"read": ("ADDR",), "write": ("ADDR", "DATA"), "dump": (), "identify": (),
+             "reset": ()}
+    if command not in arity:
+        raise UsageError(f"unknown command `{command}`; type help")
+    names = arity[command]
+    if len(rest) != len(names):
+        raise UsageError(f"usage: {' '.join([command, *names])}")
+    values = []
+    for name, word in zip(names, rest, strict=True):
+        try:
+            values.append(int(word, 0))
+        except ValueError:
+            raise UsageError(f"{name} must be a number like 3 or 0x1f, got `{word}`") from None
+    tool = {"read": "read_register", "write": "write_register", "dump": "dump_registers",
+            "identify": "identify_device", "reset": "reset_device"}[command]
+    arguments = dict(zip(("addr", "data"), values, strict=False))
+    return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
+
+
+def _shell_show(observation: Observation) -> str:
+    result = observation.result or {}
+    if observation.ok and "registers" in result:
+        return "accepted  dump_registers\n" + format_registers(result["registers"])
+    if observation.ok and "identity" in result:
+        return f"accepted  identify_device: {result['identity']}"
+    if observation.ok and "reset" in result:
+        return "accepted  reset_device: every register holds its reset value"
+    return _describe(observation)
+
+
+def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
+    interactive = sys.stdin.isatty()
+    if interactive:
+        import readline  # noqa: F401, PLC0415 - line editing and history for input()
+    with contextlib.closing(_port_device(args)) as device:
+        gate = Gate(device, SHELL_TOOLS)
+        where = args.port or "the in-process register file"
+        out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
+        out.write(_shell_show(gate.handle(_shell_call(["identify"]))) + "\n")
+        while True:
+            try:
+                line = input("regdev> ") if interactive else sys.stdin.readline()
+            except KeyboardInterrupt:
+                out.write("\n")
+                continue
+            except EOFError:
+                line = ""
+            if not line:
+                if interactive:
+                    out.write("\n")
+                return 0
+            words = line.split()
+            if not words:
+                continue
+            if words[0] in ("quit", "exit"):
+                return 0
+            if words[0] == "help":
+                out.write(SHELL_HELP)
+                continue
+            try:
+                raw = _shell_call(words)
+            except UsageError as error:
+                out.write(f"error: {error}\n")
+                continue
+            out.write(_shell_show(gate.handle(raw)) + "\n")
+            out.flush()
+
+
+def _firmware_sim_module() -> ModuleType:
+    """The firmware simulator, from ``firmware-sim/`` in the source tree regdev runs from."""
+    if "regdev_firmware_sim" in sys.modules:
+        return sys.modules["regdev_firmware_sim"]
+    path = Path(__file__).resolve().parents[2] / "firmware-sim" / "regdev_firmware_sim.py"
+    spec = importlib.util.spec_from_file_location("regdev_firmware_sim", path)
+    if not path.is_file() or spec is None or spec.loader is None:
+        raise UsageError("the firmware simulator lives in the source tree (firmware-sim/), "
+                         f"not found at {path}; run regdev from a clone (pip install -e .)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def cmd_firmware_sim(args: argparse.Namespace, out: TextIO) -> int:
+    status: int = _firmware_sim_module().main(args.args, prog="regdev firmware-sim")
+    return status
+
+
+def add_serial_commands(sub: Any, port_options: Any) -> None:
+    """Add ``shell`` and ``firmware-sim`` to the subcommands."""
+    shell = sub.add_parser(
+        "shell", help="an interactive prompt for engineers: read, write, dump, identify, reset",
+        description="Each command is a tool call through the gate, and its verdict is shown. "
+                    "Without --port it drives an in-process register file.")
+    port_options(shell)
+    shell.set_defaults(func=cmd_shell)
+    sim = sub.add_parser(
+        "firmware-sim", add_help=False, prefix_chars="+",
+        help="serve the simulated device on a pty or a TCP port (--help for its options)",
+        description="The device side of docs/protocol.md with seeded fault injection.")
+    sim.add_argument("args", nargs=argparse.REMAINDER)
+    sim.set_defaults(func=cmd_firmware_sim)
+
+
+def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
+    definitions = tool_definitions(args.format)
+    out.write(msgspec.json.format(msgspec.json.encode(definitions), indent=2).decode() + "\n")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from ._mcp import serve_stdio  # noqa: PLC0415 - the optional `mcp` extra, imported lazily
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio"):
+            raise
+        raise UsageError(
+            "the MCP server needs the `mcp` package; install it with: "
+            "pip install 'regdev[mcp]'"
+        ) from None
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="regdev serve: %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("regdev")
+    log.setLevel(args.log_level.upper())
+    with contextlib.closing(_port_device(args)) as device:
+        identity = _device_call(args, device.identify)  # a silent device fails here, at once
+        gate, session = open_gate(args, device)
+        with gate:  # closing it commits the last audit records
+            log.info("serving MCP on stdio: tools %s on %s, session %s, audit log %s",
+                     ", ".join(gate.tools), identity, session.name,
+                     gate.audit.path if gate.audit is not None else "off")
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the ordinary way to stop
+                serve_stdio(gate, session)
+    log.info("stopped")
+    return 0
+
+
 # --- parser -----------------------------------------------------------------------------------
 
 
@@ -289,11 +493,21 @@ def build_parser() -> argparse.ArgumentParser:
             "then executed; a refusal names one stage and one code (see docs/errors.md). "
             "Every call is recorded in an audit log (see docs/safety.md)."
         ),
-        epilog="Exit status: 0 ok; 1 a call refused or an expectation not met; 2 usage or "
-               "file error.",
+        epilog="Exit status: 0 ok; 1 a call refused or an expectation not met; 2 usage, "
+               "file or device-connection error.",
     )
     parser.add_argument("--version", action="version", version=f"regdev {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def port_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--port", metavar="URL",
+                       help="run against the device on this serial port instead of in process: "
+                            "/dev/ttyUSB0, COM3, socket://HOST:PORT or rfc2217://HOST:PORT "
+                            "(see docs/protocol.md)")
+        p.add_argument("--timeout", metavar="SECONDS", type=float, default=0.5,
+                       help="with --port: seconds to wait for each reply (default 0.5)")
+        p.add_argument("--baud", metavar="N", type=int, default=115200,
+                       help="with --port: line speed in baud (default 115200)")
 
     def dialect_options(p: argparse.ArgumentParser, default_help: str) -> None:
         p.add_argument("--dialect", choices=DIALECTS, default="canonical",
@@ -308,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "dumped.")
     demo.add_argument("--json", action="store_true",
                       help="one JSON object per step, then the stop reason and the registers")
+    port_options(demo)
     add_gate_options(demo)
     demo.set_defaults(func=cmd_demo)
 
@@ -322,6 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
     dialect_options(replay, "A line's own `dialect` wins.")
     replay.add_argument("--json", action="store_true",
                         help="one JSON object per line, then {\"registers\": [16 ints]}")
+    port_options(replay)
+    replay.add_argument("--reset", action="store_true",
+                        help="reset the device before the replay (a fresh in-process device "
+                             "needs none)")
     add_gate_options(replay)
     replay.set_defaults(func=cmd_replay)
 
@@ -333,6 +552,34 @@ def build_parser() -> argparse.ArgumentParser:
     dialect_options(call, "")
     add_gate_options(call)
     call.set_defaults(func=cmd_call)
+    add_serial_commands(sub, port_options)
+
+    tools = sub.add_parser(
+        "tools", help="print the tool definitions in a provider's format (JSON)",
+        description="Print the tools as one provider declares them to a model, as a JSON "
+                    "array: mcp (tools/list entries with inputSchema and annotations), openai "
+                    "(Chat Completions tools in strict mode) or anthropic (Messages API tools "
+                    "with input_schema). All three come from the one registry.")
+    tools.add_argument("--format", choices=PROVIDER_FORMATS, default="mcp",
+                       help="which provider's shape (default: mcp)")
+    tools.set_defaults(func=cmd_tools)
+
+    serve = sub.add_parser(
+        "serve", help="run the MCP server on stdio (for Claude Desktop and other MCP clients)",
+        description="Serve write_register and read_register over MCP on stdin/stdout, on a "
+                    "fresh in-process register file, or on the device at --port. Every "
+                    "tools/call goes through the gate: "
+                    "a refused call comes back as an isError result with the verdict code "
+                    "and message. stdout carries protocol messages only; logs go to stderr. "
+                    "Ends when the client closes stdin, or on Ctrl-C. Needs the mcp extra: "
+                    "pip install 'regdev[mcp]'.")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                       default="info",
+                       help="regdev's log level on stderr (default: info; debug logs "
+                            "each call's verdict)")
+    port_options(serve)
+    add_gate_options(serve)
+    serve.set_defaults(func=cmd_serve)
 
     audit = sub.add_parser(
         "audit", help="show, filter and export the audit log",

@@ -8,7 +8,8 @@ The tree::
     ├── ProtocolError          the serial wire protocol was broken
     │   ├── LocalProtocolError     by this side (misuse of the codec)
     │   └── RemoteProtocolError    by the peer (garbage, bad checksum, over-long frame)
-    ├── TransportError         the port could not be opened, read or written
+    ├── TransportError         the port could not be opened, read or written (the serial
+    │                          backend reopens it on the next transaction)
     ├── PolicyError            a policy (file or Python) is invalid, or names a session or
     │                          tool that does not exist (raised when the policy is loaded)
     ├── AuditError             the audit database could not be opened, read or written
@@ -69,7 +70,21 @@ class LocalProtocolError(ProtocolError):
 
 
 class RemoteProtocolError(ProtocolError):
-    """The peer sent bytes that break the protocol (garbage, bad checksum, over-long frame)."""
+    """The peer sent bytes that break the protocol (garbage, bad checksum, over-long frame).
+
+    The codec has already dropped the offending bytes when it raises this, so the link is
+    usable again: call ``next_event()`` once more to go on with the bytes after them.
+
+    Attributes:
+        code: the error code a device answers such a frame with (``docs/protocol.md``):
+            ``"CKSUM"`` for a checksum mismatch, ``"SYNTAX"`` for anything else.
+        seq: the frame's sequence number (1..255) when it could be read, else None.
+    """
+
+    def __init__(self, message: str, code: str = "SYNTAX", seq: int | None = None) -> None:
+        self.code = code
+        self.seq = seq
+        super().__init__(message)
 
 
 class TransportError(RegdevError):

@@ -31,7 +31,13 @@ from ._device import Device, RegisterFile, TimeoutDevice
 from ._errors import AuditError, DeviceTimeout, PolicyError, RegdevError
 from ._idempotency import STORED_CODES, fingerprint
 from ._observation import Observation, Refusal
-from ._parse import DEFAULT_MAX_INPUT_BYTES, MAX_ID_CHARS, check_dialect, parse
+from ._parse import (
+    DEFAULT_MAX_INPUT_BYTES,
+    MAX_ID_CHARS,
+    check_dialect,
+    check_idempotency_key,
+    parse,
+)
 from ._policy import (
     ApprovalRequest,
     Policy,
@@ -188,7 +194,7 @@ class Gate:
         call_id: str | None = None,
         tool_choice: str | None = None,
         session: Session | None = None,
-        idempotency_key: str | None = None,
+        idempotency_key: object = None,
         loop_id: str | None = None,
         step: int | None = None,
     ) -> Observation:
@@ -199,7 +205,8 @@ class Gate:
             call_id: correlation id to echo in the observation.
             tool_choice: when set, this step forces that tool.
             session: the caller; :attr:`default_session` when None.
-            idempotency_key: the call's idempotency key (1..255 characters), or None.
+            idempotency_key: the call's idempotency key, a string of 1..256 characters, or
+                None; anything else is refused as ``bad-idempotency-key``.
             loop_id: the loop this call belongs to, for the audit log.
             step: the step number in that loop.
 
@@ -212,12 +219,18 @@ class Gate:
         self.check_options("canonical", tool_choice)
         if call_id is not None and (type(call_id) is not str or len(call_id) > MAX_ID_CHARS):
             call_id = None
+        key = check_idempotency_key(idempotency_key, "idempotency_key")
         if self._guarded or session is not None:
             raw = encode_json(call) if self.audit is not None else None
             state = _CallState(session or self.default_session, "canonical", raw, loop_id, step)
-            state.key = idempotency_key
             state.marks.append(state.marks[0])  # nothing to parse
+            if isinstance(key, Refusal):
+                state.call = call
+                return self._handle_guarded(state, None, call, call_id, tool_choice, refusal=key)
+            state.key = key
             return self._handle_guarded(state, None, call, call_id, tool_choice)
+        if isinstance(key, Refusal):
+            return Observation.refused(key, call_id)
         try:
             return self._run(call, call_id, tool_choice)
         except Exception:
@@ -288,8 +301,10 @@ class Gate:
     # --- the guarded path: sessions, authorization, idempotency keys, audit ---------------
 
     def _handle_guarded(self, state: _CallState, raw: str | bytes | None, call: object,
-                        call_id: str | None, tool_choice: str | None) -> Observation:
-        """``raw`` to parse (from :meth:`handle`), or the decoded ``call`` when it is None."""
+                        call_id: str | None, tool_choice: str | None, *,
+                        refusal: Refusal | None = None) -> Observation:
+        """``raw`` to parse (from :meth:`handle`), or the decoded ``call`` when it is None;
+        ``refusal`` refuses a decoded call before validation (its idempotency key)."""
         try:
             if raw is not None:
                 if type(raw) is str and len(raw) <= self.max_input_bytes:
@@ -306,6 +321,8 @@ class Gate:
                     call, state.key = parsed.call, parsed.idempotency_key
                     state.call = call
                     observation = self._run(call, parsed.id, tool_choice, state)
+            elif refusal is not None:
+                observation = Observation.refused(refusal, call_id)
             else:
                 state.call = call
                 observation = self._run(call, call_id, tool_choice, state)

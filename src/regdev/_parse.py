@@ -44,6 +44,7 @@ __all__ = [
     "Dialect",
     "ParsedCall",
     "check_dialect",
+    "check_idempotency_key",
     "parse",
 ]
 
@@ -147,8 +148,9 @@ def _string_id(value: object) -> str | None:
     return value if type(value) is str and len(value) <= MAX_ID_CHARS else None
 
 
-def _key(value: object, field: str) -> str | Refusal | None:
-    """An explicit idempotency key in ``field``: None when absent, else a 1..256 char string."""
+def check_idempotency_key(value: object, field: str) -> str | Refusal | None:
+    """An explicit idempotency key sent in ``field``: None when absent; the key when it is a
+    string of 1..256 characters; else a ``bad-idempotency-key`` refusal naming ``field``."""
     if value is None:
         return None
     if type(value) is str and 0 < len(value) <= MAX_IDEMPOTENCY_KEY_CHARS:
@@ -172,10 +174,10 @@ def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall:
         key = doc.get("idempotency_key")
         if key is None:
             return ParsedCall(doc, call_id)
-        return _with_key(doc, call_id, _key(key, "idempotency_key"))
+        return _with_key(doc, call_id, check_idempotency_key(key, "idempotency_key"))
     if dialect == "mcp":
         meta = doc.get("_meta")
-        key = _key(meta.get("idempotency_key"), "_meta.idempotency_key") \
+        key = check_idempotency_key(meta.get("idempotency_key"), "_meta.idempotency_key") \
             if type(meta) is dict else None
         name_key, args_key, holder = "name", "arguments", doc
     else:  # openai, anthropic: the provider's tool call id is the key

@@ -7,6 +7,7 @@ answers: a write counts only when the device reports the value written.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,16 @@ class Tool:
             ``docs/errors.md``), in the form MCP calls ``inputSchema``.
         read_only: True when the tool never changes the device.
         idempotent: True when repeating a call with the same arguments has no further effect.
+        destructive: True when a call may destroy state (e.g. overwrite a stored value) rather
+            than only add to it. Meaningful only when ``read_only`` is False.
+        open_world: True when the tool reaches an open set of external entities (the web);
+            False for a closed domain such as one device's registers.
         handler: runs the call on a device; None for a tool that is only validated.
+
+    The four flags default to MCP's defaults for tool annotations (MCP specification schema,
+    ``ToolAnnotations``, since 2025-03-26: readOnlyHint false, destructiveHint true,
+    idempotentHint false, openWorldHint true), so a flag left unstated claims nothing
+    reassuring.
 
     Raises:
         SchemaError: at construction, when ``input_schema`` is outside the supported subset.
@@ -50,6 +60,8 @@ class Tool:
     input_schema: Mapping[str, Any]
     read_only: bool = False
     idempotent: bool = False
+    destructive: bool = True
+    open_world: bool = True
     handler: Handler | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -66,11 +78,23 @@ class Tool:
         return _bind(arguments, self.input_schema)
 
     def definition(self) -> dict[str, Any]:
-        """The tool in MCP ``tools/list`` form: ``{"name", "description", "inputSchema"}``."""
+        """The tool in MCP ``tools/list`` form: ``{"name", "description", "inputSchema",
+        "annotations"}``.
+
+        ``annotations`` states all four MCP hints (``readOnlyHint``, ``destructiveHint``,
+        ``idempotentHint``, ``openWorldHint``), so a client never falls back to a default.
+        """
+        annotations = {
+            "readOnlyHint": self.read_only,
+            "destructiveHint": self.destructive,
+            "idempotentHint": self.idempotent,
+            "openWorldHint": self.open_world,
+        }
         return {
             "name": self.name,
             "description": self.description,
-            "inputSchema": dict(self.input_schema),
+            "inputSchema": copy.deepcopy(dict(self.input_schema)),
+            "annotations": annotations,
         }
 
 
@@ -121,13 +145,18 @@ class ToolSet(Mapping[str, Tool]):
         for index, entry in enumerate(definitions):
             if not isinstance(entry, Mapping) or "name" not in entry or "inputSchema" not in entry:
                 raise SchemaError("a tool definition needs `name` and `inputSchema`", f"/{index}")
+            hints = entry.get("annotations")
+            hints = hints if isinstance(hints, Mapping) else {}
             try:
                 tools.append(
                     Tool(
                         name=entry["name"],
                         description=str(entry.get("description", "")),
                         input_schema=entry["inputSchema"],
-                        read_only=bool((entry.get("annotations") or {}).get("readOnlyHint")),
+                        read_only=hints.get("readOnlyHint") is True,
+                        idempotent=hints.get("idempotentHint") is True,
+                        destructive=hints.get("destructiveHint") is not False,
+                        open_world=hints.get("openWorldHint") is not False,
                     )
                 )
             except SchemaError as error:
@@ -199,7 +228,9 @@ WRITE_REGISTER = Tool(
         "additionalProperties": False,
     },
     read_only=False,
-    idempotent=True,
+    idempotent=True,  # writing the same value again leaves the register as it was
+    destructive=True,  # a write overwrites the register's previous value
+    open_world=False,  # one device's registers: a closed domain
     handler=_write,
 )
 
@@ -218,6 +249,8 @@ READ_REGISTER = Tool(
     },
     read_only=True,
     idempotent=True,
+    destructive=False,
+    open_world=False,
     handler=_read,
 )
 

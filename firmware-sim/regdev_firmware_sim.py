@@ -1,0 +1,449 @@
+"""regdev firmware simulator: the device side of the wire protocol, on a pty or a TCP port.
+
+It answers the frames of ``docs/protocol.md`` from the same register model regdev runs in
+process (16 registers of 8 bits, reset value 0), through the same codec
+(``regdev._protocol``, used here in its ``DEVICE`` role), with seeded fault injection::
+
+    regdev firmware-sim --pty                       # prints e.g. /dev/pts/7, then serves
+    regdev firmware-sim --tcp 127.0.0.1:0           # prints e.g. socket://127.0.0.1:40521
+    python firmware-sim/regdev_firmware_sim.py --pty --fault drop=0.05 --seed 7
+
+The first line of standard output is the port to open (flushed); the simulator then serves
+until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr.
+
+It runs without regdev installed: the codec, errors and register modules import only the
+standard library, so when run as a script it imports them from the ``src/regdev`` beside it
+without executing ``regdev/__init__.py`` (which needs regdev's dependencies).
+
+Faults apply to the replies to requests, one fault at most per reply, drawn from a
+``random.Random(seed)`` so a run can be repeated:
+
+==========  ===============================================================================
+drop        one byte of the reply is lost
+corrupt     one byte of the reply is changed
+delay       the reply is sent ``--delay`` seconds late (beyond the host's timeout)
+garbage     1..20 random bytes are sent before the reply (between frames)
+disconnect  the link is cut instead of replying (TCP: the client socket is closed; pty: a
+            new pty replaces the old one, at the ``--link`` path)
+busy        the device answers ``e BUSY`` and does not execute the request
+==========  ===============================================================================
+
+A request is executed before its reply is faulted (except ``busy``): a write whose
+acknowledgement is lost has happened, as on real hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import socket
+import sys
+import time
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+
+def _use_repository_regdev() -> None:
+    """Make ``regdev._protocol`` importable from the repository without ``regdev/__init__``.
+
+    Registers a bare ``regdev`` package whose ``__path__`` is ``src/regdev`` beside this
+    file. Does nothing when regdev is already imported (``regdev firmware-sim``) or when this
+    file has no repository around it (then an installed regdev is used).
+    """
+    source = Path(__file__).resolve().parent.parent / "src" / "regdev"
+    if "regdev" in sys.modules or not (source / "_protocol.py").is_file():
+        return
+    package = types.ModuleType("regdev", "regdev's stdlib-only modules, for the simulator")
+    package.__path__ = [str(source)]
+    sys.modules["regdev"] = package
+
+
+_use_repository_regdev()
+
+from regdev import _protocol as wire  # noqa: E402 - after the import path is set up
+from regdev._device import REGISTER_COUNT, RegisterFile  # noqa: E402
+from regdev._errors import LocalProtocolError, RemoteProtocolError  # noqa: E402
+
+__all__ = ["FAULT_KINDS", "IDENTITY", "Faults", "Firmware", "main", "serve"]
+
+#: What the simulator answers to ``I``.
+IDENTITY = "regdev firmware-sim, 16 x 8-bit, protocol 1"
+#: Fault kinds, in the order their rates are drawn for each reply.
+FAULT_KINDS = ("drop", "corrupt", "delay", "garbage", "disconnect", "busy")
+_GARBAGE = b"$\n\r*0123456789ABCDEFWRwrez \x00\x7f\xff"
+
+
+class Firmware:
+    """The device's request handler: one request in, its reply out, over a register file.
+
+    Args:
+        registers: the register model; a fresh :class:`RegisterFile` (all 0) by default.
+        identity: the text answered to ``I`` (1..48 printable ASCII, no ``$`` or ``*``).
+    """
+
+    def __init__(self, registers: RegisterFile | None = None, identity: str = IDENTITY) -> None:
+        self.registers = registers if registers is not None else RegisterFile()
+        self.identity = identity
+
+    def answer(self, request: wire.Request) -> wire.Reply:
+        """The reply to ``request``: its acknowledgement, or ``e ADDR`` for a bad address."""
+        regs = self.registers
+        match request:
+            case wire.ReadRequest(seq=seq, addr=addr) if addr < REGISTER_COUNT:
+                return wire.ReadReply(seq, addr, regs.read(addr))
+            case wire.WriteRequest(seq=seq, addr=addr, data=data) if addr < REGISTER_COUNT:
+                return wire.WriteReply(seq, addr, regs.write(addr, data))
+            case wire.ReadRequest() | wire.WriteRequest():
+                return wire.ErrorReply(request.seq, "ADDR")
+            case wire.IdentifyRequest(seq=seq):
+                return wire.IdentifyReply(seq, self.identity)
+            case wire.ResetRequest(seq=seq):
+                regs.reset()
+                return wire.ResetReply(seq)
+            case wire.DumpRequest(seq=seq):
+                return wire.DumpReply(seq, tuple(regs.snapshot()))
+        raise AssertionError(f"not a request: {request!r}")  # pragma: no cover
+
+
+class Faults:
+    """Seeded fault injection on replies.
+
+    Args:
+        rates: probability (0..1) per reply of each kind in :data:`FAULT_KINDS`.
+        seed: seed of the ``random.Random`` that draws faults and their details.
+        after: replies sent clean before any fault.
+        count: most faults injected, then clean again; None for no limit.
+        delay: seconds a ``delay`` fault holds the reply back.
+
+    Raises:
+        ValueError: an unknown kind, a rate outside 0..1, or a negative number.
+    """
+
+    def __init__(self, rates: dict[str, float] | None = None, *, seed: int = 0, after: int = 0,
+                 count: int | None = None, delay: float = 1.0) -> None:
+        rates = dict(rates or {})
+        for kind, rate in rates.items():
+            if kind not in FAULT_KINDS:
+                raise ValueError(f"unknown fault `{kind}`; expected one of "
+                                 f"{', '.join(FAULT_KINDS)}")
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"fault rate for `{kind}` must be in 0..1, got {rate}")
+        if after < 0 or (count is not None and count < 0) or delay < 0:
+            raise ValueError("--fault-after, --fault-count and --delay must be >= 0")
+        self.rates = rates
+        self.random = random.Random(seed)
+        self.after = after
+        self.count = count
+        self.delay = delay
+        self.replies = 0
+        #: Faults injected so far, by kind.
+        self.injected: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
+
+    def pick(self) -> str | None:
+        """Draw the fault for the next reply, or None for a clean one."""
+        self.replies += 1
+        draws = [(kind, self.random.random()) for kind in FAULT_KINDS]
+        if self.replies <= self.after or self.count == sum(self.injected.values()):
+            return None
+        for kind, draw in draws:
+            if draw < self.rates.get(kind, 0.0):
+                self.injected[kind] += 1
+                return kind
+        return None
+
+    def damage(self, kind: str, data: bytes) -> bytes:
+        """The reply bytes as a ``drop``, ``corrupt`` or ``garbage`` fault sends them."""
+        rng = self.random
+        if kind == "drop":
+            at = rng.randrange(len(data))
+            return data[:at] + data[at + 1:]
+        if kind == "corrupt":
+            at = rng.randrange(len(data))
+            byte = (data[at] + rng.randrange(1, 256)) % 256
+            return data[:at] + bytes([byte]) + data[at + 1:]
+        if kind == "garbage":
+            noise = bytes(rng.choice(_GARBAGE) for _ in range(rng.randint(1, 20)))
+            return noise + data
+        return data
+
+
+class Disconnect(Exception):
+    """A ``disconnect`` fault: the link is to be cut instead of replying."""
+
+
+class Line(Protocol):
+    """The byte stream to the host: a pty master or a TCP client socket."""
+
+    def read(self) -> bytes:
+        """Block for the next bytes from the host; b"" when the host hung up."""
+
+    def write(self, data: bytes) -> None:
+        """Send bytes to the host."""
+
+
+def serve(line: Line, firmware: Firmware, faults: Faults,
+          log: Callable[[str], None] | None = None) -> None:
+    """Answer requests on ``line`` until the host hangs up.
+
+    Frames it cannot read are answered ``e CKSUM`` or ``e SYNTAX`` (with their sequence
+    number, or 0), as ``docs/protocol.md`` says.
+
+    Raises:
+        Disconnect: a ``disconnect`` fault fired: the caller cuts the link.
+        OSError: the line failed.
+    """
+    link = wire.Connection(wire.DEVICE)
+    while True:
+        data = line.read()
+        if not data:
+            return
+        try:
+            link.receive_data(data)
+        except RemoteProtocolError as error:
+            _send(line, link, wire.ErrorReply(0, error.code), log, error)
+        while True:
+            try:
+                request = link.next_event()
+            except RemoteProtocolError as error:
+                _send(line, link, wire.ErrorReply(error.seq or 0, error.code), log, error)
+                continue
+            if request is wire.NEED_DATA:
+                break
+            assert isinstance(request, wire.Request)
+            if log:
+                log(f"<- {wire.encode(request)!r}")
+            fault = faults.pick()
+            reply = (wire.ErrorReply(request.seq, "BUSY") if fault == "busy"
+                     else firmware.answer(request))
+            out = link.send(reply)
+            if fault == "disconnect":
+                if log:
+                    log("   fault: disconnect")
+                raise Disconnect
+            if fault == "delay":
+                time.sleep(faults.delay)
+            elif fault is not None:
+                out = faults.damage(fault, out)
+            if log:
+                log(f"-> {out!r}" + (f"  (fault: {fault})" if fault else ""))
+            line.write(out)
+
+
+def _send(line: Line, link: wire.Connection, reply: wire.ErrorReply,
+          log: Callable[[str], None] | None, error: RemoteProtocolError) -> None:
+    out = link.send(reply)
+    if log:
+        log(f"<- bad frame: {error}\n-> {out!r}")
+    line.write(out)
+
+
+# --- the two ways to reach it ---------------------------------------------------------------------
+
+
+class _FdLine:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read(self) -> bytes:
+        return os.read(self.fd, 256)
+
+    def write(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(self.fd, data):]
+
+
+class _SocketLine:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def read(self) -> bytes:
+        try:
+            return self.sock.recv(256)
+        except ConnectionError:
+            return b""
+
+    def write(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+
+class _Pty:
+    """A pseudo-terminal in raw mode; its slave end is the port the host opens."""
+
+    def __init__(self, link: Path | None) -> None:
+        import tty  # noqa: PLC0415 - POSIX only; imported here so --tcp works everywhere
+
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.slave)  # no echo, no CR/LF translation, whoever opens it
+        self.path = os.ttyname(self.slave)
+        self.link = link
+        if link is not None:
+            temporary = link.with_name(link.name + ".new")
+            temporary.unlink(missing_ok=True)
+            temporary.symlink_to(self.path)
+            temporary.replace(link)
+
+    def close(self) -> None:
+        os.close(self.master)
+        os.close(self.slave)
+
+
+def serve_pty(firmware: Firmware, faults: Faults, *, link: Path | None,
+              announce: Callable[[str], None], log: Callable[[str], None] | None) -> None:
+    """Serve on a new pty until interrupted; announce its path (or ``link``) first."""
+    pty = _Pty(link)
+    announce(str(link) if link is not None else pty.path)
+    try:
+        while True:
+            try:
+                serve(_FdLine(pty.master), firmware, faults, log)
+                return
+            except Disconnect:
+                # Like a USB adapter unplugged and plugged back: the old port dies, a new
+                # one appears under the same stable name (the link), registers intact.
+                old, pty = pty, _Pty(link)
+                old.close()
+    finally:
+        pty.close()
+        if link is not None:
+            link.unlink(missing_ok=True)
+
+
+def serve_tcp(firmware: Firmware, faults: Faults, *, host: str, port: int,
+              announce: Callable[[str], None], log: Callable[[str], None] | None,
+              ready: Callable[[socket.socket], None] | None = None) -> None:
+    """Serve one client at a time on ``host:port`` until interrupted; announce its URL first."""
+    with socket.create_server((host, port)) as server:
+        bound_host, bound_port = server.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        announce(f"socket://{shown}:{bound_port}")
+        if ready is not None:
+            ready(server)
+        while True:
+            client, _ = server.accept()
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with client:
+                try:
+                    serve(_SocketLine(client), firmware, faults, log)
+                except Disconnect:
+                    pass
+                except OSError:
+                    pass  # the client went away mid-reply; wait for the next
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def _fault_rates(text: str) -> dict[str, float]:
+    rates = {}
+    for item in text.split(","):
+        kind, sep, rate = item.partition("=")
+        try:
+            value = float(rate)
+        except ValueError:
+            value = -1.0
+        if not sep or kind not in FAULT_KINDS or not 0.0 <= value <= 1.0:
+            raise argparse.ArgumentTypeError(
+                f"expected KIND=RATE with KIND one of {', '.join(FAULT_KINDS)} and RATE in "
+                f"0..1, got `{item}`")
+        rates[kind] = value
+    return rates
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:0), got `{text}`")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The simulator's command-line parser."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="The device side of regdev's serial protocol (docs/protocol.md), served "
+                    "on a pseudo-terminal or a TCP port, with seeded fault injection. The "
+                    "first line of standard output is the port to open; then it serves "
+                    "until interrupted.",
+        epilog="Example: --pty --fault drop=0.05,corrupt=0.02 --seed 7. Fault kinds: "
+               + ", ".join(FAULT_KINDS) + ".")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--pty", action="store_true",
+                       help="serve on a new pseudo-terminal; prints its path (POSIX only)")
+    where.add_argument("--tcp", metavar="HOST:PORT", type=_host_port,
+                       help="serve on a TCP port (0 picks a free one); prints socket://HOST:PORT")
+    parser.add_argument("--link", metavar="PATH", type=Path,
+                        help="with --pty: keep a symlink to the pty at PATH and print PATH; "
+                             "needed for the disconnect fault, which replaces the pty")
+    parser.add_argument("--fault", metavar="KIND=RATE", type=_fault_rates, action="append",
+                        default=[], help="inject a fault in this fraction (0..1) of replies; "
+                                         "repeat or separate with commas")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws (0)")
+    parser.add_argument("--delay", type=float, default=1.0, metavar="SECONDS",
+                        help="how late a delay fault sends the reply, in seconds (1.0)")
+    parser.add_argument("--fault-after", type=int, default=0, metavar="N",
+                        help="send the first N replies clean (0)")
+    parser.add_argument("--fault-count", type=int, default=None, metavar="N",
+                        help="inject at most N faults, then run clean (no limit)")
+    parser.add_argument("--identity", default=IDENTITY,
+                        help=f"the text answered to identify (default: {IDENTITY!r})")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log every frame in and out on stderr")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Run the simulator; return the exit status (0 when interrupted, 2 on a usage error)."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    rates: dict[str, float] = {}
+    for group in args.fault:
+        rates.update(group)
+    try:
+        faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
+                        delay=args.delay)
+        wire.encode(wire.IdentifyReply(1, args.identity))
+    except (ValueError, LocalProtocolError) as error:
+        parser.error(str(error))
+    if rates.get("disconnect") and args.pty and args.link is None:
+        parser.error("the disconnect fault on --pty needs --link PATH (the pty is replaced, "
+                     "and the host reopens it by the link)")
+    if args.link is not None and not args.pty:
+        parser.error("--link goes with --pty")
+
+    def announce(port: str) -> None:
+        print(port, flush=True)
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def stop(signum: int, frame: types.FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    # Both, explicitly: a shell starting this in the background may have set SIGINT to ignored.
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    firmware = Firmware(identity=args.identity)
+    try:
+        if args.pty:
+            if not hasattr(os, "openpty"):
+                parser.error("--pty needs a POSIX system; use --tcp HOST:PORT")
+            serve_pty(firmware, faults, link=args.link, announce=announce,
+                      log=log if args.verbose else None)
+        else:
+            host, port = args.tcp
+            serve_tcp(firmware, faults, host=host, port=port, announce=announce,
+                      log=log if args.verbose else None)
+    except KeyboardInterrupt:
+        return 0
+    except OSError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,618 @@
+"""The serial wire protocol codec, sans-IO: bytes in, frames out, for both ends of the line.
+
+The protocol is specified in ``docs/protocol.md``; in short, one frame is one ASCII line::
+
+    $05 W 03 FF*9E\\n        request: seq 0x05, write 0xFF to register 3
+    $05 w 03 FF*C3\\n        reply:   register 3 holds 0xFF after the write
+
+``$`` starts a frame, two hex digits give its sequence number, one letter its kind
+(upper case: a request; lower case: a reply), then its fields, ``*`` and the CRC-8 of the
+bytes between ``$`` and ``*`` as two hex digits, and LF ends it.
+
+Rules of this file:
+
+* No I/O. It imports no serial, socket, time or threading module (a test checks it): the
+  caller moves bytes, this module only turns bytes into frames and frames into bytes.
+* :class:`Connection` is used by both ends: ``Connection(HOST)`` in the serial backend,
+  ``Connection(DEVICE)`` in the firmware simulator. Every state change is in
+  :data:`TRANSITIONS`, and nowhere else.
+* Peer input never raises anything but :class:`RemoteProtocolError`, and the codec has
+  dropped the bad bytes when it does: the next :meth:`Connection.next_event` goes on with the
+  bytes after them (resynchronisation). This side's misuse raises :class:`LocalProtocolError`.
+* The receive buffer is bounded (``max_buffer_size`` bytes); a frame is at most
+  :data:`MAX_FRAME` bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias
+
+from ._errors import LocalProtocolError, RemoteProtocolError
+
+__all__ = [
+    "DEVICE",
+    "ERROR_CODES",
+    "HOST",
+    "MAX_FRAME",
+    "MAX_TEXT",
+    "NEED_DATA",
+    "TRANSITIONS",
+    "Action",
+    "Connection",
+    "DumpReply",
+    "DumpRequest",
+    "ErrorReply",
+    "Frame",
+    "IdentifyReply",
+    "IdentifyRequest",
+    "ReadReply",
+    "ReadRequest",
+    "Reply",
+    "Request",
+    "ResetReply",
+    "ResetRequest",
+    "Role",
+    "State",
+    "WriteReply",
+    "WriteRequest",
+    "crc8",
+    "decode",
+    "encode",
+]
+
+#: Largest frame on the wire, in bytes, from ``$`` to LF inclusive (a CR before LF counts).
+MAX_FRAME: Final = 64
+#: Longest identify text, in bytes (printable ASCII except ``$`` and ``*``).
+MAX_TEXT: Final = 48
+#: The error codes a device sends in an ``e`` reply (``docs/protocol.md``, "Error codes").
+#: A host treats any other upper-case word of 1..8 letters as a refusal too.
+ERROR_CODES: Final = ("ADDR", "DATA", "CKSUM", "SYNTAX", "BUSY")
+
+# --- checksum ---------------------------------------------------------------------------------
+
+
+def _crc8_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC8 = _crc8_table()
+
+
+def crc8(data: bytes) -> int:
+    """CRC-8 of ``data``: polynomial 0x07, initial value 0x00, no reflection, no final XOR.
+
+    This is CRC-8/SMBUS in the Catalogue of parametrised CRC algorithms (reveng); its check
+    value, the CRC of ``b"123456789"``, is 0xF4. It detects every single-byte error and every
+    error burst up to 8 bits long.
+
+    Args:
+        data: the bytes between ``$`` and ``*`` of a frame.
+
+    Returns:
+        The checksum, 0..255.
+    """
+    crc = 0
+    for byte in data:
+        crc = _CRC8[crc ^ byte]
+    return crc
+
+
+# --- frames -----------------------------------------------------------------------------------
+# Each frame knows its letter; requests are upper case, replies lower case. Fields are ints
+# 0..255 on the wire (two upper-case hex digits); which addresses exist is the device's
+# business (it answers ``e ADDR``), not the codec's.
+
+
+@dataclass(frozen=True, slots=True)
+class IdentifyRequest:
+    """``I``: ask the device to identify itself. Answered by :class:`IdentifyReply`."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """``R AA``: read register ``addr``. Answered by :class:`ReadReply`."""
+
+    seq: int
+    addr: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRequest:
+    """``W AA DD``: write ``data`` to register ``addr``. Answered by :class:`WriteReply`."""
+
+    seq: int
+    addr: int
+    data: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResetRequest:
+    """``Z``: set every register to its reset value. Answered by :class:`ResetReply`."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRequest:
+    """``D``: read all 16 registers at once. Answered by :class:`DumpReply`."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdentifyReply:
+    """``i TEXT``: the device's one-line identity (1..48 printable ASCII bytes)."""
+
+    seq: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadReply:
+    """``r AA DD``: register ``addr`` holds ``data``."""
+
+    seq: int
+    addr: int
+    data: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteReply:
+    """``w AA DD``: register ``addr`` holds ``data`` after the write."""
+
+    seq: int
+    addr: int
+    data: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResetReply:
+    """``z``: every register holds its reset value."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class DumpReply:
+    """``d`` and 32 hex digits: the 16 registers, address 0 first."""
+
+    seq: int
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """``e CODE``: the request was refused and not executed; ``code`` is in :data:`ERROR_CODES`.
+
+    A device answers a frame it could not read with the frame's sequence number when that
+    could be read, else with sequence number 0 (which no request uses).
+    """
+
+    seq: int
+    code: str
+
+
+Request: TypeAlias = IdentifyRequest | ReadRequest | WriteRequest | ResetRequest | DumpRequest
+Reply: TypeAlias = (
+    IdentifyReply | ReadReply | WriteReply | ResetReply | DumpReply | ErrorReply
+)
+Frame: TypeAlias = Request | Reply
+
+_REQUESTS: Final = (IdentifyRequest, ReadRequest, WriteRequest, ResetRequest, DumpRequest)
+#: The reply type that answers each request type (an ErrorReply answers any of them).
+_ANSWER: Final[dict[type[Frame], type[Frame]]] = {
+    IdentifyRequest: IdentifyReply,
+    ReadRequest: ReadReply,
+    WriteRequest: WriteReply,
+    ResetRequest: ResetReply,
+    DumpRequest: DumpReply,
+}
+
+# --- encoding ---------------------------------------------------------------------------------
+
+_HEX2: Final = {f"{i:02X}".encode(): i for i in range(256)}
+_TEXT_BYTES: Final = frozenset(range(0x20, 0x7F)) - {ord("$"), ord("*")}
+_PRINTABLE: Final = frozenset(range(0x20, 0x7F))
+_CODE_LETTERS: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _byte(name: str, value: object) -> int:
+    if type(value) is not int or not 0 <= value <= 0xFF:
+        raise LocalProtocolError(f"`{name}` must be an int 0..255, got {value!r}")
+    return value
+
+
+def _payload(frame: Frame) -> str:
+    seq = _byte("seq", frame.seq)
+    match frame:
+        case ReadRequest(addr=addr):
+            return f"{seq:02X} R {_byte('addr', addr):02X}"
+        case WriteRequest(addr=addr, data=data) | ReadReply(addr=addr, data=data) | WriteReply(
+            addr=addr, data=data
+        ):
+            letter = {WriteRequest: "W", ReadReply: "r", WriteReply: "w"}[type(frame)]
+            return f"{seq:02X} {letter} {_byte('addr', addr):02X} {_byte('data', data):02X}"
+        case IdentifyRequest():
+            return f"{seq:02X} I"
+        case ResetRequest():
+            return f"{seq:02X} Z"
+        case DumpRequest():
+            return f"{seq:02X} D"
+        case ResetReply():
+            return f"{seq:02X} z"
+        case DumpReply(values=values):
+            if len(values) != 16:
+                raise LocalProtocolError(f"a dump has 16 values, got {len(values)}")
+            return f"{seq:02X} d " + "".join(f"{_byte('values', v):02X}" for v in values)
+        case IdentifyReply(text=text):
+            raw = text.encode("ascii") if isinstance(text, str) and text.isascii() else b""
+            if not 1 <= len(raw) <= MAX_TEXT or not set(raw) <= _TEXT_BYTES:
+                raise LocalProtocolError(
+                    f"identify text must be 1..{MAX_TEXT} printable ASCII characters other "
+                    f"than `$` and `*`, got {text!r}")
+            return f"{seq:02X} i {text}"
+        case ErrorReply(code=code):
+            if (not isinstance(code, str) or not code.isascii() or not 1 <= len(code) <= 8
+                    or not set(code.encode("ascii")) <= _CODE_LETTERS):
+                raise LocalProtocolError(f"an error code is 1..8 letters A-Z, got {code!r}")
+            return f"{seq:02X} e {code}"
+    raise LocalProtocolError(f"not a frame: {frame!r}")
+
+
+def encode(frame: Frame) -> bytes:
+    """The bytes of one frame on the wire, ``$`` through LF.
+
+    Args:
+        frame: any request or reply; ``seq``, ``addr``, ``data`` and dump values in 0..255.
+
+    Returns:
+        The frame, at most :data:`MAX_FRAME` bytes.
+
+    Raises:
+        LocalProtocolError: a field is out of range or the identify text or error code is not
+            allowed on the wire.
+    """
+    payload = _payload(frame).encode("ascii")
+    return b"$%s*%02X\n" % (payload, crc8(payload))
+
+
+def _syntax(line: bytes, why: str, seq: int | None) -> RemoteProtocolError:
+    shown = repr(line[:MAX_FRAME])
+    return RemoteProtocolError(f"bad frame {shown}: {why}", "SYNTAX", seq)
+
+
+def decode(line: bytes) -> Frame:
+    """Decode one frame: ``$`` through the checksum, with or without the CR and LF after it.
+
+    Args:
+        line: the frame's bytes, starting at ``$``.
+
+    Returns:
+        The frame.
+
+    Raises:
+        RemoteProtocolError: the bytes are not a frame (``code`` ``"CKSUM"`` for a checksum
+            mismatch, ``"SYNTAX"`` otherwise; ``seq`` set when it could be read).
+    """
+    if line.endswith(b"\n"):
+        line = line[:-1]
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    seq = _HEX2.get(line[1:3])
+    if len(line) + 1 > MAX_FRAME:
+        raise _syntax(line, f"longer than {MAX_FRAME} bytes", seq)
+    if line[:1] != b"$" or len(line) < 8 or line[-3] != 0x2A:  # "*"
+        raise _syntax(line, "expected `$`, the fields, `*` and two hex digits", seq)
+    payload = line[1:-3]
+    check = _HEX2.get(line[-2:])
+    if check is None:
+        raise _syntax(line, "the checksum is not two upper-case hex digits", seq)
+    if crc8(payload) != check:
+        raise RemoteProtocolError(
+            f"bad frame {line!r}: checksum {check:02X}, expected {crc8(payload):02X}",
+            "CKSUM", seq)
+    if seq is None or payload[2] != 0x20 or (len(payload) > 4 and payload[4] != 0x20):
+        raise _syntax(line, "expected a two-digit sequence number, a space and a letter", seq)
+    letter = payload[3]
+    fields = payload[5:]
+    frame = _decode_fields(seq, letter, fields, len(payload) > 4)
+    if frame is None:
+        raise _syntax(line, f"bad fields for `{chr(letter)}`", seq)
+    return frame
+
+
+def _decode_fields(seq: int, letter: int, fields: bytes, has_fields: bool) -> Frame | None:
+    if not has_fields:
+        if letter == 0x49:  # I
+            return IdentifyRequest(seq)
+        if letter == 0x5A:  # Z
+            return ResetRequest(seq)
+        if letter == 0x44:  # D
+            return DumpRequest(seq)
+        return ResetReply(seq) if letter == 0x7A else None  # z
+    if letter == 0x52:  # R
+        addr = _HEX2.get(fields)
+        return ReadRequest(seq, addr) if addr is not None else None
+    if letter in b"Wrw":
+        addr, data = _HEX2.get(fields[:2]), _HEX2.get(fields[3:5])
+        if addr is None or data is None or len(fields) != 5 or fields[2] != 0x20:
+            return None
+        if letter == 0x57:  # W
+            return WriteRequest(seq, addr, data)
+        return ReadReply(seq, addr, data) if letter == 0x72 else WriteReply(seq, addr, data)
+    if letter == 0x64:  # d
+        values = [_HEX2.get(fields[i:i + 2], -1) for i in range(0, 32, 2)]
+        ok = len(fields) == 32 and -1 not in values
+        return DumpReply(seq, tuple(values)) if ok else None
+    if letter == 0x69:  # i
+        ok = 1 <= len(fields) <= MAX_TEXT and set(fields) <= _TEXT_BYTES
+        return IdentifyReply(seq, fields.decode("ascii")) if ok else None
+    if letter == 0x65:  # e
+        ok = 1 <= len(fields) <= 8 and set(fields) <= _CODE_LETTERS
+        return ErrorReply(seq, fields.decode("ascii")) if ok else None
+    return None
+
+
+# --- the state machine ------------------------------------------------------------------------
+
+
+class Role(enum.Enum):
+    """Which end of the line a :class:`Connection` is."""
+
+    HOST = "host"
+    DEVICE = "device"
+
+
+HOST: Final = Role.HOST
+DEVICE: Final = Role.DEVICE
+
+
+class State(enum.Enum):
+    """Where a :class:`Connection` is in the request/reply exchange."""
+
+    IDLE = "idle"
+    AWAITING_REPLY = "awaiting-reply"  # host: a request is out, its reply not yet in
+    MUST_REPLY = "must-reply"  # device: a request is in, its reply not yet out
+
+
+class Action(enum.Enum):
+    """What happens to a :class:`Connection`: a frame sent or received, or a give-up."""
+
+    SEND_REQUEST = "send a request"
+    SEND_REPLY = "send a reply"
+    SEND_ERROR = "send an error reply"
+    RECEIVE_REQUEST = "receive a request"
+    RECEIVE_REPLY = "receive the awaited reply"
+    ABANDON = "abandon the awaited reply"
+
+
+_S = State
+#: Every allowed (role, state, action) and the state it leads to. Anything not here is
+#: refused: a local action with LocalProtocolError; a received frame of the wrong direction
+#: with RemoteProtocolError; a reply the host is not awaiting is stale and dropped.
+TRANSITIONS: Final[dict[tuple[Role, State, Action], State]] = {
+    (HOST, _S.IDLE, Action.SEND_REQUEST): _S.AWAITING_REPLY,
+    (HOST, _S.AWAITING_REPLY, Action.RECEIVE_REPLY): _S.IDLE,
+    (HOST, _S.AWAITING_REPLY, Action.ABANDON): _S.IDLE,
+    (DEVICE, _S.IDLE, Action.RECEIVE_REQUEST): _S.MUST_REPLY,
+    (DEVICE, _S.MUST_REPLY, Action.SEND_REPLY): _S.IDLE,
+    (DEVICE, _S.MUST_REPLY, Action.SEND_ERROR): _S.IDLE,
+    # A device answers a frame it could not read (RemoteProtocolError) while idle.
+    (DEVICE, _S.IDLE, Action.SEND_ERROR): _S.IDLE,
+}
+
+
+class _Sentinel(enum.Enum):
+    NEED_DATA = "NEED_DATA"
+
+
+#: Returned by :meth:`Connection.next_event` when no whole frame is buffered yet.
+NEED_DATA: Final = _Sentinel.NEED_DATA
+
+
+class Connection:
+    """One end of the serial line: feed it bytes, read frames; give it frames, send bytes.
+
+    Args:
+        role: :data:`HOST` (sends requests) or :data:`DEVICE` (answers them).
+        max_buffer_size: most bytes held unread, at least :data:`MAX_FRAME` (default 1024).
+
+    Raises:
+        LocalProtocolError: ``max_buffer_size`` is below :data:`MAX_FRAME`.
+
+    Attributes:
+        discarded: bytes dropped so far: outside any frame, in bad frames, or abandoned.
+        stale: replies dropped because the host was not awaiting them (an old sequence number).
+    """
+
+    def __init__(self, role: Role, *, max_buffer_size: int = 1024) -> None:
+        if type(max_buffer_size) is not int or max_buffer_size < MAX_FRAME:
+            raise LocalProtocolError(f"max_buffer_size must be an int >= {MAX_FRAME}")
+        self.role = role
+        self.max_buffer_size = max_buffer_size
+        self._state = State.IDLE
+        self._buffer = bytearray()
+        self._pending: Request | None = None  # the request awaiting (host) or owed (device)
+        self._last_seq = 0
+        self.discarded = 0
+        self.stale = 0
+
+    @property
+    def state(self) -> State:
+        """The current :class:`State`."""
+        return self._state
+
+    @property
+    def pending(self) -> Request | None:
+        """The request whose reply is awaited (host) or owed (device), if any."""
+        return self._pending
+
+    def _move(self, action: Action, local: bool) -> None:
+        new = TRANSITIONS.get((self.role, self._state, action))
+        if new is None:
+            text = (f"cannot {action.value} as the {self.role.value} in state "
+                    f"{self._state.value}")
+            raise LocalProtocolError(text) if local else RemoteProtocolError(text)
+        self._state = new
+
+    def new_seq(self) -> int:
+        """The next sequence number for a host's request: 1..255, then 1 again (0 is unused)."""
+        self._last_seq = self._last_seq % 255 + 1
+        return self._last_seq
+
+    def send(self, frame: Frame) -> bytes:
+        """Turn a frame this end may send now into the bytes to write.
+
+        Args:
+            frame: a request (host) or a reply (device). A device's reply must carry the
+                owed request's ``seq``; an :class:`ErrorReply` may also answer a frame that
+                raised :class:`RemoteProtocolError` (its ``seq``, or 0).
+
+        Returns:
+            The bytes of the frame (see :func:`encode`).
+
+        Raises:
+            LocalProtocolError: this end may not send this frame now, or a field is out of
+                range. The state does not change.
+        """
+        request = frame if isinstance(frame, _REQUESTS) else None
+        if request is not None:
+            action = Action.SEND_REQUEST
+            if request.seq == 0:
+                raise LocalProtocolError("sequence number 0 is reserved; requests use 1..255")
+        elif isinstance(frame, ErrorReply):
+            action = Action.SEND_ERROR
+        else:
+            action = Action.SEND_REPLY
+        owed = self._pending if self.role is DEVICE else None
+        if owed is not None and frame.seq != owed.seq:
+            raise LocalProtocolError(
+                f"the reply owed is to sequence number {owed.seq}, not {frame.seq}")
+        if owed is not None and action is Action.SEND_REPLY and not isinstance(
+                frame, _ANSWER[type(owed)]):
+            raise LocalProtocolError(
+                f"{type(frame).__name__} does not answer {type(owed).__name__}")
+        data = encode(frame)
+        self._move(action, local=True)
+        self._pending = request
+        return data
+
+    def abandon(self) -> None:
+        """Host: give up the awaited reply (after a timeout) and drop the buffered bytes.
+
+        A late reply to the abandoned request is then stale: :meth:`next_event` drops it.
+
+        Raises:
+            LocalProtocolError: no reply is awaited.
+        """
+        self._move(Action.ABANDON, local=True)
+        self._pending = None
+        self.discarded += len(self._buffer)
+        self._buffer.clear()
+
+    def receive_data(self, data: bytes) -> None:
+        """Add bytes read from the line to the receive buffer.
+
+        Raises:
+            RemoteProtocolError: the buffer would hold more than ``max_buffer_size`` bytes
+                (an overrun, as in a UART): the buffered bytes and ``data`` are dropped.
+        """
+        if len(self._buffer) + len(data) > self.max_buffer_size:
+            self.discarded += len(self._buffer) + len(data)
+            self._buffer.clear()
+            raise RemoteProtocolError(
+                f"receive buffer overrun: more than {self.max_buffer_size} bytes unread; "
+                "the buffered bytes were dropped")
+        self._buffer += data
+
+    def next_event(self) -> Frame | Literal[_Sentinel.NEED_DATA]:
+        """The next frame for this end, or :data:`NEED_DATA`.
+
+        Bytes before a ``$`` are dropped. A host drops replies it is not awaiting (stale).
+
+        Returns:
+            A request (device) or the awaited reply (host), or :data:`NEED_DATA`.
+
+        Raises:
+            RemoteProtocolError: the next frame is bad (checksum, syntax, over-long, cut short
+                by a new ``$``, wrong direction, or a reply that does not answer the request).
+                It has been dropped; call again to go on.
+            LocalProtocolError: a device calls this before sending the reply it owes.
+        """
+        if self._state is State.MUST_REPLY:
+            raise LocalProtocolError("send the reply owed before reading the next request")
+        buffer = self._buffer
+        while True:
+            start = buffer.find(b"$")
+            if start < 0:
+                self.discarded += len(buffer)
+                buffer.clear()
+                return NEED_DATA
+            if start:
+                self.discarded += start
+                del buffer[:start]
+            end = buffer.find(b"\n", 1, MAX_FRAME)
+            cut = buffer.find(b"$", 1, end if end >= 0 else MAX_FRAME)
+            if cut >= 0:
+                line = bytes(buffer[:cut])
+                self._drop(cut)
+                raise _syntax(line, "cut short by a new `$` (a byte was lost)",
+                              _HEX2.get(line[1:3]))
+            if end < 0:
+                if len(buffer) < MAX_FRAME:
+                    return NEED_DATA
+                line = bytes(buffer[:MAX_FRAME])
+                self._drop(MAX_FRAME)
+                raise _syntax(line, f"no LF within {MAX_FRAME} bytes",
+                              _HEX2.get(line[1:3]))
+            line = bytes(buffer[:end])
+            try:
+                frame = decode(line)
+            except RemoteProtocolError:
+                self._drop(end + 1)
+                raise
+            del buffer[:end + 1]
+            if self._accept(frame, line):
+                return frame
+
+    def _drop(self, count: int) -> None:
+        self.discarded += count
+        del self._buffer[:count]
+
+    def _accept(self, frame: Frame, line: bytes) -> bool:
+        """Apply a received frame to the state; False when it is stale and dropped."""
+        is_request = isinstance(frame, _REQUESTS)
+        if self.role is DEVICE:
+            if not is_request:
+                raise _syntax(line, "a reply reached the device", frame.seq)
+            self._move(Action.RECEIVE_REQUEST, local=False)
+            self._pending = frame if isinstance(frame, _REQUESTS) else None
+            return True
+        if is_request:
+            raise _syntax(line, "a request reached the host (does the line echo?)", frame.seq)
+        pending = self._pending
+        if pending is None or frame.seq != pending.seq:
+            self.stale += 1
+            return False
+        answers = isinstance(frame, ErrorReply) or (
+            isinstance(frame, _ANSWER[type(pending)])
+            and getattr(frame, "addr", None) == getattr(pending, "addr", None))
+        if not answers:
+            raise _syntax(line, f"does not answer the request {encode(pending)!r}", frame.seq)
+        self._move(Action.RECEIVE_REPLY, local=False)
+        self._pending = None
+        return True
+
+    def __repr__(self) -> str:
+        return (f"Connection({self.role.value}, state={self._state.value}, "
+                f"buffered={len(self._buffer)})")

@@ -1,0 +1,351 @@
+"""Provider formats: the registry's tools and the gate's observations as MCP, OpenAI and
+Anthropic carry them.
+
+Rules of this file:
+
+* Every tool definition is derived from the one registry (:class:`~regdev.ToolSet`); no schema
+  is restated here. A schema that a format cannot carry faithfully is refused with a
+  :class:`~regdev.SchemaError` naming the place, never silently weakened.
+* Every tool call in a provider's assistant message goes through :meth:`Gate.handle` with that
+  provider's dialect, the same path as raw model output: the decoded call is encoded to JSON
+  text again and parsed strictly, so a number means the same whichever way it arrived and the
+  byte cap applies. Each call is gated on its own: a refused call does not stop the others,
+  results keep the calls' order, and each result echoes its call's id.
+* Nothing here raises for a model's mistake. Only a caller's mistake (passing something that is
+  not an assistant message) raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
+
+import msgspec
+
+from ._errors import SchemaError
+from ._gate import Gate
+from ._observation import Observation, Refusal
+from ._schema import escape_text
+from ._tools import REGISTER_TOOLS, Tool, ToolSet
+
+__all__ = [
+    "PROVIDER_FORMATS",
+    "ProviderFormat",
+    "anthropic_result",
+    "anthropic_tool_results",
+    "mcp_result",
+    "openai_result",
+    "openai_tool_results",
+    "tool_definitions",
+]
+
+ProviderFormat = Literal["mcp", "openai", "anthropic"]
+#: The tool-definition formats :func:`tool_definitions` (and ``regdev tools``) can produce.
+PROVIDER_FORMATS: tuple[str, ...] = get_args(ProviderFormat)
+
+# Tool name rules in the APIs' references: OpenAI function names ^[a-zA-Z0-9_-]{1,64}$,
+# Anthropic tool names ^[a-zA-Z0-9_-]{1,128}$.
+_NAME_LIMITS = {"OpenAI": 64, "Anthropic": 128}
+_PROVIDER_NAME = re.compile(r"[A-Za-z0-9_-]+")
+# Annotation keywords OpenAI's strict mode does not accept (it refuses e.g. `default`); they
+# carry no constraint (draft 2020-12 Meta-Data vocabulary), so leaving them out loses nothing.
+_STRICT_DROPPED_ANNOTATIONS = frozenset(
+    {"$schema", "$comment", "default", "examples", "deprecated", "readOnly", "writeOnly"}
+)
+
+
+# --- tool definitions -------------------------------------------------------------------------
+
+
+def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS) -> list[dict[str, Any]]:
+    """The tools as one provider declares them to a model, in the tool set's order.
+
+    Formats:
+
+    * ``mcp``: MCP ``tools/list`` entries ``{"name", "description", "inputSchema",
+      "annotations"}`` (see :meth:`Tool.definition`).
+    * ``openai``: Chat Completions tools in strict mode, ``{"type": "function", "function":
+      {"name", "description", "parameters", "strict": true}}``. Strict mode constrains the
+      model's decoding to the schema, and only accepts a subset of JSON Schema: every object
+      lists all its properties in ``required`` and sets ``additionalProperties`` to false.
+      The bounds ``minimum``/``maximum`` (and the exclusive forms) are kept: strict mode
+      supports them for OpenAI's base models (not for fine-tuned models, which refuse them);
+      the register tools state their bounds in each property's ``description`` as well.
+      ``minLength``/``maxLength`` are not in strict mode's supported list: they are moved
+      into the property's description. ``const`` becomes the equivalent one-value ``enum``.
+      Annotation keywords other than ``title`` and ``description`` are left out. The gate
+      still checks every call against the registry's own schema.
+    * ``anthropic``: Messages API tools ``{"name", "description", "input_schema"}``.
+
+    Args:
+        format: one of :data:`PROVIDER_FORMATS`.
+        tools: the tools to declare; the register tools by default.
+
+    Returns:
+        A new list of new JSON-ready dicts (changing them does not change the registry).
+
+    Raises:
+        ValueError: ``format`` is not one of :data:`PROVIDER_FORMATS`.
+        SchemaError: the format cannot carry a tool faithfully: a tool name outside
+            ``^[a-zA-Z0-9_-]{1,64}$`` for OpenAI or ``^[a-zA-Z0-9_-]{1,128}$`` for
+            Anthropic, or, for OpenAI strict mode, an optional
+            property, ``additionalProperties: true``, or a ``true``/``false`` subschema. The
+            pointer names the place, e.g. ``/tools/0/inputSchema/required``.
+    """
+    if format == "mcp":
+        return [tool.definition() for tool in tools.values()]
+    if format == "openai":
+        return [_openai_tool(tool, index) for index, tool in enumerate(tools.values())]
+    if format == "anthropic":
+        return [_anthropic_tool(tool, index) for index, tool in enumerate(tools.values())]
+    raise ValueError(f"unknown format {format!r}; expected one of {', '.join(PROVIDER_FORMATS)}")
+
+
+def _check_name(tool: Tool, index: int, provider: str) -> None:
+    limit = _NAME_LIMITS[provider]
+    if not _PROVIDER_NAME.fullmatch(tool.name) or len(tool.name) > limit:
+        raise SchemaError(
+            f"{provider} tool names must match ^[a-zA-Z0-9_-]{{1,{limit}}}$, "
+            f"got `{escape_text(tool.name)}`",
+            f"/tools/{index}/name",
+        )
+
+
+def _anthropic_tool(tool: Tool, index: int) -> dict[str, Any]:
+    _check_name(tool, index, "Anthropic")
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": copy.deepcopy(dict(tool.input_schema)),
+    }
+
+
+def _openai_tool(tool: Tool, index: int) -> dict[str, Any]:
+    _check_name(tool, index, "OpenAI")
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": _strict(tool.input_schema, f"/tools/{index}/inputSchema"),
+            "strict": True,
+        },
+    }
+
+
+def _is_object_schema(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    return "properties" in schema or kind == "object" or (
+        type(kind) is list and "object" in kind
+    )
+
+
+def _strict(schema: object, pointer: str) -> dict[str, Any]:
+    """One (sub)schema in OpenAI strict form; see :func:`tool_definitions`."""
+    if not isinstance(schema, Mapping):
+        raise SchemaError("OpenAI strict mode needs a schema object here, not true or false",
+                          pointer)
+    out: dict[str, Any] = {}
+    notes = []
+    for keyword, value in schema.items():
+        if keyword in _STRICT_DROPPED_ANNOTATIONS:
+            continue
+        if keyword == "minLength":
+            notes.append(f"at least {value} characters")
+        elif keyword == "maxLength":
+            notes.append(f"at most {value} characters")
+        elif keyword == "const":
+            out["enum"] = [copy.deepcopy(value)]
+        elif keyword == "properties":
+            out[keyword] = {
+                name: _strict(sub, f"{pointer}/properties/{name}") for name, sub in value.items()
+            }
+        else:
+            out[keyword] = copy.deepcopy(value)
+    if _is_object_schema(schema):
+        properties = schema.get("properties") or {}
+        required = schema.get("required") or []
+        optional = [name for name in properties if name not in required]
+        if optional:
+            raise SchemaError(
+                "OpenAI strict mode needs every property in `required`; "
+                f"`{escape_text(optional[0])}` is optional",
+                f"{pointer}/required",
+            )
+        if schema.get("additionalProperties", False) is not False:
+            raise SchemaError("OpenAI strict mode needs `additionalProperties` false",
+                              f"{pointer}/additionalProperties")
+        out.setdefault("properties", {})
+        out.setdefault("required", [])
+        out["additionalProperties"] = False
+    if notes:
+        described = str(schema.get("description", "")).strip()
+        out["description"] = f"{described} ({', '.join(notes)})".strip()
+    return out
+
+
+# --- observations in each provider's result shape ---------------------------------------------
+
+
+def mcp_result(observation: Observation) -> dict[str, Any]:
+    """The observation as an MCP ``CallToolResult``.
+
+    Returns:
+        ``{"content": [{"type": "text", "text": <observation JSON>}], "structuredContent":
+        <observation object>, "isError": <not ok>}``: the text for clients that show text,
+        the same object as structured content for clients that read it.
+    """
+    return {
+        "content": [{"type": "text", "text": observation.to_json()}],
+        "structuredContent": observation.to_dict(),
+        "isError": not observation.ok,
+    }
+
+
+def openai_result(observation: Observation, tool_call_id: Any) -> dict[str, Any]:
+    """The observation as an OpenAI Chat Completions tool message.
+
+    Args:
+        observation: what the gate answered.
+        tool_call_id: the ``id`` of the assistant's tool call this answers.
+
+    Returns:
+        ``{"role": "tool", "tool_call_id": ..., "content": <observation JSON>}``. The format
+        has no error flag: the observation's ``ok`` says whether the call ran.
+    """
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": observation.to_json()}
+
+
+def anthropic_result(observation: Observation, tool_use_id: Any) -> dict[str, Any]:
+    """The observation as an Anthropic ``tool_result`` content block.
+
+    Args:
+        observation: what the gate answered.
+        tool_use_id: the ``id`` of the ``tool_use`` block this answers.
+
+    Returns:
+        ``{"type": "tool_result", "tool_use_id": ..., "content": <observation JSON>,
+        "is_error": <not ok>}``.
+    """
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": observation.to_json(),
+        "is_error": not observation.ok,
+    }
+
+
+# --- a whole assistant turn -------------------------------------------------------------------
+
+
+def openai_tool_results(
+    message: object, gate: Gate, *, tool_choice: str | None = None
+) -> list[dict[str, Any]]:
+    """Run every tool call of an OpenAI assistant message through ``gate``; answer each.
+
+    Args:
+        message: a Chat Completions assistant message, ``{"role": "assistant", "content": ...,
+            "tool_calls": [{"id": ..., "type": "function", "function": {"name": ...,
+            "arguments": "<JSON text>"}}, ...]}``, as a dict or as the ``openai`` SDK's object
+            (anything with pydantic's ``model_dump``).
+        gate: the gate the calls run through, in order, each on its own.
+        tool_choice: when set, every call must name this tool (others get ``wrong-tool``).
+
+    Returns:
+        One ``role: tool`` message per tool call, in the calls' order (see
+        :func:`openai_result`); an empty list when the message makes no tool call. Append
+        them after the assistant message.
+
+    Raises:
+        ValueError: ``message`` is not an assistant message, or its ``tool_calls`` is not a
+            list, or ``tool_choice`` is not one of the gate's tools.
+    """
+    gate.check_options("openai", tool_choice)
+    data = _assistant_message(message, "OpenAI")
+    calls = data.get("tool_calls")
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise ValueError(f"`tool_calls` must be a list, got {type(calls).__name__}")
+    return [
+        openai_result(_gate_one(gate, call, "openai", tool_choice), _call_id(call))
+        for call in calls
+    ]
+
+
+def anthropic_tool_results(
+    message: object, gate: Gate, *, tool_choice: str | None = None
+) -> dict[str, Any] | None:
+    """Run every ``tool_use`` block of an Anthropic assistant message through ``gate``.
+
+    Args:
+        message: a Messages API assistant message, ``{"role": "assistant", "content": [
+            {"type": "text", ...}, {"type": "tool_use", "id": ..., "name": ..., "input":
+            {...}}, ...]}``, as a dict or as the ``anthropic`` SDK's object (anything with
+            pydantic's ``model_dump``). Blocks other than ``tool_use`` are skipped.
+        gate: the gate the calls run through, in order, each on its own.
+        tool_choice: when set, every call must name this tool (others get ``wrong-tool``).
+
+    Returns:
+        The one user message that answers the turn, ``{"role": "user", "content":
+        [tool_result, ...]}``, one block per ``tool_use`` in order (see
+        :func:`anthropic_result`); None when the message has no ``tool_use`` block.
+
+    Raises:
+        ValueError: ``message`` is not an assistant message, or ``tool_choice`` is not one of
+            the gate's tools.
+    """
+    gate.check_options("anthropic", tool_choice)
+    data = _assistant_message(message, "Anthropic")
+    content = data.get("content")
+    blocks = [
+        block for block in (content if isinstance(content, list) else [])
+        if isinstance(block, Mapping) and block.get("type") == "tool_use"
+    ]
+    if not blocks:
+        return None
+    return {
+        "role": "user",
+        "content": [
+            anthropic_result(_gate_one(gate, block, "anthropic", tool_choice), block.get("id"))
+            for block in blocks
+        ],
+    }
+
+
+def _assistant_message(message: object, provider: str) -> Mapping[str, Any]:
+    if not isinstance(message, Mapping):
+        dump = getattr(message, "model_dump", None)
+        if not callable(dump):
+            raise ValueError(f"expected an {provider} assistant message as a dict, got "
+                             f"{type(message).__name__}")
+        message = dump(mode="json")
+        if not isinstance(message, Mapping):
+            raise ValueError(f"expected an {provider} assistant message")
+    role = message.get("role", "assistant")
+    if role != "assistant":
+        raise ValueError(f"expected an {provider} assistant message, got role {role!r}")
+    return message
+
+
+def _call_id(call: object) -> Any:
+    return call.get("id") if isinstance(call, Mapping) else None
+
+
+def _gate_one(gate: Gate, call: object, dialect: str, tool_choice: str | None) -> Observation:
+    try:
+        raw = msgspec.json.encode(call)
+    except (TypeError, msgspec.EncodeError) as error:
+        return Observation.refused(
+            Refusal("parse", "not-json",
+                    f"the tool call is not JSON data: {escape_text(str(error), 80)}"),
+            call_id=_string_id(call),
+        )
+    return gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
+
+
+def _string_id(call: object) -> str | None:
+    value = _call_id(call)
+    return value if type(value) is str else None

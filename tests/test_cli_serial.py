@@ -1,0 +1,160 @@
+"""The command line against a serial device: demo/replay --port, shell, firmware-sim."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES
+from firmware import sim_process
+from regdev._cli import main
+from regdev._serial import SerialDevice
+
+REGDEV = Path(sys.executable).parent / "regdev"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.timeout(30)
+def test_demo_and_replay_over_a_port_match_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """demo --port and replay --port print what the in-process runs print (--json)."""
+    wild = str(EXAMPLES / "wild-calls.jsonl")
+    local_demo = run(capsys, "demo", "--json")
+    local_replay = run(capsys, "replay", wild, "--json")
+    with sim_process("--pty") as (port, _):
+        assert run(capsys, "demo", "--json", "--port", port, "--timeout", "2") == local_demo
+        # The demo left registers set: --reset gives the replay a fresh device.
+        remote_replay = run(capsys, "replay", wild, "--json", "--port", port, "--reset")
+    assert remote_replay == local_replay
+    assert json.loads(remote_replay[1].splitlines()[-1]) == {"registers": [0, 0, 0, 200] + [0] * 12}
+
+
+@pytest.mark.timeout(30)
+def test_demo_text_names_the_port_and_the_device(capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's header says which port it drives and what the device identified as."""
+    with sim_process("--pty") as (port, _):
+        status, out, _ = run(capsys, "demo", "--port", port)
+    assert status == 0
+    assert out.startswith(f"regdev demo: a scripted agent drives the device on {port} through")
+    assert "device: regdev firmware-sim, 16 x 8-bit, protocol 1; tools:" in out
+    assert "data 0xa5 0xff 0x42 0x00" in out
+
+
+@pytest.mark.parametrize(
+    ("port", "detail"),
+    [("/dev/regdev-no-such-port", "No such file or directory"),
+     ("bogus://x", "protocol 'bogus' not known")],
+)
+def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[str],
+                                                   port: str, detail: str) -> None:
+    """A bad --port is one line on stderr naming the accepted forms, exit 2, nothing run."""
+    for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"]):
+        status, out, err = run(capsys, *command, "--port", port)
+        assert (status, out) == (2, "")
+        assert err.count("\n") == 1 and detail in err
+        assert err.startswith(f"regdev {command[0]}: error: cannot open port `{port}`")
+        assert "socket://HOST:PORT or rfc2217://HOST:PORT" in err
+
+
+@pytest.mark.timeout(30)
+def test_silent_device_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A port whose device never answers: the demo stops at identify with one line, exit 2."""
+    with sim_process("--pty", "--fault", "drop=1") as (port, _):
+        status, out, err = run(capsys, "demo", "--port", port, "--timeout", "0.1")
+    assert (status, out) == (2, "")
+    assert err.startswith(f"regdev demo: error: the device on {port} failed: no valid reply")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.timeout(30)
+def test_shell_runs_every_command_through_the_gate() -> None:
+    """The shell shows each verdict: accepted reads and writes, refusals, dump, reset, errors."""
+    script = ("read 3\nwrite 3 0xc8\nread 0x03\nwrite 0x1f 1\nwrite 3 300\nread three\n"
+              "dump\nreset\nread 3\nidentify\nfly\nhelp\nquit\nread 3\n")
+    with sim_process("--pty") as (port, _):
+        done = subprocess.run([str(REGDEV), "shell", "--port", port, "--timeout", "2"],
+                              input=script, capture_output=True, text=True, timeout=30,
+                              check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"regdev shell on {port}. Type help for the commands, quit to leave."
+    assert lines[1] == "accepted  identify_device: regdev firmware-sim, 16 x 8-bit, protocol 1"
+    assert lines[2:8] == [
+        "accepted  read_register: register 3 = 0x00 (0)",
+        "accepted  write_register: register 3 = 0xc8 (200)",
+        "accepted  read_register: register 3 = 0xc8 (200)",
+        "refused   validate/range-addr (retryable): addr 31 is outside 0..15",
+        "refused   validate/range-data (retryable): data 300 is outside 0..255",
+        "error: ADDR must be a number like 3 or 0x1f, got `three`",
+    ]
+    assert lines[8:11] == ["accepted  dump_registers", "  addr    0    1    2    3    4    5"
+                           "    6    7", "  data 0x00 0x00 0x00 0xc8 0x00 0x00 0x00 0x00"]
+    assert lines[13:17] == [
+        "accepted  reset_device: every register holds its reset value",
+        "accepted  read_register: register 3 = 0x00 (0)",
+        "accepted  identify_device: regdev firmware-sim, 16 x 8-bit, protocol 1",
+        "error: unknown command `fly`; type help",
+    ]
+    assert "write ADDR DATA   write_register" in done.stdout
+    assert lines[-1].startswith("every command is a tool call")  # nothing ran after quit
+
+
+def test_shell_without_a_port_drives_the_in_process_device() -> None:
+    """With no --port the shell runs on an in-process register file; EOF ends it with 0."""
+    done = subprocess.run([str(REGDEV), "shell"], input="write 1 2\nread 1\n",
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[2:] == [
+        "accepted  write_register: register 1 = 0x02 (2)",
+        "accepted  read_register: register 1 = 0x02 (2)"]
+
+
+@pytest.mark.timeout(30)
+def test_regdev_firmware_sim_prints_the_url_first_and_stops_on_ctrl_c() -> None:
+    """`regdev firmware-sim --tcp` prints socket://... first, serves, and exits 0 on SIGINT."""
+    process = subprocess.Popen([str(REGDEV), "firmware-sim", "--tcp", "127.0.0.1:0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stderr is not None
+    url = process.stdout.readline().strip()
+    assert url.startswith("socket://127.0.0.1:")
+    try:
+        with SerialDevice(url, timeout=2) as device:
+            assert device.identify() == "regdev firmware-sim, 16 x 8-bit, protocol 1"
+    finally:
+        process.send_signal(signal.SIGINT)
+        status = process.wait(timeout=10)
+    assert status == 0 and process.stderr.read() == ""
+    process.stdout.close()
+    process.stderr.close()
+
+
+def test_firmware_sim_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    """`regdev firmware-sim --help` shows the simulator's options; a bad one exits 2."""
+    with pytest.raises(SystemExit) as info:
+        main(["firmware-sim", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: regdev firmware-sim")
+    assert "--fault KIND=RATE" in out and "--link PATH" in out
+    with pytest.raises(SystemExit) as info:
+        main(["firmware-sim", "--pty", "--fault", "meteor=1"])
+    assert info.value.code == 2
+    assert "expected KIND=RATE" in capsys.readouterr().err
+
+
+def test_help_lists_the_serial_commands() -> None:
+    """regdev --help lists shell and firmware-sim; demo --help documents --port."""
+    done = subprocess.run([str(REGDEV), "--help"], capture_output=True, text=True, check=True)
+    assert "shell" in done.stdout and "firmware-sim" in done.stdout
+    done = subprocess.run([str(REGDEV), "demo", "--help"], capture_output=True, text=True,
+                          check=True)
+    assert "--port URL" in done.stdout and "--timeout SECONDS" in done.stdout

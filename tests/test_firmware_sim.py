@@ -1,0 +1,144 @@
+"""The firmware simulator: standalone launch, its command line, firmware and fault injection."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import regdev_firmware_sim as sim
+from firmware import SIM, sim_process
+from regdev import _protocol as wire
+from regdev._serial import SerialDevice
+
+
+@pytest.mark.timeout(30)
+def test_runs_standalone_without_regdev_dependencies() -> None:
+    """`python -S -E firmware-sim/regdev_firmware_sim.py --pty` serves with the stdlib alone."""
+    bare = (sys.executable, "-S", "-E")
+    for module in ("msgspec", "serial", "regdev"):  # nothing beyond the stdlib is importable
+        probe = subprocess.run([*bare, "-c", f"import {module}"], capture_output=True, check=False)
+        assert probe.returncode == 1, module
+    with sim_process("--pty", python=bare) as (port, _), SerialDevice(port, timeout=2) as device:
+        assert device.identify() == sim.IDENTITY
+        assert device.write(9, 0x99) == 0x99
+        assert device.snapshot()[9] == 0x99
+
+
+@pytest.mark.timeout(30)
+def test_interrupt_exits_0_quietly() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM end the simulator with status 0 and nothing on stderr."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with sim_process("--tcp", "127.0.0.1:0") as (url, process):
+            assert url.startswith("socket://127.0.0.1:")
+            process.send_signal(signum)
+            assert process.wait(timeout=10) == 0
+            assert process.stderr is not None and process.stderr.read() == ""
+
+
+@pytest.mark.timeout(30)
+def test_pty_link_is_printed_and_removed(tmp_path: Path) -> None:
+    """--link PATH prints PATH first, points it at the pty, and removes it on exit."""
+    link = tmp_path / "regdev-port"
+    with sim_process("--pty", "--link", str(link)) as (port, process):
+        assert port == str(link)
+        assert link.is_symlink() and Path(link.readlink()).name.isdigit()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 0
+    assert not link.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pty", "--fault", "explode=0.1"], "expected KIND=RATE with KIND one of drop,"),
+        (["--pty", "--fault", "drop=2"], "RATE in 0..1, got `drop=2`"),
+        (["--pty", "--fault", "disconnect=0.1"], "the disconnect fault on --pty needs --link"),
+        (["--tcp", "nohost"], "expected HOST:PORT"),
+        (["--tcp", "127.0.0.1:0", "--link", "/tmp/x"], "--link goes with --pty"),
+        (["--pty", "--identity", "a*b"], "identify text must be"),
+        ([], "one of the arguments --pty --tcp is required"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
+    """A bad option is one line on stderr and exit status 2, before anything is served."""
+    done = subprocess.run([sys.executable, str(SIM), *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_firmware_answers_every_request() -> None:
+    """The firmware answers each request from its register file; addresses above 15 are ADDR."""
+    firmware = sim.Firmware()
+    assert firmware.answer(wire.WriteRequest(1, 15, 7)) == wire.WriteReply(1, 15, 7)
+    assert firmware.answer(wire.ReadRequest(2, 15)) == wire.ReadReply(2, 15, 7)
+    assert firmware.answer(wire.DumpRequest(3)) == wire.DumpReply(3, (0,) * 15 + (7,))
+    assert firmware.answer(wire.ResetRequest(4)) == wire.ResetReply(4)
+    assert firmware.registers.snapshot() == [0] * 16
+    assert firmware.answer(wire.IdentifyRequest(5)) == wire.IdentifyReply(5, sim.IDENTITY)
+    assert firmware.answer(wire.ReadRequest(6, 16)) == wire.ErrorReply(6, "ADDR")
+    assert firmware.answer(wire.WriteRequest(7, 0xFF, 1)) == wire.ErrorReply(7, "ADDR")
+
+
+class ListLine:
+    """A line whose host side is a list of chunks to read and a list of what was written."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+        self.written: list[bytes] = []
+
+    def read(self) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+def test_serve_answers_bad_frames_with_their_code_and_seq() -> None:
+    """Bad frames get `e CKSUM`/`e SYNTAX` with their seq (or 00); good ones their reply."""
+    line = ListLine(b"junk\n$07 R 03*00\n", b"$08 R 03", b"$09 Q*00\n",
+                    wire.encode(wire.ReadRequest(0x0A, 3)))
+    sim.serve(line, sim.Firmware(), sim.Faults())
+    assert [wire.decode(frame) for frame in line.written] == [
+        wire.ErrorReply(7, "CKSUM"),
+        wire.ErrorReply(8, "SYNTAX"),  # cut short by the next $
+        wire.ErrorReply(9, "CKSUM"),
+        wire.ReadReply(0x0A, 3, 0),
+    ]
+
+
+def test_faults_are_reproducible_from_the_seed() -> None:
+    """The same seed draws the same faults; --fault-after and --fault-count bound them."""
+    def draws(seed: int) -> list[str | None]:
+        faults = sim.Faults({"drop": 0.3, "busy": 0.3}, seed=seed, after=2, count=5)
+        return [faults.pick() for _ in range(40)]
+
+    first = draws(7)
+    assert first == draws(7) != draws(8)
+    assert first[:2] == [None, None]
+    assert sum(kind is not None for kind in first) == 5
+
+
+def test_damage_changes_the_reply_as_each_fault_says() -> None:
+    """drop loses one byte, corrupt changes one, garbage prefixes 1..20 bytes."""
+    faults = sim.Faults(seed=1)
+    reply = wire.encode(wire.ReadReply(1, 2, 3))
+    dropped = faults.damage("drop", reply)
+    assert len(dropped) == len(reply) - 1
+    corrupted = faults.damage("corrupt", reply)
+    assert len(corrupted) == len(reply)
+    assert sum(a != b for a, b in zip(corrupted, reply, strict=True)) == 1
+    noisy = faults.damage("garbage", reply)
+    assert noisy.endswith(reply) and 1 <= len(noisy) - len(reply) <= 20
+
+
+def test_bad_fault_settings_are_refused() -> None:
+    """Unknown kinds, rates outside 0..1 and negative bounds are ValueError."""
+    for rates, options in (({"fire": 0.1}, {}), ({"drop": 1.5}, {}), ({}, {"after": -1})):
+        with pytest.raises(ValueError):
+            sim.Faults(rates, **options)  # type: ignore[arg-type]
