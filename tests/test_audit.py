@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import sqlite3
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CountingDevice
+from conftest import EXAMPLES, CountingDevice
 from regdev import (
     AuditError,
     AuditLog,
@@ -368,10 +369,10 @@ def test_unusable_audit_path_is_one_line(capsys: pytest.CaptureFixture[str],
 def test_policy_applies_in_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     """--policy and --session reach the gate of demo, replay and call."""
     status, out, _ = run(capsys, "call", '{"tool": "write_register", "arguments": '
-                         '{"addr": 1, "data": 1}}', "--policy", "examples/policy.toml",
+                         '{"addr": 1, "data": 1}}', "--policy", str(EXAMPLES / "policy.toml"),
                          "--session", "viewer")
     assert status == 1 and json.loads(out)["code"] == "denied-write_register"
-    status, out, _ = run(capsys, "demo", "--json", "--policy", "examples/policy.toml",
+    status, out, _ = run(capsys, "demo", "--json", "--policy", str(EXAMPLES / "policy.toml"),
                          "--session", "viewer")
     steps = [json.loads(line) for line in out.splitlines()]
     assert steps[1]["observation"]["code"] == "denied-write_register"
@@ -388,3 +389,18 @@ def test_idempotency_across_cli_calls(capsys: pytest.CaptureFixture[str]) -> Non
     _, out, _ = run(capsys, "call", raw.replace('"data": 5', '"data": 6'))
     assert json.loads(out)["code"] == "idempotency-conflict"
     _ = RegisterMap  # the register map is exercised in test_policy
+
+
+def test_shell_is_authorized_and_recorded(capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          audit_path: Path) -> None:
+    """regdev shell takes the policy and audit options too: a viewer's write is denied, and
+    every command is one record."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("read 1\nwrite 1 2\n"))
+    status, out, _ = run(capsys, "shell", "--policy", str(EXAMPLES / "policy.toml"),
+                         "--session", "viewer")
+    assert status == 0
+    assert "refused   authorize/denied-write_register (final)" in out
+    assert [(r.session, r.tool, r.code) for r in read_audit(audit_path)] == [
+        ("viewer", "identify_device", None), ("viewer", "read_register", None),
+        ("viewer", "write_register", "denied-write_register")]

@@ -195,8 +195,10 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
                             "fsync per write)")
 
 
-def open_gate(args: argparse.Namespace, device: Device | None = None) -> tuple[Gate, Session]:
-    """The gate and session that the options of :func:`add_gate_options` ask for.
+def open_gate(args: argparse.Namespace, device: Device | None = None,
+              tools: ToolSet = REGISTER_TOOLS) -> tuple[Gate, Session]:
+    """The gate (on ``device``, offering ``tools``) and the session that the options of
+    :func:`add_gate_options` ask for. Close the gate when done: that commits the audit log.
 
     Raises:
         UsageError: the policy file is invalid, the session is not declared, or the audit log
@@ -208,7 +210,7 @@ def open_gate(args: argparse.Namespace, device: Device | None = None) -> tuple[G
         if not args.no_audit:
             audit = AuditLog(args.audit or default_audit_path(), durability=args.durability)
         try:
-            gate = Gate(device, policy=policy, audit=audit)
+            gate = Gate(device, tools, policy=policy, audit=audit)
             return gate, gate.session(args.session)
         except BaseException:
             if audit is not None:
@@ -378,37 +380,43 @@ def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
     if interactive:
         import readline  # noqa: F401, PLC0415 - line editing and history for input()
     with contextlib.closing(_port_device(args)) as device:
-        gate = Gate(device, SHELL_TOOLS)
-        where = args.port or "the in-process register file"
-        out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
-        out.write(_shell_show(gate.handle(_shell_call(["identify"]))) + "\n")
-        while True:
-            try:
-                line = input("regdev> ") if interactive else sys.stdin.readline()
-            except KeyboardInterrupt:
+        gate, session = open_gate(args, device, SHELL_TOOLS)
+        with gate:
+            return _shell(args, out, gate, session, interactive)
+
+
+def _shell(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session,
+           interactive: bool) -> int:
+    where = args.port or "the in-process register file"
+    out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
+    out.write(_shell_show(gate.handle(_shell_call(["identify"]), session=session)) + "\n")
+    while True:
+        try:
+            line = input("regdev> ") if interactive else sys.stdin.readline()
+        except KeyboardInterrupt:
+            out.write("\n")
+            continue
+        except EOFError:
+            line = ""
+        if not line:
+            if interactive:
                 out.write("\n")
-                continue
-            except EOFError:
-                line = ""
-            if not line:
-                if interactive:
-                    out.write("\n")
-                return 0
-            words = line.split()
-            if not words:
-                continue
-            if words[0] in ("quit", "exit"):
-                return 0
-            if words[0] == "help":
-                out.write(SHELL_HELP)
-                continue
-            try:
-                raw = _shell_call(words)
-            except UsageError as error:
-                out.write(f"error: {error}\n")
-                continue
-            out.write(_shell_show(gate.handle(raw)) + "\n")
-            out.flush()
+            return 0
+        words = line.split()
+        if not words:
+            continue
+        if words[0] in ("quit", "exit"):
+            return 0
+        if words[0] == "help":
+            out.write(SHELL_HELP)
+            continue
+        try:
+            raw = _shell_call(words)
+        except UsageError as error:
+            out.write(f"error: {error}\n")
+            continue
+        out.write(_shell_show(gate.handle(raw, session=session)) + "\n")
+        out.flush()
 
 
 def _firmware_sim_module() -> ModuleType:
@@ -438,6 +446,7 @@ def add_serial_commands(sub: Any, port_options: Any) -> None:
         description="Each command is a tool call through the gate, and its verdict is shown. "
                     "Without --port it drives an in-process register file.")
     port_options(shell)
+    add_gate_options(shell)
     shell.set_defaults(func=cmd_shell)
     sim = sub.add_parser(
         "firmware-sim", add_help=False, prefix_chars="+",
