@@ -404,3 +404,16 @@ def test_shell_is_authorized_and_recorded(capsys: pytest.CaptureFixture[str],
     assert [(r.session, r.tool, r.code) for r in read_audit(audit_path)] == [
         ("viewer", "identify_device", None), ("viewer", "read_register", None),
         ("viewer", "write_register", "denied-write_register")]
+
+
+def test_a_large_batch_is_committed_whole_and_in_order(db: Path) -> None:
+    """Records committed together (multi-row inserts plus a remainder) keep the call order."""
+    raws = [f'{{"tool": "read_register", "arguments": {{"addr": {i % 16}}}, "id": "r{i}"}}'
+            for i in range(100)]
+    with Gate(audit=AuditLog(db, flush_interval=3600)) as gate:
+        for raw in raws:
+            gate.handle(raw)
+    records = read_audit(db)
+    assert [r.raw for r in records] == [raw.encode() for raw in raws]
+    assert [r.call_id for r in records] == [f"r{i}" for i in range(100)]
+    assert [r.id for r in records] == list(range(1, 101))

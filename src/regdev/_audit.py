@@ -123,6 +123,11 @@ _COLUMNS = (
 )
 _INSERT = (f"INSERT INTO calls ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join('?' * len(_COLUMNS))})")
+#: Records per multi-row INSERT: within SQLite's oldest limit of 999 parameters. Python's
+#: sqlite3 gives up the interpreter lock around every statement it steps; one statement per
+#: record would make a batch crawl whenever other threads keep that lock busy.
+_ROWS_PER_INSERT = 999 // len(_COLUMNS)
+_INSERT_BATCH = _INSERT + f", ({', '.join('?' * len(_COLUMNS))})" * (_ROWS_PER_INSERT - 1)
 
 #: One record as inserted: the values of the columns above, in order.
 Row = tuple[Any, ...]
@@ -492,7 +497,13 @@ class AuditLog:
                 conn.execute(_INSERT, items[0][0])  # autocommit: one statement, one commit
             else:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(_INSERT, [item[0] for item in items])
+                rows = [item[0] for item in items]
+                whole = len(rows) - len(rows) % _ROWS_PER_INSERT
+                for start in range(0, whole, _ROWS_PER_INSERT):
+                    conn.execute(_INSERT_BATCH, [value for row in rows[start:start +
+                                                 _ROWS_PER_INSERT] for value in row])
+                if whole < len(rows):
+                    conn.executemany(_INSERT, rows[whole:])
                 keys = [item[1] for item in items if item[1] is not None]
                 if keys:
                     conn.executemany(INSERT_KEY, keys)
