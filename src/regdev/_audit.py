@@ -43,6 +43,7 @@ import threading
 from _thread import get_ident
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from functools import lru_cache
 from pathlib import Path
 from time import monotonic
 from typing import Any, Literal
@@ -123,11 +124,17 @@ _COLUMNS = (
 )
 _INSERT = (f"INSERT INTO calls ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join('?' * len(_COLUMNS))})")
-#: Records per multi-row INSERT: within SQLite's oldest limit of 999 parameters. Python's
-#: sqlite3 gives up the interpreter lock around every statement it steps; one statement per
-#: record would make a batch crawl whenever other threads keep that lock busy.
-_ROWS_PER_INSERT = 999 // len(_COLUMNS)
-_INSERT_BATCH = _INSERT + f", ({', '.join('?' * len(_COLUMNS))})" * (_ROWS_PER_INSERT - 1)
+#: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
+#: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
+#: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
+#: record made a batch crawl under concurrent callers.
+MAX_ROWS_PER_INSERT = 512
+
+
+@lru_cache(maxsize=32)
+def _insert_rows(count: int) -> str:
+    """An INSERT of ``count`` records."""
+    return _INSERT + f", ({', '.join('?' * len(_COLUMNS))})" * (count - 1)
 
 #: One record as inserted: the values of the columns above, in order.
 Row = tuple[Any, ...]
@@ -334,6 +341,8 @@ class AuditLog:
                 conn.close()
                 raise
         self.idempotency = IdempotencyStore(keys)
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self._rows_per_insert = max(1, min(MAX_ROWS_PER_INSERT, limit // len(_COLUMNS)))
         return conn
 
     # --- writing --------------------------------------------------------------------------
@@ -497,13 +506,13 @@ class AuditLog:
                 conn.execute(_INSERT, items[0][0])  # autocommit: one statement, one commit
             else:
                 conn.execute("BEGIN IMMEDIATE")
-                rows = [item[0] for item in items]
-                whole = len(rows) - len(rows) % _ROWS_PER_INSERT
-                for start in range(0, whole, _ROWS_PER_INSERT):
-                    conn.execute(_INSERT_BATCH, [value for row in rows[start:start +
-                                                 _ROWS_PER_INSERT] for value in row])
-                if whole < len(rows):
-                    conn.executemany(_INSERT, rows[whole:])
+                rows, start = [item[0] for item in items], 0
+                while start < len(rows):  # full statements, then the rest in powers of two:
+                    left = len(rows) - start  # a few statement shapes, each prepared once
+                    size = min(self._rows_per_insert, 1 << (left.bit_length() - 1))
+                    conn.execute(_insert_rows(size),
+                                 [value for row in rows[start:start + size] for value in row])
+                    start += size
                 keys = [item[1] for item in items if item[1] is not None]
                 if keys:
                     conn.executemany(INSERT_KEY, keys)
