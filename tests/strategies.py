@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -139,3 +140,236 @@ wire_noise = st.lists(
     ),
     max_size=12,
 ).map(b"".join)
+# --- calls to the register tools, biased to every edge ---------------------------------------
+
+#: Values for an integer argument at and around each bound, in every numeric form.
+register_values = st.one_of(
+    edge_numbers,
+    st.sampled_from([-0.0, 0.0, 15.000000000000002, 2.0**53, 2.0**64, -(2.0**64), 1e300,
+                     Decimal("15"), Decimal("16"), Decimal("-1"), Decimal("15.0000"),
+                     Decimal("1.5E+1"), Decimal("1.6E+1"), Decimal("2.55E+2"), Decimal("2.56E+2"),
+                     Decimal("-1E-400"), Decimal("1E-400"), Decimal("0E+400"),
+                     Decimal("-1E+400"), 2**64 - 1, 2**64, -(2**64) - 1, 10**400, -(10**400)]),
+    st.decimals(min_value=-300, max_value=300, places=1),
+    st.floats(min_value=-300, max_value=300).map(float.__floor__).map(float),
+)
+
+#: In-range or nearly in-range values, in every numeric form the parser or a caller makes.
+register_numbers = st.one_of(
+    st.integers(-2, 17),
+    st.integers(250, 260),
+    st.sampled_from([3.0, 15.0, 255.0, Decimal("3.0"), Decimal("1E+1"), Decimal("2.55E+2")]),
+)
+
+
+@st.composite
+def register_arguments(draw: st.DrawFn, tool: str) -> dict[str, Any]:
+    """Arguments for ``tool``: its own fields mostly, with edge values, sometimes a miss."""
+    names = ["addr", "data"] if tool != "read_register" else ["addr"]
+    values = st.one_of(register_numbers, register_numbers, register_values)
+    out = {name: draw(values) for name in names}
+    change = draw(st.integers(0, 9))
+    if change == 0:
+        del out[draw(st.sampled_from(names))]
+    elif change == 1:
+        out[draw(st.sampled_from(["value", "Addr", "addr ", "", "data"]))] = draw(values)
+    elif change == 2:
+        return draw(arguments)
+    return out
+
+
+@st.composite
+def register_calls(draw: st.DrawFn) -> Any:
+    """Calls to the register tools: well shaped with edge values, or with one thing wrong."""
+    kind = draw(st.integers(0, 19))
+    if kind == 0:
+        return draw(canonical_calls())
+    tool = draw(st.sampled_from(["write_register"] * 3 + ["read_register"] * 2) if kind > 4
+                else tool_names)
+    call: dict[str, Any] = {"tool": tool, "arguments": draw(register_arguments(tool))}
+    if kind == 1:
+        call["id"] = draw(st.text(max_size=4))
+    if kind == 2:
+        call["tool"] = draw(st.one_of(st.none(), st.booleans(), st.integers(), st.lists(st.none())))
+    if kind == 3:
+        call["arguments"] = draw(st.one_of(st.none(), st.text(max_size=4), st.lists(st.none()),
+                                           st.integers()))
+    if kind == 4:
+        del call[draw(st.sampled_from(["tool", "arguments"]))]
+    return call
+
+
+tool_choices = st.one_of(st.none(), st.none(), st.none(), tool_names)
+
+
+# --- random schemas from the supported subset, and instances biased to them ------------------
+
+#: Property names, including ones that would break naive code generation.
+property_names = st.sampled_from(
+    ["a", "b", "c", "addr", "x.y", "", " ", "'", '"', "\\", "\n", "__proto__", "v0", "a-b",
+     "_MISSING", "\u00e9", "\U0001f600", "'); import os; ('"])
+
+#: Numbers as a schema holds them: int, Decimal (decoded from JSON text) and sometimes float.
+schema_numbers = st.one_of(
+    st.integers(-20, 20),
+    st.decimals(min_value=-20, max_value=20, places=1),
+    st.sampled_from([Decimal("2.0"), Decimal("1E+1"), Decimal("-0.5"), 2**64, -(2**64),
+                     Decimal("1E+400"), 1.5, 3.0, -2.5]),
+)
+
+json_values_small = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(
+        [Decimal("1.0"), Decimal("0.5"), 1.0, "a", "", "b"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=2),
+                            st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2)),
+    max_leaves=4,
+)
+
+#: Type names, weighted to the numeric and string types that have bounds to get wrong.
+type_names = st.sampled_from(["null", "boolean", "object", "array", "number", "string",
+                              "integer", "integer", "integer", "number", "string"])
+
+
+@st.composite
+def leaf_schemas(draw: st.DrawFn) -> Any:
+    """A property schema without nested properties: a boolean, or keywords of the subset."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.booleans())
+    schema: dict[str, Any] = {}
+    if draw(st.integers(0, 3)):
+        if draw(st.booleans()):
+            schema["type"] = draw(type_names)
+        else:
+            schema["type"] = draw(st.lists(type_names, min_size=1, max_size=3, unique=True))
+    elif draw(st.booleans()):
+        schema["type"] = "integer"
+    for keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        if draw(st.integers(0, 3)) == 0:
+            schema[keyword] = draw(schema_numbers)
+    for keyword in ("minLength", "maxLength"):
+        if draw(st.integers(0, 4)) == 0:
+            schema[keyword] = draw(st.one_of(st.integers(0, 4), st.sampled_from(
+                [Decimal("2.0"), 1.0])))
+    if draw(st.integers(0, 4)) == 0:
+        schema["enum"] = draw(st.lists(st.one_of(json_values_small, schema_numbers,
+                                                 st.text(max_size=2)), max_size=4))
+    if draw(st.integers(0, 6)) == 0:
+        schema["const"] = draw(st.one_of(json_values_small, schema_numbers))
+    if draw(st.integers(0, 5)) == 0:
+        schema["description"] = draw(st.sampled_from(['"""', "'''\nimport os", "x"]))
+    return schema
+
+
+@st.composite
+def object_schemas(draw: st.DrawFn, depth: int = 2, top: bool = False) -> dict[str, Any]:
+    """An object schema: properties (leaves or nested objects), required, additionalProperties."""
+    names = draw(st.lists(property_names, max_size=4, unique=True))
+    properties: dict[str, Any] = {}
+    for name in names:
+        if depth > 0 and draw(st.integers(0, 4)) == 0:
+            properties[name] = draw(object_schemas(depth=depth - 1))
+        else:
+            properties[name] = draw(leaf_schemas())
+    schema: dict[str, Any] = {"type": "object"}
+    if top or draw(st.integers(0, 3)):
+        schema["properties"] = properties
+    else:
+        schema.pop("type")
+        if properties:
+            schema["properties"] = properties
+    if names or draw(st.booleans()):
+        required = draw(st.lists(st.sampled_from([*names, "z"]) if names else st.just("z"),
+                                 max_size=3, unique=True))
+        if required:
+            schema["required"] = required
+    if draw(st.booleans()):
+        schema["additionalProperties"] = draw(st.booleans())
+    if not top and draw(st.integers(0, 5)) == 0:
+        schema["minimum"] = 0  # a numeric keyword on an object: never applies
+    return schema
+
+
+def _near(schema: Any) -> list[Any]:
+    """Values at and around a schema's bounds and constants."""
+    out: list[Any] = []
+    if not isinstance(schema, dict):
+        return out
+    for keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        if keyword in schema and abs(schema[keyword]) < 10**6:
+            bound = schema[keyword]
+            low, high = math.floor(bound), math.ceil(bound)
+            out += [bound, bound + 1, bound - 1, Decimal(bound) + Decimal("0.5"),
+                    Decimal(bound) - Decimal("0.5"), float(bound), low, high, low - 1, high + 1,
+                    Decimal(low), Decimal(high) + Decimal("0.0"), float(high)]
+    for keyword in ("minLength", "maxLength"):
+        if keyword in schema:
+            n = int(schema[keyword])
+            out += ["x" * n, "x" * (n + 1), "\U0001f600" * max(n - 1, 0)]
+    out += list(schema.get("enum", []))
+    if "const" in schema:
+        out.append(schema["const"])
+    return out
+
+
+_OF_TYPE = {
+    "null": st.none(),
+    "boolean": st.booleans(),
+    "integer": st.one_of(st.integers(-22, 22), st.sampled_from(
+        [Decimal("2.0"), Decimal("1E+1"), -3.0, 2**64, Decimal("1E+400")])),
+    "number": st.one_of(st.decimals(min_value=-22, max_value=22, places=2),
+                        st.floats(min_value=-22, max_value=22)),
+    "string": st.text(max_size=5),
+    "array": st.lists(st.integers(0, 2), max_size=2),
+    "object": st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 2), max_size=2),
+}
+
+
+@st.composite
+def instances(draw: st.DrawFn, schema: Any) -> Any:
+    """A value for ``schema``: often of its type and near its bounds, sometimes any JSON value."""
+    choice = draw(st.integers(0, 9))
+    if choice == 0:
+        return draw(json_values)
+    if isinstance(schema, dict) and ("properties" in schema or "required" in schema) and (
+            choice < 6):
+        return draw(object_instances(schema))
+    near = _near(schema)
+    if near and choice < 5:
+        return draw(st.sampled_from(near))
+    types = schema.get("type", list(_OF_TYPE)) if isinstance(schema, dict) else list(_OF_TYPE)
+    return draw(_OF_TYPE[draw(st.sampled_from(types if type(types) is list else [types]))])
+
+
+@st.composite
+def object_instances(draw: st.DrawFn, schema: dict[str, Any]) -> dict[str, Any]:
+    """An arguments object for ``schema``: required keys mostly present, sometimes extras."""
+    properties = schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for name in schema.get("required", []):
+        if draw(st.integers(0, 7)):
+            out[name] = draw(instances(properties.get(name, True)))
+    for name, sub in properties.items():
+        if name not in out and draw(st.booleans()):
+            out[name] = draw(instances(sub))
+    if draw(st.integers(0, 4)) == 0:
+        out[draw(st.sampled_from(["extra", "A", "a ", *properties]))] = draw(json_scalars)
+    return out
+
+
+@st.composite
+def schemas_and_calls(draw: st.DrawFn) -> tuple[list[dict[str, Any]], Any, str | None]:
+    """One or two tools with random input schemas, a call to one of them, and a tool choice."""
+    count = draw(st.integers(1, 2))
+    tools = [{"name": f"t{i}", "inputSchema": draw(object_schemas(top=True))}
+             for i in range(count)]
+    index = draw(st.integers(0, count - 1))
+    arguments = draw(object_instances(tools[index]["inputSchema"]))
+    name = f"t{index}"
+    if draw(st.integers(0, 9)) == 0:
+        name = draw(st.sampled_from(["t0", "t1", "T0", "zz"]))
+    call: Any = {"tool": name, "arguments": arguments}
+    if draw(st.integers(0, 19)) == 0:
+        call = draw(st.one_of(json_values, st.just({"tool": name}),
+                              st.just({"arguments": arguments})))
+    choice = draw(st.sampled_from([None] * 8 + ["t0", "t1"]))
+    return tools, call, choice

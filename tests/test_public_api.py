@@ -16,6 +16,8 @@ EXPECTED = {
     # the safety issue: policy, sessions, timeout, audit log
     "ApprovalRequest", "AuditError", "AuditLog", "AuditRecord", "Policy", "PolicyError",
     "RateLimit", "RegisterMap", "Session", "SessionPolicy", "TimeoutDevice", "read_audit",
+    # the validator issue: the schema compiler
+    "CompiledValidator", "compile_validator",
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from ._audit import AuditLog, AuditRecord, read_audit
+from ._compile import CompiledValidator, compile_validator
 from ._demo import ScriptedProposer
 from ._device import DATA_MAX, REGISTER_COUNT, Device, RegisterFile, TimeoutDevice
 from ._errors import (
@@ -63,6 +64,7 @@ __all__ = [
     "AuditError",
     "AuditLog",
     "AuditRecord",
+    "CompiledValidator",
     "Device",
     "DeviceError",
     "DeviceRefused",
@@ -97,6 +99,7 @@ __all__ = [
     "anthropic_result",
     "anthropic_tool_results",
     "call_with_retry",
+    "compile_validator",
     "mcp_result",
     "openai_result",
     "openai_tool_results",

@@ -15,12 +15,12 @@ Rules of this file:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
 from ._errors import SchemaError
+from ._runtime import is_integer, is_number, json_equal
 
 __all__ = [
     "ANNOTATION_KEYWORDS",
@@ -33,6 +33,7 @@ __all__ = [
     "is_number",
     "iter_properties",
     "json_equal",
+    "json_pointer",
     "json_type_name",
     "matches_type",
 ]
@@ -73,36 +74,7 @@ ANNOTATION_KEYWORDS = frozenset(
 TYPE_NAMES = ("null", "boolean", "object", "array", "number", "string", "integer")
 
 
-# --- JSON semantics ---------------------------------------------------------------------------
-
-
-def is_number(value: object) -> bool:
-    """True for a JSON number: an ``int`` (not ``bool``), a finite ``float`` or ``Decimal``."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, Decimal):
-        return value.is_finite()
-    return False
-
-
-def is_integer(value: object) -> bool:
-    """True for a JSON Schema integer: a number with zero fractional part (so ``3.0`` and ``1e2``).
-
-    Source: draft 2020-12 Validation 6.1.1, "integer ... any number with a zero fractional part".
-    """
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    if isinstance(value, float):
-        return value.is_integer()
-    if isinstance(value, Decimal):
-        return value.is_finite() and value == value.to_integral_value()
-    return False
+# --- JSON semantics (is_number, is_integer, json_equal live in _runtime) -----------------
 
 
 def matches_type(value: object, name: str) -> bool:
@@ -152,23 +124,14 @@ def a_json_type(value: object) -> str:
     return _ARTICLE.get(name, f"a {name}")
 
 
-def json_equal(a: object, b: object) -> bool:
-    """JSON equality as in draft 2020-12 Core 4.2.2: ``1 == 1.0``, but ``true != 1``."""
-    if is_number(a) and is_number(b):
-        return a == b
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(map(json_equal, a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    return a == b
-
+#: Keywords refused on the input schema itself: the arguments object is matched field by
+#: field, and a code names one field, so a whole-object ``enum`` or ``const`` has no code.
+_NOT_AT_TOP = ("enum", "const")
 
 # --- Schema checking --------------------------------------------------------------------------
 
 
-def _pointer(path: tuple[str | int, ...]) -> str:
+def json_pointer(path: tuple[str | int, ...]) -> str:
     """JSON Pointer (RFC 6901) for a path, escaping ``~`` and ``/``."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
@@ -182,9 +145,12 @@ def _check_subschema(schema: object, path: tuple[str | int, ...]) -> None:
         return
     if type(schema) is not dict:
         raise SchemaError(f"a schema must be an object or a boolean, got {type(schema).__name__}",
-                          _pointer(path))
+                          json_pointer(path))
     for keyword, value in schema.items():
-        where = _pointer((*path, keyword))
+        if type(keyword) is not str:
+            raise SchemaError(f"schema keywords must be strings, got {keyword!r:.40}",
+                              json_pointer(path))
+        where = json_pointer((*path, keyword))
         if keyword in ANNOTATION_KEYWORDS:
             continue
         if keyword not in VALIDATION_KEYWORDS:
@@ -202,6 +168,8 @@ def _check_subschema(schema: object, path: tuple[str | int, ...]) -> None:
             if type(value) is not dict:
                 raise SchemaError("`properties` must be an object", where)
             for name, sub in value.items():
+                if type(name) is not str:
+                    raise SchemaError(f"property names must be strings, got {name!r:.40}", where)
                 _check_subschema(sub, (*path, keyword, name))
         elif keyword == "required":
             if type(value) is not list or any(type(n) is not str for n in value):
@@ -219,8 +187,29 @@ def _check_subschema(schema: object, path: tuple[str | int, ...]) -> None:
         elif keyword in ("minLength", "maxLength"):
             if not _is_non_negative_integer(value):
                 raise SchemaError(f"`{keyword}` must be a non-negative integer", where)
-        elif keyword == "enum" and type(value) is not list:
-            raise SchemaError("`enum` must be an array", where)
+        elif keyword == "enum":
+            if type(value) is not list:
+                raise SchemaError("`enum` must be an array", where)
+            for index, item in enumerate(value):
+                _check_json_value(item, json_pointer((*path, keyword, index)))
+        elif keyword == "const":
+            _check_json_value(value, where)
+
+
+def _check_json_value(value: object, where: str) -> None:
+    """Refuse an ``enum`` or ``const`` value that is not a JSON value (a tuple, bytes, ...)."""
+    kind = type(value)
+    if isinstance(value, list) and kind is list:
+        for index, item in enumerate(value):
+            _check_json_value(item, f"{where}/{index}")
+    elif isinstance(value, dict) and kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise SchemaError(f"object keys in a JSON value must be strings, got {key!r:.40}",
+                                  where)
+            _check_json_value(item, where + json_pointer((key,)))
+    elif value is not None and kind not in (bool, int, float, str, Decimal):
+        raise SchemaError(f"a JSON value was expected, got a Python {kind.__name__}", where)
 
 
 def check_input_schema(schema: object, pointer: str = "") -> None:
@@ -242,6 +231,10 @@ def check_input_schema(schema: object, pointer: str = "") -> None:
     if type(schema) is not dict or schema.get("type") != "object":
         raise SchemaError('a tool input schema must be an object with "type": "object"',
                           pointer or "/")
+    for keyword in _NOT_AT_TOP:
+        if keyword in schema:
+            raise SchemaError(f"`{keyword}` is not supported on the arguments object itself "
+                              "(only on its properties)", f"{pointer}/{keyword}")
     try:
         _check_subschema(schema, ())
     except SchemaError as error:

@@ -1,0 +1,614 @@
+"""The schema compiler: tool schemas -> specialised Python source -> one ``check`` function.
+
+Rules of this file:
+
+* The generated ``check(call, tool_choice=None)`` returns exactly the code the reference
+  validator (``_validate.py``) returns, in the same order: shape, name, fields (``required``
+  order, then extras), types (``properties`` order), ranges (``properties`` order), then nested
+  objects level by level with dotted codes. The tests prove it on generated inputs.
+* Structure after fastjsonschema: one generator method per keyword, chosen from the ordered
+  tables below; each one checks its keyword's value before it emits anything (on top of
+  :func:`check_input_schema`, which runs first), so an unexpected value is a
+  :class:`SchemaError`, never odd code. A keyword without a generator is refused.
+* Nothing from a schema is pasted into the source as text. A ``str`` or small ``int`` enters
+  through ``str.__repr__`` / ``int.__repr__`` (the base methods, so a subclass cannot change
+  them); any other value becomes a module constant whose expression is built by
+  :func:`_render` from the same two reprs. Names in comments are repr()s too, and repr()
+  never contains a line break.
+* Speed: the tool name picks its checks with string compares (few tools) or one dict lookup
+  (many); ``type(x) is int`` runs before the slower Decimal/float integer test; bounds are
+  constants in the source, made whole numbers for ``integer`` properties (exact: ``x >= 1.5``
+  is ``x >= 2`` for an integer x); extra arguments are found with ``len()`` when every
+  property is required. Nothing calls ``int()`` or ``float()`` on a value.
+* The generated module imports only ``math`` and ``decimal``: the JSON semantics it calls
+  (``is_integer``, ``is_number``, ``json_equal``, ``json_in``) are copied from ``_runtime.py``,
+  so ``regdev compile`` writes a module that runs without regdev.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import linecache
+import math
+from collections.abc import Iterable, Mapping
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import Any, Protocol, cast
+
+from . import __version__
+from ._errors import SchemaError
+from ._runtime import RUNTIME_FUNCTIONS
+from ._schema import (
+    ANNOTATION_KEYWORDS,
+    TYPE_NAMES,
+    check_input_schema,
+    escape_text,
+    is_integer,
+    is_number,
+    json_pointer,
+)
+from ._tools import REGISTER_TOOLS, ToolSet
+
+__all__ = ["INLINE_TOOLS", "CompiledValidator", "compile_validator", "generate_source"]
+
+#: Up to this many tools, ``check`` compares the name with each tool's name in turn and runs
+#: its checks inline; above it, one dict lookup finds a per-tool function (measured: a
+#: function call costs more than a few string compares).
+INLINE_TOOLS = 4
+
+#: enum/const values nested deeper than this are refused (the Python parser's own limit on
+#: nested brackets is 200).
+MAX_VALUE_DEPTH = 64
+
+_INT64 = 2**63
+
+
+class CompiledValidator(Protocol):
+    """What :func:`compile_validator` returns: a function with its source attached.
+
+    Attributes:
+        source: the generated Python module source (also shown in tracebacks).
+        filename: the fake file name the source is registered under in :mod:`linecache`.
+        tool_names: the tools it accepts, in declared order.
+    """
+
+    source: str
+    filename: str
+    tool_names: tuple[str, ...]
+
+    def __call__(self, call: object, tool_choice: str | None = None) -> str | None:
+        """Return None for a valid canonical call, else the first failure's verdict code."""
+
+
+# --- rendering values as source ---------------------------------------------------------------
+
+
+def _str(value: str) -> str:
+    """A str literal: the base class repr, so a subclass cannot change the text."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected str, got {type(value).__name__}")
+    return str.__repr__(value)
+
+
+def _int(value: int) -> str:
+    """An int literal; past 64 bits as ``int('<hex>', 16)`` (no 4300-digit repr limit)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected int, got {type(value).__name__}")
+    if -_INT64 <= value < _INT64:
+        return int.__repr__(value)
+    return f"int({_str(format(int(value), 'x'))}, 16)"
+
+
+def _render(value: object, pointer: str, depth: int = 0) -> str:
+    """Source for a JSON value (None, bool, int, float, Decimal, str, list, dict).
+
+    Every leaf goes through :func:`_str` or :func:`_int`; containers are built around them.
+
+    Raises:
+        SchemaError: the value is not a JSON value, or is nested too deeply.
+    """
+    if depth > MAX_VALUE_DEPTH:
+        raise SchemaError(f"a value nested more than {MAX_VALUE_DEPTH} levels deep is not "
+                          "supported", pointer)
+    if value is None or value is True or value is False:
+        return repr(value)
+    if isinstance(value, int):
+        return _int(value)
+    if isinstance(value, float):
+        return f"float({_str(float.__repr__(value))})"
+    if isinstance(value, Decimal):
+        return f"Decimal({_str(Decimal.__str__(value))})"
+    if isinstance(value, str):
+        return _str(value)
+    if type(value) is list:
+        return "[" + ", ".join(_render(v, pointer, depth + 1) for v in value) + "]"
+    if type(value) is dict:
+        items = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SchemaError("object keys in a JSON value must be strings", pointer)
+            items.append(f"{_str(key)}: {_render(item, pointer, depth + 1)}")
+        return "{" + ", ".join(items) + "}"
+    raise SchemaError(f"a JSON value was expected, got a Python {type(value).__name__}", pointer)
+
+
+def _whole(bound: object, rounding: str) -> int | None:
+    """``bound`` rounded to a whole number (floor or ceiling), or None when it is too large."""
+    if type(bound) is int:
+        return bound
+    if isinstance(bound, float) and abs(bound) < _INT64:
+        return math.floor(bound) if rounding == ROUND_FLOOR else math.ceil(bound)
+    if isinstance(bound, Decimal) and bound.is_finite() and bound.adjusted() < 18:
+        return int(bound.to_integral_value(rounding=rounding))
+    return None
+
+
+# --- the type keyword: fixed expressions, chosen by name, never built from schema text --------
+
+#: True when ``{v}`` is of that JSON type (same meaning as ``_schema.matches_type``).
+_TYPE_IS = {
+    "null": "{v} is None",
+    "boolean": "type({v}) is bool",
+    "string": "type({v}) is str",
+    "object": "type({v}) is dict",
+    "array": "type({v}) is list",
+    "integer": "type({v}) is int or is_integer({v})",
+    "number": "type({v}) is int or is_number({v})",
+}
+#: True when ``{v}`` is not of that JSON type (the single-type case, one test shorter).
+_TYPE_IS_NOT = {
+    "null": "{v} is not None",
+    "boolean": "type({v}) is not bool",
+    "string": "type({v}) is not str",
+    "object": "type({v}) is not dict",
+    "array": "type({v}) is not list",
+    "integer": "type({v}) is not int and not is_integer({v})",
+    "number": "type({v}) is not int and not is_number({v})",
+}
+#: Cheap tests first when a type list is joined with ``or``.
+_TYPE_ORDER = ("null", "boolean", "string", "object", "array", "integer", "number")
+_NUMERIC = frozenset({"integer", "number"})
+
+
+#: A range failure: (guard, condition); the condition applies only where the guard holds
+#: (e.g. ``is_number(v0)`` when the property allows numbers and other types), "" for always.
+_Fail = tuple[str, str]
+
+
+def _join(fails: list[_Fail]) -> str:
+    """One condition for a property's range failures, each guard written once."""
+    groups: dict[str, list[str]] = {}
+    for guard, condition in fails:
+        groups.setdefault(guard, []).append(condition)
+    parts = []
+    for guard, conditions in groups.items():
+        either = " or ".join(conditions)
+        if not guard:
+            parts.append(either)
+        else:
+            parts.append(f"{guard} and ({either})" if len(conditions) > 1
+                         else f"{guard} and {either}")
+    return " or ".join(parts)
+
+
+class _Property:
+    """What the compiler knows about one property while it writes a level."""
+
+    def __init__(self, name: str, schema: object, var: str, required: bool) -> None:
+        self.name = name
+        self.schema = schema
+        self.var = var
+        self.required = required
+        #: the JSON types a value can have once the type step passed (None: any)
+        self.types: frozenset[str] | None = None
+        if isinstance(schema, dict) and "type" in schema:
+            declared = schema["type"]
+            self.types = frozenset(declared if type(declared) is list else [declared])
+        self.type_fail: str | None = None  # condition over var, or "" for the false schema
+        self.range_fails: list[_Fail] = []  # (guard, condition) pairs over var
+        self.nested: str | None = None  # name of the nested level's function
+
+    def may_be(self, *names: str) -> bool:
+        return self.types is None or not self.types.isdisjoint(names)
+
+    def only(self, *names: str) -> bool:
+        return self.types is not None and self.types <= frozenset(names)
+
+    @property
+    def fetched(self) -> bool:
+        return bool(self.type_fail or self.range_fails or self.nested)
+
+
+class _Compiler:
+    """Writes the source of one validator module for a tool set."""
+
+    def __init__(self) -> None:
+        self.constants: list[str] = []  # "_K0 = ..." lines
+        self.functions: list[list[str]] = []  # nested levels and per-tool functions
+        self.levels = 0
+        # Range keywords in the order they are tried (all give one code: range-<arg>).
+        self.range_generators = (
+            ("minimum", self._minimum),
+            ("maximum", self._maximum),
+            ("exclusiveMinimum", self._exclusive_minimum),
+            ("exclusiveMaximum", self._exclusive_maximum),
+            ("minLength", self._min_length),
+            ("maxLength", self._max_length),
+            ("enum", self._enum),
+            ("const", self._const),
+        )
+        # Keywords handled by the level writer itself, in the order they run.
+        self.level_keywords = ("required", "additionalProperties", "type", "properties")
+        self.known = (frozenset(self.level_keywords) | {k for k, _ in self.range_generators}
+                      | ANNOTATION_KEYWORDS)
+
+    # -- constants --
+
+    def constant(self, value: object, pointer: str) -> str:
+        """An expression for a schema value: a literal for str and int, else a module constant."""
+        if isinstance(value, str):
+            return _str(value)
+        if isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64:
+            return _int(value)
+        return self.named(_render(value, pointer))
+
+    def named(self, expression: str) -> str:
+        name = f"_K{len(self.constants)}"
+        self.constants.append(f"{name} = {expression}")
+        return name
+
+    # -- keyword generators: each checks its value, then returns failure conditions --
+
+    def _bound(self, prop: _Property, keyword: str, pointer: str, op: str) -> list[_Fail]:
+        bound = cast(dict[str, Any], prop.schema)[keyword]
+        if not is_number(bound):
+            raise SchemaError(f"`{keyword}` must be a number", pointer)
+        if not prop.may_be("integer", "number"):
+            return []  # never applies: the type step let through no number
+        guard = "" if prop.only("integer", "number") else f"is_number({prop.var})"
+        if prop.types == frozenset({"integer"}):
+            # For an integer x the failure x < 1.5 is x < 2 and x >= 1.5 is x >= 2 (ceiling);
+            # x > 1.5 is x > 1 and x <= 1.5 is x <= 1 (floor).
+            whole = _whole(bound, ROUND_CEILING if op in ("<", ">=") else ROUND_FLOOR)
+            if whole is not None:
+                bound = whole
+        return [(guard, f"{prop.var} {op} {self.constant(bound, pointer)}")]
+
+    def _minimum(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._bound(prop, "minimum", pointer, "<")
+
+    def _maximum(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._bound(prop, "maximum", pointer, ">")
+
+    def _exclusive_minimum(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._bound(prop, "exclusiveMinimum", pointer, "<=")
+
+    def _exclusive_maximum(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._bound(prop, "exclusiveMaximum", pointer, ">=")
+
+    def _length(self, prop: _Property, keyword: str, pointer: str, op: str) -> list[_Fail]:
+        limit = cast(dict[str, Any], prop.schema)[keyword]
+        if not is_integer(limit) or limit < 0:
+            raise SchemaError(f"`{keyword}` must be a non-negative integer", pointer)
+        if not prop.may_be("string"):
+            return []
+        guard = "" if prop.only("string") else f"type({prop.var}) is str"
+        whole = _whole(limit, ROUND_FLOOR)
+        return [(guard, f"len({prop.var}) {op} {self.constant(whole, pointer)}")]
+
+    def _min_length(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._length(prop, "minLength", pointer, "<")
+
+    def _max_length(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._length(prop, "maxLength", pointer, ">")
+
+    def _enum(self, prop: _Property, pointer: str) -> list[_Fail]:
+        items = cast(dict[str, Any], prop.schema)["enum"]
+        if type(items) is not list:
+            raise SchemaError("`enum` must be an array", pointer)
+        v = prop.var
+        if items and all(type(i) is str for i in items):
+            # JSON-equal to a string means: exactly a str, and equal.
+            members = self.named("frozenset({" + ", ".join(map(_str, items)) + "})")
+            guard = "" if prop.only("string") else f"type({v}) is not str or "
+            return [("", f"{guard}{v} not in {members}")]
+        if items and prop.only("integer", "number") and all(
+                is_number(i) and type(i) in (int, float, Decimal) for i in items):
+            # v is a finite number here; int, float and Decimal hash and compare exactly.
+            members = self.named("frozenset({" + ", ".join(self.constant(i, pointer)
+                                                           for i in items) + "})")
+            return [("", f"{v} not in {members}")]
+        rendered = [_render(i, f"{pointer}/{n}") for n, i in enumerate(items)]
+        members = self.named("(" + "".join(r + ", " for r in rendered) + ")")
+        return [("", f"not json_in({v}, {members})")]
+
+    def _const(self, prop: _Property, pointer: str) -> list[_Fail]:
+        value = cast(dict[str, Any], prop.schema)["const"]
+        v = prop.var
+        if type(value) is str:
+            guard = "" if prop.only("string") else f"type({v}) is not str or "
+            return [("", f"{guard}{v} != {_str(value)}")]
+        if prop.only("integer", "number") and is_number(value) and type(value) in (
+                int, float, Decimal):
+            return [("", f"{v} != {self.constant(value, pointer)}")]
+        return [("", f"not json_equal({v}, {self.constant(value, pointer)})")]
+
+    def _type(self, prop: _Property, pointer: str) -> str | None:
+        if prop.schema is False:
+            return ""  # no value is allowed: present means wrong
+        if prop.types is None:
+            return None
+        declared = cast(dict[str, Any], prop.schema)["type"]
+        names = declared if type(declared) is list else [declared]
+        if not names or any(n not in TYPE_NAMES for n in names):
+            raise SchemaError(f"`type` must be one of {', '.join(TYPE_NAMES)} or a non-empty "
+                              "list of them", pointer)
+        chosen = [t for t in _TYPE_ORDER if t in prop.types]
+        if "number" in chosen and "integer" in chosen:
+            chosen.remove("integer")  # every integer is a number
+        if len(chosen) == 1:
+            return _TYPE_IS_NOT[chosen[0]].format(v=prop.var)
+        return "not (" + " or ".join(_TYPE_IS[t].format(v=prop.var) for t in chosen) + ")"
+
+    # -- one object level --
+
+    def level(self, schema: Mapping[str, Any], prefix: str, pointer: str) -> list[str] | None:
+        """The body (variable ``a``, no indent) checking one object level, None if it checks
+        nothing. Nested levels become functions in :attr:`functions`."""
+        for keyword in schema:
+            if keyword not in self.known:
+                raise SchemaError(f"keyword `{escape_text(str(keyword))}` is not supported",
+                                  f"{pointer}/{json_pointer((keyword,))[1:]}")
+        properties = schema.get("properties", {})
+        required = schema.get("required", [])
+        if type(properties) is not dict:
+            raise SchemaError("`properties` must be an object", pointer + "/properties")
+        if type(required) is not list or any(type(n) is not str for n in required):
+            raise SchemaError("`required` must be an array of strings", pointer + "/required")
+        body: list[str] = []
+
+        # step 3: fields
+        for name in required:
+            body += [f"if {_str(name)} not in a:",
+                     f"    return {_str('missing-' + prefix + name)}"]
+        closed = schema.get("additionalProperties", True)
+        if type(closed) is not bool:
+            raise SchemaError("`additionalProperties` is supported only as true or false",
+                              pointer + "/additionalProperties")
+        if closed is False:
+            if any(name not in properties for name in required):
+                # a required name outside the properties is present by now, and is extra
+                return [*body, "return 'unknown-argument'"]
+            body += self._extras(properties, required)
+
+        props = [_Property(name, sub, f"v{i}", name in required)
+                 for i, (name, sub) in enumerate(properties.items())]
+        for prop in props:
+            where = f"{pointer}/properties/{json_pointer((prop.name,))[1:]}"
+            if not isinstance(prop.schema, (bool, dict)):
+                raise SchemaError("a schema must be an object or a boolean", where)
+            prop.type_fail = self._type(prop, where + "/type")
+            if isinstance(prop.schema, dict):
+                for keyword, generate in self.range_generators:
+                    if keyword in prop.schema:
+                        prop.range_fails += generate(prop, f"{where}/{keyword}")
+                if prop.may_be("object"):
+                    prop.nested = self.function(prop.schema, f"{prefix}{prop.name}.", where)
+
+        # fetch each value once (a required one is present by now)
+        for prop in props:
+            if prop.fetched:
+                key = _str(prop.name)
+                body.append(f"{prop.var} = a[{key}]" if prop.required
+                            else f"{prop.var} = a.get({key}, _MISSING)")
+
+        # step 4: types, then step 5: ranges, in the order of properties
+        for prop in props:
+            code = _str(f"type-{prefix}{prop.name}")
+            if prop.type_fail == "":
+                body += [f"if {_str(prop.name)} in a:", f"    return {code}"]
+            elif prop.type_fail:
+                body += self._if(prop, prop.type_fail, code)
+        for prop in props:
+            if prop.range_fails:
+                code = _str(f"range-{prefix}{prop.name}")
+                body += self._if(prop, _join(prop.range_fails), code)
+
+        # then each nested object, level by level
+        for prop in props:
+            if prop.nested:
+                body += [f"if type({prop.var}) is dict:",
+                         f"    failed = {prop.nested}({prop.var})",
+                         "    if failed is not None:",
+                         "        return failed"]
+        if not body:
+            return None
+        return [*body, "return None"]
+
+    @staticmethod
+    def _if(prop: _Property, condition: str, code: str) -> list[str]:
+        if not prop.required:
+            if " or " in condition:
+                condition = f"({condition})"
+            condition = f"{prop.var} is not _MISSING and {condition}"
+        return [f"if {condition}:", f"    return {code}"]
+
+    def _extras(self, properties: dict[str, Any], required: list[str]) -> list[str]:
+        """Lines for ``additionalProperties: false``: any key outside ``properties``."""
+        fail = ["    return 'unknown-argument'"]
+        if not properties:
+            return ["if a:", *fail]
+        if len(required) == len(properties):
+            # every property is required and present: any other key makes the dict longer
+            return [f"if len(a) != {len(properties)}:", *fail]
+        names = self.named("frozenset({" + ", ".join(map(_str, properties)) + "})")
+        return [f"if len(a) != {len(required)} and not a.keys() <= {names}:", *fail]
+
+    def function(self, schema: Mapping[str, Any], prefix: str, pointer: str) -> str | None:
+        """Write a nested level as a function; its name, or None when it checks nothing."""
+        body = self.level(schema, prefix, pointer)
+        if body is None:
+            return None
+        self.levels += 1
+        name = f"_L{self.levels}"
+        self.functions.append([f"def {name}(a):", f"    # the object {_str(prefix[:-1])}",
+                               *("    " + line for line in body)])
+        return name
+
+    # -- the module --
+
+    def module(self, tools: ToolSet) -> str:
+        names = list(tools)
+        inline = len(names) <= INLINE_TOOLS
+        dispatch: list[str] = []
+        table: list[str] = []
+        for index, name in enumerate(names):
+            pointer = f"/{index}/inputSchema"
+            schema = tools[name].input_schema
+            check_input_schema(schema, pointer)
+            body = self.level(schema, "", pointer) or ["return None"]
+            if inline:
+                dispatch += [f"    if name == {_str(name)}:",
+                             *("        " + line for line in body)]
+            else:
+                self.functions.append([f"def _T{index}(a):", f"    # the tool {_str(name)}",
+                                       *("    " + line for line in body)])
+                table.append(f"    {_str(name)}: _T{index},")
+        if inline:
+            dispatch.append("    return 'unknown-tool'")
+        else:
+            dispatch = ["    tool = _TOOLS.get(name)",
+                        "    if tool is None:",
+                        "        return 'unknown-tool'",
+                        "    return tool(a)"]
+        constants = ["_MISSING = object()",
+                     "TOOL_NAMES = (" + "".join(_str(n) + ", " for n in names) + ")",
+                     *self.constants]
+        sections = [_HEADER.format(version=__version__, count=len(names)),
+                    *_runtime_source(),
+                    "# --- constants from the schemas ---\n\n" + "\n".join(constants)]
+        if self.functions:
+            sections.append("# --- nested objects" + (" and tools" if not inline else "")
+                            + " ---")
+            sections += ["\n".join(f) for f in self.functions]
+        if not inline:
+            sections.append("_TOOLS = {\n" + "\n".join(table) + "\n}")
+        sections.append(_CHECK_HEAD + "\n".join(dispatch))
+        return "\n\n\n".join(section.strip("\n") for section in sections) + "\n"
+
+
+@functools.cache
+def _runtime_source() -> tuple[str, ...]:
+    """The source of each function in ``_runtime.RUNTIME_FUNCTIONS`` (read once)."""
+    return tuple(inspect.getsource(function) for function in RUNTIME_FUNCTIONS)
+
+
+_HEADER = '''\
+"""A tool-call validator generated by regdev {version} for {count} tool(s); do not edit.
+
+``check(call, tool_choice=None)`` returns None when ``call`` is a valid canonical tool call
+``{{"tool": NAME, "arguments": {{...}}}}``, else the verdict code of the first failure, checked
+in the order shape, name, fields, types, ranges, then nested objects level by level (see
+regdev's docs/validator.md). Needs only the standard library. ``TOOL_NAMES`` lists the tools.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+__all__ = ["TOOL_NAMES", "check"]
+
+# --- JSON semantics (copied from regdev._runtime) ---
+'''
+
+_CHECK_HEAD = '''\
+def check(call, tool_choice=None):
+    """None when ``call`` is valid, else the first failure's verdict code."""
+    if type(call) is not dict:
+        return 'not-an-object'
+    name = call.get('tool')
+    if type(name) is not str:
+        return 'missing-tool'
+    a = call.get('arguments')
+    if type(a) is not dict:
+        return 'bad-arguments'
+    if tool_choice is not None and name != tool_choice:
+        return 'wrong-tool'
+'''
+
+
+def _tool_set(tools: ToolSet | Iterable[Mapping[str, Any]] | None) -> ToolSet:
+    if tools is None:
+        return REGISTER_TOOLS
+    if isinstance(tools, ToolSet):
+        return tools
+    if isinstance(tools, (str, bytes, Mapping)):
+        raise TypeError("tools must be a ToolSet or a list of MCP tool definitions "
+                        f"(dicts with `name` and `inputSchema`), got {type(tools).__name__}")
+    return ToolSet.from_definitions(list(tools))
+
+
+def generate_source(tools: ToolSet | Iterable[Mapping[str, Any]] | None = None) -> str:
+    """The validator module's source for a tool set (what ``regdev compile`` writes).
+
+    Args:
+        tools: None for the built-in register tools, a :class:`ToolSet`, or a list of MCP
+            ``tools/list`` entries (dicts with ``name`` and ``inputSchema``).
+
+    Returns:
+        Python source of a module that imports only ``math`` and ``decimal`` and defines
+        ``check(call, tool_choice=None) -> str | None`` and ``TOOL_NAMES``.
+
+    Raises:
+        SchemaError: a schema is malformed or uses a keyword outside the supported subset; the
+            message names the keyword and its JSON Pointer (e.g. ``/0/inputSchema/pattern``).
+        TypeError: ``tools`` is neither a ToolSet nor a list of definitions.
+    """
+    return _Compiler().module(_tool_set(tools))
+
+
+def compile_validator(
+    tools: ToolSet | Iterable[Mapping[str, Any]] | None = None,
+) -> CompiledValidator:
+    """Compile tool schemas into one fast ``check`` function.
+
+    The function checks a canonical call ``{"tool": NAME, "arguments": {...}}`` in the fixed
+    order (shape, name, fields, types, ranges; see ``docs/validator.md``) and returns None when
+    it is valid, else the first failure's verdict code, e.g. ``"range-addr"``; the code is
+    always the one :class:`~regdev.ReferenceValidator` gives. ``check(call, tool_choice=NAME)``
+    refuses a call to any other tool as ``wrong-tool``. The generated source is on
+    ``check.source`` and shows in tracebacks.
+
+    Args:
+        tools: None for the built-in register tools, a :class:`ToolSet`, or a list of MCP
+            ``tools/list`` entries (dicts with ``name`` and ``inputSchema``). Numbers in
+            schemas compare exactly: a bound read from JSON text should be decoded as
+            ``Decimal`` (as ``regdev compile`` does), since the float nearest 1.1 is not 1.1.
+
+    Returns:
+        The compiled ``check(call, tool_choice=None) -> str | None``.
+
+    Raises:
+        SchemaError: a schema is malformed or uses a keyword outside the supported subset; the
+            message names the keyword and its JSON Pointer.
+        TypeError: ``tools`` is neither a ToolSet nor a list of definitions.
+    """
+    tool_set = _tool_set(tools)
+    source = _Compiler().module(tool_set)
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    filename = f"<regdev compiled validator {digest}>"
+    namespace: dict[str, Any] = {"__name__": "regdev_compiled_validator"}
+    try:
+        code = compile(source, filename, "exec")
+    except (SyntaxError, RecursionError, MemoryError) as error:  # pragma: no cover - a bug
+        raise SchemaError(f"the schemas could not be compiled: {error}", "/") from None
+    exec(code, namespace)
+    # Register the source so tracebacks and debuggers show the generated lines (as attrs does).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    check = namespace["check"]
+    check.source = source
+    check.filename = filename
+    check.tool_names = tuple(tool_set)
+    return cast(CompiledValidator, check)

@@ -1,0 +1,88 @@
+"""Compiled vs reference validator, and both vs the jsonschema package, on generated inputs."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any
+
+import jsonschema
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from regdev import ReferenceValidator, ToolSet, compile_validator
+from strategies import register_calls, schemas_and_calls, tool_choices
+
+compiled = compile_validator()
+reference = ReferenceValidator()
+
+
+@given(register_calls(), tool_choices)
+def test_register_tools_compiled_equals_reference(call: Any, choice: str | None) -> None:
+    """On calls biased to every edge, the compiled validator returns the reference's code."""
+    assert compiled(call, tool_choice=choice) == reference(call, choice), compiled.source
+
+
+def _finite(value: object) -> bool:
+    """A JSON number: int (not bool), or a finite float or Decimal."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, Decimal):
+        return value.is_finite()
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _exact_integer(checker: Any, value: object) -> bool:
+    """JSON Schema's integer, told apart without regdev's helpers: a whole-number ratio."""
+    return _finite(value) and (isinstance(value, int)
+                               or value.as_integer_ratio()[1] == 1)  # type: ignore[attr-defined]
+
+
+def _finite_number(checker: Any, value: object) -> bool:
+    return _finite(value)
+
+
+# jsonschema's draft 2020-12 validator counts a Decimal as a number but never as an integer
+# (its integer check is int or float.is_integer()); the parser decodes 3.0 and 1e2 to Decimal,
+# so both types are redefined to the draft's words: integer is "a number with a zero
+# fractional part", and a number is finite (JSON has no NaN or Infinity).
+_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+    {"integer": _exact_integer, "number": _finite_number})
+JsonSchemaValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                                   type_checker=_TYPES)
+
+
+def _peer_valid(tools: list[dict[str, Any]], call: Any, choice: str | None) -> bool:
+    """The call's validity as jsonschema sees it (shape and name checked here, by the rules)."""
+    if type(call) is not dict or type(call.get("tool")) is not str:
+        return False
+    if type(call.get("arguments")) is not dict:
+        return False
+    if choice is not None and call["tool"] != choice:
+        return False
+    schema = next((t["inputSchema"] for t in tools if t["name"] == call["tool"]), None)
+    return schema is not None and JsonSchemaValidator(schema).is_valid(call["arguments"])
+
+
+@given(schemas_and_calls())
+def test_random_schemas_compiled_equals_reference_and_jsonschema(
+        case: tuple[list[dict[str, Any]], Any, str | None]) -> None:
+    """Random schemas from the subset: same code as the reference, same validity as jsonschema."""
+    tools, call, choice = case
+    check = compile_validator(tools)
+    note(check.source)
+    code = check(call, tool_choice=choice)
+    assert code == ReferenceValidator(ToolSet.from_definitions(tools))(call, choice)
+    assert (code is None) == _peer_valid(tools, call, choice)
+
+
+@given(st.lists(schemas_and_calls(), min_size=1, max_size=1), st.integers(5, 9))
+def test_many_tools_dispatch_by_dict(cases: list[Any], count: int) -> None:
+    """Past the inline limit the name is looked up in a dict; the codes stay the same."""
+    tools, call, choice = cases[0]
+    padded = tools + [{"name": f"pad{i}", "inputSchema": {"type": "object"}}
+                      for i in range(count)]
+    check = compile_validator(padded)
+    assert "_TOOLS.get(name)" in check.source
+    assert check(call, tool_choice=choice) == ReferenceValidator(
+        ToolSet.from_definitions(padded))(call, choice), check.source
