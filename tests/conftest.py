@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,10 @@ def device() -> RegisterFile:
 def gate(device: RegisterFile) -> Gate:
     """A gate over the fresh register file with the register tools."""
     return Gate(device)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print how many JSON Schema Test Suite cases ran and how many were refused."""
+    suite = sys.modules.get("test_schema_suite")
+    for line in getattr(suite, "SUMMARY", []):
+        terminalreporter.write_line(line)

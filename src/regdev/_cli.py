@@ -21,9 +21,10 @@ import msgspec
 
 from . import __version__
 from ._audit import AuditLog, AuditRecord, default_audit_path, read_audit
+from ._compile import generate_source
 from ._demo import DEMO_SCRIPT, ScriptedProposer
 from ._device import REGISTER_COUNT, Device, RegisterFile
-from ._errors import AuditError, PolicyError, RegdevError
+from ._errors import AuditError, PolicyError, RegdevError, SchemaError
 from ._gate import Gate
 from ._loop import Step, run_loop
 from ._observation import Observation
@@ -489,6 +490,38 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _load_tools(path: str | None) -> ToolSet:
+    """The register tools, or the tool set in a JSON file (UsageError when it is unusable)."""
+    if path is None:
+        return REGISTER_TOOLS
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        return ToolSet.from_json(data)
+    except SchemaError as error:
+        raise UsageError(f"{path}: {error}") from None
+
+
+def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
+    tools = _load_tools(args.tools)
+    try:
+        source = generate_source(tools)
+    except SchemaError as error:  # pragma: no cover - the tool set was checked when loaded
+        raise UsageError(str(error)) from None
+    if args.output in (None, "-"):
+        out.write(source)
+        return 0
+    try:
+        Path(args.output).write_text(source, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
+    print(f"regdev compile: wrote {args.output} ({len(tools)} tools: {', '.join(tools)}); "
+          "it needs only the standard library: check(call, tool_choice=None)", file=sys.stderr)
+    return 0
+
+
 # --- parser -----------------------------------------------------------------------------------
 
 
@@ -614,6 +647,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one JSON object per record (every column; arguments and "
                             "observation as JSON values)")
     audit.set_defaults(func=cmd_audit)
+    compile_ = sub.add_parser(
+        "compile", help="write the compiled validator as a standalone Python module",
+        description="Compile tool schemas (the built-in register tools, or --tools FILE) into "
+                    "a Python module that needs only the standard library and defines "
+                    "check(call, tool_choice=None): None for a valid canonical call "
+                    '{"tool": NAME, "arguments": {...}}, else the verdict code. A schema '
+                    "keyword outside the supported subset (docs/validator.md) is an error "
+                    "naming the keyword and its JSON Pointer, exit 2.")
+    compile_.add_argument("--tools", metavar="FILE",
+                          help="JSON file of tool definitions: an array of MCP tools/list "
+                               'entries ({"name", "inputSchema", ...}) or {"tools": [...]} '
+                               "(default: the register tools)")
+    compile_.add_argument("-o", "--output", metavar="OUT",
+                          help="write the module to OUT (default: standard output)")
+    compile_.set_defaults(func=cmd_compile)
     return parser
 
 

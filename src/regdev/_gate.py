@@ -4,6 +4,8 @@ Rules of this file:
 
 * Stages run in order: parse, validate, authorize, execute, observe. The first refusal decides
   and nothing after it runs; nothing reaches the device unless every earlier stage passed.
+* Validation runs the compiled validator (``_compile.py``); only when it refuses is the
+  reference validator asked for the refusal's message (both give the same code).
 * A device failure is reported as a failure (``device-timeout``, ``device-error``), never as a
   success.
 * :meth:`Gate.handle` never raises: an unexpected exception becomes an ``internal-error``
@@ -27,6 +29,7 @@ from typing import Any
 import msgspec
 
 from ._audit import AuditLog, encode_json
+from ._compile import compile_validator
 from ._device import Device, RegisterFile, TimeoutDevice
 from ._errors import AuditError, DeviceTimeout, PolicyError, RegdevError
 from ._idempotency import STORED_CODES, fingerprint
@@ -116,7 +119,8 @@ class Gate:
         self.audit = audit
         self.timeout = timeout
         self._runner = TimeoutDevice(self.device, timeout) if timeout is not None else self.device
-        self._validator = ReferenceValidator(tools)
+        self._check = compile_validator(tools)  # the hot path: returns a code or None
+        self._validator = ReferenceValidator(tools)  # asked only to explain a refusal
         self._guarded = policy is not None or audit is not None
         #: The register map when it protects any register (else the check is skipped).
         self._registers = policy.registers if policy is not None and (
@@ -246,7 +250,8 @@ class Gate:
 
     def _run(self, call: object, call_id: str | None, tool_choice: str | None,
              state: _CallState | None = None) -> Observation:
-        refusal = self._validator.check(call, tool_choice)
+        refusal = (None if self._check(call, tool_choice) is None
+                   else self._validator.check(call, tool_choice))
         if state is not None:
             refusal = self._offered(call, refusal, state)
         if refusal is not None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
+
+import msgspec
 
 from ._device import DATA_MAX, REGISTER_COUNT, Device
 from ._errors import DeviceRefused, SchemaError
@@ -24,6 +27,8 @@ __all__ = [
     "Tool",
     "ToolSet",
 ]
+
+_exact_decoder = msgspec.json.Decoder(float_hook=Decimal)
 
 #: A tool's implementation: ``(device, validated arguments) -> result object``.
 Handler = Callable[[Device, dict[str, Any]], dict[str, Any]]
@@ -163,6 +168,35 @@ class ToolSet(Mapping[str, Tool]):
                 message = str(error).rsplit(" - at ", 1)[0]
                 raise SchemaError(message, f"/{index}{error.pointer}") from None
         return cls(tools)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ToolSet:
+        """Build a tool set from JSON text: an array of MCP ``tools/list`` entries, or the
+        ``tools/list`` result object ``{"tools": [...]}``.
+
+        Numbers are decoded exactly (a fraction or an exponent as ``Decimal``, as the parser
+        decodes calls), so a bound of ``1.1`` means 1.1, not the float nearest to it.
+
+        Raises:
+            SchemaError: the text is not JSON, holds neither form, or a schema is outside the
+                supported subset; the pointer names the place, e.g.
+                ``/tools/0/inputSchema/properties/addr/pattern``.
+        """
+        try:
+            document = _exact_decoder.decode(text)
+        except (msgspec.DecodeError, ValueError, RecursionError) as error:
+            raise SchemaError(f"the tool definitions are not JSON: {error}", "") from None
+        prefix = ""
+        if isinstance(document, dict) and "tools" in document:
+            document, prefix = document["tools"], "/tools"
+        if not isinstance(document, list):
+            raise SchemaError("expected a JSON array of tool definitions (MCP tools/list "
+                              'entries) or an object {"tools": [...]}', prefix)
+        try:
+            return cls.from_definitions(document)
+        except SchemaError as error:
+            message = str(error).rsplit(" - at ", 1)[0]
+            raise SchemaError(message, prefix + error.pointer) from None
 
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]

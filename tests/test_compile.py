@@ -1,0 +1,447 @@
+"""The schema compiler: exact verdicts, the generated source, injection safety, schema errors."""
+
+from __future__ import annotations
+
+import ast
+import json
+import linecache
+import subprocess
+import sys
+import traceback
+from decimal import Decimal
+from enum import IntEnum
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from regdev import (
+    REGISTER_TOOLS,
+    Gate,
+    ReferenceValidator,
+    SchemaError,
+    Tool,
+    ToolSet,
+    compile_validator,
+)
+from regdev._cli import main
+from regdev._compile import generate_source
+
+check = compile_validator()
+reference = ReferenceValidator()
+
+
+def write(**arguments: Any) -> dict[str, Any]:
+    return {"tool": "write_register", "arguments": arguments}
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ({"tool": "write_register", "arguments": {"addr": 3, "data": 255}}, None),
+        ({"tool": "write_register", "arguments": {"data": 1}}, "missing-addr"),
+        ({"tool": "write_register", "arguments": {"addr": "3", "data": 1}}, "type-addr"),
+        ({"tool": "write_register", "arguments": {"addr": 16, "data": 1}}, "range-addr"),
+        ({"tool": "write_register", "arguments": {"addr": 3, "data": 300}}, "range-data"),
+        ({"tool": "erase_chip", "arguments": {"addr": 3, "data": 1}}, "wrong-tool"),
+    ],
+)
+def test_seed_probe_forced_write_register(call: dict[str, Any], expected: str | None) -> None:
+    """The design's worked example, with write_register forced, gives the design's codes."""
+    assert check(call, tool_choice="write_register") == expected
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (write(addr=True, data=1), "type-addr"),  # a bool is not an integer
+        (write(addr=1, data=False), "type-data"),
+        (write(addr=Decimal("3.0"), data=Decimal("1E+2")), None),  # integral: integers
+        (write(addr=15.0, data=255.0), None),
+        (write(addr=Decimal("-0.0"), data=-0.0), None),
+        (write(addr=Decimal("15.5"), data=1), "type-addr"),
+        (write(addr=15.5, data=1), "type-addr"),
+        (write(addr=Decimal("1E+400"), data=1), "range-addr"),  # huge, never int()-ed
+        (write(addr=Decimal("-1E+400"), data=1), "range-addr"),
+        (write(addr=Decimal("1E+999999999"), data=1), "range-addr"),
+        (write(addr=1, data=2**64 + 1), "range-data"),  # compared exactly
+        (write(addr=1, data=-(2**64)), "range-data"),
+        (write(addr=1, data=10**4000), "range-data"),
+        (write(addr=Decimal("1.5E+1"), data=Decimal("2.55E+2")), None),
+        (write(addr=Decimal("1.6E+1"), data=1), "range-addr"),
+        (write(addr=float("inf"), data=1), "type-addr"),
+        (write(addr=float("nan"), data=1), "type-addr"),
+        (write(addr=Decimal("NaN"), data=1), "type-addr"),
+        (write(addr=Decimal("sNaN"), data=1), "type-addr"),
+        (write(addr=None, data=1), "type-addr"),
+        (write(addr=[3], data=1), "type-addr"),
+        (write(addr=1, data=1, extra=None), "unknown-argument"),
+        (write(addr=1), "missing-data"),
+        ({"tool": "read_register", "arguments": {"addr": 1, "data": 1}}, "unknown-argument"),
+        ({"tool": "read_register", "arguments": {}}, "missing-addr"),
+        ({"tool": "read_register", "arguments": {"addr": 0}}, None),
+        ({"tool": "Read_register", "arguments": {"addr": 0}}, "unknown-tool"),
+        ({"tool": 1, "arguments": {}}, "missing-tool"),
+        ({"tool": "read_register", "arguments": "{}"}, "bad-arguments"),
+        ([], "not-an-object"),
+    ],
+)
+def test_exact_numbers_and_each_step(call: Any, expected: str | None) -> None:
+    """JSON numbers are judged exactly, without int() or float() on the value."""
+    assert check(call) == expected, check.source
+    assert reference(call) == expected
+
+
+def test_wrong_tool_comes_before_unknown_tool() -> None:
+    """A forced tool choice refuses any other name, offered or not, as wrong-tool."""
+    assert check({"tool": "nope", "arguments": {}}, tool_choice="read_register") == "wrong-tool"
+    assert check({"tool": "nope", "arguments": {}}) == "unknown-tool"
+    assert check({"tool": "read_register", "arguments": {"addr": 1}},
+                 tool_choice="read_register") is None
+
+
+def test_an_int_subclass_is_an_integer_as_in_the_reference() -> None:
+    """The int fast path falls back to the full test, so an IntEnum value still counts."""
+
+    class Addr(IntEnum):
+        THREE = 3
+        BIG = 99
+
+    assert check(write(addr=Addr.THREE, data=1)) is None
+    assert check(write(addr=Addr.BIG, data=1)) == reference(write(addr=Addr.BIG, data=1))
+    assert check(write(addr=Addr.BIG, data=1)) == "range-addr"
+
+
+CONFIGURE = Tool(
+    name="configure",
+    description="test tool",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "mode": {"enum": ["fast", "slow", 1]},
+            "label": {"type": "string", "minLength": 1, "maxLength": 4},
+            "gain": {"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 2.5},
+            "level": {"type": "integer", "minimum": Decimal("1.5"),
+                      "exclusiveMaximum": Decimal("9.5")},
+            "version": {"const": 2},
+            "off": False,
+            "limits": {
+                "type": "object",
+                "properties": {"low": {"type": "integer", "minimum": 0},
+                               "deep": {"properties": {"x": {"const": "y"}}, "required": ["x"]}},
+                "required": ["low"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["mode"],
+    },
+)
+configure = compile_validator(ToolSet([CONFIGURE]))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"mode": "fast"}, None),
+        ({"mode": 1.0}, None),
+        ({"mode": True}, "range-mode"),
+        ({"mode": "fast", "level": 1}, "range-level"),
+        ({"mode": "fast", "level": 2}, None),  # minimum 1.5 for an integer is 2
+        ({"mode": "fast", "level": Decimal("2.0")}, None),
+        ({"mode": "fast", "level": 9}, None),
+        ({"mode": "fast", "level": 10}, "range-level"),  # exclusiveMaximum 9.5
+        ({"mode": "fast", "level": Decimal("1.5")}, "type-level"),
+        ({"mode": "fast", "gain": Decimal("2.4999999999999999999")}, None),
+        ({"mode": "fast", "gain": Decimal("2.5")}, "range-gain"),
+        ({"mode": "fast", "gain": None}, None),
+        ({"mode": "fast", "off": None}, "type-off"),
+        ({"mode": "fast", "label": "\U0001f600" * 4}, None),
+        ({"mode": "fast", "label": ""}, "range-label"),
+        ({"mode": "fast", "limits": {}}, "missing-limits.low"),
+        ({"mode": "fast", "limits": {"low": 0, "deep": {}}}, "missing-limits.deep.x"),
+        ({"mode": "fast", "limits": {"low": 0, "deep": {"x": "z"}}}, "range-limits.deep.x"),
+        ({"mode": "fast", "limits": {"low": -1, "deep": {}}}, "range-limits.low"),
+        ({"mode": "bad", "limits": {}}, "range-mode"),
+    ],
+)
+def test_subset_keywords_compiled(arguments: dict[str, Any], expected: str | None) -> None:
+    """Every keyword of the subset, and nested objects level by level, as the reference does."""
+    call = {"tool": "configure", "arguments": arguments}
+    assert configure(call) == expected, configure.source
+    assert ReferenceValidator(ToolSet([CONFIGURE]))(call) == expected
+
+
+# --- the generated source ---------------------------------------------------------------------
+
+
+def test_source_is_attached_and_shaped_for_speed() -> None:
+    """The source is on the function; int fast paths and constant bounds are in it."""
+    assert check.tool_names == ("write_register", "read_register")
+    assert "def check(call, tool_choice=None):" in check.source
+    assert "if type(v0) is not int and not is_integer(v0):" in check.source
+    assert "if v0 < 0 or v0 > 15:" in check.source
+    assert "if v1 < 0 or v1 > 255:" in check.source
+    assert "if len(a) != 2:" in check.source
+    imported = {alias.name for node in ast.walk(ast.parse(check.source))
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(ast.parse(check.source))
+                 if isinstance(node, ast.ImportFrom)}
+    assert imported == {"__future__", "math", "decimal"}
+    # minimum 1.5 and exclusiveMaximum 9.5, made whole for an integer
+    assert "(v3 < 2 or v3 >= 10)" in configure.source
+
+
+def test_source_is_registered_for_tracebacks() -> None:
+    """linecache holds the source under a readable fake name, so tracebacks show its lines."""
+    assert check.filename.startswith("<regdev compiled validator ")
+    first = linecache.getline(check.filename, 1)
+    assert first == check.source.splitlines(True)[0]
+
+    class Key(str):
+        """A key that is equal to "tool" by hash, and refuses to be compared."""
+
+        def __hash__(self) -> int:
+            return hash("tool")
+
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("compared")
+
+    with pytest.raises(RuntimeError) as info:
+        check({Key("x"): 1})
+    shown = "".join(traceback.format_exception(info.value))
+    assert check.filename in shown
+    assert "name = call.get('tool')" in shown
+
+
+INJECTIONS = [
+    "'); import os; os._exit(3); ('",
+    '"""\nraise SystemExit(4)\n"""',
+    "'''\nraise SystemExit(5)\n'''",
+    "\nraise SystemExit(6)\n#",
+    "\\'); raise SystemExit(7) #",
+    "\r\nraise SystemExit(8)",
+    "\u2028raise SystemExit(9)",
+    "{0}{v}%s",
+    "\x00\x0c",
+    "x' if True else raise SystemExit(10) #",
+]
+
+
+def _evil_tools() -> list[dict[str, Any]]:
+    tools = []
+    for i, evil in enumerate(INJECTIONS):
+        tools.append({
+            "name": evil,
+            "description": evil,
+            "title": evil,
+            "inputSchema": {
+                "type": "object",
+                "title": evil,
+                "description": evil,
+                "$comment": evil,
+                "properties": {
+                    evil: {"type": "string", "enum": [evil, f"{evil}{i}"], "description": evil,
+                           "default": evil, "examples": [evil]},
+                    f"c{i}": {"const": evil},
+                    f"d{i}": {"const": [evil, {evil: evil}]},
+                    f"o{i}": {"type": "object", "properties": {evil: {"const": evil}},
+                              "required": [evil], "additionalProperties": False},
+                },
+                "required": [evil, f"c{i}"],
+                "additionalProperties": False,
+            },
+        })
+    return tools
+
+
+def test_schema_strings_cannot_inject_code() -> None:
+    """Injection strings in every schema field compile to inert literals with the same codes."""
+    tools = _evil_tools()
+    evil_check = compile_validator(tools)  # a SystemExit or os._exit here would fail the test
+    tree = ast.parse(evil_check.source)
+    kinds = {type(node).__name__ for node in tree.body}
+    assert kinds <= {"Expr", "ImportFrom", "Import", "Assign", "FunctionDef"}
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    assert defined == {"is_number", "is_integer", "json_equal", "json_in", "check"} | {
+        n for n in defined if n.startswith(("_L", "_T"))}
+    ref = ReferenceValidator(ToolSet.from_definitions(tools))
+    for i, evil in enumerate(INJECTIONS):
+        calls = [
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil}},
+            {"tool": evil, "arguments": {evil: evil}},
+            {"tool": evil, "arguments": {evil: "nope", f"c{i}": evil}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"o{i}": {}}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"o{i}": {evil: "x"}}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"d{i}": [evil, {evil: evil}]}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, evil + "!": 1}},
+        ]
+        codes = [evil_check(call) for call in calls]
+        assert codes == [ref(call) for call in calls]
+        assert codes[:5] == [None, f"missing-c{i}", f"range-{evil}", f"missing-o{i}.{evil}",
+                             f"range-o{i}.{evil}"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "pointer"),
+    [
+        ({"type": "object", "properties": {"a": {"pattern": "x"}}},
+         "/0/inputSchema/properties/a/pattern"),
+        ({"type": "object", "properties": {"a": {"properties": {"b": {"format": "uri"}}}}},
+         "/0/inputSchema/properties/a/properties/b/format"),
+        ({"type": "object", "additionalProperties": {"type": "string"}},
+         "/0/inputSchema/additionalProperties"),
+        ({"type": "object", "enum": [{}]}, "/0/inputSchema/enum"),
+        ({"type": "object", "const": {}}, "/0/inputSchema/const"),
+        ({"type": "object", "properties": {"a": {"enum": [(1, 2)]}}},
+         "/0/inputSchema/properties/a/enum/0"),
+        ({"type": "object", "properties": {"a": {"const": {"k": b"x"}}}},
+         "/0/inputSchema/properties/a/const/k"),
+        ({"type": "object", "properties": {1: {}}}, "/0/inputSchema/properties"),
+        ({"type": "object", "properties": {"a": {"minimum": float("nan")}}},
+         "/0/inputSchema/properties/a/minimum"),
+        ({"type": "object", "properties": {"a~/b": {"$ref": "#"}}},
+         "/0/inputSchema/properties/a~0~1b/$ref"),
+    ],
+)
+def test_schema_errors_name_keyword_and_pointer(schema: dict[str, Any], pointer: str) -> None:
+    """Unsupported keywords and malformed values are refused at compile time, with a pointer."""
+    with pytest.raises(SchemaError) as info:
+        compile_validator([{"name": "t", "inputSchema": schema}])
+    assert info.value.pointer == pointer
+    assert f"`{pointer}`" in str(info.value)
+
+
+def test_deeply_nested_constants_are_refused_not_crashed() -> None:
+    """A const nested past the compiler's limit is a SchemaError, not a parser crash."""
+    value: Any = 1
+    for _ in range(100):
+        value = [value]
+    with pytest.raises(SchemaError, match="levels deep"):
+        compile_validator([{"name": "t", "inputSchema": {
+            "type": "object", "properties": {"a": {"const": value}}}}])
+
+
+def test_tools_argument_forms() -> None:
+    """None, a ToolSet and MCP definitions compile; a dict or a string is a TypeError."""
+    definitions = [tool.definition() for tool in REGISTER_TOOLS.values()]
+    assert compile_validator(definitions).source == check.source
+    assert compile_validator(REGISTER_TOOLS).source == check.source
+    for wrong in ({"tools": definitions}, "write_register"):
+        with pytest.raises(TypeError, match="ToolSet or a list"):
+            compile_validator(wrong)  # type: ignore[arg-type]
+    with pytest.raises(SchemaError, match="needs `name` and `inputSchema`"):
+        compile_validator([{"name": "x"}])
+
+
+# --- the gate uses it -------------------------------------------------------------------------
+
+
+def test_gate_asks_the_reference_only_to_explain_a_refusal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A valid call never reaches the reference validator; a refused one gets its message."""
+    gate = Gate()
+    asked: list[Any] = []
+    original = gate._validator.check
+    monkeypatch.setattr(gate._validator, "check",
+                        lambda call, choice=None: asked.append(call) or original(call, choice))
+    ok = gate.handle('{"tool": "write_register", "arguments": {"addr": 3, "data": 7}}')
+    assert ok.ok and asked == []
+    bad = gate.handle('{"tool": "write_register", "arguments": {"addr": 16, "data": 7}}')
+    assert bad.code == "range-addr" and bad.message == "addr 16 is outside 0..15"
+    assert len(asked) == 1
+
+
+# --- standalone modules -----------------------------------------------------------------------
+
+_EDGES = ["-1", "0", "15", "16", "255", "256", "3.0", "1E+2", "15.5", '"3"', "true", "null",
+          "1E+400", "18446744073709551617", "-0.0", "[]"]
+_RUNNER = """
+import json, sys
+from decimal import Decimal
+sys.modules["regdev"] = None  # any import of regdev fails
+sys.path.insert(0, sys.argv[1])
+import validator
+calls = json.loads(sys.stdin.read(), parse_float=Decimal)
+print(json.dumps([validator.check(c, tool_choice=t) for c, t in calls]))
+"""
+
+
+def _corpus() -> str:
+    calls = []
+    for tool, addr, data in product(["write_register", "read_register"], _EDGES, _EDGES):
+        calls.append(f'[{{"tool": "{tool}", "arguments": {{"addr": {addr}, "data": {data}}}}}, '
+                     "null]")
+        calls.append(f'[{{"tool": "{tool}", "arguments": {{"addr": {addr}}}}}, null]')
+    calls += ['[[], null]', '[{"arguments": {}}, null]', '[{"tool": "x", "arguments": {}}, null]',
+              '[{"tool": "x", "arguments": {}}, "read_register"]',
+              '[{"tool": "read_register", "arguments": "{}"}, null]']
+    return "[" + ", ".join(calls) + "]"
+
+
+def test_standalone_module_agrees_without_regdev(tmp_path: Path) -> None:
+    """`regdev compile -o` writes a module that runs with regdev blocked and agrees in process."""
+    assert main(["compile", "-o", str(tmp_path / "validator.py")]) == 0
+    corpus = _corpus()
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _RUNNER, str(tmp_path)],
+                          input=corpus, capture_output=True, text=True, check=True)
+    theirs = json.loads(done.stdout)
+    ours = [check(c, tool_choice=t) for c, t in json.loads(corpus, parse_float=Decimal)]
+    assert theirs == ours
+    assert len(ours) == 2 * 16 * 16 * 2 + 5
+    assert {"range-addr", "range-data", "type-addr", "type-data", "unknown-argument",
+            "unknown-tool", "wrong-tool", None} <= set(ours)
+
+
+def test_compile_command_with_a_tools_file(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """--tools reads MCP definitions (array or tools/list result) with exact numbers."""
+    tools = {"tools": [{"name": "set_gain", "inputSchema": {
+        "type": "object", "properties": {"gain": {"type": "number", "maximum": 1.1}},
+        "required": ["gain"]}}]}
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools))
+    assert main(["compile", "--tools", str(path)]) == 0
+    source = capsys.readouterr().out
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "validator.py", "exec"), namespace)
+    gain = namespace["check"]
+    assert namespace["TOOL_NAMES"] == ("set_gain",)
+    assert gain({"tool": "set_gain", "arguments": {"gain": Decimal("1.1")}}) is None
+    assert gain({"tool": "set_gain", "arguments": {"gain": Decimal("1.1000000000000000001")}}) \
+        == "range-gain"
+    assert "Decimal('1.1')" in source
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        ("[", "the tool definitions are not JSON"),
+        ('{"tools": 5}', "expected a JSON array of tool definitions"),
+        ('[{"name": "t", "inputSchema": {"type": "object", "properties": '
+         '{"a": {"pattern": "x"}}}}]',
+         "keyword `pattern` is not supported - at `/0/inputSchema/properties/a/pattern`"),
+        ('{"tools": [{"name": "t", "inputSchema": {"type": "object", "oneOf": []}}]}',
+         "keyword `oneOf` is not supported - at `/tools/0/inputSchema/oneOf`"),
+    ],
+)
+def test_compile_command_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       content: str | None, message: str) -> None:
+    """A missing or bad tools file is one line on stderr and exit 2; nothing is written."""
+    path = tmp_path / "tools.json"
+    if content is not None:
+        path.write_text(content)
+    status = main(["compile", "--tools", str(path), "-o", str(tmp_path / "out.py")])
+    _, err = capsys.readouterr()
+    assert status == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out.py").exists()
+
+
+def test_generate_source_is_deterministic() -> None:
+    """The same tools give the same module text (so a written module can be diffed)."""
+    assert generate_source() == generate_source() == check.source

@@ -1,0 +1,116 @@
+"""The official JSON Schema Test Suite (draft 2020-12) against the compiled validator.
+
+Each test group's schema becomes the schema of one required argument ``v`` of a tool whose
+input schema is closed (``additionalProperties: false``), and each test's data is sent as
+``{"v": data}``. A group whose schema stays inside the supported subset must give every
+test's validity (and the reference must give the same code); a group using any other keyword
+must be refused at compile time with a SchemaError that points at that keyword. The files are
+a copy of ``../shared/peer-tests/json-schema-test-suite`` (see its COMMIT and LICENSE), so CI
+on a clean clone runs them too. The exact counts are pinned so the suite cannot shrink quietly.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from conftest import ROOT
+from regdev import ReferenceValidator, SchemaError, ToolSet, compile_validator
+from regdev._schema import ANNOTATION_KEYWORDS, VALIDATION_KEYWORDS
+
+SUITE = ROOT / "tests" / "data" / "json-schema-test-suite"
+SHARED = ROOT.parent / "shared" / "peer-tests" / "json-schema-test-suite"
+FILES = sorted((SUITE / "draft2020-12").glob("*.json"))
+
+#: The parser's decoding (fractions and exponents as Decimal), and Python's json module's
+#: (floats): a Python caller may hand either to the validator.
+DECODERS = {
+    "decimal": msgspec.json.Decoder(float_hook=Decimal).decode,
+    "float": json.loads,
+}
+
+
+#: One line per decoding, printed at the end of the pytest run (see conftest.py).
+SUMMARY: list[str] = []
+
+
+def _tool(schema: Any) -> list[dict[str, Any]]:
+    return [{"name": "t", "inputSchema": {"type": "object", "properties": {"v": schema},
+                                          "required": ["v"], "additionalProperties": False}}]
+
+
+def _unsupported(schema: Any) -> set[str]:
+    """Every keyword in a schema (at any depth) that is outside the supported subset."""
+    found: set[str] = set()
+    if isinstance(schema, dict):
+        for keyword, value in schema.items():
+            if keyword not in VALIDATION_KEYWORDS | ANNOTATION_KEYWORDS:
+                found.add(keyword)
+            elif keyword == "properties":
+                for sub in value.values():
+                    found |= _unsupported(sub)
+            elif keyword == "additionalProperties" and not isinstance(value, bool):
+                found.add(keyword)  # only true and false are in the subset
+    return found
+
+
+def run_suite(decode: Any) -> dict[str, int]:
+    """Run every group; return the counts (and fail on the first wrong answer)."""
+    counts = {"groups": 0, "refused_groups": 0, "cases": 0, "refused_cases": 0}
+    for path in FILES:
+        for group in decode(path.read_bytes()):
+            counts["groups"] += 1
+            where = f"{path.name}: {group['description']}"
+            tools = _tool(group["schema"])
+            unsupported = _unsupported(group["schema"])
+            try:
+                check = compile_validator(tools)
+            except SchemaError as error:
+                assert unsupported, f"{where}: refused but inside the subset: {error}"
+                keyword = error.pointer.rsplit("/", 1)[-1]
+                assert keyword in unsupported, f"{where}: refused for {error}"
+                counts["refused_groups"] += 1
+                counts["refused_cases"] += len(group["tests"])
+                continue
+            assert not unsupported, f"{where}: compiled despite {unsupported}"
+            reference = ReferenceValidator(ToolSet.from_definitions(tools))
+            for test in group["tests"]:
+                call = {"tool": "t", "arguments": {"v": test["data"]}}
+                code = check(call)
+                assert (code is None) == test["valid"], (
+                    f"{where}: {test['description']}: got {code}\n{check.source}")
+                assert reference(call) == code, f"{where}: {test['description']}"
+                counts["cases"] += 1
+    return counts
+
+
+@pytest.mark.parametrize("decoding", list(DECODERS))
+def test_json_schema_test_suite(decoding: str) -> None:
+    """Every supported case gets its validity; every other group is refused at compile time."""
+    counts = run_suite(DECODERS[decoding])
+    SUMMARY.append(f"JSON Schema Test Suite, numbers as {decoding}: {counts['cases']} cases ran "
+                   f"in {counts['groups'] - counts['refused_groups']} groups; "
+                   f"{counts['refused_groups']} groups ({counts['refused_cases']} cases) "
+                   "refused at compile time")
+    assert counts == {"groups": 75, "refused_groups": 9, "cases": 283, "refused_cases": 28}
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="no ../shared checkout beside this one")
+def test_suite_copy_matches_shared() -> None:
+    """The copy under tests/data is the shared suite, file for file."""
+    ours = {p.relative_to(SUITE): p.read_bytes() for p in SUITE.rglob("*") if p.is_file()}
+    theirs = {p.relative_to(SHARED): p.read_bytes() for p in SHARED.rglob("*") if p.is_file()}
+    assert ours == theirs
+
+
+def test_suite_is_present() -> None:
+    """The suite's files, licence and commit are in the repository."""
+    assert len(FILES) == 13
+    assert (SUITE / "LICENSE").read_text().startswith("Copyright")
+    assert len((SUITE / "COMMIT").read_text().strip()) == 40
+    assert all(isinstance(json.loads(Path(p).read_text()), list) for p in FILES)
