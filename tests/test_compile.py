@@ -182,7 +182,8 @@ def test_source_is_attached_and_shaped_for_speed() -> None:
     """The source is on the function; int fast paths and constant bounds are in it."""
     assert check.tool_names == ("write_register", "read_register")
     assert "def check(call, tool_choice=None):" in check.source
-    assert "if type(v0) is not int and not is_integer(v0):" in check.source
+    assert ("if type(v0) is not int and (type(v0) in _NOT_NUMBERS or not is_integer(v0)):"
+            in check.source)
     assert "if v0 < 0 or v0 > 15:" in check.source
     assert "if v1 < 0 or v1 > 255:" in check.source
     assert "if len(a) != 2:" in check.source

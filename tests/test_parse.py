@@ -46,6 +46,8 @@ def test_bytes_and_str_agree() -> None:
         "1" * 5000,  # past Python's 4300-digit limit for int()
         b'{"a": "\xff"}',  # invalid UTF-8
         '{"a": "\\ud800"}',  # a lone surrogate escape
+        '{"a": "\ud800"}',  # a str holding a lone surrogate itself
+        '{"a": "\ud800' + "x" * 20000 + '"}',  # the same, long enough to be encoded to count
         "\ufeff{}",  # a byte order mark
         '{"a": 1e9999999999999999999}',  # an exponent past what Decimal can hold
         '{"a": 0e9999999999999999999}',

@@ -522,6 +522,20 @@ def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
+    from ._bench import all_agree, format_table, run_bench  # noqa: PLC0415 - imports the peers
+
+    rounds, batch = (3, 0.002) if args.quick else (args.rounds, 0.01)
+    if rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    result = run_bench(rounds=rounds, batch_seconds=batch, progress=sys.stderr)
+    if args.json:
+        _json_line(result.to_dict(), out)
+    else:
+        out.write(format_table(result) + "\n")
+    return 0 if all_agree(result) else 1
+
+
 # --- parser -----------------------------------------------------------------------------------
 
 
@@ -662,6 +676,23 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("-o", "--output", metavar="OUT",
                           help="write the module to OUT (default: standard output)")
     compile_.set_defaults(func=cmd_compile)
+
+    bench = sub.add_parser(
+        "bench", help="time the compiled validator against the reference, a hand-written "
+                      "floor and the peers (pydantic, fastjsonschema, jsonschema, msgspec)",
+        description="Print one table measured in one run: ns per call (median) for a valid "
+                    "write_register call and for each refusal kind (missing, type, range, "
+                    "unknown tool, unknown argument), for call objects and for raw JSON text, "
+                    "with each time's ratio to regdev's in the same column. Every contender's "
+                    "verdict is checked against regdev's first. Peers that are not installed "
+                    "are listed as such (pip install 'regdev[bench]'). Progress goes to "
+                    "stderr. Exit 1 if a contender disagreed with a verdict.")
+    bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    bench.add_argument("--quick", action="store_true",
+                       help="3 short rounds (about 5 s) instead of the default (about 30 s)")
+    bench.add_argument("--rounds", type=int, default=15, metavar="N",
+                       help="batches per cell, 10 ms each; the median is shown (default 15)")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -16,7 +16,8 @@ Rules of this file:
   :func:`_render` from the same two reprs. Names in comments are repr()s too, and repr()
   never contains a line break.
 * Speed: the tool name picks its checks with string compares (few tools) or one dict lookup
-  (many); ``type(x) is int`` runs before the slower Decimal/float integer test; bounds are
+  (many); ``type(x) is int`` runs before the slower Decimal/float integer test, and a value
+  whose type is exactly str, bool, None, list or dict is refused without it; bounds are
   constants in the source, made whole numbers for ``integer`` properties (exact: ``x >= 1.5``
   is ``x >= 2`` for an integer x); extra arguments are found with ``len()`` when every
   property is required. Nothing calls ``int()`` or ``float()`` on a value.
@@ -163,8 +164,8 @@ _TYPE_IS_NOT = {
     "string": "type({v}) is not str",
     "object": "type({v}) is not dict",
     "array": "type({v}) is not list",
-    "integer": "type({v}) is not int and not is_integer({v})",
-    "number": "type({v}) is not int and not is_number({v})",
+    "integer": "type({v}) is not int and (type({v}) in _NOT_NUMBERS or not is_integer({v}))",
+    "number": "type({v}) is not int and (type({v}) in _NOT_NUMBERS or not is_number({v}))",
 }
 #: Cheap tests first when a type list is joined with ``or``.
 _TYPE_ORDER = ("null", "boolean", "string", "object", "array", "integer", "number")
@@ -483,6 +484,7 @@ class _Compiler:
                         "        return 'unknown-tool'",
                         "    return tool(a)"]
         constants = ["_MISSING = object()",
+                     "_NOT_NUMBERS = frozenset({str, bool, type(None), list, dict})",
                      "TOOL_NAMES = (" + "".join(_str(n) + ", " for n in names) + ")",
                      *self.constants]
         sections = [_HEADER.format(version=__version__, count=len(names)),
