@@ -376,7 +376,7 @@ class BenchResult:
                 "environment": self.environment, "cases": self.cases, "rows": self.rows}
 
 
-def run_bench(*, rounds: int = 15, batch_seconds: float = 0.01,
+def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
               progress: TextIO | None = None) -> BenchResult:
     """Measure every contender on every case, interleaved round by round.
 

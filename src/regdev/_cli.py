@@ -689,9 +689,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "stderr. Exit 1 if a contender disagreed with a verdict.")
     bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
     bench.add_argument("--quick", action="store_true",
-                       help="3 short rounds (about 5 s) instead of the default (about 30 s)")
-    bench.add_argument("--rounds", type=int, default=15, metavar="N",
-                       help="batches per cell, 10 ms each; the median is shown (default 15)")
+                       help="3 short rounds (about 1 s) instead of the default (about 10 s)")
+    bench.add_argument("--rounds", type=int, default=25, metavar="N",
+                       help="batches per cell, 10 ms each; the median is shown (default 25)")
     bench.set_defaults(func=cmd_bench)
     return parser
 

@@ -42,7 +42,7 @@ class Tool:
         name: the tool name models call, matched exactly.
         description: what the tool does, written for a model.
         input_schema: JSON Schema of the arguments object (the supported subset; see
-            ``docs/errors.md``), in the form MCP calls ``inputSchema``.
+            ``docs/validator.md``), in the form MCP calls ``inputSchema``.
         read_only: True when the tool never changes the device.
         idempotent: True when repeating a call with the same arguments has no further effect.
         destructive: True when a call may destroy state (e.g. overwrite a stored value) rather
