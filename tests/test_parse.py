@@ -197,3 +197,36 @@ def test_unknown_dialect_is_a_programming_error() -> None:
 def test_non_text_input_is_refused() -> None:
     """A Python object that is not text is refused, not parsed."""
     assert code(parse(123)) == "not-json"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # an escaped colon in a string must not hide a repeated key
+        r'{"tool": "read_register", "tool": "write_register", "arguments": {}, "x": "\u003a"}',
+        r'{"tool": "t", "arguments": {"a": 1, "a": 2, "b": "\u003A"}}',
+        r'{"tool": "t", "arguments": {"k\u003a": 1, "k\u003a": 2}}',
+        r'{"tool": "t", "arguments": {"deep": {"x": {"y": {"z": 1, "z": 2}}}}}',
+    ],
+)
+def test_duplicate_keys_are_found_past_escaped_colons_and_at_any_depth(raw: str) -> None:
+    """The fast duplicate-key check cannot be fooled by \\u003a, nor by depth."""
+    for text in (raw, raw.encode()):
+        result = parse(text)
+        assert isinstance(result, Refusal) and "appears twice" in result.message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        r'{"tool": "t", "arguments": {"a": "\u003a", "b\u003a": "::"}}',
+        r'{"tool": "t", "arguments": {"a": "\\u003a"}}',  # a backslash, then the text u003a
+        '{"tool": "t", "arguments": {"deep": {"x": {"y": [{"z": 1}, {"z": 2}]}}}}',
+        '{"tool": "t", "arguments": {"n": 1.5, "big": 1e400, "s": "a:b"}}',
+    ],
+)
+def test_clean_calls_pass_the_duplicate_key_check(raw: str) -> None:
+    """Escapes, deep objects and Decimal numbers do not make a clean call look repeated."""
+    for text in (raw, raw.encode()):
+        result = parse(text)
+        assert isinstance(result, ParsedCall), result

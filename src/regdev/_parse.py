@@ -59,10 +59,16 @@ MAX_ID_CHARS = 256
 MAX_IDEMPOTENCY_KEY_CHARS = MAX_ID_CHARS
 
 _decoder = msgspec.json.Decoder(float_hook=Decimal)
+# Bound once: looking a method up on these C objects costs about as much as a check.
+_decode_json = _decoder.decode
+_encode_json = msgspec.json.Encoder().encode
 
 
-class ParsedCall(msgspec.Struct, frozen=True):
+class ParsedCall(msgspec.Struct, frozen=True, gc=False):
     """The canonical call after parsing, before validation.
+
+    (``gc=False``: decoded JSON never refers back to the ParsedCall holding it, so there is no
+    cycle for the garbage collector to find, and creating one is cheaper.)
 
     Attributes:
         call: the canonical call ``{"tool": ..., "arguments": ...}`` as decoded, or whatever
@@ -96,51 +102,71 @@ def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _duplicate_key(data: bytes | str, doc: object) -> str | None:
-    """Return a key that appears twice in one object of ``data``, else None.
+    r"""Return a key that appears twice in one object of ``data``, else None.
 
-    Fast path: every key is followed by a colon outside any string, so when the colons in
-    ``data`` are exactly the keys of the document's top two levels plus the colons inside
-    string values at those levels, every colon is accounted for: there is no deeper object
-    and no repeated key. Otherwise the text is scanned exactly by the standard library's parser.
+    In the raw text each key occurrence is followed by one colon outside strings; every other
+    colon is inside a string, written as ``:`` or as the escape ``\u003a``. A repeated key
+    loses an occurrence in decoding, so:
+
+    1. When the text has exactly as many colons as the document's top two levels kept keys,
+       no key repeats (the usual call: no deeper object, no colon in a string).
+    2. Else msgspec's compact encoding of the document (one colon per kept key at any depth,
+       plus the colons inside strings, never escaped) has as many colons as the text, counting
+       each ``:`` escape too, only when no key repeats.
+    3. Else (a repeat, or text such as ``\u003a`` that only looks like the escape) the
+       standard library's parser finds the repeated key exactly.
     """
     if type(doc) is not dict:
         return None  # a non-object document is refused by the shape step anyway
-    expected = len(doc)
+    text = data.decode("utf-8", "surrogatepass") if type(data) is bytes else data
+    assert type(text) is str
+    colons = text.count(":")
+    kept = len(doc)
     for value in doc.values():
-        kind = type(value)
-        if kind is dict:
-            expected += len(value)
-            for inner in value.values():
-                if type(inner) is str:
-                    expected += inner.count(":")
-        elif kind is str:
-            expected += value.count(":")
-    colons = data.count(b":") if type(data) is bytes else data.count(":")  # type: ignore[arg-type]
-    if colons == expected:
+        if type(value) is dict:
+            kept += len(value)
+    if colons == kept:
+        return None
+    if "\\" in text:
+        colons += text.count("\\u003a") + text.count("\\u003A")
+    if colons == _encode_json(doc).count(b":"):
         return None
     try:
-        json.loads(data, object_pairs_hook=_pairs_without_duplicates, parse_int=str,
+        json.loads(text, object_pairs_hook=_pairs_without_duplicates, parse_int=str,
                    parse_float=str)
     except _DuplicateKey as error:
         return str(error.args[0])
     return None
 
 
+#: What msgspec raises for text that is not one strict JSON document.
+_NOT_JSON = (msgspec.DecodeError, RecursionError, DecimalException, ValueError, TypeError)
+
+
+def _explain(error: Exception) -> str:
+    """Word a decoding failure (one of :data:`_NOT_JSON`) for a message."""
+    if isinstance(error, msgspec.DecodeError):
+        return str(error)
+    if isinstance(error, RecursionError):
+        return "JSON is nested too deeply"
+    if isinstance(error, DecimalException):
+        return "a number's exponent is out of range"
+    return f"JSON could not be decoded: {error}"  # e.g. an integer past Python's digit limit
+
+
+def _repeated(key: str) -> str:
+    return f'key "{escape_text(key)}" appears twice in one object'
+
+
 def _decode(data: bytes | str) -> tuple[object, str | None]:
     """Decode one strict JSON document; return ``(value, None)`` or ``(None, error text)``."""
     try:
-        doc = _decoder.decode(data)
-    except msgspec.DecodeError as error:
-        return None, str(error)
-    except RecursionError:
-        return None, "JSON is nested too deeply"
-    except DecimalException:
-        return None, "a number's exponent is out of range"
-    except (ValueError, TypeError) as error:  # e.g. an integer past Python's digit limit
-        return None, f"JSON could not be decoded: {error}"
+        doc = _decode_json(data)
+    except _NOT_JSON as error:
+        return None, _explain(error)
     duplicate = _duplicate_key(data, doc)
     if duplicate is not None:
-        return None, f'key "{escape_text(duplicate)}" appears twice in one object'
+        return None, _repeated(duplicate)
     return doc, None
 
 
@@ -241,26 +267,58 @@ def parse(
         ValueError: ``dialect`` is not one of :data:`DIALECTS` (a caller's mistake, not the
             model's).
     """
-    check_dialect(dialect)
-    size = len(raw) if type(raw) is bytes else None
-    if size is None:
-        if type(raw) is not str:
-            return Refusal("parse", "not-json",
-                           f"expected JSON text, got a Python {type(raw).__name__}")
-        # A str of n code points is at least n UTF-8 bytes; encode only when it could fit.
-        if len(raw) > max_bytes:
-            size = len(raw)
-        else:
-            raw = raw.encode("utf-8", "surrogatepass")
-            size = len(raw)
-    if size > max_bytes:
-        return Refusal("parse", "too-large",
-                       f"the call is over the cap of {max_bytes} bytes; send one call of at "
-                       f"most {max_bytes} bytes")
-    doc, error = _decode(raw)
-    if error is not None:
-        return Refusal("parse", "not-json",
-                       f"not one strict JSON document: {error}; send one JSON object")
+    if dialect != "canonical":
+        check_dialect(dialect)
+    # n code points are at most 4n UTF-8 bytes, so a str of up to a quarter of the cap fits
+    # without counting; anything else is sized (and a str encoded) by _sized.
+    if type(raw) is not str or len(raw) > max_bytes >> 2:
+        raw, refusal = _sized(raw, max_bytes)
+        if refusal is not None:
+            return refusal
+    try:
+        doc = _decode_json(raw)
+    except _NOT_JSON as error:
+        return _not_json(_explain(error))
     if type(doc) is not dict:
         return ParsedCall(doc)
+    # Repeated keys: the usual call is settled by one count, as in _duplicate_key's first
+    # step (only "arguments" is looked into, so any other object inside takes the full check).
+    args = doc.get("arguments")
+    kept = len(doc) + len(args) if type(args) is dict else len(doc)
+    if raw.count(":" if type(raw) is str else b":") != kept:  # type: ignore[arg-type]
+        duplicate = _duplicate_key(raw, doc)
+        if duplicate is not None:
+            return _not_json(_repeated(duplicate))
+    if dialect == "canonical":
+        call_id = doc.get("id")
+        return ParsedCall(doc, call_id if type(call_id) is str and len(call_id) <= MAX_ID_CHARS
+                          else None)
     return _adapt(doc, dialect)
+
+
+def _not_json(error: str) -> Refusal:
+    return Refusal("parse", "not-json",
+                   f"not one strict JSON document: {error}; send one JSON object")
+
+
+def _sized(raw: object, max_bytes: int) -> tuple[str | bytes, Refusal | None]:
+    """Check the cap on raw text: ``(text to decode, None)`` or ``("", refusal)``.
+
+    A str is measured in UTF-8 bytes: exactly its length when it is ASCII (a flag CPython
+    keeps), else by encoding it (lone surrogates kept, so that msgspec refuses them).
+    """
+    if type(raw) is str:
+        size = len(raw)
+        if size <= max_bytes and not raw.isascii():
+            raw = raw.encode("utf-8", "surrogatepass")
+            size = len(raw)
+    elif type(raw) is bytes:
+        size = len(raw)
+    else:
+        return "", Refusal("parse", "not-json",
+                           f"expected JSON text, got a Python {type(raw).__name__}")
+    if size > max_bytes:
+        return "", Refusal("parse", "too-large",
+                           f"the call is over the cap of {max_bytes} bytes; send one call of "
+                           f"at most {max_bytes} bytes")
+    return raw, None
