@@ -4,15 +4,43 @@ from __future__ import annotations
 
 import os
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from regdev import Gate, RegisterFile
+from regdev import Gate, RegisterFile, Tool
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+
+#: A tool using every keyword of the supported subset, nested objects included (shared by the
+#: reference and compiler tests).
+CONFIGURE = Tool(
+    name="configure",
+    description="test tool",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "mode": {"enum": ["fast", "slow", 1]},
+            "label": {"type": "string", "minLength": 1, "maxLength": 4},
+            "gain": {"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 2.5},
+            "level": {"type": "integer", "minimum": Decimal("1.5"),
+                      "exclusiveMaximum": Decimal("9.5")},
+            "version": {"const": 2},
+            "off": False,
+            "limits": {
+                "type": "object",
+                "properties": {"low": {"type": "integer", "minimum": 0},
+                               "deep": {"properties": {"x": {"const": "y"}}, "required": ["x"]}},
+                "required": ["low"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["mode"],
+    },
+)
 
 settings.register_profile("ci", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from conftest import CONFIGURE
 from regdev import (
     REGISTER_TOOLS,
     Gate,
     ReferenceValidator,
     SchemaError,
-    Tool,
     ToolSet,
     compile_validator,
 )
@@ -37,22 +37,6 @@ def write(**arguments: Any) -> dict[str, Any]:
 
 
 # --- verdicts ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("call", "expected"),
-    [
-        ({"tool": "write_register", "arguments": {"addr": 3, "data": 255}}, None),
-        ({"tool": "write_register", "arguments": {"data": 1}}, "missing-addr"),
-        ({"tool": "write_register", "arguments": {"addr": "3", "data": 1}}, "type-addr"),
-        ({"tool": "write_register", "arguments": {"addr": 16, "data": 1}}, "range-addr"),
-        ({"tool": "write_register", "arguments": {"addr": 3, "data": 300}}, "range-data"),
-        ({"tool": "erase_chip", "arguments": {"addr": 3, "data": 1}}, "wrong-tool"),
-    ],
-)
-def test_seed_probe_forced_write_register(call: dict[str, Any], expected: str | None) -> None:
-    """The design's worked example, with write_register forced, gives the design's codes."""
-    assert check(call, tool_choice="write_register") == expected
 
 
 @pytest.mark.parametrize(
@@ -116,30 +100,6 @@ def test_an_int_subclass_is_an_integer_as_in_the_reference() -> None:
     assert check(write(addr=Addr.BIG, data=1)) == "range-addr"
 
 
-CONFIGURE = Tool(
-    name="configure",
-    description="test tool",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "mode": {"enum": ["fast", "slow", 1]},
-            "label": {"type": "string", "minLength": 1, "maxLength": 4},
-            "gain": {"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 2.5},
-            "level": {"type": "integer", "minimum": Decimal("1.5"),
-                      "exclusiveMaximum": Decimal("9.5")},
-            "version": {"const": 2},
-            "off": False,
-            "limits": {
-                "type": "object",
-                "properties": {"low": {"type": "integer", "minimum": 0},
-                               "deep": {"properties": {"x": {"const": "y"}}, "required": ["x"]}},
-                "required": ["low"],
-                "additionalProperties": False,
-            },
-        },
-        "required": ["mode"],
-    },
-)
 configure = compile_validator(ToolSet([CONFIGURE]))
 
 

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from regdev import ReferenceValidator, SchemaError, Tool, ToolSet
+from conftest import CONFIGURE
+from regdev import ReferenceValidator, SchemaError, Tool, ToolSet, compile_validator
 
 validator = ReferenceValidator()
+compiled = compile_validator()  # held to the same table (tests/test_compile.py has more)
 
 
 def check(call: Any, tool_choice: str | None = None) -> str | None:
@@ -35,8 +37,9 @@ def write(**arguments: Any) -> dict[str, Any]:
     ],
 )
 def test_seed_probe_forced_write_register(call: dict[str, Any], expected: str | None) -> None:
-    """The worked example from the design, with write_register forced."""
+    """The worked example from the design, with write_register forced, in both validators."""
     assert check(call, tool_choice="write_register") == expected
+    assert compiled(call, tool_choice="write_register") == expected
 
 
 # --- the five steps in order ------------------------------------------------------------------
@@ -94,6 +97,7 @@ def test_seed_probe_forced_write_register(call: dict[str, Any], expected: str | 
 def test_first_failure_decides(call: Any, expected: str | None) -> None:
     """Shape, name, fields, types, ranges: the earliest failing step names the code."""
     assert check(call) == expected
+    assert compiled(call) == expected, compiled.source
 
 
 def test_wrong_tool_only_when_forced() -> None:
@@ -143,26 +147,6 @@ def test_huge_integers_are_shown_without_building_their_digits() -> None:
 
 # --- a richer tool set: the whole subset -------------------------------------------------------
 
-CONFIGURE = Tool(
-    name="configure",
-    description="test tool",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "mode": {"enum": ["fast", "slow", 1]},
-            "label": {"type": "string", "minLength": 1, "maxLength": 4},
-            "gain": {"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 2.5},
-            "version": {"const": 2},
-            "limits": {
-                "type": "object",
-                "properties": {"low": {"type": "integer", "minimum": 0}},
-                "required": ["low"],
-                "additionalProperties": False,
-            },
-        },
-        "required": ["mode"],
-    },
-)
 custom = ReferenceValidator(ToolSet([CONFIGURE]))
 
 
