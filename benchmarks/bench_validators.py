@@ -2,7 +2,8 @@
 
 Not part of the test suite (``scripts/test`` collects ``tests/`` only). Run it with::
 
-    .venv/bin/python -m pytest benchmarks/bench_validators.py --benchmark-group-by=param:case \
+    .venv/bin/python -m pytest benchmarks/bench_validators.py --benchmark-disable-gc \
+        --benchmark-group-by=param:case \
         --benchmark-columns=median,iqr,ops
 
 Each group is one input (a valid ``write_register`` call, or one refusal kind); compare the
