@@ -230,3 +230,14 @@ def test_clean_calls_pass_the_duplicate_key_check(raw: str) -> None:
     for text in (raw, raw.encode()):
         result = parse(text)
         assert isinstance(result, ParsedCall), result
+
+
+def test_canonical_fast_path_keeps_the_idempotency_key_and_id() -> None:
+    """The inline canonical path and the adapter agree: id, key, and a bad key's refusal."""
+    plain = parse('{"tool": "t", "arguments": {}, "id": "c1"}')
+    keyed = parse('{"tool": "t", "arguments": {}, "id": "c1", "idempotency_key": "k1"}')
+    bad = parse('{"tool": "t", "arguments": {}, "idempotency_key": 5}')
+    assert plain == ParsedCall({"tool": "t", "arguments": {}, "id": "c1"}, "c1")
+    assert isinstance(keyed, ParsedCall) and (keyed.id, keyed.idempotency_key) == ("c1", "k1")
+    assert isinstance(bad, ParsedCall) and bad.refusal is not None
+    assert bad.refusal.code == "bad-idempotency-key"

@@ -289,7 +289,7 @@ def parse(
         duplicate = _duplicate_key(raw, doc)
         if duplicate is not None:
             return _not_json(_repeated(duplicate))
-    if dialect == "canonical":
+    if dialect == "canonical" and "idempotency_key" not in doc:  # the usual call, inline
         call_id = doc.get("id")
         return ParsedCall(doc, call_id if type(call_id) is str and len(call_id) <= MAX_ID_CHARS
                           else None)
