@@ -305,10 +305,12 @@ def contenders() -> list[Contender]:
     rows.append(Contender("msgspec convert", raw=False, run=convert,
                           valid=_raises_means_invalid(convert), version=_version("msgspec")))
 
-    def ours(raw: str) -> str | None:
+    def ours(raw: str) -> str | None:  # what Gate.handle does before authorizing
         parsed = parse(raw)
         if type(parsed) is Refusal:
             return parsed.code
+        if parsed.refusal is not None:  # type: ignore[union-attr]
+            return parsed.refusal.code  # type: ignore[union-attr]
         return compiled(parsed.call)  # type: ignore[union-attr]
 
     validate_json = PydanticCall.model_validate_json
