@@ -1,4 +1,5 @@
-"""The in-process register file: reset values, read, write, snapshot, range refusals, threads."""
+"""The in-process register file: reset values, read, write, snapshot, range refusals, threads,
+and the state_id that idempotency keys are scoped to."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import threading
 
 import pytest
 
-from regdev import RegisterFile, RegisterRangeError
+from regdev import Device, RegisterFile, RegisterRangeError, TimeoutDevice
 
 
 def test_starts_at_zero_by_default() -> None:
@@ -84,3 +85,28 @@ def test_concurrent_writes_are_all_applied() -> None:
         t.join()
     assert regs.write_count == 16 * 256
     assert regs.snapshot() == [255] * 16
+
+
+def test_state_id_names_the_registers() -> None:
+    """A register file's state_id is its own unless given; a wrapper reports the wrapped one."""
+    first, second = RegisterFile(), RegisterFile()
+    assert first.state_id().startswith("RegisterFile:") and first.state_id() == first.state_id()
+    assert first.state_id() != second.state_id()
+    assert RegisterFile(state_id="bench-1").state_id() == "bench-1"
+    timed = TimeoutDevice(second, 1.0)
+    assert timed.state_id() == second.state_id()
+    timed.close()
+    with pytest.raises(ValueError, match="state_id"):
+        RegisterFile(state_id="")
+
+
+def test_a_device_without_its_own_state_id_gets_a_unique_one() -> None:
+    """The base class default is one random id per object, stable for that object."""
+
+    class Bare(RegisterFile):
+        def state_id(self) -> str:
+            return Device.state_id(self)
+
+    one, two = Bare(), Bare()
+    assert one.state_id() == one.state_id() != two.state_id()
+    assert one.state_id().startswith("Bare:")

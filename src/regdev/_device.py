@@ -3,12 +3,18 @@
 :class:`Device` is the one small base class every backend implements (the in-process
 :class:`RegisterFile` here, the serial backend elsewhere). The gate talks only to it.
 :class:`TimeoutDevice` wraps any device to bound how long a caller waits for it.
+
+Every device names the registers it reaches with :meth:`Device.state_id`. Idempotency keys are
+scoped to it, so a write stored under a key is replayed only to a device holding the same
+registers, never to a fresh one that did not see the write.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,7 +22,7 @@ from typing import Any
 from ._errors import DeviceTimeout, RegisterRangeError
 
 __all__ = ["DATA_MAX", "REGISTER_COUNT", "Device", "RegisterFile", "TimeoutDevice",
-           "check_access"]
+           "check_access", "check_timeout"]
 
 #: Number of registers; valid addresses are 0..REGISTER_COUNT-1 (0..15).
 REGISTER_COUNT = 16
@@ -38,6 +44,21 @@ def check_access(addr: object, data: object = 0) -> None:
         raise RegisterRangeError(f"address {addr!r} is outside 0..{REGISTER_COUNT - 1}")
     if type(data) is not int or not 0 <= data <= DATA_MAX:
         raise RegisterRangeError(f"data {data!r} is outside 0..{DATA_MAX}")
+
+
+def check_timeout(timeout: object) -> None:
+    """Refuse a timeout that is not a finite number of seconds in (0, threading.TIMEOUT_MAX].
+
+    A longer wait overflows the platform's lock timeout (``OverflowError`` from
+    ``threading``), and ``inf`` or NaN is no time at all.
+
+    Raises:
+        ValueError: ``timeout`` is not an int or float in that range (``bool`` is not).
+    """
+    if (type(timeout) not in (int, float) or not math.isfinite(timeout)  # type: ignore[arg-type]
+            or not 0 < timeout <= threading.TIMEOUT_MAX):  # type: ignore[operator]
+        raise ValueError(f"timeout must be a positive number of seconds, at most "
+                         f"{threading.TIMEOUT_MAX:g} (threading.TIMEOUT_MAX), got {timeout!r}")
 
 
 class Device(ABC):
@@ -67,6 +88,21 @@ class Device(ABC):
         """Return a one-line description of the device."""
         return type(self).__name__
 
+    def state_id(self) -> str:
+        """Name the registers this object reaches, for scoping idempotency keys.
+
+        Two objects with the same ``state_id`` reach the same registers, now and after a
+        restart (for example a device on one serial port, whose registers outlive this
+        process). An idempotency key stored for a write through one is replayed only through a
+        device with the same ``state_id``. The default is unique to this object (a random UUID
+        taken on first use): its registers are assumed to live and die with it, so a key is
+        never replayed to another device. Override it when the registers persist.
+        """
+        state_id: str | None = getattr(self, "_default_state_id", None)
+        if state_id is None:
+            state_id = self._default_state_id = f"{type(self).__name__}:{uuid.uuid4().hex}"
+        return state_id
+
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the device's resources (a port, a socket). Idempotent."""
 
@@ -77,12 +113,19 @@ class RegisterFile(Device):
     Args:
         reset_values: 16 values in 0..255 taken at construction and by :meth:`reset`;
             all 0 when omitted.
+        state_id: what :meth:`state_id` returns. None (the default): unique to this object,
+            since its registers live only as long as it does. Pass a stable name only when
+            this object stands for registers that outlive it (a test of a restart, a model
+            of a device that keeps its state), so idempotency keys stored by an earlier run
+            are replayed to it.
 
     Raises:
         RegisterRangeError: ``reset_values`` is not 16 ints in 0..255.
+        ValueError: ``state_id`` is an empty string or not a string.
     """
 
-    def __init__(self, reset_values: Sequence[int] | None = None) -> None:
+    def __init__(self, reset_values: Sequence[int] | None = None, *,
+                 state_id: str | None = None) -> None:
         values = list(reset_values) if reset_values is not None else [0] * REGISTER_COUNT
         if len(values) != REGISTER_COUNT:
             raise RegisterRangeError(
@@ -90,6 +133,9 @@ class RegisterFile(Device):
             )
         for value in values:
             check_access(0, value)
+        if state_id is not None and (type(state_id) is not str or not state_id):
+            raise ValueError(f"state_id must be a non-empty string, got {state_id!r}")
+        self._state_id = state_id or f"RegisterFile:{uuid.uuid4().hex}"
         self._reset_values = tuple(values)
         self._registers = list(values)
         self._lock = threading.Lock()
@@ -132,6 +178,10 @@ class RegisterFile(Device):
         """Return ``"regdev register file, 16 x 8-bit (in process)"``."""
         return f"regdev register file, {REGISTER_COUNT} x 8-bit (in process)"
 
+    def state_id(self) -> str:
+        """The ``state_id`` given at construction, else ``"RegisterFile:<random UUID>"``."""
+        return self._state_id
+
 
 class TimeoutDevice(Device):
     """Another device whose every call a caller waits for at most ``timeout`` seconds.
@@ -153,15 +203,16 @@ class TimeoutDevice(Device):
 
     Args:
         device: the device to call.
-        timeout: seconds (> 0) a caller waits for one call, queueing included.
+        timeout: seconds a caller waits for one call, queueing included: a finite number
+            > 0 and at most ``threading.TIMEOUT_MAX`` (the longest wait the platform's locks
+            take, about 292 years on Linux).
 
     Raises:
-        ValueError: ``timeout`` is not a positive number.
+        ValueError: ``timeout`` is not such a number.
     """
 
     def __init__(self, device: Device, timeout: float) -> None:
-        if type(timeout) not in (int, float) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        check_timeout(timeout)
         self.device = device
         self.timeout = float(timeout)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -221,6 +272,10 @@ class TimeoutDevice(Device):
     def identify(self) -> str:
         """The wrapped device's description."""
         return self.device.identify()
+
+    def state_id(self) -> str:
+        """The wrapped device's :meth:`~Device.state_id`: the registers are its."""
+        return self.device.state_id()
 
     def close(self) -> None:
         """Stop the worker once its queue is done (without waiting for a stuck call)."""
