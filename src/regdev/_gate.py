@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
 from ._audit import AuditLog, encode_json
 from ._compile import compile_validator

@@ -12,7 +12,6 @@ stored observation of an earlier call with the same idempotency key (nothing ran
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -34,9 +33,11 @@ def _retryable(code: str) -> bool:
     return code not in _NOT_RETRYABLE and not code.startswith("denied-")
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(msgspec.Struct, frozen=True, gc=False):
     """One stage's refusal of a call.
+
+    (A frozen ``msgspec.Struct``, like :class:`Observation`: made on every call, and a frozen
+    dataclass takes about 1 us to build where a Struct takes 0.1 to 0.2 us.)
 
     Attributes:
         stage: the stage that refused, one of :data:`STAGES`.
@@ -54,8 +55,7 @@ class Refusal:
         return _retryable(self.code)
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
+class Observation(msgspec.Struct, frozen=True, gc=False):
     """The one JSON object that goes back to the model after a call.
 
     Attributes:
