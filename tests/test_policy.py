@@ -308,19 +308,25 @@ def test_json_policy_file(tmp_path: Path) -> None:
                        "max_output_bytes, registers, rate_limit, sessions"),
         ("[rate_limit]\nrate = 5\nburst = 1\nper = 2\n",
          "`rate_limit.per`: unknown field; allowed here: rate, burst"),
-        ("[registers]\nread_only = [16]\n",
-         "`registers.read_only[0]`: Input should be less than or equal to 15, got 16"),
+        ("[registers]\nread_only = [16]\n", "`registers.read_only[0]`: must be at most 15, got 16"),
         ("[registers]\nread_only = [1]\nprotected = [1]\n",
          "register 1 is both read_only and protected"),
         ('[sessions.x]\nscopes = ["admin"]\n',
-         "`sessions.x.scopes[0]`: Input should be 'read' or 'write', got 'admin'"),
-        ("[sessions.x]\nscopes = []\n", "`sessions.x.scopes`: "),
-        ("[rate_limit]\nrate = 0\nburst = 1\n",
-         "`rate_limit.rate`: Input should be greater than 0, got 0"),
-        ('[rate_limit]\nrate = "5"\nburst = 1\n', "`rate_limit.rate`: Input should be"),
-        ("[rate_limit]\nrate = 5\n", "`rate_limit.burst`: Field required"),
-        ("timeout = -1\n", "`timeout`: Input should be greater than 0, got -1"),
-        ("max_output_bytes = 1.5\n", "`max_output_bytes`: Input should be a valid integer"),
+         "`sessions.x.scopes[0]`: must be 'read' or 'write', got \"admin\""),
+        ("[sessions.x]\nscopes = []\n", "`sessions.x.scopes`: needs at least 1 item(s), got []"),
+        ("[rate_limit]\nrate = 0\nburst = 1\n", "`rate_limit.rate`: must be greater than 0, got 0"),
+        ("[rate_limit]\nrate = nan\nburst = 1\n",
+         "`rate_limit.rate`: must be a finite number, got NaN"),
+        ('[rate_limit]\nrate = "5"\nburst = 1\n', "`rate_limit.rate`: must be a number, got \"5\""),
+        ("[rate_limit]\nrate = 5\n", "`rate_limit.burst`: required"),
+        ("timeout = -1\n", "`timeout`: must be greater than 0, got -1"),
+        ("timeout = inf\n", "`timeout`: must be a finite number, got Infinity"),
+        ("timeout = 1e300\n",
+         f"`timeout`: must be at most {int(threading.TIMEOUT_MAX)}, got 1e+300"),
+        ("max_output_bytes = 1.5\n", "`max_output_bytes`: must be an integer, got 1.5"),
+        ("registers = 5\n", "`registers`: must be a table (a JSON object), got 5"),
+        ("[registers]\nread_only = [1]\n[registers]\nprotected = [2]\n", "not valid TOML"),
+        ("timeout = 1\ntimeout = 2\n", "not valid TOML"),
         ('approve = "yes"\n', "`approve` is a Python callable"),
         ("registers = [\n", "not valid TOML"),
     ],
@@ -333,6 +339,35 @@ def test_bad_policy_file_is_one_clear_line(tmp_path: Path, text: str, message: s
         Policy.from_file(path)
     assert message in str(info.value)
     assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert "Input should" not in str(info.value) and "Field required" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"registers": {"read_only": [0]}, "registers": {}}',
+         "the key `registers` appears twice in one object"),
+        ('{"registers": {"read_only": [0], "read_only": []}}',
+         "the key `read_only` appears twice in one object"),
+        ('{"timeout": NaN}', "`NaN` is not a JSON number"),
+        ('{"timeout": Infinity}', "`Infinity` is not a JSON number"),
+        ("[1]", "a policy must be an object"),
+    ],
+)
+def test_bad_json_policy_file_is_refused(tmp_path: Path, text: str, message: str) -> None:
+    """JSON policies are strict: a repeated key could drop a restriction silently."""
+    path = tmp_path / "policy.json"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as info:
+        Policy.from_file(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_toml_suffix_is_case_insensitive(tmp_path: Path) -> None:
+    """policy.TOML is TOML, not JSON."""
+    path = tmp_path / "policy.TOML"
+    path.write_text("[registers]\nread_only = [2]\n")
+    assert Policy.from_file(path).registers.read_only == frozenset({2})
 
 
 def test_missing_policy_file(tmp_path: Path) -> None:
@@ -390,11 +425,16 @@ def test_timeout_device_passes_results_and_errors_through() -> None:
     device.close()
 
 
-@pytest.mark.parametrize("timeout", [0, -1, "1"])
-def test_timeout_must_be_positive(timeout: Any) -> None:
-    """A timeout is a positive number of seconds."""
+@pytest.mark.parametrize("timeout", [0, -1, "1", True, float("inf"), float("nan"), 1e300,
+                                     threading.TIMEOUT_MAX * 2])
+def test_timeout_must_be_positive_finite_and_within_the_lock_limit(timeout: Any) -> None:
+    """A timeout is a finite number of seconds up to threading.TIMEOUT_MAX: a longer one
+    overflows the lock wait after the call is queued (it ran, and was reported as failed)."""
     with pytest.raises(ValueError, match="positive number of seconds"):
         Gate(timeout=timeout)
+    with pytest.raises(ValueError, match=r"at most .*threading.TIMEOUT_MAX"):
+        TimeoutDevice(RegisterFile(), timeout)
+    assert Gate(timeout=threading.TIMEOUT_MAX).timeout == threading.TIMEOUT_MAX
 
 
 def test_scopes_and_tools_in_session_repr() -> None:

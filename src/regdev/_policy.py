@@ -76,7 +76,10 @@ SCOPES: tuple[Scope, ...] = ("read", "write")
 logger = logging.getLogger("regdev")
 
 _Address = Annotated[int, Field(strict=True, ge=0, le=REGISTER_COUNT - 1)]
-_Seconds = Annotated[float, Field(strict=True, gt=0)]
+#: Seconds a thread may wait: finite, > 0, and no longer than the platform's locks allow.
+_Seconds = Annotated[float, Field(strict=True, gt=0, le=threading.TIMEOUT_MAX,
+                                  allow_inf_nan=False)]
+_Rate = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 _Bytes = Annotated[int, Field(strict=True, gt=0)]
 
 
@@ -109,11 +112,11 @@ class RateLimit(_Model):
     """A token bucket: ``burst`` calls at once, refilled at ``rate`` calls per second.
 
     Attributes:
-        rate: calls per second (> 0), refilled continuously.
+        rate: calls per second (a finite number > 0), refilled continuously.
         burst: calls allowed at once when the bucket is full (>= 1).
     """
 
-    rate: _Seconds
+    rate: _Rate
     burst: Annotated[int, Field(strict=True, ge=1)]
 
 
@@ -161,8 +164,8 @@ class Policy(_Model):
 
     Attributes:
         timeout: seconds the gate waits for one device call before answering
-            ``device-timeout`` (see :class:`~regdev.Gate`); None waits as long as the device
-            backend does.
+            ``device-timeout`` (see :class:`~regdev.Gate`): finite, > 0 and at most
+            ``threading.TIMEOUT_MAX``; None waits as long as the device backend does.
         max_input_bytes: cap on a raw call, in bytes; None keeps the gate's default (65536).
         max_output_bytes: cap on an observation, in bytes; None keeps the default (8192).
         registers: the register map (read-only and protected registers).
@@ -211,26 +214,33 @@ class Policy(_Model):
 
     @classmethod
     def from_file(cls, path: str | Path, *, approve: Approver | None = None) -> Policy:
-        """Load a policy from a TOML (``.toml``) or JSON (any other suffix) file.
+        """Load a policy from a TOML (``.toml``, any case) or JSON (any other suffix) file.
+
+        A key given twice in one table or object is an error in both formats (TOML 1.0
+        forbids it; for JSON, RFC 8259 leaves it to the parser, and a silent "last one wins"
+        could drop a restriction).
 
         Args:
             path: the policy file, UTF-8.
             approve: the approval hook for protected registers.
 
         Raises:
-            PolicyError: the file cannot be read, is not TOML or JSON, or is not a valid
-                policy; one line naming the file and the field.
+            PolicyError: the file cannot be read, is not TOML or strict JSON (no repeated
+                keys, no NaN or Infinity), or is not a valid policy; one line naming the file
+                and the field.
         """
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise PolicyError(f"cannot read policy file {path}: {error}") from None
+        toml = path.suffix.lower() == ".toml"
         try:
-            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+            data = tomllib.loads(text) if toml else json.loads(
+                text, object_pairs_hook=_object_without_repeats, parse_constant=_no_constant)
         except (tomllib.TOMLDecodeError, ValueError) as error:
-            kind = "TOML" if path.suffix == ".toml" else "JSON"
-            raise PolicyError(f"{path}: not valid {kind}: {error}") from None
+            raise PolicyError(f"{path}: not valid {'TOML' if toml else 'JSON'}: {error}") \
+                from None
         return cls.from_dict(data, source=str(path), approve=approve)
 
     def session_policy(self, name: str = "default") -> SessionPolicy:
@@ -257,19 +267,79 @@ class Policy(_Model):
                        rate_limit=spec.rate_limit or self.rate_limit)
 
 
+def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members, refusing a key given twice (``json.loads`` keeps the last)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key `{key}` appears twice in one object")
+            seen.add(key)
+    return out
+
+
+def _no_constant(name: str) -> None:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (RFC 8259 section 6)."""
+    raise ValueError(f"`{name}` is not a JSON number")
+
+
 def _describe(error: ValidationError) -> str:
-    """A pydantic error as one line: the first problem's location and message."""
+    """A pydantic error as one line: the first problem's location, what is expected, and
+    what was given."""
     first = error.errors()[0]
     where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}"
                     for part in first["loc"]).lstrip(".")
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
+    kind, ctx = first["type"], first.get("ctx") or {}
+    if kind == "extra_forbidden":
         message = f"unknown field; allowed here: {', '.join(_fields_at(first['loc'][:-1]))}"
-    elif "input" in first and first["type"] not in ("missing", "value_error"):
-        message += f", got {first['input']!r}"[:80]
+    elif kind == "value_error":  # our own validators: their message is already ours
+        message = str(ctx.get("error", first["msg"]))
+    else:
+        bounds = {name: int(value) if type(value) is float and value.is_integer() else value
+                  for name, value in ctx.items()}  # "greater than 0", not "0.0"
+        message = _EXPECTED.get(kind, "").format(**bounds) or first["msg"]
+        if kind != "missing" and "input" in first:
+            message += f", got {_show(first['input'])}"
     more = error.error_count() - 1
     tail = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
     return f"`{where or '(top)'}`: {message}{tail}"
+
+
+#: What a field expects, by pydantic error type (``{name}``: the error's context values).
+_EXPECTED: dict[str, str] = {
+    "missing": "required",
+    "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than": "must be less than {lt}",
+    "less_than_equal": "must be at most {le}",
+    "finite_number": "must be a finite number",
+    "too_short": "needs at least {min_length} item(s)",
+    "too_long": "takes at most {max_length} item(s)",
+    "literal_error": "must be {expected}",
+    "bool_type": "must be true or false",
+    "int_type": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_type": "must be a number",
+    "string_type": "must be a string",
+    "dict_type": "must be a table (a JSON object)",
+    "model_type": "must be a table (a JSON object)",
+    "model_attributes_type": "must be a table (a JSON object)",
+    "list_type": "must be an array",
+    "tuple_type": "must be an array",
+    "set_type": "must be an array",
+    "frozen_set_type": "must be an array",
+    "callable_type": "must be a callable",
+}
+
+
+def _show(value: object) -> str:
+    """A value given in a policy, as TOML or JSON would show it, cut to 40 characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "..."
 
 
 #: The nested models of a policy file, by field name.
