@@ -57,10 +57,10 @@ def audit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 class CountingDevice(RegisterFile):
-    """Counts every access that reaches the device."""
+    """Counts every access that reaches the device (``state_id`` as for RegisterFile)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, state_id: str | None = None) -> None:
+        super().__init__(state_id=state_id)
         self.accesses = 0
 
     def read(self, addr: int) -> int:

@@ -20,7 +20,6 @@ from regdev import (
     AuditRecord,
     Gate,
     Policy,
-    RegisterMap,
     ScriptedProposer,
     read_audit,
     run_loop,
@@ -191,6 +190,62 @@ def test_a_write_whose_record_cannot_be_committed_is_not_a_success(
     gate.close()
 
 
+class FailingCommits(AuditLog):
+    """An audit log whose commits fail while ``failing`` is set (a full disk, injected)."""
+
+    failing = False
+
+    def _commit(self) -> object:
+        if not self.failing:
+            return super()._commit()
+        real, self._conn = self._conn, BrokenConnection()  # type: ignore[assignment]
+        try:
+            return super()._commit()
+        finally:
+            self._conn = real
+
+
+def test_after_a_failed_commit_writes_are_refused_until_a_commit_succeeds(
+        db: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Fail closed: once a write's record is lost, writes stop at authorize (never reaching
+    the device) while reads go on; the next commit that succeeds lets writes run again."""
+    device = CountingDevice()
+    audit = FailingCommits(db, flush_interval=3600)  # commits happen only when asked here
+    gate = Gate(device, audit=audit)
+    audit.failing = True
+    with caplog.at_level(logging.ERROR, logger="regdev"):
+        lost = gate.handle(WRITE)
+        refused = [gate.handle(WRITE) for _ in range(3)]
+        read = gate.handle(READ)
+    assert (lost.stage, lost.code) == ("observe", "audit-error") and device.accesses == 2
+    assert {(obs.stage, obs.code) for obs in refused} == {("authorize", "audit-error")}
+    assert "calls that change the device are refused until a commit succeeds" in (
+        refused[0].message or "")
+    assert read.ok and device.accesses == 2  # the write ran once; the read ran
+    assert audit.failure is not None and "disk I/O error" in audit.failure
+    audit.failing = False
+    audit.flush()  # the probe: the refusals' and the read's records commit
+    assert audit.failure is None
+    assert gate.handle(WRITE).ok and device.accesses == 3
+    gate.close()
+    assert [(r.stage, r.code) for r in read_audit(db)] == [  # the first was lost
+        ("authorize", "audit-error"), ("authorize", "audit-error"),
+        ("authorize", "audit-error"), (None, None), (None, None)]
+
+
+def test_a_failed_read_commit_also_stops_writes(db: Path) -> None:
+    """Any lost commit means the log cannot be trusted to record the next write."""
+    audit = FailingCommits(db, flush_interval=3600)
+    gate = Gate(CountingDevice(), audit=audit)
+    audit.failing = True
+    assert gate.handle(READ).ok
+    with pytest.raises(AuditError):
+        audit.flush()
+    assert gate.handle(WRITE).code == "audit-error" and gate.handle(READ).ok
+    audit.failing = False
+    gate.close()
+
+
 def test_a_closed_audit_log_refuses_every_call(db: Path) -> None:
     """Nothing runs unrecorded: after close, calls are audit-error and never reach the device."""
     device = CountingDevice()
@@ -221,8 +276,8 @@ def test_not_an_audit_database(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("keyword", "value"),
-    [("durability", "disk"), ("flush_interval", 0), ("commit_delay", -1),
-     ("max_raw_bytes", -1)],
+    [("durability", "disk"), ("flush_interval", 0), ("flush_interval", float("inf")),
+     ("flush_interval", float("nan")), ("max_raw_bytes", -1)],
 )
 def test_audit_arguments_are_checked(db: Path, keyword: str, value: Any) -> None:
     """Bad settings are ValueError at construction."""
@@ -270,8 +325,10 @@ def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv("REGDEV_AUDIT")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     assert default_audit_path() == tmp_path / "regdev" / "audit.db"
-    monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/state")  # invalid per the XDG spec
+    assert default_audit_path() == tmp_path / ".local" / "state" / "regdev" / "audit.db"
+    monkeypatch.delenv("XDG_STATE_HOME")
     assert default_audit_path() == tmp_path / ".local" / "state" / "regdev" / "audit.db"
 
 
@@ -357,6 +414,7 @@ def test_bad_policy_file_in_the_cli_is_one_line(capsys: pytest.CaptureFixture[st
     assert status == 2 and "session `nobody` needs a policy" in err
 
 
+
 def test_unusable_audit_path_is_one_line(capsys: pytest.CaptureFixture[str],
                                          tmp_path: Path) -> None:
     """An audit path that cannot be created: exit 2, one line."""
@@ -379,16 +437,18 @@ def test_policy_applies_in_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert steps[-2]["stop"] == "rejected"
 
 
-def test_idempotency_across_cli_calls(capsys: pytest.CaptureFixture[str]) -> None:
-    """Keys persist in the audit log between commands: the second call is a replay."""
+def test_no_replay_across_cli_calls_on_a_fresh_device(capsys: pytest.CaptureFixture[str],
+                                                      audit_path: Path) -> None:
+    """Each `regdev call` runs on a fresh in-process device: a key stored by an earlier run
+    belongs to that run's device, so the write runs again here and is never reported as
+    done by a replay."""
     raw = ('{"tool": "write_register", "arguments": {"addr": 1, "data": 5}, '
            '"idempotency_key": "cli-1"}')
-    run(capsys, "call", raw)
-    _, out, _ = run(capsys, "call", raw)
-    assert json.loads(out)["replay"] is True
+    outs = [json.loads(run(capsys, "call", raw)[1]) for _ in range(2)]
+    assert outs == [{"ok": True, "tool": "write_register", "result": {"addr": 1, "data": 5}}] * 2
     _, out, _ = run(capsys, "call", raw.replace('"data": 5', '"data": 6'))
-    assert json.loads(out)["code"] == "idempotency-conflict"
-    _ = RegisterMap  # the register map is exercised in test_policy
+    assert json.loads(out)["ok"] is True
+    assert [r.replay for r in read_audit(audit_path)] == [False, False, False]
 
 
 def test_shell_is_authorized_and_recorded(capsys: pytest.CaptureFixture[str],

@@ -306,8 +306,9 @@ def test_gate_asks_the_reference_only_to_explain_a_refusal(
     """A valid call never reaches the reference validator; a refused one gets its message."""
     gate = Gate()
     asked: list[Any] = []
-    original = gate._validator.check
-    monkeypatch.setattr(gate._validator, "check",
+    reference = gate._validators[None][1]  # the default session's: every tool
+    original = reference.check
+    monkeypatch.setattr(reference, "check",
                         lambda call, choice=None: asked.append(call) or original(call, choice))
     ok = gate.handle('{"tool": "write_register", "arguments": {"addr": 3, "data": 7}}')
     assert ok.ok and asked == []

@@ -19,11 +19,15 @@ from regdev import AuditLog, Gate, read_audit
 BURST = 20000  # far more than the child gets through before it is killed
 KILL_AFTER = 300  # acknowledgements read before the SIGKILL
 
+#: The registers the child and the restarted gate share (a device whose state outlives the
+#: process, as a serial device's does): keys are scoped to it.
+STATE_ID = "crash-test-device"
+
 CHILD = """
 import sys
-from regdev import AuditLog, Gate
-from test_crash import burst
-gate = Gate(audit=AuditLog(sys.argv[1]))
+from regdev import AuditLog, Gate, RegisterFile
+from test_crash import STATE_ID, burst
+gate = Gate(RegisterFile(state_id=STATE_ID), audit=AuditLog(sys.argv[1]))
 for key, raw in burst():
     if gate.handle(raw).ok:
         sys.stdout.write(key + "\\n")
@@ -60,10 +64,10 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     recorded = {r.idempotency_key for r in read_audit(path, code="ok") if not r.replay}
     assert set(acked) <= recorded
     for key in acked:
-        assert audit.idempotency.get("default", key) is not None, key
+        assert audit.idempotency.get((STATE_ID, "default", key)) is not None, key
 
     # the same burst again: the acknowledged keys are replays, and nothing runs twice
-    device = CountingDevice()
+    device = CountingDevice(state_id=STATE_ID)
     with Gate(device, audit=audit) as gate:
         answers = {key: gate.handle(raw) for key, raw in burst()[: len(acked) + 100]}
     assert all(answers[key].replay for key in acked)

@@ -1,7 +1,5 @@
-"""The examples in the docs are real: each `$ regdev call ...` line gives the output shown.
-
-The examples of one fenced block run in order against one audit log (so a block can show an
-idempotency key used twice); each block starts with a fresh one.
+"""The examples in the docs are real: each `$ regdev call ...` line gives the output shown,
+and each Python block marked to run prints what its comments show.
 """
 
 from __future__ import annotations
@@ -15,19 +13,20 @@ from conftest import ROOT
 from regdev._cli import main
 
 EXAMPLE = re.compile(r"^\$ regdev (call .*)\n(\{.*\})$", re.MULTILINE)
-FENCE = re.compile(r"^```\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
 def blocks(name: str) -> list[list[tuple[str, str]]]:
     """The example blocks of a doc: each a list of ``(command, expected output)``."""
     text = (ROOT / "docs" / name).read_text(encoding="utf-8")
-    found = [EXAMPLE.findall(block) for block in FENCE.findall(text)]
+    found = [EXAMPLE.findall(block) for lang, block in FENCE.findall(text) if not lang]
     return [block for block in found if block]
 
 
 def test_errors_doc_has_an_example_for_every_code_a_call_can_show() -> None:
     """docs/errors.md shows each parse, validate and authorize code that one call can get."""
     shown = " ".join(output for block in blocks("errors.md") for _, output in block)
+    shown += " ".join(runnable_blocks("docs/errors.md"))
     for code in ("not-json", "not-an-object", "missing-tool", "bad-arguments", "wrong-tool",
                  "unknown-tool", "missing-addr", "unknown-argument", "type-addr", "type-data",
                  "range-addr", "range-data", "bad-idempotency-key", "denied-write_register",
@@ -56,16 +55,18 @@ def runnable_blocks(name: str) -> list[str]:
 
 
 def test_readme_has_runnable_python_examples() -> None:
-    """The README's provider-format example is marked to run here."""
+    """The README's provider-format example and the errors doc's key example run here."""
     assert len(runnable_blocks("README.md")) >= 1
+    assert len(runnable_blocks("docs/errors.md")) >= 1
 
 
-@pytest.mark.parametrize("block", runnable_blocks("README.md"))
-def test_readme_python_example_runs_and_prints_what_it_shows(
-        capsys: pytest.CaptureFixture[str], block: str) -> None:
-    """A marked README block runs, and each print() prints the comment line under it."""
-    exec(compile(block, "README.md", "exec"), {})
-    lines = block.splitlines()
+@pytest.mark.parametrize(("name", "block"), [
+    (name, block) for name in ("README.md", "docs/errors.md") for block in runnable_blocks(name)])
+def test_python_example_runs_and_prints_what_it_shows(
+        capsys: pytest.CaptureFixture[str], name: str, block: str) -> None:
+    """A marked block runs, and each print() prints the comment line under it."""
+    exec(compile(block, name, "exec"), {})
+    lines = [line.strip() for line in block.splitlines()]
     shown = [lines[i + 1].removeprefix("# ") for i, line in enumerate(lines[:-1])
              if line.startswith("print(") and lines[i + 1].startswith("# ")]
     assert capsys.readouterr().out.splitlines() == shown

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,14 +13,18 @@ from hypothesis import strategies as st
 
 from conftest import CountingDevice
 from regdev import (
+    AuditLog,
+    AuditRecord,
     Device,
     DeviceRefused,
     DeviceTimeout,
     Gate,
     Observation,
+    Policy,
     RegisterFile,
     Tool,
     ToolSet,
+    read_audit,
 )
 from strategies import canonical_calls, json_values, raw_register_calls, to_json
 
@@ -287,3 +293,61 @@ def test_gate_is_a_device_abstraction_user() -> None:
 
     obs = Gate(Constant()).handle('{"tool": "read_register", "arguments": {"addr": 0}}')
     assert obs.result == {"addr": 0, "data": 42}
+
+
+class AppliesThenFails(RegisterFile):
+    """Applies a write, then fails unexpectedly (a bug after the device call)."""
+
+    def write(self, addr: int, data: int) -> int:
+        super().write(addr, data)
+        raise ZeroDivisionError("after the write")
+
+
+def test_an_exception_after_the_device_call_keeps_the_record_and_the_key(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Once the device call started, the write is recorded durably and its key kept, so a
+    retry with the key is answered, not run a second time."""
+    device = AppliesThenFails()
+    gate = Gate(device, audit=AuditLog(tmp_path / "audit.db", flush_interval=3600))
+    raw = ('{"tool": "write_register", "arguments": {"addr": 1, "data": 7}, '
+           '"idempotency_key": "k"}')
+    with caplog.at_level(logging.ERROR, logger="regdev"):
+        first = gate.handle(raw)
+    assert (first.stage, first.code) == ("internal", "internal-error")
+    record = only_record(tmp_path / "audit.db")  # committed already: durable
+    assert (record.code, record.idempotency_key, record.execute_ns) == (
+        "internal-error", "k", None)
+    again = gate.handle(raw)
+    assert (again.code, again.replay) == ("internal-error", True)
+    assert device.write_count == 1 and device.snapshot()[1] == 7
+    gate.close()
+
+
+def only_record(path: Path) -> AuditRecord:
+    records = read_audit(path)
+    assert len(records) == 1, records
+    return records[0]
+
+
+@pytest.fixture(scope="module")
+def gates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gate]]:
+    """A plain gate, one with an empty policy, one with an audit log (each its own device)."""
+    audited = Gate(RegisterFile(), audit=AuditLog(tmp_path_factory.mktemp("a") / "audit.db"))
+    yield [Gate(RegisterFile()), Gate(RegisterFile(), policy=Policy()), audited]
+    audited.close()
+
+
+@given(canonical_calls(), st.sampled_from([None, "write_register", "read_register"]))
+def test_one_pipeline_whatever_is_switched_on(gates: list[Gate], call: Any,
+                                             tool_choice: str | None) -> None:
+    """The plain gate, a gate with an empty policy, one with an audit log, and handle_call on
+    the decoded call all give the same observation."""
+    raw = to_json(call)
+    observations = []
+    for gate in gates:
+        gate.device.reset()
+        observations.append(gate.handle(raw, tool_choice=tool_choice))
+    for gate in gates[:2]:
+        gate.device.reset()
+        observations.append(gate.handle_call(call, tool_choice=tool_choice))
+    assert len({obs.to_json() for obs in observations}) == 1, observations

@@ -19,6 +19,7 @@ from regdev import (
     RegisterFile,
     RegisterMap,
     parse,
+    read_audit,
 )
 
 
@@ -71,22 +72,49 @@ def test_equal_arguments_in_another_form_are_the_same_call(audited: Gate) -> Non
     assert accesses(audited) == 1
 
 
-@pytest.mark.parametrize(
-    ("dialect", "raw"),
-    [
-        ("mcp", '{"name": "write_register", "arguments": {"addr": 3, "data": 7}, '
-                '"_meta": {"idempotency_key": "m1"}}'),
-        ("openai", '{"id": "call_abc", "type": "function", "function": {"name": '
-                   '"write_register", "arguments": "{\\"addr\\": 3, \\"data\\": 7}"}}'),
-        ("anthropic", '{"type": "tool_use", "id": "toolu_01", "name": "write_register", '
-                      '"input": {"addr": 3, "data": 7}}'),
-    ],
-)
-def test_each_dialect_carries_a_key(audited: Gate, dialect: str, raw: str) -> None:
-    """MCP _meta.idempotency_key; the OpenAI and Anthropic tool call id."""
-    assert audited.handle(raw, dialect=dialect).replay is False
-    assert audited.handle(raw, dialect=dialect).replay is True
+MCP_CALL = ('{"name": "write_register", "arguments": {"addr": 3, "data": 7}, '
+            '"_meta": {"idempotency_key": "m1"}}')
+OPENAI_CALL = ('{"id": "call_abc", "type": "function", "function": {"name": '
+               '"write_register", "arguments": "{\\"addr\\": 3, \\"data\\": 7}"}}')
+ANTHROPIC_CALL = ('{"type": "tool_use", "id": "toolu_01", "name": "write_register", '
+                  '"input": {"addr": 3, "data": 7}}')
+OPT_IN = Policy(tool_call_ids_as_keys=True)
+
+
+def test_mcp_carries_an_explicit_key(audited: Gate) -> None:
+    """MCP: _meta.idempotency_key."""
+    assert audited.handle(MCP_CALL, dialect="mcp").replay is False
+    assert audited.handle(MCP_CALL, dialect="mcp").replay is True
     assert accesses(audited) == 1
+
+
+@pytest.mark.parametrize(("dialect", "raw", "key"), [("openai", OPENAI_CALL, "openai:call_abc"),
+                                                     ("anthropic", ANTHROPIC_CALL,
+                                                      "anthropic:toolu_01")])
+def test_tool_call_ids_are_keys_only_when_the_policy_says_so(
+        tmp_path: Path, dialect: str, raw: str, key: str) -> None:
+    """OpenAI and Anthropic ids are keys only with tool_call_ids_as_keys, prefixed with the
+    dialect; without it each call runs."""
+    with Gate(CountingDevice(), audit=AuditLog(tmp_path / "off.db")) as plain:
+        assert [plain.handle(raw, dialect=dialect).replay for _ in range(2)] == [False, False]
+        assert accesses(plain) == 2
+    with Gate(CountingDevice(), audit=AuditLog(tmp_path / "on.db"), policy=OPT_IN) as opted:
+        assert [opted.handle(raw, dialect=dialect).replay for _ in range(2)] == [False, True]
+        assert accesses(opted) == 1
+    assert [r.idempotency_key for r in read_audit(tmp_path / "on.db")] == [key, key]
+
+
+def test_a_derived_key_never_meets_an_explicit_one(tmp_path: Path) -> None:
+    """An explicit key may not take a provider prefix, so "openai:call_abc" sent by hand can
+    neither replay nor conflict with the OpenAI call whose id is call_abc."""
+    with Gate(CountingDevice(), audit=AuditLog(tmp_path / "a.db"), policy=OPT_IN) as gate:
+        assert gate.handle(OPENAI_CALL, dialect="openai").ok
+        forged = gate.handle(keyed_write("openai:call_abc"))
+        assert (forged.stage, forged.code) == ("validate", "bad-idempotency-key")
+        assert "may not start with openai: or anthropic:" in (forged.message or "")
+        mcp = MCP_CALL.replace('"m1"', '"anthropic:x"')
+        assert gate.handle(mcp, dialect="mcp").code == "bad-idempotency-key"
+        assert accesses(gate) == 1
 
 
 def test_parse_extracts_the_key_per_dialect() -> None:
@@ -107,6 +135,8 @@ def test_parse_extracts_the_key_per_dialect() -> None:
         (keyed_write("k" * 257), "canonical", "got 257 characters"),
         ('{"name": "write_register", "arguments": {"addr": 3, "data": 7}, '
          '"_meta": {"idempotency_key": ["k"]}}', "mcp", "got an array"),
+        ('{"tool": "read_register", "arguments": {"addr": 3}, "idempotency_key": ""}',
+         "canonical", "got 0 characters"),  # checked with the envelope, for reads too
     ],
 )
 def test_bad_key_is_refused_before_anything_runs(audited: Gate, raw: str, dialect: str,
@@ -190,16 +220,33 @@ def test_timeout_frees_the_key_and_device_error_is_stored(tmp_path: Path) -> Non
 
 
 def test_keys_survive_a_restart(tmp_path: Path) -> None:
-    """A new gate on the same audit database replays the keys of the old one."""
+    """A new gate on the same audit database and the same registers (the same state_id)
+    replays the keys of the old one."""
     path = tmp_path / "a.db"
-    with Gate(CountingDevice(), audit=AuditLog(path)) as first:
+    with Gate(CountingDevice(state_id="bench-1"), audit=AuditLog(path)) as first:
         first.handle(keyed_write("k1", data=1))
         first.handle(keyed_write("k2", data=2))
-    with Gate(CountingDevice(), audit=AuditLog(path)) as second:
+    with Gate(CountingDevice(state_id="bench-1"), audit=AuditLog(path)) as second:
         assert second.handle(keyed_write("k1", data=1)).replay is True
         assert second.handle(keyed_write("k2", data=3)).code == "idempotency-conflict"
         assert accesses(second) == 0
         assert len(second.audit.idempotency) == 2  # type: ignore[union-attr]
+
+
+def test_a_key_is_never_replayed_to_a_device_that_did_not_see_the_write(
+        tmp_path: Path) -> None:
+    """A fresh in-process register file is other registers: the keyed write runs on it, and
+    its key there is new (the bug: a replay reported a write the device never received)."""
+    path = tmp_path / "a.db"
+    with Gate(CountingDevice(), audit=AuditLog(path)) as first:
+        assert first.handle(keyed_write("k1", data=9)).ok
+    fresh = CountingDevice()
+    with Gate(fresh, audit=AuditLog(path)) as second:
+        again = second.handle(keyed_write("k1", data=9))
+        other = second.handle(keyed_write("k1", data=9))
+    assert (again.ok, again.replay, other.replay) == (True, False, True)
+    assert fresh.accesses == 1 and fresh.snapshot()[3] == 9
+    assert CountingDevice().state_id() != fresh.state_id()
 
 
 class GatedDevice(RegisterFile):

@@ -26,6 +26,8 @@ from regdev import (
     RegisterMap,
     Session,
     TimeoutDevice,
+    Tool,
+    ToolSet,
 )
 from regdev._policy import TokenBucket
 from regdev._tools import READ_REGISTER, WRITE_REGISTER
@@ -110,6 +112,8 @@ def test_unoffered_tool_reads_exactly_like_a_missing_one() -> None:
     missing = gate.handle('{"tool": "erase_chip", "arguments": {}}', session=reader)
     assert hidden.message == 'unknown tool "write_register"; available tools: read_register'
     assert missing.message == 'unknown tool "erase_chip"; available tools: read_register'
+    nameless = gate.handle('{"arguments": {}}', session=reader)
+    assert nameless.message == "the call names no tool; available tools: read_register"
 
 
 @pytest.mark.parametrize(
@@ -198,6 +202,75 @@ def test_approver_cannot_change_what_runs() -> None:
     assert device.snapshot()[15] == 200
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_the_approval_hook_is_recorded_then_raised(
+        tmp_path: Path, interrupt: type[BaseException]) -> None:
+    """Ctrl-C or exit inside the hook stops the program, as it should, but not unrecorded;
+    the write never ran and its key stays free."""
+    def hook(request: ApprovalRequest) -> bool:
+        raise interrupt
+
+    device = CountingDevice()
+    gate = Gate(device, audit=AuditLog(tmp_path / "audit.db"),
+                policy=Policy(registers=RegisterMap(protected=frozenset({15})), approve=hook))
+    raw = json.dumps({"tool": "write_register", "arguments": {"addr": 15, "data": 1},
+                      "idempotency_key": "k"})
+    with pytest.raises(interrupt):
+        gate.handle(raw)
+    record = gate.audit.records()[-1]  # type: ignore[union-attr]
+    assert (record.stage, record.code, record.idempotency_key) == (
+        "internal", "internal-error", "k")
+    assert f"interrupted by {interrupt.__name__}" in (record.message or "")
+    assert device.accesses == 0
+    assert gate.audit.idempotency.get(  # type: ignore[union-attr]
+        (device.state_id(), "default", "k")) is None
+    gate.close()
+
+
+RESET = Tool("reset_device", "Every register to its reset value.",
+             {"type": "object", "properties": {}, "additionalProperties": False},
+             handler=lambda device, _: device.reset() or {"reset": True})
+WITH_RESET = ToolSet([WRITE_REGISTER, READ_REGISTER, RESET])
+
+
+@pytest.mark.parametrize(
+    ("registers", "code", "message"),
+    [
+        ({"read_only": [0]}, "read-only-register",
+         "reset_device changes every register, and register 0 is read-only in this device's "
+         "register map; no call can run it"),
+        ({"protected": [15]}, "approval-denied",
+         "reset_device changes every register, and register 15 is protected: writing it needs "
+         "approval, and no approver is configured"),
+    ],
+)
+def test_a_tool_without_an_address_changes_every_register(registers: dict[str, Any],
+                                                          code: str, message: str) -> None:
+    """A device-changing tool that names no register (a reset) is refused when any register
+    is read-only, and needs approval when any is protected."""
+    device = RegisterFile([7] * 16)
+    device.write(0, 1)
+    gate = Gate(device, WITH_RESET, policy=Policy.from_dict({"registers": registers}))
+    obs = gate.handle('{"tool": "reset_device", "arguments": {}}')
+    assert (obs.stage, obs.code, obs.message) == ("authorize", code, message)
+    assert device.snapshot()[0] == 1
+
+
+def test_an_approved_reset_is_asked_about_every_register() -> None:
+    """The approver sees addr None for a call that changes every register."""
+    asked: list[ApprovalRequest] = []
+    device = RegisterFile()
+    device.write(3, 9)
+    policy = Policy(registers=RegisterMap(protected=frozenset({15})),
+                    approve=lambda request: asked.append(request) or True)
+    gate = Gate(device, WITH_RESET, policy=policy)
+    assert gate.handle('{"tool": "reset_device", "arguments": {}}').ok
+    assert asked == [ApprovalRequest("default", "reset_device", {}, None)]
+    assert device.snapshot() == [0] * 16
+    assert Gate(RegisterFile(), WITH_RESET).handle(
+        '{"tool": "reset_device", "arguments": {}}').ok  # no register map: nothing to check
+
+
 def test_no_approver_message_says_so() -> None:
     """Without a hook, a protected write is denied with a message saying why."""
     obs = Gate(policy=POLICY).handle(write(15))
@@ -244,11 +317,20 @@ def test_token_bucket_refills_at_its_rate() -> None:
 
 def test_each_session_has_its_own_bucket() -> None:
     """Rate limits are per session: one session's burst does not spend another's."""
+    gate = Gate(policy=Policy.from_dict({"rate_limit": {"rate": 0.001, "burst": 1},
+                                         "sessions": {"a": {}, "b": {}}}))
+    assert gate.handle(read(1), session=gate.session("a")).ok
+    assert gate.handle(read(1), session=gate.session("a")).code == "rate-limited"
+    assert gate.handle(read(1), session=gate.session("b")).ok
+
+
+def test_a_named_session_keeps_its_bucket_across_lookups() -> None:
+    """gate.session(name) is one live session per name: asking again does not refill it."""
     gate = Gate(policy=Policy(rate_limit=RateLimit(rate=0.001, burst=1)))
-    first, second = gate.session(), gate.session()
-    assert gate.handle(read(1), session=first).ok
-    assert gate.handle(read(1), session=first).code == "rate-limited"
-    assert gate.handle(read(1), session=second).ok
+    assert gate.session() is gate.session("default") is gate.default_session
+    assert gate.handle(read(1), session=gate.session()).ok
+    assert gate.handle(read(1), session=gate.session()).code == "rate-limited"
+    assert gate.handle(read(1)).code == "rate-limited"
 
 
 def test_policy_limits_apply_and_explicit_arguments_win() -> None:
@@ -305,7 +387,8 @@ def test_json_policy_file(tmp_path: Path) -> None:
         ('[sessions.x]\nscope = ["read"]\n',
          "`sessions.x.scope`: unknown field; allowed here: scopes, tools, rate_limit"),
         ("rate = 5\n", "`rate`: unknown field; allowed here: timeout, max_input_bytes, "
-                       "max_output_bytes, registers, rate_limit, sessions"),
+                       "max_output_bytes, registers, rate_limit, sessions, "
+                       "tool_call_ids_as_keys"),
         ("[rate_limit]\nrate = 5\nburst = 1\nper = 2\n",
          "`rate_limit.per`: unknown field; allowed here: rate, burst"),
         ("[registers]\nread_only = [16]\n", "`registers.read_only[0]`: must be at most 15, got 16"),
@@ -324,6 +407,7 @@ def test_json_policy_file(tmp_path: Path) -> None:
         ("timeout = 1e300\n",
          f"`timeout`: must be at most {int(threading.TIMEOUT_MAX)}, got 1e+300"),
         ("max_output_bytes = 1.5\n", "`max_output_bytes`: must be an integer, got 1.5"),
+        ("tool_call_ids_as_keys = 1\n", "`tool_call_ids_as_keys`: must be true or false, got 1"),
         ("registers = 5\n", "`registers`: must be a table (a JSON object), got 5"),
         ("[registers]\nread_only = [1]\n[registers]\nprotected = [2]\n", "not valid TOML"),
         ("timeout = 1\ntimeout = 2\n", "not valid TOML"),

@@ -5,22 +5,20 @@ Rules of this file:
 * Append-only: records are only inserted; triggers in the database refuse UPDATE and DELETE.
 * One record per call (``event = "call"``) and one per loop stop (``event = "stop"``, the stop
   reason in ``code``). The columns are described in :class:`AuditRecord`.
-* A record whose call ran a tool that changes the device is *durable*: it is committed before
-  the gate returns the observation, so a crash can never lose the record of an acknowledged
+* A record whose call ran a tool that changes the device is *durable*: :meth:`AuditLog.append`
+  returns only once it is committed, so a crash can never lose the record of an acknowledged
   write (nor its idempotency key, inserted in the same transaction). Every other record (reads,
-  refusals, replays, loop stops) is group-committed: it waits in memory until a background
-  thread commits it, at most ``flush_interval`` seconds (default 0.05) plus the time of the
-  commits ahead of it, or until a durable commit takes it along. :meth:`AuditLog.close` (and
+  refusals, replays, loop stops) waits in memory until a commit takes it along: the next durable
+  commit, or the background flusher's, at most ``flush_interval`` seconds (default 0.05) after
+  it was appended plus the time of a commit already running. :meth:`AuditLog.close` (and
   interpreter exit) commits everything.
-* Group commit: committers take turns (one at a time), and whoever has the turn commits every
-  pending record in one transaction; a writer whose record another committer took along just
-  waits for that commit to end. When other threads have appended records in the last
-  ``SIBLING_WINDOW`` seconds (0.005), a writer first waits, at most ``commit_delay`` seconds
-  (default 0.001), until each of them has appended one more record, so that they share its
-  commit (PostgreSQL's ``commit_delay`` and ``commit_siblings``). A lone writer never waits.
-  The wait matters under CPython's interpreter lock: a commit releases that lock only for tens
-  of microseconds, too short for a waiting thread to wake, so without a real wait the
-  committing thread wins the lock back each time and concurrent writers commit one by one.
+* Group commit, plainly: one commit at a time (a lock), and every commit takes every record
+  pending at its start, in append order, in one transaction. A durable writer appends its
+  record, takes the lock, and commits unless a commit that ran meanwhile already took its
+  record along; so writers arriving while a commit runs share the next one.
+* When a commit fails, its records are lost (logged) and :attr:`AuditLog.failure` holds the
+  error until a later commit succeeds; the gate refuses calls that would change the device
+  meanwhile (fail closed). The records of those refusals are what the next commit tries.
 * Durability: ``"crash"`` (the default) is WAL with ``synchronous=NORMAL``: a committed record is
   in the operating system's file cache when the commit returns and survives the process being
   killed, but the last commits can be lost if the machine loses power or the OS crashes.
@@ -37,15 +35,14 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
+import math
 import os
 import sqlite3
 import threading
-from _thread import get_ident
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from functools import lru_cache
 from pathlib import Path
-from time import monotonic
 from typing import Any, Literal
 
 import msgspec
@@ -55,32 +52,41 @@ from ._idempotency import INSERT_KEY, KEYS_SCHEMA, IdempotencyStore
 from ._observation import Observation, Refusal
 
 __all__ = [
-    "DEFAULT_COMMIT_DELAY",
     "DEFAULT_FLUSH_INTERVAL",
     "DEFAULT_MAX_RAW_BYTES",
+    "STAGE_NAMES",
     "AuditLog",
     "AuditRecord",
     "Durability",
     "default_audit_path",
+    "find_loop",
     "read_audit",
 ]
 
 logger = logging.getLogger("regdev")
 
-#: Longest wait, in seconds, of a group-committed record before the flusher commits it.
+#: Longest wait, in seconds, of a record that is not durable before the flusher commits it.
 DEFAULT_FLUSH_INTERVAL = 0.05
 #: Bytes of each raw call kept in the audit log (its full size and SHA-256 are kept too).
 DEFAULT_MAX_RAW_BYTES = 4096
 #: Records waiting to be committed beyond which an appending caller commits them itself.
 MAX_PENDING = 4096
-#: Longest wait, in seconds, of a write's commit for the records of other threads.
-DEFAULT_COMMIT_DELAY = 0.001
-#: A thread that appended a record within this many seconds counts as a committer's sibling.
-SIBLING_WINDOW = 0.005
+#: The stages whose time a record keeps, in order (the ``<stage>_ns`` columns).
+STAGE_NAMES = ("parse", "validate", "authorize", "execute", "observe")
 
 Durability = Literal["crash", "power-loss"]
 _SYNCHRONOUS: dict[str, str] = {"crash": "NORMAL", "power-loss": "FULL"}
-_SCHEMA_VERSION = 1
+#: 2: idempotency keys are scoped to a device (version 1's keys, unscoped, are kept aside).
+_SCHEMA_VERSION = 2
+_MIGRATE_FROM_1 = """
+DROP TRIGGER IF EXISTS idempotency_keys_append_only_update;
+DROP TRIGGER IF EXISTS idempotency_keys_append_only_delete;
+ALTER TABLE idempotency_keys RENAME TO idempotency_keys_v1;
+CREATE TRIGGER idempotency_keys_v1_append_only_update BEFORE UPDATE ON idempotency_keys_v1
+    BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
+CREATE TRIGGER idempotency_keys_v1_append_only_delete BEFORE DELETE ON idempotency_keys_v1
+    BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
+"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -138,7 +144,18 @@ def _insert_rows(count: int) -> str:
 
 #: One record as inserted: the values of the columns above, in order.
 Row = tuple[Any, ...]
-_Item = tuple[Row, "tuple[Any, ...] | None", "list[object] | None"]
+
+
+class _Pending:
+    """A record waiting for a commit; ``outcome`` is set by the commit that takes it: True, or
+    the error text that lost it."""
+
+    __slots__ = ("key_row", "outcome", "row")
+
+    def __init__(self, row: Row, key_row: tuple[Any, ...] | None) -> None:
+        self.row = row
+        self.key_row = key_row
+        self.outcome: object = None
 
 _encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
@@ -147,13 +164,16 @@ def default_audit_path() -> Path:
     """Where the CLI keeps its audit log unless told otherwise.
 
     ``$REGDEV_AUDIT`` when set; else ``$XDG_STATE_HOME/regdev/audit.db``, where
-    ``$XDG_STATE_HOME`` defaults to ``~/.local/state`` (XDG Base Directory Specification).
+    ``$XDG_STATE_HOME`` defaults to ``~/.local/state``, and a relative one is ignored (XDG
+    Base Directory Specification 0.8: "If an implementation encounters a relative path in any
+    of these variables it should consider the path invalid and ignore it").
     """
     explicit = os.environ.get("REGDEV_AUDIT")
     if explicit:
         return Path(explicit)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"),
-                                                             ".local", "state")
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "regdev" / "audit.db"
 
 
@@ -263,14 +283,15 @@ class AuditLog:
         path: the database file; created with its parent folders when missing.
         durability: ``"crash"`` (default: a committed record survives the process being
             killed) or ``"power-loss"`` (it survives power loss too; ``synchronous=FULL``).
-        flush_interval: the longest wait, in seconds (> 0), of a read's or refusal's record
-            before it is committed.
-        commit_delay: the longest wait, in seconds (>= 0), of a write's commit for the records
-            of the other threads calling (group commit; see the module docstring).
+        flush_interval: the longest wait, in seconds (a finite number > 0), of a record that
+            is not durable (a read, a refusal) before the flusher commits it.
         max_raw_bytes: bytes of each raw call kept (>= 0); its size and SHA-256 are always kept.
 
     Attributes:
         idempotency: the idempotency keys stored in this database.
+        failure: None, or the error of the last commit when it failed (its records are lost);
+            cleared by the next commit that succeeds. The gate refuses calls that would change
+            the device while it is set.
 
     Raises:
         AuditError: the database cannot be opened or created, is not a regdev audit log, or
@@ -280,31 +301,25 @@ class AuditLog:
 
     def __init__(self, path: str | Path, *, durability: Durability = "crash",
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
-                 commit_delay: float = DEFAULT_COMMIT_DELAY,
                  max_raw_bytes: int = DEFAULT_MAX_RAW_BYTES) -> None:
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be one of {', '.join(_SYNCHRONOUS)}, "
                              f"got {durability!r}")
-        if not flush_interval > 0:
-            raise ValueError(f"flush_interval must be > 0 seconds, got {flush_interval!r}")
-        if not commit_delay >= 0:
-            raise ValueError(f"commit_delay must be >= 0 seconds, got {commit_delay!r}")
+        if (type(flush_interval) not in (int, float) or not math.isfinite(flush_interval)
+                or not 0 < flush_interval <= threading.TIMEOUT_MAX):
+            raise ValueError(f"flush_interval must be a finite number of seconds > 0, "
+                             f"got {flush_interval!r}")
         if type(max_raw_bytes) is not int or max_raw_bytes < 0:
             raise ValueError(f"max_raw_bytes must be an int >= 0, got {max_raw_bytes!r}")
         self.path = Path(path)
         self.durability = durability
         self.flush_interval = flush_interval
-        self.commit_delay = commit_delay
         self.max_raw_bytes = max_raw_bytes
+        self.failure: str | None = None
         self._conn = self._open()
-        self._pending: list[_Item] = []
-        self._lock = threading.Lock()  # guards everything below
-        self._arrived = threading.Condition(self._lock)    # a record was appended (gathering)
-        self._committed = threading.Condition(self._lock)  # a committer's turn ended
-        self._committing = False       # one committer at a time
-        self._followers = 0            # threads waiting for a commit turn to end
-        self._seen: dict[int, float] = {}      # thread id -> monotonic time of its last append
-        self._gathering = False
+        self._pending: list[_Pending] = []
+        self._pending_lock = threading.Lock()  # guards _pending and _closed
+        self._commit_lock = threading.Lock()   # one commit at a time; guards the connection
         self._closed = False
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
@@ -325,7 +340,7 @@ class AuditLog:
                                      f"(journal mode {mode})")
                 conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.durability]}")
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, _SCHEMA_VERSION):
+                if version not in (0, 1, _SCHEMA_VERSION):
                     raise AuditError(f"{self.path} has audit schema version {version}; this "
                                      f"regdev reads version {_SCHEMA_VERSION}")
                 if version == 0:
@@ -333,9 +348,10 @@ class AuditLog:
                     if tables:
                         raise AuditError(f"{self.path} is a SQLite database but not a regdev "
                                          "audit log")
-                conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} {KEYS_SCHEMA} "
+                migrate = _MIGRATE_FROM_1 if version == 1 else ""
+                conn.executescript(f"BEGIN IMMEDIATE; {migrate} {_SCHEMA} {KEYS_SCHEMA} "
                                    f"PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
-                keys = conn.execute("SELECT session, key, fingerprint, observation "
+                keys = conn.execute("SELECT device, session, key, fingerprint, observation "
                                     "FROM idempotency_keys").fetchall()
             except BaseException:
                 conn.close()
@@ -351,7 +367,7 @@ class AuditLog:
             observation: Observation, tool: str | None, arguments: str | None,
             loop_id: str | None = None, step: int | None = None,
             idempotency_key: str | None = None,
-            marks: Sequence[int] = ()) -> Row:
+            timings: Mapping[str, int] | None = None) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -367,8 +383,7 @@ class AuditLog:
             loop_id: the loop, if any.
             step: the step in the loop.
             idempotency_key: the call's key, if any.
-            marks: the clock (``time.perf_counter_ns``) at the start and at the end of each
-                stage reached, in order: parse, validate, authorize, execute, observe.
+            timings: nanoseconds spent in each stage reached, by name (:data:`STAGE_NAMES`).
         """
         raw_size = raw_sha = None
         if raw is not None:
@@ -384,12 +399,11 @@ class AuditLog:
             result = encode_json(observation.result)
         else:
             stage, code, message, result = refusal.stage, refusal.code, refusal.message, None
-        timings: list[int | None] = [None] * 5
-        for index in range(len(marks) - 1):
-            timings[index] = marks[index + 1] - marks[index]
+        get = (timings or {}).get
         return (time, "call", session, dialect, loop_id, step, raw, raw_size, raw_sha,
                 observation.ok, stage, code, message, tool, arguments, result, observation.id,
-                idempotency_key, observation.replay, *timings)
+                idempotency_key, observation.replay, get("parse"), get("validate"),
+                get("authorize"), get("execute"), get("observe"))
 
     @staticmethod
     def stop_row(*, time: float, session: str, loop_id: str, stop: str, detail: str,
@@ -407,140 +421,83 @@ class AuditLog:
         Args:
             row: the record, from :meth:`row`.
             key_row: an idempotency key to store in the same transaction, as
-                ``(session, key, fingerprint, observation JSON, time)``.
+                ``(device, session, key, fingerprint, observation JSON, time)``.
             durable: commit before returning (with every record pending before it).
 
         Raises:
             AuditError: the log is closed, or (``durable``) the commit failed.
         """
-        box: list[object] | None = [None] if durable else None
-        with self._lock:
+        pending = _Pending(row, key_row)
+        with self._pending_lock:
             if self._closed:
                 raise AuditError(f"the audit log {self.path} is closed",
                                  "the audit log is closed")
-            self._pending.append((row, key_row, box))
-            self._seen[get_ident()] = monotonic()
-            if self._gathering:
-                self._arrived.notify()
-            if box is None and len(self._pending) < MAX_PENDING:
-                return
-            leading = not self._committing  # take the commit turn now when it is free
-            self._committing = True
-        outcome = self._commit(box, leading=leading,
-                               gather=box is not None and self.commit_delay > 0)
-        if outcome is not True:
-            raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
-                             str(outcome))
+            self._pending.append(pending)
+            backlog = len(self._pending) >= MAX_PENDING
+        if not (durable or backlog):
+            return
+        with self._commit_lock:
+            if pending.outcome is None:  # no commit took it along while this thread waited
+                self._commit()
+        if durable and pending.outcome is not True:
+            raise AuditError(f"could not commit to the audit database {self.path}: "
+                             f"{pending.outcome}", str(pending.outcome))
 
-    def _commit(self, box: list[object] | None = None, *, leading: bool = False,
-                gather: bool = False) -> object:
-        """Commit the pending records in this thread's turn; with ``box``, return as soon as
-        that record is committed, by this thread or another.
-
-        Args:
-            box: a durable record's outcome slot, or None.
-            leading: this thread already holds the commit turn.
-            gather: wait for the other threads' records first (:meth:`_gather`).
+    def _commit(self) -> object:
+        """Commit every pending record in one transaction; call with the commit lock held.
 
         Returns:
-            True, or the text of the error that lost the records.
+            True, or SQLite's error text when the commit failed (the records are lost).
         """
-        if not leading:
-            with self._lock:
-                self._followers += 1
-                while self._committing and (box is None or box[0] is None):
-                    self._committed.wait()
-                self._followers -= 1
-                if box is not None and box[0] is not None:
-                    return box[0]
-                self._committing = True
-        try:
-            if gather:
-                self._gather()
-            outcome = self._commit_pending()
-        finally:
-            with self._lock:
-                self._committing = False
-                if self._followers:
-                    self._committed.notify_all()
-        return box[0] if box is not None else outcome
-
-    def _gather(self) -> None:
-        """Wait, at most ``commit_delay``, until every other thread that appended a record in
-        the last ``SIBLING_WINDOW`` seconds has appended one more. Call in a commit turn."""
-        if len(self._seen) < 2:  # only this thread has been calling (a racy read is harmless)
-            return
-        with self._lock:
-            now, me = monotonic(), get_ident()
-            horizon = now - SIBLING_WINDOW
-            self._seen = {t: last for t, last in self._seen.items() if last >= horizon}
-            siblings = len(self._seen) - (me in self._seen)
-            if not siblings:
-                return
-            deadline = now + self.commit_delay
-            self._gathering = True
-            try:
-                while len(self._pending) <= siblings:
-                    remaining = deadline - monotonic()
-                    if remaining <= 0 or not self._arrived.wait(remaining):
-                        # the threads that did not come stopped calling: wait no more for them
-                        self._seen = {t: last for t, last in self._seen.items()
-                                      if last >= now or t == me}
-                        return
-            finally:
-                self._gathering = False
-
-    def _commit_pending(self) -> object:
-        """Commit every pending record in one transaction; call in a commit turn.
-
-        Returns True, or SQLite's error text when the commit failed (the records are lost).
-        """
-        with self._lock:
-            items, self._pending = self._pending, []
-        if not items:
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        if not batch:
             return True
         outcome: object = True
         conn = self._conn
         try:
-            if len(items) == 1 and items[0][1] is None:
-                conn.execute(_INSERT, items[0][0])  # autocommit: one statement, one commit
+            if len(batch) == 1 and batch[0].key_row is None:
+                conn.execute(_INSERT, batch[0].row)  # autocommit: one statement, one commit
             else:
                 conn.execute("BEGIN IMMEDIATE")
-                rows, start = [item[0] for item in items], 0
+                rows, start = [pending.row for pending in batch], 0
                 while start < len(rows):  # full statements, then the rest in powers of two:
                     left = len(rows) - start  # a few statement shapes, each prepared once
                     size = min(self._rows_per_insert, 1 << (left.bit_length() - 1))
                     conn.execute(_insert_rows(size),
                                  [value for row in rows[start:start + size] for value in row])
                     start += size
-                keys = [item[1] for item in items if item[1] is not None]
+                keys = [pending.key_row for pending in batch if pending.key_row is not None]
                 if keys:
                     conn.executemany(INSERT_KEY, keys)
                 conn.execute("COMMIT")
+            self.failure = None
         except sqlite3.Error as error:
-            outcome = str(error)
-            logger.error("regdev: %d audit record(s) lost: could not commit to the audit "
-                         "database %s: %s", len(items), self.path, outcome)
+            outcome = self.failure = str(error) or type(error).__name__
+            logger.error("%d audit record(s) lost: could not commit to the audit database "
+                         "%s: %s", len(batch), self.path, outcome)
             if conn.in_transaction:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-        for _, _, box in items:
-            if box is not None:
-                box[0] = outcome
+        for pending in batch:
+            pending.outcome = outcome
         return outcome
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.flush_interval):
-            if self._pending:
-                self._commit()
+            if self._pending:  # a racy read: at worst this round or the next commits it
+                with self._commit_lock:
+                    self._commit()
 
     def flush(self) -> None:
         """Commit every pending record now.
 
         Raises:
-            AuditError: the commit failed (those records are lost; the error is logged too).
+            AuditError: the log is closed, or the commit failed (those records are lost; the
+                error is logged too).
         """
-        outcome = self._commit()
+        with self._commit_lock:
+            outcome = self._commit()
         if outcome is not True:
             raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
                              str(outcome))
@@ -552,22 +509,17 @@ class AuditLog:
 
     def close(self) -> None:
         """Commit every pending record and close the database. Idempotent."""
-        with self._lock:
+        with self._pending_lock:
             if self._closed:
                 return
-            self._closed = True
+            self._closed = True  # nothing can be appended any more
         self._stop.set()
         if self._flusher is not threading.current_thread():
             self._flusher.join()
-        self._commit()  # no record can be appended any more: this is the last commit
-        with self._lock:
-            self._followers += 1
-            while self._committing:
-                self._committed.wait()
-            self._followers -= 1
-            self._committing = True  # for good: the connection is closed
-        with _mapped(f"cannot close the audit database {self.path}"):
-            self._conn.close()
+        with self._commit_lock:  # the last commit: every record appended before close
+            self._commit()
+            with _mapped(f"cannot close the audit database {self.path}"):
+                self._conn.close()
         atexit.unregister(self.close)
 
     def __enter__(self) -> AuditLog:
@@ -597,9 +549,9 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         session: only this session's records.
         code: only records with this verdict code (a stop reason for stops); ``"ok"`` selects
             accepted calls.
-        since: only records at or after this Unix time (seconds).
-        until: only records before this Unix time (seconds).
-        loop_id: only the records of this loop.
+        since: only records at or after this Unix time (seconds, finite).
+        until: only records before this Unix time (seconds, finite).
+        loop_id: only the records of this loop (its full id; see :func:`find_loop`).
         last: only the last ``last`` matching records (>= 0).
 
     Returns:
@@ -607,7 +559,11 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
 
     Raises:
         AuditError: no database at ``path``, not a regdev audit log, or unreadable.
+        ValueError: ``since`` or ``until`` is not a finite number.
     """
+    for name, bound in (("since", since), ("until", until)):
+        if bound is not None and not math.isfinite(bound):
+            raise ValueError(f"{name} must be a finite Unix time in seconds, got {bound!r}")
     path = Path(path)
     if not path.is_file():
         raise AuditError(f"no audit database at {path}")
@@ -634,6 +590,39 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     if last is not None:
         query = f"SELECT * FROM ({query} ORDER BY id DESC LIMIT {int(last)})"
     query += " ORDER BY id"
+    rows = _query(path, query, params)
+    records = []
+    for row in rows:
+        values = list(row)
+        values[10], values[19] = bool(values[10]), bool(values[19])  # ok, replay
+        records.append(AuditRecord(*values))
+    return records
+
+
+def find_loop(path: str | Path, prefix: str) -> str:
+    """The full id of the one loop in an audit database whose id starts with ``prefix`` (the
+    text view of ``regdev audit`` shows the first 8 characters).
+
+    Raises:
+        AuditError: no database at ``path``, not a regdev audit log, or no loop or more than
+            one loop id starts with ``prefix`` (the message lists up to 5 of them).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AuditError(f"no audit database at {path}")
+    rows = _query(path, "SELECT DISTINCT loop_id FROM calls WHERE substr(loop_id, 1, ?) = ? "
+                        "ORDER BY loop_id LIMIT 6", [len(prefix), prefix])
+    if len(rows) == 1:
+        return str(rows[0][0])
+    if not rows:
+        raise AuditError(f"no loop id in {path} starts with {prefix!r}")
+    shown = ", ".join(str(row[0]) for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
+    raise AuditError(f"{len(rows) if len(rows) <= 5 else 'more than 5'} loop ids in {path} "
+                     f"start with {prefix!r} ({shown}); give more of the id")
+
+
+def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]]:
+    """Run one query on the audit database at ``path``, opened read-only."""
     with _mapped(f"cannot read the audit database {path}"):
         conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
         try:
@@ -641,12 +630,7 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
                                      "AND name = 'calls'").fetchone()[0]
             if not has_calls:
                 raise AuditError(f"{path} is not a regdev audit log")
-            rows = conn.execute(query, params).fetchall()
+            rows: list[tuple[Any, ...]] = conn.execute(query, params).fetchall()
         finally:
             conn.close()
-    records = []
-    for row in rows:
-        values = list(row)
-        values[10], values[19] = bool(values[10]), bool(values[19])  # ok, replay
-        records.append(AuditRecord(*values))
-    return records
+    return rows

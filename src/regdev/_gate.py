@@ -2,37 +2,47 @@
 
 Rules of this file:
 
-* Stages run in order: parse, validate, authorize, execute, observe. The first refusal decides
-  and nothing after it runs; nothing reaches the device unless every earlier stage passed.
-* Validation runs the compiled validator (``_compile.py``); only when it refuses is the
-  reference validator asked for the refusal's message (both give the same code).
+* One pipeline, in :meth:`Gate._run`: parse, validate, authorize, execute, observe. Each stage
+  is a small method that returns None to let the call go on, or what ends it: a
+  :class:`Refusal` (or, from authorize, the stored observation of a replayed idempotency key).
+  Nothing after the first refusal runs, and nothing reaches the device unless every earlier
+  stage passed. Then :meth:`Gate._finish` records the call in the audit log, when there is one,
+  and settles its idempotency key. What the stages learn about the call is kept in one
+  :class:`_Call`.
+* Validation runs the compiled validator (``_compile.py``) of the tools the caller's session is
+  offered; only when it refuses is the reference validator of the same tools asked for the
+  refusal's message (both give the same code). So a tool the session is not offered is
+  ``unknown-tool`` exactly where a tool that does not exist is, listing the session's tools.
+* ``_Call.executed`` is set immediately before the device call: from then on the device may
+  have changed. A call that executed a tool changing the device is recorded durably (committed
+  before its observation is returned) and keeps its idempotency key, whatever happens after
+  (``device-timeout`` aside, see ``_idempotency.py``).
 * A device failure is reported as a failure (``device-timeout``, ``device-error``), never as a
-  success.
-* :meth:`Gate.handle` never raises: an unexpected exception becomes an ``internal-error``
-  observation (and is logged), so no stack trace reaches a model.
-* Without a policy, a session or an audit log, a call takes the plain path (parse, validate,
-  execute, observe) and pays nothing for authorization or auditing. With any of them it takes
-  the guarded path: the same stages plus authorize (``_policy.py``, in the order given there),
-  the idempotency keys and the audit record (``_audit.py``), with the time of each stage.
-* The audit record of a call that ran a tool changing the device is committed before the
-  observation is returned; if that commit fails the caller gets ``audit-error``, never a
-  success it cannot prove was recorded.
+  success; when the durable record of a write cannot be committed the caller gets
+  ``audit-error``, and calls that would change the device are refused until a commit succeeds.
+* :meth:`Gate.handle` never raises for a call: an unexpected exception becomes an
+  ``internal-error`` observation (and is logged), so no stack trace reaches a model. A
+  ``KeyboardInterrupt`` or ``SystemExit`` from inside (the approval hook, a device) is recorded
+  as ``internal-error`` in the audit log and then raised again: the program is being stopped.
+* Stage times are taken only when there is an audit log to keep them, and a gate without a
+  policy or an audit log checks nothing at authorize: the plain gate pays for neither.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 from msgspec.structs import replace
 
 from ._audit import AuditLog, encode_json
-from ._compile import compile_validator
+from ._compile import CompiledValidator, compile_validator
 from ._device import Device, RegisterFile, TimeoutDevice
 from ._errors import AuditError, DeviceTimeout, PolicyError, RegdevError
-from ._idempotency import STORED_CODES, fingerprint
+from ._idempotency import PROVIDER_DIALECTS, fingerprint
 from ._observation import Observation, Refusal
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
@@ -46,12 +56,12 @@ from ._policy import (
     Policy,
     Session,
     ask_approval,
+    changed_registers,
     check_read_only,
-    register_address,
 )
 from ._schema import escape_text
-from ._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
-from ._validate import ReferenceValidator, show_value
+from ._tools import REGISTER_TOOLS, Tool, ToolSet
+from ._validate import ReferenceValidator
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "Gate"]
 
@@ -61,8 +71,12 @@ DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024
 logger = logging.getLogger("regdev")
 
 _now_ns = time.perf_counter_ns
-#: Validate codes decided before the tool name is looked at: the offered-tools check waits.
-_BEFORE_NAME = frozenset({"not-an-object", "missing-tool", "bad-arguments", "wrong-tool"})
+_encode = msgspec.json.encode
+#: Prefixes of the keys made from provider tool call ids; an explicit key may not take them.
+_DERIVED_KEY_PREFIXES = tuple(f"{dialect}:" for dialect in PROVIDER_DIALECTS)
+
+#: What a stage returns: None (go on), a refusal, or (authorize) a replayed observation.
+_End = Refusal | Observation | None
 
 
 class Gate:
@@ -82,11 +96,13 @@ class Gate:
         max_output_bytes: cap on a tool result's JSON text, in bytes (``output-too-large``);
             None takes the policy's, else 8192.
         timeout: seconds a call waits for the device before ``device-timeout`` (queueing
-            included); None takes the policy's, else no limit beyond the device backend's own.
-            See :class:`~regdev.TimeoutDevice` for what a timed-out write means.
+            included), finite and at most ``threading.TIMEOUT_MAX``; None takes the policy's,
+            else no limit beyond the device backend's own. See :class:`~regdev.TimeoutDevice`
+            for what a timed-out write means.
 
     Raises:
-        ValueError: a cap is not a positive int, or the timeout not a positive number.
+        ValueError: a cap is not a positive int, or the timeout not a finite number of
+            seconds in (0, ``threading.TIMEOUT_MAX``].
         PolicyError: the policy offers a session a tool this gate does not have.
     """
 
@@ -119,12 +135,19 @@ class Gate:
         self.audit = audit
         self.timeout = timeout
         self._runner = TimeoutDevice(self.device, timeout) if timeout is not None else self.device
-        self._check = compile_validator(tools)  # the hot path: returns a code or None
-        self._validator = ReferenceValidator(tools)  # asked only to explain a refusal
-        self._guarded = policy is not None or audit is not None
-        #: The register map when it protects any register (else the check is skipped).
+        self._tool_by_name: dict[str, Tool] = dict(tools.items())
+        #: The validators of each offered tool list (None: every tool): the compiled one
+        #: decides, the reference one words a refusal.
+        self._validators: dict[tuple[str, ...] | None,
+                               tuple[CompiledValidator, ReferenceValidator]] = {
+            None: (compile_validator(tools), ReferenceValidator(tools))}
+        #: The register map when it protects any register (else the checks are skipped).
         self._registers = policy.registers if policy is not None and (
             policy.registers.read_only or policy.registers.protected) else None
+        self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
+        #: Idempotency keys are scoped to the registers the device reaches.
+        self._key_scope = self.device.state_id() if audit is not None else ""
+        self._sessions: dict[str, Session] = {}
         if policy is not None:
             for name, spec in policy.sessions.items():
                 missing = [tool for tool in spec.tools or () if tool not in tools]
@@ -132,22 +155,29 @@ class Gate:
                     raise PolicyError(f"the policy offers session `{name}` the tool "
                                       f"`{escape_text(missing[0])}`, which this gate does not "
                                       f"have; tools: {', '.join(tools)}")
+                self._validators_for(spec.tools)
         #: The session of calls that name none.
         self.default_session = self.session()
 
     def session(self, name: str = "default") -> Session:
-        """A new session declared by the policy as ``name``, with its own rate-limit bucket.
+        """The live session declared by the policy as ``name``: the same object for every
+        call with one name, so that its rate limit holds across them.
 
         Raises:
             PolicyError: the policy declares no such session (without a policy, only
                 ``"default"`` exists, allowing everything).
         """
-        if self.policy is not None:
-            return self.policy.session(name)
-        if name != "default":
-            raise PolicyError(f"session `{name}` needs a policy that declares it; this gate "
-                              "has no policy")
-        return Session()
+        session = self._sessions.get(name)
+        if session is None:
+            if self.policy is not None:
+                session = self.policy.session(name)
+            elif name == "default":
+                session = Session()
+            else:
+                raise PolicyError(f"session `{name}` needs a policy that declares it; this "
+                                  "gate has no policy")
+            session = self._sessions.setdefault(name, session)  # one per name, even in a race
+        return session
 
     def handle(
         self,
@@ -176,20 +206,17 @@ class Gate:
             ValueError: ``dialect`` is not one of :data:`regdev.DIALECTS`, or ``tool_choice``
                 is not one of the gate's tools (checked before anything else; a programming
                 error, not a model's).
+            KeyboardInterrupt, SystemExit: raised inside the call (by the approval hook, or
+                while waiting for the device); the call is recorded first.
         """
-        self.check_options(dialect, tool_choice)
-        if self._guarded or session is not None:
-            state = _CallState(session or self.default_session, dialect, raw, loop_id, step)
-            return self._handle_guarded(state, raw, None, None, tool_choice)
-        try:
-            parsed = parse(raw, dialect, max_bytes=self.max_input_bytes)
-            if isinstance(parsed, Refusal):
-                return Observation.refused(parsed)
-            if parsed.refusal is not None:
-                return Observation.refused(parsed.refusal, parsed.id)
-            return self._run(parsed.call, parsed.id, tool_choice)
-        except Exception:  # the gate's promise: one observation, never an exception
-            return self._internal_error()
+        if dialect != "canonical" or tool_choice is not None:
+            self.check_options(dialect, tool_choice)
+        call = _Call(session or self.default_session, dialect, tool_choice, raw,
+                     loop_id=loop_id, step=step)
+        if self.audit is None:
+            return self._run(call)
+        call.time, call.timings = time.time(), {}
+        return self._finish(call, self._run(call))
 
     def handle_call(
         self,
@@ -204,9 +231,12 @@ class Gate:
     ) -> Observation:
         """Run an already-decoded canonical call (for callers that decoded JSON themselves).
 
+        The same pipeline as :meth:`handle`, with nothing to parse.
+
         Args:
             call: ``{"tool": NAME, "arguments": {...}}`` as decoded JSON values.
-            call_id: correlation id to echo in the observation.
+            call_id: correlation id to echo in the observation (a string of at most 256
+                characters; anything else is not echoed).
             tool_choice: when set, this step forces that tool.
             session: the caller; :attr:`default_session` when None.
             idempotency_key: the call's idempotency key, a string of 1..256 characters, or
@@ -219,218 +249,246 @@ class Gate:
 
         Raises:
             ValueError: ``tool_choice`` is not one of the gate's tools.
+            KeyboardInterrupt, SystemExit: as for :meth:`handle`.
         """
         self.check_options("canonical", tool_choice)
-        if call_id is not None and (type(call_id) is not str or len(call_id) > MAX_ID_CHARS):
-            call_id = None
-        key = check_idempotency_key(idempotency_key, "idempotency_key")
-        if self._guarded or session is not None:
-            raw = encode_json(call) if self.audit is not None else None
-            state = _CallState(session or self.default_session, "canonical", raw, loop_id, step)
-            state.marks.append(state.marks[0])  # nothing to parse
-            if isinstance(key, Refusal):
-                state.call = call
-                return self._handle_guarded(state, None, call, call_id, tool_choice, refusal=key)
-            state.key = key
-            return self._handle_guarded(state, None, call, call_id, tool_choice)
-        if isinstance(key, Refusal):
-            return Observation.refused(key, call_id)
-        try:
-            return self._run(call, call_id, tool_choice)
-        except Exception:
-            return self._internal_error()
+        state = _Call(session or self.default_session, "canonical", tool_choice, None,
+                      loop_id=loop_id, step=step)
+        if self.audit is not None:
+            state.time, state.timings = time.time(), {}
+        state.call = call
+        if type(call_id) is str and len(call_id) <= MAX_ID_CHARS:
+            state.id = call_id
+        state.sent_key = idempotency_key
+        return self._finish(state, self._run(state))
 
     def check_options(self, dialect: str, tool_choice: str | None) -> None:
         """Raise ValueError for a dialect or a forced tool this gate cannot honour."""
-        check_dialect(dialect)
+        if dialect != "canonical":
+            check_dialect(dialect)
         if tool_choice is not None and (type(tool_choice) is not str
                                         or tool_choice not in self.tools):
             raise ValueError(f"tool_choice {tool_choice!r} is not one of the tools offered: "
                              f"{', '.join(self.tools)}")
 
-    def _run(self, call: object, call_id: str | None, tool_choice: str | None,
-             state: _CallState | None = None) -> Observation:
-        refusal = (None if self._check(call, tool_choice) is None
-                   else self._validator.check(call, tool_choice))
-        if state is not None:
-            refusal = self._offered(call, refusal, state)
-        if refusal is not None:
-            return Observation.refused(refusal, call_id)
-        assert isinstance(call, dict)
-        tool = self.tools[call["tool"]]
-        arguments = tool.bind(call["arguments"])
-        if state is not None:
-            answer = self._authorize(tool, arguments, call_id, state)
-            if answer is not None:
-                return answer
-        result = self._execute(tool.name, tool.handler, arguments)
-        if state is not None:
-            state.marks.append(_now_ns())
-        if isinstance(result, Refusal):
-            return Observation.refused(result, call_id)
-        size = len(msgspec.json.encode(result))
-        if size > self.max_output_bytes:
-            ran = "ran" if tool.read_only else "ran and its effect stands"
-            return Observation.refused(
-                Refusal("observe", "output-too-large",
-                        f"{tool.name} {ran}, but its result is {size} bytes, over the cap of "
-                        f"{self.max_output_bytes} bytes"),
-                call_id,
-            )
-        return Observation.success(tool.name, result, call_id)
+    # --- the pipeline --------------------------------------------------------------------
 
-    def _execute(
-        self, name: str, handler: Handler | None, arguments: dict[str, Any]
-    ) -> dict[str, Any] | Refusal:
-        if handler is None:
-            return Refusal("execute", "device-error", f"tool {name} has no implementation here")
+    def _run(self, call: _Call) -> Observation:
+        """parse -> validate -> authorize -> execute -> observe: the first stage that ends
+        the call decides its observation; if none does, the call succeeded."""
+        timings = call.timings  # None without an audit log: nothing to time
+        start = _now_ns() if timings is not None else 0
         try:
-            result: dict[str, Any] = handler(self._runner, arguments)
+            for name, stage in _STAGES:
+                end = stage(self, call)
+                if timings is not None:
+                    now = _now_ns()
+                    timings[name] = now - start
+                    start = now
+                if end is not None:
+                    return end if type(end) is Observation else \
+                        Observation(False, None, None, end, call.id)  # type: ignore[arg-type]
+        except Exception:  # the gate's promise: one observation, never an exception
+            return _internal_error()
+        except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
+            self._finish(call, _internal_error(f"it was interrupted by {type(error).__name__}",
+                                               log=False))
+            raise
+        assert call.tool is not None and call.result is not None
+        return Observation(True, call.tool.name, call.result, id=call.id)
+
+    def _parse(self, call: _Call) -> Refusal | None:
+        """Raw text to the canonical call, its correlation id and its idempotency key."""
+        if call.raw is None:  # handle_call: decoded already; only the key is to check
+            key = check_idempotency_key(call.sent_key, "idempotency_key")
+        else:
+            parsed = parse(call.raw, call.dialect, max_bytes=self.max_input_bytes)
+            if type(parsed) is Refusal:
+                return parsed
+            call.call, call.id = parsed.call, parsed.id  # type: ignore[union-attr]
+            if parsed.refusal is not None:  # type: ignore[union-attr]
+                return parsed.refusal  # type: ignore[union-attr]
+            key = parsed.idempotency_key  # type: ignore[union-attr]
+        if key is None:
+            return None
+        if isinstance(key, Refusal):
+            return key
+        return self._take_key(call, key)
+
+    def _take_key(self, call: _Call, key: str) -> Refusal | None:
+        """Keep the call's idempotency key (see ``_idempotency.py`` for which count)."""
+        if call.dialect in PROVIDER_DIALECTS:  # the provider's tool call id
+            if self._tool_call_ids_as_keys:
+                call.key = f"{call.dialect}:{key}"
+        elif key.startswith(_DERIVED_KEY_PREFIXES):
+            return Refusal("validate", "bad-idempotency-key",
+                           f"an idempotency key may not start with "
+                           f"{' or '.join(_DERIVED_KEY_PREFIXES)} (those name provider tool "
+                           f"call ids), got {escape_text(key, 40)!r}")
+        else:
+            call.key = key
+        if self.audit is None:  # keys live in the audit log: without one they are ignored
+            call.key = None
+        return None
+
+    def _validate(self, call: _Call) -> Refusal | None:
+        """The call against the schemas of the tools its session is offered."""
+        tools = call.session.tools
+        check, reference = self._validators.get(tools) or self._validators_for(tools)
+        code = check(call.call, call.tool_choice)
+        if code is not None:
+            return reference.check(call.call, call.tool_choice) or Refusal(
+                "validate", code, f"the call is invalid ({code})")
+        canonical: dict[str, Any] = call.call  # type: ignore[assignment]
+        tool = call.tool = self._tool_by_name[canonical["tool"]]
+        call.arguments = tool.bind(canonical["arguments"])
+        return None
+
+    def _authorize(self, call: _Call) -> _End:
+        """The authorize stage, in the order of ``_policy.py``; None lets the call run."""
+        session, tool, audit, registers = call.session, call.tool, self.audit, self._registers
+        assert tool is not None and call.arguments is not None
+        if audit is None and registers is None and not session.limited:
+            return None  # nothing to check
+        if audit is not None:
+            refusal = _check_audit(audit, tool)
+            if refusal is not None:
+                return refusal
+        refusal = session.check_scope(tool)
+        if refusal is not None:
+            return refusal
+        changed = changed_registers(tool, call.arguments) if registers is not None else ()
+        if changed:
+            assert registers is not None
+            refusal = check_read_only(registers, tool, changed)
+            if refusal is not None:
+                return refusal
+        if call.key is not None and not tool.read_only:
+            end = self._begin_key(call)
+            if end is not None:
+                return end
+        refusal = session.take_token()
+        if refusal is not None or not changed:
+            return refusal
+        assert registers is not None and self.policy is not None
+        arguments = call.arguments
+        return ask_approval(registers, tool, changed, self.policy.approve,
+                            lambda addr: ApprovalRequest(session.name, tool.name,
+                                                         dict(arguments), addr))
+
+    def _begin_key(self, call: _Call) -> _End:
+        """Reserve the call's idempotency key, or end the call: a replay or a refusal."""
+        assert self.audit is not None and call.tool is not None and call.key is not None
+        call.fingerprint = fingerprint(call.tool.name, call.arguments or {})
+        found = self.audit.idempotency.begin(
+            (self._key_scope, call.session.name, call.key), call.fingerprint)
+        if found is None:
+            call.reserved = True
+            return None
+        return replace(found, id=call.id) if type(found) is Observation else found
+
+    def _execute(self, call: _Call) -> Refusal | None:
+        """Run the tool on the device (through the timeout worker when there is a timeout)."""
+        tool = call.tool
+        assert tool is not None and call.arguments is not None
+        if tool.handler is None:
+            return Refusal("execute", "device-error",
+                           f"tool {tool.name} has no implementation here")
+        call.executed = True  # from here on the device may have changed
+        try:
+            call.result = tool.handler(self._runner, call.arguments)
         except DeviceTimeout as error:
             return Refusal("execute", "device-timeout",
                            f"the device did not answer in time: {escape_text(str(error), 120)}")
         except RegdevError as error:
             return Refusal("execute", "device-error",
                            f"the device refused: {escape_text(str(error), 120)}")
-        return result
+        return None
 
-    @staticmethod
-    def _internal_error() -> Observation:
-        logger.exception("regdev: unexpected error while handling a tool call")
-        return Observation.refused(
-            Refusal("internal", "internal-error",
-                    "regdev failed while handling this call (an internal error, logged); "
-                    "read the register back before retrying")
-        )
+    def _observe(self, call: _Call) -> Refusal | None:
+        """The result's size against the output cap."""
+        size = len(_encode(call.result))
+        if size <= self.max_output_bytes:
+            return None
+        assert call.tool is not None
+        ran = "ran" if call.tool.read_only else "ran and its effect stands"
+        return Refusal("observe", "output-too-large",
+                       f"{call.tool.name} {ran}, but its result is {size} bytes, over the cap "
+                       f"of {self.max_output_bytes} bytes")
 
-    # --- the guarded path: sessions, authorization, idempotency keys, audit ---------------
+    # --- after the pipeline: the audit record and the idempotency key --------------------
 
-    def _handle_guarded(self, state: _CallState, raw: str | bytes | None, call: object,
-                        call_id: str | None, tool_choice: str | None, *,
-                        refusal: Refusal | None = None) -> Observation:
-        """``raw`` to parse (from :meth:`handle`), or the decoded ``call`` when it is None;
-        ``refusal`` refuses a decoded call before validation (its idempotency key)."""
-        try:
-            if raw is not None:
-                if type(raw) is str and len(raw) <= self.max_input_bytes:
-                    # encoded once, for the parser and for the audit record
-                    raw = state.raw = raw.encode("utf-8", "surrogatepass")
-                parsed = parse(raw, state.dialect, max_bytes=self.max_input_bytes)
-                state.marks.append(_now_ns())
-                if isinstance(parsed, Refusal):
-                    observation = Observation.refused(parsed)
-                elif parsed.refusal is not None:
-                    state.call = parsed.call
-                    observation = Observation.refused(parsed.refusal, parsed.id)
-                else:
-                    call, state.key = parsed.call, parsed.idempotency_key
-                    state.call = call
-                    observation = self._run(call, parsed.id, tool_choice, state)
-            elif refusal is not None:
-                observation = Observation.refused(refusal, call_id)
-            else:
-                state.call = call
-                observation = self._run(call, call_id, tool_choice, state)
-        except Exception:
-            observation = self._internal_error()
-        try:
-            return self._finish(state, observation)
-        except Exception:
-            return self._internal_error()
-        finally:
-            if state.reserved and self.audit is not None:
-                assert state.key is not None
-                self.audit.idempotency.release(state.session.name, state.key)
-
-    def _offered(self, call: object, refusal: Refusal | None,
-                 state: _CallState) -> Refusal | None:
-        """A tool not offered to the session is ``unknown-tool``, in the same position."""
-        session = state.session
-        if session.tools is not None and (refusal is None or refusal.code not in _BEFORE_NAME):
-            assert isinstance(call, dict)
-            name = call["tool"]
-            if not session.offers(name):
-                offered = ", ".join(t for t in session.tools if t in self.tools) or "none"
-                refusal = Refusal("validate", "unknown-tool",
-                                  f"unknown tool {show_value(name)}; available tools: {offered}")
-        state.marks.append(_now_ns())
-        return refusal
-
-    def _authorize(self, tool: Tool, arguments: dict[str, Any], call_id: str | None,
-                   state: _CallState) -> Observation | None:
-        """The authorize stage, in the order of ``_policy.py``; None lets the call run."""
-        state.tool, state.arguments = tool, arguments
-        session, registers = state.session, self._registers
-        if self.audit is not None and self.audit.closed:
-            refusal: Refusal | None = Refusal(
-                "authorize", "audit-error",
-                "the audit log is closed, so no call can be recorded or run")
-        else:
-            refusal = session.check_scope(tool)
-        addr = register_address(tool, arguments) if registers is not None else None
-        if refusal is None and addr is not None:
-            assert registers is not None
-            refusal = check_read_only(registers, addr)
-        if refusal is None and state.key is not None and self.audit is not None \
-                and not tool.read_only:
-            state.print = fingerprint(tool.name, arguments)
-            found = self.audit.idempotency.begin(session.name, state.key, state.print)
-            if isinstance(found, Observation):
-                state.replay = True
-                state.marks.append(_now_ns())
-                return replace(found, id=call_id)
-            refusal = found
-            state.reserved = found is None
-        if refusal is None:
-            refusal = session.take_token()
-        if refusal is None and addr is not None:
-            assert registers is not None and self.policy is not None
-            refusal = ask_approval(registers, addr, self.policy.approve,
-                                   lambda: ApprovalRequest(session.name, tool.name,
-                                                           dict(arguments), addr))
-        state.marks.append(_now_ns())
-        return None if refusal is None else Observation.refused(refusal, call_id)
-
-    def _finish(self, state: _CallState, observation: Observation) -> Observation:
-        """Record the call in the audit log (durably for a write that ran); store its key."""
-        marks = state.marks
-        if len(marks) == 5:  # execute ran: the rest was observe
-            marks.append(_now_ns())
-        audit = self.audit
-        if audit is None:
+    def _finish(self, call: _Call, observation: Observation) -> Observation:
+        """Record the call (durably when it executed a write) and settle its key."""
+        if self.audit is None:
             return observation
-        tool = state.tool
-        wrote = len(marks) == 6 and tool is not None and not tool.read_only
-        key_row = None
-        if state.reserved and wrote and observation.code in STORED_CODES:
-            assert state.key is not None and state.print is not None
-            stored = msgspec.json.encode(replace(observation, id=None).to_dict()).decode()
-            key_row = (state.session.name, state.key, state.print, stored, state.time)
-        row = audit.row(
-            time=state.time, session=state.session.name, dialect=state.dialect, raw=state.raw,
-            observation=observation,
-            tool=tool.name if tool is not None else _tool_name(state.call),
-            arguments=encode_json(state.arguments) if state.arguments is not None
-            else _arguments_text(state.call, audit.max_raw_bytes),
-            loop_id=state.loop_id, step=state.step, idempotency_key=state.key,
-            marks=marks)
         try:
-            audit.append(row, key_row, durable=wrote)
+            observation = self._record(call, observation)
+        except Exception:
+            observation = _internal_error()
+        if call.reserved:
+            self._settle_key(call, observation)
+        return observation
+
+    def _record(self, call: _Call, observation: Observation) -> Observation:
+        """Append the call's audit record: committed before returning when the call executed
+        a tool that changes the device (``audit-error`` if that commit fails)."""
+        audit, tool = self.audit, call.tool
+        assert audit is not None
+        durable = call.executed and tool is not None and not tool.read_only
+        key_row = None
+        if call.reserved and durable and _keeps_key(observation):
+            call.stored = _stored(observation)
+            key_row = (self._key_scope, call.session.name, call.key, call.fingerprint,
+                       call.stored, call.time)
+        row = audit.row(
+            time=call.time, session=call.session.name, dialect=call.dialect,
+            raw=call.raw if call.raw is not None else encode_json(call.call),
+            observation=observation,
+            tool=tool.name if tool is not None else _tool_name(call.call),
+            arguments=encode_json(call.arguments) if call.arguments is not None
+            else _arguments_text(call.call, audit.max_raw_bytes),
+            loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
+            timings=call.timings)
+        try:
+            audit.append(row, key_row, durable=durable)
         except AuditError as error:
-            if not wrote:
-                logger.error("regdev: a call's audit record was not written: %s", error)
+            if not durable:
+                logger.error("a call's audit record was not written: %s", error)
                 return observation
+            call.stored = None
             return Observation.refused(
                 Refusal("observe", "audit-error",
                         "the call ran on the device but its audit record could not be "
                         f"written ({escape_text(error.reason or 'audit log failure', 80)}); "
                         "read the register back"),
                 observation.id)
-        if key_row is not None:
-            assert state.key is not None and state.print is not None
-            audit.idempotency.complete(state.session.name, state.key, state.print, key_row[3])
-            state.reserved = False
         return observation
+
+    def _settle_key(self, call: _Call, observation: Observation) -> None:
+        """Store the reserved key's outcome once the call executed (``device-timeout``
+        aside), so it never runs twice; else free the key for the next call."""
+        assert self.audit is not None and call.key is not None
+        slot = (self._key_scope, call.session.name, call.key)
+        if call.executed and _keeps_key(observation):
+            assert call.fingerprint is not None
+            self.audit.idempotency.complete(slot, call.fingerprint,
+                                            call.stored or _stored(observation))
+        else:
+            self.audit.idempotency.release(slot)
+
+    def _validators_for(self, tools: tuple[str, ...] | None
+                        ) -> tuple[CompiledValidator, ReferenceValidator]:
+        """The validators of the tools in ``tools`` (None: every tool), compiled once."""
+        found = self._validators.get(tools)
+        if found is None:
+            offered = ToolSet(self.tools[name] for name in dict.fromkeys(tools or ())
+                              if name in self.tools)
+            found = self._validators.setdefault(
+                tools, (compile_validator(offered), ReferenceValidator(offered)))
+        return found
+
+    # --- outside the pipeline ------------------------------------------------------------
 
     def record_loop_stop(self, loop_id: str, stop: str, detail: str, steps: int,
                          session: Session | None = None) -> None:
@@ -443,7 +501,7 @@ class Gate:
         try:
             self.audit.append(row)
         except AuditError as error:
-            logger.error("regdev: a loop's stop was not recorded: %s", error)
+            logger.error("a loop's stop was not recorded: %s", error)
 
     def close(self) -> None:
         """Close the audit log (committing every record) and the timeout worker. Idempotent."""
@@ -462,29 +520,77 @@ class Gate:
         return f"Gate(device={self.device.identify()!r}, tools={list(self.tools)!r})"
 
 
-class _CallState:
-    """What the guarded path learns about one call on its way, for the later stages and the
-    audit record. ``marks`` holds the clock (ns) at the start and at the end of each stage."""
+#: The stages in order, each ``stage(gate, call) -> None, or what ends the call``.
+_STAGES: tuple[tuple[str, Callable[[Gate, _Call], _End]], ...] = (
+    ("parse", Gate._parse),
+    ("validate", Gate._validate),
+    ("authorize", Gate._authorize),
+    ("execute", Gate._execute),
+    ("observe", Gate._observe),
+)
 
-    __slots__ = ("arguments", "call", "dialect", "key", "loop_id", "marks", "print",
-                 "raw", "replay", "reserved", "session", "step", "time", "tool")
 
-    def __init__(self, session: Session, dialect: str, raw: str | bytes | None,
-                 loop_id: str | None, step: int | None) -> None:
+class _Call:
+    """What the pipeline learns about one call on its way, for the later stages and the audit
+    record. Attributes not set in ``__init__`` keep the class defaults until a stage sets them.
+    """
+
+    call: object = None  #: the decoded canonical call (or whatever document was sent)
+    id: str | None = None  #: the correlation id to echo
+    sent_key: object = None  #: handle_call's idempotency key, not yet checked
+    key: str | None = None  #: the idempotency key in force (None: none, or no audit log)
+    tool: Tool | None = None  #: the validated call's tool
+    arguments: dict[str, Any] | None = None  #: its validated, bound arguments
+    result: dict[str, Any] | None = None  #: what the device answered
+    executed = False  #: the device call started: the device may have changed
+    fingerprint: bytes | None = None  #: the key's fingerprint of tool and arguments
+    reserved = False  #: this call holds the reservation of its key
+    stored: str | None = None  #: the observation JSON stored under the key
+    #: For the audit log only: when the call arrived (Unix seconds), and the nanoseconds
+    #: spent in each stage it reached, by name.
+    time = 0.0
+    timings: dict[str, int] | None = None
+
+    def __init__(self, session: Session, dialect: str, tool_choice: str | None,
+                 raw: str | bytes | None, *, loop_id: str | None, step: int | None) -> None:
         self.session = session
         self.dialect = dialect
-        self.raw = raw
+        self.tool_choice = tool_choice
+        self.raw = raw  #: the raw text to parse; None for a decoded call (handle_call)
         self.loop_id = loop_id
         self.step = step
-        self.time = time.time()
-        self.marks = [_now_ns()]
-        self.call: object = None
-        self.key: str | None = None
-        self.tool: Tool | None = None
-        self.arguments: dict[str, Any] | None = None
-        self.print: bytes | None = None
-        self.reserved = False
-        self.replay = False
+
+
+def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
+    """Authorize step 0: nothing runs that cannot be recorded."""
+    if audit.closed:
+        return Refusal("authorize", "audit-error",
+                       "the audit log is closed, so no call can be recorded or run")
+    failure = audit.failure
+    if failure is None or tool.read_only:
+        return None
+    return Refusal("authorize", "audit-error",
+                   f"the audit log failed to commit ({escape_text(failure, 80)}), so calls "
+                   "that change the device are refused until a commit succeeds; reads still run")
+
+
+def _keeps_key(observation: Observation) -> bool:
+    """An executed call keeps its key unless the device timed out (the retry runs then)."""
+    return observation.code != "device-timeout"
+
+
+def _stored(observation: Observation) -> str:
+    """The observation as stored under an idempotency key: JSON without id and replay."""
+    return _encode(replace(observation, id=None, replay=False).to_dict()).decode()
+
+
+def _internal_error(why: str = "an internal error, logged", *, log: bool = True) -> Observation:
+    if log:
+        logger.exception("unexpected error while handling a tool call")
+    return Observation.refused(
+        Refusal("internal", "internal-error",
+                f"regdev failed while handling this call ({why}); read the register back "
+                "before retrying"))
 
 
 def _first(*values: Any) -> Any:

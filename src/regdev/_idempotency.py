@@ -2,21 +2,27 @@
 
 Rules of this file:
 
-* A key belongs to a session: the pair (session name, key). Keys apply to tools that change the
-  device; a read-only tool runs every time and its key, if any, is ignored.
-* Where a key travels in each dialect is in ``_parse.py`` and ``docs/safety.md``.
-* The first call with a key reserves it. When the call ran on the device and ended with a
-  definite outcome (success, ``device-error``, ``output-too-large``), its observation is stored
-  under the key with the SHA-256 fingerprint of the tool name and the validated arguments. A
-  call without a definite outcome (refused before the device, ``device-timeout``, an internal
-  or audit error) releases the key, so the next call with it runs.
+* A key belongs to a device and a session: the slot (device, session name, key). The device is
+  its :meth:`~regdev.Device.state_id`, so a stored write is replayed only to a device that holds
+  the registers it was applied to; a fresh in-process register file never gets a replay of a
+  write it did not see. Keys apply to tools that change the device; a read-only tool runs every
+  time and its (well-formed) key is ignored.
+* Where a key travels in each dialect is in ``_parse.py`` and ``docs/safety.md``. Explicit keys
+  (canonical, MCP) are used as sent; a provider's tool call id is a key only when the policy
+  says so (``tool_call_ids_as_keys``), prefixed with its dialect (``"openai:call_..."``), and an
+  explicit key may not take those prefixes, so the two kinds never collide.
+* The first call with a key reserves it. Once the call has *executed* (the device call started)
+  its observation is stored under the key with the SHA-256 fingerprint of the tool name and the
+  validated arguments, whatever the outcome, with one exception: ``device-timeout`` releases
+  the key so the retry runs (``docs/safety.md`` says why). A call that never reached the device
+  (refused, or cancelled) releases the key, so the next call with it runs.
 * A later call with the key: the same fingerprint gets the stored observation marked as a
   replay, and nothing runs; another fingerprint is ``idempotency-conflict``; while the first
   call is still running, ``idempotency-in-progress``.
 * Stored keys live in the audit database (table ``idempotency_keys``), inserted in the same
   transaction as the write's audit record and committed before the observation is returned,
   so an acknowledged write's key survives a crash. The table is append-only; every key is
-  loaded into memory (about 200 bytes each) when the database is opened.
+  loaded into memory (about 250 bytes each) when the database is opened.
 """
 
 from __future__ import annotations
@@ -31,17 +37,19 @@ import msgspec
 from ._observation import Observation, Refusal
 from ._schema import escape_text
 
-__all__ = ["KEYS_SCHEMA", "STORED_CODES", "IdempotencyStore", "fingerprint"]
+__all__ = ["INSERT_KEY", "KEYS_SCHEMA", "PROVIDER_DIALECTS", "IdempotencyStore", "Slot",
+           "fingerprint"]
 
 #: The table of stored keys (created by the audit database).
 KEYS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
+    device      TEXT NOT NULL,  -- the state_id of the device the write was applied to
     session     TEXT NOT NULL,
     key         TEXT NOT NULL,
     fingerprint BLOB NOT NULL,  -- SHA-256 of [tool, arguments] as sorted-key JSON
     observation TEXT NOT NULL,  -- the first observation's JSON, without id and replay
     time        REAL NOT NULL,  -- Unix time, seconds
-    PRIMARY KEY (session, key)
+    PRIMARY KEY (device, session, key)
 ) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS idempotency_keys_append_only_update
     BEFORE UPDATE ON idempotency_keys
@@ -51,10 +59,14 @@ CREATE TRIGGER IF NOT EXISTS idempotency_keys_append_only_delete
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 """
 INSERT_KEY = ("INSERT OR IGNORE INTO idempotency_keys "
-              "(session, key, fingerprint, observation, time) VALUES (?, ?, ?, ?, ?)")
+              "(device, session, key, fingerprint, observation, time) VALUES (?, ?, ?, ?, ?, ?)")
 
-#: Verdict codes of a definite outcome, stored under the key (None: success).
-STORED_CODES = frozenset({None, "device-error", "output-too-large"})
+#: The dialects whose tool call id can be a key (``Policy.tool_call_ids_as_keys``); such a key
+#: is ``"<dialect>:<id>"``, a form an explicit key may not take.
+PROVIDER_DIALECTS = ("openai", "anthropic")
+
+#: Where a key lives: (device state_id, session name, key).
+Slot = tuple[str, str, str]
 
 _encode_sorted = msgspec.json.Encoder(order="sorted", decimal_format="number").encode
 
@@ -68,18 +80,18 @@ class IdempotencyStore:
     """The keys of one audit database, in memory, with the calls still running. Thread-safe.
 
     Args:
-        entries: stored keys as ``(session, key, fingerprint, observation JSON)`` rows.
+        entries: stored keys as ``(device, session, key, fingerprint, observation JSON)`` rows.
     """
 
-    def __init__(self, entries: Iterable[tuple[str, str, bytes, str]] = ()) -> None:
-        self._done: dict[tuple[str, str], tuple[bytes, str]] = {
-            (session, key): (bytes(print_), observation)
-            for session, key, print_, observation in entries
+    def __init__(self, entries: Iterable[tuple[str, str, str, bytes, str]] = ()) -> None:
+        self._done: dict[Slot, tuple[bytes, str]] = {
+            (device, session, key): (bytes(print_), observation)
+            for device, session, key, print_, observation in entries
         }
-        self._running: dict[tuple[str, str], bytes] = {}
+        self._running: dict[Slot, bytes] = {}
         self._lock = threading.Lock()
 
-    def begin(self, session: str, key: str, print_: bytes) -> Observation | Refusal | None:
+    def begin(self, slot: Slot, print_: bytes) -> Observation | Refusal | None:
         """Look the key up for a call with fingerprint ``print_``, reserving it when new.
 
         Returns:
@@ -87,7 +99,6 @@ class IdempotencyStore:
             An :class:`Observation`: the stored one, marked as a replay (``id`` unset).
             A :class:`Refusal`: ``idempotency-conflict`` or ``idempotency-in-progress``.
         """
-        slot = (session, key)
         with self._lock:
             stored = self._done.get(slot)
             if stored is None:
@@ -98,30 +109,30 @@ class IdempotencyStore:
                 if running == print_:
                     return Refusal(
                         "authorize", "idempotency-in-progress",
-                        f"a call with idempotency key {_show(key)} is still running; send it "
-                        "again shortly to get its observation")
-                return _conflict(key)
+                        f"a call with idempotency key {_show(slot[2])} is still running; send "
+                        "it again shortly to get its observation")
+                return _conflict(slot[2])
         if stored[0] != print_:
-            return _conflict(key)
+            return _conflict(slot[2])
         observation = Observation.from_dict(msgspec.json.decode(stored[1]))
         return Observation(observation.ok, observation.tool, observation.result,
                            observation.refusal, replay=True)
 
-    def complete(self, session: str, key: str, print_: bytes, observation: str) -> None:
+    def complete(self, slot: Slot, print_: bytes, observation: str) -> None:
         """Store the reserved key's observation JSON (after its audit record is committed)."""
         with self._lock:
-            self._running.pop((session, key), None)
-            self._done[(session, key)] = (print_, observation)
+            self._running.pop(slot, None)
+            self._done[slot] = (print_, observation)
 
-    def release(self, session: str, key: str) -> None:
-        """Drop a reservation whose call had no definite outcome: the key can be used again."""
+    def release(self, slot: Slot) -> None:
+        """Drop a reservation whose call did not run: the key can be used again."""
         with self._lock:
-            self._running.pop((session, key), None)
+            self._running.pop(slot, None)
 
-    def get(self, session: str, key: str) -> str | None:
-        """The stored observation JSON for ``key`` in ``session``, or None."""
+    def get(self, slot: Slot) -> str | None:
+        """The stored observation JSON for the key in ``slot``, or None."""
         with self._lock:
-            stored = self._done.get((session, key))
+            stored = self._done.get(slot)
         return stored[1] if stored else None
 
     def __len__(self) -> int:

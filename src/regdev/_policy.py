@@ -6,6 +6,9 @@ first refusal decides, nothing after it runs, and the call never reaches the dev
 ====  ===============  ==========================  ============================================
  #    check            code                        refused when
 ====  ===============  ==========================  ============================================
+ 0    audit log        ``audit-error``             the audit log is closed (every call), or
+                                                   its last commit failed (calls that change
+                                                   the device, until a commit succeeds)
  1    scope            ``denied-<tool>``           the session's scopes do not cover the tool:
                                                    a tool that changes the device needs
                                                    ``write``, a read-only tool needs ``read``
@@ -19,7 +22,13 @@ first refusal decides, nothing after it runs, and the call never reaches the dev
                                                    approval hook did not approve (or no hook)
 ====  ===============  ==========================  ============================================
 
-Why this order: the static rights (1, 2) come first: they are cheap, they never change during a
+A tool that changes the device and takes no integer ``addr`` (the shell's ``reset_device``)
+changes every register: it is refused when any register is read-only, and needs approval
+when any is protected.
+
+Why this order: the audit check (0) comes first because a call that cannot be recorded must
+not run (``_gate.py`` does it, since only the gate has the log). The static rights (1, 2) come
+first: they are cheap, they never change during a
 session, and no retry helps. The key (3) comes before the rate limit so that a runtime re-sending
 an acknowledged write gets its answer without spending a token: a replay costs no device time.
 The rate limit (4) comes before approval so that a flood never reaches the approver, and the
@@ -28,7 +37,8 @@ approved.
 
 The tool allowlist is not here: a tool the session is not offered is ``unknown-tool`` at the
 validate stage, with the same message as a tool that does not exist, so a session learns
-nothing about tools it is not offered (``Gate`` checks it right after the validator).
+nothing about tools it is not offered (``Gate`` validates each call against the tools its
+session is offered).
 
 A policy is declared in Python (:class:`Policy`) or in a TOML or JSON file
 (:meth:`Policy.from_file`), validated by pydantic. The file format is in ``docs/safety.md``.
@@ -65,8 +75,8 @@ __all__ = [
     "SessionPolicy",
     "TokenBucket",
     "ask_approval",
+    "changed_registers",
     "check_read_only",
-    "register_address",
 ]
 
 Scope = Literal["read", "write"]
@@ -91,13 +101,14 @@ class ApprovalRequest:
         session: the name of the session that sent the call.
         tool: the tool, e.g. ``"write_register"``.
         arguments: the validated arguments, e.g. ``{"addr": 15, "data": 1}``.
-        addr: the protected register address (0..15).
+        addr: the protected register address (0..15), or None for a tool that changes every
+            register (one without an integer ``addr``, such as the shell's ``reset_device``).
     """
 
     session: str
     tool: str
     arguments: Mapping[str, Any]
-    addr: int
+    addr: int | None
 
 
 #: ``approve(request) -> True`` approves; False, anything else, or an exception denies.
@@ -172,6 +183,11 @@ class Policy(_Model):
         rate_limit: every session's rate limit unless its own says otherwise; None: no limit.
         sessions: named sessions; ``"default"`` is used when a caller names none (and allows
             every scope and tool when not declared).
+        tool_call_ids_as_keys: when True, the tool call id that OpenAI and Anthropic give each
+            tool call (``call_...``, ``toolu_...``) is the call's idempotency key, as
+            ``"openai:<id>"`` or ``"anthropic:<id>"``; a runtime that re-sends an assistant
+            turn then gets replays, not second writes. False (the default): those ids are only
+            correlation ids, and calls in those dialects carry no key.
         approve: the approval hook for protected registers (Python only, never in a file);
             None denies every protected write.
 
@@ -186,6 +202,7 @@ class Policy(_Model):
     registers: RegisterMap = RegisterMap()
     rate_limit: RateLimit | None = None
     sessions: dict[str, SessionPolicy] = Field(default_factory=dict)
+    tool_call_ids_as_keys: Annotated[bool, Field(strict=True)] = False
     approve: Approver | None = Field(default=None, exclude=True)
 
     @classmethod
@@ -258,6 +275,9 @@ class Policy(_Model):
 
     def session(self, name: str = "default") -> Session:
         """A new live session (with its own full rate-limit bucket) declared as ``name``.
+
+        :meth:`Gate.session <regdev.Gate.session>` keeps one per name, so that a named
+        session's rate limit holds across calls; use that one for calls through a gate.
 
         Raises:
             PolicyError: no session of that name is declared.
@@ -410,7 +430,7 @@ class Session:
         ValueError: no scope, or a scope other than ``read`` and ``write``.
     """
 
-    __slots__ = ("_bucket", "_can", "name", "rate_limit", "scopes", "tools")
+    __slots__ = ("_bucket", "_can", "limited", "name", "rate_limit", "scopes", "tools")
 
     def __init__(self, name: str = "default", *, scopes: Iterable[str] = SCOPES,
                  tools: Iterable[str] | None = None,
@@ -425,6 +445,9 @@ class Session:
         self.rate_limit = rate_limit
         self._bucket = TokenBucket(rate_limit.rate, rate_limit.burst) if rate_limit else None
         self._can = ("write" in self.scopes, "read" in self.scopes)  # indexed by read_only
+        #: True when the scopes or the rate limit can refuse a call (else authorize has
+        #: nothing to ask this session).
+        self.limited = not all(self._can) or self._bucket is not None
 
     def offers(self, tool: str) -> bool:
         """True when the tool named ``tool`` is offered to this session."""
@@ -457,47 +480,66 @@ class Session:
                 f"tools={self.tools!r}, rate_limit={self.rate_limit!r})")
 
 
-def register_address(tool: Tool, arguments: Mapping[str, Any]) -> int | None:
-    """The register a call would change: ``arguments["addr"]`` for a tool that is not
-    read-only, else None (reads are never write-protected)."""
+#: Every register address: what a tool that changes the device without an ``addr`` changes.
+EVERY_REGISTER: tuple[int, ...] = tuple(range(REGISTER_COUNT))
+
+
+def changed_registers(tool: Tool, arguments: Mapping[str, Any]) -> tuple[int, ...]:
+    """The registers a call may change: none for a read-only tool; ``arguments["addr"]`` when
+    it is an integer; else every register (a tool such as a reset touches them all)."""
     if tool.read_only:
-        return None
+        return ()
     addr = arguments.get("addr")
-    return addr if type(addr) is int else None
+    return (addr,) if type(addr) is int else EVERY_REGISTER
 
 
-def check_read_only(registers: RegisterMap, addr: int) -> Refusal | None:
-    """Step 2: ``read-only-register`` for a write to a register marked read-only."""
-    if addr not in registers.read_only:
+def check_read_only(registers: RegisterMap, tool: Tool,
+                    changed: tuple[int, ...]) -> Refusal | None:
+    """Step 2: ``read-only-register`` when the call changes a register marked read-only."""
+    if len(changed) == 1:
+        if changed[0] not in registers.read_only:
+            return None
+        return Refusal("authorize", "read-only-register",
+                       f"register {changed[0]} is read-only in this device's register map; "
+                       "no call can write it")
+    hit = sorted(registers.read_only.intersection(changed))
+    if not hit:
         return None
     return Refusal("authorize", "read-only-register",
-                   f"register {addr} is read-only in this device's register map; no call "
-                   "can write it")
+                   f"{tool.name} changes every register, and register {hit[0]} is read-only in "
+                   "this device's register map; no call can run it")
 
 
-def ask_approval(registers: RegisterMap, addr: int, approve: Approver | None,
-                 request: Callable[[], ApprovalRequest]) -> Refusal | None:
-    """Step 5: for a protected register, ask ``approve``; ``approval-denied`` unless it
-    returns ``True`` (anything else it returns, or an exception it raises, denies).
+def ask_approval(registers: RegisterMap, tool: Tool, changed: tuple[int, ...],
+                 approve: Approver | None,
+                 request: Callable[[int | None], ApprovalRequest]) -> Refusal | None:
+    """Step 5: for a call that changes a protected register, ask ``approve``;
+    ``approval-denied`` unless it returns ``True`` (anything else it returns, or an
+    ``Exception`` it raises, denies; ``KeyboardInterrupt`` and ``SystemExit`` go on up).
 
     Args:
         registers: the register map.
-        addr: the register the call writes.
+        tool: the tool called.
+        changed: the registers the call changes (:func:`changed_registers`).
         approve: the approval hook, or None (every protected write is denied).
-        request: builds the :class:`ApprovalRequest` (only when the hook is asked).
+        request: builds the :class:`ApprovalRequest` for an address, or None for every
+            register (called only when the hook is asked).
     """
-    if addr not in registers.protected:
+    hit = sorted(registers.protected.intersection(changed))
+    if not hit:
         return None
+    every = len(changed) > 1
+    what = (f"{tool.name} changes every register, and register {hit[0]} is protected"
+            if every else f"register {hit[0]} is protected")
     if approve is None:
         return Refusal("authorize", "approval-denied",
-                       f"register {addr} is protected: writing it needs approval, and no "
-                       "approver is configured")
+                       f"{what}: writing it needs approval, and no approver is configured")
     try:
-        approved = approve(request()) is True
+        approved = approve(request(None if every else hit[0])) is True
     except Exception:  # the hook's failure is a denial, never an approval
-        logger.exception("regdev: the approval hook raised; the write is denied")
+        logger.exception("the approval hook raised; the call is denied")
         approved = False
     if approved:
         return None
-    return Refusal("authorize", "approval-denied",
-                   f"register {addr} is protected and the approver denied this write")
+    return Refusal("authorize", "approval-denied", f"{what} and the approver denied this "
+                   f"{'call' if every else 'write'}")
