@@ -390,6 +390,9 @@ def test_audit_command_json_exports_every_record(capsys: pytest.CaptureFixture[s
     ("argv", "message"),
     [
         (["--since", "yesterday"], "--since: expected an ISO 8601 time"),
+        (["--since", "nan"], "--since: expected a time, got 'nan'"),
+        (["--until", "1e400"], "--until: expected a time, got '1e400'"),
+        (["--loop", "zzz"], "no loop id in"),
         (["--last", "-1"], "--last must be >= 0"),
         (["--db", "/nonexistent/a.db"], "no audit database at /nonexistent/a.db"),
     ],
@@ -402,6 +405,21 @@ def test_audit_command_errors_are_one_line(capsys: pytest.CaptureFixture[str],
     assert status == 2 and out == "" and message in err and err.count("\n") == 1
 
 
+def test_audit_loop_takes_the_id_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    """--loop accepts the 8 characters the text view shows, as well as the whole id."""
+    run(capsys, "demo")
+    run(capsys, "demo")
+    loop_ids = {r.loop_id for r in read_audit(default_audit_path()) if r.loop_id}
+    assert len(loop_ids) == 2
+    for loop_id in loop_ids:
+        for given in (loop_id, loop_id[:8]):
+            status, out, _ = run(capsys, "audit", "--loop", given)
+            assert status == 0 and out.endswith(f"9 records in {default_audit_path()}\n")
+            assert out.count(f"loop {loop_id[:8]}") == 9
+    status, _, err = run(capsys, "audit", "--loop", "")
+    assert status == 2 and "2 loop ids in" in err and "give more of the id" in err
+
+
 def test_bad_policy_file_in_the_cli_is_one_line(capsys: pytest.CaptureFixture[str],
                                                 tmp_path: Path) -> None:
     """--policy with a bad file: exit 2, one line naming the file and field; nothing runs."""
@@ -412,7 +430,13 @@ def test_bad_policy_file_in_the_cli_is_one_line(capsys: pytest.CaptureFixture[st
     assert f"{path}: `sessions.x.scopes[0]`" in err
     status, _, err = run(capsys, "demo", "--session", "nobody")
     assert status == 2 and "session `nobody` needs a policy" in err
-
+    path.write_text('[sessions.x]\ntools = ["erase_chip"]\n')
+    status, _, err = run(capsys, "call", READ, "--policy", str(path))
+    assert status == 2 and err.count("\n") == 1
+    assert f"{path}: the policy offers session `x` the tool `erase_chip`" in err
+    path.write_text('[sessions.x]\nscopes = ["read"]\n')
+    status, _, err = run(capsys, "call", READ, "--policy", str(path), "--session", "y")
+    assert status == 2 and f"{path}: the policy declares no session `y`" in err
 
 
 def test_unusable_audit_path_is_one_line(capsys: pytest.CaptureFixture[str],
@@ -451,6 +475,21 @@ def test_no_replay_across_cli_calls_on_a_fresh_device(capsys: pytest.CaptureFixt
     assert [r.replay for r in read_audit(audit_path)] == [False, False, False]
 
 
+def test_replays_are_marked_in_the_text_output(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    """Within one run (one device), a key sent twice is replayed, and says so."""
+    raw = ('{"tool": "write_register", "arguments": {"addr": 1, "data": 5}, '
+           '"idempotency_key": "r-1"}')
+    path = tmp_path / "calls.jsonl"
+    path.write_text("\n".join(json.dumps({"raw": raw}) for _ in range(2)) + "\n")
+    _, out, _ = run(capsys, "replay", str(path))
+    lines = [line for line in out.splitlines() if line.startswith(("line    1", "line    2"))]
+    assert len(lines) == 2 and "replayed" not in lines[0]
+    assert lines[1].endswith("register 1 = 0x05 (5); replayed (not executed now)")
+    _, out, _ = run(capsys, "audit", "--last", "1")
+    assert "replayed (not executed)" in out
+
+
 def test_shell_is_authorized_and_recorded(capsys: pytest.CaptureFixture[str],
                                           monkeypatch: pytest.MonkeyPatch,
                                           audit_path: Path) -> None:
@@ -461,6 +500,10 @@ def test_shell_is_authorized_and_recorded(capsys: pytest.CaptureFixture[str],
                          "--session", "viewer")
     assert status == 0
     assert "refused   authorize/denied-write_register (final)" in out
+    monkeypatch.setattr("sys.stdin", io.StringIO("reset\n"))
+    _, out, _ = run(capsys, "shell", "--policy", str(EXAMPLES / "policy.toml"), "--no-audit")
+    assert ("refused   authorize/read-only-register (final): reset_device changes every "
+            "register, and register 0 is read-only") in out
     assert [(r.session, r.tool, r.code) for r in read_audit(audit_path)] == [
         ("viewer", "identify_device", None), ("viewer", "read_register", None),
         ("viewer", "write_register", "denied-write_register")]

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib.util
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 import msgspec
 
 from . import __version__
-from ._audit import AuditLog, AuditRecord, default_audit_path, read_audit
+from ._audit import AuditLog, AuditRecord, default_audit_path, find_loop, read_audit
 from ._compile import generate_source
 from ._demo import DEMO_SCRIPT, ScriptedProposer
 from ._device import REGISTER_COUNT, Device, RegisterFile
@@ -57,14 +58,16 @@ def format_registers(values: Sequence[int]) -> str:
 
 
 def _describe(observation: Observation) -> str:
+    replayed = "; replayed (not executed now)" if observation.replay else ""
     if observation.ok:
         result = observation.result or {}
         if set(result) == {"addr", "data"}:
             return (f"accepted  {observation.tool}: register {result['addr']} = "
-                    f"0x{result['data']:02x} ({result['data']})")
-        return f"accepted  {observation.tool}: {msgspec.json.encode(result).decode()}"
+                    f"0x{result['data']:02x} ({result['data']}){replayed}")
+        return f"accepted  {observation.tool}: {msgspec.json.encode(result).decode()}{replayed}"
     retry = "retryable" if observation.refusal and observation.refusal.retryable else "final"
-    return f"refused   {observation.stage}/{observation.code} ({retry}): {observation.message}"
+    return (f"refused   {observation.stage}/{observation.code} ({retry}): "
+            f"{observation.message}{replayed}")
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -207,6 +210,9 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
     """
     try:
         policy = Policy.from_file(args.policy) if args.policy else None
+    except PolicyError as error:
+        raise UsageError(str(error)) from None
+    try:
         audit = None
         if not args.no_audit:
             audit = AuditLog(args.audit or default_audit_path(), durability=args.durability)
@@ -217,8 +223,8 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
             if audit is not None:
                 audit.close()
             raise
-    except PolicyError as error:
-        raise UsageError(str(error)) from None
+    except PolicyError as error:  # the policy names a session or a tool that is not there
+        raise UsageError(f"{args.policy}: {error}" if args.policy else str(error)) from None
     except AuditError as error:
         raise UsageError(f"{error} (choose another file with --audit PATH, or record nothing "
                          "with --no-audit)") from None
@@ -236,9 +242,14 @@ def _audit_note(gate: Gate, out: TextIO) -> None:
 def _parse_time(text: str, option: str) -> float:
     """ISO 8601 (UTC when no offset is given) or Unix seconds, as Unix seconds."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise UsageError(f"{option}: expected a time, got {text!r}, which is not a finite "
+                             "number of Unix seconds")
+        return seconds
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
@@ -261,7 +272,7 @@ def _show_record(record: AuditRecord) -> str:
     if record.idempotency_key is not None:
         extras.append(f"key {record.idempotency_key!r}")
     if record.replay:
-        extras.append("replay")
+        extras.append("replayed (not executed)")
     if record.loop_id:
         extras.append(f"loop {record.loop_id[:8]} step {record.step}")
     total = sum(t for t in (record.parse_ns, record.validate_ns, record.authorize_ns,
@@ -278,8 +289,9 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     until = _parse_time(args.until, "--until") if args.until else None
     path = args.db or default_audit_path()
     try:
+        loop_id = find_loop(path, args.loop) if args.loop is not None else None
         records = read_audit(path, session=args.session, code=args.code, since=since,
-                             until=until, loop_id=args.loop, last=args.last)
+                             until=until, loop_id=loop_id, last=args.last)
     except AuditError as error:
         raise UsageError(str(error)) from None
     for record in records:
@@ -655,7 +667,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="only records at or after TIME: ISO 8601 (UTC unless it has an "
                             "offset) or Unix seconds")
     audit.add_argument("--until", metavar="TIME", help="only records before TIME")
-    audit.add_argument("--loop", metavar="ID", help="only the records of this loop id")
+    audit.add_argument("--loop", metavar="ID",
+                       help="only the records of this loop: its id, or the start of it (the "
+                            "8 characters shown are usually enough)")
     audit.add_argument("--last", metavar="N", type=int, help="only the last N matching records")
     audit.add_argument("--json", action="store_true",
                        help="one JSON object per record (every column; arguments and "
