@@ -4,8 +4,9 @@ Run: ``.venv/bin/python benchmarks/load.py [--threads N] [--calls M]``
 
 The same workload and checks as ``tests/test_load.py`` (``tests/loadgen.py``), at full size:
 every accepted write applied exactly once, in its thread's order, nothing refused or replayed
-applied, the final registers those of that serial order, one audit record per call, no
-exception escaping. Prints the throughput; exits 1 when a check fails.
+applied, each register ending with the last write to it of some thread, one audit record per
+call (matched by the call's correlation id, with its verdict), no exception escaping. Prints
+the throughput; exits 1 when a check fails.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ from loadgen import check_load, run_load
 
 def test_concurrent_callers_stay_correct(tmp_path: Path) -> None:
     """8 threads x 200 mixed calls: no exception escapes; every accepted write is applied
-    once, in its thread's order, and nothing refused or replayed is; the final registers are
-    those of that serial order; the audit holds exactly one record per call."""
+    once, in its thread's order, and nothing refused or replayed is; each register ends with
+    the last write to it of some thread; the audit holds exactly one record per call, found
+    by the call's correlation id, with its verdict."""
     result = run_load(tmp_path / "audit.db", threads=8, calls=200)
     check_load(result)
     assert sum(len(calls) for calls in result.calls.values()) == 1600
