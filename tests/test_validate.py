@@ -227,10 +227,18 @@ def test_schema_errors_name_keyword_and_pointer(schema: dict[str, Any], pointer:
 
 
 def test_annotations_are_accepted() -> None:
-    """Annotation keywords do not affect validity and are allowed."""
-    Tool(name="t", description="", input_schema={
+    """Annotation keywords are allowed and do not affect validity: a value unlike the
+    default or the examples is still valid, and the type still decides."""
+    tools = ToolSet([Tool(name="t", description="", input_schema={
         "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-        "title": "T", "properties": {"a": {"description": "d", "default": 1, "examples": [1]}}})
+        "title": "T",
+        "properties": {"a": {"type": "integer", "description": "d", "default": 1,
+                             "examples": [1]}}})])
+    reference, compiled = ReferenceValidator(tools), compile_validator(tools)
+    for arguments, code in (({"a": 5}, None), ({}, None), ({"a": "1"}, "type-a")):
+        call = {"tool": "t", "arguments": arguments}
+        found = reference.check(call)
+        assert (found.code if found else None) == code == compiled(call), arguments
 
 
 def test_tool_set_from_mcp_definitions() -> None:
