@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from regdev import AuditLog, Gate, Observation
-from regdev._audit import _INSERT, _SCHEMA, _SYNCHRONOUS
+from regdev._audit import _SCHEMA, _SYNCHRONOUS, insert_statement
 
 CALLS = {
     "write": '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}',
@@ -88,13 +88,16 @@ def sqlite_inserts(path: Path, durability: str, calls: int) -> Callable[[], floa
                          observation=Observation.success("write_register",
                                                          {"addr": 3, "data": 255}),
                          tool="write_register", arguments='{"addr":3,"data":255}',
-                         marks=(0, 1000, 3000, 6000, 10000, 15000))
+                         timings={"parse": 1000, "validate": 2000, "authorize": 3000,
+                                  "execute": 4000, "observe": 5000})
+
+    statement, params = insert_statement([row])  # the statement the audit log commits a write by
 
     def run() -> float:
         execute = conn.execute
         start = time.perf_counter()
         for _ in range(calls):
-            execute(_INSERT, row)
+            execute(statement, params)
         return time.perf_counter() - start
 
     return run

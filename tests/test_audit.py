@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from conftest import EXAMPLES, CountingDevice
@@ -24,7 +25,7 @@ from regdev import (
     read_audit,
     run_loop,
 )
-from regdev._audit import default_audit_path
+from regdev._audit import default_audit_path, insert_statement
 from regdev._cli import main
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
@@ -520,3 +521,27 @@ def test_a_large_batch_is_committed_whole_and_in_order(db: Path) -> None:
     assert [r.raw for r in records] == [raw.encode() for raw in raws]
     assert [r.call_id for r in records] == [f"r{i}" for i in range(100)]
     assert [r.id for r in records] == list(range(1, 101))
+
+
+def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
+    """insert_statement binds only the values that are not None; every record reads back
+    column for column, whatever mix of NULLs a batch holds."""
+    rows = [AuditLog.stop_row(time=1.0, session="s", loop_id="l", stop="done", detail="d",
+                              steps=2)]
+    with AuditLog(db, flush_interval=3600) as audit:
+        gate = Gate(audit=audit)
+        gate.handle(WRITE)
+        gate.handle("{not json")
+        rows.append(rows[0])
+        statement, params = insert_statement(rows)
+        assert statement.count("?") == len(params) == 2 * sum(v is not None for v in rows[0])
+        assert "NULL" in statement
+        for row in rows:
+            audit.append(row)
+    write, refusal, stop, again = read_audit(db)
+    assert (write.ok, write.replay, write.stage, write.raw) == (True, False, None, WRITE.encode())
+    assert (refusal.ok, refusal.code, refusal.tool, refusal.validate_ns) == (
+        False, "not-json", None, None)
+    assert (stop.event, stop.ok, stop.dialect, stop.raw, stop.step) == ("stop", True, None,
+                                                                         None, 2)
+    assert again == AuditRecord(**{**msgspec.structs.asdict(stop), "id": 4})

@@ -39,7 +39,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import lru_cache
 from pathlib import Path
@@ -60,6 +60,7 @@ __all__ = [
     "Durability",
     "default_audit_path",
     "find_loop",
+    "insert_statement",
     "read_audit",
 ]
 
@@ -128,22 +129,47 @@ _COLUMNS = (
     "idempotency_key", "replay", "parse_ns", "validate_ns", "authorize_ns", "execute_ns",
     "observe_ns",
 )
-_INSERT = (f"INSERT INTO calls ({', '.join(_COLUMNS)}) "
-           f"VALUES ({', '.join('?' * len(_COLUMNS))})")
+_INSERT_INTO = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
 #: record made a batch crawl under concurrent callers.
 MAX_ROWS_PER_INSERT = 512
 
-
-@lru_cache(maxsize=32)
-def _insert_rows(count: int) -> str:
-    """An INSERT of ``count`` records."""
-    return _INSERT + f", ({', '.join('?' * len(_COLUMNS))})" * (count - 1)
-
-#: One record as inserted: the values of the columns above, in order.
+#: One record as inserted: the values of the columns above, in order. Rows hold only values
+#: that Python's sqlite3 binds without looking for an adapter (int, float, str, bytearray) or
+#: None, which :func:`insert_statement` writes as a literal NULL.
 Row = tuple[Any, ...]
+
+
+@lru_cache(maxsize=256)
+def _values(nulls: tuple[bool, ...]) -> str:
+    """One record's ``(?, NULL, ...)``: a column that is None is written as the literal NULL."""
+    return "(" + ", ".join("NULL" if null else "?" for null in nulls) + ")"
+
+
+@lru_cache(maxsize=256)
+def _insert_one(nulls: tuple[bool, ...]) -> str:
+    """The INSERT of one record (the same string object each time: SQLite's statement cache
+    finds it without hashing a new string)."""
+    return _INSERT_INTO + _values(nulls)
+
+
+def insert_statement(rows: Sequence[Row]) -> tuple[str, list[Any]]:
+    """One INSERT of ``rows`` (at most :data:`MAX_ROWS_PER_INSERT`) and its parameters.
+
+    A None is written into the statement as ``NULL`` instead of being bound: Python's
+    sqlite3 binds None, bool and bytes through its adapter lookup (a tuple, a dict miss, two
+    attribute lookups), about 0.7 us a value on the development machine, which was most of
+    what a record cost to insert. (So a row holds ints, not bools, and bytearrays, not bytes.)
+    """
+    if len(rows) == 1:  # a durable write's commit: the common case
+        row = rows[0]
+        return (_insert_one(tuple([value is None for value in row])),
+                [value for value in row if value is not None])
+    values = [_values(tuple([value is None for value in row])) for row in rows]
+    params = [value for row in rows for value in row if value is not None]
+    return _INSERT_INTO + ", ".join(values), params
 
 
 class _Pending:
@@ -385,14 +411,14 @@ class AuditLog:
             idempotency_key: the call's key, if any.
             timings: nanoseconds spent in each stage reached, by name (:data:`STAGE_NAMES`).
         """
-        raw_size = raw_sha = None
+        kept = raw_size = raw_sha = None
         if raw is not None:
             if type(raw) is not bytes:
                 raw = raw.encode("utf-8", "surrogatepass") if type(raw) is str \
                     else repr(raw).encode("utf-8", "replace")
-            raw_size, raw_sha = len(raw), hashlib.sha256(raw).digest()
-            if raw_size > self.max_raw_bytes:
-                raw = raw[: self.max_raw_bytes]
+            raw_size = len(raw)
+            raw_sha = bytearray(hashlib.sha256(raw).digest())
+            kept = bytearray(raw[: self.max_raw_bytes] if raw_size > self.max_raw_bytes else raw)
         refusal = observation.refusal
         if refusal is None:
             stage = code = message = None
@@ -400,19 +426,20 @@ class AuditLog:
         else:
             stage, code, message, result = refusal.stage, refusal.code, refusal.message, None
         get = (timings or {}).get
-        return (time, "call", session, dialect, loop_id, step, raw, raw_size, raw_sha,
-                observation.ok, stage, code, message, tool, arguments, result, observation.id,
-                idempotency_key, observation.replay, get("parse"), get("validate"),
-                get("authorize"), get("execute"), get("observe"))
+        return (time, "call", session, dialect, loop_id, step, kept, raw_size, raw_sha,
+                1 if observation.ok else 0, stage, code, message, tool, arguments, result,
+                observation.id, idempotency_key, 1 if observation.replay else 0,
+                get("parse"), get("validate"), get("authorize"), get("execute"),
+                get("observe"))
 
     @staticmethod
     def stop_row(*, time: float, session: str, loop_id: str, stop: str, detail: str,
                  steps: int) -> Row:
         """Build the record of a loop's stop: the reason in ``code``, the detail in
         ``message``, the number of steps in ``step``; ``ok`` when the loop stopped ``done``."""
-        return (time, "stop", session, None, loop_id, steps, None, None, None, stop == "done",
-                None, stop, detail, None, None, None, None, None, False, None, None, None, None,
-                None)
+        return (time, "stop", session, None, loop_id, steps, None, None, None,
+                1 if stop == "done" else 0, None, stop, detail, None, None, None, None, None, 0,
+                None, None, None, None, None)
 
     def append(self, row: Row, key_row: tuple[Any, ...] | None = None, *,
                durable: bool = False) -> None:
@@ -457,16 +484,12 @@ class AuditLog:
         conn = self._conn
         try:
             if len(batch) == 1 and batch[0].key_row is None:
-                conn.execute(_INSERT, batch[0].row)  # autocommit: one statement, one commit
+                conn.execute(*insert_statement([batch[0].row]))  # autocommit: one commit
             else:
                 conn.execute("BEGIN IMMEDIATE")
-                rows, start = [pending.row for pending in batch], 0
-                while start < len(rows):  # full statements, then the rest in powers of two:
-                    left = len(rows) - start  # a few statement shapes, each prepared once
-                    size = min(self._rows_per_insert, 1 << (left.bit_length() - 1))
-                    conn.execute(_insert_rows(size),
-                                 [value for row in rows[start:start + size] for value in row])
-                    start += size
+                rows, step = [pending.row for pending in batch], self._rows_per_insert
+                for start in range(0, len(rows), step):
+                    conn.execute(*insert_statement(rows[start:start + step]))
                 keys = [pending.key_row for pending in batch if pending.key_row is not None]
                 if keys:
                     conn.executemany(INSERT_KEY, keys)
