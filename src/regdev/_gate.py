@@ -286,8 +286,9 @@ class Gate:
                     timings[name] = now - start
                     start = now
                 if end is not None:
-                    return end if type(end) is Observation else \
-                        Observation(False, None, None, end, call.id)  # type: ignore[arg-type]
+                    if isinstance(end, Observation):  # authorize's replay of a stored one
+                        return end
+                    return Observation(False, refusal=end, id=call.id)
         except Exception:  # the gate's promise: one observation, never an exception
             return _internal_error()
         except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
@@ -303,12 +304,12 @@ class Gate:
             key = check_idempotency_key(call.sent_key, "idempotency_key")
         else:
             parsed = parse(call.raw, call.dialect, max_bytes=self.max_input_bytes)
-            if type(parsed) is Refusal:
+            if isinstance(parsed, Refusal):
                 return parsed
-            call.call, call.id = parsed.call, parsed.id  # type: ignore[union-attr]
-            if parsed.refusal is not None:  # type: ignore[union-attr]
-                return parsed.refusal  # type: ignore[union-attr]
-            key = parsed.idempotency_key  # type: ignore[union-attr]
+            call.call, call.id = parsed.call, parsed.id
+            if parsed.refusal is not None:
+                return parsed.refusal
+            key = parsed.idempotency_key
         if key is None:
             return None
         if isinstance(key, Refusal):
@@ -324,7 +325,7 @@ class Gate:
             return Refusal("validate", "bad-idempotency-key",
                            f"an idempotency key may not start with "
                            f"{' or '.join(_DERIVED_KEY_PREFIXES)} (those name provider tool "
-                           f"call ids), got {escape_text(key, 40)!r}")
+                           f'call ids), got "{escape_text(key, 40)}"')
         else:
             call.key = key
         if self.audit is None:  # keys live in the audit log: without one they are ignored
