@@ -458,7 +458,15 @@ def add_serial_commands(sub: Any, port_options: Any) -> None:
 
 
 def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
-    definitions = tool_definitions(args.format)
+    session = None
+    if args.policy is not None or args.session != "default":
+        try:
+            policy = Policy.from_file(args.policy) if args.policy else None
+            with Gate(policy=policy) as gate:  # checks the session and its tools as serve does
+                session = gate.session(args.session)
+        except PolicyError as error:
+            raise UsageError(str(error)) from None
+    definitions = tool_definitions(args.format, session=session)
     out.write(msgspec.json.format(msgspec.json.encode(definitions), indent=2).decode() + "\n")
     return 0
 
@@ -615,9 +623,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the tools as one provider declares them to a model, as a JSON "
                     "array: mcp (tools/list entries with inputSchema and annotations), openai "
                     "(Chat Completions tools in strict mode) or anthropic (Messages API tools "
-                    "with input_schema). All three come from the one registry.")
+                    "with input_schema). All three come from the one registry. With --policy "
+                    "and --session, only the tools that session is offered (as `regdev serve` "
+                    "lists them).")
     tools.add_argument("--format", choices=PROVIDER_FORMATS, default="mcp",
                        help="which provider's shape (default: mcp)")
+    tools.add_argument("--policy", metavar="FILE",
+                       help="a policy file (TOML, or JSON for other suffixes); see "
+                            "docs/safety.md")
+    tools.add_argument("--session", metavar="NAME", default="default",
+                       help="list only the tools this session of the policy is offered "
+                            "(default: default)")
     tools.set_defaults(func=cmd_tools)
 
     serve = sub.add_parser(
