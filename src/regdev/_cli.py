@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib.util
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -473,7 +474,8 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        from ._mcp import serve_stdio  # noqa: PLC0415 - the optional `mcp` extra, imported lazily
+        # the optional `mcp` extra, imported lazily
+        from ._mcp import STOP_SIGNALS, serve_stdio  # noqa: PLC0415
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio"):
             raise
@@ -490,10 +492,15 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         gate, session = open_gate(args, device)
         with gate:  # closing it commits the last audit records
             log.info("serving MCP on stdio: tools %s on %s, session %s, audit log %s",
-                     ", ".join(gate.tools), identity, session.name,
+                     ", ".join(t for t in gate.tools if session.offers(t)), identity,
+                     session.name,
                      gate.audit.path if gate.audit is not None else "off")
-            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the ordinary way to stop
+            # SIGINT, SIGTERM and SIGHUP end serve_stdio; where the event loop cannot handle
+            # signals (Windows), Ctrl-C raises KeyboardInterrupt instead
+            with contextlib.suppress(KeyboardInterrupt):
                 serve_stdio(gate, session)
+            for number in STOP_SIGNALS:  # a second signal must not cut the audit flush short
+                signal.signal(number, signal.SIG_IGN)
     log.info("stopped")
     return 0
 
@@ -642,8 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "fresh in-process register file, or on the device at --port. Every "
                     "tools/call goes through the gate: "
                     "a refused call comes back as an isError result with the verdict code "
-                    "and message. stdout carries protocol messages only; logs go to stderr. "
-                    "Ends when the client closes stdin, or on Ctrl-C. Needs the mcp extra: "
+                    "and message. tools/list lists the tools the session is offered. stdout "
+                    "carries protocol messages only; logs go to stderr. Ends when the client "
+                    "closes stdin, or on SIGINT (Ctrl-C), SIGTERM or SIGHUP, with exit status "
+                    "0 and every call recorded. Needs the mcp extra: "
                     "pip install 'regdev[mcp]'.")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        default="info",
