@@ -30,7 +30,7 @@ import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import sim_thread
 from regdev import Gate, RegisterFile, read_audit, tool_definitions
-from regdev._mcp import MessageReader, Received, read_envelope
+from regdev._mcp import Envelope, MessageReader, Received, read_envelope
 from regdev._replay import load_replay
 
 REGDEV = str(Path(sys.executable).with_name("regdev"))
@@ -358,34 +358,43 @@ def test_wild_calls_as_raw_params_get_the_in_process_verdicts(home: Path, tmp_pa
     assert status == 0 and b"Traceback" not in err
 
 
+#: The per-request envelope of the 2026-07-28 protocol era (what the SDK's client sends).
+MODERN_META = ('"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", '
+               '"io.modelcontextprotocol/clientCapabilities": {}}')
+
+
 def test_audit_records_the_text_as_received(home: Path, tmp_path: Path) -> None:
-    """Each call is recorded with dialect mcp and its params exactly as sent (spacing, _meta,
-    fractions), a key is honoured, and a line that is not JSON is recorded as that line.
-    Lines are written all at once and stdin closed: every request is still answered."""
+    """In the 2026-07-28 era (server/discover, as the SDK's client speaks): each call is
+    recorded with dialect mcp and its params exactly as sent (spacing, _meta, fractions), a
+    key is honoured, and a line that is not JSON is refused under its id and recorded as that
+    line. Lines are written all at once and stdin closed: every request is still answered."""
     db = tmp_path / "audit.db"
+    discover = ('{"jsonrpc": "2.0", "id": 0, "method": "server/discover", '
+                f'"params": {{{MODERN_META}}}}}')
+    key = MODERN_META.replace('"_meta": {', '"_meta": {"idempotency_key": "k1", ')
     params = [
-        '{ "name" : "write_register", "arguments": {"addr": 3, "data": 7}, '
-        '"_meta": {"idempotency_key": "k1", "progressToken": 9} }',
-        '{"name": "write_register", "arguments": {"addr": 3, "data": 7}, '
-        '"_meta": {"idempotency_key": "k1"}}',
-        '{"name": "write_register", "arguments": {"addr": 3.0000000000000001, "data": 7}}',
+        f'{{ "name" : "write_register", "arguments": {{"addr": 3, "data": 7}}, {key} }}',
+        f'{{"name": "write_register", "arguments": {{"addr": 3, "data": 7}}, {key}}}',
+        '{"name": "write_register", "arguments": {"addr": 3.0000000000000001, "data": 7}, '
+        f"{MODERN_META}}}",
     ]
-    lines = [tools_call(n, text) for n, text in enumerate(params, start=1)]
-    lines.append(tools_call(4, '{"name": "write_register", "arguments": {"addr": NaN}}'))
+    lines = [discover, *(tools_call(n, text) for n, text in enumerate(params, start=1))]
+    lines.append(tools_call(4, f'{{"name": "write_register", "arguments": {{"addr": NaN}}, '
+                               f"{MODERN_META}}}"))
     process = subprocess.run(
-        [*SERVE, "--audit", str(db)], input=(HANDSHAKE_TEXT + "\n".join(lines) + "\n").encode(),
+        [*SERVE, "--audit", str(db)], input="".join(f"{line}\n" for line in lines).encode(),
         capture_output=True, timeout=30, env=server_env(home), check=False)
     answers = {m["id"]: m["result"].get("structuredContent")
                for m in map(json.loads, process.stdout.splitlines())}
     assert process.returncode == 0 and b"Traceback" not in process.stderr
-    assert sorted(answers) == [0, 1, 2, 3, 4]  # the handshake, then every call
+    assert sorted(answers) == [0, 1, 2, 3, 4]  # discover, then every call
     assert answers[2] == {**answers[1], "replay": True}
     assert [answers[n].get("code") for n in (3, 4)] == ["type-addr", "not-json"]
     records = read_audit(db)
     assert [(r.dialect, r.code, r.idempotency_key, r.replay) for r in records] == [
         ("mcp", None, "k1", False), ("mcp", None, "k1", True), ("mcp", "type-addr", None, False),
         ("mcp", "not-json", None, False)]
-    assert [r.raw for r in records] == [text.encode() for text in params] + [lines[3].encode()]
+    assert [r.raw for r in records] == [text.encode() for text in params] + [lines[4].encode()]
     assert records[2].arguments == '{"addr":3.0000000000000001,"data":7}'
 
 
@@ -527,22 +536,41 @@ def test_reader_survives_every_kind_of_line() -> None:
         None, None, 1, None, None, None, "sdk", None, None, None]
 
 
+def test_reader_refuses_a_line_the_parser_fails_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should the parser raise (it did: RecursionError in its repeated-key check at about 990
+    levels), the line is refused under its id like any other, not run, not fatal."""
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr("regdev._mcp.parse", broken)
+    reader = MessageReader(1000)
+    ping = reader.judge(b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}')
+    assert isinstance(ping, types.JSONRPCError) and (ping.id, ping.error.code) == (3, -32700)
+    call = reader.judge(_call_line(4, '{"name": "read_register", "arguments": {"addr": 1}}'))
+    assert isinstance(call, SessionMessage) and call.message.params == {"name": ""}  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"a": NaN}}',
-     (True, 5, "tools/call", False)),
+     Envelope(True, 5, "tools/call", False)),
     (b'{"params": {"a": [1, "]}", {"b": "\\"}"}]}, "id": "x", "method": "m"}',
-     (True, "x", "m", False)),
+     Envelope(True, "x", "m", False)),
     (b'{"id": 5, "method": "tools/call", "params": {"a": ' + b"[" * 100000,
-     (True, 5, "tools/call", False)),  # cut short: what came before still counts
-    (b'{"id": 5, "id": 5, "method": "m"}', (True, None, "m", False)),  # which one? neither
-    (b'{"method": "m", "id": 12', (True, None, "m", False)),  # 12, or 123 cut short?
-    (b'{"id": true, "method": 5}', (True, None, None, False)),
-    (b'{"id": NaN, "method": "m"}', (True, None, "m", False)),
-    (b'{"\\u0069d": 3, "name": "w"}', (True, 3, None, True)),
-    (b'{"method": "notifications/x", "params": NaN}', (False, None, "notifications/x", False)),
-    (b"not json", (False, None, None, False)),
+     Envelope(True, 5, "tools/call", False)),  # cut short: what came before still counts
+    (b'{"id": 5, "id": 5, "method": "m"}', Envelope(True, None, "m", False)),  # which one? neither
+    (b'{"method": "m", "id": 12', Envelope(True, None, "m", False)),  # 12, or 123 cut short?
+    (b'{"id": true, "method": 5}', Envelope(True, None, None, False)),
+    (b'{"id": NaN, "method": "m"}', Envelope(True, None, "m", False)),
+    (b'{"\\u0069d": 3, "name": "w"}', Envelope(True, 3, None, True)),
+    (b'{"method": "notifications/x", "params": NaN}',
+     Envelope(False, None, "notifications/x", False)),
+    (b'{"id": 1, "params": {"a": NaN, "_meta": {"v": "x"}}}',
+     Envelope(True, 1, None, False, {"v": "x"})),
+    (b'{"id": 1, "params": {"_meta": {"v": NaN}}}', Envelope(True, 1, None, False)),
+    (b"not json", Envelope(False, None, None, False)),
 ])
 def test_read_envelope_reads_the_id_leniently_but_its_value_strictly(
-        text: bytes, expected: tuple[object, ...]) -> None:
+        text: bytes, expected: Envelope) -> None:
     """The id and method of a refused line, read by a flat scan; ambiguity gives no id."""
-    assert tuple(read_envelope(text)) == expected
+    assert read_envelope(text) == expected

@@ -128,12 +128,15 @@ class Envelope(NamedTuple):
             else None.
         names_a_call: the top level has a ``name`` or an ``arguments`` member (a stand-in
             for the gate would then not be sure to be refused, see :class:`MessageReader`).
+        meta: the ``params`` object's ``_meta`` when it is one strict JSON object (in the
+            2026-07-28 protocol era every request carries its envelope there), else None.
     """
 
     has_id: bool
     id: int | str | None
     method: str | None
     names_a_call: bool
+    meta: dict[str, Any] | None = None
 
 
 def _skip_value(text: bytes, pos: int) -> int:
@@ -222,11 +225,15 @@ def read_envelope(text: bytes) -> Envelope:
     request_id = _request_id(_strict(ids[0])) if len(ids) == 1 else None
     methods = members.get("method", [])
     method = _strict(methods[0]) if len(methods) == 1 else None
+    params = members.get("params", [])
+    metas = _members(params[0]).get("_meta", []) if len(params) == 1 else []
+    meta = _strict(metas[0]) if len(metas) == 1 else None
     return Envelope(
         has_id=bool(ids),
         id=request_id,
         method=method if type(method) is str else None,
         names_a_call="name" in members or "arguments" in members,
+        meta=meta if type(meta) is dict else None,
     )
 
 
@@ -310,7 +317,11 @@ class MessageReader:
             reason = f"the message is over the cap of {self.max_line_bytes} bytes"
             code = types.INVALID_REQUEST
         else:
-            parsed = parse(line, max_bytes=self.max_line_bytes)
+            try:
+                parsed = parse(line, max_bytes=self.max_line_bytes)
+            except Exception:  # a defect in the parser: the line is refused, never run
+                logger.exception("regdev: the parser failed on a message")
+                parsed = Refusal("parse", "not-json", "the message could not be decoded")
             if not isinstance(parsed, Refusal):
                 return self._message(parsed.call, line)
             reason, code = parsed.message, types.PARSE_ERROR
@@ -350,9 +361,12 @@ class MessageReader:
             # A stand-in request under the same id: the handler has the gate refuse the line
             # (no top-level name or arguments, so the gate cannot run anything from it), and
             # the answer takes the SDK's path like any other call. The SDK sees a tool name
-            # of "" only for its envelope check.
+            # of "" only for its envelope check, and the request's _meta when it is readable.
+            stand_in: dict[str, Any] = {"name": ""}
+            if envelope.meta is not None:  # the protocol envelope of the 2026-07-28 era
+                stand_in["_meta"] = envelope.meta
             request = types.JSONRPCRequest(jsonrpc="2.0", id=envelope.id, method="tools/call",
-                                           params={"name": ""})
+                                           params=stand_in)
             return SessionMessage(request, ServerMessageMetadata(request_context=Received(line)))
         return _error(envelope.id, code, _protocol_message(code, reason))
 
