@@ -569,6 +569,9 @@ def test_reader_refuses_a_line_the_parser_fails_on(monkeypatch: pytest.MonkeyPat
      Envelope(True, 1, None, False, {"v": "x"})),
     (b'{"id": 1, "params": {"_meta": {"v": NaN}}}', Envelope(True, 1, None, False)),
     (b"not json", Envelope(False, None, None, False)),
+    # a string that never closes, inside a container: the scan ends there, once (it was
+    # quadratic when every escaped quote restarted a string match)
+    (b'{"id": 2, "params": ["' + b'\\"' * 200000, Envelope(True, 2, None, False)),
 ])
 def test_read_envelope_reads_the_id_leniently_but_its_value_strictly(
         text: bytes, expected: Envelope) -> None:

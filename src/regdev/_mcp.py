@@ -114,7 +114,7 @@ class Received:
 _SPACE = re.compile(rb"[ \t\r\n]*")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _SCALAR = re.compile(rb"[^\s,\]}]+")
-_NESTED = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)  # strings and brackets
+_SPECIAL = re.compile(rb'["\[\]{}]')  # where a string starts, or a bracket
 
 
 class Envelope(NamedTuple):
@@ -140,19 +140,28 @@ class Envelope(NamedTuple):
 
 
 def _skip_value(text: bytes, pos: int) -> int:
-    """The end of the JSON value starting at ``pos``, read leniently; -1 if the text ends."""
+    """The end of the JSON value starting at ``pos``, read leniently; -1 if the text ends.
+
+    Linear in the text: each string is matched once, from its opening quote (a string that
+    never closes ends the scan), and between strings only brackets are counted.
+    """
     first = text[pos : pos + 1]
     if first == b'"':
         match = _STRING.match(text, pos)
         return match.end() if match else -1
     if first in (b"{", b"["):
         depth = 0
-        for match in _NESTED.finditer(text, pos):
-            char = text[match.start()]
-            if char != 0x22:  # a bracket, not a string
-                depth += 1 if char in (0x5B, 0x7B) else -1
-                if depth == 0:
-                    return match.end()
+        while (match := _SPECIAL.search(text, pos)) is not None:
+            if match.group() == b'"':
+                string = _STRING.match(text, match.start())
+                if string is None:
+                    return -1
+                pos = string.end()
+                continue
+            depth += 1 if match.group() in (b"[", b"{") else -1
+            pos = match.end()
+            if depth == 0:
+                return pos
         return -1
     match = _SCALAR.match(text, pos)
     # a number that runs to the end of the text may have been cut short there
