@@ -316,7 +316,9 @@ def test_every_request_is_answered_and_notifications_never(raw: RawServer) -> No
         assert reply is not None and "error" in reply, (line, reply)
         assert (reply["id"], reply["error"]["code"]) == (request_id, code), (line, reply)
     for quiet in [b"", b"   ", b'{"jsonrpc": "2.0", "method": "notifications/x", "p": NaN}',
-                  b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": 5}']:
+                  b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": 5}',
+                  b'{"jsonrpc": "2.0", "id": 47, "result": 5}',  # a response: never answered
+                  b'{"jsonrpc": "2.0", "id": null, "error": {"code": 1, "message": "x"}}']:
         raw.send(quiet, answer=False)
     assert raw.send(b'{"jsonrpc": "2.0", "id": 46, "method": "ping"}') == {
         "jsonrpc": "2.0", "id": 46, "result": {}}

@@ -25,10 +25,12 @@ Rules of this file:
   JSON runs nothing: a ``tools/call`` whose id can still be read gets a ``CallToolResult``
   with ``isError`` and the gate's parse-stage observation (``not-json``, or ``too-large``
   over the byte cap), recorded in the audit log with the whole line as its raw text (the
-  params cannot be cut out of text that does not parse); any other request gets JSON-RPC
+  params cannot be cut out of text that does not parse), provided the line has no
+  top-level ``name`` or ``arguments`` for the gate to run; any other request gets JSON-RPC
   error -32700 with its id; without a readable id, -32700 with id null (JSON-RPC 2.0,
-  section 5.1). Strict JSON that is not a JSON-RPC message gets -32600. Notifications are
-  never answered (JSON-RPC 2.0, section 4.1); one that cannot be read is logged and dropped.
+  section 5.1). Strict JSON that is not a JSON-RPC message gets -32600. Notifications and
+  responses are never answered (JSON-RPC 2.0, sections 4.1 and 5); one that cannot be read
+  is logged and dropped.
 * Work per line is bounded and nothing recurses over a message: a line is at most
   ``max_line_bytes`` (longer ones are cut there and refused), msgspec refuses deep nesting,
   and the lenient reading of a refused line's id (:func:`read_envelope`) is a flat scan.
@@ -341,14 +343,16 @@ class MessageReader:
         if type(doc) is not dict:
             return _error(None, types.INVALID_REQUEST,
                           "Invalid Request: a message is one JSON-RPC object")
-        if "id" in doc and _request_id(doc["id"]) is None:
+        response = "method" not in doc and ("result" in doc or "error" in doc)
+        if "id" in doc and _request_id(doc["id"]) is None and not response:
             return _error(None, types.INVALID_REQUEST,
                           "Invalid Request: an id is a string or an integer")
         try:
             message = types.jsonrpc_message_adapter.validate_python(doc, by_name=False)
         except ValidationError:
-            if "id" not in doc and "method" in doc:
-                logger.warning("regdev: dropped a notification that is not JSON-RPC 2.0")
+            if response or ("id" not in doc and "method" in doc):  # never answered
+                logger.warning("regdev: dropped a %s that is not JSON-RPC 2.0",
+                               "response" if response else "notification")
                 return None
             return _error(doc.get("id"), types.INVALID_REQUEST,
                           "Invalid Request: not a JSON-RPC 2.0 request, notification or response")
