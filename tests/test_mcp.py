@@ -426,18 +426,18 @@ def test_a_policy_caps_bytes_and_lists_only_the_offered_tools(home: Path, tmp_pa
 
 
 @contextmanager
-def sigint_handled() -> Iterator[None]:
-    """Start children with SIGINT at its default, whatever this process inherited.
+def spawned_with(number: int, disposition: Any) -> Iterator[None]:
+    """Start children with signal ``number`` handled or ignored, whatever this process has.
 
-    A shell's background job runs with SIGINT ignored, an ignored signal stays ignored across
-    exec, and a handled signal is reset to its default at exec, so handling it here for the
-    moment of the spawn is enough.
+    An ignored signal stays ignored across exec, and a handled one is reset to its default
+    there, so setting it here for the moment of the spawn is enough. (A shell's background
+    job runs with SIGINT ignored, which would hide the server's own handling of it.)
     """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.signal(number, disposition)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(number, previous)
 
 
 @pytest.mark.skipif(os.name != "posix", reason="sends POSIX signals")
@@ -448,7 +448,7 @@ def test_a_signal_ends_the_server_cleanly_with_every_call_recorded(
     """SIGINT, SIGTERM or SIGHUP while the client keeps stdin open: exit 0 at once, no trace,
     and every answered call is in the audit log (the SDK's client itself sends SIGTERM)."""
     db = tmp_path / "audit.db"
-    with sigint_handled():
+    with spawned_with(signal.SIGINT, signal.default_int_handler):
         server = RawServer(home, db, "--log-level", "info")
     server.handshake()
     for n in range(1, 21):
@@ -466,6 +466,19 @@ def test_a_signal_ends_the_server_cleanly_with_every_call_recorded(
         f"regdev serve: INFO regdev: stopping on {signal.Signals(number).name}",
         "regdev serve: INFO regdev: stopped"]
     assert len(read_audit(db)) == 20
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="sends a POSIX SIGHUP")
+def test_a_signal_ignored_at_start_stays_ignored(home: Path, tmp_path: Path) -> None:
+    """Under nohup (SIGHUP ignored when the server starts) SIGHUP does not stop it."""
+    with spawned_with(signal.SIGHUP, signal.SIG_IGN):
+        server = RawServer(home, tmp_path / "audit.db")
+    server.handshake()
+    server.process.send_signal(signal.SIGHUP)
+    assert server.send('{"jsonrpc": "2.0", "id": 1, "method": "ping"}') == {
+        "jsonrpc": "2.0", "id": 1, "result": {}}
+    status, rest, err = server.close()
+    assert status == 0 and rest == b"" and b"stopping on" not in err
 
 
 def test_no_server_wrote_under_home(home: Path, session: Session, raw: RawServer) -> None:

@@ -563,22 +563,28 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 async def _stop_on_signals(scope: anyio.CancelScope, *,
                            task_status: anyio.abc.TaskStatus[None]) -> None:
-    try:
-        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            task_status.started()
-            async for number in signals:
-                logger.info("stopping on %s", signal.Signals(number).name)
-                scope.cancel()
-                return
-    except NotImplementedError:  # no signal handlers in this event loop (Windows): Ctrl-C
-        task_status.started()  # still raises KeyboardInterrupt, which the caller handles
+    # A signal ignored when the process started stays ignored (nohup's SIGHUP, SIGINT in a
+    # shell's background job), as POSIX programs do.
+    wanted = [number for number in STOP_SIGNALS if signal.getsignal(number) != signal.SIG_IGN]
+    with contextlib.ExitStack() as stack:
+        try:
+            signals = stack.enter_context(anyio.open_signal_receiver(*wanted))
+        except (NotImplementedError, RuntimeError):  # Windows, or not the main thread: no
+            task_status.started()  # handlers (Ctrl-C still raises KeyboardInterrupt there)
+            return
+        task_status.started()
+        async for number in signals:
+            logger.info("stopping on %s", signal.Signals(number).name)
+            scope.cancel()
+            return
 
 
 def serve_stdio(gate: Gate, session: Session | None = None) -> None:
     """Serve ``gate`` over MCP on this process's stdin and stdout until stdin ends.
 
     Blocks. Returns when the client closes stdin (end of file), or on SIGINT, SIGTERM or
-    SIGHUP (after a call running on the device has finished); the caller then closes the
+    SIGHUP unless the process started with it ignored (after a call running on the device
+    has finished); the caller then closes the
     gate, which commits the audit log. Where the event loop cannot handle signals (Windows),
     Ctrl-C raises ``KeyboardInterrupt`` to the caller instead.
 
