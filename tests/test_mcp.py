@@ -552,7 +552,7 @@ def test_reader_survives_every_kind_of_line() -> None:
 
 
 def test_reader_refuses_a_line_the_parser_fails_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Should the parser raise (it did: RecursionError in its repeated-key check at about 990
+    """Should the parser raise (it once did: RecursionError in its repeated-key check at ~990
     levels), the line is refused under its id like any other, not run, not fatal."""
 
     def broken(*args: object, **kwargs: object) -> object:
