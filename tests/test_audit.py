@@ -25,7 +25,7 @@ from regdev import (
     read_audit,
     run_loop,
 )
-from regdev._audit import default_audit_path, insert_statement
+from regdev._audit import _COLUMNS, _SCHEMA, default_audit_path, insert_statement
 from regdev._cli import main
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
@@ -545,3 +545,43 @@ def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
     assert (stop.event, stop.ok, stop.dialect, stop.raw, stop.step) == ("stop", True, None,
                                                                          None, 2)
     assert again == AuditRecord(**{**msgspec.structs.asdict(stop), "id": 4})
+
+
+V1_KEYS = """
+CREATE TABLE idempotency_keys (
+    session TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+    observation TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (session, key)
+) WITHOUT ROWID;
+CREATE TRIGGER idempotency_keys_append_only_update BEFORE UPDATE ON idempotency_keys
+    BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
+CREATE TRIGGER idempotency_keys_append_only_delete BEFORE DELETE ON idempotency_keys
+    BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
+"""
+
+
+def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Path) -> None:
+    """Version 1 keys were not tied to a device: they are kept, append-only, but never
+    replayed; records stay and new ones follow them."""
+    conn = sqlite3.connect(db)
+    conn.executescript(_SCHEMA + V1_KEYS + "PRAGMA user_version = 1;")
+    conn.execute("INSERT INTO idempotency_keys VALUES ('default', 'old', x'00', '{}', 1.0)")
+    conn.execute(f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
+                 f"({', '.join('?' * len(_COLUMNS))})",
+                 AuditLog.stop_row(time=1.0, session="s", loop_id="l", stop="done",
+                                   detail="d", steps=1))
+    conn.commit()
+    conn.close()
+    device = CountingDevice()
+    with Gate(device, audit=AuditLog(db)) as gate:
+        assert len(gate.audit.idempotency) == 0  # type: ignore[union-attr]
+        raw = WRITE.replace('"id": "c1"', '"idempotency_key": "old"')
+        assert not gate.handle(raw).replay and device.accesses == 1
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("SELECT key FROM idempotency_keys_v1").fetchall() == [("old",)]
+    assert conn.execute("SELECT session, key FROM idempotency_keys").fetchall() == [
+        ("default", "old")]
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM idempotency_keys_v1")
+    conn.close()
+    assert [r.event for r in read_audit(db)] == ["stop", "call"]
