@@ -218,7 +218,7 @@ class TimeoutDevice(Device):
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._worker = threading.Thread(target=self._work, daemon=True,
-                                        name=f"regdev-device {device.identify()}")
+                                        name=f"regdev-device {type(device).__name__}")
         self._worker.start()
 
     def _work(self) -> None:

@@ -518,7 +518,7 @@ class Gate:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Gate(device={self.device.identify()!r}, tools={list(self.tools)!r})"
+        return f"Gate(device={type(self.device).__name__}, tools={list(self.tools)!r})"
 
 
 #: The stages in order, each ``stage(gate, call) -> None, or what ends the call``.

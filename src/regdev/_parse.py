@@ -19,10 +19,11 @@ Rules of this file:
   with the same strictness. The dialect is declared by the caller; it is never guessed.
 * The idempotency key travels outside the arguments, in each dialect's own envelope (see
   ``docs/safety.md``): canonical ``"idempotency_key"``; MCP ``_meta.idempotency_key`` in the
-  ``tools/call`` params; OpenAI and Anthropic: the tool call's ``id``, which the provider
-  assigns once per call, so a runtime that re-sends the same call re-sends the same key (an id
-  that is not a correlation id is no key either). An explicit key must be a string of 1..256
-  characters (``bad-idempotency-key`` otherwise, with the id kept).
+  ``tools/call`` params; OpenAI and Anthropic carry no field for one, so the parser hands on
+  the tool call's ``id`` and the gate uses it as the key only when the policy asks for it
+  (``tool_call_ids_as_keys``; an id that is not a correlation id is no key either). An explicit
+  key must be a string of 1..256 characters (``bad-idempotency-key`` otherwise, with the id
+  kept).
 """
 
 from __future__ import annotations
