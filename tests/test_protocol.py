@@ -377,7 +377,7 @@ def test_first_seq_sets_where_the_numbers_start() -> None:
     host = Connection(HOST, first_seq=254)
     assert [host.new_seq() for _ in range(4)] == [254, 255, 1, 2]
     for bad in (0, 256, -1, True, 1.0):
-        with pytest.raises(LocalProtocolError, match="first_seq must be an int 1..255"):
+        with pytest.raises(LocalProtocolError, match=r"first_seq must be an int 1\.\.255"):
             Connection(HOST, first_seq=bad)  # type: ignore[arg-type]
 
 
