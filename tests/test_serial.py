@@ -8,6 +8,8 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,18 @@ PATIENT = 5.0
 def call(gate: Gate, tool: str, **arguments: int) -> dict[str, Any]:
     """Run one canonical call through the gate; return the observation as JSON data."""
     return gate.handle(json.dumps({"tool": tool, "arguments": arguments})).to_dict()
+
+
+@contextmanager
+def faulted(kind: str, *, after: int, retries: int = 3
+            ) -> Iterator[tuple[CountingFirmware, SerialDevice]]:
+    """A SerialDevice on the simulator (a thread, over TCP) whose firmware counts what it
+    executes; the reply after the first ``after`` clean ones gets one fault of ``kind``."""
+    firmware = CountingFirmware()
+    faults = sim.Faults({kind: 1.0}, after=after, count=1, delay=DELAY)
+    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=TIMEOUT,
+                                                           retries=retries) as device:
+        yield firmware, device
 
 
 def wait_for_input(device: SerialDevice) -> None:
@@ -172,14 +186,12 @@ def test_faulted_write_is_never_a_success_and_the_next_call_succeeds(
 def test_disconnect_after_the_write_was_sent_is_an_unknown_outcome() -> None:
     """A TCP link cut after the write went out: ReplyLost (a timeout: it may have run, and it
     did), never a refusal; the next transaction reconnects and reads the written value."""
-    firmware = CountingFirmware()
-    faults = sim.Faults({"disconnect": 1.0}, after=1, count=1)  # after the synchronising identify
-    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=TIMEOUT) as device:
+    with faulted("disconnect", after=1) as (firmware, device):  # after the synchronising identify
         with pytest.raises(ReplyLost) as info:
             device.write(1, 9)
         assert str(info.value) == (
-            f"port {url} failed: socket disconnected, after the write was sent; the write may "
-            "or may not have happened: read the register back")
+            f"port {device.url} failed: socket disconnected, after the write was sent; the "
+            "write may or may not have happened: read the register back")
         assert isinstance(info.value, DeviceTimeout)
         failed = call(Gate(device), "read_register", addr=1)
         assert failed == {"ok": True, "tool": "read_register", "result": {"addr": 1, "data": 9}}
@@ -272,10 +284,7 @@ def test_random_faults_never_report_an_unacknowledged_write() -> None:
 @pytest.mark.parametrize("kind", ["drop", "delay"])
 def test_a_write_is_sent_exactly_once_even_with_retries(kind: str) -> None:
     """With retries=3, a write whose acknowledgement is lost reaches the device once."""
-    firmware = CountingFirmware()
-    faults = sim.Faults({kind: 1.0}, after=1, count=1, delay=DELAY)
-    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=TIMEOUT,
-                                                           retries=3) as device:
+    with faulted(kind, after=1) as (firmware, device):
         with pytest.raises(DeviceTimeout, match="the write may or may not have happened"):
             device.write(2, 0x22)
         device.timeout = PATIENT
@@ -286,10 +295,7 @@ def test_a_write_is_sent_exactly_once_even_with_retries(kind: str) -> None:
 @pytest.mark.timeout(30)
 def test_a_reset_is_sent_exactly_once_even_with_retries() -> None:
     """With retries=3, a reset whose acknowledgement is lost reaches the device once."""
-    firmware = CountingFirmware()
-    faults = sim.Faults({"drop": 1.0}, after=2, count=1)
-    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=TIMEOUT,
-                                                           retries=3) as device:
+    with faulted("drop", after=2) as (firmware, device):
         assert device.write(3, 3) == 3
         with pytest.raises(DeviceTimeout, match="the reset may or may not have happened"):
             device.reset()
@@ -300,10 +306,7 @@ def test_a_reset_is_sent_exactly_once_even_with_retries() -> None:
 @pytest.mark.timeout(30)
 def test_a_read_is_sent_again_after_a_lost_reply() -> None:
     """With retries=3, a read whose reply is lost is sent a second time, and no more."""
-    firmware = CountingFirmware()
-    faults = sim.Faults({"drop": 1.0}, after=1, count=1)
-    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=TIMEOUT,
-                                                           retries=3) as device:
+    with faulted("drop", after=1) as (firmware, device):
         assert device.read(7) == 0
         assert device.timeouts == 1
     assert firmware.executed["R"] == 2
@@ -328,9 +331,7 @@ def test_failure_after_retries_says_the_real_time_spent() -> None:
 @pytest.mark.timeout(30)
 def test_late_reply_is_flushed_before_the_next_request() -> None:
     """After a timeout the input is flushed: a late reply already in is never even decoded."""
-    faults = sim.Faults({"delay": 1.0}, after=1, count=1, delay=DELAY)
-    with sim_thread(sim.Firmware(), faults) as url, SerialDevice(url, timeout=TIMEOUT,
-                                                                 retries=0) as device:
+    with faulted("delay", after=1, retries=0) as (_, device):
         with pytest.raises(DeviceTimeout):
             device.read(3)
         wait_for_input(device)  # the late reply is in the port's input
@@ -425,13 +426,13 @@ def test_device_refusal_is_typed_and_not_retried() -> None:
 @pytest.mark.timeout(20)
 def test_busy_is_a_transient_refusal() -> None:
     """`e BUSY` to a write is DeviceRefused with transient=True: not executed, worth retrying."""
-    faults = sim.Faults({"busy": 1.0}, after=1, count=1)
-    with sim_thread(sim.Firmware(), faults) as url, SerialDevice(url) as device:
+    with faulted("busy", after=1) as (firmware, device):
         with pytest.raises(DeviceRefused) as info:
             device.write(4, 4)
         assert (info.value.code, info.value.transient) == ("BUSY", True)
         assert str(info.value) == "the device is busy; the request was not executed (BUSY)"
         assert device.read(4) == 0
+    assert firmware.executed["W"] == 0
 
 
 def test_out_of_range_access_never_reaches_the_line() -> None:
