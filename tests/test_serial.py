@@ -32,11 +32,12 @@ from regdev import _protocol as wire
 from regdev._replay import load_replay, run_replay
 from regdev._serial import MAX_BAUDRATE, URL_FORMS, SerialDevice, map_exceptions
 
-#: Host timeout for the fault tests, and how late a delay fault replies: 3x beyond it, so a
-#: loaded machine cannot make the late reply look timely.
+#: Host timeout for a call that is meant to time out, and how late a delay fault replies: 3x
+#: beyond it, so a loaded machine cannot make the late reply look timely.
 TIMEOUT = 0.25
 DELAY = 0.75
-#: Timeout for the calls that must succeed: long enough to outwait a delayed reply.
+#: Timeout for the calls that must succeed, set around the faulted call: a loaded machine may
+#: take long to answer, and a delayed reply may still be on its way.
 PATIENT = 5.0
 
 
@@ -52,7 +53,7 @@ def faulted(kind: str, *, after: int, retries: int = 3
     executes; the reply after the first ``after`` clean ones gets one fault of ``kind``."""
     firmware = CountingFirmware()
     faults = sim.Faults({kind: 1.0}, after=after, count=1, delay=DELAY)
-    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=TIMEOUT,
+    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=PATIENT,
                                                            retries=retries) as device:
         yield firmware, device
 
@@ -160,11 +161,12 @@ def test_faulted_write_is_never_a_success_and_the_next_call_succeeds(
     code, after = FAULT_OUTCOMES[kind]
     # Replies: 1 the identify that synchronises the line, 2 the read, 3 the faulted write.
     args = fault_args(kind, tmp_path, "--fault-after", "2", "--fault-count", "1")
-    with sim_process(*args) as (port, _), SerialDevice(port, timeout=TIMEOUT,
+    with sim_process(*args) as (port, _), SerialDevice(port, timeout=PATIENT,
                                                        retries=0) as device:
         gate = Gate(device)
         assert call(gate, "read_register", addr=5) == {
             "ok": True, "tool": "read_register", "result": {"addr": 5, "data": 0}}
+        device.timeout = TIMEOUT
         faulted = call(gate, "write_register", addr=5, data=0x5A)
         if code is None:
             assert faulted["ok"] is True and faulted["result"] == {"addr": 5, "data": 0x5A}
@@ -203,7 +205,7 @@ def test_disconnect_is_a_timeout_observation_over_tcp() -> None:
     """Through the gate, the cut link after a write is device-timeout, not a refusal."""
     args = ["--tcp", "127.0.0.1:0", "--fault", "disconnect=1", "--fault-after", "1",
             "--fault-count", "1"]
-    with sim_process(*args) as (url, _), SerialDevice(url, timeout=TIMEOUT) as device:
+    with sim_process(*args) as (url, _), SerialDevice(url, timeout=PATIENT) as device:
         gate = Gate(device)
         failed = call(gate, "write_register", addr=1, data=9)
         assert (failed["ok"], failed["code"]) == (False, "device-timeout")
@@ -214,7 +216,7 @@ def test_disconnect_is_a_timeout_observation_over_tcp() -> None:
 @pytest.mark.timeout(30)
 def test_port_failure_before_the_write_is_sent_is_a_transport_error() -> None:
     """The device gone before the write: TransportError saying it was not sent (and it was not)."""
-    with sim_process("--pty") as (port, process), SerialDevice(port, timeout=TIMEOUT) as device:
+    with sim_process("--pty") as (port, process), SerialDevice(port, timeout=PATIENT) as device:
         assert device.read(0) == 0
         process.terminate()
         process.wait(timeout=5)
@@ -226,17 +228,21 @@ def test_port_failure_before_the_write_is_sent_is_a_transport_error() -> None:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("kind", "retries"),
-                         [("drop", 1), ("corrupt", 1), ("busy", 1), ("delay", 3)])
-def test_reads_are_retried_after_a_fault(kind: str, retries: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("kind", "timeout", "retries"),
+                         [("drop", 1.0, 1), ("corrupt", 1.0, 1), ("busy", PATIENT, 1),
+                          ("delay", TIMEOUT, 8)])
+def test_reads_are_retried_after_a_fault(kind: str, timeout: float, retries: int,
+                                         tmp_path: Path) -> None:
     """A read survives one faulted reply by being sent again; the retry gets the right value.
 
-    A delayed reply holds the device up for 3 timeouts, so that read needs more attempts."""
+    A delayed reply holds the device up for 3 timeouts, so that read takes more attempts (and
+    has spare ones for a loaded machine); the others have a second one, with time to spare."""
     # Replies: 1 the synchronising identify, 2 the write, 3 the faulted read.
     args = fault_args(kind, tmp_path, "--fault-after", "2", "--fault-count", "1")
-    with sim_process(*args) as (port, _), SerialDevice(port, timeout=TIMEOUT,
+    with sim_process(*args) as (port, _), SerialDevice(port, timeout=PATIENT,
                                                        retries=retries) as device:
         assert device.write(4, 44) == 44
+        device.timeout = timeout
         assert device.read(4) == 44
         assert (device.timeouts == 0) == (kind == "busy")
 
@@ -285,6 +291,7 @@ def test_random_faults_never_report_an_unacknowledged_write() -> None:
 def test_a_write_is_sent_exactly_once_even_with_retries(kind: str) -> None:
     """With retries=3, a write whose acknowledgement is lost reaches the device once."""
     with faulted(kind, after=1) as (firmware, device):
+        device.timeout = TIMEOUT
         with pytest.raises(DeviceTimeout, match="the write may or may not have happened"):
             device.write(2, 0x22)
         device.timeout = PATIENT
@@ -297,8 +304,10 @@ def test_a_reset_is_sent_exactly_once_even_with_retries() -> None:
     """With retries=3, a reset whose acknowledgement is lost reaches the device once."""
     with faulted("drop", after=2) as (firmware, device):
         assert device.write(3, 3) == 3
+        device.timeout = TIMEOUT
         with pytest.raises(DeviceTimeout, match="the reset may or may not have happened"):
             device.reset()
+        device.timeout = PATIENT
         assert device.snapshot() == [0] * 16
     assert firmware.executed["Z"] == 1
 
@@ -307,6 +316,7 @@ def test_a_reset_is_sent_exactly_once_even_with_retries() -> None:
 def test_a_read_is_sent_again_after_a_lost_reply() -> None:
     """With retries=3, a read whose reply is lost is sent a second time, and no more."""
     with faulted("drop", after=1) as (firmware, device):
+        device.timeout = 1.0  # the lost reply's wait; the second attempt has as long
         assert device.read(7) == 0
         assert device.timeouts == 1
     assert firmware.executed["R"] == 2
@@ -332,9 +342,11 @@ def test_failure_after_retries_says_the_real_time_spent() -> None:
 def test_late_reply_is_flushed_before_the_next_request() -> None:
     """After a timeout the input is flushed: a late reply already in is never even decoded."""
     with faulted("delay", after=1, retries=0) as (_, device):
+        device.timeout = TIMEOUT
         with pytest.raises(DeviceTimeout):
             device.read(3)
         wait_for_input(device)  # the late reply is in the port's input
+        device.timeout = PATIENT
         assert device.read(3) == 0
         assert device.stale_replies == 0
 
@@ -343,15 +355,17 @@ def test_late_reply_is_flushed_before_the_next_request() -> None:
 def test_a_new_process_never_takes_the_late_reply_of_the_one_before(tmp_path: Path) -> None:
     """Two SerialDevices in a row on one pty, with the same sequence numbers: the second never
     takes the first's late reply for its own (it synchronises the line first)."""
-    # Reply 1 answers the first device's identify; reply 2, to its write, is late.
-    args = ["--pty", "--fault", "delay=1", "--fault-after", "1", "--fault-count", "1",
+    # Replies 1 and 2 answer the first device's two identifies; reply 3, to its write, is late.
+    args = ["--pty", "--fault", "delay=1", "--fault-after", "2", "--fault-count", "1",
             "--delay", str(DELAY)]
     with sim_process(*args) as (port, _):
-        with SerialDevice(port, timeout=TIMEOUT, first_seq=7) as first, pytest.raises(
-                DeviceTimeout):
-            first.write(7, 0x42)  # seq 8, answered late with "w 07 42"
-        # Without synchronising, this device's write would be seq 8, and take that reply.
-        with SerialDevice(port, timeout=PATIENT, first_seq=8) as second:
+        with SerialDevice(port, timeout=PATIENT, first_seq=7) as first:
+            assert first.identify() == sim.IDENTITY  # seq 7 synchronises, seq 8 identifies
+            first.timeout = TIMEOUT
+            with pytest.raises(DeviceTimeout):
+                first.write(7, 0x42)  # seq 9, answered late with "w 07 42"
+        # Without synchronising, this device's write would be seq 9, and take that reply.
+        with SerialDevice(port, timeout=PATIENT, first_seq=9) as second:
             assert second.write(7, 0x55) == 0x55
             assert second.read(7) == 0x55
 
@@ -376,8 +390,7 @@ def test_the_port_timeout_is_never_set_per_transaction(monkeypatch: pytest.Monke
     timeout and the flush after it."""
     # Replies: 1 the synchronising identify, 2 a write, 3 a read: lost, and sent again.
     args = ["--pty", "--fault", "drop=1", "--fault-after", "2", "--fault-count", "1"]
-    with sim_process(*args) as (port, _), SerialDevice(port, timeout=TIMEOUT,
-                                                       retries=1) as device:
+    with sim_process(*args) as (port, _), SerialDevice(port, timeout=1.0, retries=1) as device:
         opened = device._port
         assert opened is not None and opened.timeout == pytest.approx(0.01)
         settings: list[object] = []
@@ -538,7 +551,7 @@ def test_rfc2217_errors_on_open_are_one_line(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.timeout(20)
 def test_simulator_gone_is_a_device_error_not_a_crash() -> None:
     """When the device side dies, calls fail as device-error and no pyserial error leaks."""
-    with sim_process("--pty") as (port, process), SerialDevice(port, timeout=0.3) as device:
+    with sim_process("--pty") as (port, process), SerialDevice(port, timeout=PATIENT) as device:
         gate = Gate(device)
         assert call(gate, "read_register", addr=0)["ok"] is True
         process.terminate()
