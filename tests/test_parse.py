@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import pytest
@@ -241,3 +242,20 @@ def test_canonical_fast_path_keeps_the_idempotency_key_and_id() -> None:
     assert isinstance(keyed, ParsedCall) and (keyed.id, keyed.idempotency_key) == ("c1", "k1")
     assert isinstance(bad, ParsedCall) and bad.refusal is not None
     assert bad.refusal.code == "bad-idempotency-key"
+
+
+def test_deep_nesting_in_the_duplicate_key_scan_is_not_json(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the exact duplicate-key scan cannot follow the nesting, the call is refused."""
+
+    def too_deep(*args: object, **kwargs: object) -> object:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(json, "loads", too_deep)
+    # a text that only looks like an escaped colon sends the check to the exact scan
+    raw = r'{"tool": "t", "arguments": {}, "x": {"a": {"b": "\\u003a"}}}'
+
+    result = parse(raw)
+    assert isinstance(result, Refusal)
+    assert (result.code, result.message) == (
+        "not-json", "not one strict JSON document: JSON is nested too deeply; send one JSON object")

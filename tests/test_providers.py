@@ -4,18 +4,23 @@ and whole assistant turns answered call by call."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from conftest import EXAMPLES
 from regdev import (
     READ_REGISTER,
     REGISTER_TOOLS,
     WRITE_REGISTER,
     Gate,
     Observation,
+    Policy,
     RegisterFile,
     SchemaError,
+    Session,
     Tool,
     ToolSet,
     anthropic_result,
@@ -25,6 +30,7 @@ from regdev import (
     openai_tool_results,
     tool_definitions,
 )
+from regdev._cli import main
 
 # --- definitions ------------------------------------------------------------------------------
 
@@ -338,3 +344,101 @@ def test_a_forced_tool_the_gate_does_not_offer_is_a_value_error(helper: Any) -> 
     """tool_choice naming no offered tool is the caller's mistake, even for an empty turn."""
     with pytest.raises(ValueError, match="not one of the tools offered"):
         helper({"role": "assistant", "content": "no calls"}, Gate(), tool_choice="erase_chip")
+
+
+@pytest.mark.parametrize(("helper", "message"), [
+    (openai_tool_results, {"role": "assistant", "tool_calls": [
+        _openai_call("c1", "write_register", '{"addr": 1, "data": 1}'),
+        {"type": "function", "function": {"name": "read_register", "arguments": "{}"}}]}),
+    (openai_tool_results, {"role": "assistant", "tool_calls": [
+        _openai_call("c1", "write_register", '{"addr": 1, "data": 1}'),
+        {"id": 5, "type": "function", "function": {"name": "read_register", "arguments": "{}"}}]}),
+    (openai_tool_results, {"role": "assistant", "tool_calls": [
+        _openai_call("c1", "write_register", '{"addr": 1, "data": 1}'), "not a call"]}),
+    (anthropic_tool_results, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "write_register", "input": {"addr": 1, "data": 1}},
+        {"type": "tool_use", "id": "", "name": "read_register", "input": {"addr": 1}}]}),
+])
+def test_a_call_without_a_string_id_is_a_value_error_and_nothing_runs(
+        helper: Any, message: dict[str, Any]) -> None:
+    """A result is addressed to its call's id: a call without one fails the turn up front."""
+    device = RegisterFile()
+    with pytest.raises(ValueError, match=r" 1 needs a non-empty string `id`.*no call was run"):
+        helper(message, Gate(device))
+    assert device.write_count == 0
+
+
+def test_a_model_dump_that_fails_is_a_value_error() -> None:
+    """An SDK object whose model_dump raises gives a ValueError naming the failure."""
+
+    class Broken:
+        def model_dump(self, mode: str = "python") -> dict[str, Any]:
+            raise RuntimeError("boom")
+
+    with pytest.raises(ValueError, match="model_dump\\(\\) raised RuntimeError: boom") as info:
+        anthropic_tool_results(Broken(), Gate())
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    (float("nan"), "nan at `$.input.addr` (JSON numbers are finite)"),
+    (float("-inf"), "-inf at `$.input.addr` (JSON numbers are finite)"),
+    (Decimal("NaN"), "NaN at `$.input.addr` (JSON numbers are finite)"),
+    (b"3", "a Python bytes at `$.input.addr`"),
+    ({3}, "a Python set at `$.input.addr`"),
+    ({1: 3}, "a key of Python type int at `$.input.addr`"),
+    ([0, datetime(2024, 1, 1)], "a Python datetime at `$.input.addr[1]`"),
+])
+def test_python_data_that_is_not_json_is_refused_not_converted(value: object, words: str) -> None:
+    """NaN, bytes, a set, a non-string key: not-json naming the place, never a silent null or
+    base64 string."""
+    reply = anthropic_tool_results({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "write_register",
+         "input": {"addr": value, "data": 1}}]}, Gate())
+    assert reply is not None
+    body = json.loads(reply["content"][0]["content"])
+    assert body["code"] == "not-json" and body["id"] == "t1"
+    assert body["message"] == f"the tool call is not JSON data: {words}"
+
+
+def test_decimals_are_exact_numbers() -> None:
+    """A Decimal is the number it holds: 3 is the integer 3, 3.5 is not an integer."""
+    gate = Gate()
+    results = openai_tool_results({"role": "assistant", "tool_calls": []}, gate)
+    assert results == []
+    reply = anthropic_tool_results({"role": "assistant", "content": [
+        {"type": "tool_use", "id": f"t{n}", "name": "write_register",
+         "input": {"addr": addr, "data": 7}}
+        for n, addr in enumerate([Decimal("3"), Decimal("3.5"), Decimal("1E+1")])]}, gate)
+    assert reply is not None
+    bodies = [json.loads(block["content"]) for block in reply["content"]]
+    assert bodies[0]["result"] == {"addr": 3, "data": 7}
+    assert bodies[1]["code"] == "type-addr" and "3.5" in bodies[1]["message"]
+    assert bodies[2]["result"] == {"addr": 10, "data": 7}
+
+
+# --- definitions for one session --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["mcp", "openai", "anthropic"])
+def test_definitions_for_a_session_list_only_the_tools_it_is_offered(fmt: str) -> None:
+    """A session offered read_register only is told of read_register only, in each format."""
+    policy = Policy.from_file(EXAMPLES / "policy.toml")
+    (only,) = tool_definitions(fmt, session=policy.session("reader"))
+    assert only == tool_definitions(fmt)[1]
+    assert tool_definitions(fmt, session=policy.session("viewer")) == tool_definitions(fmt)
+    assert tool_definitions(fmt, session=Session(tools=["read_register", "write_register"])) == [
+        *reversed(tool_definitions(fmt))]  # in the session's order
+
+
+def test_regdev_tools_takes_a_policy_and_session(capsys: pytest.CaptureFixture[str]) -> None:
+    """`regdev tools --policy F --session S` prints what `serve` lists to that session."""
+    policy = str(EXAMPLES / "policy.toml")
+    assert main(["tools", "--policy", policy, "--session", "reader"]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)] == ["read_register"]
+    assert main(["tools", "--format", "openai", "--policy", policy, "--session", "nobody"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1
+    assert captured.err.startswith("regdev tools: error: ") and "nobody" in captured.err
+    assert main(["tools", "--session", "reader"]) == 2  # no policy: only "default" exists
+    assert "needs a policy" in capsys.readouterr().err

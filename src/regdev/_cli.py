@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import logging
 import math
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -480,14 +481,23 @@ def add_serial_commands(sub: Any, port_options: Any) -> None:
 
 
 def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
-    definitions = tool_definitions(args.format)
+    session = None
+    if args.policy is not None or args.session != "default":
+        try:
+            policy = Policy.from_file(args.policy) if args.policy else None
+            with Gate(policy=policy) as gate:  # checks the session and its tools as serve does
+                session = gate.session(args.session)
+        except PolicyError as error:
+            raise UsageError(str(error)) from None
+    definitions = tool_definitions(args.format, session=session)
     out.write(msgspec.json.format(msgspec.json.encode(definitions), indent=2).decode() + "\n")
     return 0
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        from ._mcp import serve_stdio  # noqa: PLC0415 - the optional `mcp` extra, imported lazily
+        # the optional `mcp` extra, imported lazily
+        from ._mcp import STOP_SIGNALS, serve_stdio  # noqa: PLC0415
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio"):
             raise
@@ -504,10 +514,15 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         gate, session = open_gate(args, device)
         with gate:  # closing it commits the last audit records
             log.info("serving MCP on stdio: tools %s on %s, session %s, audit log %s",
-                     ", ".join(gate.tools), identity, session.name,
+                     ", ".join(t for t in gate.tools if session.offers(t)), identity,
+                     session.name,
                      gate.audit.path if gate.audit is not None else "off")
-            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the ordinary way to stop
+            # SIGINT, SIGTERM and SIGHUP end serve_stdio; where the event loop cannot handle
+            # signals (Windows), Ctrl-C raises KeyboardInterrupt instead
+            with contextlib.suppress(KeyboardInterrupt):
                 serve_stdio(gate, session)
+            for number in STOP_SIGNALS:  # a second signal must not cut the audit flush short
+                signal.signal(number, signal.SIG_IGN)
     log.info("stopped")
     return 0
 
@@ -642,9 +657,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the tools as one provider declares them to a model, as a JSON "
                     "array: mcp (tools/list entries with inputSchema and annotations), openai "
                     "(Chat Completions tools in strict mode) or anthropic (Messages API tools "
-                    "with input_schema). All three come from the one registry.")
+                    "with input_schema). All three come from the one registry. With --policy "
+                    "and --session, only the tools that session is offered (as `regdev serve` "
+                    "lists them).")
     tools.add_argument("--format", choices=PROVIDER_FORMATS, default="mcp",
                        help="which provider's shape (default: mcp)")
+    tools.add_argument("--policy", metavar="FILE",
+                       help="a policy file (TOML, or JSON for other suffixes); see "
+                            "docs/safety.md")
+    tools.add_argument("--session", metavar="NAME", default="default",
+                       help="list only the tools this session of the policy is offered "
+                            "(default: default)")
     tools.set_defaults(func=cmd_tools)
 
     serve = sub.add_parser(
@@ -653,8 +676,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "fresh in-process register file, or on the device at --port. Every "
                     "tools/call goes through the gate: "
                     "a refused call comes back as an isError result with the verdict code "
-                    "and message. stdout carries protocol messages only; logs go to stderr. "
-                    "Ends when the client closes stdin, or on Ctrl-C. Needs the mcp extra: "
+                    "and message. tools/list lists the tools the session is offered. stdout "
+                    "carries protocol messages only; logs go to stderr. Ends when the client "
+                    "closes stdin, or on SIGINT (Ctrl-C), SIGTERM or SIGHUP, with exit status "
+                    "0 and every call recorded. Needs the mcp extra: "
                     "pip install 'regdev[mcp]'.")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        default="info",

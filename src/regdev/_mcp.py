@@ -6,25 +6,42 @@ Rules of this file:
   ``MCPServer`` (FastMCP): that one validates arguments with pydantic before the tool runs,
   turning ``"3"`` into 3 and dropping undeclared arguments, which would hide the model's
   mistakes from the gate. The low-level server checks only the MCP envelope (``name`` a
-  string, ``arguments`` an object or null) and never a tool's ``inputSchema`` (in SDK 2.x its
-  ``get_tool_input_schema`` hook serves only ``Mcp-Param`` header checks on streamable HTTP,
-  which this server does not use).
-* Each ``tools/call`` hands the request's ``arguments`` exactly as sent to
-  :meth:`Gate.handle_call`; a refusal comes back as a ``CallToolResult`` with ``isError``
-  true and the same code and message as in process (:func:`regdev.mcp_result`). An unknown
-  tool is a refusal like any other, so the model sees it and can correct itself.
-* Numbers stay exact. The SDK decodes every message with pydantic, which turns a JSON number
-  with a fraction or exponent into a float64, so ``3.0000000000000001`` would arrive as
-  ``3.0`` and pass as the integer 3. :class:`ExactArguments` therefore also decodes each line
-  read from stdin with the gate's own strict decoder (fractions as ``Decimal``) and keeps a
-  ``tools/call``'s arguments under its request id when they hold such a number; the handler
-  takes those instead of the SDK's copy. Integers need no help (pydantic keeps them exact).
-* An idempotency key travels in the ``tools/call`` params' ``_meta.idempotency_key`` (see
-  ``docs/safety.md``) and goes to the gate with the call, in the server's session.
+  string, ``arguments`` an object or null).
+* The gate's strict parser decides what each line from the client is. The SDK's stdio
+  transport would decode each line with pydantic, which keeps the last of two repeated keys,
+  reads ``NaN``, rounds ``3.0000000000000001`` to 3.0, and drops a line it cannot read
+  without an answer. So :class:`MessageReader` reads stdin instead: each line is decoded by
+  :func:`regdev._parse.parse` (I-JSON: no repeated key, no NaN, exact numbers, bounded
+  nesting) and only a line it accepts reaches the SDK, as the message validated from that
+  exact decoding. The SDK's ``stdio_server`` still writes stdout (and points file descriptor
+  1 at stderr meanwhile, so a stray ``print`` cannot corrupt the protocol); it reads nothing.
+* A ``tools/call`` carries to its handler the text the gate runs (:class:`Received`, as the
+  SDK's per-message ``request_context``): its params exactly as received. The handler runs
+  ``Gate.handle(text, dialect="mcp")``, so the byte cap, repeated keys, exact numbers,
+  ``_meta.idempotency_key`` and the audit record (dialect ``mcp``, the raw text as received)
+  are what they are in process. The SDK's own decoding of the params serves only its
+  envelope check.
+* Every request gets an answer (the table in ``docs/agents.md``). A line that is not strict
+  JSON runs nothing: a ``tools/call`` whose id can still be read gets a ``CallToolResult``
+  with ``isError`` and the gate's parse-stage observation (``not-json``, or ``too-large``
+  over the byte cap), recorded in the audit log with the whole line as its raw text (the
+  params cannot be cut out of text that does not parse), provided the line has no
+  top-level ``name`` or ``arguments`` for the gate to run; any other request gets JSON-RPC
+  error -32700 with its id; without a readable id, -32700 with id null (JSON-RPC 2.0,
+  section 5.1). Strict JSON that is not a JSON-RPC message gets -32600. Notifications and
+  responses are never answered (JSON-RPC 2.0, sections 4.1 and 5); one that cannot be read
+  is logged and dropped.
+* Work per line is bounded and nothing recurses over a message: a line is at most
+  ``max_line_bytes`` (longer ones are cut there and refused), msgspec refuses deep nesting,
+  and the lenient reading of a refused line's id (:func:`read_envelope`) is a flat scan.
+  Nothing in the reader raises: a failure costs one line an error answer, never the server.
 * Device calls run one at a time in a worker thread: a slow device never stalls the protocol
   loop, and two concurrent calls never interleave on the device.
-* stdout carries protocol messages only (the SDK points fd 1 at stderr while it serves);
-  logs go to stderr.
+* SIGINT, SIGTERM and SIGHUP stop the server as end of file does: a call running on the
+  device finishes, and :func:`serve_stdio` returns so that the caller closes the gate
+  (committing the audit log). The SDK's stdio client itself sends SIGTERM to a server that
+  has not exited 2 s after it closed stdin.
+* stdout carries protocol messages only; logs go to stderr.
 """
 
 from __future__ import annotations
@@ -32,145 +49,347 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import signal
 import threading
-from collections.abc import AsyncIterator
-from decimal import Decimal
+from collections import Counter
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import anyio
+import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
 import mcp_types as types
 import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from pydantic import ValidationError
 
 from . import __version__
 from ._gate import Gate
+from ._observation import Refusal
+from ._parse import parse
 from ._policy import Session
 from ._providers import mcp_result, tool_definitions
 
-__all__ = ["ExactArguments", "build_server", "read_lines", "serve_stdio"]
+__all__ = [
+    "ENVELOPE_BYTES",
+    "Envelope",
+    "MessageReader",
+    "Received",
+    "build_server",
+    "read_envelope",
+    "serve_stdio",
+]
 
 logger = logging.getLogger("regdev")
 
-_decoder = msgspec.json.Decoder(float_hook=Decimal)
+#: Bytes a line may hold beyond the gate's byte cap: the JSON-RPC envelope around a
+#: ``tools/call``'s params, and requests other than ``tools/call`` (1 MiB).
+ENVELOPE_BYTES = 1024 * 1024
+
+_decode_json = msgspec.json.decode
+# The top-level members of a message that the strict parser accepted, each as its exact text.
+_decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
 
-def _has_fraction(value: object) -> bool:
-    """True when a decoded JSON value holds a number written with a fraction or exponent."""
-    if type(value) is Decimal:
-        return True
-    if type(value) is dict:
-        return any(_has_fraction(item) for item in value.values())
-    if type(value) is list:
-        return any(_has_fraction(item) for item in value)
-    return False
+@dataclass(frozen=True, slots=True)
+class Received:
+    """What the transport read for one ``tools/call``: the text the gate runs.
+
+    Attributes:
+        text: the request's ``params`` exactly as received (UTF-8 bytes), or, for a line that
+            is not strict JSON (or is over the line cap), the line itself (or its first
+            ``max_line_bytes`` bytes), which the gate refuses at the parse stage.
+    """
+
+    text: bytes
 
 
-def _request_key(value: object) -> int | str | None:
-    """A JSON-RPC request id usable as a key (a string or an integer, not a boolean)."""
+# --- reading a line that is not strict JSON, leniently ----------------------------------------
+
+_SPACE = re.compile(rb"[ \t\r\n]*")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_SCALAR = re.compile(rb"[^\s,\]}]+")
+_SPECIAL = re.compile(rb'["\[\]{}]')  # where a string starts, or a bracket
+
+
+class Envelope(NamedTuple):
+    """What a lenient reading of a message's top level found.
+
+    Attributes:
+        has_id: the message has an ``id`` member (so it is not a notification).
+        id: the request id when exactly one ``id`` member holds a strict JSON string or
+            integer, else None.
+        method: the method when exactly one ``method`` member holds a strict JSON string,
+            else None.
+        names_a_call: the top level has a ``name`` or an ``arguments`` member (a stand-in
+            for the gate would then not be sure to be refused, see :class:`MessageReader`).
+        meta: the ``params`` object's ``_meta`` when it is one strict JSON object (in the
+            2026-07-28 protocol era every request carries its envelope there), else None.
+    """
+
+    has_id: bool
+    id: int | str | None
+    method: str | None
+    names_a_call: bool
+    meta: dict[str, Any] | None = None
+
+
+def _skip_value(text: bytes, pos: int) -> int:
+    """The end of the JSON value starting at ``pos``, read leniently; -1 if the text ends.
+
+    Linear in the text: each string is matched once, from its opening quote (a string that
+    never closes ends the scan), and between strings only brackets are counted.
+    """
+    first = text[pos : pos + 1]
+    if first == b'"':
+        match = _STRING.match(text, pos)
+        return match.end() if match else -1
+    if first in (b"{", b"["):
+        depth = 0
+        while (match := _SPECIAL.search(text, pos)) is not None:
+            if match.group() == b'"':
+                string = _STRING.match(text, match.start())
+                if string is None:
+                    return -1
+                pos = string.end()
+                continue
+            depth += 1 if match.group() in (b"[", b"{") else -1
+            pos = match.end()
+            if depth == 0:
+                return pos
+        return -1
+    match = _SCALAR.match(text, pos)
+    # a number that runs to the end of the text may have been cut short there
+    return match.end() if match and match.end() < len(text) else -1
+
+
+def _space_end(text: bytes, pos: int) -> int:
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos
+
+
+def _members(text: bytes) -> dict[str, list[bytes]]:
+    """The top-level members of a JSON object read leniently: name -> the texts of its
+    values (a repeated name has several). Stops where the text stops looking like JSON."""
+    found: dict[str, list[bytes]] = {}
+    pos = _space_end(text, 0)
+    if text[pos : pos + 1] != b"{":
+        return found
+    pos += 1
+    while (key := _STRING.match(text, _space_end(text, pos))) is not None:
+        pos = _space_end(text, key.end())
+        if text[pos : pos + 1] != b":":
+            break
+        start = _space_end(text, pos + 1)
+        end = _skip_value(text, start)
+        name = _strict(key.group())
+        if type(name) is str:  # a value cut short is kept as b"", which is no JSON value
+            found.setdefault(name, []).append(text[start:end] if end >= 0 else b"")
+        if end < 0:
+            break
+        pos = _space_end(text, end)
+        if text[pos : pos + 1] != b",":
+            break
+        pos += 1
+    return found
+
+
+def _strict(text: bytes) -> object:
+    """One JSON value decoded strictly, or None when it is not one."""
+    try:
+        return _decode_json(text)
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        return None
+
+
+def _request_id(value: object) -> int | str | None:
+    """``value`` when it is an MCP request id (a string or an integer: never null, unlike
+    plain JSON-RPC), else None."""
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     return None
 
 
-class ExactArguments:
-    """``tools/call`` arguments as sent, by JSON-RPC request id, for those the SDK would round.
+def read_envelope(text: bytes) -> Envelope:
+    """Read a message's ``id`` and ``method`` leniently, for a line the strict parser refused.
 
-    :meth:`record` sees every line the server reads. For a ``tools/call`` request whose
-    arguments object holds a number with a fraction or exponent it keeps the tool name and
-    the arguments decoded exactly (see the module docstring); for any other ``tools/call`` it
-    forgets what it held under that id, so a stale record can never be taken for a later
-    request that reuses the id. :meth:`take` hands a record over only when the request's name
-    and argument names match it. At most ``limit`` records are kept (the oldest goes first),
-    so requests that never reach the handler cannot grow the table.
+    The top level is scanned flat (strings and brackets matched by regular expressions, no
+    recursion), so a repeated key, a NaN or an over-long integer inside ``params``, or text
+    cut short after the ``id``, still lets the request be answered under its own id. The
+    ``id`` and ``method`` values themselves must be strict JSON. Never raises.
 
     Args:
-        limit: how many records to keep at most.
+        text: the line as read (UTF-8 bytes, possibly invalid or cut short).
+
+    Returns:
+        The :class:`Envelope`.
+    """
+    members = _members(text)
+    ids = members.get("id", [])
+    request_id = _request_id(_strict(ids[0])) if len(ids) == 1 else None
+    methods = members.get("method", [])
+    method = _strict(methods[0]) if len(methods) == 1 else None
+    params = members.get("params", [])
+    metas = _members(params[0]).get("_meta", []) if len(params) == 1 else []
+    meta = _strict(metas[0]) if len(metas) == 1 else None
+    return Envelope(
+        has_id=bool(ids),
+        id=request_id,
+        method=method if type(method) is str else None,
+        names_a_call="name" in members or "arguments" in members,
+        meta=meta if type(meta) is dict else None,
+    )
+
+
+# --- the reader: bytes from the client -> messages for the SDK, or answers --------------------
+
+
+def _error(request_id: int | str | None, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                              error=types.ErrorData(code=code, message=message))
+
+
+#: What the reader makes of one line: a message for the SDK (with its metadata), or an
+#: answer for the client.
+Verdict = SessionMessage | types.JSONRPCError
+
+
+class MessageReader:
+    """Turn the bytes a client writes into MCP messages (sans-IO: bytes in, verdicts out).
+
+    Lines end with ``\\n``. Each line is judged on its own (see the module docstring): a
+    :class:`~mcp.shared.message.SessionMessage` is for the SDK's server, a
+    ``JSONRPCError`` is the answer to send the client; a blank line, a response the SDK
+    cannot read, or a notification that cannot be read gives nothing (the latter two are
+    logged).
+
+    Args:
+        max_line_bytes: the longest line read, in bytes; a longer one is judged on its first
+            ``max_line_bytes`` bytes (refused: ``too-large`` for a ``tools/call``) and the
+            rest of it is dropped unread, so memory stays bounded.
     """
 
-    def __init__(self, *, limit: int = 256) -> None:
-        self._limit = limit
-        self._table: dict[int | str, tuple[object, dict[str, Any]]] = {}
+    def __init__(self, max_line_bytes: int) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._pending = bytearray()
+        self._skipping = False  # dropping the rest of an over-long line
 
-    def record(self, line: bytes) -> None:
-        """Note (or forget) the exact arguments of ``line`` if it is a ``tools/call``."""
+    def feed(self, data: bytes) -> list[Verdict]:
+        """Judge every line that ``data`` completes; keep the rest for the next call."""
+        verdicts: list[Verdict] = []
+        start, cap = 0, self.max_line_bytes
+        while (end := data.find(b"\n", start)) >= 0:
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._pending += data[start:end]
+                self._judge_into(verdicts, bytes(self._pending[: cap + 1]))
+            self._pending.clear()
+            start = end + 1
+        if not self._skipping:
+            self._pending += data[start:]
+            if len(self._pending) > cap:
+                self._judge_into(verdicts, bytes(self._pending[: cap + 1]))
+                self._pending.clear()
+                self._skipping = True
+        return verdicts
+
+    def close(self) -> list[Verdict]:
+        """Judge the last line when the input did not end with a newline (end of file)."""
+        verdicts: list[Verdict] = []
+        if self._pending and not self._skipping:
+            self._judge_into(verdicts, bytes(self._pending))
+        self._pending.clear()
+        return verdicts
+
+    def _judge_into(self, verdicts: list[Verdict], line: bytes) -> None:
         try:
-            message = _decoder.decode(line)
-        except (msgspec.DecodeError, RecursionError, ValueError):
-            return  # the SDK answers (or drops) what it cannot parse either
-        if type(message) is not dict or message.get("method") != "tools/call":
-            return
-        request_id = _request_key(message.get("id"))
-        if request_id is None:
-            return
-        self._table.pop(request_id, None)
-        params = message.get("params")
-        arguments = params.get("arguments") if type(params) is dict else None
-        if type(arguments) is dict and _has_fraction(arguments):
-            assert type(params) is dict
-            if len(self._table) >= self._limit:
-                del self._table[next(iter(self._table))]
-            self._table[request_id] = (params.get("name"), arguments)
+            verdict = self.judge(line)
+        except Exception:  # a bug here costs this line an answer, never the server
+            logger.exception("regdev: failed to read a message")
+            verdict = _error(None, types.INTERNAL_ERROR, "Internal error: the server failed "
+                                                         "to read this message")
+        if verdict is not None:
+            verdicts.append(verdict)
 
-    def take(self, request_id: object, name: object,
-             arguments: object) -> dict[str, Any] | None:
-        """The exact arguments recorded for this request (removed), or None.
-
-        Args:
-            request_id: the JSON-RPC id of the request being handled.
-            name: its tool name, as the SDK decoded it.
-            arguments: its arguments, as the SDK decoded them (floats for fractions).
-        """
-        key = _request_key(request_id)
-        recorded = self._table.pop(key, None) if key is not None else None
-        if recorded is None:
+    def judge(self, line: bytes) -> Verdict | None:
+        """Judge one line (without its newline); over ``max_line_bytes`` when cut there."""
+        if not line.strip():
             return None
-        recorded_name, exact = recorded
-        if recorded_name != name or not isinstance(arguments, dict) or (
-                exact.keys() != arguments.keys()):
-            return None
-        return exact
+        if len(line) > self.max_line_bytes:
+            line = line[: self.max_line_bytes]
+            reason = f"the message is over the cap of {self.max_line_bytes} bytes"
+            code = types.INVALID_REQUEST
+        else:
+            try:
+                parsed = parse(line, max_bytes=self.max_line_bytes)
+            except Exception:  # a defect in the parser: the line is refused, never run
+                logger.exception("regdev: the parser failed on a message")
+                parsed = Refusal("parse", "not-json", "the message could not be decoded")
+            if not isinstance(parsed, Refusal):
+                return self._message(parsed.call, line)
+            reason, code = parsed.message, types.PARSE_ERROR
+        return self._refused(line, reason, code)
 
-
-async def read_lines(fd: int, exact: ExactArguments) -> AsyncIterator[str]:
-    """The lines of file descriptor ``fd`` (UTF-8, invalid bytes replaced), each recorded in
-    ``exact`` first.
-
-    A daemon thread does the blocking reads with ``os.read``, so Ctrl-C ends the server at
-    once instead of waiting for the client's next line (the SDK's own reader blocks in a
-    worker thread that the interpreter waits for), and no Python lock is held at exit.
-    Ends at end of file.
-    """
-    send, receive = anyio.create_memory_object_stream[bytes](16)
-    token = anyio.lowlevel.current_token()
-
-    def pump() -> None:
-        pending = bytearray()
+    def _message(self, doc: object, line: bytes) -> Verdict | None:
+        """A strict JSON document: the SDK's message, or the -32600 answer."""
+        if type(doc) is not dict:
+            return _error(None, types.INVALID_REQUEST,
+                          "Invalid Request: a message is one JSON-RPC object")
+        response = "method" not in doc and ("result" in doc or "error" in doc)
+        if "id" in doc and _request_id(doc["id"]) is None and not response:
+            return _error(None, types.INVALID_REQUEST,
+                          "Invalid Request: an id is a string or an integer")
         try:
-            while chunk := os.read(fd, 65536):
-                pending += chunk
-                while (end := pending.find(b"\n")) >= 0:
-                    line = bytes(pending[: end + 1])
-                    del pending[: end + 1]
-                    anyio.from_thread.run(send.send, line, token=token)
-            if pending:
-                anyio.from_thread.run(send.send, bytes(pending), token=token)
-        except (OSError, RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the fd failed, or the loop has ended: nobody is left to read
-        finally:
-            with contextlib.suppress(RuntimeError):
-                anyio.from_thread.run_sync(send.close, token=token)
+            message = types.jsonrpc_message_adapter.validate_python(doc, by_name=False)
+        except ValidationError:
+            if response or ("id" not in doc and "method" in doc):  # never answered
+                logger.warning("regdev: dropped a %s that is not JSON-RPC 2.0",
+                               "response" if response else "notification")
+                return None
+            return _error(doc.get("id"), types.INVALID_REQUEST,
+                          "Invalid Request: not a JSON-RPC 2.0 request, notification or response")
+        if isinstance(message, types.JSONRPCRequest) and message.method == "tools/call":
+            params = _decode_members(line).get("params")
+            text = bytes(params) if params is not None else b""
+            return SessionMessage(message, ServerMessageMetadata(request_context=Received(text)))
+        return SessionMessage(message)
 
-    threading.Thread(target=pump, name="regdev stdin", daemon=True).start()
-    async with receive:
-        async for line in receive:
-            exact.record(line)
-            yield line.decode("utf-8", "replace")
+    def _refused(self, line: bytes, reason: str, code: int) -> Verdict | None:
+        """A line the strict parser refused (or over the cap): answer it under its id."""
+        envelope = read_envelope(line)
+        if envelope.id is None:
+            if not envelope.has_id and envelope.method is not None:
+                logger.warning("regdev: dropped a notification: %s", reason)
+                return None
+            return _error(None, code, _protocol_message(code, reason))
+        if envelope.method == "tools/call" and not envelope.names_a_call:
+            # A stand-in request under the same id: the handler has the gate refuse the line
+            # (no top-level name or arguments, so the gate cannot run anything from it), and
+            # the answer takes the SDK's path like any other call. The SDK sees a tool name
+            # of "" only for its envelope check, and the request's _meta when it is readable.
+            stand_in: dict[str, Any] = {"name": ""}
+            if envelope.meta is not None:  # the protocol envelope of the 2026-07-28 era
+                stand_in["_meta"] = envelope.meta
+            request = types.JSONRPCRequest(jsonrpc="2.0", id=envelope.id, method="tools/call",
+                                           params=stand_in)
+            return SessionMessage(request, ServerMessageMetadata(request_context=Received(line)))
+        return _error(envelope.id, code, _protocol_message(code, reason))
 
+
+def _protocol_message(code: int, reason: str) -> str:
+    kind = "Parse error" if code == types.PARSE_ERROR else "Invalid Request"
+    return f"{kind}: {reason}"
+
+
+# --- the server -------------------------------------------------------------------------------
 
 _INSTRUCTIONS = (
     "regdev offers a register device to you as tools. Every call is validated before it "
@@ -180,23 +399,27 @@ _INSTRUCTIONS = (
 )
 
 
-def build_server(gate: Gate, exact: ExactArguments | None = None,
-                 session: Session | None = None) -> Server[Any]:
+def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
     """An MCP server (low-level SDK ``Server``) offering ``gate.tools``, calls through ``gate``.
+
+    ``tools/list`` lists the tools the session is offered. Each ``tools/call`` runs
+    ``gate.handle(text, dialect="mcp")`` on the text its transport received (see
+    :class:`Received`); on a transport that attaches none (any other SDK transport), on the
+    request's params as the SDK decoded them, encoded again (a number with a fraction is
+    then already a float64).
 
     Args:
         gate: the gate every ``tools/call`` goes through; its device is used one call at a time.
-        exact: where the transport records arguments exactly as sent; without it the
-            arguments are the SDK's decoding (fractions as float64).
-        session: the session every call is made in; the gate's default when None.
+        session: the session every call is made in, and whose tools are listed; the gate's
+            default when None.
 
     Returns:
-        The server, ready for ``server.run(read_stream, write_stream, options)`` on any SDK
-        transport.
+        The server, ready for ``server.run(read_stream, write_stream, options)``.
     """
-    listing = types.ListToolsResult(
-        tools=[types.Tool.model_validate(d) for d in tool_definitions("mcp", gate.tools)]
-    )
+    listing = types.ListToolsResult(tools=[
+        types.Tool.model_validate(d)
+        for d in tool_definitions("mcp", gate.tools, session=session)
+    ])
     one_at_a_time = anyio.CapacityLimiter(1)
 
     async def list_tools(
@@ -207,23 +430,19 @@ def build_server(gate: Gate, exact: ExactArguments | None = None,
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        # The wire params as decoded JSON (the SDK checked only the envelope): a model's
-        # "3" stays a string and an extra argument stays present for the gate to judge.
-        wire = ctx.params if ctx.params is not None else {}
-        call: dict[str, Any] = {"tool": wire.get("name", params.name)}
-        exact_arguments = (exact.take(ctx.request_id, call["tool"], wire.get("arguments"))
-                           if exact is not None else None)
-        if exact_arguments is not None:
-            call["arguments"] = exact_arguments
-        elif "arguments" in wire:
-            call["arguments"] = wire["arguments"]
-        meta = wire.get("_meta")
-        key = meta.get("idempotency_key") if isinstance(meta, dict) else None
+        received = ctx.request
+        if isinstance(received, Received):
+            text = received.text
+        else:
+            try:
+                text = msgspec.json.encode(ctx.params)
+            except (TypeError, ValueError):
+                text = b""  # not JSON data: the gate refuses it as not-json
         observation = await anyio.to_thread.run_sync(
-            partial(gate.handle_call, call, session=session, idempotency_key=key),
+            partial(gate.handle, text, dialect="mcp", session=session),
             limiter=one_at_a_time,
         )
-        logger.debug("tools/call %s: %s", params.name,
+        logger.debug("tools/call %s: %s", observation.tool or params.name or "?",
                      "ok" if observation.ok else observation.code)
         return types.CallToolResult.model_validate(mcp_result(observation))
 
@@ -236,24 +455,166 @@ def build_server(gate: Gate, exact: ExactArguments | None = None,
     )
 
 
+class _NoInput:
+    """``stdio_server``'s stdin: no line at all, until the server is done (the reader reads)."""
+
+    def __init__(self, done: anyio.Event) -> None:
+        self._done = done
+
+    def __aiter__(self) -> _NoInput:
+        return self
+
+    async def __anext__(self) -> str:
+        await self._done.wait()
+        raise StopAsyncIteration
+
+
+class _Transport:
+    """The event loop's side of the stdio transport: routes the reader's verdicts, and keeps
+    count of the requests handed to the SDK that have no answer yet, so that end of file
+    waits for their answers (a client that writes its requests and closes stdin, as
+    ``printf ... | regdev serve`` does, still gets every answer). A request the client
+    cancels (``notifications/cancelled``) is not waited for: it gets no answer.
+
+    Args:
+        to_server: the SDK server's read stream, sending side.
+        to_client: the stdio transport's write stream (the SDK serializes what it is sent).
+    """
+
+    def __init__(self, to_server: MemoryObjectSendStream[SessionMessage | Exception],
+                 to_client: Any) -> None:
+        self._to_server = to_server
+        self._to_client = to_client
+        self._unanswered: Counter[int | str] = Counter()
+        self._answered = anyio.Event()
+        self._answered.set()
+
+    async def deliver(self, verdict: Verdict) -> None:
+        """Hand a message to the SDK, or an answer to the client."""
+        if not isinstance(verdict, SessionMessage):
+            await self._to_client.send(SessionMessage(verdict))
+            return
+        message = verdict.message
+        if isinstance(message, types.JSONRPCRequest):
+            if not self._unanswered:
+                self._answered = anyio.Event()
+            self._unanswered[message.id] += 1
+        elif isinstance(message, types.JSONRPCNotification) and (
+                message.method == "notifications/cancelled"):
+            self._settle((message.params or {}).get("requestId"))
+        await self._to_server.send(verdict)
+
+    async def end(self) -> None:
+        """End of file: wait for the answers still due, then end the SDK's input."""
+        await self._answered.wait()
+        self._to_server.close()
+
+    def _settle(self, request_id: object) -> None:
+        key = _request_id(request_id)
+        if key is not None and key in self._unanswered:
+            self._unanswered[key] -= 1
+            if self._unanswered[key] == 0:
+                del self._unanswered[key]
+            if not self._unanswered:
+                self._answered.set()
+
+    # the write stream handed to the SDK's server: every answer passes here
+
+    async def send(self, item: SessionMessage) -> None:
+        await self._to_client.send(item)
+        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+            self._settle(item.message.id)
+
+    async def aclose(self) -> None:
+        await self._to_client.aclose()
+
+    async def __aenter__(self) -> _Transport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _pump(fd: int, reader: MessageReader, transport: _Transport,
+          token: anyio.lowlevel.EventLoopToken) -> None:
+    """Read ``fd`` until end of file in this thread; hand each verdict to the event loop.
+
+    A daemon thread does the blocking reads with ``os.read``, so a signal ends the server at
+    once instead of waiting for the client's next line, and no Python lock is held at exit.
+    """
+    try:
+        while chunk := os.read(fd, 65536):
+            for verdict in reader.feed(chunk):
+                anyio.from_thread.run(transport.deliver, verdict, token=token)
+        for verdict in reader.close():
+            anyio.from_thread.run(transport.deliver, verdict, token=token)
+    except (OSError, RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass  # the fd failed, or the loop has ended: nobody is left to read
+    finally:
+        with contextlib.suppress(RuntimeError, anyio.BrokenResourceError,
+                                 anyio.ClosedResourceError):
+            anyio.from_thread.run(transport.end, token=token)
+
+
+#: The signals that stop the server as end of file does (those this platform has).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+async def _stop_on_signals(scope: anyio.CancelScope, *,
+                           task_status: anyio.abc.TaskStatus[None]) -> None:
+    # A signal ignored when the process started stays ignored (nohup's SIGHUP, SIGINT in a
+    # shell's background job), as POSIX programs do.
+    wanted = [number for number in STOP_SIGNALS if signal.getsignal(number) != signal.SIG_IGN]
+    with contextlib.ExitStack() as stack:
+        try:
+            signals = stack.enter_context(anyio.open_signal_receiver(*wanted))
+        except (NotImplementedError, RuntimeError):  # Windows, or not the main thread: no
+            task_status.started()  # handlers (Ctrl-C still raises KeyboardInterrupt there)
+            return
+        task_status.started()
+        async for number in signals:
+            logger.info("stopping on %s", signal.Signals(number).name)
+            scope.cancel()
+            return
+
+
 def serve_stdio(gate: Gate, session: Session | None = None) -> None:
     """Serve ``gate`` over MCP on this process's stdin and stdout until stdin ends.
 
-    Blocks. Returns when the client closes stdin (end of file); a ``KeyboardInterrupt``
-    (Ctrl-C) propagates to the caller, which ends quietly.
+    Blocks. Returns when the client closes stdin (end of file), or on SIGINT, SIGTERM or
+    SIGHUP unless the process started with it ignored (after a call running on the device
+    has finished); the caller then closes the
+    gate, which commits the audit log. Where the event loop cannot handle signals (Windows),
+    Ctrl-C raises ``KeyboardInterrupt`` to the caller instead.
 
     Args:
-        gate: the gate (and device) to serve.
+        gate: the gate (and device) to serve; a line may be up to ``gate.max_input_bytes +``
+            :data:`ENVELOPE_BYTES` bytes long.
         session: the session of the client's calls; the gate's default when None.
     """
-    exact = ExactArguments()
-    server = build_server(gate, exact, session)
+    server = build_server(gate, session)
+    reader = MessageReader(gate.max_input_bytes + ENVELOPE_BYTES)
+
+    async def serve() -> None:
+        done = anyio.Event()
+        stdin = cast("anyio.AsyncFile[str]", _NoInput(done))
+        async with stdio_server(stdin=stdin) as (_, to_client):
+            to_server, from_client = anyio.create_memory_object_stream[
+                SessionMessage | Exception](0)
+            transport = _Transport(to_server, to_client)
+            token = anyio.lowlevel.current_token()
+            threading.Thread(target=_pump, args=(0, reader, transport, token),
+                             name="regdev stdin", daemon=True).start()
+            try:
+                await server.run(from_client, transport, server.create_initialization_options())
+            finally:
+                done.set()
 
     async def run() -> None:
-        # stdio_server only iterates its stdin's lines; it still guards stdout (fd 1 points
-        # at stderr while it serves, so a stray print cannot corrupt the protocol).
-        lines = cast("anyio.AsyncFile[str]", read_lines(0, exact))
-        async with stdio_server(stdin=lines) as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+        async with anyio.create_task_group() as group:
+            await group.start(_stop_on_signals, group.cancel_scope)
+            await serve()
+            group.cancel_scope.cancel()
 
     anyio.run(run)

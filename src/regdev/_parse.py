@@ -90,6 +90,10 @@ class _DuplicateKey(Exception):
     pass
 
 
+class _TooDeep(Exception):
+    """The duplicate-key scan could not follow the document's nesting."""
+
+
 def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -129,13 +133,17 @@ def _duplicate_key(data: bytes | str, doc: object) -> str | None:
         return None
     if "\\" in text:
         colons += text.count("\\u003a") + text.count("\\u003A")
-    if colons == _encode_json(doc).count(b":"):
-        return None
     try:
+        if colons == _encode_json(doc).count(b":"):
+            return None
         json.loads(text, object_pairs_hook=_pairs_without_duplicates, parse_int=str,
                    parse_float=str)
     except _DuplicateKey as error:
         return str(error.args[0])
+    except RecursionError:
+        # msgspec decoded it, but the standard library's parser (with this call stack) cannot
+        # follow it that deep: refuse rather than let an unchecked object through.
+        raise _TooDeep from None
     return None
 
 
@@ -164,7 +172,10 @@ def _decode(data: bytes | str) -> tuple[object, str | None]:
         doc = _decode_json(data)
     except _NOT_JSON as error:
         return None, _explain(error)
-    duplicate = _duplicate_key(data, doc)
+    try:
+        duplicate = _duplicate_key(data, doc)
+    except _TooDeep:
+        return None, "JSON is nested too deeply"
     if duplicate is not None:
         return None, _repeated(duplicate)
     return doc, None
@@ -269,9 +280,14 @@ def parse(
     """
     if dialect != "canonical":
         check_dialect(dialect)
-    # n code points are at most 4n UTF-8 bytes, so a str of up to a quarter of the cap fits
-    # without counting; anything else is sized (and a str encoded) by _sized.
-    if type(raw) is not str or len(raw) > max_bytes >> 2:
+    # bytes are sized by len(); n code points are at most 4n UTF-8 bytes, so a str of up to a
+    # quarter of the cap fits without counting; anything else is sized (and a str encoded) by
+    # _sized.
+    kind = type(raw)
+    if kind is bytes:
+        if len(raw) > max_bytes:
+            return _too_large(max_bytes)
+    elif kind is not str or len(raw) > max_bytes >> 2:
         raw, refusal = _sized(raw, max_bytes)
         if refusal is not None:
             return refusal
@@ -286,7 +302,10 @@ def parse(
     args = doc.get("arguments")
     kept = len(doc) + len(args) if type(args) is dict else len(doc)
     if raw.count(":" if type(raw) is str else b":") != kept:  # type: ignore[arg-type]
-        duplicate = _duplicate_key(raw, doc)
+        try:
+            duplicate = _duplicate_key(raw, doc)
+        except _TooDeep:
+            return _not_json("JSON is nested too deeply")
         if duplicate is not None:
             return _not_json(_repeated(duplicate))
     if dialect == "canonical" and "idempotency_key" not in doc:  # the usual call, inline
@@ -318,7 +337,11 @@ def _sized(raw: object, max_bytes: int) -> tuple[str | bytes, Refusal | None]:
         return "", Refusal("parse", "not-json",
                            f"expected JSON text, got a Python {type(raw).__name__}")
     if size > max_bytes:
-        return "", Refusal("parse", "too-large",
-                           f"the call is over the cap of {max_bytes} bytes; send one call of "
-                           f"at most {max_bytes} bytes")
+        return "", _too_large(max_bytes)
     return raw, None
+
+
+def _too_large(max_bytes: int) -> Refusal:
+    return Refusal("parse", "too-large",
+                   f"the call is over the cap of {max_bytes} bytes; send one call of at most "
+                   f"{max_bytes} bytes")

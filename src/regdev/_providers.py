@@ -11,15 +11,23 @@ Rules of this file:
   text again and parsed strictly, so a number means the same whichever way it arrived and the
   byte cap applies. Each call is gated on its own: a refused call does not stop the others,
   results keep the calls' order, and each result echoes its call's id.
-* Nothing here raises for a model's mistake. Only a caller's mistake (passing something that is
-  not an assistant message) raises ``ValueError``.
+* Nothing here raises for a model's mistake. Only a caller's mistake raises ``ValueError``:
+  passing something that is not an assistant message, or a tool call without the string id
+  its provider assigns (its result could not be addressed). Those are checked before any
+  call runs, so a turn either runs call by call or not at all.
+* A tool call given as Python data must be JSON data: dicts with string keys, lists,
+  strings, integers, finite floats and decimals, booleans and None. Anything else (NaN, bytes,
+  a set, a datetime) is refused as ``not-json``, never converted into something the model did
+  not send.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, Literal, get_args
 
 import msgspec
@@ -27,6 +35,8 @@ import msgspec
 from ._errors import SchemaError
 from ._gate import Gate
 from ._observation import Observation, Refusal
+from ._parse import MAX_ID_CHARS
+from ._policy import Session
 from ._schema import escape_text
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
 
@@ -59,8 +69,12 @@ _STRICT_DROPPED_ANNOTATIONS = frozenset(
 # --- tool definitions -------------------------------------------------------------------------
 
 
-def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS) -> list[dict[str, Any]]:
+def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
+                     session: Session | None = None) -> list[dict[str, Any]]:
     """The tools as one provider declares them to a model, in the tool set's order.
+
+    With a ``session``, only the tools it is offered (:meth:`Session.offers`), in the
+    session's order: a tool the gate would answer ``unknown-tool`` for is not declared.
 
     Formats:
 
@@ -82,6 +96,7 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS) -> list[dict[
     Args:
         format: one of :data:`PROVIDER_FORMATS`.
         tools: the tools to declare; the register tools by default.
+        session: declare only the tools this session is offered; None declares them all.
 
     Returns:
         A new list of new JSON-ready dicts (changing them does not change the registry).
@@ -94,12 +109,14 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS) -> list[dict[
             property, ``additionalProperties: true``, or a ``true``/``false`` subschema. The
             pointer names the place, e.g. ``/tools/0/inputSchema/required``.
     """
+    offered = list(tools.values()) if session is None or session.tools is None else [
+        tools[name] for name in session.tools if name in tools]
     if format == "mcp":
-        return [tool.definition() for tool in tools.values()]
+        return [tool.definition() for tool in offered]
     if format == "openai":
-        return [_openai_tool(tool, index) for index, tool in enumerate(tools.values())]
+        return [_openai_tool(tool, index) for index, tool in enumerate(offered)]
     if format == "anthropic":
-        return [_anthropic_tool(tool, index) for index, tool in enumerate(tools.values())]
+        return [_anthropic_tool(tool, index) for index, tool in enumerate(offered)]
     raise ValueError(f"unknown format {format!r}; expected one of {', '.join(PROVIDER_FORMATS)}")
 
 
@@ -204,7 +221,7 @@ def mcp_result(observation: Observation) -> dict[str, Any]:
     }
 
 
-def openai_result(observation: Observation, tool_call_id: Any) -> dict[str, Any]:
+def openai_result(observation: Observation, tool_call_id: str) -> dict[str, Any]:
     """The observation as an OpenAI Chat Completions tool message.
 
     Args:
@@ -218,7 +235,7 @@ def openai_result(observation: Observation, tool_call_id: Any) -> dict[str, Any]
     return {"role": "tool", "tool_call_id": tool_call_id, "content": observation.to_json()}
 
 
-def anthropic_result(observation: Observation, tool_use_id: Any) -> dict[str, Any]:
+def anthropic_result(observation: Observation, tool_use_id: str) -> dict[str, Any]:
     """The observation as an Anthropic ``tool_result`` content block.
 
     Args:
@@ -259,8 +276,10 @@ def openai_tool_results(
         them after the assistant message.
 
     Raises:
-        ValueError: ``message`` is not an assistant message, or its ``tool_calls`` is not a
-            list, or ``tool_choice`` is not one of the gate's tools.
+        ValueError: ``message`` is not an assistant message (or its ``model_dump`` fails), its
+            ``tool_calls`` is not a list, a tool call is not an object with a non-empty
+            string ``id``, or ``tool_choice`` is not one of the gate's tools. Checked before
+            any call runs.
     """
     gate.check_options("openai", tool_choice)
     data = _assistant_message(message, "OpenAI")
@@ -269,9 +288,10 @@ def openai_tool_results(
         return []
     if not isinstance(calls, list):
         raise ValueError(f"`tool_calls` must be a list, got {type(calls).__name__}")
+    ids = _call_ids(calls, "OpenAI", "tool_calls")
     return [
-        openai_result(_gate_one(gate, call, "openai", tool_choice), _call_id(call))
-        for call in calls
+        openai_result(_gate_one(gate, call, call_id, "openai", tool_choice), call_id)
+        for call, call_id in zip(calls, ids, strict=True)
     ]
 
 
@@ -294,8 +314,9 @@ def anthropic_tool_results(
         :func:`anthropic_result`); None when the message has no ``tool_use`` block.
 
     Raises:
-        ValueError: ``message`` is not an assistant message, or ``tool_choice`` is not one of
-            the gate's tools.
+        ValueError: ``message`` is not an assistant message (or its ``model_dump`` fails), a
+            ``tool_use`` block has no non-empty string ``id``, or ``tool_choice`` is not one
+            of the gate's tools. Checked before any call runs.
     """
     gate.check_options("anthropic", tool_choice)
     data = _assistant_message(message, "Anthropic")
@@ -306,11 +327,13 @@ def anthropic_tool_results(
     ]
     if not blocks:
         return None
+    ids = _call_ids(blocks, "Anthropic", "tool_use block")
     return {
         "role": "user",
         "content": [
-            anthropic_result(_gate_one(gate, block, "anthropic", tool_choice), block.get("id"))
-            for block in blocks
+            anthropic_result(_gate_one(gate, block, block_id, "anthropic", tool_choice),
+                             block_id)
+            for block, block_id in zip(blocks, ids, strict=True)
         ],
     }
 
@@ -321,31 +344,81 @@ def _assistant_message(message: object, provider: str) -> Mapping[str, Any]:
         if not callable(dump):
             raise ValueError(f"expected an {provider} assistant message as a dict, got "
                              f"{type(message).__name__}")
-        message = dump(mode="json")
+        try:
+            message = dump(mode="json")
+        except Exception as error:
+            raise ValueError(f"could not read the {provider} assistant message: its "
+                             f"model_dump() raised {type(error).__name__}: "
+                             f"{escape_text(str(error), 120)}") from error
         if not isinstance(message, Mapping):
-            raise ValueError(f"expected an {provider} assistant message")
+            raise ValueError(f"expected an {provider} assistant message; its model_dump() "
+                             f"gave {type(message).__name__}")
     role = message.get("role", "assistant")
     if role != "assistant":
         raise ValueError(f"expected an {provider} assistant message, got role {role!r}")
     return message
 
 
-def _call_id(call: object) -> Any:
-    return call.get("id") if isinstance(call, Mapping) else None
+def _call_ids(calls: list[Any], provider: str, what: str) -> list[str]:
+    """Each call's id: the provider assigns one to every call, and its result is addressed
+    to it. ValueError for a call that is not an object or lacks a non-empty string id."""
+    ids = []
+    for index, call in enumerate(calls):
+        call_id = call.get("id") if isinstance(call, Mapping) else None
+        if type(call_id) is not str or not call_id:
+            got = (f"a {type(call).__name__}" if not isinstance(call, Mapping)
+                   else "no id" if call_id is None else f"id {escape_text(repr(call_id), 40)}")
+            raise ValueError(f"{provider} {what} {index} needs a non-empty string `id` (its "
+                             f"result is addressed to it), got {got}; no call was run")
+        ids.append(call_id)
+    return ids
 
 
-def _gate_one(gate: Gate, call: object, dialect: str, tool_choice: str | None) -> Observation:
+_encode = msgspec.json.Encoder(decimal_format="number").encode
+
+
+def _gate_one(gate: Gate, call: object, call_id: str, dialect: str,
+              tool_choice: str | None) -> Observation:
     try:
-        raw = msgspec.json.encode(call)
-    except (TypeError, msgspec.EncodeError) as error:
+        raw = _encode(call)
+    except (TypeError, ValueError, RecursionError) as error:  # e.g. a complex, a cycle
+        problem: str | None = (_not_json_data(call, gate.max_input_bytes)
+                               or escape_text(str(error), 80))
+    else:
+        # Over the cap, the gate says too-large before looking inside (as for raw text).
+        problem = _not_json_data(call, len(raw)) if len(raw) <= gate.max_input_bytes else None
+    if problem is not None:
         return Observation.refused(
-            Refusal("parse", "not-json",
-                    f"the tool call is not JSON data: {escape_text(str(error), 80)}"),
-            call_id=_string_id(call),
+            Refusal("parse", "not-json", f"the tool call is not JSON data: {problem}"),
+            call_id=call_id if len(call_id) <= MAX_ID_CHARS else None,
         )
     return gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
 
 
-def _string_id(call: object) -> str | None:
-    value = _call_id(call)
-    return value if type(value) is str else None
+def _not_json_data(value: object, budget: int) -> str | None:
+    """Where ``value`` holds something that is not JSON data (see the module docstring), or
+    None when it is JSON data or ``budget`` values were looked at without finding the place.
+    Iterative. (Every value takes at least one byte of JSON text, so a budget of the encoded
+    size is never spent on JSON data; a container that holds itself spends it.)"""
+    stack: list[tuple[object, str]] = [(value, "$")]
+    while stack and budget > 0:  # depth first, in document order
+        budget -= 1
+        item, path = stack.pop()
+        if type(item) is dict:
+            for key in item:
+                if type(key) is not str:
+                    return f"a key of Python type {type(key).__name__} at `{path}`"
+            stack.extend((item[key], f"{path}.{escape_text(key, 40)}")
+                         for key in reversed(item))
+        elif type(item) is list or type(item) is tuple:
+            stack.extend((item[index], f"{path}[{index}]")
+                         for index in range(len(item) - 1, -1, -1))
+        elif type(item) is float:
+            if not math.isfinite(item):
+                return f"{item} at `{path}` (JSON numbers are finite)"
+        elif type(item) is Decimal:
+            if not item.is_finite():
+                return f"{item} at `{path}` (JSON numbers are finite)"
+        elif item is not None and type(item) not in (str, int, bool):
+            return f"a Python {type(item).__name__} at `{path}`"
+    return None
