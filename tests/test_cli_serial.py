@@ -156,8 +156,8 @@ def test_shell_runs_every_command_through_the_gate() -> None:
 @pytest.mark.timeout(60)
 def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
     """Ctrl-C while a command waits for the device cancels that command; the shell goes on."""
-    # Replies: 1 the synchronising identify, 2 the shell's identify, 3 read 3: 3 s late.
-    args = ["--pty", "--fault", "delay=1", "--fault-after", "2", "--fault-count", "1",
+    # Replies: 1 the shell's identify (which synchronises the line), 2 read 3: 3 s late.
+    args = ["--pty", "--fault", "delay=1", "--fault-after", "1", "--fault-count", "1",
             "--delay", "3"]
     with sim_process(*args) as (port, _):
         shell = subprocess.Popen([str(REGDEV), "shell", "--port", port, "--timeout", "10"],

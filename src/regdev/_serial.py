@@ -92,8 +92,8 @@ _REFUSALS = {
 _TRANSIENT = frozenset({"CKSUM", "SYNTAX", "BUSY"})
 #: What a write or reset whose outcome is unknown asks the caller to do.
 _UNKNOWN = {
-    "write": "; the write may or may not have happened: read the register back",
-    "reset": "; the reset may or may not have happened: dump the registers",
+    "write": "the write may or may not have happened: read the register back",
+    "reset": "the reset may or may not have happened: dump the registers",
 }
 #: Most bytes taken from the port per read call (the codec's buffer holds 1024).
 _READ_CHUNK = 256
@@ -104,6 +104,22 @@ _POLL = 0.01
 _NETWORK_SCHEMES = ("socket", "rfc2217")
 
 _R = TypeVar("_R", bound=Reply)
+
+
+class _PortFailed(Exception):
+    """Inside a transaction: the port failed, before the request was written or after."""
+
+    def __init__(self, error: TransportError, *, sent: bool) -> None:
+        super().__init__(str(error))
+        self.sent = sent
+
+
+class _NoReply(Exception):
+    """Inside a transaction: no valid reply within the timeout (``bad`` frames dropped)."""
+
+    def __init__(self, bad: int) -> None:
+        super().__init__()
+        self.dropped = f" ({bad} bad frame{'s' * (bad != 1)} dropped)" if bad else ""
 
 
 def _cause(error: BaseException) -> str:
@@ -351,14 +367,16 @@ class SerialDevice(Device):
                         continue
                     if attempts > 1:
                         spent = time.monotonic() - started
-                        error.args = (f"{error} (on the last of {attempts} attempts, "
-                                      f"{spent:.2f} s in all)",)
+                        error.args = (f"{error} ({attempts} attempts, {spent:.2f} s in all)",)
                     raise
                 assert isinstance(reply, expect)  # the codec matched the reply to the request
                 return reply
 
     def _attempt(self, make: Callable[[int], Request], what: str) -> Reply:
-        """Synchronise when due, then send the request and return its reply."""
+        """Synchronise when due, then send the request and return its reply.
+
+        Messages put the request's fate first (the gate shows a model the first 120 characters).
+        """
         try:
             port = self._port if self._port is not None else self._reopen()
             if self._flush or not self._synced:
@@ -366,51 +384,60 @@ class SerialDevice(Device):
                     port.reset_input_buffer()
                 self._link.discard_buffer()
                 self._flush = False
-            if not self._synced:
-                self._exchange(port, IdentifyRequest(self._link.new_seq()))
-                self._synced = True
-        except ReplyLost as error:
-            raise TransportError(f"{error}, while synchronising the line; the {what} was "
-                                 "not sent") from error
-        except DeviceTimeout as error:
-            raise DeviceTimeout(f"{error} to the identify request that synchronises the line; "
-                                f"the {what} was not sent") from error
         except TransportError as error:
             self._set_port_aside()
-            raise TransportError(f"{error}; the {what} was not sent") from error
+            raise TransportError(f"the {what} was not sent: {error}") from error
+        # An identify is its own synchronisation: a stale identify reply taken for its answer
+        # says the same, and arrives after every older reply all the same.
+        if not self._synced and what != "identify":
+            try:
+                self._exchange(port, IdentifyRequest(self._link.new_seq()))
+            except _PortFailed as failure:
+                raise TransportError(f"the {what} was not sent: {failure} (while synchronising "
+                                     "the line)") from failure.__cause__
+            except _NoReply as failure:
+                raise DeviceTimeout(
+                    f"the {what} was not sent: no valid reply within {self.timeout:g} s to the "
+                    f"identify that synchronises the line{failure.dropped}") from None
+            self._synced = True
         try:
-            return self._exchange(port, make(self._link.new_seq()))
-        except ReplyLost as error:
-            raise ReplyLost(f"{error}, after the {what} was sent{_UNKNOWN.get(what, '')}"
-                            ) from error
-        except DeviceTimeout as error:
-            raise DeviceTimeout(f"{error}{_UNKNOWN.get(what, '')}") from error
-        except TransportError as error:
-            raise TransportError(f"{error}; the {what} was not sent") from error
+            reply = self._exchange(port, make(self._link.new_seq()))
+        except _PortFailed as failure:
+            if not failure.sent:
+                raise TransportError(f"the {what} was not sent: {failure}"
+                                     ) from failure.__cause__
+            cause = str(failure).partition(" failed: ")[2]
+            if what not in _UNKNOWN:
+                raise ReplyLost(f"port {self.url} failed after the {what} was sent: {cause}"
+                                ) from failure.__cause__
+            raise ReplyLost(f"{_UNKNOWN[what]}; port {self.url} failed after it was sent: "
+                            f"{cause}") from failure.__cause__
+        except _NoReply as failure:
+            unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
+            raise DeviceTimeout(f"no valid reply within {self.timeout:g} s{failure.dropped}"
+                                f"{unknown}") from None
+        self._synced = True  # any answer to a request of ours is a synchronisation
+        return reply
 
     def _exchange(self, port: serial.Serial, request: Request) -> Reply:
         """Write one request and await its reply.
 
         Raises:
-            TransportError: the write failed (a frame cut short is never executed).
-            ReplyLost: the port failed after the request was written.
-            DeviceTimeout: no valid reply within ``timeout`` seconds.
+            _PortFailed: the port failed; ``sent`` is False when the write itself failed (a
+                frame cut short is never executed).
+            _NoReply: no valid reply within ``timeout`` seconds.
         """
         link = self._link
         data = link.send(request)
+        sent = False
         try:
-            try:
-                with map_exceptions(self.url):
-                    port.write(data)
-            except TransportError:
-                self._set_port_aside()
-                raise
-            try:
-                with map_exceptions(self.url):
-                    return self._await_reply(port)
-            except TransportError as error:
-                self._set_port_aside()
-                raise ReplyLost(str(error)) from error.__cause__
+            with map_exceptions(self.url):
+                port.write(data)
+                sent = True
+                return self._await_reply(port)
+        except TransportError as error:
+            self._set_port_aside()
+            raise _PortFailed(error, sent=sent) from error.__cause__
         finally:
             if link.state is State.AWAITING_REPLY:
                 link.abandon()
@@ -432,8 +459,7 @@ class SerialDevice(Device):
                 return event
             if time.monotonic() >= deadline:
                 self.timeouts += 1
-                dropped = f" ({bad} bad frame{'s' * (bad != 1)} dropped)" if bad else ""
-                raise DeviceTimeout(f"no valid reply within {self.timeout:g} s{dropped}")
+                raise _NoReply(bad)
             chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
             if not chunk:
                 continue
