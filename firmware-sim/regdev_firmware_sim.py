@@ -12,8 +12,14 @@ The first line of standard output is the port to open (flushed); the simulator t
 until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr.
 
 It runs without regdev installed: the codec, errors and register modules import only the
-standard library, so when run as a script it imports them from the ``src/regdev`` beside it
-without executing ``regdev/__init__.py`` (which needs regdev's dependencies).
+standard library, so when run as a script it loads them from the ``src/regdev`` beside it,
+under a private package name (``_regdev_sim``), without executing ``regdev/__init__.py``
+(which needs regdev's dependencies) and without putting anything named ``regdev`` in
+``sys.modules``. Imported as a module (as ``regdev firmware-sim`` and the tests do), it uses
+the installed regdev.
+
+Over TCP it serves one client at a time: a connection made while another is served is closed
+at once, unread, so a request sent on it never runs later.
 
 Faults apply to the replies to requests, one fault at most per reply, drawn from a
 ``random.Random(seed)`` so a run can be repeated:
@@ -29,14 +35,18 @@ busy        the device answers ``e BUSY`` and does not execute the request
 ==========  ===============================================================================
 
 A request is executed before its reply is faulted (except ``busy``): a write whose
-acknowledgement is lost has happened, as on real hardware.
+acknowledgement is lost has happened, as on real hardware. Frames that are not requests (a
+reply, such as the device's own echo) are dropped without an answer, by the codec.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import math
 import os
 import random
+import select
 import signal
 import socket
 import sys
@@ -44,29 +54,44 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+#: The modules of regdev the simulator runs on (each imports only the standard library).
+NEEDED = ("_protocol", "_device", "_errors")
 
 
-def _use_repository_regdev() -> None:
-    """Make ``regdev._protocol`` importable from the repository without ``regdev/__init__``.
+def _standalone_modules() -> tuple[types.ModuleType, ...]:
+    """regdev's codec, register and error modules, for this file run as a script.
 
-    Registers a bare ``regdev`` package whose ``__path__`` is ``src/regdev`` beside this
-    file. Does nothing when regdev is already imported (``regdev firmware-sim``) or when this
-    file has no repository around it (then an installed regdev is used).
+    From ``src/regdev`` beside this file, under the private package name ``_regdev_sim`` (so
+    regdev need not be installed, and an installed regdev is left alone); else from an
+    installed regdev; else one line on stderr naming the files needed, and exit status 2.
     """
     source = Path(__file__).resolve().parent.parent / "src" / "regdev"
-    if "regdev" in sys.modules or not (source / "_protocol.py").is_file():
-        return
-    package = types.ModuleType("regdev", "regdev's stdlib-only modules, for the simulator")
-    package.__path__ = [str(source)]
-    sys.modules["regdev"] = package
+    if all((source / f"{name}.py").is_file() for name in NEEDED):
+        package = types.ModuleType("_regdev_sim", "regdev's stdlib-only modules, for the simulator")
+        package.__path__ = [str(source)]
+        sys.modules[package.__name__] = package
+        return tuple(importlib.import_module(f"_regdev_sim.{name}") for name in NEEDED)
+    try:
+        return tuple(importlib.import_module(f"regdev.{name}") for name in NEEDED)
+    except ImportError:
+        files = ", ".join(f"src/regdev/{name}.py" for name in NEEDED)
+        print(f"{Path(sys.argv[0]).name}: error: the simulator needs regdev's {files}: run it "
+              "from a regdev source tree (firmware-sim/ beside src/), or install regdev",
+              file=sys.stderr)
+        raise SystemExit(2) from None
 
 
-_use_repository_regdev()
-
-from regdev import _protocol as wire  # noqa: E402 - after the import path is set up
-from regdev._device import REGISTER_COUNT, RegisterFile  # noqa: E402
-from regdev._errors import LocalProtocolError, RemoteProtocolError  # noqa: E402
+if TYPE_CHECKING or __name__ != "__main__":
+    from regdev import _protocol as wire
+    from regdev._device import REGISTER_COUNT, RegisterFile
+    from regdev._errors import LocalProtocolError, RemoteProtocolError
+else:  # run as a script: regdev need not be installed
+    wire, _device, _errors = _standalone_modules()
+    REGISTER_COUNT, RegisterFile = _device.REGISTER_COUNT, _device.RegisterFile
+    LocalProtocolError = _errors.LocalProtocolError
+    RemoteProtocolError = _errors.RemoteProtocolError
 
 __all__ = ["FAULT_KINDS", "IDENTITY", "Faults", "Firmware", "main", "serve"]
 
@@ -74,6 +99,8 @@ __all__ = ["FAULT_KINDS", "IDENTITY", "Faults", "Firmware", "main", "serve"]
 IDENTITY = "regdev firmware-sim, 16 x 8-bit, protocol 1"
 #: Fault kinds, in the order their rates are drawn for each reply.
 FAULT_KINDS = ("drop", "corrupt", "delay", "garbage", "disconnect", "busy")
+#: Longest ``--delay``, in seconds.
+MAX_DELAY = 3600.0
 _GARBAGE = b"$\n\r*0123456789ABCDEFWRwrez \x00\x7f\xff"
 
 
@@ -117,10 +144,11 @@ class Faults:
         seed: seed of the ``random.Random`` that draws faults and their details.
         after: replies sent clean before any fault.
         count: most faults injected, then clean again; None for no limit.
-        delay: seconds a ``delay`` fault holds the reply back.
+        delay: seconds a ``delay`` fault holds the reply back, 0..:data:`MAX_DELAY`.
 
     Raises:
-        ValueError: an unknown kind, a rate outside 0..1, or a negative number.
+        ValueError: an unknown kind, a rate outside 0..1, a negative ``after`` or ``count``,
+            or a ``delay`` that is not a finite number in 0..:data:`MAX_DELAY`.
     """
 
     def __init__(self, rates: dict[str, float] | None = None, *, seed: int = 0, after: int = 0,
@@ -132,8 +160,11 @@ class Faults:
                                  f"{', '.join(FAULT_KINDS)}")
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"fault rate for `{kind}` must be in 0..1, got {rate}")
-        if after < 0 or (count is not None and count < 0) or delay < 0:
-            raise ValueError("--fault-after, --fault-count and --delay must be >= 0")
+        if after < 0 or (count is not None and count < 0):
+            raise ValueError("--fault-after and --fault-count must be >= 0")
+        if not math.isfinite(delay) or not 0 <= delay <= MAX_DELAY:
+            raise ValueError(f"--delay must be a number of seconds in 0..{MAX_DELAY:g}, "
+                             f"got {delay}")
         self.rates = rates
         self.random = random.Random(seed)
         self.after = after
@@ -257,14 +288,34 @@ class _FdLine:
 
 
 class _SocketLine:
-    def __init__(self, sock: socket.socket) -> None:
+    """A TCP client; while it is served, other clients are accepted and closed at once."""
+
+    def __init__(self, sock: socket.socket, server: socket.socket,
+                 log: Callable[[str], None] | None) -> None:
         self.sock = sock
+        self.server = server
+        self.log = log
 
     def read(self) -> bytes:
-        try:
-            return self.sock.recv(256)
-        except ConnectionError:
-            return b""
+        while True:
+            try:
+                ready, _, _ = select.select([self.sock, self.server], [], [])
+            except ValueError:  # a socket was closed under us (the server is shutting down)
+                raise OSError("the server socket was closed") from None
+            if self.server in ready:
+                self._turn_away()
+            if self.sock in ready:
+                try:
+                    return self.sock.recv(256)
+                except ConnectionError:
+                    return b""
+
+    def _turn_away(self) -> None:
+        """Close a second client unread: one host at a time, and nothing it sent runs."""
+        extra, address = self.server.accept()
+        extra.close()
+        if self.log:
+            self.log(f"   closed a second connection from {address[0]}:{address[1]} (busy)")
 
     def write(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -315,7 +366,11 @@ def serve_pty(firmware: Firmware, faults: Faults, *, link: Path | None,
 def serve_tcp(firmware: Firmware, faults: Faults, *, host: str, port: int,
               announce: Callable[[str], None], log: Callable[[str], None] | None,
               ready: Callable[[socket.socket], None] | None = None) -> None:
-    """Serve one client at a time on ``host:port`` until interrupted; announce its URL first."""
+    """Serve one client at a time on ``host:port`` until interrupted; announce its URL first.
+
+    A client that connects while another is served is closed at once, unread (a TCP port has
+    no exclusive open; this is how the device side keeps to one host).
+    """
     with socket.create_server((host, port)) as server:
         bound_host, bound_port = server.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
@@ -327,7 +382,7 @@ def serve_tcp(firmware: Firmware, faults: Faults, *, host: str, port: int,
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with client:
                 try:
-                    serve(_SocketLine(client), firmware, faults, log)
+                    serve(_SocketLine(client, server, log), firmware, faults, log)
                 except Disconnect:
                     pass
                 except OSError:

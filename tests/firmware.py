@@ -1,4 +1,5 @@
-"""Helpers that run the firmware simulator for the serial tests: in a subprocess or a thread."""
+"""Helpers that run the firmware simulator for the serial tests: in a subprocess or a thread,
+and an RFC 2217 server in front of it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import serial
+import serial.rfc2217
+
 import regdev_firmware_sim as sim
 from conftest import ROOT
+from regdev import _protocol as wire
 
 SIM = ROOT / "firmware-sim" / "regdev_firmware_sim.py"
 
@@ -41,6 +47,23 @@ def sim_process(*args: str, python: Sequence[str] = (sys.executable,)
         process.stderr.close()
 
 
+class CountingFirmware(sim.Firmware):
+    """The simulator's firmware, counting the requests it executes by letter (``W``, ``R``...).
+
+    A ``busy`` fault answers without executing, so it is not counted.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.executed: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def answer(self, request: wire.Request) -> wire.Reply:
+        with self._lock:
+            self.executed[chr(wire.encode(request)[4])] += 1
+        return super().answer(request)
+
+
 @contextmanager
 def sim_thread(firmware: sim.Firmware | None = None,
                faults: sim.Faults | None = None) -> Iterator[str]:
@@ -61,3 +84,68 @@ def sim_thread(firmware: sim.Firmware | None = None,
         servers[0].shutdown(socket.SHUT_RDWR)
         servers[0].close()
         thread.join(timeout=5)
+
+
+class _Network:
+    """The connection side of pyserial's PortManager: a thread-safe write to the client."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self.connection = connection
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock, contextlib.suppress(OSError):
+            self.connection.sendall(data)
+
+
+@contextmanager
+def rfc2217_server(backend: str) -> Iterator[str]:
+    """An RFC 2217 server in a thread (pyserial's PortManager, after pyserial's example
+    ``rfc2217_server.py``) in front of the port ``backend``; yield its ``rfc2217://`` URL.
+
+    It serves one client at a time: bytes from the client go to ``backend`` and bytes from
+    ``backend`` to the client, and the client's port settings and purges reach ``backend``.
+    """
+    port = serial.serial_for_url(backend, timeout=0.05)
+    server = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def pump(connection: socket.socket, manager: serial.rfc2217.PortManager,
+             hung_up: threading.Event) -> None:
+        while not hung_up.is_set() and not done.is_set():
+            try:
+                data = port.read(port.in_waiting or 1)
+            except serial.SerialException:
+                return
+            if data:
+                with contextlib.suppress(OSError):
+                    connection.sendall(b"".join(manager.escape(data)))
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            manager = serial.rfc2217.PortManager(port, _Network(connection))
+            hung_up = threading.Event()
+            reader = threading.Thread(target=pump, args=(connection, manager, hung_up),
+                                      daemon=True)
+            reader.start()
+            with connection, contextlib.suppress(OSError):
+                while data := connection.recv(1024):
+                    port.write(b"".join(manager.filter(data)))
+            hung_up.set()
+            reader.join(timeout=5)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"rfc2217://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        done.set()
+        server.shutdown(socket.SHUT_RDWR)
+        server.close()
+        thread.join(timeout=5)
+        port.close()

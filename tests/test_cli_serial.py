@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from conftest import EXAMPLES
 from firmware import sim_process
 from regdev._cli import main
-from regdev._serial import SerialDevice
+from regdev._serial import URL_FORMS, SerialDevice
 
 REGDEV = Path(sys.executable).parent / "regdev"
 
@@ -52,17 +54,60 @@ def test_demo_text_names_the_port_and_the_device(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(
     ("port", "detail"),
     [("/dev/regdev-no-such-port", "No such file or directory"),
-     ("bogus://x", "protocol 'bogus' not known")],
+     ("bogus://x", "invalid URL, protocol 'bogus' not known")],
 )
 def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[str],
                                                    port: str, detail: str) -> None:
-    """A bad --port is one line on stderr naming the accepted forms, exit 2, nothing run."""
+    """A misnamed --port is one line on stderr naming the accepted forms, exit 2, nothing run."""
     for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"]):
         status, out, err = run(capsys, *command, "--port", port)
         assert (status, out) == (2, "")
-        assert err.count("\n") == 1 and detail in err
-        assert err.startswith(f"regdev {command[0]}: error: cannot open port `{port}`")
-        assert "socket://HOST:PORT or rfc2217://HOST:PORT" in err
+        assert err == (f"regdev {command[0]}: error: cannot open port {port}: {detail}; expected "
+                       f"{URL_FORMS}\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--timeout", "2"], "--timeout goes with --port URL (without --port the device is in "
+                          "process)"),
+     (["--baud", "9600", "--timeout", "1"], "--timeout and --baud go with --port URL"),
+     (["--port", "loop://", "--timeout", "-5"], "--timeout must be a number of seconds > 0, "
+                                                "got -5"),
+     (["--port", "loop://", "--timeout", "nan"], "--timeout must be a number of seconds > 0"),
+     (["--port", "loop://", "--baud", "4000000000"], "--baud must be 1..20000000 (baud), got "
+                                                     "4000000000"),
+     (["--port", "socket://localhost"], "cannot open port socket://localhost: expected "
+                                        "socket://HOST:PORT with a port 1..65535, e.g. "
+                                        "socket://127.0.0.1:7000")],
+)
+def test_port_options_are_checked_before_anything_runs(
+        capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    """--timeout and --baud need --port and sane values; one line, exit 2, nothing run."""
+    for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"]):
+        status, out, err = run(capsys, *command, *argv)
+        assert (status, out) == (2, "")
+        assert err.startswith(f"regdev {command[0]}: error: {message}")
+        assert err.count("\n") == 1
+
+
+def test_refused_connection_does_not_list_the_url_forms(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A well-formed URL whose server is not there: the cause alone, one line, exit 2."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"socket://127.0.0.1:{probe.getsockname()[1]}"
+    status, out, err = run(capsys, "demo", "--port", url)
+    assert (status, out, err) == (2, "", f"regdev demo: error: cannot open port {url}: "
+                                         "Connection refused\n")
+
+
+def test_demo_and_replay_help_name_both_devices() -> None:
+    """demo and replay --help say they run in process or on the device at --port."""
+    for command in ("demo", "replay"):
+        done = subprocess.run([str(REGDEV), command, "--help"], capture_output=True, text=True,
+                              check=True)
+        text = " ".join(done.stdout.split())
+        assert "in-process" in text and "the device at --port" in text
 
 
 @pytest.mark.timeout(30)
@@ -106,6 +151,31 @@ def test_shell_runs_every_command_through_the_gate() -> None:
     ]
     assert "write ADDR DATA   write_register" in done.stdout
     assert lines[-1].startswith("every command is a tool call")  # nothing ran after quit
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
+    """Ctrl-C while a command waits for the device cancels that command; the shell goes on."""
+    # Replies: 1 the shell's identify (which synchronises the line), 2 read 3: 3 s late.
+    args = ["--pty", "--fault", "delay=1", "--fault-after", "1", "--fault-count", "1",
+            "--delay", "3"]
+    with sim_process(*args) as (port, _):
+        shell = subprocess.Popen([str(REGDEV), "shell", "--port", port, "--timeout", "10"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        assert shell.stdin is not None and shell.stdout is not None
+        shell.stdin.write("read 3\nwrite 4 4\nread 4\n")
+        shell.stdin.close()
+        assert shell.stdout.readline().startswith("regdev shell on")
+        assert shell.stdout.readline().startswith("accepted  identify_device")
+        time.sleep(0.5)  # read 3 is waiting for its reply, for 3 s
+        shell.send_signal(signal.SIGINT)
+        shell.stdin = None  # closed above; communicate() only reads
+        out, err = shell.communicate(timeout=30)
+    assert (shell.returncode, err) == (0, "")
+    assert out.splitlines() == ["interrupted",
+                                "accepted  write_register: register 4 = 0x04 (4)",
+                                "accepted  read_register: register 4 = 0x04 (4)"]
 
 
 def test_shell_without_a_port_drives_the_in_process_device() -> None:

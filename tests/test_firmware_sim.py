@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import pytest
 
 import regdev_firmware_sim as sim
 from firmware import SIM, sim_process
+from regdev import TransportError
 from regdev import _protocol as wire
 from regdev._serial import SerialDevice
 
@@ -26,6 +29,44 @@ def test_runs_standalone_without_regdev_dependencies() -> None:
         assert device.identify() == sim.IDENTITY
         assert device.write(9, 0x99) == 0x99
         assert device.snapshot()[9] == 0x99
+
+
+def test_copied_alone_it_names_the_files_it_needs(tmp_path: Path) -> None:
+    """The script without src/regdev beside it, and no regdev installed: one line, exit 2."""
+    alone = tmp_path / "regdev_firmware_sim.py"
+    shutil.copy(SIM, alone)
+    done = subprocess.run([sys.executable, "-S", "-E", str(alone), "--pty"], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "regdev_firmware_sim.py: error: the simulator needs regdev's src/regdev/_protocol.py, "
+        "src/regdev/_device.py, src/regdev/_errors.py: run it from a regdev source tree "
+        "(firmware-sim/ beside src/), or install regdev\n")
+
+
+def test_importing_the_simulator_first_leaves_regdev_whole() -> None:
+    """`import regdev_firmware_sim` before `import regdev`: regdev is the real package."""
+    code = ("import regdev_firmware_sim, regdev, sys; "
+            "print(regdev.SerialDevice.__name__, regdev_firmware_sim.wire is "
+            "sys.modules['regdev._protocol'], '_regdev_sim' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=30, check=True, env={**os.environ, "PYTHONPATH": str(SIM.parent)})
+    assert done.stdout == "SerialDevice True False\n"
+
+
+@pytest.mark.timeout(30)
+def test_a_second_tcp_client_is_turned_away_and_its_write_never_runs() -> None:
+    """While one host is served, another connection is closed unread: its write fails as not
+    sent, and does not run later when the first host leaves."""
+    with sim_process("--tcp", "127.0.0.1:0") as (url, _):
+        with SerialDevice(url, timeout=2) as first:
+            assert first.identify() == sim.IDENTITY
+            with SerialDevice(url, timeout=0.5) as second, pytest.raises(
+                    TransportError, match=r"^the write was not sent: port socket://"):
+                second.write(3, 0xBB)
+            assert first.write(3, 0xAA) == 0xAA
+        with SerialDevice(url, timeout=2) as third:
+            assert third.read(3) == 0xAA
 
 
 @pytest.mark.timeout(30)
@@ -60,6 +101,10 @@ def test_pty_link_is_printed_and_removed(tmp_path: Path) -> None:
         (["--tcp", "nohost"], "expected HOST:PORT"),
         (["--tcp", "127.0.0.1:0", "--link", "/tmp/x"], "--link goes with --pty"),
         (["--pty", "--identity", "a*b"], "identify text must be"),
+        (["--pty", "--delay", "nan"], "--delay must be a number of seconds in 0..3600, got nan"),
+        (["--pty", "--delay", "inf"], "--delay must be a number of seconds in 0..3600, got inf"),
+        (["--pty", "--delay", "1e300"], "--delay must be a number of seconds in 0..3600"),
+        (["--pty", "--delay", "-1"], "--delay must be a number of seconds in 0..3600"),
         ([], "one of the arguments --pty --tcp is required"),
     ],
 )
@@ -112,6 +157,14 @@ def test_serve_answers_bad_frames_with_their_code_and_seq() -> None:
     ]
 
 
+def test_serve_never_answers_a_reply_frame() -> None:
+    """Reply frames reaching the device (its own echo) get no answer; requests still do."""
+    echo = wire.encode(wire.ReadReply(1, 3, 0)) + wire.encode(wire.ErrorReply(0, "SYNTAX"))
+    line = ListLine(echo, echo + wire.encode(wire.ReadRequest(2, 3)), echo)
+    sim.serve(line, sim.Firmware(), sim.Faults())
+    assert line.written == [wire.encode(wire.ReadReply(2, 3, 0))]
+
+
 def test_faults_are_reproducible_from_the_seed() -> None:
     """The same seed draws the same faults; --fault-after and --fault-count bound them."""
     def draws(seed: int) -> list[str | None]:
@@ -139,6 +192,7 @@ def test_damage_changes_the_reply_as_each_fault_says() -> None:
 
 def test_bad_fault_settings_are_refused() -> None:
     """Unknown kinds, rates outside 0..1 and negative bounds are ValueError."""
-    for rates, options in (({"fire": 0.1}, {}), ({"drop": 1.5}, {}), ({}, {"after": -1})):
+    for rates, options in (({"fire": 0.1}, {}), ({"drop": 1.5}, {}), ({}, {"after": -1}),
+                           ({"drop": float("nan")}, {}), ({}, {"delay": float("inf")})):
         with pytest.raises(ValueError):
             sim.Faults(rates, **options)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
@@ -106,6 +107,24 @@ def test_protocol_doc_example_decodes_as_documented(frame: str, decoded: str) ->
     assert encode(decode(data)) == data
 
 
+SHOWN_FRAME = re.compile(rb"\$[0-9A-F]{2} [^*`|\n]*\*[0-9A-F]{2}")
+
+
+@pytest.mark.parametrize("path", [PROTOCOL_DOC, SOURCE], ids=["protocol.md", "_protocol.py"])
+def test_every_frame_shown_in_the_docs_is_valid(path: Path) -> None:
+    """Every frame written out in the protocol doc and the codec's source decodes."""
+    shown = SHOWN_FRAME.findall(path.read_bytes())
+    assert len(shown) >= 2
+    for frame in shown:
+        assert encode(decode(frame)) == frame + b"\n", frame
+
+
+def test_codec_docstring_examples_decode_as_described() -> None:
+    """The two frames in _protocol.py's module docstring are the write and its reply."""
+    shown = SHOWN_FRAME.findall((wire.__doc__ or "").encode("ascii"))
+    assert [decode(frame) for frame in shown] == [WriteRequest(5, 3, 255), WriteReply(5, 3, 255)]
+
+
 def test_protocol_doc_byte_dump_and_session() -> None:
     """The byte-for-byte dump and the terminal session in the doc are valid frames."""
     text = PROTOCOL_DOC.read_text(encoding="utf-8")
@@ -146,6 +165,14 @@ def test_crlf_is_accepted(frame: wire.Frame) -> None:
         (b"$03 W 03 FF\n", "SYNTAX", 3),  # no checksum
         (b"$0G R 03*4C\n", "SYNTAX", None),  # unreadable sequence number (checksum right)
         (b"$03 W 03 FF*14 \n", "SYNTAX", 3),
+        # Rule 4 checks the ends, then the checksum, then the fields: short frames too.
+        (b"$01I*75\n", "CKSUM", 1),  # 7 bytes, the space lost
+        (b"$01 I*76\n", "CKSUM", 1),  # the shortest frame, checksum off by one
+        (b"$*05\n", "CKSUM", None),
+        (b"$*00\n", "SYNTAX", None),  # nothing checked, and the checksum of nothing is 00
+        (b"$0*90\n", "SYNTAX", None),  # checksum right, no sequence number
+        (b"$*0\n", "SYNTAX", None),
+        (b"$01 I*7\n", "SYNTAX", 1),
     ],
 )
 def test_bad_frames_name_their_code_and_seq(line: bytes, code: str, seq: int | None) -> None:
@@ -344,6 +371,26 @@ def test_sequence_numbers_run_1_to_255_then_wrap() -> None:
         host.send(ReadRequest(0, 1))
 
 
+def test_first_seq_sets_where_the_numbers_start() -> None:
+    """first_seq is the first number new_seq gives; counting wraps past 255 to 1, never 0."""
+    assert [Connection(HOST, first_seq=200).new_seq() for _ in range(2)] == [200, 200]
+    host = Connection(HOST, first_seq=254)
+    assert [host.new_seq() for _ in range(4)] == [254, 255, 1, 2]
+    for bad in (0, 256, -1, True, 1.0):
+        with pytest.raises(LocalProtocolError, match=r"first_seq must be an int 1\.\.255"):
+            Connection(HOST, first_seq=bad)  # type: ignore[arg-type]
+
+
+def test_discard_buffer_drops_a_partial_frame() -> None:
+    """discard_buffer() drops buffered bytes (counted); the next frame is read from scratch."""
+    host = Connection(HOST)
+    host.send(ReadRequest(1, 3))
+    host.receive_data(encode(ReadReply(1, 3, 9))[:6])
+    host.discard_buffer()
+    assert host.discarded == 6 and host.state is State.AWAITING_REPLY
+    assert events(host, encode(ReadReply(1, 3, 7))) == [ReadReply(1, 3, 7)]
+
+
 def test_late_reply_after_abandon_is_stale() -> None:
     """After a timeout (abandon), the late reply is dropped; the next request's reply is taken."""
     host, device = Connection(HOST), Connection(DEVICE)
@@ -385,13 +432,29 @@ def test_echoed_request_reaching_the_host_is_a_remote_error() -> None:
         host.next_event()
 
 
-def test_reply_reaching_the_device_is_a_remote_error() -> None:
-    """A device hearing a reply raises RemoteProtocolError and stays idle."""
+def test_reply_reaching_the_device_is_dropped_silently() -> None:
+    """A device hearing a reply (its own echo) drops it without an error; it stays idle."""
     device = Connection(DEVICE)
-    with pytest.raises(RemoteProtocolError, match="a reply reached the device"):
-        device.receive_data(encode(ReadReply(1, 3, 0)))
-        device.next_event()
-    assert device.state is State.IDLE
+    echo = encode(ReadReply(1, 3, 0)) + encode(ErrorReply(0, "SYNTAX"))
+    assert events(device, echo) == []
+    assert device.state is State.IDLE and device.discarded == len(echo)
+    assert events(device, echo + encode(ReadRequest(2, 3))) == [ReadRequest(2, 3)]
+
+
+def test_an_echoing_line_does_not_make_the_device_talk_forever() -> None:
+    """A device on a line that echoes everything answers each request once, and stops."""
+    host, device = Connection(HOST), Connection(DEVICE)
+    to_device = host.send(ReadRequest(host.new_seq(), 3))
+    answers = 0
+    while to_device:
+        device.receive_data(to_device)
+        to_device = b""
+        while (event := device.next_event()) is not NEED_DATA:
+            assert isinstance(event, wire.Request)
+            reply = device.send(ReadReply(event.seq, 3, 0))
+            answers += 1
+            to_device += reply  # the line echoes the device's reply back to it
+    assert answers == 1 and device.state is State.IDLE
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,9 @@ EXPECTED = {
     "WRITE_REGISTER", "Device", "DeviceError", "DeviceRefused", "DeviceTimeout", "Gate",
     "LocalProtocolError", "LoopResult", "Observation", "ParsedCall", "ProtocolError",
     "ReferenceValidator", "Refusal", "RegdevError", "RegisterFile", "RegisterRangeError",
-    "RemoteProtocolError", "SchemaError", "ScriptedProposer", "SerialDevice", "Step", "Tool",
-    "ToolSet", "TransportError", "__version__", "call_with_retry", "parse", "run_loop",
+    "RemoteProtocolError", "ReplyLost", "SchemaError", "ScriptedProposer", "SerialDevice",
+    "Step", "Tool", "ToolSet", "TransportError", "__version__", "call_with_retry", "parse",
+    "run_loop",
     "PROVIDER_FORMATS", "tool_definitions", "mcp_result", "openai_result", "anthropic_result",
     "openai_tool_results", "anthropic_tool_results",
     # the safety issue: policy, sessions, timeout, audit log

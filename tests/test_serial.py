@@ -1,9 +1,15 @@
-"""The serial backend end to end: over a real pty to the simulator in another process, faults."""
+"""The serial backend end to end: over a real pty to the simulator in another process, over
+socket:// and rfc2217://, under faults; and its own rules (sent once, synchronised, typed)."""
 
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,22 +18,27 @@ import serial
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES
-from firmware import sim_process, sim_thread
+from firmware import CountingFirmware, rfc2217_server, sim_process, sim_thread
 from regdev import (
     DeviceError,
     DeviceRefused,
     DeviceTimeout,
     Gate,
     RegisterRangeError,
+    ReplyLost,
     TransportError,
 )
 from regdev import _protocol as wire
 from regdev._replay import load_replay, run_replay
-from regdev._serial import URL_FORMS, SerialDevice, map_exceptions
+from regdev._serial import MAX_BAUDRATE, URL_FORMS, SerialDevice, map_exceptions
 
-#: Host timeout for the fault tests, and how late a delay fault replies (beyond it).
-TIMEOUT = 0.4
-DELAY = 0.5
+#: Host timeout for a call that is meant to time out, and how late a delay fault replies: 3x
+#: beyond it, so a loaded machine cannot make the late reply look timely.
+TIMEOUT = 0.25
+DELAY = 0.75
+#: Timeout for the calls that must succeed, set around the faulted call: a loaded machine may
+#: take long to answer, and a delayed reply may still be on its way.
+PATIENT = 5.0
 
 
 def call(gate: Gate, tool: str, **arguments: int) -> dict[str, Any]:
@@ -35,7 +46,29 @@ def call(gate: Gate, tool: str, **arguments: int) -> dict[str, Any]:
     return gate.handle(json.dumps({"tool": tool, "arguments": arguments})).to_dict()
 
 
-# --- end to end over a pty ------------------------------------------------------------------------
+@contextmanager
+def faulted(kind: str, *, after: int, retries: int = 3
+            ) -> Iterator[tuple[CountingFirmware, SerialDevice]]:
+    """A SerialDevice on the simulator (a thread, over TCP) whose firmware counts what it
+    executes; the reply after the first ``after`` clean ones gets one fault of ``kind``."""
+    firmware = CountingFirmware()
+    faults = sim.Faults({kind: 1.0}, after=after, count=1, delay=DELAY)
+    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=PATIENT,
+                                                           retries=retries) as device:
+        yield firmware, device
+
+
+def wait_for_input(device: SerialDevice) -> None:
+    """Block until bytes wait in the device's port (a late reply has arrived), up to 10 s."""
+    port = device._port
+    assert port is not None
+    deadline = time.monotonic() + 10
+    while not port.in_waiting:
+        assert time.monotonic() < deadline, "no late reply arrived"
+        time.sleep(0.01)
+
+
+# --- end to end -----------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(30)
@@ -77,6 +110,31 @@ def test_tcp_socket_url_works_unchanged() -> None:
             '{"tool": "read_register", "arguments": {"addr": 2}}').result == {"addr": 2, "data": 7}
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore:set(Daemon|Name)\\(\\) is deprecated:DeprecationWarning")
+def test_rfc2217_url_works_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rfc2217:// through an RFC 2217 server in front of the simulator: every operation, a
+    timeout and its recovery, and the port never renegotiated per transaction."""
+    firmware = CountingFirmware()
+    faults = sim.Faults({"drop": 1.0}, after=2, count=1)  # the first read's reply is lost
+    with (sim_thread(firmware, faults) as backend, rfc2217_server(backend) as url,
+          SerialDevice(url, timeout=1.0, retries=0) as device):
+        assert device.identify() == sim.IDENTITY
+        port = device._port
+        assert port is not None and port.write_timeout is None  # pyserial's RFC 2217 has none
+        settings = []
+        monkeypatch.setattr(type(port), "_reconfigure_port",
+                            lambda self, *args: settings.append(args))
+        assert device.write(6, 0x66) == 0x66
+        with pytest.raises(DeviceTimeout, match=r"^no valid reply within 1 s"):
+            device.read(6)
+        assert device.read(6) == 0x66
+        device.reset()
+        assert device.snapshot() == [0] * 16
+        assert settings == []  # no renegotiation (pyserial's takes 50 ms sleeps) per call
+    assert firmware.executed == {"I": 1, "W": 1, "R": 2, "Z": 1, "D": 1}
+
+
 # --- faults ---------------------------------------------------------------------------------------
 
 #: fault kind -> (the faulted write's verdict code, or None for success; register 5 after it)
@@ -85,7 +143,7 @@ FAULT_OUTCOMES = {
     "corrupt": ("device-timeout", 0x5A),
     "delay": ("device-timeout", 0x5A),
     "garbage": (None, 0x5A),
-    "disconnect": ("device-error", 0x5A),
+    "disconnect": ("device-timeout", 0x5A),  # sent, then the port failed: outcome unknown
     "busy": ("device-error", 0),
 }
 
@@ -95,66 +153,113 @@ def fault_args(kind: str, tmp_path: Path, *extra: str) -> list[str]:
     return [*where, "--fault", f"{kind}=1", "--delay", str(DELAY), "--seed", "3", *extra]
 
 
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("kind", list(FAULT_OUTCOMES))
 def test_faulted_write_is_never_a_success_and_the_next_call_succeeds(
         kind: str, tmp_path: Path) -> None:
     """One faulted write: a typed failure (or success for garbage), then the link recovers."""
     code, after = FAULT_OUTCOMES[kind]
-    args = fault_args(kind, tmp_path, "--fault-after", "1", "--fault-count", "1")
-    with sim_process(*args) as (port, _), SerialDevice(port, timeout=TIMEOUT,
+    # Replies: 1 the identify that synchronises the line, 2 the read, 3 the faulted write.
+    args = fault_args(kind, tmp_path, "--fault-after", "2", "--fault-count", "1")
+    with sim_process(*args) as (port, _), SerialDevice(port, timeout=PATIENT,
                                                        retries=0) as device:
         gate = Gate(device)
         assert call(gate, "read_register", addr=5) == {
             "ok": True, "tool": "read_register", "result": {"addr": 5, "data": 0}}
+        device.timeout = TIMEOUT
         faulted = call(gate, "write_register", addr=5, data=0x5A)
         if code is None:
             assert faulted["ok"] is True and faulted["result"] == {"addr": 5, "data": 0x5A}
         else:
             assert faulted["ok"] is False
             assert (faulted["stage"], faulted["code"]) == ("execute", code)
-        if code == "device-timeout":
-            assert faulted["message"] == (
-                "the device did not answer in time: no valid reply within 0.4 s; the change "
-                "may or may not have happened: read the register back")
+        if kind in ("drop", "corrupt", "delay"):
+            assert re.fullmatch(
+                r"the device did not answer in time: no valid reply within 0\.25 s"
+                r"( \(1 bad frame dropped\))?; the write may or may not have happened: "
+                r"read the register back", faulted["message"]), faulted["message"]
+        device.timeout = PATIENT  # outwait a delayed reply still on its way
         following = call(gate, "read_register", addr=5)
         assert following == {"ok": True, "tool": "read_register",
                              "result": {"addr": 5, "data": after}}
 
 
-@pytest.mark.timeout(20)
-def test_disconnect_over_tcp_reconnects(tmp_path: Path) -> None:
-    """A cut TCP link is a device-error; the next transaction reconnects and succeeds."""
-    args = ["--tcp", "127.0.0.1:0", "--fault", "disconnect=1", "--fault-count", "1"]
-    with sim_process(*args) as (url, _), SerialDevice(url, timeout=TIMEOUT) as device:
+@pytest.mark.timeout(30)
+def test_disconnect_after_the_write_was_sent_is_an_unknown_outcome() -> None:
+    """A TCP link cut after the write went out: ReplyLost (a timeout: it may have run, and it
+    did), never a refusal; the next transaction reconnects and reads the written value."""
+    with faulted("disconnect", after=1) as (firmware, device):  # after the synchronising identify
+        with pytest.raises(ReplyLost) as info:
+            device.write(1, 9)
+        assert str(info.value) == (
+            "the write may or may not have happened: read the register back; port "
+            f"{device.url} failed after it was sent: socket disconnected")
+        assert isinstance(info.value, DeviceTimeout)
+        failed = call(Gate(device), "read_register", addr=1)
+        assert failed == {"ok": True, "tool": "read_register", "result": {"addr": 1, "data": 9}}
+    assert firmware.executed["W"] == 1
+
+
+@pytest.mark.timeout(30)
+def test_disconnect_is_a_timeout_observation_over_tcp() -> None:
+    """Through the gate, the cut link after a write is device-timeout, not a refusal."""
+    args = ["--tcp", "127.0.0.1:0", "--fault", "disconnect=1", "--fault-after", "1",
+            "--fault-count", "1"]
+    with sim_process(*args) as (url, _), SerialDevice(url, timeout=PATIENT) as device:
         gate = Gate(device)
         failed = call(gate, "write_register", addr=1, data=9)
-        assert (failed["ok"], failed["code"]) == (False, "device-error")
-        assert "socket disconnected" in failed["message"]
+        assert (failed["ok"], failed["code"]) == (False, "device-timeout")
+        assert failed["message"].startswith(
+            "the device did not answer in time: the write may or may not have happened: read "
+            f"the register back; port {url} failed after it was sen")
         assert call(gate, "read_register", addr=1)["result"] == {"addr": 1, "data": 9}
 
 
-@pytest.mark.timeout(20)
-@pytest.mark.parametrize("kind", ["drop", "corrupt", "delay", "busy"])
-def test_reads_are_retried_after_a_fault(kind: str, tmp_path: Path) -> None:
-    """With retries=1 a read survives one faulted reply; the retry gets the right value."""
-    args = fault_args(kind, tmp_path, "--fault-after", "1", "--fault-count", "1")
-    with sim_process(*args) as (port, _), SerialDevice(port, timeout=TIMEOUT,
-                                                       retries=1) as device:
+@pytest.mark.timeout(30)
+def test_port_failure_before_the_write_is_sent_is_a_transport_error() -> None:
+    """The device gone before the write: TransportError saying it was not sent (and it was not)."""
+    with sim_process("--pty") as (port, process), SerialDevice(port, timeout=PATIENT) as device:
+        assert device.read(0) == 0
+        process.terminate()
+        process.wait(timeout=5)
+        with pytest.raises(TransportError) as info:
+            device.write(0, 1)
+        assert str(info.value) == f"the write was not sent: port {port} failed: Input/output error"
+        assert not isinstance(info.value, DeviceError)
+        reopening = f"^the read was not sent: cannot open port {port}"
+        with pytest.raises(TransportError, match=reopening):
+            device.read(0)  # the pty is gone: reopening fails, and nothing is sent
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("kind", "timeout", "retries"),
+                         [("drop", 1.0, 1), ("corrupt", 1.0, 1), ("busy", PATIENT, 1),
+                          ("delay", TIMEOUT, 8)])
+def test_reads_are_retried_after_a_fault(kind: str, timeout: float, retries: int,
+                                         tmp_path: Path) -> None:
+    """A read survives one faulted reply by being sent again; the retry gets the right value.
+
+    A delayed reply holds the device up for 3 timeouts, so that read takes more attempts (and
+    has spare ones for a loaded machine); the others have a second one, with time to spare."""
+    # Replies: 1 the synchronising identify, 2 the write, 3 the faulted read.
+    args = fault_args(kind, tmp_path, "--fault-after", "2", "--fault-count", "1")
+    with sim_process(*args) as (port, _), SerialDevice(port, timeout=PATIENT,
+                                                       retries=retries) as device:
         assert device.write(4, 44) == 44
+        device.timeout = timeout
         assert device.read(4) == 44
-        assert device.timeouts == (0 if kind == "busy" else 1)
+        assert (device.timeouts == 0) == (kind == "busy")
 
 
 @pytest.mark.timeout(60)
-def test_random_faults_never_report_an_unacknowledged_write(tmp_path: Path) -> None:
+def test_random_faults_never_report_an_unacknowledged_write() -> None:
     """Seeded mixed faults: every observation is a success that is true, or a typed failure."""
     args = ["--pty", "--fault", "drop=0.1,corrupt=0.1,garbage=0.2,busy=0.1,delay=0.05",
-            "--delay", "0.3", "--seed", "11", "--fault-count", "10"]
+            "--delay", str(DELAY), "--seed", "11", "--fault-count", "10"]
     # What each register may hold: one value when known, several after a failed write.
     possible: list[set[int]] = [{0} for _ in range(16)]
     failures = successes = 0
-    with sim_process(*args) as (port, _), SerialDevice(port, timeout=0.25,
+    with sim_process(*args) as (port, _), SerialDevice(port, timeout=TIMEOUT,
                                                        retries=0) as device:
         gate = Gate(device)
         for step in range(30):
@@ -177,12 +282,128 @@ def test_random_faults_never_report_an_unacknowledged_write(tmp_path: Path) -> N
                 failures += 1
                 assert obs["code"] in ("device-timeout", "device-error")
         assert failures >= 3 and successes >= 10
-        device.retries = 3
+        device.timeout = PATIENT
         final = device.snapshot()
     assert all(final[addr] in possible[addr] for addr in range(16))
 
 
+# --- sent once: writes and resets are never repeated; reads are ---------------------------------
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["drop", "delay"])
+def test_a_write_is_sent_exactly_once_even_with_retries(kind: str) -> None:
+    """With retries=3, a write whose acknowledgement is lost reaches the device once."""
+    with faulted(kind, after=1) as (firmware, device):
+        device.timeout = TIMEOUT
+        with pytest.raises(DeviceTimeout, match="the write may or may not have happened"):
+            device.write(2, 0x22)
+        device.timeout = PATIENT
+        assert device.read(2) == 0x22  # the device answers in order: every W is in by now
+    assert firmware.executed["W"] == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_reset_is_sent_exactly_once_even_with_retries() -> None:
+    """With retries=3, a reset whose acknowledgement is lost reaches the device once."""
+    with faulted("drop", after=2) as (firmware, device):
+        assert device.write(3, 3) == 3
+        device.timeout = TIMEOUT
+        with pytest.raises(DeviceTimeout, match="the reset may or may not have happened"):
+            device.reset()
+        device.timeout = PATIENT
+        assert device.snapshot() == [0] * 16
+    assert firmware.executed["Z"] == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_read_is_sent_again_after_a_lost_reply() -> None:
+    """With retries=3, a read whose reply is lost is sent a second time, and no more."""
+    with faulted("drop", after=1) as (firmware, device):
+        device.timeout = 1.0  # the lost reply's wait; the second attempt has as long
+        assert device.read(7) == 0
+        assert device.timeouts == 1
+    assert firmware.executed["R"] == 2
+
+
+@pytest.mark.timeout(30)
+def test_failure_after_retries_says_the_real_time_spent() -> None:
+    """A read that fails on every attempt says how many and how long they took in all."""
+    with SerialDevice("loop://", timeout=0.05, retries=2) as device, pytest.raises(
+            DeviceTimeout) as info:
+        device.read(1)
+    message = str(info.value)
+    assert re.fullmatch(r"the read was not sent: no valid reply within 0\.05 s to the identify "
+                        r"that synchronises the line \(1 bad frame dropped\) \(3 attempts, "
+                        r"\d+\.\d\d s in all\)", message), message
+    assert "Request" not in message and "`" not in message
+
+
+# --- stale replies: flushed after a timeout, and never taken across processes -------------------
+
+
+@pytest.mark.timeout(30)
+def test_late_reply_is_flushed_before_the_next_request() -> None:
+    """After a timeout the input is flushed: a late reply already in is never even decoded."""
+    with faulted("delay", after=1, retries=0) as (_, device):
+        device.timeout = TIMEOUT
+        with pytest.raises(DeviceTimeout):
+            device.read(3)
+        wait_for_input(device)  # the late reply is in the port's input
+        device.timeout = PATIENT
+        assert device.read(3) == 0
+        assert device.stale_replies == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_new_process_never_takes_the_late_reply_of_the_one_before(tmp_path: Path) -> None:
+    """Two SerialDevices in a row on one pty, with the same sequence numbers: the second never
+    takes the first's late reply for its own (it synchronises the line first)."""
+    # Reply 1 answers the first device's identify; reply 2, to its write, is late.
+    args = ["--pty", "--fault", "delay=1", "--fault-after", "1", "--fault-count", "1",
+            "--delay", str(DELAY)]
+    with sim_process(*args) as (port, _):
+        with SerialDevice(port, timeout=PATIENT, first_seq=7) as first:
+            assert first.identify() == sim.IDENTITY  # seq 7, which synchronises the line
+            first.timeout = TIMEOUT
+            with pytest.raises(DeviceTimeout):
+                first.write(7, 0x42)  # seq 8, answered late with "w 07 42"
+        # Without synchronising, this device's write would be seq 8, and take that reply.
+        with SerialDevice(port, timeout=PATIENT, first_seq=8) as second:
+            assert second.write(7, 0x55) == 0x55
+            assert second.read(7) == 0x55
+
+
+@pytest.mark.timeout(30)
+def test_sequence_numbers_start_at_random() -> None:
+    """Each SerialDevice starts its sequence numbers at a random value in 1..255."""
+    firsts = set()
+    for _ in range(8):
+        device = SerialDevice("loop://", timeout=0.05)
+        firsts.add(device._link.new_seq())
+        device.close()
+    assert len(firsts) > 1 and all(1 <= seq <= 255 for seq in firsts)
+
+
 # --- the backend's own rules ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_the_port_timeout_is_never_set_per_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No transaction reconfigures the port (tcsetattr on POSIX): not a read, a write, nor a
+    timeout and the flush after it."""
+    # Replies: 1 the synchronising identify, 2 a write, 3 a read: lost, and sent again.
+    args = ["--pty", "--fault", "drop=1", "--fault-after", "2", "--fault-count", "1"]
+    with sim_process(*args) as (port, _), SerialDevice(port, timeout=1.0, retries=1) as device:
+        opened = device._port
+        assert opened is not None and opened.timeout == pytest.approx(0.01)
+        settings: list[object] = []
+        monkeypatch.setattr(type(opened), "_reconfigure_port",
+                            lambda self, *args: settings.append(args))
+        for value in range(20):
+            assert device.write(value % 16, value) == value
+            assert device.read(value % 16) == value
+        assert device.timeouts == 1 and settings == []
 
 
 @pytest.mark.timeout(20)
@@ -204,20 +425,31 @@ def test_write_acknowledged_with_another_value_is_an_error() -> None:
 
 @pytest.mark.timeout(20)
 def test_device_refusal_is_typed_and_not_retried() -> None:
-    """An `e ADDR` answer is DeviceRefused with its code, sent once even with retries."""
+    """An `e ADDR` answer is DeviceRefused with its code, not transient, sent once with retries."""
 
-    class Counting(sim.Firmware):
-        requests = 0
-
+    class Refusing(CountingFirmware):
         def answer(self, request: wire.Request) -> wire.Reply:
-            Counting.requests += 1
+            super().answer(request)
             return wire.ErrorReply(request.seq, "ADDR")
 
-    with sim_thread(Counting()) as url, SerialDevice(url, retries=3) as device:
-        with pytest.raises(DeviceRefused, match=r"no such register address \(ADDR\)") as info:
+    firmware = Refusing()
+    with sim_thread(firmware) as url, SerialDevice(url, retries=3) as device:
+        with pytest.raises(DeviceRefused, match=r"^no such register address \(ADDR\)$") as info:
             device.read(9)
-        assert info.value.code == "ADDR"
-        assert Counting.requests == 1
+        assert (info.value.code, info.value.transient) == ("ADDR", False)
+    assert firmware.executed["R"] == 1
+
+
+@pytest.mark.timeout(20)
+def test_busy_is_a_transient_refusal() -> None:
+    """`e BUSY` to a write is DeviceRefused with transient=True: not executed, worth retrying."""
+    with faulted("busy", after=1) as (firmware, device):
+        with pytest.raises(DeviceRefused) as info:
+            device.write(4, 4)
+        assert (info.value.code, info.value.transient) == ("BUSY", True)
+        assert str(info.value) == "the device is busy; the request was not executed (BUSY)"
+        assert device.read(4) == 0
+    assert firmware.executed["W"] == 0
 
 
 def test_out_of_range_access_never_reaches_the_line() -> None:
@@ -231,28 +463,62 @@ def test_out_of_range_access_never_reaches_the_line() -> None:
 
 
 @pytest.mark.timeout(10)
-def test_an_echoing_line_times_out_instead_of_answering() -> None:
-    """On loop:// the host hears its own request: dropped as an echo, then a timeout."""
+def test_an_echoing_line_never_gets_past_synchronising() -> None:
+    """On loop:// the host hears its own identify: dropped as an echo, and nothing else sent."""
     with SerialDevice("loop://", timeout=0.05, retries=1) as device:
-        with pytest.raises(DeviceTimeout,
-                           match=r"no valid reply within 0.05 s \(ReadRequest, seq 2\)"):
-            device.read(1)
-        assert device.timeouts == 2 and device.bad_frames == 2
+        with pytest.raises(DeviceTimeout, match=r"^the write was not sent: no valid reply within "
+                                                r"0\.05 s to the identify that synchronises the "
+                                                r"line \(1 bad frame dropped\)$"):
+            device.write(1, 1)
+        assert device.timeouts == 1 and device.bad_frames == 1
+
+
+def closed_tcp_port() -> int:
+    """A loopback TCP port that nothing listens on (connecting is refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @pytest.mark.parametrize(
     ("url", "detail"),
     [("foo://bar", "invalid URL, protocol 'foo' not known"),
-     ("/dev/regdev-no-such-port", "No such file or directory"),
-     ("socket://localhost", "Could not open port socket://localhost")],
+     ("/dev/regdev-no-such-port", "No such file or directory")],
 )
-def test_bad_port_errors_repeat_the_accepted_forms(url: str, detail: str) -> None:
-    """A port that cannot be opened is TransportError naming the port, the cause and the forms."""
+def test_a_misnamed_port_repeats_the_accepted_forms(url: str, detail: str) -> None:
+    """A port whose name is wrong is TransportError naming the port, the cause and the forms."""
     with pytest.raises(TransportError) as info:
         SerialDevice(url)
-    message = str(info.value)
-    assert message.startswith(f"cannot open port `{url}`: ")
-    assert detail in message and message.endswith(f"expected {URL_FORMS}")
+    assert str(info.value) == f"cannot open port {url}: {detail}; expected {URL_FORMS}"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [("socket://localhost", "socket://HOST:PORT with a port 1..65535, e.g. socket://127.0.0.1"),
+     ("socket://:7000", "socket://HOST:PORT with a port"),
+     ("socket://host:99999", "socket://HOST:PORT with a port"),
+     ("socket://host:0", "socket://HOST:PORT with a port"),
+     ("rfc2217://host:x", "rfc2217://HOST:PORT with a port 1..65535, e.g. rfc2217://127")],
+)
+def test_network_urls_are_checked_up_front(url: str, expected: str) -> None:
+    """socket:// and rfc2217:// need a host and a port 1..65535; said in one clear line."""
+    with pytest.raises(TransportError) as info:
+        SerialDevice(url)
+    assert str(info.value).startswith(f"cannot open port {url}: expected {expected}")
+
+
+@pytest.mark.timeout(20)
+def test_a_port_that_is_fine_but_unavailable_does_not_list_the_forms() -> None:
+    """Connection refused, or a port in use: the cause alone, without the list of URL forms."""
+    url = f"socket://127.0.0.1:{closed_tcp_port()}"
+    with pytest.raises(TransportError) as info:
+        SerialDevice(url)
+    assert str(info.value) == f"cannot open port {url}: Connection refused"
+    with sim_process("--pty") as (port, _), SerialDevice(port), pytest.raises(
+            TransportError) as info:
+        SerialDevice(port)
+    assert str(info.value) == (f"cannot open port {port}: it is in use (could not lock it "
+                               "exclusively)")
 
 
 @pytest.mark.parametrize(
@@ -260,7 +526,10 @@ def test_bad_port_errors_repeat_the_accepted_forms(url: str, detail: str) -> Non
     [({"timeout": 0}, "timeout must be a number of seconds > 0"),
      ({"timeout": float("inf")}, "timeout must be"),
      ({"retries": -1}, "retries must be an int >= 0"),
-     ({"baudrate": 0}, "baudrate must be a positive int")],
+     ({"baudrate": 0}, f"baudrate must be an int 1..{MAX_BAUDRATE}"),
+     ({"baudrate": 4_000_000_000}, f"baudrate must be an int 1..{MAX_BAUDRATE}"),
+     ({"first_seq": 0}, "first_seq must be an int 1..255"),
+     ({"first_seq": 256}, "first_seq must be an int 1..255")],
 )
 def test_bad_settings_are_value_errors(options: dict[str, Any], message: str) -> None:
     """Settings out of range are refused before the port is opened."""
@@ -269,17 +538,24 @@ def test_bad_settings_are_value_errors(options: dict[str, Any], message: str) ->
 
 
 @pytest.mark.timeout(20)
-def test_port_is_opened_exclusively() -> None:
-    """A second SerialDevice on the same pty is refused while the first holds it."""
-    with (sim_process("--pty") as (port, _), SerialDevice(port),
-          pytest.raises(TransportError, match="exclusively lock")):
-        SerialDevice(port)
+def test_rfc2217_errors_on_open_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What pyserial raises on open besides its own errors (NotImplementedError for a setting
+    the port type lacks, OverflowError, ValueError) is a TransportError, not a traceback."""
+    for error in (NotImplementedError("write_timeout is currently not supported"),
+                  OverflowError("signed integer is greater than maximum"),
+                  ValueError("invalid baudrate: 7")):
+        def refuse(*args: object, error: BaseException = error, **kwargs: object) -> None:
+            raise error
+        monkeypatch.setattr(serial, "serial_for_url", refuse)
+        with pytest.raises(TransportError) as info:
+            SerialDevice("rfc2217://127.0.0.1:7000")
+        assert str(info.value) == f"cannot open port rfc2217://127.0.0.1:7000: {error}"
 
 
 @pytest.mark.timeout(20)
 def test_simulator_gone_is_a_device_error_not_a_crash() -> None:
     """When the device side dies, calls fail as device-error and no pyserial error leaks."""
-    with sim_process("--pty") as (port, process), SerialDevice(port, timeout=0.3) as device:
+    with sim_process("--pty") as (port, process), SerialDevice(port, timeout=PATIENT) as device:
         gate = Gate(device)
         assert call(gate, "read_register", addr=0)["ok"] is True
         process.terminate()
@@ -314,19 +590,20 @@ def test_one_transaction_at_a_time_across_threads() -> None:
 
 
 def test_map_exceptions_maps_backend_errors() -> None:
-    """pyserial and OS errors become regdev's; a ValueError passes unless opening."""
-    cases: list[tuple[BaseException, type[BaseException]]] = [
-        (serial.SerialTimeoutException("Write timeout"), DeviceTimeout),
-        (serial.SerialException("read failed"), TransportError),
-        (OSError(5, "Input/output error"), TransportError),
+    """pyserial and OS errors become TransportError; a ValueError passes unless opening."""
+    cases: list[tuple[BaseException, str]] = [
+        (serial.SerialTimeoutException("Write timeout"),
+         "port /dev/x failed: writing timed out (is the line blocked by flow control?)"),
+        (serial.SerialException("socket disconnected"), "port /dev/x failed: socket disconnected"),
+        (OSError(5, "Input/output error"), "port /dev/x failed: Input/output error"),
     ]
-    for raised, expected in cases:
-        with pytest.raises(expected) as info, map_exceptions("/dev/x"):
+    for raised, message in cases:
+        with pytest.raises(TransportError) as info, map_exceptions("/dev/x"):
             raise raised
-        assert info.value.__cause__ is raised
+        assert info.value.__cause__ is raised and str(info.value) == message
     with pytest.raises(ValueError), map_exceptions("/dev/x"):
         raise ValueError("a bug, not a port")
-    with pytest.raises(TransportError, match="cannot open port"), map_exceptions(
+    with pytest.raises(TransportError, match="cannot open port /dev/x: bad baud"), map_exceptions(
             "/dev/x", opening=True):
         raise ValueError("bad baud")
 

@@ -31,6 +31,7 @@ from ._errors import (
     RegdevError,
     RegisterRangeError,
     RemoteProtocolError,
+    ReplyLost,
     SchemaError,
     TransportError,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "RegisterMap",
     "RegisterRangeError",
     "RemoteProtocolError",
+    "ReplyLost",
     "SchemaError",
     "ScriptedProposer",
     "SerialDevice",

@@ -34,7 +34,7 @@ from ._parse import DIALECTS
 from ._policy import Policy, Session
 from ._providers import PROVIDER_FORMATS, tool_definitions
 from ._replay import ReplayFileError, load_replay, run_replay
-from ._serial import SerialDevice
+from ._serial import MAX_BAUDRATE, SerialDevice
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
 
 __all__ = ["main"]
@@ -309,11 +309,27 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _port_device(args: argparse.Namespace) -> Device:
-    """The device the command runs on: the serial device at ``--port``, else in process."""
-    if getattr(args, "port", None) is None:
+    """The device the command runs on: the serial device at ``--port``, else in process.
+
+    Raises:
+        UsageError: ``--timeout`` or ``--baud`` without ``--port``, or out of range; or the
+            port cannot be opened.
+    """
+    if args.port is None:
+        given = [option for option, value in (("--timeout", args.timeout), ("--baud", args.baud))
+                 if value is not None]
+        if given:
+            raise UsageError(f"{' and '.join(given)} go{'es' * (len(given) == 1)} with "
+                             "--port URL (without --port the device is in process)")
         return RegisterFile()
+    timeout = 0.5 if args.timeout is None else args.timeout
+    baudrate = 115200 if args.baud is None else args.baud
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise UsageError(f"--timeout must be a number of seconds > 0, got {timeout:g}")
+    if not 1 <= baudrate <= MAX_BAUDRATE:
+        raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {baudrate}")
     try:
-        return SerialDevice(args.port, baudrate=args.baud, timeout=args.timeout)
+        return SerialDevice(args.port, baudrate=baudrate, timeout=timeout)
     except (RegdevError, ValueError) as error:
         raise UsageError(str(error)) from None
 
@@ -429,7 +445,12 @@ def _shell(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session,
         except UsageError as error:
             out.write(f"error: {error}\n")
             continue
-        out.write(_shell_show(gate.handle(raw, session=session)) + "\n")
+        try:
+            shown = _shell_show(gate.handle(raw, session=session))
+        except KeyboardInterrupt:  # Ctrl-C cancels the command, as at the prompt
+            shown = ("interrupted" + (" (the write or reset may or may not have happened: "
+                                      "read back)" if words[0] in ("write", "reset") else ""))
+        out.write(shown + "\n")
         out.flush()
 
 
@@ -587,10 +608,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run against the device on this serial port instead of in process: "
                             "/dev/ttyUSB0, COM3, socket://HOST:PORT or rfc2217://HOST:PORT "
                             "(see docs/protocol.md)")
-        p.add_argument("--timeout", metavar="SECONDS", type=float, default=0.5,
+        p.add_argument("--timeout", metavar="SECONDS", type=float,
                        help="with --port: seconds to wait for each reply (default 0.5)")
-        p.add_argument("--baud", metavar="N", type=int, default=115200,
-                       help="with --port: line speed in baud (default 115200)")
+        p.add_argument("--baud", metavar="N", type=int,
+                       help=f"with --port: line speed in baud, 1..{MAX_BAUDRATE} (default "
+                            "115200; ignored by socket://)")
 
     def dialect_options(p: argparse.ArgumentParser, default_help: str) -> None:
         p.add_argument("--dialect", choices=DIALECTS, default="canonical",
@@ -599,10 +621,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="force this tool: a call naming any other is refused (wrong-tool)")
 
     demo = sub.add_parser(
-        "demo", help="watch a scripted agent drive the in-process device through the gate",
+        "demo", help="watch a scripted agent drive a device through the gate (in process, or "
+                     "the one at --port)",
         description="A scripted agent makes accepted calls, a refused call corrected on its "
                     "retry, and a refusal whose retry is refused too; then the registers are "
-                    "dumped.")
+                    "dumped. It drives a fresh in-process register file, or the device at "
+                    "--port.")
     demo.add_argument("--json", action="store_true",
                       help="one JSON object per step, then the stop reason and the registers")
     port_options(demo)
@@ -614,7 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each line of FILE is a JSON object with `raw` (the model's output text) "
                     "and optionally `dialect`, `expect` (`ok` or a verdict code), `result` "
                     "(the expected result object) and `why`. Lines run in order against one "
-                    "fresh in-process device, so writes are seen by later reads. Exit 0 when "
+                    "device, so writes are seen by later reads: a fresh in-process register "
+                    "file, or the device at --port (add --reset to start it from its reset "
+                    "values). Exit 0 when "
                     "every expectation is met, 1 when any is not, 2 for a file error.")
     replay.add_argument("file", metavar="FILE", help="JSONL file of recorded calls")
     dialect_options(replay, "A line's own `dialect` wins.")

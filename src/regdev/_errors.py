@@ -8,16 +8,20 @@ The tree::
     ├── ProtocolError          the serial wire protocol was broken
     │   ├── LocalProtocolError     by this side (misuse of the codec)
     │   └── RemoteProtocolError    by the peer (garbage, bad checksum, over-long frame)
-    ├── TransportError         the port could not be opened, read or written (the serial
-    │                          backend reopens it on the next transaction)
+    ├── TransportError         the port could not be opened, read or written, and the
+    │                          request was not sent: nothing was executed (the serial
+    │                          backend reopens the port on the next transaction)
     ├── PolicyError            a policy (file or Python) is invalid, or names a session or
     │                          tool that does not exist (raised when the policy is loaded)
     ├── AuditError             the audit database could not be opened, read or written
     │                          (wraps ``sqlite3.Error`` and ``OSError``)
     └── DeviceError            the device refused or failed an operation
         ├── RegisterRangeError     address outside 0..15 or data outside 0..255
-        ├── DeviceTimeout          the device did not answer within the timeout
-        └── DeviceRefused          the device answered with an error code
+        ├── DeviceTimeout          the request was sent and no valid reply came within the
+        │   │                      timeout: whether the device executed it is unknown
+        │   └── ReplyLost          the request was sent, then the port failed before the
+        │                          reply: unknown too, as after a timeout
+        └── DeviceRefused          the device answered with an error code: not executed
 
 A model's tool call never raises: the gate turns every refusal into an observation. These
 exceptions are for Python callers who use the parts directly (the register file, the schema
@@ -39,6 +43,7 @@ __all__ = [
     "RegdevError",
     "RegisterRangeError",
     "RemoteProtocolError",
+    "ReplyLost",
     "SchemaError",
     "TransportError",
 ]
@@ -88,7 +93,12 @@ class RemoteProtocolError(ProtocolError):
 
 
 class TransportError(RegdevError):
-    """The port could not be opened, read or written (wraps the backend's own exception)."""
+    """The port could not be opened, read or written (wraps the backend's own exception).
+
+    Raised by a transaction only when its request was not sent (or not completely: a frame
+    cut short is never executed), so nothing was executed and the call may be made again.
+    A port that fails after the request went out raises :class:`ReplyLost` instead.
+    """
 
 
 class PolicyError(RegdevError, ValueError):
@@ -118,16 +128,31 @@ class RegisterRangeError(DeviceError, ValueError):
 
 
 class DeviceTimeout(DeviceError):
-    """The device did not answer within the transaction timeout (seconds)."""
+    """No valid reply within the transaction timeout (seconds): the outcome is unknown.
+
+    The request was sent (or, when the message says so, held back because the line could not
+    be synchronised first); a write or reset may or may not have been executed.
+    """
+
+
+class ReplyLost(DeviceTimeout):
+    """The request was sent, then the port failed (disconnected, I/O error) before its reply.
+
+    As after a timeout, a write or reset may or may not have been executed: read back. The
+    port is reopened by the next transaction.
+    """
 
 
 class DeviceRefused(DeviceError):
-    """The device answered with an error code instead of an acknowledgement.
+    """The device answered with an error code instead of an acknowledgement: not executed.
 
     Attributes:
         code: the device's error code as sent on the wire, e.g. ``"ADDR"``.
+        transient: True when the same request may succeed if sent again: the device was busy
+            (``BUSY``), or the request was damaged on the line (``CKSUM``, ``SYNTAX``).
     """
 
-    def __init__(self, message: str, code: str = "") -> None:
+    def __init__(self, message: str, code: str = "", transient: bool = False) -> None:
         self.code = code
+        self.transient = transient
         super().__init__(message)

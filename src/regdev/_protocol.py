@@ -2,8 +2,8 @@
 
 The protocol is specified in ``docs/protocol.md``; in short, one frame is one ASCII line::
 
-    $05 W 03 FF*9E\\n        request: seq 0x05, write 0xFF to register 3
-    $05 w 03 FF*C3\\n        reply:   register 3 holds 0xFF after the write
+    $05 W 03 FF*05\\n        request: seq 0x05, write 0xFF to register 3
+    $05 w 03 FF*A4\\n        reply:   register 3 holds 0xFF after the write
 
 ``$`` starts a frame, two hex digits give its sequence number, one letter its kind
 (upper case: a request; lower case: a reply), then its fields, ``*`` and the CRC-8 of the
@@ -19,6 +19,8 @@ Rules of this file:
 * Peer input never raises anything but :class:`RemoteProtocolError`, and the codec has
   dropped the bad bytes when it does: the next :meth:`Connection.next_event` goes on with the
   bytes after them (resynchronisation). This side's misuse raises :class:`LocalProtocolError`.
+* A device drops reply frames silently (it may be hearing its own echo on a half-duplex or
+  echoing line, and must not answer it); a host drops replies it is not awaiting (stale).
 * The receive buffer is bounded (``max_buffer_size`` bytes); a frame is at most
   :data:`MAX_FRAME` bytes.
 """
@@ -302,7 +304,10 @@ def decode(line: bytes) -> Frame:
 
     Raises:
         RemoteProtocolError: the bytes are not a frame (``code`` ``"CKSUM"`` for a checksum
-            mismatch, ``"SYNTAX"`` otherwise; ``seq`` set when it could be read).
+            mismatch, ``"SYNTAX"`` otherwise; ``seq`` set when it could be read). The checks
+            run in the order of rule 4 of ``docs/protocol.md``: the frame's ends (``$``, then
+            ``*`` and two hex digits), the checksum, then the sequence number, letter and
+            fields; so a frame of any length with a wrong checksum is ``"CKSUM"``.
     """
     if line.endswith(b"\n"):
         line = line[:-1]
@@ -311,7 +316,7 @@ def decode(line: bytes) -> Frame:
     seq = _HEX2.get(line[1:3])
     if len(line) + 1 > MAX_FRAME:
         raise _syntax(line, f"longer than {MAX_FRAME} bytes", seq)
-    if line[:1] != b"$" or len(line) < 8 or line[-3] != 0x2A:  # "*"
+    if line[:1] != b"$" or len(line) < 4 or line[-3] != 0x2A:  # "*"
         raise _syntax(line, "expected `$`, the fields, `*` and two hex digits", seq)
     payload = line[1:-3]
     check = _HEX2.get(line[-2:])
@@ -321,7 +326,8 @@ def decode(line: bytes) -> Frame:
         raise RemoteProtocolError(
             f"bad frame {line!r}: checksum {check:02X}, expected {crc8(payload):02X}",
             "CKSUM", seq)
-    if seq is None or payload[2] != 0x20 or (len(payload) > 4 and payload[4] != 0x20):
+    if (seq is None or len(payload) < 4 or payload[2] != 0x20
+            or (len(payload) > 4 and payload[4] != 0x20)):
         raise _syntax(line, "expected a two-digit sequence number, a space and a letter", seq)
     letter = payload[3]
     fields = payload[5:]
@@ -398,8 +404,9 @@ class Action(enum.Enum):
 
 _S = State
 #: Every allowed (role, state, action) and the state it leads to. Anything not here is
-#: refused: a local action with LocalProtocolError; a received frame of the wrong direction
-#: with RemoteProtocolError; a reply the host is not awaiting is stale and dropped.
+#: refused: a local action with LocalProtocolError; a request reaching a host with
+#: RemoteProtocolError. Replies that change nothing are dropped without an error: a reply the
+#: host is not awaiting (stale), and any reply reaching a device (its own echo).
 TRANSITIONS: Final[dict[tuple[Role, State, Action], State]] = {
     (HOST, _S.IDLE, Action.SEND_REQUEST): _S.AWAITING_REPLY,
     (HOST, _S.AWAITING_REPLY, Action.RECEIVE_REPLY): _S.IDLE,
@@ -426,24 +433,32 @@ class Connection:
     Args:
         role: :data:`HOST` (sends requests) or :data:`DEVICE` (answers them).
         max_buffer_size: most bytes held unread, at least :data:`MAX_FRAME` (default 1024).
+        first_seq: the sequence number :meth:`new_seq` gives first, 1..255 (default 1). A host
+            process should start at a random one, so that it does not reuse the numbers of the
+            process before it on the same line (the caller draws it: this module has no I/O
+            and no randomness, and stays deterministic in tests).
 
     Raises:
-        LocalProtocolError: ``max_buffer_size`` is below :data:`MAX_FRAME`.
+        LocalProtocolError: ``max_buffer_size`` is below :data:`MAX_FRAME`, or ``first_seq``
+            is not an int in 1..255.
 
     Attributes:
-        discarded: bytes dropped so far: outside any frame, in bad frames, or abandoned.
+        discarded: bytes dropped so far: outside any frame, in bad frames, in replies a
+            device heard (its own echo), or abandoned.
         stale: replies dropped because the host was not awaiting them (an old sequence number).
     """
 
-    def __init__(self, role: Role, *, max_buffer_size: int = 1024) -> None:
+    def __init__(self, role: Role, *, max_buffer_size: int = 1024, first_seq: int = 1) -> None:
         if type(max_buffer_size) is not int or max_buffer_size < MAX_FRAME:
             raise LocalProtocolError(f"max_buffer_size must be an int >= {MAX_FRAME}")
+        if type(first_seq) is not int or not 1 <= first_seq <= 0xFF:
+            raise LocalProtocolError(f"first_seq must be an int 1..255, got {first_seq!r}")
         self.role = role
         self.max_buffer_size = max_buffer_size
         self._state = State.IDLE
         self._buffer = bytearray()
         self._pending: Request | None = None  # the request awaiting (host) or owed (device)
-        self._last_seq = 0
+        self._last_seq = first_seq - 1  # new_seq() counts up from here, skipping 0
         self.discarded = 0
         self.stale = 0
 
@@ -466,7 +481,8 @@ class Connection:
         self._state = new
 
     def new_seq(self) -> int:
-        """The next sequence number for a host's request: 1..255, then 1 again (0 is unused)."""
+        """The next sequence number for a host's request: ``first_seq`` first, then counting
+        up to 255 and on from 1 again (0 is never used)."""
         self._last_seq = self._last_seq % 255 + 1
         return self._last_seq
 
@@ -517,6 +533,14 @@ class Connection:
         """
         self._move(Action.ABANDON, local=True)
         self._pending = None
+        self.discard_buffer()
+
+    def discard_buffer(self) -> None:
+        """Drop the bytes received and not yet read as frames (counted in ``discarded``).
+
+        For a host resynchronising its line: it flushes its port's input and calls this, so
+        the next frame is read from bytes that arrived after. The state does not change.
+        """
         self.discarded += len(self._buffer)
         self._buffer.clear()
 
@@ -538,15 +562,17 @@ class Connection:
     def next_event(self) -> Frame | Literal[_Sentinel.NEED_DATA]:
         """The next frame for this end, or :data:`NEED_DATA`.
 
-        Bytes before a ``$`` are dropped. A host drops replies it is not awaiting (stale).
+        Bytes before a ``$`` are dropped. A host drops replies it is not awaiting (stale); a
+        device drops every reply frame (on an echoing line it hears its own replies, and
+        answering them would never end).
 
         Returns:
             A request (device) or the awaited reply (host), or :data:`NEED_DATA`.
 
         Raises:
             RemoteProtocolError: the next frame is bad (checksum, syntax, over-long, cut short
-                by a new ``$``, wrong direction, or a reply that does not answer the request).
-                It has been dropped; call again to go on.
+                by a new ``$``, a request reaching a host, or a reply that does not answer the
+                request). It has been dropped; call again to go on.
             LocalProtocolError: a device calls this before sending the reply it owes.
         """
         if self._state is State.MUST_REPLY:
@@ -590,11 +616,13 @@ class Connection:
         del self._buffer[:count]
 
     def _accept(self, frame: Frame, line: bytes) -> bool:
-        """Apply a received frame to the state; False when it is stale and dropped."""
+        """Apply a received frame to the state; False when it is dropped (a stale reply at
+        a host, any reply at a device)."""
         is_request = isinstance(frame, _REQUESTS)
         if self.role is DEVICE:
             if not is_request:
-                raise _syntax(line, "a reply reached the device", frame.seq)
+                self.discarded += len(line) + 1  # its own echo, or another device's reply
+                return False
             self._move(Action.RECEIVE_REQUEST, local=False)
             self._pending = frame if isinstance(frame, _REQUESTS) else None
             return True

@@ -8,21 +8,38 @@ Rules of this file:
 
 * One request at a time per port (a lock), one reply awaited, matched by sequence number.
 * A write is reported done only when the device acknowledged it with the value written.
-* After a timeout the link is resynchronised before the next transaction: the input buffer
-  is flushed and the codec's buffer dropped, and a late reply carries an old sequence number,
-  so it is dropped as stale.
+  Writes and resets are sent once, never again.
+* The line is synchronised before it is trusted. After the port is opened (or reopened) the
+  input is flushed and an identify request is exchanged before any other: the device answers
+  in order, so every reply still on its way from before (the late reply to another process's
+  request, say) has arrived and been dropped by then. Sequence numbers start at a random value,
+  so a new process does not reuse the numbers of the one before it either.
+* After a timeout the input is flushed and the codec's buffer dropped before the next request;
+  a late reply that still arrives carries an old sequence number and is dropped as stale.
+* A failure says what happened to the request: :class:`TransportError`, it was not sent
+  (nothing ran); :class:`DeviceTimeout`, it was sent and no valid reply came, so a write may or
+  may not have run (:class:`ReplyLost` when the port failed after sending it);
+  :class:`DeviceRefused`, the device answered with an error code (not executed).
+* The port's read timeout is set once, at open, to a short poll interval, and each wait runs to
+  its own deadline: pyserial reconfigures the port on every assignment to ``timeout``
+  (``tcsetattr`` on POSIX, a renegotiation with sleeps over RFC 2217).
+* A port that failed is set aside and closed when the next transaction reopens it, outside
+  any reply's deadline (pyserial's close of a network port sleeps 0.3 s).
 * pyserial and OS exceptions are mapped to regdev's in one place, :func:`map_exceptions`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
+import secrets
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import serial
 
@@ -32,6 +49,7 @@ from ._errors import (
     DeviceRefused,
     DeviceTimeout,
     RemoteProtocolError,
+    ReplyLost,
     TransportError,
 )
 from ._protocol import (
@@ -54,10 +72,13 @@ from ._protocol import (
     WriteRequest,
 )
 
-__all__ = ["URL_FORMS", "SerialDevice", "map_exceptions"]
+__all__ = ["MAX_BAUDRATE", "URL_FORMS", "SerialDevice", "map_exceptions"]
 
-#: The port forms :class:`SerialDevice` accepts, repeated in every bad-URL error.
+#: The port forms :class:`SerialDevice` accepts, repeated in errors about a port's name.
 URL_FORMS = "a device path (/dev/ttyUSB0, COM3), socket://HOST:PORT or rfc2217://HOST:PORT"
+#: Highest line speed accepted, in baud: above the fastest USB serial adapters (12 Mbaud), and
+#: far below where pyserial overflows (it passes the rate to the OS as a C int).
+MAX_BAUDRATE = 20_000_000
 
 #: What each error code in an ``e`` reply means, for the message of :class:`DeviceRefused`.
 _REFUSALS = {
@@ -67,78 +88,158 @@ _REFUSALS = {
     "SYNTAX": "the request was damaged on the line (bad syntax); it was not executed",
     "BUSY": "the device is busy; the request was not executed",
 }
-#: Refusals that say nothing about the request itself: a read may be sent again.
+#: Refusals that say nothing about the request itself: sending it again may succeed.
 _TRANSIENT = frozenset({"CKSUM", "SYNTAX", "BUSY"})
+#: What a write or reset whose outcome is unknown asks the caller to do.
+_UNKNOWN = {
+    "write": "the write may or may not have happened: read the register back",
+    "reset": "the reset may or may not have happened: dump the registers",
+}
 #: Most bytes taken from the port per read call (the codec's buffer holds 1024).
 _READ_CHUNK = 256
+#: The port's read timeout, in seconds: how often a wait wakes to check its deadline when
+#: nothing arrives (bytes that arrive end the wait at once), so how far it may overshoot.
+_POLL = 0.01
+#: Schemes whose URL must name a host and a port; checked before pyserial sees them.
+_NETWORK_SCHEMES = ("socket", "rfc2217")
 
 _R = TypeVar("_R", bound=Reply)
 
 
+class _PortFailed(Exception):
+    """Inside a transaction: the port failed, before the request was written or after."""
+
+    def __init__(self, error: TransportError, *, sent: bool) -> None:
+        super().__init__(str(error))
+        self.sent = sent
+
+
+class _NoReply(Exception):
+    """Inside a transaction: no valid reply within the timeout (``bad`` frames dropped)."""
+
+    def __init__(self, bad: int) -> None:
+        super().__init__()
+        self.dropped = f" ({bad} bad frame{'s' * (bad != 1)} dropped)" if bad else ""
+
+
+def _cause(error: BaseException) -> str:
+    """What went wrong, in the fewest words: the innermost exception's text (pyserial wraps
+    the OS's error, sometimes twice: ``read failed: [Errno 5] Input/output error``)."""
+    if isinstance(error, serial.SerialTimeoutException):
+        return "writing timed out (is the line blocked by flow control?)"
+    if "exclusively lock" in str(error):
+        return "it is in use (could not lock it exclusively)"
+    while (inner := error.__cause__ or error.__context__) is not None:
+        error = inner
+    if isinstance(error, OSError) and error.strerror and not isinstance(
+            error, serial.SerialException):
+        return error.strerror
+    return str(error) or type(error).__name__
+
+
+def _open_message(url: str, error: BaseException) -> str:
+    """One line for a port that cannot be opened; the accepted forms when the name is at
+    fault (an unknown scheme, or no such device path), not when the port is busy or refuses."""
+    text = f"cannot open port {url}: {_cause(error)}"
+    named_wrongly = (str(error).startswith("invalid URL")
+                     or getattr(error, "errno", None) == errno.ENOENT)
+    return f"{text}; expected {URL_FORMS}" if named_wrongly else text
+
+
 @contextlib.contextmanager
 def map_exceptions(url: str, *, opening: bool = False) -> Iterator[None]:
-    """Turn pyserial and OS exceptions raised inside the block into regdev's own.
+    """Turn pyserial and OS exceptions raised inside the block into :class:`TransportError`.
 
     Args:
         url: the port, for the message.
-        opening: True around opening the port, where pyserial raises ``ValueError`` for a bad
-            URL or setting; the message then repeats the accepted forms (:data:`URL_FORMS`).
+        opening: True around opening the port, where pyserial also raises ``ValueError`` (a
+            bad URL or setting), ``OverflowError`` (a setting too large for the OS) and
+            ``NotImplementedError`` (a setting the port type does not support); the message
+            then repeats the accepted forms (:data:`URL_FORMS`) when the port's name is at
+            fault.
 
     Raises:
-        DeviceTimeout: from ``serial.SerialTimeoutException`` (a write timed out).
-        TransportError: from any other ``serial.SerialException`` or ``OSError`` (and from
-            ``ValueError`` when ``opening``).
+        TransportError: from any ``serial.SerialException`` (a write timeout included) or
+            ``OSError``, and from the three above when ``opening``. The message is one line
+            and names the port.
     """
     try:
         yield
-    except serial.SerialTimeoutException as error:
-        raise DeviceTimeout(f"writing to {url} timed out: {error}") from error
     except (serial.SerialException, OSError) as error:
-        if opening:
-            raise TransportError(f"cannot open port `{url}`: {error}; expected "
-                                 f"{URL_FORMS}") from error
-        raise TransportError(f"port {url} failed: {error}") from error
-    except ValueError as error:
+        message = _open_message(url, error) if opening else f"port {url} failed: {_cause(error)}"
+        raise TransportError(message) from error
+    except (ValueError, OverflowError, NotImplementedError) as error:
         if not opening:
             raise
-        raise TransportError(f"cannot open port `{url}`: {error}; expected {URL_FORMS}") from error
+        raise TransportError(_open_message(url, error)) from error
+
+
+def _check_url(url: str) -> None:
+    """Refuse a ``socket://`` or ``rfc2217://`` URL without a host and a port 1..65535, in
+    words clearer than pyserial's."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in _NETWORK_SCHEMES:
+        return
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None or port == 0 or parts.path not in ("", "/"):
+        raise TransportError(
+            f"cannot open port {url}: expected {scheme}://HOST:PORT with a port 1..65535, "
+            f"e.g. {scheme}://127.0.0.1:7000")
 
 
 class SerialDevice(Device):
     """A 16-register, 8-bit device at the end of a serial line (``docs/protocol.md``).
 
-    The port is opened at construction, exclusively (``exclusive=True``: a POSIX lock on a
-    device path; pyserial accepts and ignores it for ``socket://`` and ``rfc2217://``). After a
-    transport failure the port is closed and reopened by the next transaction.
+    The port is opened at construction, exclusively on a device path (a POSIX lock;
+    ``exclusive`` does nothing for ``socket://`` and ``rfc2217://``, where the device side
+    decides: the firmware simulator serves one connection at a time and closes others).
+    Before the first request, and after every reopen, the line is synchronised: the input is
+    flushed and an identify request exchanged. After a transport failure the port is closed
+    and reopened by the next transaction.
 
     Args:
         url: a device path (``/dev/ttyUSB0``, ``COM3``), ``socket://HOST:PORT`` or
             ``rfc2217://HOST:PORT``; anything ``serial.serial_for_url`` opens.
-        baudrate: line speed in baud (ignored by ``socket://``).
-        timeout: seconds allowed for one transaction (request written to reply read), > 0.
+        baudrate: line speed in baud, 1..:data:`MAX_BAUDRATE` (ignored by ``socket://``).
+        timeout: seconds to wait for each reply, > 0 (and for a write to be taken by the
+            port, where the port type supports a write timeout).
         retries: how many more times a read (read, dump, identify) is sent after a timeout or
             a transient refusal (``BUSY``, ``CKSUM``, ``SYNTAX``); writes and resets are never
-            sent again. A read may so take up to ``(retries + 1) * timeout`` seconds.
+            sent again. A read may so wait for ``retries + 1`` replies (and one more for the
+            synchronising identify, when one is due).
+        first_seq: sequence number of the first request, 1..255; by default a random one,
+            so that a new process does not reuse the numbers of the one before it.
 
     Raises:
-        ValueError: ``baudrate``, ``timeout`` or ``retries`` is out of range.
-        TransportError: the port cannot be opened; the message repeats the accepted forms.
+        ValueError: ``baudrate``, ``timeout``, ``retries`` or ``first_seq`` is out of range.
+        TransportError: the port cannot be opened; the message repeats the accepted forms when
+            the port's name is at fault.
 
     Attributes:
-        timeouts: transactions that timed out so far.
-        bad_frames: bad frames (checksum, syntax, overrun) received and dropped so far.
+        timeouts: replies waited for in vain so far.
+        bad_frames: bad frames (checksum, syntax, overrun, an echoed request) received and
+            dropped so far.
     """
 
-    def __init__(
-        self, url: str, *, baudrate: int = 115200, timeout: float = 0.5, retries: int = 1
-    ) -> None:
-        if type(baudrate) is not int or baudrate <= 0:
-            raise ValueError(f"baudrate must be a positive int (baud), got {baudrate!r}")
+    def __init__(self, url: str, *, baudrate: int = 115200, timeout: float = 0.5,
+                 retries: int = 1, first_seq: int | None = None) -> None:
+        if type(baudrate) is not int or not 1 <= baudrate <= MAX_BAUDRATE:
+            raise ValueError(f"baudrate must be an int 1..{MAX_BAUDRATE} (baud), "
+                             f"got {baudrate!r}")
         if (type(timeout) not in (int, float) or not math.isfinite(timeout)
                 or timeout <= 0):
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if type(retries) is not int or retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+        if first_seq is None:
+            first_seq = secrets.randbelow(255) + 1
+        elif type(first_seq) is not int or not 1 <= first_seq <= 255:
+            raise ValueError(f"first_seq must be an int 1..255, got {first_seq!r}")
+        _check_url(url)
         self.url = url
         self.baudrate = baudrate
         self.timeout = float(timeout)
@@ -146,15 +247,24 @@ class SerialDevice(Device):
         self.timeouts = 0
         self.bad_frames = 0
         self._lock = threading.Lock()
-        self._link = Connection(HOST)
-        self._resync = False
+        self._link = Connection(HOST, first_seq=first_seq)
+        self._synced = False  # a reply to our identify came since the port was opened
+        self._flush = False  # a reply was abandoned: flush the input before the next request
+        self._failed: serial.Serial | None = None  # a port that failed, closed at the reopen
         self._port: serial.Serial | None = self._open()
 
+    @property
+    def stale_replies(self) -> int:
+        """Replies dropped so far because no request awaited them (late, after a timeout)."""
+        return self._link.stale
+
     def _open(self) -> serial.Serial:
+        options: dict[str, Any] = {"baudrate": self.baudrate, "exclusive": True,
+                                   "timeout": min(_POLL, self.timeout)}
+        if not self.url.lower().startswith("rfc2217://"):
+            options["write_timeout"] = self.timeout  # pyserial's RFC 2217 port refuses one
         with map_exceptions(self.url, opening=True):
-            return serial.serial_for_url(
-                self.url, baudrate=self.baudrate, timeout=self.timeout,
-                write_timeout=self.timeout, exclusive=True)
+            return serial.serial_for_url(self.url, **options)
 
     # --- the Device interface -----------------------------------------------------------------
 
@@ -163,29 +273,34 @@ class SerialDevice(Device):
 
         Raises:
             RegisterRangeError: ``addr`` is not an int in 0..15 (nothing is sent).
-            DeviceTimeout: no valid reply within ``timeout`` seconds, on every attempt.
+            DeviceTimeout: no valid reply within ``timeout`` seconds, on every attempt
+                (:class:`ReplyLost` when the port failed after the request was sent).
             DeviceRefused: the device answered with an error code (``code`` attribute).
-            TransportError: the port failed.
+            TransportError: the port failed before the request was sent.
         """
         check_access(addr)
-        reply = self._transact(lambda seq: ReadRequest(seq, addr), ReadReply, self.retries)
+        reply = self._transact(lambda seq: ReadRequest(seq, addr), ReadReply, "read",
+                               self.retries)
         return reply.data
 
     def write(self, addr: int, data: int) -> int:
         """Write ``data`` (0..255) to register ``addr`` (0..15); return the value acknowledged.
 
-        Sent once, never repeated. Unless this returns, the write may or may not have
-        happened: read the register back.
+        Sent once, never repeated.
 
         Raises:
             RegisterRangeError: ``addr`` or ``data`` is out of range (nothing is sent).
-            DeviceTimeout: no acknowledgement within ``timeout`` seconds.
-            DeviceRefused: the device answered with an error code.
+            DeviceTimeout: the write was sent and not acknowledged within ``timeout`` seconds:
+                it may or may not have happened; read the register back. Its subclass
+                :class:`ReplyLost`: the port failed after the write was sent (the same).
+                Unless the message says the write was not sent (the line could not be
+                synchronised first).
+            DeviceRefused: the device answered with an error code; the write did not happen.
             DeviceError: the device acknowledged a value other than ``data``.
-            TransportError: the port failed.
+            TransportError: the port failed before the write was sent; it did not happen.
         """
         check_access(addr, data)
-        reply = self._transact(lambda seq: WriteRequest(seq, addr, data), WriteReply, 0)
+        reply = self._transact(lambda seq: WriteRequest(seq, addr, data), WriteReply, "write", 0)
         if reply.data != data:
             raise DeviceError(f"the device acknowledged register {addr} = 0x{reply.data:02x}, "
                               f"not the 0x{data:02x} written")
@@ -197,7 +312,7 @@ class SerialDevice(Device):
         Raises:
             DeviceTimeout, DeviceRefused, TransportError: as for :meth:`write`.
         """
-        self._transact(ResetRequest, ResetReply, 0)
+        self._transact(ResetRequest, ResetReply, "reset", 0)
 
     def snapshot(self) -> list[int]:
         """Return all 16 registers, address 0 first, in one transaction (``D``).
@@ -205,7 +320,7 @@ class SerialDevice(Device):
         Raises:
             DeviceTimeout, DeviceRefused, TransportError: as for :meth:`read`.
         """
-        return list(self._transact(DumpRequest, DumpReply, self.retries).values)
+        return list(self._transact(DumpRequest, DumpReply, "dump", self.retries).values)
 
     def identify(self) -> str:
         """Return the device's identity line (1..48 ASCII characters).
@@ -213,12 +328,13 @@ class SerialDevice(Device):
         Raises:
             DeviceTimeout, DeviceRefused, TransportError: as for :meth:`read`.
         """
-        return self._transact(IdentifyRequest, IdentifyReply, self.retries).text
+        return self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries).text
 
     def close(self) -> None:
-        """Close the port. Idempotent; a later transaction reopens it."""
+        """Close the port. Idempotent; a later transaction reopens it (and synchronises)."""
         with self._lock:
-            self._close_port()
+            self._set_port_aside()
+            self._close_failed()
 
     def __enter__(self) -> SerialDevice:
         return self
@@ -232,80 +348,148 @@ class SerialDevice(Device):
 
     # --- transactions -------------------------------------------------------------------------
 
-    def _transact(self, make: Callable[[int], Request], expect: type[_R], retries: int) -> _R:
+    def _transact(self, make: Callable[[int], Request], expect: type[_R], what: str,
+                  retries: int) -> _R:
         with self._lock:
-            for attempt in range(retries + 1):
+            started = time.monotonic()
+            attempts = 0
+            while True:
+                attempts += 1
                 try:
-                    reply = self._exchange(make(self._link.new_seq()))
+                    reply = self._attempt(make, what)
                     if isinstance(reply, ErrorReply):
                         meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
-                        raise DeviceRefused(f"{meaning} ({reply.code})", reply.code)
+                        raise DeviceRefused(f"{meaning} ({reply.code})", reply.code,
+                                            transient=reply.code in _TRANSIENT)
                 except (DeviceTimeout, DeviceRefused) as error:
-                    transient = isinstance(error, DeviceTimeout) or error.code in _TRANSIENT
-                    if attempt == retries or not transient:
-                        raise
-                    continue
+                    again = isinstance(error, DeviceTimeout) or error.transient
+                    if again and attempts <= retries:
+                        continue
+                    if attempts > 1:
+                        spent = time.monotonic() - started
+                        error.args = (f"{error} ({attempts} attempts, {spent:.2f} s in all)",)
+                    raise
                 assert isinstance(reply, expect)  # the codec matched the reply to the request
                 return reply
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _exchange(self, request: Request) -> Reply:
+    def _attempt(self, make: Callable[[int], Request], what: str) -> Reply:
+        """Synchronise when due, then send the request and return its reply.
+
+        Messages put the request's fate first (the gate shows a model the first 120 characters).
+        """
+        try:
+            port = self._port if self._port is not None else self._reopen()
+            if self._flush or not self._synced:
+                with map_exceptions(self.url):
+                    port.reset_input_buffer()
+                self._link.discard_buffer()
+                self._flush = False
+        except TransportError as error:
+            self._set_port_aside()
+            raise TransportError(f"the {what} was not sent: {error}") from error
+        # An identify is its own synchronisation: a stale identify reply taken for its answer
+        # says the same, and arrives after every older reply all the same.
+        if not self._synced and what != "identify":
+            try:
+                self._exchange(port, IdentifyRequest(self._link.new_seq()))
+            except _PortFailed as failure:
+                raise TransportError(f"the {what} was not sent: {failure} (while synchronising "
+                                     "the line)") from failure.__cause__
+            except _NoReply as failure:
+                raise DeviceTimeout(
+                    f"the {what} was not sent: no valid reply within {self.timeout:g} s to the "
+                    f"identify that synchronises the line{failure.dropped}") from None
+            self._synced = True
+        try:
+            reply = self._exchange(port, make(self._link.new_seq()))
+        except _PortFailed as failure:
+            if not failure.sent:
+                raise TransportError(f"the {what} was not sent: {failure}"
+                                     ) from failure.__cause__
+            cause = str(failure).partition(" failed: ")[2]
+            if what not in _UNKNOWN:
+                raise ReplyLost(f"port {self.url} failed after the {what} was sent: {cause}"
+                                ) from failure.__cause__
+            raise ReplyLost(f"{_UNKNOWN[what]}; port {self.url} failed after it was sent: "
+                            f"{cause}") from failure.__cause__
+        except _NoReply as failure:
+            unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
+            raise DeviceTimeout(f"no valid reply within {self.timeout:g} s{failure.dropped}"
+                                f"{unknown}") from None
+        self._synced = True  # any answer to a request of ours is a synchronisation
+        return reply
+
+    def _exchange(self, port: serial.Serial, request: Request) -> Reply:
+        """Write one request and await its reply.
+
+        Raises:
+            _PortFailed: the port failed; ``sent`` is False when the write itself failed (a
+                frame cut short is never executed).
+            _NoReply: no valid reply within ``timeout`` seconds.
+        """
         link = self._link
+        data = link.send(request)
+        sent = False
         try:
             with map_exceptions(self.url):
-                port = self._port if self._port is not None else self._reopen()
-                if self._resync:
-                    port.reset_input_buffer()
-                    self._resync = False
-                if port.timeout != self.timeout:
-                    port.timeout = self.timeout
-                port.write(link.send(request))
-                return self._await_reply(port, request)
-        except TransportError:
-            self._close_port()
-            raise
+                port.write(data)
+                sent = True
+                return self._await_reply(port)
+        except TransportError as error:
+            self._set_port_aside()
+            raise _PortFailed(error, sent=sent) from error.__cause__
         finally:
             if link.state is State.AWAITING_REPLY:
                 link.abandon()
-                self._resync = True
+                self._flush = True
 
-    def _await_reply(self, port: serial.Serial, request: Request) -> Reply:
+    def _await_reply(self, port: serial.Serial) -> Reply:
         link = self._link
         deadline = time.monotonic() + self.timeout
+        bad = 0
         while True:
             try:
                 event = link.next_event()
             except RemoteProtocolError:
                 self.bad_frames += 1
+                bad += 1
                 continue
             if event is not NEED_DATA:
                 assert not isinstance(event, Request)  # a host's codec yields only replies
                 return event
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if time.monotonic() >= deadline:
                 self.timeouts += 1
-                changes = isinstance(request, (WriteRequest, ResetRequest))
-                raise DeviceTimeout(
-                    f"no valid reply within {self.timeout:g} s"
-                    + ("; the change may or may not have happened: read the register back"
-                       if changes else f" ({type(request).__name__}, seq {request.seq})"))
-            if remaining < (port.timeout or 0.0) - 0.001:
-                port.timeout = remaining
-            chunk = port.read(1)
-            waiting = port.in_waiting if chunk else 0
+                raise _NoReply(bad)
+            chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
+            if not chunk:
+                continue
+            waiting = port.in_waiting
             if waiting:
                 chunk += port.read(min(waiting, _READ_CHUNK))
             try:
                 link.receive_data(chunk)
             except RemoteProtocolError:
                 self.bad_frames += 1
+                bad += 1
+
+    # --- the port -----------------------------------------------------------------------------
 
     def _reopen(self) -> serial.Serial:
+        self._close_failed()
+        self._synced = False
         self._port = self._open()
         return self._port
 
-    def _close_port(self) -> None:
+    def _set_port_aside(self) -> None:
+        """After a failure (or on close): the next transaction opens the port again."""
         port, self._port = self._port, None
+        self._synced = False
+        if port is not None:
+            self._close_failed()
+            self._failed = port
+
+    def _close_failed(self) -> None:
+        port, self._failed = self._failed, None
         if port is not None:
             # Closing a port that already failed: there is nothing more to release.
             with contextlib.suppress(serial.SerialException, OSError):
