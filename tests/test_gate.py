@@ -16,6 +16,7 @@ from regdev import (
     AuditLog,
     AuditRecord,
     Device,
+    DeviceError,
     DeviceRefused,
     DeviceTimeout,
     Gate,
@@ -24,6 +25,7 @@ from regdev import (
     RegisterFile,
     Tool,
     ToolSet,
+    TransportError,
     read_audit,
 )
 from strategies import canonical_calls, json_values, raw_register_calls, to_json
@@ -180,27 +182,58 @@ def test_caps_must_be_positive_ints(cap: Any) -> None:
 class FailingDevice(RegisterFile):
     """A register file whose writes fail in a chosen way."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: Exception | None) -> None:
         super().__init__()
         self.error = error
 
     def write(self, addr: int, data: int) -> int:
+        if self.error is None:
+            return super().write(addr, data)
         raise self.error
 
 
-@pytest.mark.parametrize(
-    ("error", "code", "retryable"),
-    [
-        (DeviceTimeout("no answer after 0.5 s"), "device-timeout", True),
-        (DeviceRefused("ERR ADDR", code="ADDR"), "device-error", False),
-    ],
-)
-def test_device_failures_are_failures(error: Exception, code: str, retryable: bool) -> None:
-    """A device failure is reported as a failure at the execute stage, never as success."""
+DEVICE_FAILURES = [
+    (DeviceTimeout("no valid reply within 0.5 s"), "device-timeout", True,
+     "the device did not answer in time: no valid reply within 0.5 s"),
+    (TransportError("the write was not sent: port /dev/x failed"), "device-unavailable", True,
+     "the device is unavailable: the write was not sent: port /dev/x failed"),
+    (DeviceRefused("register 1: BUSY", code="BUSY", transient=True), "device-busy", True,
+     "the device refused for now: register 1: BUSY"),
+    (DeviceRefused("register 1: ADDR", code="ADDR"), "device-error", False,
+     "the device refused: register 1: ADDR"),
+    (DeviceError("acknowledged 0x02, not 0x01"), "device-error", False,
+     "the device failed: acknowledged 0x02, not 0x01"),
+]
+
+
+@pytest.mark.parametrize(("error", "code", "retryable", "message"), DEVICE_FAILURES)
+def test_device_failures_are_failures(error: Exception, code: str, retryable: bool,
+                                      message: str) -> None:
+    """A device failure is reported as a failure at the execute stage, never as success, with
+    a code that says whether the request may have run and whether to retry."""
     obs = Gate(FailingDevice(error)).handle(
         '{"tool": "write_register", "arguments": {"addr": 1, "data": 1}}')
-    assert (obs.ok, obs.stage, obs.code) == (False, "execute", code)
+    assert (obs.ok, obs.stage, obs.code, obs.message) == (False, "execute", code, message)
     assert obs.refusal is not None and obs.refusal.retryable is retryable
+
+
+@pytest.mark.parametrize(("error", "code", "retryable", "message"), DEVICE_FAILURES)
+def test_idempotency_key_after_a_device_failure(tmp_path: Path, error: Exception, code: str,
+                                                retryable: bool, message: str) -> None:
+    """After a timeout, a port failure before sending or a busy refusal, the key stays free
+    and the retry runs; after a definite device error the stored outcome is replayed."""
+    device = FailingDevice(error)
+    raw = ('{"tool": "write_register", "arguments": {"addr": 1, "data": 1}, '
+           '"idempotency_key": "k1"}')
+    with Gate(device, audit=AuditLog(tmp_path / "audit.db")) as gate:
+        first = gate.handle(raw)
+        device.error = None  # the device works again
+        second = gate.handle(raw)
+    assert first.code == code
+    if retryable:
+        assert (second.ok, second.replay) == (True, False)
+    else:
+        assert (second.code, second.replay) == (code, True)
 
 
 def test_unexpected_exception_becomes_internal_error(caplog: pytest.LogCaptureFixture) -> None:

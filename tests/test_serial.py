@@ -144,7 +144,7 @@ FAULT_OUTCOMES = {
     "delay": ("device-timeout", 0x5A),
     "garbage": (None, 0x5A),
     "disconnect": ("device-timeout", 0x5A),  # sent, then the port failed: outcome unknown
-    "busy": ("device-error", 0),
+    "busy": ("device-busy", 0),  # refused for now: not executed, retryable
 }
 
 
@@ -280,7 +280,7 @@ def test_random_faults_never_report_an_unacknowledged_write() -> None:
                 successes += 1
             else:
                 failures += 1
-                assert obs["code"] in ("device-timeout", "device-error")
+                assert obs["code"] in ("device-timeout", "device-busy", "device-error")
         assert failures >= 3 and successes >= 10
         device.timeout = PATIENT
         final = device.snapshot()
@@ -553,15 +553,16 @@ def test_rfc2217_errors_on_open_are_one_line(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.timeout(20)
-def test_simulator_gone_is_a_device_error_not_a_crash() -> None:
-    """When the device side dies, calls fail as device-error and no pyserial error leaks."""
+def test_simulator_gone_is_device_unavailable_not_a_crash() -> None:
+    """When the device side dies, calls fail as device-unavailable (nothing was sent, so the
+    model may retry) and no pyserial error leaks."""
     with sim_process("--pty") as (port, process), SerialDevice(port, timeout=PATIENT) as device:
         gate = Gate(device)
         assert call(gate, "read_register", addr=0)["ok"] is True
         process.terminate()
         process.wait(timeout=5)
         obs = call(gate, "read_register", addr=0)
-        assert (obs["ok"], obs["code"]) == (False, "device-error")
+        assert (obs["ok"], obs["code"], obs["retryable"]) == (False, "device-unavailable", True)
         with pytest.raises(TransportError):
             device.read(0)
 
@@ -617,3 +618,10 @@ def test_close_is_idempotent_and_the_next_call_reopens() -> None:
         device.identify()
     assert device._port is not None
     device.close()
+
+
+def test_state_id_names_the_port() -> None:
+    """Keys used over a port are scoped to the port's URL, stable across processes."""
+    device = SerialDevice.__new__(SerialDevice)  # no port needed to name it
+    device.url = "socket://127.0.0.1:7000"
+    assert device.state_id() == "serial:socket://127.0.0.1:7000"

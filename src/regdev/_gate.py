@@ -41,7 +41,14 @@ from msgspec.structs import replace
 from ._audit import AuditLog, encode_json
 from ._compile import CompiledValidator, compile_validator
 from ._device import Device, RegisterFile, TimeoutDevice
-from ._errors import AuditError, DeviceTimeout, PolicyError, RegdevError
+from ._errors import (
+    AuditError,
+    DeviceRefused,
+    DeviceTimeout,
+    PolicyError,
+    RegdevError,
+    TransportError,
+)
 from ._idempotency import PROVIDER_DIALECTS, fingerprint
 from ._observation import Observation, Refusal
 from ._parse import (
@@ -398,12 +405,8 @@ class Gate:
         call.executed = True  # from here on the device may have changed
         try:
             call.result = tool.handler(self._runner, call.arguments)
-        except DeviceTimeout as error:
-            return Refusal("execute", "device-timeout",
-                           f"the device did not answer in time: {escape_text(str(error), 120)}")
         except RegdevError as error:
-            return Refusal("execute", "device-error",
-                           f"the device refused: {escape_text(str(error), 120)}")
+            return _device_failure(error)
         return None
 
     def _observe(self, call: _Call) -> Refusal | None:
@@ -575,9 +578,37 @@ def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
                    "that change the device are refused until a commit succeeds; reads still run")
 
 
+def _device_failure(error: RegdevError) -> Refusal:
+    """The execute stage's refusal for what the device backend raised (see docs/errors.md).
+
+    ``device-timeout``: the request may have reached the device, the outcome is unknown.
+    ``device-unavailable``: the port failed before the request was sent; nothing ran.
+    ``device-busy``: the device refused for now (busy, or the request was damaged on the line);
+    nothing ran. ``device-error``: the device refused for good, or answered something that is
+    not an acknowledgement of the request.
+    """
+    text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
+    if isinstance(error, DeviceTimeout):
+        return Refusal("execute", "device-timeout", f"the device did not answer in time: {text}")
+    if isinstance(error, TransportError):
+        return Refusal("execute", "device-unavailable", f"the device is unavailable: {text}")
+    if isinstance(error, DeviceRefused):
+        if error.transient:
+            return Refusal("execute", "device-busy", f"the device refused for now: {text}")
+        return Refusal("execute", "device-error", f"the device refused: {text}")
+    return Refusal("execute", "device-error", f"the device failed: {text}")
+
+
+#: Longest device message shown to the model, in characters (the cause comes last in it).
+_DEVICE_MESSAGE_CHARS = 200
+#: Outcomes after which the same call may run again through its idempotency key: the write
+#: may not have happened (timeout), or surely did not (not sent, refused for now).
+_RETRY_KEY_CODES = frozenset({"device-timeout", "device-unavailable", "device-busy"})
+
+
 def _keeps_key(observation: Observation) -> bool:
-    """An executed call keeps its key unless the device timed out (the retry runs then)."""
-    return observation.code != "device-timeout"
+    """An executed call keeps its key unless its outcome lets the retry run."""
+    return observation.code not in _RETRY_KEY_CODES
 
 
 def _stored(observation: Observation) -> str:

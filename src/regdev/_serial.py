@@ -322,6 +322,11 @@ class SerialDevice(Device):
         """
         return list(self._transact(DumpRequest, DumpReply, "dump", self.retries).values)
 
+    def state_id(self) -> str:
+        """``"serial:" + url``: the registers at the end of a port outlive this process, so
+        idempotency keys used over it hold after a restart."""
+        return f"serial:{self.url}"
+
     def identify(self) -> str:
         """Return the device's identity line (1..48 ASCII characters).
 
