@@ -148,7 +148,8 @@ class RegisterFile(Device):
         Raises:
             RegisterRangeError: ``addr`` is not an int in 0..15.
         """
-        check_access(addr)
+        if type(addr) is not int or not 0 <= addr < REGISTER_COUNT:
+            check_access(addr)  # raises, naming the address
         with self._lock:
             return self._registers[addr]
 
@@ -158,7 +159,9 @@ class RegisterFile(Device):
         Raises:
             RegisterRangeError: ``addr`` or ``data`` is out of range or not an int.
         """
-        check_access(addr, data)
+        if type(addr) is not int or not 0 <= addr < REGISTER_COUNT \
+                or type(data) is not int or not 0 <= data <= DATA_MAX:
+            check_access(addr, data)  # raises, naming the value out of range
         with self._lock:
             self._registers[addr] = data
             self.write_count += 1

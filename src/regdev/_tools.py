@@ -68,18 +68,38 @@ class Tool:
     destructive: bool = True
     open_world: bool = True
     handler: Handler | None = field(default=None, compare=False, repr=False)
+    #: What bind() looks at (set from ``input_schema``): the top-level property names, and
+    #: whether any property is an object schema.
+    _bind_plan: tuple[tuple[str, ...], bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise SchemaError("a tool name must be a non-empty string", "/name")
         check_input_schema(self.input_schema, "/inputSchema")
+        # What bind() looks at: the top-level properties that may hold an integer, and whether
+        # any property is an object schema (then the slow walk handles nesting).
+        properties = self.input_schema.get("properties") or {}
+        object.__setattr__(self, "_bind_plan", (
+            tuple(name for name, sub in properties.items() if isinstance(sub, dict)),
+            any(isinstance(sub, dict) and ("properties" in sub or sub.get("type") == "object")
+                for sub in properties.values()),
+        ))
 
     def bind(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return validated ``arguments`` with integral values of ``integer`` properties as ``int``.
 
         JSON Schema counts ``3.0`` and ``1e2`` as integers (draft 2020-12 Validation 6.1.1);
         they reach the device as Python ``int``. Call only on arguments that passed validation.
+        The usual call, whose values are all ``int`` already, is returned as it is (not copied).
         """
+        names, nested = self._bind_plan
+        if not nested:
+            for name in names:
+                value = arguments.get(name)
+                if type(value) is not int and value is not None:
+                    break
+            else:
+                return arguments
         return _bind(arguments, self.input_schema)
 
     def definition(self) -> dict[str, Any]:
@@ -236,15 +256,19 @@ def _checked(value: object, what: str) -> int:
 
 def _write(device: Device, args: dict[str, Any]) -> dict[str, Any]:
     addr, data = args["addr"], args["data"]
-    stored = _checked(device.write(addr, data), f"write {addr}")
-    if stored != data:
+    stored = device.write(addr, data)
+    if stored != data or type(stored) is not int:
+        _checked(stored, f"write {addr}")
         raise DeviceRefused(f"register {addr} holds {stored} after writing {data}")
     return {"addr": addr, "data": stored}
 
 
 def _read(device: Device, args: dict[str, Any]) -> dict[str, Any]:
     addr = args["addr"]
-    return {"addr": addr, "data": _checked(device.read(addr), f"read {addr}")}
+    data = device.read(addr)
+    if type(data) is not int or not 0 <= data <= DATA_MAX:
+        _checked(data, f"read {addr}")
+    return {"addr": addr, "data": data}
 
 
 WRITE_REGISTER = Tool(
