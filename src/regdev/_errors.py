@@ -56,14 +56,41 @@ class RegdevError(Exception):
 class SchemaError(RegdevError):
     """A tool schema is malformed or uses a keyword outside the supported subset.
 
+    The message is one line: the reason, then the place, e.g. ``keyword `pattern` is not
+    supported - at `/0/inputSchema/properties/a/pattern```; the pointer is shown with control
+    characters, non-ASCII and backticks escaped, and the whole document as ``(root)``.
+
     Attributes:
-        pointer: JSON Pointer (RFC 6901) to the offending place in the schema, e.g.
-            ``/properties/addr/pattern``.
+        reason: what is wrong, without the place, e.g. ``"keyword `pattern` is not supported"``.
+        pointer: JSON Pointer (RFC 6901) to the offending place, e.g.
+            ``/properties/addr/pattern``; ``""`` is the whole document.
     """
 
-    def __init__(self, message: str, pointer: str = "") -> None:
+    def __init__(self, reason: str, pointer: str = "") -> None:
+        self.reason = reason
         self.pointer = pointer
-        super().__init__(f"{message} - at `{pointer or '/'}`")
+        super().__init__(f"{reason} - at {_show_pointer(pointer)}")
+
+    def at(self, prefix: str) -> SchemaError:
+        """The same error, located inside a larger document: ``prefix`` goes before the pointer.
+
+        Args:
+            prefix: the JSON Pointer of this error's document in the larger one, e.g. ``/1``.
+
+        Returns:
+            A new :class:`SchemaError` with the same reason and ``prefix + pointer``.
+        """
+        return SchemaError(self.reason, prefix + self.pointer)
+
+
+def _show_pointer(pointer: str) -> str:
+    """A JSON Pointer for a one-line message: escaped, in backticks; ``""`` as ``(root)``."""
+    if not pointer:
+        return "(root)"
+    shown = pointer.encode("unicode_escape").decode("ascii").replace("`", "\\x60")
+    if len(shown) > 300:  # keep both ends: where it starts, and the keyword at the end
+        shown = f"{shown[:100]}...{shown[-197:]}"
+    return f"`{shown}`"
 
 
 class ProtocolError(RegdevError):

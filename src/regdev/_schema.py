@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from ._errors import SchemaError
 from ._runtime import is_integer, is_number, json_equal
 
 __all__ = [
     "ANNOTATION_KEYWORDS",
+    "MAX_DEPTH",
+    "SCHEMA_DIALECTS",
     "TYPE_NAMES",
     "VALIDATION_KEYWORDS",
     "a_json_type",
@@ -96,8 +98,15 @@ def matches_type(value: object, name: str) -> bool:
     return False
 
 
+_TYPE_NAME_OF: dict[type, str] = {str: "string", int: "integer", bool: "boolean",
+                                  type(None): "null", dict: "object", list: "array"}
+
+
 def json_type_name(value: object) -> str:
     """Name the JSON type of a decoded value for a message: ``"string"``, ``"boolean"``, ..."""
+    name = _TYPE_NAME_OF.get(type(value))  # the usual decoded types, by one lookup
+    if name is not None:
+        return name
     if value is None:
         return "null"
     if type(value) is bool:
@@ -128,6 +137,38 @@ def a_json_type(value: object) -> str:
 #: field, and a code names one field, so a whole-object ``enum`` or ``const`` has no code.
 _NOT_AT_TOP = ("enum", "const")
 
+#: Object schemas nested deeper than this (``properties`` in ``properties``), and ``enum``,
+#: ``const``, ``default`` or ``examples`` values nested deeper than this, are refused: both
+#: validators and the compiler recurse once per level, and a generated module spells a value
+#: with one bracket per level (the Python parser's limit on nested brackets is 200).
+MAX_DEPTH = 64
+
+#: ``$schema`` values accepted (without a trailing ``#``, ``http`` read as ``https``): draft
+#: 2020-12, and the drafts in which every supported keyword means exactly the same (2019-09,
+#: draft-07 and draft-06: a numeric ``exclusiveMinimum``, ``1.0`` an integer, ``const``).
+#: Draft-04 and older differ (a boolean ``exclusiveMinimum``; ``1.0`` not an integer), so
+#: they are refused. Draft-07 is what zod-to-json-schema, and so many MCP servers, declare.
+SCHEMA_DIALECTS = frozenset({
+    "https://json-schema.org/draft/2020-12/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+    "https://json-schema.org/draft-07/schema",
+    "https://json-schema.org/draft-06/schema",
+})
+
+#: The type each annotation's value must have, from the draft 2020-12 meta-schemas
+#: (meta/core: ``$comment``, ``$schema``; meta/meta-data: the rest); ``default`` may be any
+#: JSON value.
+_ANNOTATION_TYPES: dict[str, tuple[type, str]] = {
+    "$comment": (str, "a string"),
+    "$schema": (str, "a string"),
+    "title": (str, "a string"),
+    "description": (str, "a string"),
+    "deprecated": (bool, "a boolean"),
+    "readOnly": (bool, "a boolean"),
+    "writeOnly": (bool, "a boolean"),
+    "examples": (list, "an array"),
+}
+
 # --- Schema checking --------------------------------------------------------------------------
 
 
@@ -140,24 +181,49 @@ def _is_non_negative_integer(value: object) -> bool:
     return is_integer(value) and value >= 0  # type: ignore[operator]
 
 
-def _check_subschema(schema: object, path: tuple[str | int, ...]) -> None:
+def _check_annotation(keyword: str, value: object, where: str) -> None:
+    if keyword == "default":
+        _check_json_value(value, where)
+        return
+    kind, name = _ANNOTATION_TYPES[keyword]
+    if type(value) is not kind:
+        raise SchemaError(f"`{keyword}` must be {name}", where)
+    if keyword == "$schema":
+        uri = str(value).removesuffix("#")
+        if uri.startswith("http://"):
+            uri = "https://" + uri[len("http://"):]
+        if uri not in SCHEMA_DIALECTS:
+            raise SchemaError(f"`$schema` names a dialect this validator does not implement "
+                              f"({escape_text(str(value), 60)}); supported: JSON Schema draft "
+                              "2020-12 (and 2019-09, draft-07, draft-06, identical for the "
+                              "supported keywords)", where)
+    elif keyword == "examples":
+        for index, item in enumerate(cast(list[object], value)):
+            _check_json_value(item, f"{where}/{index}")
+
+
+def _check_subschema(schema: object, path: tuple[str | int, ...], depth: int) -> None:
     if type(schema) is bool:
         return
     if type(schema) is not dict:
         raise SchemaError(f"a schema must be an object or a boolean, got {type(schema).__name__}",
                           json_pointer(path))
+    if depth > MAX_DEPTH:
+        raise SchemaError(f"object schemas nested more than {MAX_DEPTH} levels deep are not "
+                          "supported", json_pointer(path))
     for keyword, value in schema.items():
         if type(keyword) is not str:
-            raise SchemaError(f"schema keywords must be strings, got {keyword!r:.40}",
-                              json_pointer(path))
+            raise SchemaError("schema keywords must be strings, got "
+                              f"{escape_text(repr(keyword))}", json_pointer(path))
         where = json_pointer((*path, keyword))
         if keyword in ANNOTATION_KEYWORDS:
+            _check_annotation(keyword, value, where)
             continue
         if keyword not in VALIDATION_KEYWORDS:
             raise SchemaError(f"keyword `{escape_text(keyword)}` is not supported", where)
         if keyword == "type":
             names = value if type(value) is list else [value]
-            if not names or any(n not in TYPE_NAMES for n in names):
+            if not names or any(type(n) is not str or n not in TYPE_NAMES for n in names):
                 raise SchemaError(
                     f"`type` must be one of {', '.join(TYPE_NAMES)} or a non-empty list of them",
                     where,
@@ -169,8 +235,9 @@ def _check_subschema(schema: object, path: tuple[str | int, ...]) -> None:
                 raise SchemaError("`properties` must be an object", where)
             for name, sub in value.items():
                 if type(name) is not str:
-                    raise SchemaError(f"property names must be strings, got {name!r:.40}", where)
-                _check_subschema(sub, (*path, keyword, name))
+                    raise SchemaError("property names must be strings, got "
+                                      f"{escape_text(repr(name))}", where)
+                _check_subschema(sub, (*path, keyword, name), depth + 1)
         elif keyword == "required":
             if type(value) is not list or any(type(n) is not str for n in value):
                 raise SchemaError("`required` must be an array of strings", where)
@@ -196,29 +263,38 @@ def _check_subschema(schema: object, path: tuple[str | int, ...]) -> None:
             _check_json_value(value, where)
 
 
-def _check_json_value(value: object, where: str) -> None:
-    """Refuse an ``enum`` or ``const`` value that is not a JSON value (a tuple, bytes, ...)."""
+def _check_json_value(value: object, where: str, depth: int = 0) -> None:
+    """Refuse a value that is not JSON (a tuple, bytes, NaN, an infinity) or nests too deep."""
     kind = type(value)
-    if isinstance(value, list) and kind is list:
-        for index, item in enumerate(value):
-            _check_json_value(item, f"{where}/{index}")
-    elif isinstance(value, dict) and kind is dict:
-        for key, item in value.items():
+    if depth > MAX_DEPTH:
+        raise SchemaError(f"a value nested more than {MAX_DEPTH} levels deep is not supported",
+                          where)
+    if kind is list:
+        for index, item in enumerate(cast(list[object], value)):
+            _check_json_value(item, f"{where}/{index}", depth + 1)
+    elif kind is dict:
+        for key, item in cast(dict[object, object], value).items():
             if type(key) is not str:
-                raise SchemaError(f"object keys in a JSON value must be strings, got {key!r:.40}",
-                                  where)
-            _check_json_value(item, where + json_pointer((key,)))
-    elif value is not None and kind not in (bool, int, float, str, Decimal):
+                raise SchemaError("object keys in a JSON value must be strings, got "
+                                  f"{escape_text(repr(key))}", where)
+            _check_json_value(item, where + json_pointer((key,)), depth + 1)
+    elif kind in (float, Decimal):
+        if not is_number(value):
+            raise SchemaError(f"{escape_text(str(value))} is not a JSON number (JSON has no "
+                              "NaN or infinities)", where)
+    elif value is not None and kind not in (bool, int, str):
         raise SchemaError(f"a JSON value was expected, got a Python {kind.__name__}", where)
 
 
 def check_input_schema(schema: object, pointer: str = "") -> None:
     """Check that ``schema`` is a tool input schema within the supported subset.
 
-    A tool input schema is a JSON Schema object whose ``type`` is ``"object"`` (as MCP,
-    OpenAI and Anthropic require). Every keyword below it must be in
-    :data:`VALIDATION_KEYWORDS` or :data:`ANNOTATION_KEYWORDS`, with a value of the type the
-    draft 2020-12 Validation vocabulary prescribes.
+    A tool input schema is a JSON Schema object whose ``type`` is ``"object"`` (or
+    ``["object"]``, the same), as MCP, OpenAI and Anthropic require. Every keyword below it
+    must be in :data:`VALIDATION_KEYWORDS` or :data:`ANNOTATION_KEYWORDS`, with a value of the
+    type the draft 2020-12 meta-schemas prescribe; values in ``enum``, ``const``, ``default``
+    and ``examples`` must be JSON values (no NaN or infinities); object schemas and values may
+    nest at most :data:`MAX_DEPTH` levels.
 
     Args:
         schema: the decoded schema.
@@ -228,22 +304,24 @@ def check_input_schema(schema: object, pointer: str = "") -> None:
         SchemaError: the schema is malformed or uses an unsupported keyword; the message names
             the keyword and its JSON Pointer.
     """
-    if type(schema) is not dict or schema.get("type") != "object":
-        raise SchemaError('a tool input schema must be an object with "type": "object"',
-                          pointer or "/")
+    if type(schema) is not dict or schema.get("type") not in ("object", ["object"]):
+        raise SchemaError('a tool input schema must be an object with "type": "object"', pointer)
     for keyword in _NOT_AT_TOP:
         if keyword in schema:
             raise SchemaError(f"`{keyword}` is not supported on the arguments object itself "
                               "(only on its properties)", f"{pointer}/{keyword}")
     try:
-        _check_subschema(schema, ())
+        _check_subschema(schema, (), 0)
     except SchemaError as error:
-        raise SchemaError(str(error).rsplit(" - at ", 1)[0], pointer + error.pointer) from None
+        raise error.at(pointer) from None
 
 
 def escape_text(text: str, limit: int = 40) -> str:
     """Escape untrusted text (control characters, non-ASCII, backticks) and cut it to ``limit``."""
-    shown = text.encode("unicode_escape").decode("ascii").replace("`", "\\x60")
+    if text.isascii() and text.isprintable() and "`" not in text and "\\" not in text:
+        shown = text  # nothing to escape (the usual name): no codec lookup
+    else:
+        shown = text.encode("unicode_escape").decode("ascii").replace("`", "\\x60")
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 

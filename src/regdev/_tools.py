@@ -151,9 +151,10 @@ class ToolSet(Mapping[str, Tool]):
 
     def __init__(self, tools: Iterable[Tool]) -> None:
         self._tools: dict[str, Tool] = {}
-        for tool in tools:
+        for index, tool in enumerate(tools):
             if tool.name in self._tools:
-                raise SchemaError(f"tool `{escape_text(tool.name)}` is declared twice", "/name")
+                raise SchemaError(f"tool `{escape_text(tool.name)}` is declared twice",
+                                  f"/{index}/name")
             self._tools[tool.name] = tool
 
     @classmethod
@@ -185,8 +186,7 @@ class ToolSet(Mapping[str, Tool]):
                     )
                 )
             except SchemaError as error:
-                message = str(error).rsplit(" - at ", 1)[0]
-                raise SchemaError(message, f"/{index}{error.pointer}") from None
+                raise error.at(f"/{index}") from None
         return cls(tools)
 
     @classmethod
@@ -215,8 +215,7 @@ class ToolSet(Mapping[str, Tool]):
         try:
             return cls.from_definitions(document)
         except SchemaError as error:
-            message = str(error).rsplit(" - at ", 1)[0]
-            raise SchemaError(message, prefix + error.pointer) from None
+            raise error.at(prefix) from None
 
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]
