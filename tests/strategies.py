@@ -206,8 +206,8 @@ tool_choices = st.one_of(st.none(), st.none(), st.none(), tool_names)
 
 #: Property names, including ones that would break naive code generation.
 property_names = st.sampled_from(
-    ["a", "b", "c", "addr", "x.y", "", " ", "'", '"', "\\", "\n", "__proto__", "v0", "a-b",
-     "_MISSING", "\u00e9", "\U0001f600", "'); import os; ('"])
+    ["a", "b", "c", "addr", "x.y", "x", "y", "", " ", "'", '"', "\\", "\n", "__proto__", "v0",
+     "a-b", "_MISSING", "\u00e9", "\U0001f600", "'); import os; ('", "tool"])
 
 #: Numbers as a schema holds them: int, Decimal (decoded from JSON text) and sometimes float.
 schema_numbers = st.one_of(
@@ -216,6 +216,11 @@ schema_numbers = st.one_of(
     st.sampled_from([Decimal("2.0"), Decimal("1E+1"), Decimal("-0.5"), 2**64, -(2**64),
                      Decimal("1E+400"), 1.5, 3.0, -2.5]),
 )
+
+#: Length limits past any string's length (len() is below 2**63), in every form a schema
+#: may hold them: float, Decimal (as decoded from 1e18 or 1E+400 in JSON text), big int.
+huge_lengths = st.sampled_from([1e18, 1e19, 1e20, Decimal("1E+18"), Decimal("1E+19"),
+                                Decimal("1E+400"), 2**63 - 1, 2**63, 2**70])
 
 json_values_small = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(
@@ -249,7 +254,7 @@ def leaf_schemas(draw: st.DrawFn) -> Any:
     for keyword in ("minLength", "maxLength"):
         if draw(st.integers(0, 4)) == 0:
             schema[keyword] = draw(st.one_of(st.integers(0, 4), st.sampled_from(
-                [Decimal("2.0"), 1.0])))
+                [Decimal("2.0"), 1.0]), huge_lengths))
     if draw(st.integers(0, 4)) == 0:
         schema["enum"] = draw(st.lists(st.one_of(json_values_small, schema_numbers,
                                                  st.text(max_size=2)), max_size=4))
@@ -302,7 +307,7 @@ def _near(schema: Any) -> list[Any]:
                     Decimal(bound) - Decimal("0.5"), float(bound), low, high, low - 1, high + 1,
                     Decimal(low), Decimal(high) + Decimal("0.0"), float(high)]
     for keyword in ("minLength", "maxLength"):
-        if keyword in schema:
+        if keyword in schema and schema[keyword] < 100:
             n = int(schema[keyword])
             out += ["x" * n, "x" * (n + 1), "\U0001f600" * max(n - 1, 0)]
     out += list(schema.get("enum", []))

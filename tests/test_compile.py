@@ -303,18 +303,22 @@ def test_tools_argument_forms() -> None:
 
 def test_gate_asks_the_reference_only_to_explain_a_refusal(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A valid call never reaches the reference validator; a refused one gets its message."""
+    """A valid call never reaches the reference validator; a refused one is explained from
+    the compiled validator's code, without the reference checking the call again."""
     gate = Gate()
     asked: list[Any] = []
+    checked: list[Any] = []
     reference = gate._validators[None][1]  # the default session's: every tool
-    original = reference.check
-    monkeypatch.setattr(reference, "check",
-                        lambda call, choice=None: asked.append(call) or original(call, choice))
+    explain, check = reference.explain, reference.check
+    monkeypatch.setattr(reference, "explain", lambda call, code, choice=None: asked.append(
+        code) or explain(call, code, choice))
+    monkeypatch.setattr(reference, "check", lambda call, choice=None: checked.append(
+        call) or check(call, choice))
     ok = gate.handle('{"tool": "write_register", "arguments": {"addr": 3, "data": 7}}')
-    assert ok.ok and asked == []
+    assert ok.ok and asked == [] and checked == []
     bad = gate.handle('{"tool": "write_register", "arguments": {"addr": 16, "data": 7}}')
     assert bad.code == "range-addr" and bad.message == "addr 16 is outside 0..15"
-    assert len(asked) == 1
+    assert asked == ["range-addr"] and checked == []
 
 
 # --- standalone modules -----------------------------------------------------------------------

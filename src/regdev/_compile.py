@@ -28,9 +28,7 @@ Rules of this file:
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import linecache
 import math
 from collections.abc import Iterable, Mapping
@@ -39,9 +37,10 @@ from typing import Any, Protocol, cast
 
 from . import __version__
 from ._errors import SchemaError
-from ._runtime import RUNTIME_FUNCTIONS
+from ._runtime import RUNTIME_SOURCE
 from ._schema import (
     ANNOTATION_KEYWORDS,
+    MAX_DEPTH,
     TYPE_NAMES,
     check_input_schema,
     escape_text,
@@ -58,9 +57,9 @@ __all__ = ["INLINE_TOOLS", "CompiledValidator", "compile_validator", "generate_s
 #: function call costs more than a few string compares).
 INLINE_TOOLS = 4
 
-#: enum/const values nested deeper than this are refused (the Python parser's own limit on
-#: nested brackets is 200).
-MAX_VALUE_DEPTH = 64
+#: enum/const values nested deeper than this are refused (by ``check_input_schema`` first;
+#: the Python parser's own limit on nested brackets is 200).
+MAX_VALUE_DEPTH = MAX_DEPTH
 
 _INT64 = 2**63
 
@@ -86,10 +85,11 @@ class CompiledValidator(Protocol):
 
 
 def _str(value: str) -> str:
-    """A str literal: the base class repr, so a subclass cannot change the text."""
+    """A str literal in ASCII: the base class repr (a subclass cannot change the text), with
+    every non-ASCII character as its escape (``'\\xe9'``), so the module's text is ASCII."""
     if not isinstance(value, str):
         raise TypeError(f"expected str, got {type(value).__name__}")
-    return str.__repr__(value)
+    return str.__repr__(value).encode("ascii", "backslashreplace").decode("ascii")
 
 
 def _int(value: int) -> str:
@@ -136,11 +136,11 @@ def _render(value: object, pointer: str, depth: int = 0) -> str:
 
 def _whole(bound: object, rounding: str) -> int | None:
     """``bound`` rounded to a whole number (floor or ceiling), or None when it is too large."""
-    if type(bound) is int:
-        return bound
+    if isinstance(bound, int):
+        return int.__int__(bound)  # the value of an int subclass, by the base method
     if isinstance(bound, float) and abs(bound) < _INT64:
         return math.floor(bound) if rounding == ROUND_FLOOR else math.ceil(bound)
-    if isinstance(bound, Decimal) and bound.is_finite() and bound.adjusted() < 18:
+    if isinstance(bound, Decimal) and bound.is_finite() and abs(bound) < _INT64:
         return int(bound.to_integral_value(rounding=rounding))
     return None
 
@@ -295,8 +295,11 @@ class _Compiler:
         if not prop.may_be("string"):
             return []
         guard = "" if prop.only("string") else f"type({prop.var}) is str"
-        whole = _whole(limit, ROUND_FLOOR)
-        return [(guard, f"len({prop.var}) {op} {self.constant(whole, pointer)}")]
+        # len() is below 2**63 (a Py_ssize_t), so a larger limit compares as 2**63 does: a
+        # maxLength never fails, a minLength always does; no int() of a Decimal('1E+400000').
+        whole = _INT64 if limit >= _INT64 else _whole(limit, ROUND_FLOOR)
+        assert whole is not None  # an integral limit below 2**63 is always made whole
+        return [(guard, f"len({prop.var}) {op} {_int(whole)}")]
 
     def _min_length(self, prop: _Property, pointer: str) -> list[_Fail]:
         return self._length(prop, "minLength", pointer, "<")
@@ -367,21 +370,13 @@ class _Compiler:
             raise SchemaError("`properties` must be an object", pointer + "/properties")
         if type(required) is not list or any(type(n) is not str for n in required):
             raise SchemaError("`required` must be an array of strings", pointer + "/required")
-        body: list[str] = []
-
-        # step 3: fields
-        for name in required:
-            body += [f"if {_str(name)} not in a:",
-                     f"    return {_str('missing-' + prefix + name)}"]
         closed = schema.get("additionalProperties", True)
         if type(closed) is not bool:
             raise SchemaError("`additionalProperties` is supported only as true or false",
                               pointer + "/additionalProperties")
-        if closed is False:
-            if any(name not in properties for name in required):
-                # a required name outside the properties is present by now, and is extra
-                return [*body, "return 'unknown-argument'"]
-            body += self._extras(properties, required)
+        if closed is False and any(name not in properties for name in required):
+            # a required name outside the properties is present by now, and is extra
+            return [*self._missing(required, prefix), "return 'unknown-argument'"]
 
         props = [_Property(name, sub, f"v{i}", name in required)
                  for i, (name, sub) in enumerate(properties.items())]
@@ -397,12 +392,26 @@ class _Compiler:
                 if prop.may_be("object"):
                     prop.nested = self.function(prop.schema, f"{prefix}{prop.name}.", where)
 
-        # fetch each value once (a required one is present by now)
-        for prop in props:
-            if prop.fetched:
-                key = _str(prop.name)
-                body.append(f"{prop.var} = a[{key}]" if prop.required
-                            else f"{prop.var} = a.get({key}, _MISSING)")
+        # step 3: fields. The required values checked later are fetched at once, in a try
+        # (free on the way through: one dict lookup per field where `in` then [] is two);
+        # only when one is missing is each name tested, in `required` order.
+        body: list[str] = []
+        fetched = [prop for prop in props if prop.required and prop.fetched]
+        if fetched:
+            body += ["try:",
+                     *(f"    {prop.var} = a[{_str(prop.name)}]" for prop in fetched),
+                     "except KeyError:",
+                     *("    " + line for line in self._missing(required, prefix)),
+                     "    raise"]
+        # the other required names: with every fetched one present, the first of these that
+        # is missing is the first missing name
+        fetched_names = {prop.name for prop in fetched}
+        body += self._missing([n for n in required if n not in fetched_names], prefix)
+        if closed is False:
+            body += self._extras(properties, required)
+        for prop in props:  # the optional values, fetched once
+            if prop.fetched and not prop.required:
+                body.append(f"{prop.var} = a.get({_str(prop.name)}, _MISSING)")
 
         # step 4: types, then step 5: ranges, in the order of properties
         for prop in props:
@@ -426,6 +435,12 @@ class _Compiler:
         if not body:
             return None
         return [*body, "return None"]
+
+    @staticmethod
+    def _missing(names: list[str], prefix: str) -> list[str]:
+        """Lines returning ``missing-<name>`` for the first of ``names`` not in ``a``."""
+        return [line for name in names for line in (
+            f"if {_str(name)} not in a:", f"    return {_str('missing-' + prefix + name)}")]
 
     @staticmethod
     def _if(prop: _Property, condition: str, code: str) -> list[str]:
@@ -488,7 +503,7 @@ class _Compiler:
                      "TOOL_NAMES = (" + "".join(_str(n) + ", " for n in names) + ")",
                      *self.constants]
         sections = [_HEADER.format(version=__version__, count=len(names)),
-                    *_runtime_source(),
+                    RUNTIME_SOURCE,
                     "# --- constants from the schemas ---\n\n" + "\n".join(constants)]
         if self.functions:
             sections.append("# --- nested objects" + (" and tools" if not inline else "")
@@ -498,12 +513,6 @@ class _Compiler:
             sections.append("_TOOLS = {\n" + "\n".join(table) + "\n}")
         sections.append(_CHECK_HEAD + "\n".join(dispatch))
         return "\n\n\n".join(section.strip("\n") for section in sections) + "\n"
-
-
-@functools.cache
-def _runtime_source() -> tuple[str, ...]:
-    """The source of each function in ``_runtime.RUNTIME_FUNCTIONS`` (read once)."""
-    return tuple(inspect.getsource(function) for function in RUNTIME_FUNCTIONS)
 
 
 _HEADER = '''\
@@ -605,7 +614,7 @@ def compile_validator(
     try:
         code = compile(source, filename, "exec")
     except (SyntaxError, RecursionError, MemoryError) as error:  # pragma: no cover - a bug
-        raise SchemaError(f"the schemas could not be compiled: {error}", "/") from None
+        raise SchemaError(f"the schemas could not be compiled: {error}", "") from None
     exec(code, namespace)
     # Register the source so tracebacks and debuggers show the generated lines (as attrs does).
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)

@@ -345,8 +345,7 @@ class Gate:
         check, reference = self._validators.get(tools) or self._validators_for(tools)
         code = check(call.call, call.tool_choice)
         if code is not None:
-            return reference.check(call.call, call.tool_choice) or Refusal(
-                "validate", code, f"the call is invalid ({code})")
+            return reference.explain(call.call, code, call.tool_choice)
         canonical: dict[str, Any] = call.call  # type: ignore[assignment]
         tool = call.tool = self._tool_by_name[canonical["tool"]]
         call.arguments = tool.bind(canonical["arguments"])

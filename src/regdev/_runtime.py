@@ -2,10 +2,14 @@
 
 Rules of this file:
 
-* Standard library only (``math``, ``decimal``), and every function here stands alone: the
-  schema compiler copies their source verbatim into each generated validator, so a module
-  written by ``regdev compile`` runs without regdev installed and means exactly what the
-  reference validator means. Edit a function here and both change together.
+* The functions are one source text, :data:`RUNTIME_SOURCE`, standard library only (``math``,
+  ``decimal``). It is executed here once, for the reference validator and the compiled ones
+  made in process, and the schema compiler copies the same text into every generated module,
+  so a module written by ``regdev compile`` runs without regdev installed and means exactly
+  what the reference validator means. Edit the text and both change together.
+* It is a string, not ``inspect.getsource`` of functions, so regdev works when it is installed
+  as bytecode only (no ``.py`` files). The text is registered in :mod:`linecache` under
+  :data:`RUNTIME_FILENAME`, so tracebacks through these functions show their lines.
 * Decoded JSON numbers are ``int`` (any size) or ``decimal.Decimal`` (a fraction or an
   exponent); Python callers may also pass ``float``. ``bool`` is never a number. Python
   compares ``int``, ``float`` and ``Decimal`` by exact value, so nothing is rounded.
@@ -13,12 +17,24 @@ Rules of this file:
 
 from __future__ import annotations
 
+import linecache
 import math
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
-__all__ = ["RUNTIME_FUNCTIONS", "is_integer", "is_number", "json_equal", "json_in"]
+__all__ = [
+    "RUNTIME_FILENAME",
+    "RUNTIME_NAMES",
+    "RUNTIME_SOURCE",
+    "is_integer",
+    "is_number",
+    "json_equal",
+    "json_in",
+]
 
-
+#: The functions a generated validator may call (names only ``math`` and ``Decimal``).
+RUNTIME_SOURCE = '''\
 def is_number(value: object) -> bool:
     """True for a JSON number: an ``int`` (not ``bool``), a finite ``float`` or ``Decimal``."""
     if isinstance(value, bool):
@@ -64,7 +80,20 @@ def json_equal(a: object, b: object) -> bool:
 def json_in(value: object, items: tuple[object, ...]) -> bool:
     """True when ``value`` is JSON-equal to one of ``items`` (the ``enum`` keyword)."""
     return any(json_equal(value, item) for item in items)
+'''
 
+#: The names :data:`RUNTIME_SOURCE` defines, in order.
+RUNTIME_NAMES = ("is_number", "is_integer", "json_equal", "json_in")
 
-#: The functions a generated validator may call, in the order their source is copied.
-RUNTIME_FUNCTIONS = (is_number, is_integer, json_equal, json_in)
+#: The fake file name the text is compiled and registered under (shown in tracebacks).
+RUNTIME_FILENAME = "<regdev runtime (regdev._runtime.RUNTIME_SOURCE)>"
+
+_namespace: dict[str, Any] = {"__name__": __name__, "math": math, "Decimal": Decimal}
+exec(compile(RUNTIME_SOURCE, RUNTIME_FILENAME, "exec"), _namespace)
+linecache.cache[RUNTIME_FILENAME] = (len(RUNTIME_SOURCE), None,
+                                     RUNTIME_SOURCE.splitlines(True), RUNTIME_FILENAME)
+
+is_number: Callable[[object], bool] = _namespace["is_number"]
+is_integer: Callable[[object], bool] = _namespace["is_integer"]
+json_equal: Callable[[object, object], bool] = _namespace["json_equal"]
+json_in: Callable[[object, tuple[object, ...]], bool] = _namespace["json_in"]

@@ -13,8 +13,13 @@ Rules of this file:
 
 * A nested object property is checked level by level: its own fields, types and ranges run
   after every check of its parent, and its codes name the dotted path (``missing-cfg.speed``).
+  Dots in names are not escaped (codes stay plain to read), so a property named ``a.b``
+  shares its codes with the property ``b`` of an object ``a``; each code still names one
+  cause, and the schema's author can tell them apart by avoiding dots in names.
 * This module is the readable reference: any faster validator must return the same code for
-  every input, and refusal messages come from here.
+  every input, and refusal messages come from here. Each schema is read once, into one
+  ``_Level`` per object level with the fixed parts of its messages; ``explain`` words the
+  refusal for a code the compiled validator found, going straight to the place it names.
 * Untrusted text (an unknown tool or argument name, a string value) enters a message only
   escaped and cut short, and never enters a code.
 """
@@ -22,15 +27,15 @@ Rules of this file:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from ._observation import Refusal
 from ._schema import (
     a_json_type,
     escape_text,
     is_number,
-    iter_properties,
     json_equal,
     json_type_name,
     matches_type,
@@ -46,24 +51,26 @@ _SHOWN_BY_TYPE = frozenset({"object", "array", "null"})
 
 def show_value(value: object, limit: int = 40) -> str:
     """Render a decoded JSON value for a one-line message, escaped and at most ``limit`` chars."""
-    if value is None:
-        return "null"
-    if type(value) is bool:
+    kind = type(value)
+    if kind is str:
+        return '"' + escape_text(cast(str, value), limit - 2) + '"'
+    if kind is int:
+        bits = cast(int, value).bit_length()
+        if bits > 128:  # never build a huge decimal string
+            return f"an integer of about {int(bits * 0.30103)} digits"
+        text = str(value)
+    elif kind is bool:
         return "true" if value else "false"
-    if type(value) is int:
-        if value.bit_length() > 128:  # never build a huge decimal string
-            return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    elif value is None:
+        return "null"
+    elif kind is Decimal or kind is float:
         text = str(value)
-    elif type(value) is Decimal or type(value) is float:
-        text = str(value)
-    elif type(value) is str:
-        return '"' + escape_text(value, limit - 2) + '"'
-    elif type(value) is dict:
+    elif kind is dict:
         return "an object"
-    elif type(value) is list:
+    elif kind is list:
         return "an array"
     else:
-        text = type(value).__name__
+        text = kind.__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -147,58 +154,153 @@ def _range_ok(schema: Mapping[str, Any], value: object) -> bool:
     return not ("const" in schema and not json_equal(value, schema["const"]))
 
 
-def _range_message(name: str, schema: Mapping[str, Any], value: object) -> str:
+@dataclass(frozen=True, slots=True)
+class _Field:
+    """One property of an object level, with the parts of its messages worked out once."""
+
+    name: str
+    label: str  # the dotted path in codes and messages, e.g. "limits.low"
+    schema: Any  # its subschema: a dict, or true/false
+    allowed: str  # describe_schema(schema), e.g. "an integer 0..15"
+    bounds: str  # _bounds(schema) for a dict, else ""
+    nested: _Level | None  # its own level when the schema is a dict
+
+
+@dataclass(frozen=True, slots=True)
+class _Level:
+    """One object level of a tool's input schema, read once (``_level`` builds it)."""
+
+    prefix: str  # "" for the arguments, "limits." below them
+    fields: dict[str, _Field]  # the properties, in declared order
+    missing: dict[str, tuple[str, str]]  # required name -> (code, message), in order
+    closed: bool  # additionalProperties is false
+    takes: str  # the end of an unknown-argument message: "; write_register takes: addr, data"
+
+
+def _level(schema: Mapping[str, Any], tool: str, prefix: str) -> _Level:
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    fields = {}
+    for name, sub in properties.items():
+        is_schema = isinstance(sub, Mapping)
+        fields[name] = _Field(name, prefix + name, sub, describe_schema(sub),
+                              _bounds(sub) if is_schema else "",
+                              _level(sub, tool, f"{prefix}{name}.") if is_schema else None)
+    missing = {}
+    for name in schema.get("required", ()):
+        allowed = fields[name].allowed if name in fields else describe_schema(True)
+        missing[name] = (f"missing-{prefix}{name}",
+                         f"missing required argument {prefix}{name} ({allowed})")
+    allowed = ", ".join(prefix + p for p in properties) or "no arguments"
+    where = f"{tool} takes" if not prefix else f"{prefix[:-1]} takes"
+    return _Level(prefix, fields, missing, schema.get("additionalProperties") is False,
+                  f"; {where}: {allowed}")
+
+
+def _unknown(level: _Level, key: str) -> Refusal:
+    return Refusal("validate", "unknown-argument",
+                   f"unknown argument {show_value(level.prefix + key)}{level.takes}")
+
+
+def _wrong_type(field: _Field, value: object) -> Refusal:
+    return Refusal("validate", f"type-{field.label}",
+                   f"{field.label} must be {field.allowed}, got {_got(value)}")
+
+
+def _out_of_range(field: _Field, value: object) -> Refusal:
+    schema = field.schema
     if type(value) is str and ("minLength" in schema or "maxLength" in schema):
         length_ok = schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value))
         if not length_ok:
-            return f"{name} has length {len(value)}; allowed: {describe_schema(schema)}"
-    return f"{name} {show_value(value)} is outside {_bounds(schema)}"
+            return Refusal("validate", f"range-{field.label}",
+                           f"{field.label} has length {len(value)}; allowed: {field.allowed}")
+    return Refusal("validate", f"range-{field.label}",
+                   f"{field.label} {show_value(value)} is outside {field.bounds}")
 
 
-def _check_object(
-    schema: Mapping[str, Any], value: dict[str, Any], tool: str, prefix: str
-) -> Refusal | None:
+def _check_level(level: _Level, value: dict[str, Any]) -> Refusal | None:
     """Fields, types and ranges of one object level, then its nested objects."""
-    properties: Mapping[str, Any] = schema.get("properties") or {}
-    for name in schema.get("required", ()):
+    for name, (code, message) in level.missing.items():
         if name not in value:
-            sub = properties.get(name, True)
-            return Refusal("validate", f"missing-{prefix}{name}",
-                           f"missing required argument {prefix}{name} ({describe_schema(sub)})")
-    if schema.get("additionalProperties") is False:
+            return Refusal("validate", code, message)
+    if level.closed:
         for key in value:
-            if key not in properties:
-                allowed = ", ".join(prefix + p for p in properties) or "no arguments"
-                where = f"{tool} takes" if not prefix else f"{prefix[:-1]} takes"
-                return Refusal("validate", "unknown-argument",
-                               f"unknown argument {show_value(prefix + key)}; {where}: {allowed}")
-    for name, sub in properties.items():
-        if name in value and not _type_ok(sub, value[name]):
-            return Refusal(
-                "validate", f"type-{prefix}{name}",
-                f"{prefix}{name} must be {describe_schema(sub)}, got {_got(value[name])}",
-            )
-    for name, sub in properties.items():
-        if name in value and isinstance(sub, Mapping) and not _range_ok(sub, value[name]):
-            return Refusal("validate", f"range-{prefix}{name}",
-                           _range_message(prefix + name, sub, value[name]))
-    for name, sub in iter_properties(schema):
-        if type(value.get(name)) is dict and isinstance(sub, Mapping):
-            refusal = _check_object(sub, value[name], tool, f"{prefix}{name}.")
+            if key not in level.fields:
+                return _unknown(level, key)
+    for name, field in level.fields.items():
+        if name in value and not _type_ok(field.schema, value[name]):
+            return _wrong_type(field, value[name])
+    for name, field in level.fields.items():
+        if name in value and isinstance(field.schema, Mapping) and not _range_ok(
+                field.schema, value[name]):
+            return _out_of_range(field, value[name])
+    for name, field in level.fields.items():
+        if field.nested is not None and type(value.get(name)) is dict:
+            refusal = _check_level(field.nested, value[name])
             if refusal is not None:
                 return refusal
     return None
 
 
+def _first_extra(level: _Level, value: dict[str, Any]) -> Refusal | None:
+    """The unknown-argument refusal of the first closed level (in the order ``_check_level``
+    visits them) that holds a key outside its properties, if any."""
+    if level.closed:
+        for key in value:
+            if key not in level.fields:
+                return _unknown(level, key)
+    for name, field in level.fields.items():
+        if field.nested is not None and type(value.get(name)) is dict:
+            refusal = _first_extra(field.nested, value[name])
+            if refusal is not None:
+                return refusal
+    return None
+
+
+#: What a field code names: ("missing" | "type" | "range", keys from the arguments down to the
+#: level, the level, the property name); None when two places give the same code.
+_Target = tuple[str, tuple[str, ...], _Level, str] | None
+
+
+def _targets(level: _Level, path: tuple[str, ...], into: dict[str, _Target]) -> None:
+    """Map every missing-, type- and range- code of a level and those below it to its place."""
+    places = [("missing", name) for name in level.missing]
+    places += [(kind, name) for name in level.fields for kind in ("type", "range")]
+    for kind, name in places:
+        code = f"{kind}-{level.prefix}{name}"
+        into[code] = None if code in into else (kind, path, level, name)
+    for name, field in level.fields.items():
+        if field.nested is not None:
+            _targets(field.nested, (*path, name), into)
+
+
+#: Codes of the shape and name steps: explain() has check() word them (it stops early).
+_CALL_CODES = frozenset({"not-an-object", "missing-tool", "bad-arguments", "wrong-tool",
+                         "unknown-tool"})
+
+
 class ReferenceValidator:
     """The readable validator over a tool set (see the module docstring for the order).
+
+    The schemas are read once, when it is made: each object level's properties, required
+    names and the fixed parts of its messages.
 
     Args:
         tools: the tools offered to the caller; the built-in register tools by default.
     """
 
     def __init__(self, tools: ToolSet = REGISTER_TOOLS) -> None:
-        self.tools = tools
+        self._tools = tools
+        self._names = ", ".join(tools) or "none"
+        self._levels = {name: _level(tool.input_schema, name, "") for name, tool in tools.items()}
+        self._targets: dict[str, dict[str, _Target]] = {}
+        for name, level in self._levels.items():
+            self._targets[name] = {}
+            _targets(level, (), self._targets[name])
+
+    @property
+    def tools(self) -> ToolSet:
+        """The tools it validates against."""
+        return self._tools
 
     def check(self, call: object, tool_choice: str | None = None) -> Refusal | None:
         """Validate one canonical call ``{"tool": NAME, "arguments": {...}}``.
@@ -212,7 +314,6 @@ class ReferenceValidator:
             None when the call is valid, else the first failure as a validate-stage
             :class:`Refusal`.
         """
-        names = ", ".join(self.tools) or "none"
         if type(call) is not dict:
             hint = "; send one call at a time" if type(call) is list else ""
             return Refusal("validate", "not-an-object",
@@ -220,7 +321,7 @@ class ReferenceValidator:
         if "tool" not in call or type(call["tool"]) is not str:
             got = "" if "tool" not in call else f" (got {a_json_type(call['tool'])})"
             return Refusal("validate", "missing-tool",
-                           f"the call names no tool{got}; available tools: {names}")
+                           f"the call names no tool{got}; available tools: {self._names}")
         if type(call.get("arguments")) is not dict:
             if "arguments" not in call:
                 message = "the call has no arguments; send them as a JSON object"
@@ -234,11 +335,72 @@ class ReferenceValidator:
         if tool_choice is not None and name != tool_choice:
             return Refusal("validate", "wrong-tool",
                            f"this step requires tool {tool_choice}, got {show_value(name)}")
-        tool = self.tools.get(name)
-        if tool is None:
+        level = self._levels.get(name)
+        if level is None:
             return Refusal("validate", "unknown-tool",
-                           f"unknown tool {show_value(name)}; available tools: {names}")
-        return _check_object(tool.input_schema, arguments, name, "")
+                           f"unknown tool {show_value(name)}; available tools: {self._names}")
+        return _check_level(level, arguments)
+
+    def explain(self, call: object, code: str, tool_choice: str | None = None) -> Refusal:
+        """The refusal for ``call`` whose verdict ``code`` is already known (the gate's way to
+        word what the compiled validator refused): the same :class:`Refusal` as
+        :meth:`check`, made without checking the call again.
+
+        It goes straight to the place the code names (``range-limits.low``: the property
+        ``low`` of the object ``limits``) and words the message from parts worked out when the
+        validator was made. When it cannot tell the place that way it runs :meth:`check`: for
+        the shape and name codes (which stop early anyway), and for a code two places share
+        (a property named ``a.b`` beside an object ``a`` holding ``b``).
+
+        Args:
+            call: the decoded call.
+            code: its verdict code, as ``compile_validator(tools)(call, tool_choice)`` returns
+                it (not None).
+            tool_choice: the tool this step forces, if any.
+
+        Returns:
+            The validate-stage :class:`Refusal`; when ``code`` does not hold for ``call`` (a
+            caller's mistake), the one :meth:`check` gives, or a generic one naming ``code``
+            if the call is valid.
+        """
+        refusal = None
+        if code not in _CALL_CODES and type(call) is dict:
+            name, arguments = call.get("tool"), call.get("arguments")
+            if type(name) is str and type(arguments) is dict and (tool_choice is None
+                                                                  or tool_choice == name):
+                refusal = self._explain(name, arguments, code)
+        if refusal is None:
+            refusal = self.check(call, tool_choice) or Refusal(
+                "validate", code, f"the call is invalid ({code})")
+        return refusal
+
+    def _explain(self, tool: str, arguments: dict[str, Any], code: str) -> Refusal | None:
+        """The refusal ``code`` names, or None when the place is unclear or the code does not
+        hold there."""
+        targets = self._targets.get(tool)
+        if targets is None:
+            return None
+        if code == "unknown-argument":
+            return _first_extra(self._levels[tool], arguments)
+        target = targets.get(code)
+        if target is None:
+            return None
+        kind, path, level, name = target
+        value: Any = arguments
+        for key in path:
+            value = value.get(key)
+            if type(value) is not dict:
+                return None
+        if kind == "missing":
+            return None if name in value else Refusal("validate", code, level.missing[name][1])
+        if name not in value:
+            return None
+        field, item = level.fields[name], value[name]
+        if kind == "type":
+            return None if _type_ok(field.schema, item) else _wrong_type(field, item)
+        if not isinstance(field.schema, Mapping) or _range_ok(field.schema, item):
+            return None
+        return _out_of_range(field, item)
 
     def __call__(self, call: object, tool_choice: str | None = None) -> str | None:
         """Validate ``call`` and return only the verdict code (None when valid)."""
