@@ -220,3 +220,31 @@ def test_serve_port_that_cannot_open_is_one_line_exit_2(
     status, out, err = run(capsys, "serve", "--port", "socket://127.0.0.1:1")
     assert status == 2 and out == ""
     assert err == "regdev serve: error: cannot open port socket://127.0.0.1:1: Connection refused\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "content", "message"),
+    [
+        (["compile", "--tools"], "tools.json",
+         '[{"name": "t", "inputSchema": {"type": "object", "properties": {"x": {"type": '
+         '"integer", "maximum": 15, "maximum": 255}}}}]',
+         'tools.json: the tool definitions are not JSON: key "maximum" appears twice'),
+        (["call", "{}", "--policy"], "policy.json",
+         '{"registers": {"read_only": [0]}, "registers": {}}',
+         'policy.json: not valid JSON: key "registers" appears twice in one object'),
+        (["replay"], "calls.jsonl", '{"raw": "{}", "expect": "ok", "expect": "not-json"}\n',
+         'calls.jsonl:1: not a replay record: key "expect" appears twice in one object'),
+        (["replay"], "calls.jsonl", '{"raw": "{}", "result": {"addr": NaN}}\n',
+         "calls.jsonl:1: not a replay record: JSON is malformed: invalid character"),
+    ],
+    ids=["compile-tools", "policy", "replay", "replay-nan"])
+def test_every_json_file_is_read_strictly(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                          command: list[str], name: str, *, content: str,
+                                          message: str) -> None:
+    """Tool definitions, JSON policies and replay files refuse a repeated key or a NaN, as
+    the gate does, instead of keeping the last value: one line, exit 2, nothing run."""
+    path = tmp_path / name
+    path.write_text(content)
+    status, out, err = run(capsys, *command, str(path))
+    assert (status, out) == (2, "")
+    assert message in err and err.count("\n") == 1
