@@ -248,3 +248,56 @@ def test_every_json_file_is_read_strictly(capsys: pytest.CaptureFixture[str], tm
     status, out, err = run(capsys, *command, str(path))
     assert (status, out) == (2, "")
     assert message in err and err.count("\n") == 1
+
+
+@pytest.fixture
+def unwritable_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME is a file (nothing can be created under it, even by root), and nothing names an
+    audit path: the default one, ~/.local/state/regdev/audit.db, cannot be opened."""
+    home = tmp_path / "home"
+    home.write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("REGDEV_AUDIT")
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    return home
+
+
+@pytest.mark.usefixtures("unwritable_home")
+@pytest.mark.parametrize("argv", [["demo"], ["call", '{"tool": "read_register", "arguments": '
+                                                    '{"addr": 1}}'],
+                                  ["replay", str(EXAMPLES / "wild-calls.jsonl")]])
+def test_an_unusable_default_audit_path_warns_and_runs_without_one(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """The user asked for no audit path: the default one failing is a one-line warning on
+    stderr, and the command runs as usual, without an audit log."""
+    status, out, err = run(capsys, *argv)
+    assert status == 0
+    assert err.startswith(f"regdev {argv[0]}: warning: cannot open the audit database ")
+    assert err.endswith("; going on without an audit log (--audit PATH to record one "
+                        "elsewhere, --no-audit to say so)\n")
+    assert err.count("\n") == 1 and "recorded in the audit log" not in out
+
+
+def test_an_audit_path_the_user_gave_that_cannot_open_is_an_error(
+        capsys: pytest.CaptureFixture[str], unwritable_home: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--audit PATH or $REGDEV_AUDIT that cannot be opened: one line, exit 2, nothing run."""
+    path = str(unwritable_home / "audit.db")
+    status, out, err = run(capsys, "demo", "--audit", path)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"regdev demo: error: cannot open the audit database {path}: ")
+    monkeypatch.setenv("REGDEV_AUDIT", path)
+    status, out, err = run(capsys, "demo")
+    assert (status, out) == (2, "") and err.startswith("regdev demo: error: cannot open")
+    status, out, err = run(capsys, "demo", "--no-audit")  # asked for nothing: no warning
+    assert (status, err) == (0, "") and "recorded in the audit log" not in out
+
+
+def test_audit_and_no_audit_are_exclusive(capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    """--audit PATH with --no-audit is a usage error, not one of them silently winning."""
+    with pytest.raises(SystemExit) as info:
+        main(["call", "{}", "--audit", str(tmp_path / "a.db"), "--no-audit"])
+    assert info.value.code == 2
+    assert "argument --no-audit: not allowed with argument --audit" in capsys.readouterr().err
+    assert not (tmp_path / "a.db").exists()

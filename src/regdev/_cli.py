@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import logging
 import math
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -188,11 +189,13 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
                             "docs/safety.md")
     group.add_argument("--session", metavar="NAME", default="default",
                        help="run the calls as this session of the policy (default: default)")
-    group.add_argument("--audit", metavar="PATH", type=Path,
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--audit", metavar="PATH", type=Path,
                        help="record every call in this SQLite audit log (default: "
                             "$REGDEV_AUDIT, else $XDG_STATE_HOME/regdev/audit.db, i.e. "
-                            "~/.local/state/regdev/audit.db)")
-    group.add_argument("--no-audit", action="store_true",
+                            "~/.local/state/regdev/audit.db; when that default cannot be "
+                            "opened, a warning and no audit log)")
+    where.add_argument("--no-audit", action="store_true",
                        help="record nothing (idempotency keys are then ignored too)")
     group.add_argument("--durability", choices=("crash", "power-loss"), default="crash",
                        help="crash: a recorded write survives the process being killed "
@@ -207,28 +210,49 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
 
     Raises:
         UsageError: the policy file is invalid, the session is not declared, or the audit log
-            cannot be opened.
+            the user named (``--audit``, ``$REGDEV_AUDIT``) cannot be opened (the default one
+            failing is a warning on stderr, see :func:`_open_audit`).
     """
     try:
         policy = Policy.from_file(args.policy) if args.policy else None
     except PolicyError as error:
         raise UsageError(str(error)) from None
+    audit = None if args.no_audit else _open_audit(args)
     try:
-        audit = None
-        if not args.no_audit:
-            audit = AuditLog(args.audit or default_audit_path(), durability=args.durability)
-        try:
-            gate = Gate(device, tools, policy=policy, audit=audit)
-            return gate, gate.session(args.session)
-        except BaseException:
-            if audit is not None:
-                audit.close()
-            raise
+        gate = Gate(device, tools, policy=policy, audit=audit)
+        return gate, gate.session(args.session)
     except PolicyError as error:  # the policy names a session or a tool that is not there
+        if audit is not None:
+            audit.close()
         raise UsageError(f"{args.policy}: {error}" if args.policy else str(error)) from None
+    except BaseException:
+        if audit is not None:
+            audit.close()
+        raise
+
+
+def _open_audit(args: argparse.Namespace) -> AuditLog | None:
+    """The audit log of ``--audit``, ``$REGDEV_AUDIT`` or the default path.
+
+    A path the user gave that cannot be opened is an error. The default path (under
+    ``$XDG_STATE_HOME`` or ``~/.local/state``) is only a convenience: when it cannot be opened
+    (a read-only or missing home, as an MCP client or a container may give), the command
+    warns in one line on stderr and runs without an audit log.
+
+    Raises:
+        UsageError: the path given with ``--audit`` or ``$REGDEV_AUDIT`` cannot be opened.
+    """
+    given = args.audit is not None or bool(os.environ.get("REGDEV_AUDIT"))
+    path = args.audit or default_audit_path()
+    try:
+        return AuditLog(path, durability=args.durability)
     except AuditError as error:
-        raise UsageError(f"{error} (choose another file with --audit PATH, or record nothing "
-                         "with --no-audit)") from None
+        if given:
+            raise UsageError(f"{error} (choose another file with --audit PATH, or record "
+                             "nothing with --no-audit)") from None
+        print(f"regdev {args.command}: warning: {error}; going on without an audit log "
+              "(--audit PATH to record one elsewhere, --no-audit to say so)", file=sys.stderr)
+        return None
 
 
 def _audit_note(gate: Gate, out: TextIO) -> None:
