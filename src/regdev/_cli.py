@@ -26,17 +26,17 @@ from . import __version__
 from ._audit import AuditLog, AuditRecord, default_audit_path, find_loop, read_audit
 from ._compile import generate_source
 from ._demo import DEMO_SCRIPT, ScriptedProposer
-from ._device import REGISTER_COUNT, Device, RegisterFile
+from ._device import Device, RegisterFile
 from ._errors import AuditError, PolicyError, RegdevError, SchemaError
 from ._gate import Gate
 from ._loop import Step, run_loop
-from ._observation import Observation
 from ._parse import DIALECTS
 from ._policy import Policy, Session
 from ._providers import PROVIDER_FORMATS, tool_definitions
 from ._replay import ReplayFileError, load_replay, run_replay
 from ._serial import MAX_BAUDRATE, SerialDevice
-from ._tools import REGISTER_TOOLS, Tool, ToolSet
+from ._shell import SHELL_TOOLS, describe, format_registers, run_shell
+from ._tools import REGISTER_TOOLS, ToolSet
 
 __all__ = ["main"]
 
@@ -47,29 +47,6 @@ class UsageError(Exception):
 
 def _json_line(value: Any, out: TextIO) -> None:
     out.write(msgspec.json.encode(value).decode() + "\n")
-
-
-def format_registers(values: Sequence[int]) -> str:
-    """The 16 registers as a two-row table of hex bytes."""
-    lines = []
-    for start in range(0, REGISTER_COUNT, 8):
-        row = range(start, start + 8)
-        lines.append("  addr " + " ".join(f"{a:>4}" for a in row))
-        lines.append("  data " + " ".join(f"0x{values[a]:02x}" for a in row))
-    return "\n".join(lines)
-
-
-def _describe(observation: Observation) -> str:
-    replayed = "; replayed (not executed now)" if observation.replay else ""
-    if observation.ok:
-        result = observation.result or {}
-        if set(result) == {"addr", "data"}:
-            return (f"accepted  {observation.tool}: register {result['addr']} = "
-                    f"0x{result['data']:02x} ({result['data']}){replayed}")
-        return f"accepted  {observation.tool}: {msgspec.json.encode(result).decode()}{replayed}"
-    retry = "retryable" if observation.refusal and observation.refusal.retryable else "final"
-    return (f"refused   {observation.stage}/{observation.code} ({retry}): "
-            f"{observation.message}{replayed}")
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -102,7 +79,7 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -
         label = f"step {index}" + (" (retry)" if step.retry else "")
         out.write(f"{label:<16}model: {notes[index - 1]}\n")
         out.write(f"{'':<16}sends {step.raw!s}\n")
-        out.write(f"{'':<16}{_describe(step.observation)}\n\n")
+        out.write(f"{'':<16}{describe(step.observation)}\n\n")
 
     result = run_loop(proposer, gate, on_step=show, session=session)
     registers = _device_call(args, gate.device.snapshot)
@@ -146,7 +123,7 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
             _json_line(outcome.to_dict(), out)
             continue
         mark = {True: "met", False: "NOT MET", None: "-"}[outcome.expect_met]
-        out.write(f"line {outcome.line:>4}  {mark:<7}  {_describe(outcome.observation)}\n")
+        out.write(f"line {outcome.line:>4}  {mark:<7}  {describe(outcome.observation)}\n")
         if outcome.expect_met is False:
             want = outcome.record.expect or "ok"
             if outcome.record.result is not None:
@@ -367,68 +344,6 @@ def _device_call(args: argparse.Namespace, action: Any) -> Any:
         raise UsageError(f"the device{where} failed: {error}") from None
 
 
-def _shell_tool(name: str, description: str, handler: Any) -> Tool:
-    schema = {"type": "object", "properties": {}, "additionalProperties": False}
-    return Tool(name, description, schema, read_only=name != "reset_device", handler=handler)
-
-
-#: The shell's tools: the register tools, and three for engineers (never offered to models).
-SHELL_TOOLS = ToolSet([
-    *REGISTER_TOOLS.values(),
-    _shell_tool("identify_device", "The device's identity line.",
-                lambda device, _: {"identity": device.identify()}),
-    _shell_tool("dump_registers", "All 16 registers, address 0 first.",
-                lambda device, _: {"registers": device.snapshot()}),
-    _shell_tool("reset_device", "Set every register to its reset value.",
-                lambda device, _: device.reset() or {"reset": True}),
-])
-
-SHELL_HELP = """\
-commands (numbers in decimal or hex: 3, 0x1f):
-  read ADDR         read_register: one register, ADDR 0..15
-  write ADDR DATA   write_register: DATA 0..255 to register ADDR
-  dump              all 16 registers
-  identify          the device's identity line
-  reset             every register to its reset value
-  help              this text
-  quit              leave (or Ctrl-D)
-every command is a tool call through the gate; its verdict is shown as the model would see it.
-"""
-
-
-def _shell_call(words: list[str]) -> str:
-    """The canonical call for one shell line; raises UsageError for a malformed line."""
-    command, *rest = words
-    arity = {"read": ("ADDR",), "write": ("ADDR", "DATA"), "dump": (), "identify": (),
-             "reset": ()}
-    if command not in arity:
-        raise UsageError(f"unknown command `{command}`; type help")
-    names = arity[command]
-    if len(rest) != len(names):
-        raise UsageError(f"usage: {' '.join([command, *names])}")
-    values = []
-    for name, word in zip(names, rest, strict=True):
-        try:
-            values.append(int(word, 0))
-        except ValueError:
-            raise UsageError(f"{name} must be a number like 3 or 0x1f, got `{word}`") from None
-    tool = {"read": "read_register", "write": "write_register", "dump": "dump_registers",
-            "identify": "identify_device", "reset": "reset_device"}[command]
-    arguments = dict(zip(("addr", "data"), values, strict=False))
-    return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
-
-
-def _shell_show(observation: Observation) -> str:
-    result = observation.result or {}
-    if observation.ok and "registers" in result:
-        return "accepted  dump_registers\n" + format_registers(result["registers"])
-    if observation.ok and "identity" in result:
-        return f"accepted  identify_device: {result['identity']}"
-    if observation.ok and "reset" in result:
-        return "accepted  reset_device: every register holds its reset value"
-    return _describe(observation)
-
-
 def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
     interactive = sys.stdin.isatty()
     if interactive:
@@ -436,46 +351,8 @@ def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
     with contextlib.closing(_port_device(args)) as device:
         gate, session = open_gate(args, device, SHELL_TOOLS)
         with gate:
-            return _shell(args, out, gate, session, interactive)
-
-
-def _shell(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session,
-           interactive: bool) -> int:
-    where = args.port or "the in-process register file"
-    out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
-    out.write(_shell_show(gate.handle(_shell_call(["identify"]), session=session)) + "\n")
-    while True:
-        try:
-            line = input("regdev> ") if interactive else sys.stdin.readline()
-        except KeyboardInterrupt:
-            out.write("\n")
-            continue
-        except EOFError:
-            line = ""
-        if not line:
-            if interactive:
-                out.write("\n")
-            return 0
-        words = line.split()
-        if not words:
-            continue
-        if words[0] in ("quit", "exit"):
-            return 0
-        if words[0] == "help":
-            out.write(SHELL_HELP)
-            continue
-        try:
-            raw = _shell_call(words)
-        except UsageError as error:
-            out.write(f"error: {error}\n")
-            continue
-        try:
-            shown = _shell_show(gate.handle(raw, session=session))
-        except KeyboardInterrupt:  # Ctrl-C cancels the command, as at the prompt
-            shown = ("interrupted" + (" (the write or reset may or may not have happened: "
-                                      "read back)" if words[0] in ("write", "reset") else ""))
-        out.write(shown + "\n")
-        out.flush()
+            return run_shell(gate, session, out, where=args.port or "the in-process register "
+                             "file", interactive=interactive)
 
 
 def _firmware_sim_module() -> ModuleType:
