@@ -163,12 +163,16 @@ def test_call_reads_stdin_as_bytes_and_caps_it(capsys: pytest.CaptureFixture[str
     assert (status, json.loads(out)["code"]) == (1, "too-large")
 
 
-def test_call_with_unknown_tool_choice_is_a_usage_error(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """--tool-choice must name an offered tool."""
-    status, out, err = run(capsys, "call", "{}", "--tool-choice", "erase_chip")
+@pytest.mark.parametrize("command", [["call", "{}"],
+                                     ["replay", str(EXAMPLES / "wild-calls.jsonl")]])
+def test_unknown_tool_choice_is_a_usage_error(capsys: pytest.CaptureFixture[str],
+                                             audit_path: Path, command: list[str]) -> None:
+    """--tool-choice must name an offered tool; checked before anything runs or is recorded."""
+    status, out, err = run(capsys, *command, "--tool-choice", "erase_chip")
     assert (status, out) == (2, "")
-    assert "tool_choice 'erase_chip' is not one of the tools offered" in err
+    assert err == (f"regdev {command[0]}: error: --tool-choice erase_chip is not one of the "
+                   "tools offered: write_register, read_register\n")
+    assert not audit_path.exists()
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +71,7 @@ def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[
     [(["--timeout", "2"], "--timeout goes with --port URL (without --port the device is in "
                           "process)"),
      (["--baud", "9600", "--timeout", "1"], "--timeout and --baud go with --port URL"),
+     (["--reset"], "--reset goes with --port URL (without --port the device is in process)"),
      (["--port", "loop://", "--timeout", "-5"], "--timeout must be a number of seconds > 0, "
                                                 "got -5"),
      (["--port", "loop://", "--timeout", "nan"], "--timeout must be a number of seconds > 0"),
@@ -82,8 +83,11 @@ def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[
 )
 def test_port_options_are_checked_before_anything_runs(
         capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
-    """--timeout and --baud need --port and sane values; one line, exit 2, nothing run."""
+    """--timeout, --baud and replay's --reset need --port, and sane values; one line, exit 2,
+    nothing run."""
     for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"]):
+        if "--reset" in argv and command[0] != "replay":
+            continue
         status, out, err = run(capsys, *command, *argv)
         assert (status, out) == (2, "")
         assert err.startswith(f"regdev {command[0]}: error: {message}")
@@ -158,8 +162,8 @@ def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
     """Ctrl-C while a command waits for the device cancels that command; the shell goes on."""
     # Replies: 1 the shell's identify (which synchronises the line), 2 read 3: 3 s late.
     args = ["--pty", "--fault", "delay=1", "--fault-after", "1", "--fault-count", "1",
-            "--delay", "3"]
-    with sim_process(*args) as (port, _):
+            "--delay", "3", "-v"]
+    with sim_process(*args) as (port, sim):
         shell = subprocess.Popen([str(REGDEV), "shell", "--port", port, "--timeout", "10"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
@@ -168,8 +172,10 @@ def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
         shell.stdin.close()
         assert shell.stdout.readline().startswith("regdev shell on")
         assert shell.stdout.readline().startswith("accepted  identify_device")
-        time.sleep(0.5)  # read 3 is waiting for its reply, for 3 s
-        shell.send_signal(signal.SIGINT)
+        assert sim.stderr is not None
+        while " R 03*" not in (logged := sim.stderr.readline()):  # the simulator logs the
+            assert logged, "the simulator stopped before read 3 came"  # frame it received
+        shell.send_signal(signal.SIGINT)  # read 3 is sent and waits 3 s for its reply
         shell.stdin = None  # closed above; communicate() only reads
         out, err = shell.communicate(timeout=30)
     assert (shell.returncode, err) == (0, "")
@@ -186,6 +192,21 @@ def test_shell_without_a_port_drives_the_in_process_device() -> None:
     assert done.stdout.splitlines()[2:] == [
         "accepted  write_register: register 1 = 0x02 (2)",
         "accepted  read_register: register 1 = 0x02 (2)"]
+
+
+def test_shell_greets_a_session_that_cannot_identify_with_its_tools(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session not offered identify_device is not greeted with a refusal: the greeting
+    names the tools it may call, and the commands run as usual."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("read 1\nwrite 1 2\n"))
+    status, out, err = run(capsys, "shell", "--policy", str(EXAMPLES / "policy.toml"),
+                           "--session", "reader")
+    assert (status, err) == (0, "")
+    assert out.splitlines()[1:] == [
+        "session reader may call read_register; other commands are refused",
+        "accepted  read_register: register 1 = 0x00 (0)",
+        'refused   validate/unknown-tool (retryable): unknown tool "write_register"; available '
+        "tools: read_register"]
 
 
 @pytest.mark.timeout(30)

@@ -98,10 +98,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         records = load_replay(args.file)
     except ReplayFileError as error:
         raise UsageError(str(error)) from None
-    try:
-        Gate().check_options(args.dialect, args.tool_choice)  # before a port is opened
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    _check_tool_choice(args.tool_choice, REGISTER_TOOLS)  # before a port is opened
     with contextlib.closing(_port_device(args)) as device:
         if args.reset:
             _device_call(args, device.reset)
@@ -141,17 +138,22 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
 
 
 def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
+    _check_tool_choice(args.tool_choice, REGISTER_TOOLS)
     gate, session = open_gate(args)
     with gate:
         # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
         raw = sys.stdin.buffer.read(gate.max_input_bytes + 1) if args.raw == "-" else args.raw
-        try:
-            observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice,
-                                      session=session)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+        observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice,
+                                  session=session)
     _json_line(observation.to_dict(), out)
     return 0 if observation.ok else 1
+
+
+def _check_tool_choice(tool_choice: str | None, tools: ToolSet) -> None:
+    """``--tool-choice`` must name one of ``tools`` (the gate would raise ValueError)."""
+    if tool_choice is not None and tool_choice not in tools:
+        raise UsageError(f"--tool-choice {tool_choice} is not one of the tools offered: "
+                         f"{', '.join(tools)}")
 
 
 # --- policy and audit (shared by every command that runs calls) -------------------------------
@@ -313,12 +315,14 @@ def _port_device(args: argparse.Namespace) -> Device:
     """The device the command runs on: the serial device at ``--port``, else in process.
 
     Raises:
-        UsageError: ``--timeout`` or ``--baud`` without ``--port``, or out of range; or the
-            port cannot be opened.
+        UsageError: ``--timeout``, ``--baud`` or ``--reset`` without ``--port``, or out of
+            range; or the port cannot be opened.
     """
     if args.port is None:
         given = [option for option, value in (("--timeout", args.timeout), ("--baud", args.baud))
                  if value is not None]
+        if getattr(args, "reset", False):  # replay's
+            given.append("--reset")
         if given:
             raise UsageError(f"{' and '.join(given)} go{'es' * (len(given) == 1)} with "
                              "--port URL (without --port the device is in process)")
@@ -549,8 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one JSON object per line, then {\"registers\": [16 ints]}")
     port_options(replay)
     replay.add_argument("--reset", action="store_true",
-                        help="reset the device before the replay (a fresh in-process device "
-                             "needs none)")
+                        help="with --port: reset the device before the replay (without "
+                             "--port the device is a fresh in-process one)")
     add_gate_options(replay)
     replay.set_defaults(func=cmd_replay)
 

@@ -134,6 +134,9 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
               interactive: bool) -> int:
     """Read commands until ``quit`` or end of input; run each through ``gate``.
 
+    The greeting identifies the device when the session may call ``identify_device``, and
+    otherwise names the tools the session may call.
+
     Args:
         gate: a gate offering :data:`SHELL_TOOLS`.
         session: the session every command runs in.
@@ -146,7 +149,13 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
         The exit status: 0.
     """
     out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
-    out.write(_show(gate.handle(shell_call(["identify"]), session=session)) + "\n")
+    callable_ = [name for name in gate.tools
+                 if session.offers(name) and session.check_scope(gate.tools[name]) is None]
+    if "identify_device" in callable_:
+        out.write(_show(gate.handle(shell_call(["identify"]), session=session)) + "\n")
+    else:  # a greeting the session would be refused is no greeting
+        out.write(f"session {session.name} may call {', '.join(callable_) or 'no tool'}; "
+                  "other commands are refused\n")
     while True:
         try:
             line = input("regdev> ") if interactive else sys.stdin.readline()
