@@ -430,7 +430,7 @@ def test_bad_policy_file_in_the_cli_is_one_line(capsys: pytest.CaptureFixture[st
     assert status == 2 and out == "" and err.count("\n") == 1
     assert f"{path}: `sessions.x.scopes[0]`" in err
     status, _, err = run(capsys, "demo", "--session", "nobody")
-    assert status == 2 and "session `nobody` needs a policy" in err
+    assert status == 2 and "--session nobody needs --policy FILE" in err
     path.write_text('[sessions.x]\ntools = ["erase_chip"]\n')
     status, _, err = run(capsys, "call", READ, "--policy", str(path))
     assert status == 2 and err.count("\n") == 1

@@ -192,10 +192,7 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
             the user named (``--audit``, ``$REGDEV_AUDIT``) cannot be opened (the default one
             failing is a warning on stderr, see :func:`_open_audit`).
     """
-    try:
-        policy = Policy.from_file(args.policy) if args.policy else None
-    except PolicyError as error:
-        raise UsageError(str(error)) from None
+    policy = _load_policy(args)
     audit = None if args.no_audit else _open_audit(args)
     try:
         gate = Gate(device, tools, policy=policy, audit=audit)
@@ -208,6 +205,29 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
         if audit is not None:
             audit.close()
         raise
+
+
+def _load_policy(args: argparse.Namespace) -> Policy | None:
+    """The policy of ``--policy`` (None without one); ``--session`` must be declared in it.
+
+    Raises:
+        UsageError: the policy file is invalid or does not declare the session, or a session
+            other than ``default`` is asked for without a policy.
+    """
+    if args.policy is None:
+        if args.session != "default":
+            raise UsageError(f"--session {args.session} needs --policy FILE, a policy that "
+                             "declares it (without a policy the only session is default)")
+        return None
+    try:
+        policy = Policy.from_file(args.policy)
+    except PolicyError as error:
+        raise UsageError(str(error)) from None
+    try:
+        policy.session_policy(args.session)
+    except PolicyError as error:
+        raise UsageError(f"{args.policy}: {error}") from None
+    return policy
 
 
 def _open_audit(args: argparse.Namespace) -> AuditLog | None:
@@ -398,13 +418,13 @@ def add_serial_commands(sub: Any, port_options: Any) -> None:
 
 def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
     session = None
-    if args.policy is not None or args.session != "default":
+    policy = _load_policy(args)
+    if policy is not None:
         try:
-            policy = Policy.from_file(args.policy) if args.policy else None
             with Gate(policy=policy) as gate:  # checks the session and its tools as serve does
                 session = gate.session(args.session)
-        except PolicyError as error:
-            raise UsageError(str(error)) from None
+        except PolicyError as error:  # the session names a tool that is not there
+            raise UsageError(f"{args.policy}: {error}") from None
     definitions = tool_definitions(args.format, session=session)
     out.write(msgspec.json.format(msgspec.json.encode(definitions), indent=2).decode() + "\n")
     return 0
