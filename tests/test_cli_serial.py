@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import sim_process
-from regdev._cli import main
+from regdev._cli import FAULT_HELP, main
 from regdev._serial import URL_FORMS, SerialDevice
 
 REGDEV = Path(sys.executable).parent / "regdev"
@@ -163,7 +164,7 @@ def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
     # Replies: 1 the shell's identify (which synchronises the line), 2 read 3: 3 s late.
     args = ["--pty", "--fault", "delay=1", "--fault-after", "1", "--fault-count", "1",
             "--delay", "3", "-v"]
-    with sim_process(*args) as (port, sim):
+    with sim_process(*args) as (port, simulator):
         shell = subprocess.Popen([str(REGDEV), "shell", "--port", port, "--timeout", "10"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
@@ -172,8 +173,8 @@ def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
         shell.stdin.close()
         assert shell.stdout.readline().startswith("regdev shell on")
         assert shell.stdout.readline().startswith("accepted  identify_device")
-        assert sim.stderr is not None
-        while " R 03*" not in (logged := sim.stderr.readline()):  # the simulator logs the
+        assert simulator.stderr is not None
+        while " R 03*" not in (logged := simulator.stderr.readline()):  # the simulator logs the
             assert logged, "the simulator stopped before read 3 came"  # frame it received
         shell.send_signal(signal.SIGINT)  # read 3 is sent and waits 3 s for its reply
         shell.stdin = None  # closed above; communicate() only reads
@@ -229,13 +230,16 @@ def test_regdev_firmware_sim_prints_the_url_first_and_stops_on_ctrl_c() -> None:
 
 
 def test_firmware_sim_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    """`regdev firmware-sim --help` shows the simulator's options; a bad one exits 2."""
-    with pytest.raises(SystemExit) as info:
-        main(["firmware-sim", "--help"])
-    assert info.value.code == 0
+    """`regdev firmware-sim --help` shows the simulator's options and what each fault kind
+    does; a bad option exits 2."""
+    assert main(["firmware-sim", "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: regdev firmware-sim")
     assert "--fault KIND=RATE" in out and "--link PATH" in out
+    assert set(FAULT_HELP) == set(sim.FAULT_KINDS)  # a new kind needs its line
+    text = " ".join(out.split())
+    for kind, effect in FAULT_HELP.items():
+        assert f" {kind} {effect}" in text
     with pytest.raises(SystemExit) as info:
         main(["firmware-sim", "--pty", "--fault", "meteor=1"])
     assert info.value.code == 2

@@ -12,8 +12,10 @@ import importlib.util
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
+import textwrap
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -394,8 +396,35 @@ def _firmware_sim_module() -> ModuleType:
     return module
 
 
+#: What each fault kind of ``--fault KIND=RATE`` does to a reply (the simulator's docstring).
+FAULT_HELP = {
+    "drop": "one byte of the reply is lost (the host sees a bad or short frame)",
+    "corrupt": "one byte of the reply is changed (the host sees a checksum or syntax error)",
+    "delay": "the reply is sent --delay SECONDS late (past the host's --timeout)",
+    "garbage": "1..20 random bytes are sent before the reply, between frames",
+    "disconnect": "the link is cut instead of replying (TCP: the socket is closed; pty: a "
+                  "new pty replaces the old one, at --link PATH)",
+    "busy": "the device answers `e BUSY` and does not run the request",
+}
+
+
 def cmd_firmware_sim(args: argparse.Namespace, out: TextIO) -> int:
-    status: int = _firmware_sim_module().main(args.args, prog="regdev firmware-sim")
+    module = _firmware_sim_module()
+    if {"-h", "--help"} & set(args.args):  # the simulator's help, with what each fault does
+        parser = module.build_parser("regdev firmware-sim")
+        parser.epilog = None
+        width = max(shutil.get_terminal_size().columns - 2, 40)  # as argparse wraps
+        out.write(parser.format_help() + "\n" + textwrap.fill(
+            "fault kinds (--fault KIND=RATE): at most one fault per reply; a request runs "
+            "before its reply is faulted (except busy), so a write whose reply is lost has "
+            "happened.", width) + "\n")
+        for kind in module.FAULT_KINDS:
+            out.write(textwrap.fill(FAULT_HELP[kind], width, initial_indent=f"  {kind:<12}",
+                                    subsequent_indent=" " * 14) + "\n")
+        out.write("\nexample: regdev firmware-sim --pty --fault drop=0.05,corrupt=0.02 "
+                  "--seed 7 -v\n")
+        return 0
+    status: int = module.main(args.args, prog="regdev firmware-sim")
     return status
 
 
