@@ -16,15 +16,15 @@ import shutil
 import signal
 import sys
 import textwrap
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, TextIO
 
 import msgspec
 
-from . import __version__
 from ._audit import AuditLog, AuditRecord, default_audit_path, find_loop, read_audit
 from ._compile import generate_source
 from ._demo import DEMO_SCRIPT, ScriptedProposer
@@ -39,6 +39,7 @@ from ._replay import ReplayFileError, load_replay, run_replay
 from ._serial import MAX_BAUDRATE, SerialDevice
 from ._shell import SHELL_TOOLS, describe, format_registers, run_shell
 from ._tools import REGISTER_TOOLS, ToolSet
+from ._version import __version__
 
 __all__ = ["main"]
 
@@ -459,21 +460,59 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+#: How to get the ``mcp`` extra (regdev is not on PyPI yet: from a clone).
+MCP_INSTALL = ("in a clone of regdev, scripts/serve installs it into .venv and runs the "
+               "server (or: .venv/bin/pip install -e '.[mcp]')")
+
+#: The signals that stop ``regdev serve`` as end of file does (those this platform has).
+STOP_SIGNALS = tuple(signal.Signals[name] for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+class _Stopped(KeyboardInterrupt):
+    """A stop signal before ``regdev serve`` serves (a KeyboardInterrupt, so that nothing
+    in between, the event loop included, swallows it)."""
+
+
+def _stop_now(number: int, frame: FrameType | None) -> None:
+    for each in STOP_SIGNALS:  # a second signal must not cut the audit flush short
+        if signal.getsignal(each) is _stop_now:
+            signal.signal(each, signal.SIG_IGN)
+    raise _Stopped(signal.Signals(number).name)
+
+
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        # the optional `mcp` extra, imported lazily
-        from ._mcp import STOP_SIGNALS, serve_stdio  # noqa: PLC0415
-    except ImportError as error:
-        if (error.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio"):
-            raise
-        raise UsageError(
-            "the MCP server needs the `mcp` package; install it with: "
-            "pip install 'regdev[mcp]'"
-        ) from None
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="regdev serve: %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("regdev")
     log.setLevel(args.log_level.upper())
+    # Stop signals are caught from the start: importing the SDK alone takes a second or two,
+    # and a client may give up and send SIGTERM meanwhile. One ignored when the process
+    # started stays ignored (nohup's SIGHUP). Only the main thread may set handlers.
+    caught = [number for number in STOP_SIGNALS if signal.getsignal(number) != signal.SIG_IGN
+              ] if threading.current_thread() is threading.main_thread() else []
+    previous = {number: signal.signal(number, _stop_now) for number in caught}
+    try:
+        _serve(args, log, caught)
+    except KeyboardInterrupt as stop:  # a stop signal, or Ctrl-C where the loop cannot catch it
+        if isinstance(stop, _Stopped):
+            log.info("stopping on %s", stop)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    log.info("stopped")
+    return 0
+
+
+def _serve(args: argparse.Namespace, log: logging.Logger,
+           stop_signals: list[signal.Signals]) -> None:
+    try:
+        # the optional `mcp` extra, imported lazily
+        from ._mcp import serve_stdio  # noqa: PLC0415
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in ("mcp", "anyio"):
+            raise
+        raise UsageError(f"the MCP server needs the `mcp` package: {MCP_INSTALL}") from None
     with contextlib.closing(_port_device(args)) as device:
         identity = _device_call(args, device.identify)  # a silent device fails here, at once
         gate, session = open_gate(args, device)
@@ -482,14 +521,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
                      ", ".join(t for t in gate.tools if session.offers(t)), identity,
                      session.name,
                      gate.audit.path if gate.audit is not None else "off")
-            # SIGINT, SIGTERM and SIGHUP end serve_stdio; where the event loop cannot handle
-            # signals (Windows), Ctrl-C raises KeyboardInterrupt instead
-            with contextlib.suppress(KeyboardInterrupt):
-                serve_stdio(gate, session)
-            for number in STOP_SIGNALS:  # a second signal must not cut the audit flush short
+            serve_stdio(gate, session, stop_signals=stop_signals)
+            for number in stop_signals:  # a second signal must not cut the audit flush short
                 signal.signal(number, signal.SIG_IGN)
-    log.info("stopped")
-    return 0
 
 
 def _load_tools(path: str | None) -> ToolSet:
@@ -644,8 +678,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "and message. tools/list lists the tools the session is offered. stdout "
                     "carries protocol messages only; logs go to stderr. Ends when the client "
                     "closes stdin, or on SIGINT (Ctrl-C), SIGTERM or SIGHUP, with exit status "
-                    "0 and every call recorded. Needs the mcp extra: "
-                    "pip install 'regdev[mcp]'.")
+                    "0 and every call recorded. An MCP client starts it with a minimal "
+                    "environment (no $REGDEV_AUDIT): name the audit log with --audit PATH in "
+                    "the client's config. Needs the mcp extra: scripts/serve, in a clone, "
+                    "sets it up and runs this command (see README.md).")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        default="info",
                        help="regdev's log level on stderr (default: info; debug logs "
@@ -704,8 +740,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "unknown tool, unknown argument), for call objects and for raw JSON text, "
                     "with each time's ratio to regdev's in the same column. Every contender's "
                     "verdict is checked against regdev's first. Peers that are not installed "
-                    "are listed as such (pip install 'regdev[bench]'). Progress goes to "
-                    "stderr. Exit 1 if a contender disagreed with a verdict.")
+                    "are listed as such (scripts/test installs them; or, in a clone, "
+                    ".venv/bin/pip install -e '.[bench]'). Progress goes to stderr. Exit 1 if "
+                    "a contender disagreed with a verdict.")
     bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
     bench.add_argument("--quick", action="store_true",
                        help="3 short rounds (about 1 s) instead of the default (about 10 s)")
