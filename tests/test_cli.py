@@ -163,12 +163,16 @@ def test_call_reads_stdin_as_bytes_and_caps_it(capsys: pytest.CaptureFixture[str
     assert (status, json.loads(out)["code"]) == (1, "too-large")
 
 
-def test_call_with_unknown_tool_choice_is_a_usage_error(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """--tool-choice must name an offered tool."""
-    status, out, err = run(capsys, "call", "{}", "--tool-choice", "erase_chip")
+@pytest.mark.parametrize("command", [["call", "{}"],
+                                     ["replay", str(EXAMPLES / "wild-calls.jsonl")]])
+def test_unknown_tool_choice_is_a_usage_error(capsys: pytest.CaptureFixture[str],
+                                             audit_path: Path, command: list[str]) -> None:
+    """--tool-choice must name an offered tool; checked before anything runs or is recorded."""
+    status, out, err = run(capsys, *command, "--tool-choice", "erase_chip")
     assert (status, out) == (2, "")
-    assert "tool_choice 'erase_chip' is not one of the tools offered" in err
+    assert err == (f"regdev {command[0]}: error: --tool-choice erase_chip is not one of the "
+                   "tools offered: write_register, read_register\n")
+    assert not audit_path.exists()
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -210,8 +214,9 @@ def test_serve_without_the_mcp_extra_says_how_to_install_it(
     monkeypatch.delitem(sys.modules, "regdev._mcp", raising=False)
     status, out, err = run(capsys, "serve")
     assert status == 2 and out == ""
-    assert err == ("regdev serve: error: the MCP server needs the `mcp` package; install it "
-                   "with: pip install 'regdev[mcp]'\n")
+    assert err == ("regdev serve: error: the MCP server needs the `mcp` package: in a clone "
+                   "of regdev, scripts/serve installs it into .venv and runs the server (or: "
+                   ".venv/bin/pip install -e '.[mcp]')\n")
 
 
 def test_serve_port_that_cannot_open_is_one_line_exit_2(
@@ -220,3 +225,84 @@ def test_serve_port_that_cannot_open_is_one_line_exit_2(
     status, out, err = run(capsys, "serve", "--port", "socket://127.0.0.1:1")
     assert status == 2 and out == ""
     assert err == "regdev serve: error: cannot open port socket://127.0.0.1:1: Connection refused\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "content", "message"),
+    [
+        (["compile", "--tools"], "tools.json",
+         '[{"name": "t", "inputSchema": {"type": "object", "properties": {"x": {"type": '
+         '"integer", "maximum": 15, "maximum": 255}}}}]',
+         'tools.json: the tool definitions are not JSON: key "maximum" appears twice'),
+        (["call", "{}", "--policy"], "policy.json",
+         '{"registers": {"read_only": [0]}, "registers": {}}',
+         'policy.json: not valid JSON: key "registers" appears twice in one object'),
+        (["replay"], "calls.jsonl", '{"raw": "{}", "expect": "ok", "expect": "not-json"}\n',
+         'calls.jsonl:1: not a replay record: key "expect" appears twice in one object'),
+        (["replay"], "calls.jsonl", '{"raw": "{}", "result": {"addr": NaN}}\n',
+         "calls.jsonl:1: not a replay record: JSON is malformed: invalid character"),
+    ],
+    ids=["compile-tools", "policy", "replay", "replay-nan"])
+def test_every_json_file_is_read_strictly(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                          command: list[str], name: str, *, content: str,
+                                          message: str) -> None:
+    """Tool definitions, JSON policies and replay files refuse a repeated key or a NaN, as
+    the gate does, instead of keeping the last value: one line, exit 2, nothing run."""
+    path = tmp_path / name
+    path.write_text(content)
+    status, out, err = run(capsys, *command, str(path))
+    assert (status, out) == (2, "")
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.fixture
+def unwritable_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME is a file (nothing can be created under it, even by root), and nothing names an
+    audit path: the default one, ~/.local/state/regdev/audit.db, cannot be opened."""
+    home = tmp_path / "home"
+    home.write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("REGDEV_AUDIT")
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    return home
+
+
+@pytest.mark.usefixtures("unwritable_home")
+@pytest.mark.parametrize("argv", [["demo"], ["call", '{"tool": "read_register", "arguments": '
+                                                    '{"addr": 1}}'],
+                                  ["replay", str(EXAMPLES / "wild-calls.jsonl")]])
+def test_an_unusable_default_audit_path_warns_and_runs_without_one(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """The user asked for no audit path: the default one failing is a one-line warning on
+    stderr, and the command runs as usual, without an audit log."""
+    status, out, err = run(capsys, *argv)
+    assert status == 0
+    assert err.startswith(f"regdev {argv[0]}: warning: cannot open the audit database ")
+    assert err.endswith("; going on without an audit log (--audit PATH to record one "
+                        "elsewhere, --no-audit to say so)\n")
+    assert err.count("\n") == 1 and "recorded in the audit log" not in out
+
+
+def test_an_audit_path_the_user_gave_that_cannot_open_is_an_error(
+        capsys: pytest.CaptureFixture[str], unwritable_home: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--audit PATH or $REGDEV_AUDIT that cannot be opened: one line, exit 2, nothing run."""
+    path = str(unwritable_home / "audit.db")
+    status, out, err = run(capsys, "demo", "--audit", path)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"regdev demo: error: cannot open the audit database {path}: ")
+    monkeypatch.setenv("REGDEV_AUDIT", path)
+    status, out, err = run(capsys, "demo")
+    assert (status, out) == (2, "") and err.startswith("regdev demo: error: cannot open")
+    status, out, err = run(capsys, "demo", "--no-audit")  # asked for nothing: no warning
+    assert (status, err) == (0, "") and "recorded in the audit log" not in out
+
+
+def test_audit_and_no_audit_are_exclusive(capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    """--audit PATH with --no-audit is a usage error, not one of them silently winning."""
+    with pytest.raises(SystemExit) as info:
+        main(["call", "{}", "--audit", str(tmp_path / "a.db"), "--no-audit"])
+    assert info.value.code == 2
+    assert "argument --no-audit: not allowed with argument --audit" in capsys.readouterr().err
+    assert not (tmp_path / "a.db").exists()

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import sim_process
-from regdev._cli import main
+from regdev._cli import FAULT_HELP, main
 from regdev._serial import URL_FORMS, SerialDevice
 
 REGDEV = Path(sys.executable).parent / "regdev"
@@ -71,6 +72,7 @@ def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[
     [(["--timeout", "2"], "--timeout goes with --port URL (without --port the device is in "
                           "process)"),
      (["--baud", "9600", "--timeout", "1"], "--timeout and --baud go with --port URL"),
+     (["--reset"], "--reset goes with --port URL (without --port the device is in process)"),
      (["--port", "loop://", "--timeout", "-5"], "--timeout must be a number of seconds > 0, "
                                                 "got -5"),
      (["--port", "loop://", "--timeout", "nan"], "--timeout must be a number of seconds > 0"),
@@ -82,8 +84,11 @@ def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[
 )
 def test_port_options_are_checked_before_anything_runs(
         capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
-    """--timeout and --baud need --port and sane values; one line, exit 2, nothing run."""
+    """--timeout, --baud and replay's --reset need --port, and sane values; one line, exit 2,
+    nothing run."""
     for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"]):
+        if "--reset" in argv and command[0] != "replay":
+            continue
         status, out, err = run(capsys, *command, *argv)
         assert (status, out) == (2, "")
         assert err.startswith(f"regdev {command[0]}: error: {message}")
@@ -158,8 +163,8 @@ def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
     """Ctrl-C while a command waits for the device cancels that command; the shell goes on."""
     # Replies: 1 the shell's identify (which synchronises the line), 2 read 3: 3 s late.
     args = ["--pty", "--fault", "delay=1", "--fault-after", "1", "--fault-count", "1",
-            "--delay", "3"]
-    with sim_process(*args) as (port, _):
+            "--delay", "3", "-v"]
+    with sim_process(*args) as (port, simulator):
         shell = subprocess.Popen([str(REGDEV), "shell", "--port", port, "--timeout", "10"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
@@ -168,8 +173,10 @@ def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
         shell.stdin.close()
         assert shell.stdout.readline().startswith("regdev shell on")
         assert shell.stdout.readline().startswith("accepted  identify_device")
-        time.sleep(0.5)  # read 3 is waiting for its reply, for 3 s
-        shell.send_signal(signal.SIGINT)
+        assert simulator.stderr is not None
+        while " R 03*" not in (logged := simulator.stderr.readline()):  # the simulator logs the
+            assert logged, "the simulator stopped before read 3 came"  # frame it received
+        shell.send_signal(signal.SIGINT)  # read 3 is sent and waits 3 s for its reply
         shell.stdin = None  # closed above; communicate() only reads
         out, err = shell.communicate(timeout=30)
     assert (shell.returncode, err) == (0, "")
@@ -186,6 +193,21 @@ def test_shell_without_a_port_drives_the_in_process_device() -> None:
     assert done.stdout.splitlines()[2:] == [
         "accepted  write_register: register 1 = 0x02 (2)",
         "accepted  read_register: register 1 = 0x02 (2)"]
+
+
+def test_shell_greets_a_session_that_cannot_identify_with_its_tools(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session not offered identify_device is not greeted with a refusal: the greeting
+    names the tools it may call, and the commands run as usual."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("read 1\nwrite 1 2\n"))
+    status, out, err = run(capsys, "shell", "--policy", str(EXAMPLES / "policy.toml"),
+                           "--session", "reader")
+    assert (status, err) == (0, "")
+    assert out.splitlines()[1:] == [
+        "session reader may call read_register; other commands are refused",
+        "accepted  read_register: register 1 = 0x00 (0)",
+        'refused   validate/unknown-tool (retryable): unknown tool "write_register"; available '
+        "tools: read_register"]
 
 
 @pytest.mark.timeout(30)
@@ -208,13 +230,16 @@ def test_regdev_firmware_sim_prints_the_url_first_and_stops_on_ctrl_c() -> None:
 
 
 def test_firmware_sim_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    """`regdev firmware-sim --help` shows the simulator's options; a bad one exits 2."""
-    with pytest.raises(SystemExit) as info:
-        main(["firmware-sim", "--help"])
-    assert info.value.code == 0
+    """`regdev firmware-sim --help` shows the simulator's options and what each fault kind
+    does; a bad option exits 2."""
+    assert main(["firmware-sim", "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: regdev firmware-sim")
     assert "--fault KIND=RATE" in out and "--link PATH" in out
+    assert set(FAULT_HELP) == set(sim.FAULT_KINDS)  # a new kind needs its line
+    text = " ".join(out.split())
+    for kind, effect in FAULT_HELP.items():
+        assert f" {kind} {effect}" in text
     with pytest.raises(SystemExit) as info:
         main(["firmware-sim", "--pty", "--fault", "meteor=1"])
     assert info.value.code == 2

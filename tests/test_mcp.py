@@ -14,15 +14,15 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import mcp_types as types
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, types
 from mcp.shared.message import SessionMessage
 from mcp.types import CallToolResult
 
@@ -30,7 +30,7 @@ import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import sim_thread
 from regdev import Gate, RegisterFile, read_audit, tool_definitions
-from regdev._mcp import Envelope, MessageReader, Received, read_envelope
+from regdev._mcp import NOT_INITIALIZED, Envelope, MessageReader, Received, read_envelope
 from regdev._replay import load_replay
 
 REGDEV = str(Path(sys.executable).with_name("regdev"))
@@ -180,9 +180,10 @@ HANDSHAKE_TEXT = "".join(json.dumps(message) + "\n" for message in HANDSHAKE)
 class RawServer:
     """`regdev serve` spoken to line by line: one JSON-RPC request out, its answer back."""
 
-    def __init__(self, home: Path, audit: Path, *options: str) -> None:
+    def __init__(self, home: Path, audit: Path | None, *options: str) -> None:
+        audit_options = ["--audit", str(audit)] if audit is not None else []
         self.process = subprocess.Popen(
-            [*SERVE, "--audit", str(audit), *options], stdin=subprocess.PIPE,
+            [*SERVE, *audit_options, *options], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env(home))
         self.lines: list[bytes] = []
 
@@ -479,6 +480,55 @@ def test_a_signal_ignored_at_start_stays_ignored(home: Path, tmp_path: Path) -> 
         "jsonrpc": "2.0", "id": 1, "result": {}}
     status, rest, err = server.close()
     assert status == 0 and rest == b"" and b"stopping on" not in err
+
+
+def test_a_home_without_room_for_the_audit_log_warns_and_serves(tmp_path: Path) -> None:
+    """Started as an MCP client starts it (no --audit, no $REGDEV_AUDIT) with a HOME where
+    nothing can be created: one warning line, and the server serves without an audit log.
+    A request before the handshake is told to send initialize first."""
+    home = tmp_path / "home"
+    home.write_text("")  # a file: ~/.local/state cannot be made under it, even by root
+    server = RawServer(home, None, "--log-level", "info")
+    early = server.send('{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}')
+    assert early == {"jsonrpc": "2.0", "id": 1, "error": {
+        "code": -32602, "message": NOT_INITIALIZED, "data": ""}}
+    server.handshake()
+    reply = server.send(tools_call(2, '{"name": "read_register", "arguments": {"addr": 1}}'))
+    assert reply is not None and reply["result"]["isError"] is False
+    status, rest, err = server.close()
+    assert (status, rest) == (0, b"")
+    first, *others = err.decode().splitlines()
+    assert first.startswith("regdev serve: warning: cannot open the audit database "
+                            f"{home}/.local/state/regdev/audit.db")
+    assert "going on without an audit log" in first
+    assert others[0].endswith("session default, audit log off")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_sigterm_while_starting_stops_cleanly() -> None:
+    """SIGTERM while the server is still importing the SDK (a client giving up early) ends
+    it with status 0, not the signal's 143."""
+    process = subprocess.Popen([*SERVE, "--no-audit", "--log-level", "info"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    status_file = Path(f"/proc/{process.pid}/status")
+    bit = 1 << (signal.SIGTERM - 1)
+    try:
+        # wait until the server catches SIGTERM (the first thing `regdev serve` does)
+        while process.poll() is None:
+            caught = next(line for line in status_file.read_text().splitlines()
+                          if line.startswith("SigCgt:"))
+            if int(caught.split()[1], 16) & bit:
+                break
+            time.sleep(0.005)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert (process.returncode, out) == (0, b"")
+    assert err.decode().splitlines() == ["regdev serve: INFO regdev: stopping on SIGTERM",
+                                         "regdev serve: INFO regdev: stopped"]
 
 
 def test_no_server_wrote_under_home(home: Path, session: Session, raw: RawServer) -> None:

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from regdev import ParsedCall, Refusal, parse
+from regdev._parse import load_json
 
 
 def code(result: ParsedCall | Refusal) -> str | None:
@@ -259,3 +260,40 @@ def test_deep_nesting_in_the_duplicate_key_scan_is_not_json(
     assert isinstance(result, Refusal)
     assert (result.code, result.message) == (
         "not-json", "not one strict JSON document: JSON is nested too deeply; send one JSON object")
+
+
+# --- load_json: the one loader for the JSON files regdev reads --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('[{"name": "t", "inputSchema": {"maximum": 15, "maximum": 255}}]',
+         'key "maximum" appears twice in one object'),
+        ('{"tools": [{"a": {"b": 1, "b": 1}}]}', 'key "b" appears twice in one object'),
+        ('[[{"k\\u003a": 1, "k\\u003a": 2}]]', 'key "k:" appears twice in one object'),
+        ('{"timeout": NaN}', "invalid character"),
+        ('{"a": 1} {"a": 2}', "trailing characters"),
+        ("[" * 5000 + "]" * 5000, "nested"),
+        (b'{"a": "\xff"}', "invalid utf-8"),
+        ("\ufeff\ufeff{}", "invalid character"),  # one byte order mark is skipped, not two
+    ],
+)
+def test_load_json_refuses_what_the_gate_refuses(text: str | bytes, reason: str) -> None:
+    """A repeated key at any depth (inside arrays too), NaN, trailing data, deep nesting and
+    invalid UTF-8 are a ValueError saying why, never a silent "last one wins"."""
+    for data in (text, text.encode("utf-8", "surrogatepass")) if isinstance(text, str) \
+            else (text,):
+        with pytest.raises(ValueError, match="(?i)" + reason):
+            load_json(data)
+
+
+def test_load_json_reads_numbers_exactly_and_skips_a_byte_order_mark() -> None:
+    """Integers stay int, fractions and exponents are Decimal; a leading BOM is skipped."""
+    text = '{"n": 18446744073709551617, "f": 1.1, "e": 1e2, "s": "a:b", "l": [{"a": 1}]}'
+    expected = {"n": 2**64 + 1, "f": Decimal("1.1"), "e": Decimal("1e2"), "s": "a:b",
+                "l": [{"a": 1}]}
+    for data in (text, "\ufeff" + text, text.encode(), b"\xef\xbb\xbf" + text.encode()):
+        got = load_json(data)
+        assert got == expected and type(got["f"]) is Decimal and type(got["n"]) is int
+    assert load_json("[]") == [] and load_json("3") == 3

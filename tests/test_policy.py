@@ -435,11 +435,11 @@ def load_error(path: Path, text: str) -> str:
     ("text", "message"),
     [
         ('{"registers": {"read_only": [0]}, "registers": {}}',
-         "the key `registers` appears twice in one object"),
+         'key "registers" appears twice in one object'),
         ('{"registers": {"read_only": [0], "read_only": []}}',
-         "the key `read_only` appears twice in one object"),
-        ('{"timeout": NaN}', "`NaN` is not a JSON number"),
-        ('{"timeout": Infinity}', "`Infinity` is not a JSON number"),
+         'key "read_only" appears twice in one object'),
+        ('{"timeout": NaN}', "not valid JSON: JSON is malformed: invalid character"),
+        ('{"timeout": Infinity}', "not valid JSON: JSON is malformed: invalid character"),
         ("[1]", "a policy must be an object"),
     ],
 )

@@ -441,4 +441,4 @@ def test_regdev_tools_takes_a_policy_and_session(capsys: pytest.CaptureFixture[s
     assert captured.out == "" and len(captured.err.splitlines()) == 1
     assert captured.err.startswith("regdev tools: error: ") and "nobody" in captured.err
     assert main(["tools", "--session", "reader"]) == 2  # no policy: only "default" exists
-    assert "needs a policy" in capsys.readouterr().err
+    assert "--session reader needs --policy FILE" in capsys.readouterr().err

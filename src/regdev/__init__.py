@@ -14,8 +14,10 @@ assistant turn; ``regdev serve`` is the MCP server (the ``mcp`` extra).
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+# First: _compile.py reads the version as `from . import __version__`.
+from ._version import __version__
 
+# isort: split
 from ._audit import AuditLog, AuditRecord, read_audit
 from ._compile import CompiledValidator, compile_validator
 from ._demo import ScriptedProposer

@@ -11,31 +11,35 @@ import contextlib
 import importlib.util
 import logging
 import math
+import os
+import shutil
 import signal
 import sys
+import textwrap
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, TextIO
 
 import msgspec
 
-from . import __version__
 from ._audit import AuditLog, AuditRecord, default_audit_path, find_loop, read_audit
 from ._compile import generate_source
 from ._demo import DEMO_SCRIPT, ScriptedProposer
-from ._device import REGISTER_COUNT, Device, RegisterFile
+from ._device import Device, RegisterFile
 from ._errors import AuditError, PolicyError, RegdevError, SchemaError
 from ._gate import Gate
 from ._loop import Step, run_loop
-from ._observation import Observation
 from ._parse import DIALECTS
 from ._policy import Policy, Session
 from ._providers import PROVIDER_FORMATS, tool_definitions
 from ._replay import ReplayFileError, load_replay, run_replay
 from ._serial import MAX_BAUDRATE, SerialDevice
-from ._tools import REGISTER_TOOLS, Tool, ToolSet
+from ._shell import SHELL_TOOLS, describe, format_registers, run_shell
+from ._tools import REGISTER_TOOLS, ToolSet
+from ._version import __version__
 
 __all__ = ["main"]
 
@@ -46,29 +50,6 @@ class UsageError(Exception):
 
 def _json_line(value: Any, out: TextIO) -> None:
     out.write(msgspec.json.encode(value).decode() + "\n")
-
-
-def format_registers(values: Sequence[int]) -> str:
-    """The 16 registers as a two-row table of hex bytes."""
-    lines = []
-    for start in range(0, REGISTER_COUNT, 8):
-        row = range(start, start + 8)
-        lines.append("  addr " + " ".join(f"{a:>4}" for a in row))
-        lines.append("  data " + " ".join(f"0x{values[a]:02x}" for a in row))
-    return "\n".join(lines)
-
-
-def _describe(observation: Observation) -> str:
-    replayed = "; replayed (not executed now)" if observation.replay else ""
-    if observation.ok:
-        result = observation.result or {}
-        if set(result) == {"addr", "data"}:
-            return (f"accepted  {observation.tool}: register {result['addr']} = "
-                    f"0x{result['data']:02x} ({result['data']}){replayed}")
-        return f"accepted  {observation.tool}: {msgspec.json.encode(result).decode()}{replayed}"
-    retry = "retryable" if observation.refusal and observation.refusal.retryable else "final"
-    return (f"refused   {observation.stage}/{observation.code} ({retry}): "
-            f"{observation.message}{replayed}")
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -101,7 +82,7 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -
         label = f"step {index}" + (" (retry)" if step.retry else "")
         out.write(f"{label:<16}model: {notes[index - 1]}\n")
         out.write(f"{'':<16}sends {step.raw!s}\n")
-        out.write(f"{'':<16}{_describe(step.observation)}\n\n")
+        out.write(f"{'':<16}{describe(step.observation)}\n\n")
 
     result = run_loop(proposer, gate, on_step=show, session=session)
     registers = _device_call(args, gate.device.snapshot)
@@ -120,10 +101,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         records = load_replay(args.file)
     except ReplayFileError as error:
         raise UsageError(str(error)) from None
-    try:
-        Gate().check_options(args.dialect, args.tool_choice)  # before a port is opened
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    _check_tool_choice(args.tool_choice, REGISTER_TOOLS)  # before a port is opened
     with contextlib.closing(_port_device(args)) as device:
         if args.reset:
             _device_call(args, device.reset)
@@ -145,7 +123,7 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
             _json_line(outcome.to_dict(), out)
             continue
         mark = {True: "met", False: "NOT MET", None: "-"}[outcome.expect_met]
-        out.write(f"line {outcome.line:>4}  {mark:<7}  {_describe(outcome.observation)}\n")
+        out.write(f"line {outcome.line:>4}  {mark:<7}  {describe(outcome.observation)}\n")
         if outcome.expect_met is False:
             want = outcome.record.expect or "ok"
             if outcome.record.result is not None:
@@ -163,17 +141,22 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
 
 
 def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
+    _check_tool_choice(args.tool_choice, REGISTER_TOOLS)
     gate, session = open_gate(args)
     with gate:
         # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
         raw = sys.stdin.buffer.read(gate.max_input_bytes + 1) if args.raw == "-" else args.raw
-        try:
-            observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice,
-                                      session=session)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+        observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice,
+                                  session=session)
     _json_line(observation.to_dict(), out)
     return 0 if observation.ok else 1
+
+
+def _check_tool_choice(tool_choice: str | None, tools: ToolSet) -> None:
+    """``--tool-choice`` must name one of ``tools`` (the gate would raise ValueError)."""
+    if tool_choice is not None and tool_choice not in tools:
+        raise UsageError(f"--tool-choice {tool_choice} is not one of the tools offered: "
+                         f"{', '.join(tools)}")
 
 
 # --- policy and audit (shared by every command that runs calls) -------------------------------
@@ -188,11 +171,13 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
                             "docs/safety.md")
     group.add_argument("--session", metavar="NAME", default="default",
                        help="run the calls as this session of the policy (default: default)")
-    group.add_argument("--audit", metavar="PATH", type=Path,
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--audit", metavar="PATH", type=Path,
                        help="record every call in this SQLite audit log (default: "
                             "$REGDEV_AUDIT, else $XDG_STATE_HOME/regdev/audit.db, i.e. "
-                            "~/.local/state/regdev/audit.db)")
-    group.add_argument("--no-audit", action="store_true",
+                            "~/.local/state/regdev/audit.db; when that default cannot be "
+                            "opened, a warning and no audit log)")
+    where.add_argument("--no-audit", action="store_true",
                        help="record nothing (idempotency keys are then ignored too)")
     group.add_argument("--durability", choices=("crash", "power-loss"), default="crash",
                        help="crash: a recorded write survives the process being killed "
@@ -207,28 +192,69 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
 
     Raises:
         UsageError: the policy file is invalid, the session is not declared, or the audit log
-            cannot be opened.
+            the user named (``--audit``, ``$REGDEV_AUDIT``) cannot be opened (the default one
+            failing is a warning on stderr, see :func:`_open_audit`).
     """
+    policy = _load_policy(args)
+    audit = None if args.no_audit else _open_audit(args)
     try:
-        policy = Policy.from_file(args.policy) if args.policy else None
+        gate = Gate(device, tools, policy=policy, audit=audit)
+        return gate, gate.session(args.session)
+    except PolicyError as error:  # the policy names a session or a tool that is not there
+        if audit is not None:
+            audit.close()
+        raise UsageError(f"{args.policy}: {error}" if args.policy else str(error)) from None
+    except BaseException:
+        if audit is not None:
+            audit.close()
+        raise
+
+
+def _load_policy(args: argparse.Namespace) -> Policy | None:
+    """The policy of ``--policy`` (None without one); ``--session`` must be declared in it.
+
+    Raises:
+        UsageError: the policy file is invalid or does not declare the session, or a session
+            other than ``default`` is asked for without a policy.
+    """
+    if args.policy is None:
+        if args.session != "default":
+            raise UsageError(f"--session {args.session} needs --policy FILE, a policy that "
+                             "declares it (without a policy the only session is default)")
+        return None
+    try:
+        policy = Policy.from_file(args.policy)
     except PolicyError as error:
         raise UsageError(str(error)) from None
     try:
-        audit = None
-        if not args.no_audit:
-            audit = AuditLog(args.audit or default_audit_path(), durability=args.durability)
-        try:
-            gate = Gate(device, tools, policy=policy, audit=audit)
-            return gate, gate.session(args.session)
-        except BaseException:
-            if audit is not None:
-                audit.close()
-            raise
-    except PolicyError as error:  # the policy names a session or a tool that is not there
-        raise UsageError(f"{args.policy}: {error}" if args.policy else str(error)) from None
+        policy.session_policy(args.session)
+    except PolicyError as error:
+        raise UsageError(f"{args.policy}: {error}") from None
+    return policy
+
+
+def _open_audit(args: argparse.Namespace) -> AuditLog | None:
+    """The audit log of ``--audit``, ``$REGDEV_AUDIT`` or the default path.
+
+    A path the user gave that cannot be opened is an error. The default path (under
+    ``$XDG_STATE_HOME`` or ``~/.local/state``) is only a convenience: when it cannot be opened
+    (a read-only or missing home, as an MCP client or a container may give), the command
+    warns in one line on stderr and runs without an audit log.
+
+    Raises:
+        UsageError: the path given with ``--audit`` or ``$REGDEV_AUDIT`` cannot be opened.
+    """
+    given = args.audit is not None or bool(os.environ.get("REGDEV_AUDIT"))
+    path = args.audit or default_audit_path()
+    try:
+        return AuditLog(path, durability=args.durability)
     except AuditError as error:
-        raise UsageError(f"{error} (choose another file with --audit PATH, or record nothing "
-                         "with --no-audit)") from None
+        if given:
+            raise UsageError(f"{error} (choose another file with --audit PATH, or record "
+                             "nothing with --no-audit)") from None
+        print(f"regdev {args.command}: warning: {error}; going on without an audit log "
+              "(--audit PATH to record one elsewhere, --no-audit to say so)", file=sys.stderr)
+        return None
 
 
 def _audit_note(gate: Gate, out: TextIO) -> None:
@@ -312,12 +338,14 @@ def _port_device(args: argparse.Namespace) -> Device:
     """The device the command runs on: the serial device at ``--port``, else in process.
 
     Raises:
-        UsageError: ``--timeout`` or ``--baud`` without ``--port``, or out of range; or the
-            port cannot be opened.
+        UsageError: ``--timeout``, ``--baud`` or ``--reset`` without ``--port``, or out of
+            range; or the port cannot be opened.
     """
     if args.port is None:
         given = [option for option, value in (("--timeout", args.timeout), ("--baud", args.baud))
                  if value is not None]
+        if getattr(args, "reset", False):  # replay's
+            given.append("--reset")
         if given:
             raise UsageError(f"{' and '.join(given)} go{'es' * (len(given) == 1)} with "
                              "--port URL (without --port the device is in process)")
@@ -343,68 +371,6 @@ def _device_call(args: argparse.Namespace, action: Any) -> Any:
         raise UsageError(f"the device{where} failed: {error}") from None
 
 
-def _shell_tool(name: str, description: str, handler: Any) -> Tool:
-    schema = {"type": "object", "properties": {}, "additionalProperties": False}
-    return Tool(name, description, schema, read_only=name != "reset_device", handler=handler)
-
-
-#: The shell's tools: the register tools, and three for engineers (never offered to models).
-SHELL_TOOLS = ToolSet([
-    *REGISTER_TOOLS.values(),
-    _shell_tool("identify_device", "The device's identity line.",
-                lambda device, _: {"identity": device.identify()}),
-    _shell_tool("dump_registers", "All 16 registers, address 0 first.",
-                lambda device, _: {"registers": device.snapshot()}),
-    _shell_tool("reset_device", "Set every register to its reset value.",
-                lambda device, _: device.reset() or {"reset": True}),
-])
-
-SHELL_HELP = """\
-commands (numbers in decimal or hex: 3, 0x1f):
-  read ADDR         read_register: one register, ADDR 0..15
-  write ADDR DATA   write_register: DATA 0..255 to register ADDR
-  dump              all 16 registers
-  identify          the device's identity line
-  reset             every register to its reset value
-  help              this text
-  quit              leave (or Ctrl-D)
-every command is a tool call through the gate; its verdict is shown as the model would see it.
-"""
-
-
-def _shell_call(words: list[str]) -> str:
-    """The canonical call for one shell line; raises UsageError for a malformed line."""
-    command, *rest = words
-    arity = {"read": ("ADDR",), "write": ("ADDR", "DATA"), "dump": (), "identify": (),
-             "reset": ()}
-    if command not in arity:
-        raise UsageError(f"unknown command `{command}`; type help")
-    names = arity[command]
-    if len(rest) != len(names):
-        raise UsageError(f"usage: {' '.join([command, *names])}")
-    values = []
-    for name, word in zip(names, rest, strict=True):
-        try:
-            values.append(int(word, 0))
-        except ValueError:
-            raise UsageError(f"{name} must be a number like 3 or 0x1f, got `{word}`") from None
-    tool = {"read": "read_register", "write": "write_register", "dump": "dump_registers",
-            "identify": "identify_device", "reset": "reset_device"}[command]
-    arguments = dict(zip(("addr", "data"), values, strict=False))
-    return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
-
-
-def _shell_show(observation: Observation) -> str:
-    result = observation.result or {}
-    if observation.ok and "registers" in result:
-        return "accepted  dump_registers\n" + format_registers(result["registers"])
-    if observation.ok and "identity" in result:
-        return f"accepted  identify_device: {result['identity']}"
-    if observation.ok and "reset" in result:
-        return "accepted  reset_device: every register holds its reset value"
-    return _describe(observation)
-
-
 def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
     interactive = sys.stdin.isatty()
     if interactive:
@@ -412,46 +378,8 @@ def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
     with contextlib.closing(_port_device(args)) as device:
         gate, session = open_gate(args, device, SHELL_TOOLS)
         with gate:
-            return _shell(args, out, gate, session, interactive)
-
-
-def _shell(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session,
-           interactive: bool) -> int:
-    where = args.port or "the in-process register file"
-    out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
-    out.write(_shell_show(gate.handle(_shell_call(["identify"]), session=session)) + "\n")
-    while True:
-        try:
-            line = input("regdev> ") if interactive else sys.stdin.readline()
-        except KeyboardInterrupt:
-            out.write("\n")
-            continue
-        except EOFError:
-            line = ""
-        if not line:
-            if interactive:
-                out.write("\n")
-            return 0
-        words = line.split()
-        if not words:
-            continue
-        if words[0] in ("quit", "exit"):
-            return 0
-        if words[0] == "help":
-            out.write(SHELL_HELP)
-            continue
-        try:
-            raw = _shell_call(words)
-        except UsageError as error:
-            out.write(f"error: {error}\n")
-            continue
-        try:
-            shown = _shell_show(gate.handle(raw, session=session))
-        except KeyboardInterrupt:  # Ctrl-C cancels the command, as at the prompt
-            shown = ("interrupted" + (" (the write or reset may or may not have happened: "
-                                      "read back)" if words[0] in ("write", "reset") else ""))
-        out.write(shown + "\n")
-        out.flush()
+            return run_shell(gate, session, out, where=args.port or "the in-process register "
+                             "file", interactive=interactive)
 
 
 def _firmware_sim_module() -> ModuleType:
@@ -469,8 +397,35 @@ def _firmware_sim_module() -> ModuleType:
     return module
 
 
+#: What each fault kind of ``--fault KIND=RATE`` does to a reply (the simulator's docstring).
+FAULT_HELP = {
+    "drop": "one byte of the reply is lost (the host sees a bad or short frame)",
+    "corrupt": "one byte of the reply is changed (the host sees a checksum or syntax error)",
+    "delay": "the reply is sent --delay SECONDS late (past the host's --timeout)",
+    "garbage": "1..20 random bytes are sent before the reply, between frames",
+    "disconnect": "the link is cut instead of replying (TCP: the socket is closed; pty: a "
+                  "new pty replaces the old one, at --link PATH)",
+    "busy": "the device answers `e BUSY` and does not run the request",
+}
+
+
 def cmd_firmware_sim(args: argparse.Namespace, out: TextIO) -> int:
-    status: int = _firmware_sim_module().main(args.args, prog="regdev firmware-sim")
+    module = _firmware_sim_module()
+    if {"-h", "--help"} & set(args.args):  # the simulator's help, with what each fault does
+        parser = module.build_parser("regdev firmware-sim")
+        parser.epilog = None
+        width = max(shutil.get_terminal_size().columns - 2, 40)  # as argparse wraps
+        out.write(parser.format_help() + "\n" + textwrap.fill(
+            "fault kinds (--fault KIND=RATE): at most one fault per reply; a request runs "
+            "before its reply is faulted (except busy), so a write whose reply is lost has "
+            "happened.", width) + "\n")
+        for kind in module.FAULT_KINDS:
+            out.write(textwrap.fill(FAULT_HELP[kind], width, initial_indent=f"  {kind:<12}",
+                                    subsequent_indent=" " * 14) + "\n")
+        out.write("\nexample: regdev firmware-sim --pty --fault drop=0.05,corrupt=0.02 "
+                  "--seed 7 -v\n")
+        return 0
+    status: int = module.main(args.args, prog="regdev firmware-sim")
     return status
 
 
@@ -493,33 +448,71 @@ def add_serial_commands(sub: Any, port_options: Any) -> None:
 
 def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
     session = None
-    if args.policy is not None or args.session != "default":
+    policy = _load_policy(args)
+    if policy is not None:
         try:
-            policy = Policy.from_file(args.policy) if args.policy else None
             with Gate(policy=policy) as gate:  # checks the session and its tools as serve does
                 session = gate.session(args.session)
-        except PolicyError as error:
-            raise UsageError(str(error)) from None
+        except PolicyError as error:  # the session names a tool that is not there
+            raise UsageError(f"{args.policy}: {error}") from None
     definitions = tool_definitions(args.format, session=session)
     out.write(msgspec.json.format(msgspec.json.encode(definitions), indent=2).decode() + "\n")
     return 0
 
 
+#: How to get the ``mcp`` extra (regdev is not on PyPI yet: from a clone).
+MCP_INSTALL = ("in a clone of regdev, scripts/serve installs it into .venv and runs the "
+               "server (or: .venv/bin/pip install -e '.[mcp]')")
+
+#: The signals that stop ``regdev serve`` as end of file does (those this platform has).
+STOP_SIGNALS = tuple(signal.Signals[name] for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+class _Stopped(KeyboardInterrupt):
+    """A stop signal before ``regdev serve`` serves (a KeyboardInterrupt, so that nothing
+    in between, the event loop included, swallows it)."""
+
+
+def _stop_now(number: int, frame: FrameType | None) -> None:
+    for each in STOP_SIGNALS:  # a second signal must not cut the audit flush short
+        if signal.getsignal(each) is _stop_now:
+            signal.signal(each, signal.SIG_IGN)
+    raise _Stopped(signal.Signals(number).name)
+
+
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        # the optional `mcp` extra, imported lazily
-        from ._mcp import STOP_SIGNALS, serve_stdio  # noqa: PLC0415
-    except ImportError as error:
-        if (error.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio"):
-            raise
-        raise UsageError(
-            "the MCP server needs the `mcp` package; install it with: "
-            "pip install 'regdev[mcp]'"
-        ) from None
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="regdev serve: %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("regdev")
     log.setLevel(args.log_level.upper())
+    # Stop signals are caught from the start: importing the SDK alone takes a second or two,
+    # and a client may give up and send SIGTERM meanwhile. One ignored when the process
+    # started stays ignored (nohup's SIGHUP). Only the main thread may set handlers.
+    caught = [number for number in STOP_SIGNALS if signal.getsignal(number) != signal.SIG_IGN
+              ] if threading.current_thread() is threading.main_thread() else []
+    previous = {number: signal.signal(number, _stop_now) for number in caught}
+    try:
+        _serve(args, log, caught)
+    except KeyboardInterrupt as stop:  # a stop signal, or Ctrl-C where the loop cannot catch it
+        if isinstance(stop, _Stopped):
+            log.info("stopping on %s", stop)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    log.info("stopped")
+    return 0
+
+
+def _serve(args: argparse.Namespace, log: logging.Logger,
+           stop_signals: list[signal.Signals]) -> None:
+    try:
+        # the optional `mcp` extra, imported lazily
+        from ._mcp import serve_stdio  # noqa: PLC0415
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in ("mcp", "anyio"):
+            raise
+        raise UsageError(f"the MCP server needs the `mcp` package: {MCP_INSTALL}") from None
     with contextlib.closing(_port_device(args)) as device:
         identity = _device_call(args, device.identify)  # a silent device fails here, at once
         gate, session = open_gate(args, device)
@@ -528,14 +521,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
                      ", ".join(t for t in gate.tools if session.offers(t)), identity,
                      session.name,
                      gate.audit.path if gate.audit is not None else "off")
-            # SIGINT, SIGTERM and SIGHUP end serve_stdio; where the event loop cannot handle
-            # signals (Windows), Ctrl-C raises KeyboardInterrupt instead
-            with contextlib.suppress(KeyboardInterrupt):
-                serve_stdio(gate, session)
-            for number in STOP_SIGNALS:  # a second signal must not cut the audit flush short
+            serve_stdio(gate, session, stop_signals=stop_signals)
+            for number in stop_signals:  # a second signal must not cut the audit flush short
                 signal.signal(number, signal.SIG_IGN)
-    log.info("stopped")
-    return 0
 
 
 def _load_tools(path: str | None) -> ToolSet:
@@ -648,8 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one JSON object per line, then {\"registers\": [16 ints]}")
     port_options(replay)
     replay.add_argument("--reset", action="store_true",
-                        help="reset the device before the replay (a fresh in-process device "
-                             "needs none)")
+                        help="with --port: reset the device before the replay (without "
+                             "--port the device is a fresh in-process one)")
     add_gate_options(replay)
     replay.set_defaults(func=cmd_replay)
 
@@ -690,8 +678,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "and message. tools/list lists the tools the session is offered. stdout "
                     "carries protocol messages only; logs go to stderr. Ends when the client "
                     "closes stdin, or on SIGINT (Ctrl-C), SIGTERM or SIGHUP, with exit status "
-                    "0 and every call recorded. Needs the mcp extra: "
-                    "pip install 'regdev[mcp]'.")
+                    "0 and every call recorded. An MCP client starts it with a minimal "
+                    "environment (no $REGDEV_AUDIT): name the audit log with --audit PATH in "
+                    "the client's config. Needs the mcp extra: scripts/serve, in a clone, "
+                    "sets it up and runs this command (see README.md).")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        default="info",
                        help="regdev's log level on stderr (default: info; debug logs "
@@ -750,8 +740,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "unknown tool, unknown argument), for call objects and for raw JSON text, "
                     "with each time's ratio to regdev's in the same column. Every contender's "
                     "verdict is checked against regdev's first. Peers that are not installed "
-                    "are listed as such (pip install 'regdev[bench]'). Progress goes to "
-                    "stderr. Exit 1 if a contender disagreed with a verdict.")
+                    "are listed as such (scripts/test installs them; or, in a clone, "
+                    ".venv/bin/pip install -e '.[bench]'). Progress goes to stderr. Exit 1 if "
+                    "a contender disagreed with a verdict.")
     bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
     bench.add_argument("--quick", action="store_true",
                        help="3 short rounds (about 1 s) instead of the default (about 10 s)")

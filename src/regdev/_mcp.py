@@ -37,10 +37,13 @@ Rules of this file:
   Nothing in the reader raises: a failure costs one line an error answer, never the server.
 * Device calls run one at a time in a worker thread: a slow device never stalls the protocol
   loop, and two concurrent calls never interleave on the device.
-* SIGINT, SIGTERM and SIGHUP stop the server as end of file does: a call running on the
-  device finishes, and :func:`serve_stdio` returns so that the caller closes the gate
-  (committing the audit log). The SDK's stdio client itself sends SIGTERM to a server that
-  has not exited 2 s after it closed stdin.
+* The stop signals the caller names (``regdev serve``: SIGINT, SIGTERM and SIGHUP) stop the
+  server as end of file does: a call running on the device finishes, and
+  :func:`serve_stdio` returns so that the caller closes the gate (committing the audit
+  log). The SDK's stdio client itself sends SIGTERM to a server that has not exited 2 s
+  after it closed stdin.
+* A request sent before the handshake gets the SDK's -32602, with a message that says to
+  send ``initialize`` first (server middleware, :func:`_explain_the_handshake`).
 * stdout carries protocol messages only; logs go to stderr.
 """
 
@@ -53,6 +56,7 @@ import re
 import signal
 import threading
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, cast
@@ -61,21 +65,22 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
-import mcp_types as types
 import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
+from mcp import types
 from mcp.server import Server
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from pydantic import ValidationError
 
-from . import __version__
 from ._gate import Gate
 from ._observation import Refusal
 from ._parse import parse
 from ._policy import Session
 from ._providers import mcp_result, tool_definitions
+from ._version import __version__
 
 __all__ = [
     "ENVELOPE_BYTES",
@@ -446,13 +451,41 @@ def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
                      "ok" if observation.ok else observation.code)
         return types.CallToolResult.model_validate(mcp_result(observation))
 
-    return Server(
+    server: Server[Any] = Server(
         "regdev",
         version=__version__,
         instructions=_INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    server.middleware.append(_explain_the_handshake)
+    return server
+
+
+#: What a request sent before the handshake is told (the SDK says only "Invalid request
+#: parameters", the error it has always given there).
+NOT_INITIALIZED = ("Invalid request parameters: the session is not initialized; send "
+                   "`initialize` and then the `notifications/initialized` notification first "
+                   "(or open with `server/discover`, the 2026-07-28 protocol)")
+
+
+async def _explain_the_handshake(ctx: ServerRequestContext[Any, Any],
+                                 call_next: CallNext) -> HandlerResult:
+    """Server middleware: the SDK's refusal of a request before ``initialize`` says so.
+
+    The SDK answers such a request with -32602 "Invalid request parameters" and no data, as
+    an ``MCPError`` raised before the params are validated (a params validation failure
+    reaches middleware as a pydantic ``ValidationError`` instead). The code stays -32602.
+    """
+    try:
+        return await call_next(ctx)
+    except MCPError as error:
+        data = error.error
+        if (data.code, data.message, data.data) == (
+                types.INVALID_PARAMS, "Invalid request parameters", "") and \
+                ctx.method != "initialize":
+            raise MCPError(types.INVALID_PARAMS, NOT_INITIALIZED, "") from None
+        raise
 
 
 class _NoInput:
@@ -556,16 +589,14 @@ def _pump(fd: int, reader: MessageReader, transport: _Transport,
             anyio.from_thread.run(transport.end, token=token)
 
 
-#: The signals that stop the server as end of file does (those this platform has).
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                     if hasattr(signal, name))
-
-
-async def _stop_on_signals(scope: anyio.CancelScope, *,
+async def _stop_on_signals(scope: anyio.CancelScope, stop_signals: Collection[signal.Signals], *,
                            task_status: anyio.abc.TaskStatus[None]) -> None:
     # A signal ignored when the process started stays ignored (nohup's SIGHUP, SIGINT in a
     # shell's background job), as POSIX programs do.
-    wanted = [number for number in STOP_SIGNALS if signal.getsignal(number) != signal.SIG_IGN]
+    wanted = [number for number in stop_signals if signal.getsignal(number) != signal.SIG_IGN]
+    if not wanted:
+        task_status.started()
+        return
     with contextlib.ExitStack() as stack:
         try:
             signals = stack.enter_context(anyio.open_signal_receiver(*wanted))
@@ -579,19 +610,23 @@ async def _stop_on_signals(scope: anyio.CancelScope, *,
             return
 
 
-def serve_stdio(gate: Gate, session: Session | None = None) -> None:
+def serve_stdio(gate: Gate, session: Session | None = None, *,
+                stop_signals: Collection[signal.Signals] = ()) -> None:
     """Serve ``gate`` over MCP on this process's stdin and stdout until stdin ends.
 
-    Blocks. Returns when the client closes stdin (end of file), or on SIGINT, SIGTERM or
-    SIGHUP unless the process started with it ignored (after a call running on the device
-    has finished); the caller then closes the
-    gate, which commits the audit log. Where the event loop cannot handle signals (Windows),
-    Ctrl-C raises ``KeyboardInterrupt`` to the caller instead.
+    Blocks. Returns when the client closes stdin (end of file), or on one of
+    ``stop_signals`` that is not ignored (after a call running on the device has finished);
+    the caller then closes the gate, which commits the audit log. Where the event loop cannot
+    handle signals (Windows, or not the main thread), they are not caught here, and Ctrl-C
+    raises ``KeyboardInterrupt`` to the caller instead.
 
     Args:
         gate: the gate (and device) to serve; a line may be up to ``gate.max_input_bytes +``
             :data:`ENVELOPE_BYTES` bytes long.
         session: the session of the client's calls; the gate's default when None.
+        stop_signals: signal numbers that end the server as end of file does (``regdev
+            serve`` passes SIGINT, SIGTERM and SIGHUP); a signal ignored when the process
+            started stays ignored.
     """
     server = build_server(gate, session)
     reader = MessageReader(gate.max_input_bytes + ENVELOPE_BYTES)
@@ -613,7 +648,7 @@ def serve_stdio(gate: Gate, session: Session | None = None) -> None:
 
     async def run() -> None:
         async with anyio.create_task_group() as group:
-            await group.start(_stop_on_signals, group.cancel_scope)
+            await group.start(_stop_on_signals, group.cancel_scope, stop_signals)
             await serve()
             group.cancel_scope.cancel()
 

@@ -46,6 +46,7 @@ __all__ = [
     "ParsedCall",
     "check_dialect",
     "check_idempotency_key",
+    "load_json",
     "parse",
 ]
 
@@ -113,25 +114,27 @@ def _duplicate_key(data: bytes | str, doc: object) -> str | None:
     colon is inside a string, written as ``:`` or as the escape ``\u003a``. A repeated key
     loses an occurrence in decoding, so:
 
-    1. When the text has exactly as many colons as the document's top two levels kept keys,
-       no key repeats (the usual call: no deeper object, no colon in a string).
+    1. When the document is an object and the text has exactly as many colons as its top
+       two levels kept keys, no key repeats (the usual call: no deeper object, no colon in a
+       string).
     2. Else msgspec's compact encoding of the document (one colon per kept key at any depth,
        plus the colons inside strings, never escaped) has as many colons as the text, counting
        each ``:`` escape too, only when no key repeats.
     3. Else (a repeat, or text such as ``\u003a`` that only looks like the escape) the
        standard library's parser finds the repeated key exactly.
     """
-    if type(doc) is not dict:
-        return None  # a non-object document is refused by the shape step anyway
+    if type(doc) is not dict and type(doc) is not list:
+        return None  # a scalar holds no object
     text = data.decode("utf-8", "surrogatepass") if type(data) is bytes else data
     assert type(text) is str
     colons = text.count(":")
-    kept = len(doc)
-    for value in doc.values():
-        if type(value) is dict:
-            kept += len(value)
-    if colons == kept:
-        return None
+    if type(doc) is dict:
+        kept = len(doc)
+        for value in doc.values():
+            if type(value) is dict:
+                kept += len(value)
+        if colons == kept:
+            return None
     if "\\" in text:
         colons += text.count("\\u003a") + text.count("\\u003A")
     try:
@@ -180,6 +183,34 @@ def _decode(data: bytes | str) -> tuple[object, str | None]:
     if duplicate is not None:
         return None, _repeated(duplicate)
     return doc, None
+
+
+def load_json(data: bytes | str) -> Any:
+    """Decode a JSON file's text as strictly as the gate decodes a call.
+
+    The one loader for every JSON file regdev reads (tool definitions, policy files, each
+    line of a replay file). Its rules are the parser's (see the module docstring): a key
+    repeated in one object, NaN and Infinity, raw control characters in strings, trailing
+    data, invalid UTF-8 and nesting past about 1000 levels are refused; integers are exact
+    ``int``; a number with a fraction or an exponent is an exact ``decimal.Decimal``. Unlike a
+    call, the text may start with a UTF-8 byte order mark (an editor's), which is skipped.
+
+    Args:
+        data: the text, as UTF-8 bytes or str.
+
+    Returns:
+        The decoded document: dict, list, str, int, Decimal, bool or None.
+
+    Raises:
+        ValueError: the text is not one strict JSON document; the message says why, e.g.
+            ``key "maximum" appears twice in one object``.
+    """
+    data = data.removeprefix(b"\xef\xbb\xbf") if isinstance(data, bytes) \
+        else data.removeprefix("\ufeff")
+    doc, error = _decode(data)
+    if error is not None:
+        raise ValueError(error)
+    return doc
 
 
 def _string_id(value: object) -> str | None:

@@ -61,6 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ._device import REGISTER_COUNT
 from ._errors import PolicyError
 from ._observation import Refusal
+from ._parse import load_json
 from ._tools import Tool
 
 __all__ = [
@@ -253,8 +254,7 @@ class Policy(_Model):
             raise PolicyError(f"cannot read policy file {path}: {error}") from None
         toml = path.suffix.lower() == ".toml"
         try:
-            data = tomllib.loads(text) if toml else json.loads(
-                text, object_pairs_hook=_object_without_repeats, parse_constant=_no_constant)
+            data = tomllib.loads(text) if toml else load_json(text)
         except (tomllib.TOMLDecodeError, ValueError) as error:
             raise PolicyError(f"{path}: not valid {'TOML' if toml else 'JSON'}: {error}") \
                 from None
@@ -285,23 +285,6 @@ class Policy(_Model):
         spec = self.session_policy(name)
         return Session(name, scopes=spec.scopes, tools=spec.tools,
                        rate_limit=spec.rate_limit or self.rate_limit)
-
-
-def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's members, refusing a key given twice (``json.loads`` keeps the last)."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"the key `{key}` appears twice in one object")
-            seen.add(key)
-    return out
-
-
-def _no_constant(name: str) -> None:
-    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (RFC 8259 section 6)."""
-    raise ValueError(f"`{name}` is not a JSON number")
 
 
 def _describe(error: ValidationError) -> str:

@@ -9,7 +9,9 @@ Only ``raw`` is required. ``dialect`` overrides the default for that line; ``exp
 ``"ok"`` or a verdict code; ``result`` is the expected result object of an accepted call.
 The file is UTF-8 (a byte order mark is allowed); lines end at LF (a CR before it is
 dropped), never at the other Unicode line separators, which are legal inside JSON strings.
-Blank lines are skipped.
+Blank lines are skipped. Each line is decoded as strictly as a call
+(:func:`regdev._parse.load_json`: a repeated key, NaN or trailing data is an error), so the
+expectations a file states are the ones checked.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import msgspec
 from ._errors import RegdevError
 from ._gate import Gate
 from ._observation import Observation
-from ._parse import DIALECTS
+from ._parse import DIALECTS, load_json
 from ._policy import Session
 
 __all__ = ["ReplayFileError", "ReplayOutcome", "ReplayRecord", "load_replay", "run_replay"]
@@ -76,9 +78,6 @@ class ReplayOutcome:
         }
 
 
-_line_decoder = msgspec.json.Decoder(ReplayRecord)
-
-
 def load_replay(path: str | Path) -> list[tuple[int, ReplayRecord]]:
     """Read a replay file.
 
@@ -96,15 +95,14 @@ def load_replay(path: str | Path) -> list[tuple[int, ReplayRecord]]:
         data = Path(path).read_bytes()
     except OSError as error:
         raise ReplayFileError(f"cannot read {path}: {error.strerror or error}") from None
-    data = data.removeprefix(b"\xef\xbb\xbf")
     records = []
     for number, text in enumerate(data.split(b"\n"), start=1):
         line = text.removesuffix(b"\r")
         if not line.strip():
             continue
         try:
-            record = _line_decoder.decode(line)
-        except msgspec.DecodeError as error:
+            record = msgspec.convert(load_json(line), ReplayRecord)
+        except (ValueError, msgspec.ValidationError) as error:
             raise ReplayFileError(f"{path}:{number}: not a replay record: {error}") from None
         if record.dialect is not None and record.dialect not in DIALECTS:
             raise ReplayFileError(

@@ -10,13 +10,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
-
-import msgspec
 
 from ._device import DATA_MAX, REGISTER_COUNT, Device
 from ._errors import DeviceRefused, SchemaError
+from ._parse import load_json
 from ._schema import check_input_schema, escape_text, is_integer
 
 __all__ = [
@@ -27,8 +25,6 @@ __all__ = [
     "Tool",
     "ToolSet",
 ]
-
-_exact_decoder = msgspec.json.Decoder(float_hook=Decimal)
 
 #: A tool's implementation: ``(device, validated arguments) -> result object``.
 Handler = Callable[[Device, dict[str, Any]], dict[str, Any]]
@@ -194,17 +190,19 @@ class ToolSet(Mapping[str, Tool]):
         """Build a tool set from JSON text: an array of MCP ``tools/list`` entries, or the
         ``tools/list`` result object ``{"tools": [...]}``.
 
-        Numbers are decoded exactly (a fraction or an exponent as ``Decimal``, as the parser
-        decodes calls), so a bound of ``1.1`` means 1.1, not the float nearest to it.
+        The text is decoded as strictly as a call (:func:`regdev._parse.load_json`): a key
+        given twice in one object is an error, never "the last one wins", and numbers are
+        exact (a fraction or an exponent as ``Decimal``), so a bound of ``1.1`` means 1.1,
+        not the float nearest to it.
 
         Raises:
-            SchemaError: the text is not JSON, holds neither form, or a schema is outside the
+            SchemaError: the text is not strict JSON, holds neither form, or a schema is outside the
                 supported subset; the pointer names the place, e.g.
                 ``/tools/0/inputSchema/properties/addr/pattern``.
         """
         try:
-            document = _exact_decoder.decode(text)
-        except (msgspec.DecodeError, ValueError, RecursionError) as error:
+            document = load_json(text)
+        except ValueError as error:
             raise SchemaError(f"the tool definitions are not JSON: {error}", "") from None
         prefix = ""
         if isinstance(document, dict) and "tools" in document:

@@ -1,0 +1,190 @@
+"""``regdev shell``, and how the command line shows observations and registers as text.
+
+The shell is a prompt for engineers. Each command is a tool call through the gate, as a
+model's would be, and its verdict is shown as the model would see it. Besides the register
+tools, the shell's tool set has three for engineers, never offered to models:
+``identify_device``, ``dump_registers`` and ``reset_device``. The policy and the audit log
+treat them as any other tool (a session that is not offered one gets ``unknown-tool``).
+
+:func:`describe` and :func:`format_registers` are the text display that ``regdev demo`` and
+``regdev replay`` share with the shell.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+import msgspec
+
+from ._device import REGISTER_COUNT, Device
+from ._gate import Gate
+from ._observation import Observation
+from ._policy import Session
+from ._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
+
+__all__ = ["SHELL_HELP", "SHELL_TOOLS", "describe", "format_registers", "run_shell",
+           "shell_call"]
+
+
+def format_registers(values: Sequence[int]) -> str:
+    """The 16 registers as a table of hex bytes: an address row and a data row per 8."""
+    lines = []
+    for start in range(0, REGISTER_COUNT, 8):
+        row = range(start, start + 8)
+        lines.append("  addr " + " ".join(f"{a:>4}" for a in row))
+        lines.append("  data " + " ".join(f"0x{values[a]:02x}" for a in row))
+    return "\n".join(lines)
+
+
+def describe(observation: Observation) -> str:
+    """One observation as one line: ``accepted  TOOL: ...`` or ``refused   STAGE/CODE ...``."""
+    replayed = "; replayed (not executed now)" if observation.replay else ""
+    if observation.ok:
+        result = observation.result or {}
+        if set(result) == {"addr", "data"}:
+            return (f"accepted  {observation.tool}: register {result['addr']} = "
+                    f"0x{result['data']:02x} ({result['data']}){replayed}")
+        return f"accepted  {observation.tool}: {msgspec.json.encode(result).decode()}{replayed}"
+    retry = "retryable" if observation.refusal and observation.refusal.retryable else "final"
+    return (f"refused   {observation.stage}/{observation.code} ({retry}): "
+            f"{observation.message}{replayed}")
+
+
+def _engineer_tool(name: str, description: str, handler: Handler, *,
+                   read_only: bool = True) -> Tool:
+    schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    return Tool(name, description, schema, read_only=read_only, handler=handler)
+
+
+def _reset(device: Device, arguments: object) -> dict[str, bool]:
+    device.reset()
+    return {"reset": True}
+
+
+#: The shell's tools: the register tools, and three for engineers (never offered to models).
+SHELL_TOOLS = ToolSet([
+    *REGISTER_TOOLS.values(),
+    _engineer_tool("identify_device", "The device's identity line.",
+                   lambda device, _: {"identity": device.identify()}),
+    _engineer_tool("dump_registers", "All 16 registers, address 0 first.",
+                   lambda device, _: {"registers": device.snapshot()}),
+    _engineer_tool("reset_device", "Set every register to its reset value.", _reset,
+                   read_only=False),
+])
+
+SHELL_HELP = """\
+commands (numbers in decimal or hex: 3, 0x1f):
+  read ADDR         read_register: one register, ADDR 0..15
+  write ADDR DATA   write_register: DATA 0..255 to register ADDR
+  dump              all 16 registers
+  identify          the device's identity line
+  reset             every register to its reset value
+  help              this text
+  quit              leave (or Ctrl-D)
+every command is a tool call through the gate; its verdict is shown as the model would see it.
+"""
+
+#: command -> (the tool it calls, the names of its numeric arguments)
+_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "read": ("read_register", ("ADDR",)),
+    "write": ("write_register", ("ADDR", "DATA")),
+    "dump": ("dump_registers", ()),
+    "identify": ("identify_device", ()),
+    "reset": ("reset_device", ()),
+}
+
+
+def shell_call(words: Sequence[str]) -> str:
+    """The canonical call (JSON text) for one shell line split into words.
+
+    Raises:
+        ValueError: an unknown command, the wrong number of arguments, or an argument that is
+            not a number; the message is meant for the prompt.
+    """
+    command, *rest = words
+    if command not in _COMMANDS:
+        raise ValueError(f"unknown command `{command}`; type help")
+    tool, names = _COMMANDS[command]
+    if len(rest) != len(names):
+        raise ValueError(f"usage: {' '.join([command, *names])}")
+    values = []
+    for name, word in zip(names, rest, strict=True):
+        try:
+            values.append(int(word, 0))
+        except ValueError:
+            raise ValueError(f"{name} must be a number like 3 or 0x1f, got `{word}`") from None
+    arguments = dict(zip(("addr", "data"), values, strict=False))
+    return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
+
+
+def _show(observation: Observation) -> str:
+    result = observation.result or {}
+    if observation.ok and "registers" in result:
+        return "accepted  dump_registers\n" + format_registers(result["registers"])
+    if observation.ok and "identity" in result:
+        return f"accepted  identify_device: {result['identity']}"
+    if observation.ok and "reset" in result:
+        return "accepted  reset_device: every register holds its reset value"
+    return describe(observation)
+
+
+def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
+              interactive: bool) -> int:
+    """Read commands until ``quit`` or end of input; run each through ``gate``.
+
+    The greeting identifies the device when the session may call ``identify_device``, and
+    otherwise names the tools the session may call.
+
+    Args:
+        gate: a gate offering :data:`SHELL_TOOLS`.
+        session: the session every command runs in.
+        out: where the verdicts go.
+        where: the device's name for the greeting (a port, or the in-process register file).
+        interactive: read with ``input()`` (line editing; Ctrl-C at the prompt clears the
+            line) rather than from ``sys.stdin`` line by line.
+
+    Returns:
+        The exit status: 0.
+    """
+    out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
+    callable_ = [name for name in gate.tools
+                 if session.offers(name) and session.check_scope(gate.tools[name]) is None]
+    if "identify_device" in callable_:
+        out.write(_show(gate.handle(shell_call(["identify"]), session=session)) + "\n")
+    else:  # a greeting the session would be refused is no greeting
+        out.write(f"session {session.name} may call {', '.join(callable_) or 'no tool'}; "
+                  "other commands are refused\n")
+    while True:
+        try:
+            line = input("regdev> ") if interactive else sys.stdin.readline()
+        except KeyboardInterrupt:
+            out.write("\n")
+            continue
+        except EOFError:
+            line = ""
+        if not line:
+            if interactive:
+                out.write("\n")
+            return 0
+        words = line.split()
+        if not words:
+            continue
+        if words[0] in ("quit", "exit"):
+            return 0
+        if words[0] == "help":
+            out.write(SHELL_HELP)
+            continue
+        try:
+            raw = shell_call(words)
+        except ValueError as error:
+            out.write(f"error: {error}\n")
+            continue
+        try:
+            shown = _show(gate.handle(raw, session=session))
+        except KeyboardInterrupt:  # Ctrl-C cancels the command, as at the prompt
+            shown = ("interrupted" + (" (the write or reset may or may not have happened: "
+                                      "read back)" if words[0] in ("write", "reset") else ""))
+        out.write(shown + "\n")
+        out.flush()
