@@ -43,6 +43,7 @@ from ._compile import CompiledValidator, compile_validator
 from ._device import Device, RegisterFile, TimeoutDevice
 from ._errors import (
     AuditError,
+    DeviceBusy,
     DeviceRefused,
     DeviceTimeout,
     PolicyError,
@@ -581,20 +582,20 @@ def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
 def _device_failure(error: RegdevError) -> Refusal:
     """The execute stage's refusal for what the device backend raised (see docs/errors.md).
 
-    ``device-timeout``: the request may have reached the device, the outcome is unknown.
-    ``device-unavailable``: the port failed before the request was sent; nothing ran.
-    ``device-busy``: the device refused for now (busy, or the request was damaged on the line);
-    nothing ran. ``device-error``: the device refused for good, or answered something that is
-    not an acknowledgement of the request.
+    ``device-timeout`` (:class:`DeviceTimeout`): the request was sent, the outcome is unknown.
+    ``device-unavailable`` (:class:`TransportError`): the request was not sent; nothing ran.
+    ``device-busy`` (:class:`DeviceBusy`): not executed, and the same call may succeed later.
+    ``device-error``: the device refused for good (:class:`DeviceRefused`), or ran the request
+    and did not answer as it should (any other :class:`DeviceError`).
     """
     text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
     if isinstance(error, DeviceTimeout):
         return Refusal("execute", "device-timeout", f"the device did not answer in time: {text}")
     if isinstance(error, TransportError):
         return Refusal("execute", "device-unavailable", f"the device is unavailable: {text}")
+    if isinstance(error, DeviceBusy):
+        return Refusal("execute", "device-busy", f"the device could not take the call now: {text}")
     if isinstance(error, DeviceRefused):
-        if error.transient:
-            return Refusal("execute", "device-busy", f"the device refused for now: {text}")
         return Refusal("execute", "device-error", f"the device refused: {text}")
     return Refusal("execute", "device-error", f"the device failed: {text}")
 
@@ -602,7 +603,7 @@ def _device_failure(error: RegdevError) -> Refusal:
 #: Longest device message shown to the model, in characters (the cause comes last in it).
 _DEVICE_MESSAGE_CHARS = 200
 #: Outcomes after which the same call may run again through its idempotency key: the write
-#: may not have happened (timeout), or surely did not (not sent, refused for now).
+#: may not have happened (timeout), or surely did not (not sent, busy).
 _RETRY_KEY_CODES = frozenset({"device-timeout", "device-unavailable", "device-busy"})
 
 

@@ -15,8 +15,8 @@ Rules of this file:
   its observation is stored under the key with the SHA-256 fingerprint of the tool name and the
   validated arguments, whatever the outcome, with three exceptions that release the key so the
   retry runs: ``device-timeout``, ``device-unavailable`` and ``device-busy``
-  (``docs/safety.md`` says why). A call that never reached the device
-  (refused, or cancelled) releases the key, so the next call with it runs.
+  (``docs/safety.md`` says why). A call refused before it executed releases the key, so the
+  next call with it runs.
 * A later call with the key: the same fingerprint gets the stored observation marked as a
   replay, and nothing runs; another fingerprint is ``idempotency-conflict``; while the first
   call is still running, ``idempotency-in-progress``.

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from ._device import DATA_MAX, REGISTER_COUNT, Device
-from ._errors import DeviceRefused, SchemaError
+from ._errors import DeviceError, SchemaError
 from ._schema import check_input_schema, escape_text, is_integer
 
 __all__ = [
@@ -248,18 +248,21 @@ _DATA = {
 
 
 def _checked(value: object, what: str) -> int:
-    """A value the device answered with, refused unless it is a byte (0..255)."""
+    """A value the device answered with: a :class:`DeviceError` unless it is a byte (0..255)."""
     if type(value) is not int or not 0 <= value <= DATA_MAX:
-        raise DeviceRefused(f"the device answered {what} with {value!r}, not a byte 0..{DATA_MAX}")
+        raise DeviceError(f"the device answered {what} with {value!r}, not a byte 0..{DATA_MAX}")
     return value
 
 
 def _write(device: Device, args: dict[str, Any]) -> dict[str, Any]:
+    """Write, and count it done only when the device reports the value written; otherwise
+    the device did execute the write (the register changed), so the failure is a
+    :class:`DeviceError`, never a refusal."""
     addr, data = args["addr"], args["data"]
     stored = device.write(addr, data)
     if stored != data or type(stored) is not int:
         _checked(stored, f"write {addr}")
-        raise DeviceRefused(f"register {addr} holds {stored} after writing {data}")
+        raise DeviceError(f"register {addr} holds {stored} after writing {data}")
     return {"addr": addr, "data": stored}
 
 
