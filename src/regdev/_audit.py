@@ -281,9 +281,9 @@ class AuditRecord(msgspec.Struct, frozen=True):
             return None
         if self.ok:
             result = msgspec.json.decode(self.result) if self.result is not None else None
-            return Observation(True, self.tool, result, id=self.call_id, replay=self.replay)
+            return Observation(self.tool, result, id=self.call_id, replay=self.replay)
         refusal = Refusal(self.stage, self.code or "", self.message or "")  # type: ignore[arg-type]
-        return Observation(False, refusal=refusal, id=self.call_id, replay=self.replay)
+        return Observation(refusal=refusal, id=self.call_id, replay=self.replay)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as one JSON object: ``raw`` as text (invalid UTF-8 replaced),

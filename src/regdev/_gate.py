@@ -296,7 +296,7 @@ class Gate:
                 if end is not None:
                     if isinstance(end, Observation):  # authorize's replay of a stored one
                         return end
-                    return Observation(False, refusal=end, id=call.id)
+                    return Observation(refusal=end, id=call.id)
         except Exception:  # the gate's promise: one observation, never an exception
             return _internal_error()
         except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
@@ -304,7 +304,7 @@ class Gate:
                                                log=False))
             raise
         assert call.tool is not None and call.result is not None
-        return Observation(True, call.tool.name, call.result, id=call.id)
+        return Observation(call.tool.name, call.result, id=call.id)
 
     def _parse(self, call: _Call) -> Refusal | None:
         """Raw text to the canonical call, its correlation id and its idempotency key."""

@@ -116,8 +116,8 @@ class IdempotencyStore:
         if stored[0] != print_:
             return _conflict(slot[2])
         observation = Observation.from_dict(msgspec.json.decode(stored[1]))
-        return Observation(observation.ok, observation.tool, observation.result,
-                           observation.refusal, replay=True)
+        return Observation(observation.tool, observation.result, observation.refusal,
+                           replay=True)
 
     def complete(self, slot: Slot, print_: bytes, observation: str) -> None:
         """Store the reserved key's observation JSON (after its audit record is committed)."""
