@@ -51,7 +51,7 @@ from ._errors import (
     TransportError,
 )
 from ._idempotency import PROVIDER_DIALECTS, fingerprint
-from ._observation import Observation, Refusal
+from ._observation import PIPELINE, Observation, Refusal
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_ID_CHARS,
@@ -389,8 +389,8 @@ class Gate:
         """Reserve the call's idempotency key, or end the call: a replay or a refusal."""
         assert self.audit is not None and call.tool is not None and call.key is not None
         call.fingerprint = fingerprint(call.tool.name, call.arguments or {})
-        found = self.audit.idempotency.begin(
-            (self._key_scope, call.session.name, call.key), call.fingerprint)
+        found = self.audit.begin_key((self._key_scope, call.session.name, call.key),
+                                     call.fingerprint)
         if found is None:
             call.reserved = True
             return None
@@ -443,9 +443,10 @@ class Gate:
         durable = call.executed and tool is not None and not tool.read_only
         key_row = None
         if call.reserved and durable and _keeps_key(observation):
+            assert call.key is not None and call.fingerprint is not None
             call.stored = _stored(observation)
-            key_row = (self._key_scope, call.session.name, call.key, call.fingerprint,
-                       call.stored, call.time)
+            key_row = audit.key_row((self._key_scope, call.session.name, call.key),
+                                    call.fingerprint, call.stored, call.time)
         row = audit.row(
             time=call.time, session=call.session.name, dialect=call.dialect,
             raw=call.raw if call.raw is not None else encode_json(call.call),
@@ -477,10 +478,9 @@ class Gate:
         slot = (self._key_scope, call.session.name, call.key)
         if call.executed and _keeps_key(observation):
             assert call.fingerprint is not None
-            self.audit.idempotency.complete(slot, call.fingerprint,
-                                            call.stored or _stored(observation))
+            self.audit.complete_key(slot, call.fingerprint, call.stored or _stored(observation))
         else:
-            self.audit.idempotency.release(slot)
+            self.audit.release_key(slot)
 
     def _validators_for(self, tools: tuple[str, ...] | None
                         ) -> tuple[CompiledValidator, ReferenceValidator]:
@@ -525,14 +525,10 @@ class Gate:
         return f"Gate(device={type(self.device).__name__}, tools={list(self.tools)!r})"
 
 
-#: The stages in order, each ``stage(gate, call) -> None, or what ends the call``.
-_STAGES: tuple[tuple[str, Callable[[Gate, _Call], _End]], ...] = (
-    ("parse", Gate._parse),
-    ("validate", Gate._validate),
-    ("authorize", Gate._authorize),
-    ("execute", Gate._execute),
-    ("observe", Gate._observe),
-)
+#: The stages in order, each ``stage(gate, call) -> None, or what ends the call``: the method
+#: ``Gate._<name>`` of each name in :data:`PIPELINE`.
+_STAGES: tuple[tuple[str, Callable[[Gate, _Call], _End]], ...] = tuple(
+    (name, getattr(Gate, f"_{name}")) for name in PIPELINE)
 
 
 class _Call:

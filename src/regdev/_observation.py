@@ -12,15 +12,20 @@ stored observation of an earlier call with the same idempotency key (nothing ran
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
-__all__ = ["STAGES", "Observation", "Refusal", "Stage"]
+__all__ = ["PIPELINE", "Observation", "PipelineStage", "Refusal", "Stage"]
 
-Stage = Literal["parse", "validate", "authorize", "execute", "observe", "internal"]
-#: The stages in pipeline order; a refusal names exactly one.
-STAGES: tuple[Stage, ...] = ("parse", "validate", "authorize", "execute", "observe", "internal")
+#: The stages of the pipeline, in order. The names are spelled here only: the gate runs its
+#: methods by them (``Gate._parse`` ...), and the audit log names its columns after them
+#: (``parse_ns`` ...).
+PipelineStage = Literal["parse", "validate", "authorize", "execute", "observe"]
+#: The stage a refusal names: one of the pipeline's, or ``internal`` (a failure in regdev).
+Stage = Literal[PipelineStage, "internal"]
+#: The pipeline's stages in order, as a tuple (from :data:`PipelineStage`).
+PIPELINE: tuple[PipelineStage, ...] = get_args(PipelineStage)
 
 _NOT_RETRYABLE = frozenset(
     {"approval-denied", "read-only-register", "idempotency-conflict", "device-error",
@@ -40,7 +45,7 @@ class Refusal(msgspec.Struct, frozen=True, gc=False):
     dataclass takes about 1 us to build where a Struct takes 0.1 to 0.2 us.)
 
     Attributes:
-        stage: the stage that refused, one of :data:`STAGES`.
+        stage: the stage that refused: one of :data:`PIPELINE`, or ``internal``.
         code: the verdict code, e.g. ``"range-addr"`` (see ``docs/errors.md``).
         message: one line for the model: what was wrong and what is allowed.
     """
