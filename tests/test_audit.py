@@ -8,6 +8,7 @@ import json
 import logging
 import sqlite3
 import time
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,9 @@ from regdev import (
 )
 from regdev._audit import _COLUMNS, _SCHEMA, default_audit_path, insert_statement
 from regdev._cli import main
+from regdev._gate import _STAGES
+from regdev._idempotency import KeyRow
+from regdev._observation import PIPELINE, Stage
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
 READ = '{"tool": "read_register", "arguments": {"addr": 3}}'
@@ -62,6 +66,22 @@ def test_accepted_write_record_has_every_field(db: Path) -> None:
     timings = (record.parse_ns, record.validate_ns, record.authorize_ns, record.execute_ns,
                record.observe_ns)
     assert all(type(t) is int and t >= 0 for t in timings), timings
+    assert record.timings == dict(zip(PIPELINE, timings, strict=True))
+
+
+def test_the_stage_names_come_from_one_tuple(db: Path) -> None:
+    """The gate's stages, the refusal stages and the audit columns all read PIPELINE."""
+    assert PIPELINE == ("parse", "validate", "authorize", "execute", "observe")
+    assert typing.get_args(Stage) == (*PIPELINE, "internal")
+    assert [name for name, _ in _STAGES] == list(PIPELINE)
+    assert AuditRecord.__struct_fields__ == ("id", *_COLUMNS)
+    assert _COLUMNS[-len(PIPELINE):] == tuple(f"{stage}_ns" for stage in PIPELINE)
+    with AuditLog(db):
+        pass
+    with sqlite3.connect(db) as conn:
+        calls = [row[1] for row in conn.execute("PRAGMA table_info(calls)")]
+        keys = [row[1] for row in conn.execute("PRAGMA table_info(idempotency_keys)")]
+    assert calls == ["id", *_COLUMNS] and keys == list(KeyRow._fields)
 
 
 def test_refusals_record_the_stage_reached(db: Path) -> None:

@@ -16,6 +16,7 @@ from regdev import (
     AuditLog,
     AuditRecord,
     Device,
+    DeviceBusy,
     DeviceError,
     DeviceRefused,
     DeviceTimeout,
@@ -197,13 +198,33 @@ DEVICE_FAILURES = [
      "the device did not answer in time: no valid reply within 0.5 s"),
     (TransportError("the write was not sent: port /dev/x failed"), "device-unavailable", True,
      "the device is unavailable: the write was not sent: port /dev/x failed"),
-    (DeviceRefused("register 1: BUSY", code="BUSY", transient=True), "device-busy", True,
-     "the device refused for now: register 1: BUSY"),
+    (DeviceBusy("register 1: BUSY", code="BUSY"), "device-busy", True,
+     "the device could not take the call now: register 1: BUSY"),
     (DeviceRefused("register 1: ADDR", code="ADDR"), "device-error", False,
      "the device refused: register 1: ADDR"),
     (DeviceError("acknowledged 0x02, not 0x01"), "device-error", False,
      "the device failed: acknowledged 0x02, not 0x01"),
 ]
+
+
+class OtherValueDevice(RegisterFile):
+    """A register file that stores the low nibble of what is written (a stuck bus line)."""
+
+    def write(self, addr: int, data: int) -> int:
+        return super().write(addr, data & 0x0F)
+
+
+def test_a_write_that_stored_another_value_failed_it_was_not_refused(tmp_path: Path) -> None:
+    """The register changed, so the write executed: device-error "failed", its key kept."""
+    device = OtherValueDevice()
+    raw = ('{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, '
+           '"idempotency_key": "k"}')
+    with Gate(device, audit=AuditLog(tmp_path / "audit.db")) as gate:
+        first, again = gate.handle(raw), gate.handle(raw)
+    assert (first.stage, first.code, first.message) == (
+        "execute", "device-error", "the device failed: register 3 holds 15 after writing 255")
+    assert (again.code, again.replay) == ("device-error", True)
+    assert device.snapshot()[3] == 15 and device.write_count == 1
 
 
 @pytest.mark.parametrize(("error", "code", "retryable", "message"), DEVICE_FAILURES)

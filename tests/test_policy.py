@@ -19,6 +19,7 @@ from regdev import (
     ApprovalRequest,
     AuditLog,
     Gate,
+    Observation,
     Policy,
     PolicyError,
     RateLimit,
@@ -474,24 +475,33 @@ class StuckDevice(RegisterFile):
 
     def __init__(self) -> None:
         super().__init__()
+        self.entered = threading.Event()
         self.release = threading.Event()
 
     def write(self, addr: int, data: int) -> int:
+        self.entered.set()
         self.release.wait(10)
         return super().write(addr, data)
 
 
 def test_timeout_reports_a_hung_write_as_a_timeout_never_a_success() -> None:
-    """A hung write is device-timeout; the call queued behind it is cancelled, not run."""
+    """A hung write is device-timeout; a call queued behind it is device-busy and never runs."""
     device = StuckDevice()
-    gate = Gate(device, timeout=0.05)
+    gate = Gate(device, timeout=1.0)
     threads_before = threading.active_count()
-    first = gate.handle(write(1, 11))
+    got: list[Observation] = []
+    hung = threading.Thread(target=lambda: got.append(gate.handle(write(1, 11))))
+    hung.start()
+    assert device.entered.wait(10)  # the first write is running on the device, and stuck
     queued = gate.handle(write(2, 22))
+    hung.join(10)
+    first = got[0]
     assert (first.ok, first.stage, first.code) == (False, "execute", "device-timeout")
     assert "may still be applied: read the register back" in (first.message or "")
-    assert (queued.code, "was cancelled and not applied" in (queued.message or "")) == (
-        "device-timeout", True)
+    assert (queued.stage, queued.code, queued.message) == (
+        "execute", "device-busy", "the device could not take the call now: the device was busy "
+        "for 1 s with an earlier call; this call was cancelled and not applied")
+    assert queued.refusal is not None and queued.refusal.retryable
     device.release.set()
     assert gate.handle(read(1)).result == {"addr": 1, "data": 11}  # the first one did finish
     assert device.snapshot()[2] == 0 and device.write_count == 1

@@ -6,7 +6,8 @@ import regdev
 
 EXPECTED = {
     "DATA_MAX", "DIALECTS", "READ_REGISTER", "REGISTER_COUNT", "REGISTER_TOOLS",
-    "WRITE_REGISTER", "Device", "DeviceError", "DeviceRefused", "DeviceTimeout", "Gate",
+    "WRITE_REGISTER", "Device", "DeviceBusy", "DeviceError", "DeviceRefused", "DeviceTimeout",
+    "Gate",
     "LocalProtocolError", "LoopResult", "Observation", "ParsedCall", "ProtocolError",
     "ReferenceValidator", "Refusal", "RegdevError", "RegisterFile", "RegisterRangeError",
     "RemoteProtocolError", "ReplyLost", "SchemaError", "ScriptedProposer", "SerialDevice",

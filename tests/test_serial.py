@@ -20,6 +20,7 @@ import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import CountingFirmware, rfc2217_server, sim_process, sim_thread
 from regdev import (
+    DeviceBusy,
     DeviceError,
     DeviceRefused,
     DeviceTimeout,
@@ -201,6 +202,28 @@ def test_disconnect_after_the_write_was_sent_is_an_unknown_outcome() -> None:
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize(("operation", "what"), [("read", "read"), ("snapshot", "dump")])
+def test_a_sent_read_stays_unknown_when_its_retry_cannot_be_sent(operation: str,
+                                                                 what: str) -> None:
+    """Sent, the link cut, then the retry's synchronising identify cut too: ReplyLost (the
+    first attempt's outcome is unknown), never TransportError "the dump was not sent"."""
+    firmware = CountingFirmware()
+    # Replies: 1 the first synchronising identify (clean); 2 the request's, 3 the retry's
+    # identify: both cut the link.
+    faults = sim.Faults({"disconnect": 1.0}, after=1, count=2)
+    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=PATIENT,
+                                                           retries=1) as device:
+        device.identify()
+        with pytest.raises(ReplyLost) as info:
+            getattr(device, operation)(*((3,) if operation == "read" else ()))
+    message = str(info.value)
+    assert message.startswith(f"port {url} failed after the {what} was sent: socket "
+                              f"disconnected; the retry failed: the {what} was not sent: "), message
+    assert message.endswith(" s in all)") and "(2 attempts, " in message
+    assert firmware.executed == {"I": 2, what[0].upper(): 1}
+
+
+@pytest.mark.timeout(30)
 def test_disconnect_is_a_timeout_observation_over_tcp() -> None:
     """Through the gate, the cut link after a write is device-timeout, not a refusal."""
     args = ["--tcp", "127.0.0.1:0", "--fault", "disconnect=1", "--fault-after", "1",
@@ -330,7 +353,7 @@ def test_a_read_is_sent_again_after_a_lost_reply() -> None:
 def test_failure_after_retries_says_the_real_time_spent() -> None:
     """A read that fails on every attempt says how many and how long they took in all."""
     with SerialDevice("loop://", timeout=0.05, retries=2) as device, pytest.raises(
-            DeviceTimeout) as info:
+            TransportError) as info:
         device.read(1)
     message = str(info.value)
     assert re.fullmatch(r"the read was not sent: no valid reply within 0\.05 s to the identify "
@@ -425,7 +448,7 @@ def test_write_acknowledged_with_another_value_is_an_error() -> None:
 
 @pytest.mark.timeout(20)
 def test_device_refusal_is_typed_and_not_retried() -> None:
-    """An `e ADDR` answer is DeviceRefused with its code, not transient, sent once with retries."""
+    """An `e ADDR` answer is DeviceRefused with its code, and sent once despite retries."""
 
     class Refusing(CountingFirmware):
         def answer(self, request: wire.Request) -> wire.Reply:
@@ -436,17 +459,17 @@ def test_device_refusal_is_typed_and_not_retried() -> None:
     with sim_thread(firmware) as url, SerialDevice(url, retries=3) as device:
         with pytest.raises(DeviceRefused, match=r"^no such register address \(ADDR\)$") as info:
             device.read(9)
-        assert (info.value.code, info.value.transient) == ("ADDR", False)
+        assert info.value.code == "ADDR" and not isinstance(info.value, DeviceBusy)
     assert firmware.executed["R"] == 1
 
 
 @pytest.mark.timeout(20)
-def test_busy_is_a_transient_refusal() -> None:
-    """`e BUSY` to a write is DeviceRefused with transient=True: not executed, worth retrying."""
+def test_busy_is_device_busy() -> None:
+    """`e BUSY` to a write is DeviceBusy, not a refusal: not executed, worth sending again."""
     with faulted("busy", after=1) as (firmware, device):
-        with pytest.raises(DeviceRefused) as info:
+        with pytest.raises(DeviceBusy) as info:
             device.write(4, 4)
-        assert (info.value.code, info.value.transient) == ("BUSY", True)
+        assert info.value.code == "BUSY" and not isinstance(info.value, DeviceRefused)
         assert str(info.value) == "the device is busy; the request was not executed (BUSY)"
         assert device.read(4) == 0
     assert firmware.executed["W"] == 0
@@ -466,11 +489,14 @@ def test_out_of_range_access_never_reaches_the_line() -> None:
 def test_an_echoing_line_never_gets_past_synchronising() -> None:
     """On loop:// the host hears its own identify: dropped as an echo, and nothing else sent."""
     with SerialDevice("loop://", timeout=0.05, retries=1) as device:
-        with pytest.raises(DeviceTimeout, match=r"^the write was not sent: no valid reply within "
+        with pytest.raises(TransportError, match=r"^the write was not sent: no valid reply within "
                                                 r"0\.05 s to the identify that synchronises the "
                                                 r"line \(1 bad frame dropped\)$"):
             device.write(1, 1)
         assert device.timeouts == 1 and device.bad_frames == 1
+        obs = call(Gate(device), "write_register", addr=1, data=1)
+        assert (obs["code"], obs["retryable"]) == ("device-unavailable", True)
+        assert obs["message"].startswith("the device is unavailable: the write was not sent")
 
 
 def closed_tcp_port() -> int:

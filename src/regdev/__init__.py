@@ -24,6 +24,7 @@ from ._demo import ScriptedProposer
 from ._device import DATA_MAX, REGISTER_COUNT, Device, RegisterFile, TimeoutDevice
 from ._errors import (
     AuditError,
+    DeviceBusy,
     DeviceError,
     DeviceRefused,
     DeviceTimeout,
@@ -69,6 +70,7 @@ __all__ = [
     "AuditRecord",
     "CompiledValidator",
     "Device",
+    "DeviceBusy",
     "DeviceError",
     "DeviceRefused",
     "DeviceTimeout",

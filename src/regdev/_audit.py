@@ -48,13 +48,12 @@ from typing import Any, Literal
 import msgspec
 
 from ._errors import AuditError
-from ._idempotency import INSERT_KEY, KEYS_SCHEMA, IdempotencyStore
-from ._observation import Observation, Refusal
+from ._idempotency import INSERT_KEY, KEYS_SCHEMA, IdempotencyStore, KeyRow, Slot
+from ._observation import PIPELINE, Observation, Refusal
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
     "DEFAULT_MAX_RAW_BYTES",
-    "STAGE_NAMES",
     "AuditLog",
     "AuditRecord",
     "Durability",
@@ -72,8 +71,6 @@ DEFAULT_FLUSH_INTERVAL = 0.05
 DEFAULT_MAX_RAW_BYTES = 4096
 #: Records waiting to be committed beyond which an appending caller commits them itself.
 MAX_PENDING = 4096
-#: The stages whose time a record keeps, in order (the ``<stage>_ns`` columns).
-STAGE_NAMES = ("parse", "validate", "authorize", "execute", "observe")
 
 Durability = Literal["crash", "power-loss"]
 _SYNCHRONOUS: dict[str, str] = {"crash": "NORMAL", "power-loss": "FULL"}
@@ -89,6 +86,9 @@ CREATE TRIGGER idempotency_keys_v1_append_only_delete BEFORE DELETE ON idempoten
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 """
 
+#: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
+_STAGE_TIMES = tuple(f"{stage}_ns" for stage in PIPELINE)
+_STAGE_COLUMNS = ",\n".join(f"    {name} INTEGER" for name in _STAGE_TIMES)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     id              INTEGER PRIMARY KEY,  -- append order
@@ -111,11 +111,8 @@ CREATE TABLE IF NOT EXISTS calls (
     call_id         TEXT,                 -- the correlation id echoed in the observation
     idempotency_key TEXT,
     replay          INTEGER NOT NULL,     -- 1 when a stored observation was returned
-    parse_ns        INTEGER,              -- time spent in each stage, nanoseconds
-    validate_ns     INTEGER,
-    authorize_ns    INTEGER,
-    execute_ns      INTEGER,
-    observe_ns      INTEGER
+    -- then <stage>_ns INTEGER for each stage of the pipeline: the time spent in it, ns
+""" + _STAGE_COLUMNS + """
 );
 CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -126,10 +123,11 @@ CREATE TRIGGER IF NOT EXISTS calls_append_only_delete BEFORE DELETE ON calls
 _COLUMNS = (
     "time", "event", "session", "dialect", "loop_id", "step", "raw", "raw_bytes", "raw_sha256",
     "ok", "stage", "code", "message", "tool", "arguments", "result", "call_id",
-    "idempotency_key", "replay", "parse_ns", "validate_ns", "authorize_ns", "execute_ns",
-    "observe_ns",
+    "idempotency_key", "replay", *_STAGE_TIMES,
 )
 _INSERT_INTO = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
+#: A record's stage times when it has none (a loop's stop).
+_NO_TIMES = (None,) * len(_STAGE_TIMES)
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
@@ -178,7 +176,7 @@ class _Pending:
 
     __slots__ = ("key_row", "outcome", "row")
 
-    def __init__(self, row: Row, key_row: tuple[Any, ...] | None) -> None:
+    def __init__(self, row: Row, key_row: KeyRow | None) -> None:
         self.row = row
         self.key_row = key_row
         self.outcome: object = None
@@ -275,15 +273,22 @@ class AuditRecord(msgspec.Struct, frozen=True):
     execute_ns: int | None
     observe_ns: int | None
 
+    @property
+    def timings(self) -> dict[str, int]:
+        """Nanoseconds spent in each stage the call reached, by stage name, in pipeline order
+        (``{"parse": 5200, "validate": 1100, ...}``); empty for a stop."""
+        times = (getattr(self, name) for name in _STAGE_TIMES)
+        return {stage: ns for stage, ns in zip(PIPELINE, times, strict=True) if ns is not None}
+
     def observation(self) -> Observation | None:
         """The observation the caller got (None for a stop record)."""
         if self.event != "call":
             return None
         if self.ok:
             result = msgspec.json.decode(self.result) if self.result is not None else None
-            return Observation(True, self.tool, result, id=self.call_id, replay=self.replay)
+            return Observation(self.tool, result, id=self.call_id, replay=self.replay)
         refusal = Refusal(self.stage, self.code or "", self.message or "")  # type: ignore[arg-type]
-        return Observation(False, refusal=refusal, id=self.call_id, replay=self.replay)
+        return Observation(refusal=refusal, id=self.call_id, replay=self.replay)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as one JSON object: ``raw`` as text (invalid UTF-8 replaced),
@@ -409,7 +414,8 @@ class AuditLog:
             loop_id: the loop, if any.
             step: the step in the loop.
             idempotency_key: the call's key, if any.
-            timings: nanoseconds spent in each stage reached, by name (:data:`STAGE_NAMES`).
+            timings: nanoseconds spent in each stage reached, by stage name (one of
+                :data:`~regdev._observation.PIPELINE`).
         """
         kept = raw_size = raw_sha = None
         if raw is not None:
@@ -425,12 +431,10 @@ class AuditLog:
             result = encode_json(observation.result)
         else:
             stage, code, message, result = refusal.stage, refusal.code, refusal.message, None
-        get = (timings or {}).get
         return (time, "call", session, dialect, loop_id, step, kept, raw_size, raw_sha,
-                1 if observation.ok else 0, stage, code, message, tool, arguments, result,
+                0 if refusal else 1, stage, code, message, tool, arguments, result,
                 observation.id, idempotency_key, 1 if observation.replay else 0,
-                get("parse"), get("validate"), get("authorize"), get("execute"),
-                get("observe"))
+                *map((timings or {}).get, PIPELINE))
 
     @staticmethod
     def stop_row(*, time: float, session: str, loop_id: str, stop: str, detail: str,
@@ -439,16 +443,15 @@ class AuditLog:
         ``message``, the number of steps in ``step``; ``ok`` when the loop stopped ``done``."""
         return (time, "stop", session, None, loop_id, steps, None, None, None,
                 1 if stop == "done" else 0, None, stop, detail, None, None, None, None, None, 0,
-                None, None, None, None, None)
+                *_NO_TIMES)
 
-    def append(self, row: Row, key_row: tuple[Any, ...] | None = None, *,
+    def append(self, row: Row, key_row: KeyRow | None = None, *,
                durable: bool = False) -> None:
         """Append one record; with ``durable``, return only once it is committed.
 
         Args:
             row: the record, from :meth:`row`.
-            key_row: an idempotency key to store in the same transaction, as
-                ``(device, session, key, fingerprint, observation JSON, time)``.
+            key_row: an idempotency key to store in the same transaction.
             durable: commit before returning (with every record pending before it).
 
         Raises:
@@ -469,6 +472,28 @@ class AuditLog:
         if durable and pending.outcome is not True:
             raise AuditError(f"could not commit to the audit database {self.path}: "
                              f"{pending.outcome}", str(pending.outcome))
+
+    # --- idempotency keys (see ``_idempotency.py``) -----------------------------------------
+
+    def begin_key(self, slot: Slot, print_: bytes) -> Observation | Refusal | None:
+        """Look up the key in ``slot`` for a call with fingerprint ``print_``, reserving it
+        when new: None (reserved: store it with :meth:`key_row` and :meth:`complete_key`, or
+        :meth:`release_key` it), the stored observation marked as a replay, or a refusal
+        (``idempotency-conflict``, ``idempotency-in-progress``)."""
+        return self.idempotency.begin(slot, print_)
+
+    def key_row(self, slot: Slot, print_: bytes, observation: str, time: float) -> KeyRow:
+        """The row that stores the key reserved in ``slot``, for :meth:`append`."""
+        device, session, key = slot
+        return KeyRow(device, session, key, print_, observation, time)
+
+    def complete_key(self, slot: Slot, print_: bytes, observation: str) -> None:
+        """Keep the reserved key's observation JSON in memory (once its row is committed)."""
+        self.idempotency.complete(slot, print_, observation)
+
+    def release_key(self, slot: Slot) -> None:
+        """Free a reserved key whose call did not run: the next call with it runs."""
+        self.idempotency.release(slot)
 
     def _commit(self) -> object:
         """Commit every pending record in one transaction; call with the commit lock held.

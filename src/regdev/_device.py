@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._errors import DeviceTimeout, RegisterRangeError
+from ._errors import DeviceBusy, DeviceTimeout, RegisterRangeError
 
 __all__ = ["DATA_MAX", "REGISTER_COUNT", "Device", "RegisterFile", "TimeoutDevice",
            "check_access", "check_timeout"]
@@ -191,13 +191,15 @@ class TimeoutDevice(Device):
 
     This is the gate's ``timeout`` (see :class:`~regdev.Gate`). One worker thread runs the
     wrapped device's calls one at a time, in order. A caller that has waited ``timeout``
-    seconds gets :class:`~regdev.DeviceTimeout`:
+    seconds gets:
 
-    * if its call had not started (the device was busy with an earlier one), the call is
-      cancelled and never runs: nothing was applied;
-    * if it had started, it cannot be stopped (Python cannot interrupt a blocked call): it runs
-      to its end in the worker and its result is dropped, so a write may or may not be
-      applied. The caller is told so and is never told it succeeded.
+    * :class:`~regdev.DeviceBusy` if its call had not started (the device was busy with an
+      earlier one): the call is cancelled and never runs, so nothing was applied, and the
+      same call may succeed later;
+    * :class:`~regdev.DeviceTimeout` if it had started: it cannot be stopped (Python cannot
+      interrupt a blocked call), so it runs to its end in the worker and its result is
+      dropped; a write may or may not be applied. The caller is told so and is never told it
+      succeeded.
 
     So at most one thread is ever busy with a stuck call, and nothing piles up behind it: the
     calls queued behind it time out and are cancelled in turn. A backend with its own
@@ -244,8 +246,8 @@ class TimeoutDevice(Device):
                 started = job.started
                 job.cancelled = not started
             if not started:
-                raise DeviceTimeout(f"the device was busy for {self.timeout:g} s with an "
-                                    "earlier call; this call was cancelled and not applied")
+                raise DeviceBusy(f"the device was busy for {self.timeout:g} s with an earlier "
+                                 "call; this call was cancelled and not applied")
             if not job.done.is_set():
                 raise DeviceTimeout(f"the device call did not finish within {self.timeout:g} "
                                     "s; a write may still be applied: read the register back")

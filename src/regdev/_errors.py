@@ -8,20 +8,31 @@ The tree::
     ├── ProtocolError          the serial wire protocol was broken
     │   ├── LocalProtocolError     by this side (misuse of the codec)
     │   └── RemoteProtocolError    by the peer (garbage, bad checksum, over-long frame)
-    ├── TransportError         the port could not be opened, read or written, and the
-    │                          request was not sent: nothing was executed (the serial
-    │                          backend reopens the port on the next transaction)
+    ├── TransportError         the request was not sent, so nothing was executed: the port
+    │                          could not be opened, read or written, or the line could not
+    │                          be synchronised first (the serial backend reopens the port
+    │                          on the next transaction)
     ├── PolicyError            a policy (file or Python) is invalid, or names a session or
     │                          tool that does not exist (raised when the policy is loaded)
     ├── AuditError             the audit database could not be opened, read or written
     │                          (wraps ``sqlite3.Error`` and ``OSError``)
-    └── DeviceError            the device refused or failed an operation
-        ├── RegisterRangeError     address outside 0..15 or data outside 0..255
+    ├── ReplayFileError        a replay file cannot be read, or a line of it is not a replay
+    │                          record (``regdev._replay``; raised before anything runs)
+    └── DeviceError            the device failed an operation: it ran it, or may have, and
+        │                      did not answer as it should (a value other than the one
+        │                      written, not a byte); the subclasses say more
+        ├── RegisterRangeError     address outside 0..15 or data outside 0..255 (refused by
+        │                          the register file: not executed)
         ├── DeviceTimeout          the request was sent and no valid reply came within the
         │   │                      timeout: whether the device executed it is unknown
         │   └── ReplyLost          the request was sent, then the port failed before the
         │                          reply: unknown too, as after a timeout
-        └── DeviceRefused          the device answered with an error code: not executed
+        ├── DeviceBusy             not executed, and the same request may succeed later: the
+        │                          device answered BUSY (or CKSUM, SYNTAX: the request was
+        │                          damaged on the line), or the call was queued behind a hung
+        │                          one and cancelled
+        └── DeviceRefused          the device refused the request for good (an error code
+                                   such as ADDR): not executed
 
 A model's tool call never raises: the gate turns every refusal into an observation. These
 exceptions are for Python callers who use the parts directly (the register file, the schema
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 __all__ = [
     "AuditError",
+    "DeviceBusy",
     "DeviceError",
     "DeviceRefused",
     "DeviceTimeout",
@@ -120,11 +132,12 @@ class RemoteProtocolError(ProtocolError):
 
 
 class TransportError(RegdevError):
-    """The port could not be opened, read or written (wraps the backend's own exception).
+    """The request was not sent: the port could not be opened, read or written (wraps the
+    backend's own exception), or the line could not be synchronised before it.
 
-    Raised by a transaction only when its request was not sent (or not completely: a frame
-    cut short is never executed), so nothing was executed and the call may be made again.
-    A port that fails after the request went out raises :class:`ReplyLost` instead.
+    Nothing was executed (a frame cut short is never executed), so the call may be made again.
+    Once a request (or an earlier attempt of the same transaction) went out, a failure is
+    :class:`DeviceTimeout` or :class:`ReplyLost` instead, never this.
     """
 
 
@@ -147,7 +160,12 @@ class AuditError(RegdevError):
 
 
 class DeviceError(RegdevError):
-    """The device refused or failed an operation."""
+    """The device failed an operation: it ran it, or may have, and did not answer as it should.
+
+    Raised as such when the device executed the request but its answer is wrong (a write
+    acknowledged with another value than the one written, a value that is not a byte); the
+    subclasses say more about what happened to the request.
+    """
 
 
 class RegisterRangeError(DeviceError, ValueError):
@@ -155,11 +173,8 @@ class RegisterRangeError(DeviceError, ValueError):
 
 
 class DeviceTimeout(DeviceError):
-    """No valid reply within the transaction timeout (seconds): the outcome is unknown.
-
-    The request was sent (or, when the message says so, held back because the line could not
-    be synchronised first); a write or reset may or may not have been executed.
-    """
+    """The request was sent and no valid reply came within the timeout (seconds): the outcome
+    is unknown, so a write or reset may or may not have been executed; read back."""
 
 
 class ReplyLost(DeviceTimeout):
@@ -170,16 +185,30 @@ class ReplyLost(DeviceTimeout):
     """
 
 
+class DeviceBusy(DeviceError):
+    """The request was not executed, and the same request may succeed later.
+
+    The device answered ``BUSY``, or ``CKSUM`` or ``SYNTAX`` (the request was damaged on the
+    line); or a :class:`~regdev.TimeoutDevice` cancelled the call while it was still queued
+    behind an earlier one that had not finished.
+
+    Attributes:
+        code: the device's error code as sent on the wire (``"BUSY"``, ``"CKSUM"``,
+            ``"SYNTAX"``); empty when the call was cancelled before reaching the device.
+    """
+
+    def __init__(self, message: str, code: str = "") -> None:
+        self.code = code
+        super().__init__(message)
+
+
 class DeviceRefused(DeviceError):
-    """The device answered with an error code instead of an acknowledgement: not executed.
+    """The device refused the request for good (sending it again will not help): not executed.
 
     Attributes:
         code: the device's error code as sent on the wire, e.g. ``"ADDR"``.
-        transient: True when the same request may succeed if sent again: the device was busy
-            (``BUSY``), or the request was damaged on the line (``CKSUM``, ``SYNTAX``).
     """
 
-    def __init__(self, message: str, code: str = "", transient: bool = False) -> None:
+    def __init__(self, message: str, code: str = "") -> None:
         self.code = code
-        self.transient = transient
         super().__init__(message)

@@ -43,6 +43,7 @@ from ._compile import CompiledValidator, compile_validator
 from ._device import Device, RegisterFile, TimeoutDevice
 from ._errors import (
     AuditError,
+    DeviceBusy,
     DeviceRefused,
     DeviceTimeout,
     PolicyError,
@@ -50,7 +51,7 @@ from ._errors import (
     TransportError,
 )
 from ._idempotency import PROVIDER_DIALECTS, fingerprint
-from ._observation import Observation, Refusal
+from ._observation import PIPELINE, Observation, Refusal
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_ID_CHARS,
@@ -295,7 +296,7 @@ class Gate:
                 if end is not None:
                     if isinstance(end, Observation):  # authorize's replay of a stored one
                         return end
-                    return Observation(False, refusal=end, id=call.id)
+                    return Observation(refusal=end, id=call.id)
         except Exception:  # the gate's promise: one observation, never an exception
             return _internal_error()
         except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
@@ -303,7 +304,7 @@ class Gate:
                                                log=False))
             raise
         assert call.tool is not None and call.result is not None
-        return Observation(True, call.tool.name, call.result, id=call.id)
+        return Observation(call.tool.name, call.result, id=call.id)
 
     def _parse(self, call: _Call) -> Refusal | None:
         """Raw text to the canonical call, its correlation id and its idempotency key."""
@@ -387,8 +388,8 @@ class Gate:
         """Reserve the call's idempotency key, or end the call: a replay or a refusal."""
         assert self.audit is not None and call.tool is not None and call.key is not None
         call.fingerprint = fingerprint(call.tool.name, call.arguments or {})
-        found = self.audit.idempotency.begin(
-            (self._key_scope, call.session.name, call.key), call.fingerprint)
+        found = self.audit.begin_key((self._key_scope, call.session.name, call.key),
+                                     call.fingerprint)
         if found is None:
             call.reserved = True
             return None
@@ -441,9 +442,10 @@ class Gate:
         durable = call.executed and tool is not None and not tool.read_only
         key_row = None
         if call.reserved and durable and _keeps_key(observation):
+            assert call.key is not None and call.fingerprint is not None
             call.stored = _stored(observation)
-            key_row = (self._key_scope, call.session.name, call.key, call.fingerprint,
-                       call.stored, call.time)
+            key_row = audit.key_row((self._key_scope, call.session.name, call.key),
+                                    call.fingerprint, call.stored, call.time)
         row = audit.row(
             time=call.time, session=call.session.name, dialect=call.dialect,
             raw=call.raw if call.raw is not None else encode_json(call.call),
@@ -475,10 +477,9 @@ class Gate:
         slot = (self._key_scope, call.session.name, call.key)
         if call.executed and _keeps_key(observation):
             assert call.fingerprint is not None
-            self.audit.idempotency.complete(slot, call.fingerprint,
-                                            call.stored or _stored(observation))
+            self.audit.complete_key(slot, call.fingerprint, call.stored or _stored(observation))
         else:
-            self.audit.idempotency.release(slot)
+            self.audit.release_key(slot)
 
     def _validators_for(self, tools: tuple[str, ...] | None
                         ) -> tuple[CompiledValidator, ReferenceValidator]:
@@ -523,14 +524,10 @@ class Gate:
         return f"Gate(device={type(self.device).__name__}, tools={list(self.tools)!r})"
 
 
-#: The stages in order, each ``stage(gate, call) -> None, or what ends the call``.
-_STAGES: tuple[tuple[str, Callable[[Gate, _Call], _End]], ...] = (
-    ("parse", Gate._parse),
-    ("validate", Gate._validate),
-    ("authorize", Gate._authorize),
-    ("execute", Gate._execute),
-    ("observe", Gate._observe),
-)
+#: The stages in order, each ``stage(gate, call) -> None, or what ends the call``: the method
+#: ``Gate._<name>`` of each name in :data:`PIPELINE`.
+_STAGES: tuple[tuple[str, Callable[[Gate, _Call], _End]], ...] = tuple(
+    (name, getattr(Gate, f"_{name}")) for name in PIPELINE)
 
 
 class _Call:
@@ -580,20 +577,20 @@ def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
 def _device_failure(error: RegdevError) -> Refusal:
     """The execute stage's refusal for what the device backend raised (see docs/errors.md).
 
-    ``device-timeout``: the request may have reached the device, the outcome is unknown.
-    ``device-unavailable``: the port failed before the request was sent; nothing ran.
-    ``device-busy``: the device refused for now (busy, or the request was damaged on the line);
-    nothing ran. ``device-error``: the device refused for good, or answered something that is
-    not an acknowledgement of the request.
+    ``device-timeout`` (:class:`DeviceTimeout`): the request was sent, the outcome is unknown.
+    ``device-unavailable`` (:class:`TransportError`): the request was not sent; nothing ran.
+    ``device-busy`` (:class:`DeviceBusy`): not executed, and the same call may succeed later.
+    ``device-error``: the device refused for good (:class:`DeviceRefused`), or ran the request
+    and did not answer as it should (any other :class:`DeviceError`).
     """
     text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
     if isinstance(error, DeviceTimeout):
         return Refusal("execute", "device-timeout", f"the device did not answer in time: {text}")
     if isinstance(error, TransportError):
         return Refusal("execute", "device-unavailable", f"the device is unavailable: {text}")
+    if isinstance(error, DeviceBusy):
+        return Refusal("execute", "device-busy", f"the device could not take the call now: {text}")
     if isinstance(error, DeviceRefused):
-        if error.transient:
-            return Refusal("execute", "device-busy", f"the device refused for now: {text}")
         return Refusal("execute", "device-error", f"the device refused: {text}")
     return Refusal("execute", "device-error", f"the device failed: {text}")
 
@@ -601,7 +598,7 @@ def _device_failure(error: RegdevError) -> Refusal:
 #: Longest device message shown to the model, in characters (the cause comes last in it).
 _DEVICE_MESSAGE_CHARS = 200
 #: Outcomes after which the same call may run again through its idempotency key: the write
-#: may not have happened (timeout), or surely did not (not sent, refused for now).
+#: may not have happened (timeout), or surely did not (not sent, busy).
 _RETRY_KEY_CODES = frozenset({"device-timeout", "device-unavailable", "device-busy"})
 
 

@@ -15,8 +15,8 @@ Rules of this file:
   its observation is stored under the key with the SHA-256 fingerprint of the tool name and the
   validated arguments, whatever the outcome, with three exceptions that release the key so the
   retry runs: ``device-timeout``, ``device-unavailable`` and ``device-busy``
-  (``docs/safety.md`` says why). A call that never reached the device
-  (refused, or cancelled) releases the key, so the next call with it runs.
+  (``docs/safety.md`` says why). A call refused before it executed releases the key, so the
+  next call with it runs.
 * A later call with the key: the same fingerprint gets the stored observation marked as a
   replay, and nothing runs; another fingerprint is ``idempotency-conflict``; while the first
   call is still running, ``idempotency-in-progress``.
@@ -31,15 +31,15 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from ._observation import Observation, Refusal
 from ._schema import escape_text
 
-__all__ = ["INSERT_KEY", "KEYS_SCHEMA", "PROVIDER_DIALECTS", "IdempotencyStore", "Slot",
-           "fingerprint"]
+__all__ = ["INSERT_KEY", "KEYS_SCHEMA", "PROVIDER_DIALECTS", "IdempotencyStore", "KeyRow",
+           "Slot", "fingerprint"]
 
 #: The table of stored keys (created by the audit database).
 KEYS_SCHEMA = """
@@ -59,8 +59,21 @@ CREATE TRIGGER IF NOT EXISTS idempotency_keys_append_only_delete
     BEFORE DELETE ON idempotency_keys
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 """
-INSERT_KEY = ("INSERT OR IGNORE INTO idempotency_keys "
-              "(device, session, key, fingerprint, observation, time) VALUES (?, ?, ?, ?, ?, ?)")
+
+
+class KeyRow(NamedTuple):
+    """One stored key as inserted: the columns of ``idempotency_keys``, in order."""
+
+    device: str
+    session: str
+    key: str
+    fingerprint: bytes
+    observation: str
+    time: float
+
+
+INSERT_KEY = (f"INSERT OR IGNORE INTO idempotency_keys ({', '.join(KeyRow._fields)}) "
+              f"VALUES ({', '.join('?' * len(KeyRow._fields))})")
 
 #: The dialects whose tool call id can be a key (``Policy.tool_call_ids_as_keys``); such a key
 #: is ``"<dialect>:<id>"``, a form an explicit key may not take.
@@ -116,8 +129,8 @@ class IdempotencyStore:
         if stored[0] != print_:
             return _conflict(slot[2])
         observation = Observation.from_dict(msgspec.json.decode(stored[1]))
-        return Observation(observation.ok, observation.tool, observation.result,
-                           observation.refusal, replay=True)
+        return Observation(observation.tool, observation.result, observation.refusal,
+                           replay=True)
 
     def complete(self, slot: Slot, print_: bytes, observation: str) -> None:
         """Store the reserved key's observation JSON (after its audit record is committed)."""

@@ -12,15 +12,20 @@ stored observation of an earlier call with the same idempotency key (nothing ran
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
-__all__ = ["STAGES", "Observation", "Refusal", "Stage"]
+__all__ = ["PIPELINE", "Observation", "PipelineStage", "Refusal", "Stage"]
 
-Stage = Literal["parse", "validate", "authorize", "execute", "observe", "internal"]
-#: The stages in pipeline order; a refusal names exactly one.
-STAGES: tuple[Stage, ...] = ("parse", "validate", "authorize", "execute", "observe", "internal")
+#: The stages of the pipeline, in order. The names are spelled here only: the gate runs its
+#: methods by them (``Gate._parse`` ...), and the audit log names its columns after them
+#: (``parse_ns`` ...).
+PipelineStage = Literal["parse", "validate", "authorize", "execute", "observe"]
+#: The stage a refusal names: one of the pipeline's, or ``internal`` (a failure in regdev).
+Stage = Literal[PipelineStage, "internal"]
+#: The pipeline's stages in order, as a tuple (from :data:`PipelineStage`).
+PIPELINE: tuple[PipelineStage, ...] = get_args(PipelineStage)
 
 _NOT_RETRYABLE = frozenset(
     {"approval-denied", "read-only-register", "idempotency-conflict", "device-error",
@@ -40,7 +45,7 @@ class Refusal(msgspec.Struct, frozen=True, gc=False):
     dataclass takes about 1 us to build where a Struct takes 0.1 to 0.2 us.)
 
     Attributes:
-        stage: the stage that refused, one of :data:`STAGES`.
+        stage: the stage that refused: one of :data:`PIPELINE`, or ``internal``.
         code: the verdict code, e.g. ``"range-addr"`` (see ``docs/errors.md``).
         message: one line for the model: what was wrong and what is allowed.
     """
@@ -58,17 +63,19 @@ class Refusal(msgspec.Struct, frozen=True, gc=False):
 class Observation(msgspec.Struct, frozen=True, gc=False):
     """The one JSON object that goes back to the model after a call.
 
+    Whether the call succeeded is not stored apart from why it failed: :attr:`ok` is
+    ``refusal is None``, so an observation can never say both (and :meth:`to_dict`, the MCP
+    ``isError`` and the audit log's ``ok`` column all read the same thing).
+
     Attributes:
-        ok: True when the call ran on the device and the device acknowledged it.
         tool: the tool that ran (on success), else None.
         result: the tool's result object (on success), e.g. ``{"addr": 3, "data": 255}``.
-        refusal: why the call was refused or failed (when ``ok`` is False).
+        refusal: why the call was refused or failed; None when it succeeded.
         id: the call's correlation id, echoed back when the call carried one.
         replay: True when this is the stored observation of an earlier call with the same
             idempotency key and arguments: the call was not executed again.
     """
 
-    ok: bool
     tool: str | None = None
     result: dict[str, Any] | None = None
     refusal: Refusal | None = None
@@ -78,12 +85,17 @@ class Observation(msgspec.Struct, frozen=True, gc=False):
     @classmethod
     def success(cls, tool: str, result: dict[str, Any], call_id: str | None = None) -> Observation:
         """An accepted call's observation."""
-        return cls(ok=True, tool=tool, result=result, id=call_id)
+        return cls(tool, result, id=call_id)
 
     @classmethod
     def refused(cls, refusal: Refusal, call_id: str | None = None) -> Observation:
         """A refused or failed call's observation."""
-        return cls(ok=False, refusal=refusal, id=call_id)
+        return cls(refusal=refusal, id=call_id)
+
+    @property
+    def ok(self) -> bool:
+        """True when the call ran on the device and the device acknowledged it: no refusal."""
+        return self.refusal is None
 
     @property
     def stage(self) -> str | None:
@@ -126,11 +138,11 @@ class Observation(msgspec.Struct, frozen=True, gc=False):
         Raises:
             KeyError, TypeError: ``value`` is not an observation object.
         """
-        refusal = None
-        if not value["ok"]:
-            refusal = Refusal(value["stage"], value["code"], value["message"])
-        return cls(ok=bool(value["ok"]), tool=value.get("tool"), result=value.get("result"),
-                   refusal=refusal, id=value.get("id"), replay=bool(value.get("replay")))
+        if value["ok"]:
+            return cls(value.get("tool"), value.get("result"), id=value.get("id"),
+                       replay=bool(value.get("replay")))
+        return cls(refusal=Refusal(value["stage"], value["code"], value["message"]),
+                   id=value.get("id"), replay=bool(value.get("replay")))
 
     def to_json(self) -> str:
         """The observation as one line of JSON text."""

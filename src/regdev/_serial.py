@@ -17,9 +17,12 @@ Rules of this file:
 * After a timeout the input is flushed and the codec's buffer dropped before the next request;
   a late reply that still arrives carries an old sequence number and is dropped as stale.
 * A failure says what happened to the request: :class:`TransportError`, it was not sent
-  (nothing ran); :class:`DeviceTimeout`, it was sent and no valid reply came, so a write may or
-  may not have run (:class:`ReplyLost` when the port failed after sending it);
-  :class:`DeviceRefused`, the device answered with an error code (not executed).
+  (the port failed, or the line could not be synchronised first: nothing ran);
+  :class:`DeviceTimeout`, it was sent and no valid reply came, so a write may or may not have
+  run (:class:`ReplyLost` when the port failed after sending it); :class:`DeviceBusy`, the
+  device answered ``BUSY``, ``CKSUM`` or ``SYNTAX`` (not executed, may succeed later);
+  :class:`DeviceRefused`, it answered another error code (not executed). Once an attempt of a
+  transaction was sent, its failure is the unknown outcome, whatever a retry then meets.
 * The port's read timeout is set once, at open, to a short poll interval, and each wait runs to
   its own deadline: pyserial reconfigures the port on every assignment to ``timeout``
   (``tcsetattr`` on POSIX, a renegotiation with sleeps over RFC 2217).
@@ -45,6 +48,7 @@ import serial
 
 from ._device import Device, check_access
 from ._errors import (
+    DeviceBusy,
     DeviceError,
     DeviceRefused,
     DeviceTimeout,
@@ -80,7 +84,8 @@ URL_FORMS = "a device path (/dev/ttyUSB0, COM3), socket://HOST:PORT or rfc2217:/
 #: far below where pyserial overflows (it passes the rate to the OS as a C int).
 MAX_BAUDRATE = 20_000_000
 
-#: What each error code in an ``e`` reply means, for the message of :class:`DeviceRefused`.
+#: What each error code in an ``e`` reply means, for the message of :class:`DeviceBusy` or
+#: :class:`DeviceRefused`.
 _REFUSALS = {
     "ADDR": "no such register address",
     "DATA": "the data value is not allowed",
@@ -88,8 +93,9 @@ _REFUSALS = {
     "SYNTAX": "the request was damaged on the line (bad syntax); it was not executed",
     "BUSY": "the device is busy; the request was not executed",
 }
-#: Refusals that say nothing about the request itself: sending it again may succeed.
-_TRANSIENT = frozenset({"CKSUM", "SYNTAX", "BUSY"})
+#: Codes that say nothing about the request itself (:class:`DeviceBusy`): sending it again
+#: may succeed. Any other code is a refusal for good (:class:`DeviceRefused`).
+_BUSY = frozenset({"CKSUM", "SYNTAX", "BUSY"})
 #: What a write or reset whose outcome is unknown asks the caller to do.
 _UNKNOWN = {
     "write": "the write may or may not have happened: read the register back",
@@ -104,6 +110,16 @@ _POLL = 0.01
 _NETWORK_SCHEMES = ("socket", "rfc2217")
 
 _R = TypeVar("_R", bound=Reply)
+
+
+class _Failed(Exception):
+    """Inside a transaction: one attempt failed. ``error`` is what the caller is told;
+    ``again`` is True when sending the request again may help (reads only)."""
+
+    def __init__(self, error: DeviceError | TransportError, *, again: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.again = again
 
 
 class _PortFailed(Exception):
@@ -207,10 +223,11 @@ class SerialDevice(Device):
         baudrate: line speed in baud, 1..:data:`MAX_BAUDRATE` (ignored by ``socket://``).
         timeout: seconds to wait for each reply, > 0 (and for a write to be taken by the
             port, where the port type supports a write timeout).
-        retries: how many more times a read (read, dump, identify) is sent after a timeout or
-            a transient refusal (``BUSY``, ``CKSUM``, ``SYNTAX``); writes and resets are never
-            sent again. A read may so wait for ``retries + 1`` replies (and one more for the
-            synchronising identify, when one is due).
+        retries: how many more times a read (read, dump, identify) is sent after a timeout, a
+            port failure after sending, a ``BUSY``, ``CKSUM`` or ``SYNTAX`` answer, or a
+            synchronising identify without a reply; writes and resets are never sent again.
+            Each attempt waits for one reply, and one more for the synchronising identify
+            when one is due.
         first_seq: sequence number of the first request, 1..255; by default a random one,
             so that a new process does not reuse the numbers of the one before it.
 
@@ -273,10 +290,14 @@ class SerialDevice(Device):
 
         Raises:
             RegisterRangeError: ``addr`` is not an int in 0..15 (nothing is sent).
-            DeviceTimeout: no valid reply within ``timeout`` seconds, on every attempt
-                (:class:`ReplyLost` when the port failed after the request was sent).
-            DeviceRefused: the device answered with an error code (``code`` attribute).
-            TransportError: the port failed before the request was sent.
+            DeviceTimeout: an attempt was sent and no valid reply came within ``timeout``
+                seconds, and no later attempt got one (:class:`ReplyLost` when the port
+                failed after the request was sent).
+            DeviceBusy: the device answered ``BUSY``, ``CKSUM`` or ``SYNTAX`` to every
+                attempt (``code`` attribute): not executed.
+            DeviceRefused: the device answered another error code (``code`` attribute).
+            TransportError: the request was not sent: the port failed first, or the line
+                could not be synchronised.
         """
         check_access(addr)
         reply = self._transact(lambda seq: ReadRequest(seq, addr), ReadReply, "read",
@@ -293,11 +314,13 @@ class SerialDevice(Device):
             DeviceTimeout: the write was sent and not acknowledged within ``timeout`` seconds:
                 it may or may not have happened; read the register back. Its subclass
                 :class:`ReplyLost`: the port failed after the write was sent (the same).
-                Unless the message says the write was not sent (the line could not be
-                synchronised first).
-            DeviceRefused: the device answered with an error code; the write did not happen.
-            DeviceError: the device acknowledged a value other than ``data``.
-            TransportError: the port failed before the write was sent; it did not happen.
+            DeviceBusy: the device answered ``BUSY``, ``CKSUM`` or ``SYNTAX``: the write did
+                not happen, and may succeed if sent again.
+            DeviceRefused: the device answered another error code; the write did not happen.
+            DeviceError: the device acknowledged a value other than ``data`` (it executed the
+                write).
+            TransportError: the write was not sent (the port failed first, or the line could
+                not be synchronised); it did not happen.
         """
         check_access(addr, data)
         reply = self._transact(lambda seq: WriteRequest(seq, addr, data), WriteReply, "write", 0)
@@ -310,7 +333,7 @@ class SerialDevice(Device):
         """Set every register to its reset value (sent once, never repeated).
 
         Raises:
-            DeviceTimeout, DeviceRefused, TransportError: as for :meth:`write`.
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`write`.
         """
         self._transact(ResetRequest, ResetReply, "reset", 0)
 
@@ -318,7 +341,7 @@ class SerialDevice(Device):
         """Return all 16 registers, address 0 first, in one transaction (``D``).
 
         Raises:
-            DeviceTimeout, DeviceRefused, TransportError: as for :meth:`read`.
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
         """
         return list(self._transact(DumpRequest, DumpReply, "dump", self.retries).values)
 
@@ -331,7 +354,7 @@ class SerialDevice(Device):
         """Return the device's identity line (1..48 ASCII characters).
 
         Raises:
-            DeviceTimeout, DeviceRefused, TransportError: as for :meth:`read`.
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
         """
         return self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries).text
 
@@ -355,32 +378,45 @@ class SerialDevice(Device):
 
     def _transact(self, make: Callable[[int], Request], expect: type[_R], what: str,
                   retries: int) -> _R:
+        """One transaction: up to ``retries + 1`` attempts, each synchronising when due.
+
+        An attempt is sent again only when that may help (no valid reply, a port that failed
+        after sending, a busy device, a synchronising identify without a reply). Once any
+        attempt was sent without a definite outcome, the transaction's failure is that unknown
+        outcome (:class:`DeviceTimeout`, :class:`ReplyLost`), whatever the later attempts met:
+        never "not sent".
+        """
         with self._lock:
             started = time.monotonic()
             attempts = 0
+            unknown: DeviceTimeout | None = None  # the last attempt sent without an outcome
             while True:
                 attempts += 1
                 try:
                     reply = self._attempt(make, what)
-                    if isinstance(reply, ErrorReply):
-                        meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
-                        raise DeviceRefused(f"{meaning} ({reply.code})", reply.code,
-                                            transient=reply.code in _TRANSIENT)
-                except (DeviceTimeout, DeviceRefused) as error:
-                    again = isinstance(error, DeviceTimeout) or error.transient
-                    if again and attempts <= retries:
+                except _Failed as failed:
+                    error, cause = failed.error, failed.__cause__
+                    if isinstance(error, DeviceTimeout):
+                        unknown = error
+                    if failed.again and attempts <= retries:
                         continue
-                    if attempts > 1:
-                        spent = time.monotonic() - started
-                        error.args = (f"{error} ({attempts} attempts, {spent:.2f} s in all)",)
-                    raise
-                assert isinstance(reply, expect)  # the codec matched the reply to the request
-                return reply
+                else:
+                    assert isinstance(reply, expect)  # the codec matched it to the request
+                    return reply
+                if unknown is not None and isinstance(error, (TransportError, DeviceBusy)):
+                    error = type(unknown)(f"{unknown}; the retry failed: {error}")
+                if attempts > 1:
+                    spent = time.monotonic() - started
+                    error.args = (f"{error} ({attempts} attempts, {spent:.2f} s in all)",)
+                raise error from cause
 
     def _attempt(self, make: Callable[[int], Request], what: str) -> Reply:
         """Synchronise when due, then send the request and return its reply.
 
         Messages put the request's fate first (the gate shows a model the first 120 characters).
+
+        Raises:
+            _Failed: the attempt failed; its ``error`` says what became of the request.
         """
         try:
             port = self._port if self._port is not None else self._reopen()
@@ -391,37 +427,43 @@ class SerialDevice(Device):
                 self._flush = False
         except TransportError as error:
             self._set_port_aside()
-            raise TransportError(f"the {what} was not sent: {error}") from error
+            raise _Failed(TransportError(f"the {what} was not sent: {error}"),
+                          again=False) from error
         # An identify is its own synchronisation: a stale identify reply taken for its answer
         # says the same, and arrives after every older reply all the same.
         if not self._synced and what != "identify":
             try:
                 self._exchange(port, IdentifyRequest(self._link.new_seq()))
             except _PortFailed as failure:
-                raise TransportError(f"the {what} was not sent: {failure} (while synchronising "
-                                     "the line)") from failure.__cause__
+                raise _Failed(TransportError(f"the {what} was not sent: {failure} (while "
+                                             "synchronising the line)"),
+                              again=False) from failure.__cause__
             except _NoReply as failure:
-                raise DeviceTimeout(
+                raise _Failed(TransportError(
                     f"the {what} was not sent: no valid reply within {self.timeout:g} s to the "
-                    f"identify that synchronises the line{failure.dropped}") from None
+                    f"identify that synchronises the line{failure.dropped}"), again=True) from None
             self._synced = True
         try:
             reply = self._exchange(port, make(self._link.new_seq()))
         except _PortFailed as failure:
             if not failure.sent:
-                raise TransportError(f"the {what} was not sent: {failure}"
-                                     ) from failure.__cause__
+                raise _Failed(TransportError(f"the {what} was not sent: {failure}"),
+                              again=False) from failure.__cause__
             cause = str(failure).partition(" failed: ")[2]
-            if what not in _UNKNOWN:
-                raise ReplyLost(f"port {self.url} failed after the {what} was sent: {cause}"
-                                ) from failure.__cause__
-            raise ReplyLost(f"{_UNKNOWN[what]}; port {self.url} failed after it was sent: "
-                            f"{cause}") from failure.__cause__
+            lost = (ReplyLost(f"{_UNKNOWN[what]}; port {self.url} failed after it was sent: "
+                              f"{cause}") if what in _UNKNOWN
+                    else ReplyLost(f"port {self.url} failed after the {what} was sent: {cause}"))
+            raise _Failed(lost, again=True) from failure.__cause__
         except _NoReply as failure:
             unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
-            raise DeviceTimeout(f"no valid reply within {self.timeout:g} s{failure.dropped}"
-                                f"{unknown}") from None
+            raise _Failed(DeviceTimeout(f"no valid reply within {self.timeout:g} s"
+                                        f"{failure.dropped}{unknown}"), again=True) from None
         self._synced = True  # any answer to a request of ours is a synchronisation
+        if isinstance(reply, ErrorReply):
+            meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
+            if reply.code in _BUSY:
+                raise _Failed(DeviceBusy(f"{meaning} ({reply.code})", reply.code), again=True)
+            raise _Failed(DeviceRefused(f"{meaning} ({reply.code})", reply.code), again=False)
         return reply
 
     def _exchange(self, port: serial.Serial, request: Request) -> Reply:

@@ -8,12 +8,13 @@ answers: a write counts only when the device reports the value written.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from ._device import DATA_MAX, REGISTER_COUNT, Device
-from ._errors import DeviceRefused, SchemaError
+from ._errors import DeviceError, SchemaError
 from ._parse import load_json
 from ._schema import check_input_schema, escape_text, is_integer
 
@@ -30,15 +31,17 @@ __all__ = [
 Handler = Callable[[Device, dict[str, Any]], dict[str, Any]]
 
 
-@dataclass(frozen=True)
 class Tool:
-    """One tool offered to models.
+    """One tool offered to models. Immutable.
 
-    Attributes:
+    Args:
         name: the tool name models call, matched exactly.
         description: what the tool does, written for a model.
         input_schema: JSON Schema of the arguments object (the supported subset; see
-            ``docs/validator.md``), in the form MCP calls ``inputSchema``.
+            ``docs/validator.md``), in the form MCP calls ``inputSchema``. A deep copy is
+            taken here: changing the object passed in, or the one :attr:`input_schema`
+            returns, changes nothing in the tool, so its validators (compiled and reference)
+            and :meth:`bind` always read the same schema.
         read_only: True when the tool never changes the device.
         idempotent: True when repeating a call with the same arguments has no further effect.
         destructive: True when a call may destroy state (e.g. overwrite a stored value) rather
@@ -53,33 +56,93 @@ class Tool:
     reassuring.
 
     Raises:
-        SchemaError: at construction, when ``input_schema`` is outside the supported subset.
+        SchemaError: ``name`` is not a non-empty string, or ``input_schema`` is outside the
+            supported subset.
     """
+
+    __slots__ = ("_bind_plan", "_schema", "description", "destructive", "handler",
+                 "idempotent", "name", "open_world", "read_only")
 
     name: str
     description: str
-    input_schema: Mapping[str, Any]
-    read_only: bool = False
-    idempotent: bool = False
-    destructive: bool = True
-    open_world: bool = True
-    handler: Handler | None = field(default=None, compare=False, repr=False)
-    #: What bind() looks at (set from ``input_schema``): the top-level property names, and
-    #: whether any property is an object schema.
-    _bind_plan: tuple[tuple[str, ...], bool] = field(init=False, repr=False, compare=False)
+    read_only: bool
+    idempotent: bool
+    destructive: bool
+    open_world: bool
+    handler: Handler | None
+    _schema: dict[str, Any]
+    #: What bind() looks at: the top-level property names, and whether any property is an
+    #: object schema.
+    _bind_plan: tuple[tuple[str, ...], bool]
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
+    def __init__(self, name: str, description: str, input_schema: Mapping[str, Any], *,
+                 read_only: bool = False, idempotent: bool = False, destructive: bool = True,
+                 open_world: bool = True, handler: Handler | None = None) -> None:
+        if not isinstance(name, str) or not name:
             raise SchemaError("a tool name must be a non-empty string", "/name")
-        check_input_schema(self.input_schema, "/inputSchema")
+        schema: dict[str, Any] = _copy_json(
+            dict(input_schema) if isinstance(input_schema, Mapping) else input_schema)
+        check_input_schema(schema, "/inputSchema")
         # What bind() looks at: the top-level properties that may hold an integer, and whether
         # any property is an object schema (then the slow walk handles nesting).
-        properties = self.input_schema.get("properties") or {}
-        object.__setattr__(self, "_bind_plan", (
-            tuple(name for name, sub in properties.items() if isinstance(sub, dict)),
-            any(isinstance(sub, dict) and ("properties" in sub or sub.get("type") == "object")
-                for sub in properties.values()),
-        ))
+        properties = schema.get("properties") or {}
+        set_ = object.__setattr__
+        for attribute, value in (
+                ("name", name), ("description", description), ("read_only", read_only),
+                ("idempotent", idempotent), ("destructive", destructive),
+                ("open_world", open_world), ("handler", handler), ("_schema", schema),
+                ("_bind_plan", (
+                    tuple(key for key, sub in properties.items() if isinstance(sub, dict)),
+                    any(isinstance(sub, dict)
+                        and ("properties" in sub or sub.get("type") == "object")
+                        for sub in properties.values())))):
+            set_(self, attribute, value)
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments object: a new deep copy on every access (changing
+        it changes nothing in the tool; read it once where it is read often)."""
+        schema: dict[str, Any] = _copy_json(self._schema)
+        return schema
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Tool is immutable: cannot set `{name}`")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Tool is immutable: cannot delete `{name}`")
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.name, self.description, self._schema, self.read_only, self.idempotent,
+                self.destructive, self.open_world)
+
+    def __eq__(self, other: object) -> bool:
+        """Tools are equal when all but their handlers are (as the register tools compare)."""
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, Tool)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.description, self.read_only, self.idempotent,
+                     self.destructive, self.open_world))
+
+    def __copy__(self) -> Tool:
+        return self  # immutable: a copy may be the tool itself, as for a tuple
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tool:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        make = functools.partial(Tool, read_only=self.read_only, idempotent=self.idempotent,
+                                 destructive=self.destructive, open_world=self.open_world,
+                                 handler=self.handler)
+        return (make, (self.name, self.description, self._schema))
+
+    def __repr__(self) -> str:
+        return (f"Tool(name={self.name!r}, description={self.description!r}, "
+                f"input_schema={self._schema!r}, read_only={self.read_only!r}, "
+                f"idempotent={self.idempotent!r}, destructive={self.destructive!r}, "
+                f"open_world={self.open_world!r})")
 
     def bind(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return validated ``arguments`` with integral values of ``integer`` properties as ``int``.
@@ -96,7 +159,7 @@ class Tool:
                     break
             else:
                 return arguments
-        return _bind(arguments, self.input_schema)
+        return _bind(arguments, self._schema)
 
     def definition(self) -> dict[str, Any]:
         """The tool in MCP ``tools/list`` form: ``{"name", "description", "inputSchema",
@@ -114,9 +177,26 @@ class Tool:
         return {
             "name": self.name,
             "description": self.description,
-            "inputSchema": copy.deepcopy(dict(self.input_schema)),
+            "inputSchema": self.input_schema,
             "annotations": annotations,
         }
+
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of a schema: new dicts and lists all the way down; strings, numbers,
+    booleans and None are immutable and shared; anything else goes through ``copy.deepcopy``
+    (and the schema check refuses it, where it is not allowed)."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _copy_json(item) for key, item in value.items()}
+    if kind is list:
+        return [_copy_json(item) for item in value]
+    if kind in _IMMUTABLE:
+        return value
+    return copy.deepcopy(value)
+
+
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), Decimal})
 
 
 def _bind(value: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -245,18 +325,21 @@ _DATA = {
 
 
 def _checked(value: object, what: str) -> int:
-    """A value the device answered with, refused unless it is a byte (0..255)."""
+    """A value the device answered with: a :class:`DeviceError` unless it is a byte (0..255)."""
     if type(value) is not int or not 0 <= value <= DATA_MAX:
-        raise DeviceRefused(f"the device answered {what} with {value!r}, not a byte 0..{DATA_MAX}")
+        raise DeviceError(f"the device answered {what} with {value!r}, not a byte 0..{DATA_MAX}")
     return value
 
 
 def _write(device: Device, args: dict[str, Any]) -> dict[str, Any]:
+    """Write, and count it done only when the device reports the value written; otherwise
+    the device did execute the write (the register changed), so the failure is a
+    :class:`DeviceError`, never a refusal."""
     addr, data = args["addr"], args["data"]
     stored = device.write(addr, data)
     if stored != data or type(stored) is not int:
         _checked(stored, f"write {addr}")
-        raise DeviceRefused(f"register {addr} holds {stored} after writing {data}")
+        raise DeviceError(f"register {addr} holds {stored} after writing {data}")
     return {"addr": addr, "data": stored}
 
 

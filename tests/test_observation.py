@@ -1,0 +1,43 @@
+"""Observations: one JSON object per call, whose success and refusal can never disagree."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from regdev import Observation, Refusal, mcp_result
+
+REFUSAL = Refusal("validate", "range-addr", "addr 16 is outside 0..15")
+
+
+def test_ok_cannot_be_given_apart_from_the_refusal() -> None:
+    """`ok` is derived: Observation(ok=False) is a TypeError, not an observation saying true."""
+    with pytest.raises(TypeError):
+        Observation(ok=False)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Observation(ok=True, refusal=REFUSAL)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "observation",
+    [Observation.success("read_register", {"addr": 3, "data": 7}),
+     Observation.refused(REFUSAL, "c1"),
+     Observation("write_register", {"addr": 3, "data": 7}, refusal=REFUSAL),
+     Observation(refusal=REFUSAL, replay=True)],
+)
+def test_every_view_of_an_observation_says_the_same(observation: Observation) -> None:
+    """.ok, to_dict(), to_json() and the MCP isError agree, whatever was constructed."""
+    failed = observation.refusal is not None
+    shown = observation.to_dict()
+    assert observation.ok is (not failed) is shown["ok"]
+    assert msgspec.json.decode(observation.to_json())["ok"] is shown["ok"]
+    result = mcp_result(observation)
+    assert result["isError"] is failed and result["structuredContent"]["ok"] is (not failed)
+    assert ("code" in shown) is failed and ("tool" in shown) is (not failed)
+
+
+def test_from_dict_rebuilds_what_to_dict_gave() -> None:
+    """A stored observation comes back equal, replay flag and id included."""
+    for observation in (Observation.success("read_register", {"addr": 1, "data": 2}, "x"),
+                        Observation(refusal=REFUSAL, id="y", replay=True)):
+        assert Observation.from_dict(observation.to_dict()) == observation

@@ -1,0 +1,77 @@
+"""The tool registry: a tool is immutable, its schema a private deep copy read the same by all."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from regdev import (
+    READ_REGISTER,
+    WRITE_REGISTER,
+    ReferenceValidator,
+    Tool,
+    ToolSet,
+    compile_validator,
+)
+
+
+def schema() -> dict[str, Any]:
+    return {"type": "object", "properties": {"addr": {"type": "integer", "minimum": 0,
+                                                      "maximum": 15}},
+            "required": ["addr"], "additionalProperties": False}
+
+
+def test_changing_a_schema_after_the_tool_was_made_changes_nothing() -> None:
+    """The dict passed in and the one input_schema returns are copies: both validators agree."""
+    given = schema()
+    tool = Tool("t", "", given)
+    tools = ToolSet([tool])
+    compiled, reference = compile_validator(tools), ReferenceValidator(tools)
+    given["properties"]["addr"]["maximum"] = 99
+    tool.input_schema["properties"]["addr"]["maximum"] = 99
+    call = {"tool": "t", "arguments": {"addr": 50}}
+    assert compiled(call) == reference(call) == "range-addr"
+    assert tool.input_schema == schema() == tool.definition()["inputSchema"]
+    assert tool.bind({"addr": 3.0}) == {"addr": 3}  # type: ignore[dict-item]
+
+
+def test_the_register_tools_share_no_schema_object() -> None:
+    """write_register and read_register declare addr from one dict; each tool has its own."""
+    write = WRITE_REGISTER.input_schema
+    write["properties"]["addr"]["maximum"] = 255
+    assert READ_REGISTER.input_schema["properties"]["addr"]["maximum"] == 15
+    assert WRITE_REGISTER.input_schema["properties"]["addr"]["maximum"] == 15
+    assert WRITE_REGISTER.input_schema is not WRITE_REGISTER.input_schema
+
+
+def test_a_tool_cannot_be_changed() -> None:
+    """Setting or deleting any attribute is an AttributeError, the schema included."""
+    tool = Tool("t", "", schema())
+    for name in ("name", "read_only", "input_schema", "handler"):
+        with pytest.raises(AttributeError):
+            setattr(tool, name, None)
+        with pytest.raises(AttributeError):
+            delattr(tool, name)
+    assert (tool.name, tool.read_only, tool.handler) == ("t", False, None)
+
+
+def test_equal_tools_compare_and_hash_equal_and_survive_copy_and_pickle() -> None:
+    """Equality ignores the handler (as before); copies and pickles give equal tools."""
+    one = Tool("t", "d", schema(), read_only=True, handler=None)
+    two = Tool("t", "d", schema(), read_only=True, handler=lambda device, args: {})
+    assert one == two and hash(one) == hash(two)
+    assert one != Tool("t", "d", schema()) and one != Tool("t", "other", schema(),
+                                                             read_only=True)
+    assert copy.deepcopy(one) is one and copy.copy(one) is one
+    assert pickle.loads(pickle.dumps(one)) == one
+    assert "input_schema={'type': 'object'" in repr(one)
+
+
+def test_a_mapping_that_is_not_a_dict_is_copied_into_one() -> None:
+    """The declared type is Mapping: any mapping is taken, as a plain dict."""
+    tool = Tool("t", "", MappingProxyType(schema()))
+    assert type(tool.input_schema) is dict and tool.input_schema == schema()
