@@ -55,16 +55,20 @@ def runnable_blocks(name: str) -> list[str]:
 
 
 def test_readme_has_runnable_python_examples() -> None:
-    """The README's provider-format example and the errors doc's key example run here."""
-    assert len(runnable_blocks("README.md")) >= 1
+    """The README's From Python and provider-format examples and the errors doc's key
+    example run here."""
+    assert len(runnable_blocks("README.md")) >= 2
     assert len(runnable_blocks("docs/errors.md")) >= 1
 
 
 @pytest.mark.parametrize(("name", "block"), [
     (name, block) for name in ("README.md", "docs/errors.md") for block in runnable_blocks(name)])
 def test_python_example_runs_and_prints_what_it_shows(
-        capsys: pytest.CaptureFixture[str], name: str, block: str) -> None:
-    """A marked block runs, and each print() prints the comment line under it."""
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str,
+        block: str) -> None:
+    """A marked block runs from the clone's root (as a reader would), and each print()
+    prints the comment line under it."""
+    monkeypatch.chdir(ROOT)
     exec(compile(block, name, "exec"), {})
     lines = [line.strip() for line in block.splitlines()]
     shown = [lines[i + 1].removeprefix("# ") for i, line in enumerate(lines[:-1])
