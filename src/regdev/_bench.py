@@ -160,10 +160,23 @@ def floor_valid(call: object) -> bool:
     if type(a) is not dict:
         return False
     name = call.get("tool")
-    if name == "write_register":
-        return len(a) == 2 and _int_in(a.get("addr"), 15) and _int_in(a.get("data"), 255)
-    if name == "read_register":
-        return len(a) == 1 and _int_in(a.get("addr"), 15)
+    try:
+        if name == "write_register":
+            addr, data = a["addr"], a["data"]
+            if len(a) != 2:
+                return False
+            if type(addr) is int and type(data) is int:  # the usual case, inline
+                return addr >= 0 and addr <= 15 and data >= 0 and data <= 255
+            return _int_in(addr, 15) and _int_in(data, 255)
+        if name == "read_register":
+            addr = a["addr"]
+            if len(a) != 1:
+                return False
+            if type(addr) is int:
+                return addr >= 0 and addr <= 15
+            return _int_in(addr, 15)
+    except KeyError:
+        return False
     return False
 
 
