@@ -762,7 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "cell (about 1-2 s); figures are rough. Not with --rounds")
     bench.add_argument("--rounds", type=int, metavar="N",
                        help="N rounds of 10 ms batches per cell, the median shown (default 25, "
-                            "about 20 s). Not with --quick")
+                            "10-20 s). Not with --quick")
     bench.set_defaults(func=cmd_bench)
     return parser
 
