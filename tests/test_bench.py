@@ -1,22 +1,42 @@
-"""regdev bench: the table's shape and every peer's verdicts (never a time)."""
+"""regdev bench: the report, every peer's verdicts and the agreement check (never a time)."""
 
 from __future__ import annotations
 
 import json
+import platform
 import sys
+from importlib import metadata
 
 import pytest
 from hypothesis import given
 
-from regdev._bench import CASES, INSTALL_HINT, floor_check, format_table, run_bench
+from regdev._bench import (
+    CASES,
+    INSTALL_HINT,
+    Contender,
+    all_agree,
+    contenders,
+    floor_valid,
+    format_ratio,
+    format_table,
+    run_bench,
+)
 from regdev._cli import main
+from regdev._parse import parse
 from regdev._validate import ReferenceValidator
-from strategies import register_calls, tool_choices
+from strategies import register_calls
 
-CALL_ROWS = ["regdev compiled", "regdev reference", "hand-written floor", "pydantic v2 strict",
-             "fastjsonschema", "jsonschema (is_valid)", "msgspec convert"]
-RAW_ROWS = ["regdev parse + compiled", "pydantic model_validate_json", "msgspec typed decoder"]
-TITLES = ["valid", "missing", "type", "range", "unknown tool", "unknown argument"]
+CALL_KEYS = ["regdev-compiled", "regdev-explain", "regdev-reference", "floor", "pydantic",
+             "fastjsonschema", "jsonschema", "msgspec-convert"]
+RAW_KEYS = ["regdev-gate", "pydantic-json", "msgspec-decode"]
+TITLES = ["write", "read", "type", "range", "missing", "extra arg", "bad tool", "long arg",
+          "padded"]
+
+
+def _accept_all(key: str, raw: bool) -> Contender:
+    """A peer that says valid to everything (so it disagrees on every refusal)."""
+    return Contender(key, f"{key} 9.9 (accepts anything)", raw=raw, on_refusal="bool",
+                     run=lambda value: None, valid=lambda value: True, version="9.9")
 
 
 def test_bench_json_has_every_row_and_column_and_all_agree(
@@ -25,31 +45,109 @@ def test_bench_json_has_every_row_and_column_and_all_agree(
     assert main(["bench", "--json", "--rounds", "1"]) == 0
     out, err = capsys.readouterr()
     result = json.loads(out)
-    assert result["cases"] == TITLES
-    assert [row["name"] for row in result["rows"]] == CALL_ROWS + RAW_ROWS
+    assert [case["title"] for case in result["cases"]] == TITLES
+    assert [row["key"] for row in result["rows"]] == CALL_KEYS + RAW_KEYS
     for row in result["rows"]:
+        expected = set(TITLES) if row["raw"] else set(TITLES) - {"padded"}
         assert row["note"] == "", row["name"]
-        assert set(row["ns"]) == set(TITLES) == set(row["agrees"])
+        assert set(row["ns"]) == expected == set(row["agrees"]) == set(row["ratio"])
         assert all(ns >= 0 for ns in row["ns"].values())
-        assert all(row["agrees"].values()), row["name"]
-    ours = next(r for r in result["rows"] if r["name"] == "regdev compiled")
-    assert set(ours["ratio"].values()) == {1.0}
+        assert all(row["agrees"].values()) and row["disagreements"] == [], row["name"]
+    for base in ("regdev-compiled", "regdev-gate"):
+        ours = next(r for r in result["rows"] if r["key"] == base)
+        assert set(ours["ratio"].values()) == {1.0}
+    assert result["environment"]["python"] == (
+        f"{platform.python_implementation()} {platform.python_version()}")
+    assert result["environment"]["machine"] == platform.machine()
     assert "round 1/1" in err
 
 
+def test_rows_name_library_version_and_api() -> None:
+    """Each peer row names its library, its installed version and the API it calls."""
+    names = {row.key: row.name for row in contenders()}
+    pydantic, msgspec = metadata.version("pydantic"), metadata.version("msgspec")
+    assert names["pydantic"] == f"pydantic {pydantic} (strict model, model_validate)"
+    assert names["pydantic-json"] == f"pydantic {pydantic} (strict model, model_validate_json)"
+    assert names["msgspec-convert"].startswith(f"msgspec {msgspec} (convert")
+    assert names["msgspec-decode"].startswith(f"msgspec {msgspec} (json.Decoder")
+    assert names["fastjsonschema"].startswith(
+        f"fastjsonschema {metadata.version('fastjsonschema')} (compile()")
+    assert names["jsonschema"].startswith(
+        f"jsonschema {metadata.version('jsonschema')} (Draft202012Validator.is_valid")
+    assert names["regdev-gate"].startswith(
+        f"regdev {metadata.version('regdev')}: parse + compiled check + explain on refusal")
+    assert names["floor"].startswith("floor: hand-written valid-or-not test")
+
+
 def test_bench_table_shape() -> None:
-    """The text table has a header, both sections, one line per contender, and the verdict."""
+    """The text report: environment, cases, both sections, ns and ratio lines per row."""
     table = format_table(run_bench(rounds=1, batch_seconds=1e-5))
     lines = table.splitlines()
-    header = next(line for line in lines if line.strip().startswith("valid"))
-    assert header.split() == ["valid", "missing", "type", "range", "unknown", "tool", "unknown",
-                              "argument"]
-    for name in CALL_ROWS + RAW_ROWS:
-        row = next(line for line in lines if line.strip().startswith(name))
-        assert row.count("x)") == len(TITLES), row
-    assert "call object (decoded JSON) -> verdict" in lines
-    assert "raw JSON text -> verdict" in lines
-    assert "every contender agreed with regdev's verdict on every input" in lines
+    assert f"CPython {platform.python_version()} on {platform.platform()}" in lines[1]
+    headers = [line.split() for line in lines if " ".join(line.split()).startswith("write read")]
+    assert headers == [["write", "read", "type", "range", "missing", "extra", "arg", "bad",
+                        "tool", "long", "arg"],
+                       ["write", "read", "type", "range", "missing", "extra", "arg", "bad",
+                        "tool", "long", "arg", "padded"]]
+    ns_lines = [line for line in lines if line.startswith("    ns per call")]
+    ratio_lines = [line for line in lines if line.startswith("    than regdev")]
+    assert len(ns_lines) == len(CALL_KEYS) + len(RAW_KEYS)
+    assert len(ratio_lines) == len(CALL_KEYS) + len(RAW_KEYS) - 2  # not the two baselines
+    for line in ratio_lines:
+        words = line.split()[2:]
+        assert len(words) in (2 * (len(TITLES) - 1), 2 * len(TITLES)), line
+        assert set(words[1::2]) <= {"slower", "faster"}, line
+    assert "decoded call object -> verdict (ratios against the first row)" in lines
+    assert "raw JSON text -> verdict (ratios against the first row)" in lines
+    assert "every contender agreed with regdev's verdict on every case" in lines
+    assert table.count("on refusal: builds the refusal message") == 3  # explain, reference, gate
+
+
+def test_disagreeing_peer_is_not_timed_and_is_named() -> None:
+    """A peer that accepts what regdev refuses gets no time and no ratio on those cases."""
+    rows = [contenders()[0], _accept_all("yes-man", raw=False),
+            _accept_all("raw-yes-man", raw=True)]
+    result = run_bench(rounds=1, batch_seconds=1e-5, rows=rows)
+    peer = result.rows[1]
+    refusals = [case.title for case in CASES if case.code is not None]
+    assert set(peer["ns"]) == set(peer["ratio"]) == {"write", "read"}
+    assert [title for title, ok in peer["agrees"].items() if not ok] == refusals
+    assert peer["disagreements"][0] == (
+        "disagrees on case 'type': regdev refuses, yes-man accepts")
+    raw_peer = result.rows[2]  # the first raw row is the baseline: nothing to divide by
+    assert set(raw_peer["ns"]) == {"write", "read", "padded"}
+    assert set(raw_peer["ratio"].values()) == {1.0}
+    assert not all_agree(result)
+    table = format_table(result)
+    assert "! not timed, because the contender does not do the same work there:" in table
+    assert ("  yes-man 9.9 (accepts anything): disagrees on case 'extra arg': regdev refuses, "
+            "yes-man accepts") in table.splitlines()
+    ns_line = next(line for line in table.splitlines() if line.startswith("    ns per call")
+                   and "disagrees" in line)
+    assert ns_line.split()[-6:] == ["disagrees"] * 6
+
+
+def test_disagreement_exits_1(monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev bench exits 1 when a contender disagrees, and says which case."""
+    import regdev._bench as bench  # noqa: PLC0415
+
+    monkeypatch.setattr(bench, "contenders",
+                        lambda: [_accept_all("a", raw=False), _accept_all("b", raw=False)])
+    assert main(["bench", "--quick"]) == 1
+    assert "disagrees on case 'bad tool': regdev refuses, b accepts" in capsys.readouterr().out
+
+
+def test_quick_and_rounds_together_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--quick with --rounds: one line on stderr, exit 2, nothing measured."""
+    assert main(["bench", "--quick", "--rounds", "5"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("regdev bench: error: --quick and --rounds cannot be used together "
+                   "(--quick is 3 rounds of 2 ms batches)\n")
+    assert main(["bench", "--rounds", "0"]) == 2
+    assert capsys.readouterr().err == "regdev bench: error: --rounds must be at least 1\n"
 
 
 def test_missing_peer_is_reported_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,21 +155,45 @@ def test_missing_peer_is_reported_not_a_crash(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "fastjsonschema", None)
     monkeypatch.setitem(sys.modules, "jsonschema", None)
     result = run_bench(rounds=1, batch_seconds=1e-5)
-    notes = {row["name"]: row["note"] for row in result.rows}
-    assert notes["fastjsonschema"] == notes["jsonschema (is_valid)"] == INSTALL_HINT
-    assert f"fastjsonschema{' ' * 10}" in format_table(result)
-    assert INSTALL_HINT in format_table(result)
+    notes = {row["key"]: row["note"] for row in result.rows}
+    assert notes["fastjsonschema"] == notes["jsonschema"] == INSTALL_HINT
+    lines = format_table(result).splitlines()
+    at = lines.index("  fastjsonschema (compile(), one schema per tool, picked by tool name)")
+    assert lines[at + 1] == f"    {INSTALL_HINT}"
 
 
-def test_cases_are_one_per_verdict_kind() -> None:
-    """The inputs are a valid call and one of each refusal kind, with our codes."""
+def test_cases_cover_each_verdict_kind() -> None:
+    """The inputs carry regdev's own codes, and each raw text parses to its call object."""
     reference = ReferenceValidator()
-    assert [reference(call) for _, call, _ in CASES] == [code for _, _, code in CASES]
-    assert [code for _, _, code in CASES] == [None, "missing-addr", "type-addr", "range-data",
-                                              "unknown-tool", "unknown-argument"]
+    assert [reference(case.call) for case in CASES] == [case.code for case in CASES]
+    assert [case.code for case in CASES] == [None, None, "type-addr", "range-data",
+                                             "missing-addr", "unknown-argument", "unknown-tool",
+                                             "unknown-argument", None]
+    for case in CASES:
+        assert parse(case.raw).call == case.call, case.title  # type: ignore[union-attr]
+    assert len(CASES[-1].raw) > 4000 and CASES[-1].raw_only
+    assert len(CASES[-2].raw) > 4000
 
 
-@given(register_calls(), tool_choices)
-def test_floor_is_the_same_rules(call: object, choice: str | None) -> None:
-    """The hand-written floor gives the reference's code, so the comparison is like for like."""
-    assert floor_check(call, choice) == ReferenceValidator()(call, choice)
+def test_raw_baseline_builds_the_gates_message() -> None:
+    """The raw-text baseline returns the very refusal the gate words (explain), not a code."""
+    gate = next(row for row in contenders() if row.key == "regdev-gate")
+    assert gate.run is not None
+    refusal = gate.run(CASES[3].raw)
+    assert refusal.code == "range-data"
+    assert refusal.message == ReferenceValidator().check(CASES[3].call).message  # type: ignore[union-attr]
+    assert gate.run(CASES[0].raw) is None
+
+
+@pytest.mark.parametrize(("ratio", "words"), [
+    (8.3, "8.30x slower"), (0.5, "2.00x faster"), (1.0, "1.00x"), (12.25, "12.2x slower"),
+    (250.0, "250x slower"), (None, "-")])
+def test_ratio_words(ratio: float | None, words: str) -> None:
+    """Ratios are peer time / regdev time, written with their direction."""
+    assert format_ratio(ratio) == words
+
+
+@given(register_calls())
+def test_floor_gives_the_same_verdicts(call: object) -> None:
+    """The hand-written floor says valid exactly when the reference does: the same work."""
+    assert floor_valid(call) == (ReferenceValidator()(call) is None)

@@ -2,29 +2,37 @@
 
 Rules of this file:
 
-* Every contender does the same job on the same inputs: judge one ``write_register`` call
-  (shape, tool name, required and unknown arguments, types, ranges) and say valid or not.
-  Before anything is timed, each contender's verdict is checked against ours on every input;
-  a disagreement is shown in the table, never hidden.
+* Every contender does the same job on the same inputs: judge one register tool call (shape,
+  tool name, required and unknown arguments, types, ranges) and say valid or refused.
+* Agreement first: before anything is timed, each contender runs once on every input and its
+  verdict (valid or refused) is compared with regdev's. A cell where they differ is not timed
+  and gets no figure and no ratio: the table says "disagrees" and a line below names the case
+  and who accepts what. ``regdev bench`` then exits 1.
+* Every row names what runs: the library and its installed version
+  (:func:`importlib.metadata.version`), the API called, and what it builds on a refusal (a
+  message, an error object whose text is formatted only when read, or nothing).
 * Peers are optional (``pip install 'regdev[bench]'``): a missing one is a row saying so.
   pydantic and msgspec are regdev dependencies, so they are always there.
 * Timing: ``time.perf_counter_ns`` around a batch of calls of one contender on one input,
   with the garbage collector off (as :mod:`timeit` does). Batches of all cells are
   interleaved round by round, so a slow spell on a shared machine hits every cell alike;
   each cell reports the median over rounds of ns per call, less the cost of the empty loop
-  (measured in the same run). Ratios compare against our compiled validator in that run.
-* No test asserts a time: the tests run this with tiny batches and check the table's shape
-  and the verdicts only.
+  (measured in the same run). Ratios are peer time / regdev time in the same section, case
+  and run.
+* No test asserts a time: the tests run this with tiny batches and check the table's shape,
+  the verdicts and the agreement check only.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from importlib import metadata
 from itertools import repeat
 from typing import Annotated, Any, Literal, TextIO
@@ -35,88 +43,141 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from ._compile import compile_validator
 from ._observation import Refusal
 from ._parse import parse
-from ._runtime import is_integer
 from ._tools import REGISTER_TOOLS
 from ._validate import ReferenceValidator
 
 __all__ = [
     "CASES",
     "BenchResult",
+    "Case",
     "Contender",
     "all_agree",
     "contenders",
-    "floor_check",
+    "floor_valid",
+    "format_ratio",
     "format_table",
     "run_bench",
 ]
 
-#: The inputs, one per verdict kind: (column title, canonical call, our expected code).
-CASES: tuple[tuple[str, dict[str, Any], str | None], ...] = (
-    ("valid", {"tool": "write_register", "arguments": {"addr": 3, "data": 255}}, None),
-    ("missing", {"tool": "write_register", "arguments": {"data": 1}}, "missing-addr"),
-    ("type", {"tool": "write_register", "arguments": {"addr": "3", "data": 1}}, "type-addr"),
-    ("range", {"tool": "write_register", "arguments": {"addr": 3, "data": 300}}, "range-data"),
-    ("unknown tool", {"tool": "erase_chip", "arguments": {"addr": 3, "data": 1}},
-     "unknown-tool"),
-    ("unknown argument",
-     {"tool": "write_register", "arguments": {"addr": 3, "data": 1, "colour": "red"}},
-     "unknown-argument"),
+
+@dataclass(frozen=True)
+class Case:
+    """One input, one column of the table.
+
+    Attributes:
+        title: the column title (short).
+        about: what the input is, for the legend under the table's header.
+        call: the decoded call object.
+        code: regdev's verdict code for it (None: valid).
+        raw: the raw JSON text of the call (the same call; for ``padded``, with whitespace).
+        raw_only: True when the call-object section would only repeat another column (the
+            padding exists only in the text), so the case runs in the raw-text section only.
+    """
+
+    title: str
+    about: str
+    call: dict[str, Any]
+    code: str | None
+    raw: str
+    raw_only: bool = False
+
+
+def _case(title: str, about: str, call: dict[str, Any], code: str | None) -> Case:
+    return Case(title, about, call, code, msgspec.json.encode(call).decode())
+
+
+_WRITE = {"tool": "write_register", "arguments": {"addr": 3, "data": 255}}
+_LONG = "x" * 4000
+_PADDING = " " * 2000
+
+#: The inputs: the two valid calls, one of each common refusal, and two large calls.
+CASES: tuple[Case, ...] = (
+    _case("write", 'valid write_register {"addr": 3, "data": 255}', _WRITE, None),
+    _case("read", 'valid read_register {"addr": 7}',
+          {"tool": "read_register", "arguments": {"addr": 7}}, None),
+    _case("type", 'wrong type: write_register {"addr": "3", "data": 1} (refused: type-addr)',
+          {"tool": "write_register", "arguments": {"addr": "3", "data": 1}}, "type-addr"),
+    _case("range", 'out of range: write_register {"addr": 3, "data": 300} (refused: '
+          "range-data)", {"tool": "write_register", "arguments": {"addr": 3, "data": 300}},
+          "range-data"),
+    _case("missing", 'missing field: write_register {"data": 1} (refused: missing-addr)',
+          {"tool": "write_register", "arguments": {"data": 1}}, "missing-addr"),
+    _case("extra arg", 'unknown argument: write_register {"addr": 3, "data": 1, "colour": '
+          '"red"} (refused: unknown-argument)',
+          {"tool": "write_register", "arguments": {"addr": 3, "data": 1, "colour": "red"}},
+          "unknown-argument"),
+    _case("bad tool", 'unknown tool: erase_chip {"addr": 3, "data": 1} (refused: '
+          "unknown-tool)", {"tool": "erase_chip", "arguments": {"addr": 3, "data": 1}},
+          "unknown-tool"),
+    _case("long arg", f"large refusal: the valid write plus a {len(_LONG)}-character string "
+          'in an unknown argument "note" (refused: unknown-argument)',
+          {"tool": "write_register",
+           "arguments": {"addr": 3, "data": 255, "note": _LONG}}, "unknown-argument"),
+    Case("padded", f"large valid call: the valid write's JSON text with {len(_PADDING)} "
+         "spaces of whitespace (raw text only; as an object it is the write column)",
+         _WRITE, None, '{"tool": "write_register",' + _PADDING
+         + '"arguments": {"addr": 3,' + _PADDING + '"data": 255}}', raw_only=True),
 )
 
 INSTALL_HINT = "not installed: pip install 'regdev[bench]'"
 
+#: What a contender builds when it refuses, shown with its name.
+ON_REFUSAL = {
+    "code": "returns a verdict code, builds no message",
+    "message": "builds the refusal message",
+    "error": "raises an error object; its text is formatted only when read",
+    "exception": "raises an exception with its message text",
+    "bool": "returns False, builds nothing",
+}
 
-# --- the floor: the same rules written by hand for these two tools ----------------------------
 
-_NOT_NUMBERS = frozenset({str, bool, type(None), list, dict})
+# --- the floor: the least code that tells valid from invalid for these two tools ----------------
 
 
-def floor_check(call: object, tool_choice: str | None = None) -> str | None:
-    """The register tools' rules written by hand, as tight as we know how: the floor.
+def _int_in(value: object, high: int) -> bool:
+    """An integer in ``0..high``: ``int`` (not ``bool``), or an integral ``float``/``Decimal``."""
+    if type(value) is int:
+        return 0 <= value <= high
+    if type(value) is float:
+        return value.is_integer() and 0 <= value <= high
+    if type(value) is Decimal:
+        return value.is_finite() and value == value.to_integral_value() and 0 <= value <= high
+    return False
 
-    Same order and codes as the compiled validator, for ``write_register`` and
-    ``read_register`` only; used by ``regdev bench`` to show the cost of generality.
+
+def floor_valid(call: object) -> bool:
+    """True when ``call`` is a valid ``write_register`` or ``read_register`` call.
+
+    The floor of ``regdev bench``: the least code we know that gives the same valid-or-refused
+    answer as the compiled validator for these two tools, written by hand, with no verdict
+    code, no order of checks, no message and no ``tool_choice``. The distance between it and
+    the compiled validator is what the validator's generality costs (it handles any schema of
+    the supported subset and says which rule failed).
     """
     if type(call) is not dict:
-        return "not-an-object"
-    name = call.get("tool")
-    if type(name) is not str:
-        return "missing-tool"
+        return False
     a = call.get("arguments")
     if type(a) is not dict:
-        return "bad-arguments"
-    if tool_choice is not None and name != tool_choice:
-        return "wrong-tool"
-    if name == "write_register":
-        if "addr" not in a:
-            return "missing-addr"
-        if "data" not in a:
-            return "missing-data"
-        if len(a) != 2:
-            return "unknown-argument"
-        addr = a["addr"]
-        data = a["data"]
-        if type(addr) is not int and (type(addr) in _NOT_NUMBERS or not is_integer(addr)):
-            return "type-addr"
-        if type(data) is not int and (type(data) in _NOT_NUMBERS or not is_integer(data)):
-            return "type-data"
-        if not 0 <= addr <= 15:
-            return "range-addr"
-        if not 0 <= data <= 255:
-            return "range-data"
-        return None
-    if name == "read_register":
-        if "addr" not in a:
-            return "missing-addr"
-        if len(a) != 1:
-            return "unknown-argument"
-        addr = a["addr"]
-        if type(addr) is not int and (type(addr) in _NOT_NUMBERS or not is_integer(addr)):
-            return "type-addr"
-        if not 0 <= addr <= 15:
-            return "range-addr"
-        return None
-    return "unknown-tool"
+        return False
+    name = call.get("tool")
+    try:
+        if name == "write_register":
+            addr, data = a["addr"], a["data"]
+            if len(a) != 2:
+                return False
+            if type(addr) is int and type(data) is int:  # the usual case, inline
+                return addr >= 0 and addr <= 15 and data >= 0 and data <= 255
+            return _int_in(addr, 15) and _int_in(data, 255)
+        if name == "read_register":
+            addr = a["addr"]
+            if len(a) != 1:
+                return False
+            if type(addr) is int:
+                return addr >= 0 and addr <= 15
+            return _int_in(addr, 15)
+    except KeyError:
+        return False
+    return False
 
 
 # --- contenders ---------------------------------------------------------------------------------
@@ -127,16 +188,20 @@ class Contender:
     """One row of the table.
 
     Attributes:
-        name: the row's title.
+        key: a short stable identifier (``pydantic-json``), for pytest ids and ``--json``.
+        name: the row's title: library, installed version and the API called.
         raw: True when it takes raw JSON text, False for a decoded call object.
+        on_refusal: what it builds when it refuses: a key of :data:`ON_REFUSAL`.
         run: what is timed: one call on one input (raising on refusal is allowed).
         valid: its verdict on one input, True for valid (used to check agreement).
         note: why it could not run (a missing peer), else "".
-        version: the peer's version, for the header.
+        version: the library's installed version ("" for the hand-written floor).
     """
 
+    key: str
     name: str
     raw: bool
+    on_refusal: str
     run: Callable[[Any], Any] | None = None
     valid: Callable[[Any], bool] | None = None
     note: str = ""
@@ -230,7 +295,8 @@ def _by_name(validators: dict[str, Callable[[Any], Any]]) -> Callable[[Any], Any
 
     One schema per tool with the name as a ``const``, picked by a dict lookup: the fastest
     use of these libraries we found (a single schema with ``if``/``then`` per tool makes
-    fastjsonschema raise and catch inside every non-matching ``if``).
+    fastjsonschema raise and catch inside every non-matching ``if``). On an unknown tool name
+    the peer's row therefore times this lookup's ``KeyError``, not the peer.
     """
     def run(call: Any) -> Any:
         if type(call) is not dict:
@@ -240,25 +306,30 @@ def _by_name(validators: dict[str, Callable[[Any], Any]]) -> Callable[[Any], Any
 
 
 def _fastjsonschema() -> Contender:
-    name = "fastjsonschema"
+    key, api = "fastjsonschema", "compile(), one schema per tool, picked by tool name"
     try:
         import fastjsonschema  # noqa: PLC0415
     except ImportError:
-        return Contender(name, raw=False, note=INSTALL_HINT)
+        return Contender(key, f"fastjsonschema ({api})", raw=False, on_refusal="exception",
+                         note=INSTALL_HINT)
+    version = _version("fastjsonschema")
     validators = {tool.name: fastjsonschema.compile(_call_schema(tool.name,
                                                                  dict(tool.input_schema)))
                   for tool in REGISTER_TOOLS.values()}
     run = _by_name(validators)
-    return Contender(name, raw=False, run=run, valid=_raises_means_invalid(run),
-                     version=_version("fastjsonschema"))
+    return Contender(key, f"fastjsonschema {version} ({api})", raw=False,
+                     on_refusal="exception", run=run, valid=_raises_means_invalid(run),
+                     version=version)
 
 
 def _jsonschema() -> Contender:
-    name = "jsonschema (is_valid)"
+    key, api = "jsonschema", "Draft202012Validator.is_valid, one per tool, picked by tool name"
     try:
         import jsonschema  # type: ignore[import-untyped]  # noqa: PLC0415
     except ImportError:
-        return Contender(name, raw=False, note=INSTALL_HINT)
+        return Contender(key, f"jsonschema ({api})", raw=False, on_refusal="bool",
+                         note=INSTALL_HINT)
+    version = _version("jsonschema")
     validators = {tool.name: jsonschema.Draft202012Validator(
         _call_schema(tool.name, dict(tool.input_schema))).is_valid
         for tool in REGISTER_TOOLS.values()}
@@ -270,26 +341,45 @@ def _jsonschema() -> Contender:
         except (KeyError, TypeError, ValueError):
             return False
 
-    return Contender(name, raw=False, run=by_name, valid=valid,
-                     version=_version("jsonschema"))
+    return Contender(key, f"jsonschema {version} ({api})", raw=False, on_refusal="bool",
+                     run=by_name, valid=valid, version=version)
 
 
 def contenders() -> list[Contender]:
-    """Every row of the table, call-object rows first, then raw-text rows."""
+    """Every row of the table, call-object rows first, then raw-text rows.
+
+    The first row of each section is regdev's baseline, the one the ratios divide by.
+    """
     compiled = compile_validator()
     reference = ReferenceValidator()
+    ours = f"regdev {_version('regdev')}"
+
+    def explained(call: Any) -> Refusal | None:  # what Gate._validate does
+        code = compiled(call)
+        return None if code is None else reference.explain(call, code)
+
     rows = [
-        Contender("regdev compiled", raw=False, run=compiled,
-                  valid=lambda call: compiled(call) is None),
-        Contender("regdev reference", raw=False, run=reference.check,
-                  valid=lambda call: reference.check(call) is None),
-        Contender("hand-written floor", raw=False, run=floor_check,
-                  valid=lambda call: floor_check(call) is None),
+        Contender("regdev-compiled", f"{ours}: compiled validator, check(call)", raw=False,
+                  on_refusal="code", run=compiled, valid=lambda call: compiled(call) is None,
+                  version=_version("regdev")),
+        Contender("regdev-explain", f"{ours}: compiled check + ReferenceValidator.explain on "
+                  "refusal (the gate's validate stage)", raw=False, on_refusal="message",
+                  run=explained, valid=lambda call: explained(call) is None,
+                  version=_version("regdev")),
+        Contender("regdev-reference", f"{ours}: ReferenceValidator.check (the reference, "
+                  "not on the gate's path)", raw=False, on_refusal="message",
+                  run=reference.check, valid=lambda call: reference.check(call) is None,
+                  version=_version("regdev")),
+        Contender("floor", "floor: hand-written valid-or-not test of these two tools "
+                  "(regdev._bench.floor_valid)", raw=False, on_refusal="bool",
+                  run=floor_valid, valid=floor_valid),
     ]
-    pydantic_version = _version("pydantic")
+    pydantic = f"pydantic {_version('pydantic')}"
     validate = PydanticCall.model_validate
-    rows.append(Contender("pydantic v2 strict", raw=False, run=validate,
-                          valid=_raises_means_invalid(validate), version=pydantic_version))
+    rows.append(Contender("pydantic", f"{pydantic} (strict model, model_validate)", raw=False,
+                          on_refusal="error", run=validate,
+                          valid=_raises_means_invalid(validate),
+                          version=_version("pydantic")))
     rows.append(_fastjsonschema())
     rows.append(_jsonschema())
     # msgspec.convert rebuilds its view of a Union type on every call (about 4 us here), so
@@ -302,25 +392,31 @@ def contenders() -> list[Contender]:
             raise ValueError("not an object")
         return msgspec.convert(call, by_tool[call["tool"]])
 
-    rows.append(Contender("msgspec convert", raw=False, run=convert,
-                          valid=_raises_means_invalid(convert), version=_version("msgspec")))
+    msgspec_name = f"msgspec {_version('msgspec')}"
+    rows.append(Contender("msgspec-convert", f"{msgspec_name} (convert to tagged Structs, "
+                          "picked by tool name)", raw=False, on_refusal="exception",
+                          run=convert, valid=_raises_means_invalid(convert),
+                          version=_version("msgspec")))
 
-    def ours(raw: str) -> str | None:  # what Gate.handle does before authorizing
+    def gate(raw: str) -> Refusal | None:  # what Gate.handle does before authorizing
         parsed = parse(raw)
-        if type(parsed) is Refusal:
-            return parsed.code
-        if parsed.refusal is not None:  # type: ignore[union-attr]
-            return parsed.refusal.code  # type: ignore[union-attr]
-        return compiled(parsed.call)  # type: ignore[union-attr]
+        if isinstance(parsed, Refusal):
+            return parsed
+        if parsed.refusal is not None:
+            return parsed.refusal
+        return explained(parsed.call)
 
     validate_json = PydanticCall.model_validate_json
     decode = msgspec.json.Decoder(MsgspecCall).decode
     rows += [
-        Contender("regdev parse + compiled", raw=True, run=ours,
-                  valid=lambda raw: ours(raw) is None),
-        Contender("pydantic model_validate_json", raw=True, run=validate_json,
-                  valid=_raises_means_invalid(validate_json), version=pydantic_version),
-        Contender("msgspec typed decoder", raw=True, run=decode,
+        Contender("regdev-gate", f"{ours}: parse + compiled check + explain on refusal (the "
+                  "gate's parse and validate stages)", raw=True, on_refusal="message",
+                  run=gate, valid=lambda raw: gate(raw) is None, version=_version("regdev")),
+        Contender("pydantic-json", f"{pydantic} (strict model, model_validate_json)",
+                  raw=True, on_refusal="error", run=validate_json,
+                  valid=_raises_means_invalid(validate_json), version=_version("pydantic")),
+        Contender("msgspec-decode", f"{msgspec_name} (json.Decoder of the tagged Structs, "
+                  "decode)", raw=True, on_refusal="exception", run=decode,
                   valid=_raises_means_invalid(decode), version=_version("msgspec")),
     ]
     return rows
@@ -351,20 +447,28 @@ def _empty_batch(number: int) -> int:
     return time.perf_counter_ns() - start
 
 
+def _verdict(valid: bool) -> str:
+    return "accepts" if valid else "refuses"
+
+
 @dataclass
 class BenchResult:
     """One run's table.
 
     Attributes:
-        cases: column titles, in order.
-        rows: per contender: name, raw, note, version, ``ns`` (median ns per call per
-            case), ``ratio`` (that over ours in the same section and case), ``agrees`` (its
-            verdict matched ours per case).
-        rounds: batches per cell; number: calls per batch, per row name.
+        cases: the inputs, in column order.
+        rows: per contender: key, name, raw, on_refusal, note, version, ``ns`` (median ns per
+            call per case title), ``ratio`` (that over regdev's baseline in the same section
+            and case: peer time / regdev time), ``agrees`` (its verdict matched regdev's, per
+            case title), ``disagreements`` (one sentence per case where it did not; those
+            cases are not timed).
+        rounds: batches per cell.
         loop_ns: the empty loop's cost per call, already subtracted.
+        seconds: how long the whole run took.
+        environment: Python's version and implementation, the platform, the CPU count.
     """
 
-    cases: list[str]
+    cases: list[Case]
     rows: list[dict[str, Any]] = field(default_factory=list)
     rounds: int = 0
     loop_ns: float = 0.0
@@ -374,19 +478,32 @@ class BenchResult:
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready values (``regdev bench --json``)."""
         return {"unit": "ns per call", "statistic": "median", "rounds": self.rounds,
+                "ratio": "peer time / regdev time (the first row of the same section)",
                 "loop_ns_subtracted": round(self.loop_ns, 1), "seconds": round(self.seconds, 1),
-                "environment": self.environment, "cases": self.cases, "rows": self.rows}
+                "environment": self.environment,
+                "cases": [{"title": c.title, "about": c.about, "code": c.code,
+                           "raw_only": c.raw_only} for c in self.cases],
+                "rows": self.rows}
+
+
+def _environment() -> dict[str, str]:
+    return {"python": f"{platform.python_implementation()} {platform.python_version()}",
+            "platform": platform.platform(), "machine": platform.machine(),
+            "cpus": str(os.cpu_count())}
 
 
 def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
-              progress: TextIO | None = None) -> BenchResult:
-    """Measure every contender on every case, interleaved round by round.
+              progress: TextIO | None = None,
+              rows: list[Contender] | None = None) -> BenchResult:
+    """Check every contender's verdicts, then time it on every case it agrees on.
 
     Args:
         rounds: batches per cell; the cell's figure is their median.
         batch_seconds: the target length of one batch, in seconds (the number of calls per
             batch is calibrated per cell to reach it).
         progress: where to report progress (e.g. ``sys.stderr``), or None.
+        rows: the contenders (default :func:`contenders`); the first of each section
+            (call objects, raw text) is the baseline the ratios divide by.
 
     Returns:
         The :class:`BenchResult`.
@@ -398,32 +515,35 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
             progress.write(f"regdev bench: {text}\n")
             progress.flush()
 
-    rows = contenders()
-    calls = [call for _, call, _ in CASES]
-    inputs: dict[bool, list[Any]] = {
-        False: calls, True: [msgspec.json.encode(call).decode() for call in calls]}
-    expected = [code is None for _, _, code in CASES]
-    result = BenchResult(cases=[title for title, _, _ in CASES], rounds=rounds)
-    result.environment = {"python": platform.python_version(), "machine": platform.machine()}
-    for package in ("pydantic", "msgspec", "fastjsonschema", "jsonschema"):
-        if any(row.version and package in row.name for row in rows):
-            result.environment[package] = _version(package)
+    rows = contenders() if rows is None else rows
+    result = BenchResult(cases=list(CASES), rounds=rounds, environment=_environment())
     cells: list[tuple[int, int, int]] = []  # (row, case, number)
-    say(f"calibrating {sum(r.run is not None for r in rows)} contenders x {len(CASES)} cases")
+    say(f"checking verdicts, then calibrating {sum(r.run is not None for r in rows)} "
+        f"contenders x {len(CASES)} cases")
     records: list[dict[str, Any]] = []
     for index, row in enumerate(rows):
-        record: dict[str, Any] = {"name": row.name, "raw": row.raw, "note": row.note,
+        record: dict[str, Any] = {"key": row.key, "name": row.name, "raw": row.raw,
+                                  "on_refusal": row.on_refusal, "note": row.note,
                                   "version": row.version, "ns": {}, "ratio": {},
-                                  "agrees": {}}
+                                  "agrees": {}, "disagreements": []}
         records.append(record)
         if row.run is None or row.valid is None:
             continue
-        for case, value in enumerate(inputs[row.raw]):
-            record["agrees"][result.cases[case]] = row.valid(value) == expected[case]
+        for number_of_case, case in enumerate(CASES):
+            if case.raw_only and not row.raw:
+                continue
+            value = case.raw if row.raw else case.call
+            theirs, expected = row.valid(value), case.code is None
+            record["agrees"][case.title] = theirs == expected
+            if theirs != expected:
+                record["disagreements"].append(
+                    f"disagrees on case {case.title!r}: regdev {_verdict(expected)}, "
+                    f"{row.key} {_verdict(theirs)}")
+                continue
             number = 1
             while _batch(row.run, value, number) < batch_seconds * 1e9 / 4 and number < 10**7:
                 number *= 4
-            cells.append((index, case, number))
+            cells.append((index, number_of_case, number))
     samples: dict[tuple[int, int], list[float]] = {(i, c): [] for i, c, _ in cells}
     empty: list[float] = []
     enabled = gc.isenabled()
@@ -431,69 +551,106 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
     try:
         for done in range(rounds):
             say(f"round {done + 1}/{rounds}")
-            for index, case, number in cells:
+            for index, case_index, number in cells:
                 run = rows[index].run
                 assert run is not None
-                value = inputs[rows[index].raw][case]
-                samples[index, case].append(_batch(run, value, number) / number)
+                case = CASES[case_index]
+                value = case.raw if rows[index].raw else case.call
+                samples[index, case_index].append(_batch(run, value, number) / number)
             empty.append(_empty_batch(100_000) / 100_000)
     finally:
         if enabled:
             gc.enable()
     result.loop_ns = statistics.median(empty) if empty else 0.0
-    for (index, case), values in samples.items():
-        records[index]["ns"][result.cases[case]] = max(
+    for (index, case_index), values in samples.items():
+        records[index]["ns"][CASES[case_index].title] = max(
             statistics.median(values) - result.loop_ns, 0.0)
     for raw in (False, True):
-        base = next(r for r in records if r["raw"] is raw and r["name"].startswith("regdev"))
-        for record in records:
-            if record["raw"] is raw:
-                for case, ns in record["ns"].items():
-                    ours = base["ns"].get(case) or 0.0
-                    record["ratio"][case] = ns / ours if ours else float("nan")
+        section = [r for r in records if r["raw"] is raw]
+        if not section:
+            continue
+        base = section[0]
+        for record in section:
+            for title, ns in record["ns"].items():
+                ours = base["ns"].get(title)
+                record["ratio"][title] = ns / ours if ours else None
     result.rows = records
     result.seconds = time.perf_counter() - began
     return result
 
 
+def format_ratio(ratio: float | None) -> str:
+    """A ratio of peer time / regdev time in words: ``8.3x slower``, ``2.1x faster``.
+
+    ``faster`` gives regdev time / peer time, so both read as "how many times"; a ratio of
+    exactly 1 is ``1.00x`` (the baseline), and None (regdev's time rounded to 0) is ``-``.
+    """
+    if ratio is None:
+        return "-"
+    if ratio == 1.0:
+        return "1.00x"
+    times = ratio if ratio > 1 else 1 / ratio if ratio else float("inf")
+    digits = 2 if times < 10 else 1 if times < 100 else 0
+    return f"{times:.{digits}f}x {'slower' if ratio > 1 else 'faster'}"
+
+
 def format_table(result: BenchResult) -> str:
-    """The result as one text table: ns per call, and the ratio to ours in parentheses."""
-    width = max(len(r["name"]) for r in result.rows) + 2
-    column = 19
+    """The result as text: a header, the cases, then per section one block per contender."""
+    column, label = 14, 24
+    env = result.environment
     lines = [
-        f"regdev bench: ns per call (median of {result.rounds} batches, empty loop of "
-        f"{result.loop_ns:.1f} ns subtracted); (x) = time / regdev's time in the same column",
-        "inputs: write_register calls; " + "; ".join(
-            f"{k} {v}" for k, v in result.environment.items()),
+        f"regdev bench: ns per call, median of {result.rounds} interleaved batches per cell "
+        f"(an empty loop's {result.loop_ns:.1f} ns subtracted, garbage collector off)",
+        f"{env['python']} on {env['platform']} ({env['machine']}, {env['cpus']} CPUs)",
+        "ratios are peer time / regdev time (same section, case and run), in words: \"8.3x "
+        "slower\" means the row took",
+        "8.3 times regdev's time, \"2.0x faster\" that regdev took 2.0 times the row's. A "
+        "\"disagrees\" cell was not timed.",
         "",
-        " " * width + "".join(f"{title:>{column}}" for title in result.cases),
+        "cases (columns):",
     ]
-    for raw, heading in ((False, "call object (decoded JSON) -> verdict"),
+    lines += [f"  {case.title:<10} {case.about}" for case in result.cases]
+    for raw, heading in ((False, "decoded call object -> verdict"),
                          (True, "raw JSON text -> verdict")):
-        lines.append(heading)
-        for record in result.rows:
-            if record["raw"] is not raw:
-                continue
+        section = [r for r in result.rows if r["raw"] is raw]
+        if not section:
+            continue
+        titles = [c.title for c in result.cases if raw or not c.raw_only]
+        lines += ["", f"{heading} (ratios against the first row)",
+                  " " * label + "".join(f"{t:>{column}}" for t in titles)]
+        for record in section:
+            lines.append(f"  {record['name']}")
             if record["note"]:
-                lines.append(f"  {record['name']:<{width - 2}}{record['note']}")
+                lines.append(f"    {record['note']}")
                 continue
-            cells = []
-            for title in result.cases:
-                ns, ratio = record["ns"].get(title), record["ratio"].get(title)
-                mark = "" if record["agrees"].get(title, True) else "!"
-                cells.append(f"{ns:>8.0f} ({ratio:5.2f}x){mark}".rjust(column)
-                             if ns is not None else "-".rjust(column))
-            lines.append(f"  {record['name']:<{width - 2}}" + "".join(cells))
-    wrong = [f"{r['name']} on {c}" for r in result.rows for c, ok in r["agrees"].items()
-             if not ok]
+            lines.append(f"    on refusal: {ON_REFUSAL[record['on_refusal']]}")
+            ns_cells, ratio_cells = [], []
+            for title in titles:
+                if not record["agrees"].get(title, True):
+                    ns_cells.append("disagrees")
+                    ratio_cells.append("disagrees")
+                elif title in record["ns"]:
+                    ns_cells.append(f"{record['ns'][title]:.0f}")
+                    ratio_cells.append(format_ratio(record["ratio"].get(title)))
+                else:
+                    ns_cells.append("-")
+                    ratio_cells.append("-")
+            lines.append(f"{'    ns per call':<{label}}"
+                         + "".join(f"{c:>{column}}" for c in ns_cells))
+            if record is not section[0]:
+                lines.append(f"{'    than regdev':<{label}}"
+                             + "".join(f"{c:>{column}}" for c in ratio_cells))
+    wrong = [f"  {r['name']}: {d}" for r in result.rows for d in r["disagreements"]]
     lines.append("")
-    lines.append("every contender agreed with regdev's verdict on every input" if not wrong
-                 else "! disagreed with regdev's verdict: " + ", ".join(wrong))
+    if wrong:
+        lines.append("! not timed, because the contender does not do the same work there:")
+        lines += wrong
+    else:
+        lines.append("every contender agreed with regdev's verdict on every case")
     lines.append(f"measured in {result.seconds:.1f} s")
     return "\n".join(lines)
 
 
 def all_agree(result: BenchResult) -> bool:
-    """True when every contender that ran agreed with our verdict on every input."""
-    return all(all(r["agrees"].values()) for r in result.rows)
-
+    """True when every contender that ran agreed with regdev's verdict on every case."""
+    return not any(r["disagreements"] for r in result.rows)
