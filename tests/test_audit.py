@@ -597,7 +597,7 @@ def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Pa
         raw = WRITE.replace('"id": "c1"', '"idempotency_key": "old"')
         assert not gate.handle(raw).replay and device.accesses == 1
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert conn.execute("SELECT key FROM idempotency_keys_v1").fetchall() == [("old",)]
     assert conn.execute("SELECT session, key FROM idempotency_keys").fetchall() == [
         ("default", "old")]
