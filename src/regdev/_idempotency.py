@@ -22,8 +22,13 @@ Rules of this file:
   call is still running, ``idempotency-in-progress``.
 * Stored keys live in the audit database (table ``idempotency_keys``), inserted in the same
   transaction as the write's audit record and committed before the observation is returned,
-  so an acknowledged write's key survives a crash. The table is append-only; every key is
-  loaded into memory (about 250 bytes each) when the database is opened.
+  so an acknowledged write's key survives a crash. The table is append-only; every key of
+  the current epochs is loaded into memory (about 250 bytes each) when the database is opened.
+* A reset through regdev (``Gate.reset_device``, ``AuditLog.record_reset``) ends the device's
+  epoch: its keys stored so far are never replayed again (the reset wiped what they wrote),
+  and a call still running then is not stored under its key. The reset is a row of the
+  append-only table ``device_resets``, so the epoch outlives the process. A reset regdev does
+  not see (a power cycle, another tool) cannot end them: callers use fresh keys after one.
 """
 
 from __future__ import annotations
