@@ -567,16 +567,19 @@ def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
     assert again == AuditRecord(**{**msgspec.structs.asdict(stop), "id": 4})
 
 
-V1_KEYS = """
-CREATE TABLE idempotency_keys (
-    session TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
-    observation TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (session, key)
-) WITHOUT ROWID;
+#: The append-only triggers of idempotency_keys, as versions 1 and 2 created them.
+OLD_KEY_TRIGGERS = """
 CREATE TRIGGER idempotency_keys_append_only_update BEFORE UPDATE ON idempotency_keys
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 CREATE TRIGGER idempotency_keys_append_only_delete BEFORE DELETE ON idempotency_keys
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 """
+V1_KEYS = """
+CREATE TABLE idempotency_keys (
+    session TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+    observation TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (session, key)
+) WITHOUT ROWID;
+""" + OLD_KEY_TRIGGERS
 
 
 def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Path) -> None:
@@ -612,11 +615,7 @@ CREATE TABLE idempotency_keys (
     device TEXT NOT NULL, session TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
     observation TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (device, session, key)
 ) WITHOUT ROWID;
-CREATE TRIGGER idempotency_keys_append_only_update BEFORE UPDATE ON idempotency_keys
-    BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
-CREATE TRIGGER idempotency_keys_append_only_delete BEFORE DELETE ON idempotency_keys
-    BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
-"""
+""" + OLD_KEY_TRIGGERS
 
 
 def test_a_version_2_database_is_upgraded_and_its_keys_kept_before_any_reset(db: Path) -> None:
