@@ -567,16 +567,19 @@ def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
     assert again == AuditRecord(**{**msgspec.structs.asdict(stop), "id": 4})
 
 
-V1_KEYS = """
-CREATE TABLE idempotency_keys (
-    session TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
-    observation TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (session, key)
-) WITHOUT ROWID;
+#: The append-only triggers of idempotency_keys, as versions 1 and 2 created them.
+OLD_KEY_TRIGGERS = """
 CREATE TRIGGER idempotency_keys_append_only_update BEFORE UPDATE ON idempotency_keys
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 CREATE TRIGGER idempotency_keys_append_only_delete BEFORE DELETE ON idempotency_keys
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 """
+V1_KEYS = """
+CREATE TABLE idempotency_keys (
+    session TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+    observation TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (session, key)
+) WITHOUT ROWID;
+""" + OLD_KEY_TRIGGERS
 
 
 def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Path) -> None:
@@ -597,7 +600,7 @@ def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Pa
         raw = WRITE.replace('"id": "c1"', '"idempotency_key": "old"')
         assert not gate.handle(raw).replay and device.accesses == 1
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert conn.execute("SELECT key FROM idempotency_keys_v1").fetchall() == [("old",)]
     assert conn.execute("SELECT session, key FROM idempotency_keys").fetchall() == [
         ("default", "old")]
@@ -605,3 +608,61 @@ def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Pa
         conn.execute("DELETE FROM idempotency_keys_v1")
     conn.close()
     assert [r.event for r in read_audit(db)] == ["stop", "call"]
+
+
+V2_KEYS = """
+CREATE TABLE idempotency_keys (
+    device TEXT NOT NULL, session TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+    observation TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (device, session, key)
+) WITHOUT ROWID;
+""" + OLD_KEY_TRIGGERS
+
+
+def test_a_version_2_database_is_upgraded_and_its_keys_kept_before_any_reset(db: Path) -> None:
+    """Version 2 keys move to epoch '' (the device was never reset through regdev): they are
+    replayed until a reset, and the rebuilt table is append-only."""
+    with Gate(CountingDevice(state_id="serial:bench"), audit=AuditLog(db)) as gate:
+        keyed = WRITE.replace('"id": "c1"', '"idempotency_key": "old"')
+        stored = gate.handle(keyed)
+    conn = sqlite3.connect(db)  # rewrite it as version 2 wrote it
+    rows = conn.execute("SELECT device, session, key, fingerprint, observation, time "
+                        "FROM idempotency_keys").fetchall()
+    conn.executescript("DROP TABLE idempotency_keys; DROP TABLE device_resets;" + V2_KEYS
+                       + "PRAGMA user_version = 2;")
+    conn.executemany("INSERT INTO idempotency_keys VALUES (?, ?, ?, ?, ?, ?)", rows)
+    conn.commit()
+    conn.close()
+    device = CountingDevice(state_id="serial:bench")
+    with Gate(device, audit=AuditLog(db)) as gate:
+        replayed = gate.handle(keyed)
+        assert (replayed.replay, replayed.result, device.accesses) == (True, stored.result, 0)
+        gate.reset_device()
+        assert gate.handle(keyed).replay is False and device.snapshot()[3] == 255
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("SELECT device, epoch, key FROM idempotency_keys "
+                        "ORDER BY time").fetchall()[0] == ("serial:bench", "", "old")
+    assert conn.execute("SELECT count(*) FROM sqlite_schema WHERE name = "
+                        "'idempotency_keys_v2'").fetchone()[0] == 0
+    for statement in ("UPDATE idempotency_keys SET observation = ''",
+                      "DELETE FROM idempotency_keys"):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute(statement)
+    conn.close()
+
+
+def test_device_resets_are_append_only_and_durable(db: Path) -> None:
+    """A reset is committed when record_reset returns (another connection sees it) and the
+    database refuses UPDATE and DELETE of it."""
+    audit = AuditLog(db)
+    epoch = audit.record_reset("serial:bench")
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT device, epoch FROM device_resets").fetchall() == [
+        ("serial:bench", epoch)]
+    for statement in ("UPDATE device_resets SET epoch = ''", "DELETE FROM device_resets"):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute(statement)
+    conn.close()
+    audit.close()
+    with pytest.raises(AuditError, match="closed"):
+        audit.record_reset("serial:bench")

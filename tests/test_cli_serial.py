@@ -6,6 +6,7 @@ import io
 import json
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import sim_process
+from regdev import read_audit
 from regdev._cli import FAULT_HELP, main
 from regdev._serial import URL_FORMS, SerialDevice
 
@@ -253,3 +255,43 @@ def test_help_lists_the_serial_commands() -> None:
     done = subprocess.run([str(REGDEV), "demo", "--help"], capture_output=True, text=True,
                           check=True)
     assert "--port URL" in done.stdout and "--timeout SECONDS" in done.stdout
+
+
+@pytest.mark.timeout(30)
+def test_replay_reset_ends_the_keys_of_the_port(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """replay --reset records the reset: a keyed write replayed after it runs on the device
+    again (the bug: "done" was replayed and the register kept its reset value)."""
+    replay = tmp_path / "keyed.jsonl"
+    replay.write_text(json.dumps({"raw": json.dumps({
+        "tool": "write_register", "arguments": {"addr": 3, "data": 200},
+        "idempotency_key": "k"})}) + "\n")
+    audit = str(tmp_path / "audit.db")
+    with sim_process("--pty") as (port, _):
+        first = run(capsys, "replay", str(replay), "--json", "--port", port, "--audit", audit)
+        again = run(capsys, "replay", str(replay), "--json", "--port", port, "--audit", audit)
+        reset = run(capsys, "replay", str(replay), "--json", "--port", port, "--audit", audit,
+                    "--reset")
+        with SerialDevice(port, timeout=2) as device:
+            registers = device.snapshot()
+    assert [status for status, _, _ in (first, again, reset)] == [0, 0, 0]
+    assert [record.replay for record in read_audit(audit)] == [False, True, False]
+    assert json.loads(reset[1].splitlines()[-1]) == {"registers": [0, 0, 0, 200] + [0] * 12}
+    assert registers[3] == 200
+
+
+@pytest.mark.timeout(30)
+def test_shell_reset_is_recorded_in_the_audit_log(tmp_path: Path) -> None:
+    """The shell's reset ends the keys of the device on the port (a row in device_resets)."""
+    audit = tmp_path / "audit.db"
+    with sim_process("--pty") as (port, _):
+        done = subprocess.run([str(REGDEV), "shell", "--port", port, "--audit", str(audit)],
+                              input="write 3 9\nreset\n", capture_output=True, text=True,
+                              timeout=30, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[-1] == (
+        "accepted  reset_device: every register holds its reset value")
+    conn = sqlite3.connect(audit)
+    resets = conn.execute("SELECT device FROM device_resets").fetchall()
+    conn.close()
+    assert resets == [(f"serial:{port}",)]

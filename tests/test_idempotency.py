@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,12 +13,14 @@ import pytest
 from conftest import CountingDevice
 from regdev import (
     AuditLog,
+    DeviceBusy,
     DeviceRefused,
     DeviceTimeout,
     Gate,
     Policy,
     RegisterFile,
     RegisterMap,
+    TransportError,
     parse,
     read_audit,
 )
@@ -292,3 +295,103 @@ def test_handle_call_takes_a_key_and_checks_it(audited: Gate) -> None:
     assert (bad.stage, bad.code) == ("validate", "bad-idempotency-key")
     assert Gate().handle_call(call, idempotency_key="").code == "bad-idempotency-key"
     assert accesses(audited) == 1
+
+
+def test_a_reset_through_the_gate_ends_the_keys(tmp_path: Path) -> None:
+    """After reset_device, a key used before it runs the write again (the device holds the
+    value, not its reset value); the key of that new run is replayed as usual."""
+    gate = Gate(CountingDevice(state_id="bench-1"), audit=AuditLog(tmp_path / "a.db"))
+    assert gate.handle(keyed_write("k", data=7)).ok
+    gate.reset_device()
+    assert gate.device.snapshot()[3] == 0
+    again = gate.handle(keyed_write("k", data=7))
+    assert (again.ok, again.replay, again.result) == (True, False, {"addr": 3, "data": 7})
+    assert gate.device.snapshot()[3] == 7 and accesses(gate) == 2
+    assert gate.handle(keyed_write("k", data=7)).replay is True and accesses(gate) == 2
+    gate.close()
+
+
+def test_a_reset_ends_the_keys_after_a_restart(tmp_path: Path) -> None:
+    """The reset is in the database: a new process on the same registers runs the old key
+    again, and replays the key stored after the reset."""
+    path = tmp_path / "a.db"
+    with Gate(CountingDevice(state_id="serial:bench"), audit=AuditLog(path)) as first:
+        assert first.handle(keyed_write("k", data=9)).ok
+        first.reset_device()
+    device = CountingDevice(state_id="serial:bench")  # the registers after the reset: 0
+    with Gate(device, audit=AuditLog(path)) as second:
+        assert second.audit is not None and len(second.audit.idempotency) == 0
+        again = second.handle(keyed_write("k", data=9))
+    assert (again.ok, again.replay) == (True, False) and device.snapshot()[3] == 9
+    with Gate(CountingDevice(state_id="serial:bench"), audit=AuditLog(path)) as third:
+        assert third.handle(keyed_write("k", data=9)).replay is True and accesses(third) == 0
+    conn = sqlite3.connect(path)
+    epochs = conn.execute("SELECT epoch FROM idempotency_keys ORDER BY time").fetchall()
+    resets = conn.execute("SELECT device, epoch FROM device_resets").fetchall()
+    conn.close()
+    assert resets == [("serial:bench", epochs[1][0])] and epochs[0] == ("",)
+    assert len(epochs[1][0]) == 32
+
+
+def test_other_devices_keep_their_keys_across_a_reset(tmp_path: Path) -> None:
+    """A reset ends only the keys of the device reset."""
+    audit = AuditLog(tmp_path / "a.db")
+    audit.record_reset("serial:other")
+    with Gate(CountingDevice(state_id="bench-1"), audit=audit) as gate:
+        assert gate.handle(keyed_write("k")).ok
+        audit.record_reset("serial:other")
+        assert gate.handle(keyed_write("k")).replay is True and accesses(gate) == 1
+
+
+def test_a_key_completed_after_a_reset_is_not_stored(tmp_path: Path) -> None:
+    """A write reserved before a reset and done after it is not replayed: the reset may have
+    landed before or after it, so its outcome does not describe the registers now."""
+    path = tmp_path / "a.db"
+    device = GatedDevice()
+    gate = Gate(device, audit=AuditLog(path))
+    results = []
+    worker = threading.Thread(target=lambda: results.append(gate.handle(keyed_write("k"))))
+    worker.start()
+    assert device.entered.wait(10)
+    gate.record_reset()
+    device.go.set()
+    worker.join()
+    assert results[0].ok and gate.audit is not None and len(gate.audit.idempotency) == 0
+    again = gate.handle(keyed_write("k"))
+    assert (again.ok, again.replay, device.write_count) == (True, False, 2)
+    gate.close()
+    with Gate(RegisterFile(state_id=device.state_id()), audit=AuditLog(path)) as reopened:
+        assert reopened.audit is not None and len(reopened.audit.idempotency) == 1
+        assert reopened.handle(keyed_write("k")).replay is True
+
+
+class ResetFailing(RegisterFile):
+    """reset() raises a chosen error, after resetting the registers or not."""
+
+    def __init__(self, error: Exception, *, runs: bool) -> None:
+        super().__init__(state_id="serial:flaky")
+        self.error, self.runs = error, runs
+
+    def reset(self) -> None:
+        if self.runs:
+            super().reset()
+        raise self.error
+
+
+@pytest.mark.parametrize(("error", "runs", "ended"), [
+    (DeviceTimeout("no answer after 0.5 s"), True, True),
+    (DeviceRefused("ERR RESET", code="RESET"), False, False),
+    (DeviceBusy("ERR BUSY", code="BUSY"), False, False),
+    (TransportError("port closed"), False, False),
+])
+def test_a_reset_with_an_unknown_outcome_ends_the_keys(
+        tmp_path: Path, error: Exception, runs: bool, ended: bool) -> None:
+    """A timed-out reset may have run: the keys end. One surely not executed keeps them."""
+    device = ResetFailing(error, runs=runs)
+    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        assert gate.handle(keyed_write("k", data=5)).ok
+        with pytest.raises(type(error)):
+            gate.reset_device()
+        again = gate.handle(keyed_write("k", data=5))
+        assert again.replay is not ended and device.snapshot()[3] == 5
+        assert device.write_count == (2 if ended else 1)

@@ -39,6 +39,7 @@ import math
 import os
 import sqlite3
 import threading
+import time as _time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import lru_cache
@@ -48,7 +49,16 @@ from typing import Any, Literal
 import msgspec
 
 from ._errors import AuditError
-from ._idempotency import INSERT_KEY, KEYS_SCHEMA, IdempotencyStore, KeyRow, Slot
+from ._idempotency import (
+    INSERT_KEY,
+    INSERT_RESET,
+    KEYS_SCHEMA,
+    SELECT_CURRENT_KEYS,
+    SELECT_EPOCHS,
+    IdempotencyStore,
+    KeyRow,
+    Slot,
+)
 from ._observation import PIPELINE, Observation, Refusal
 
 __all__ = [
@@ -75,7 +85,9 @@ MAX_PENDING = 4096
 Durability = Literal["crash", "power-loss"]
 _SYNCHRONOUS: dict[str, str] = {"crash": "NORMAL", "power-loss": "FULL"}
 #: 2: idempotency keys are scoped to a device (version 1's keys, unscoped, are kept aside).
-_SCHEMA_VERSION = 2
+#: 3: and to the device's epoch, which a reset through regdev ends (table ``device_resets``);
+#: version 2's keys are kept in epoch ``''``, before any reset.
+_SCHEMA_VERSION = 3
 _MIGRATE_FROM_1 = """
 DROP TRIGGER IF EXISTS idempotency_keys_append_only_update;
 DROP TRIGGER IF EXISTS idempotency_keys_append_only_delete;
@@ -85,6 +97,20 @@ CREATE TRIGGER idempotency_keys_v1_append_only_update BEFORE UPDATE ON idempoten
 CREATE TRIGGER idempotency_keys_v1_append_only_delete BEFORE DELETE ON idempotency_keys_v1
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 """
+#: Version 2's idempotency_keys gets the epoch column in its primary key (WITHOUT ROWID): the
+#: table is rebuilt. Its triggers go first: a renamed table keeps its triggers, and the new
+#: table's (same names, ``IF NOT EXISTS``) would not be created.
+_MIGRATE_FROM_2 = """
+DROP TRIGGER IF EXISTS idempotency_keys_append_only_update;
+DROP TRIGGER IF EXISTS idempotency_keys_append_only_delete;
+ALTER TABLE idempotency_keys RENAME TO idempotency_keys_v2;
+""" + KEYS_SCHEMA + """
+INSERT INTO idempotency_keys (device, epoch, session, key, fingerprint, observation, time)
+    SELECT device, '', session, key, fingerprint, observation, time FROM idempotency_keys_v2;
+DROP TABLE idempotency_keys_v2;
+"""
+#: What brings each older schema version to this one (before the schema is created).
+_MIGRATIONS = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2}
 
 #: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
 _STAGE_TIMES = tuple(f"{stage}_ns" for stage in PIPELINE)
@@ -371,7 +397,7 @@ class AuditLog:
                                      f"(journal mode {mode})")
                 conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.durability]}")
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, 1, _SCHEMA_VERSION):
+                if version not in (0, *_MIGRATIONS, _SCHEMA_VERSION):
                     raise AuditError(f"{self.path} has audit schema version {version}; this "
                                      f"regdev reads version {_SCHEMA_VERSION}")
                 if version == 0:
@@ -379,15 +405,15 @@ class AuditLog:
                     if tables:
                         raise AuditError(f"{self.path} is a SQLite database but not a regdev "
                                          "audit log")
-                migrate = _MIGRATE_FROM_1 if version == 1 else ""
+                migrate = _MIGRATIONS.get(version, "")
                 conn.executescript(f"BEGIN IMMEDIATE; {migrate} {_SCHEMA} {KEYS_SCHEMA} "
                                    f"PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
-                keys = conn.execute("SELECT device, session, key, fingerprint, observation "
-                                    "FROM idempotency_keys").fetchall()
+                keys = conn.execute(SELECT_CURRENT_KEYS).fetchall()
+                epochs = dict(conn.execute(SELECT_EPOCHS).fetchall())
             except BaseException:
                 conn.close()
                 raise
-        self.idempotency = IdempotencyStore(keys)
+        self.idempotency = IdempotencyStore(keys, epochs)
         limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._rows_per_insert = max(1, min(MAX_ROWS_PER_INSERT, limit // len(_COLUMNS)))
         return conn
@@ -483,9 +509,13 @@ class AuditLog:
         return self.idempotency.begin(slot, print_)
 
     def key_row(self, slot: Slot, print_: bytes, observation: str, time: float) -> KeyRow:
-        """The row that stores the key reserved in ``slot``, for :meth:`append`."""
-        device, session, key = slot
-        return KeyRow(device, session, key, print_, observation, time)
+        """The row that stores the key reserved in ``slot`` (in the epoch of its device when
+        it was reserved), for :meth:`append`.
+
+        Raises:
+            KeyError: the key in ``slot`` is not reserved.
+        """
+        return self.idempotency.key_row(slot, print_, observation, time)
 
     def complete_key(self, slot: Slot, print_: bytes, observation: str) -> None:
         """Keep the reserved key's observation JSON in memory (once its row is committed)."""
@@ -494,6 +524,44 @@ class AuditLog:
     def release_key(self, slot: Slot) -> None:
         """Free a reserved key whose call did not run: the next call with it runs."""
         self.idempotency.release(slot)
+
+    def record_reset(self, device: str) -> str:
+        """Record that ``device`` was (or may have been) reset: its idempotency keys stored so
+        far are never replayed again, nor stored when their call is still running. The
+        record is committed, with every record pending before it, before this returns.
+
+        The keys end in memory first, so this process never replays one even when the commit
+        fails; a failed commit sets :attr:`failure` (calls that change the device are refused
+        until a commit succeeds), but a process that opens the database later does not see
+        the reset: use fresh keys after one that raised.
+
+        Args:
+            device: the device's :meth:`~regdev.Device.state_id`.
+
+        Returns:
+            The device's new epoch (32 hex digits), stored in ``device_resets``.
+
+        Raises:
+            AuditError: the log is closed, or the commit failed.
+        """
+        epoch = self.idempotency.end_epoch(device)
+        with self._commit_lock:
+            if self._closed:  # checked under the commit lock: close() has not closed _conn
+                raise AuditError(f"the audit log {self.path} is closed",
+                                 "the audit log is closed")
+            self._commit()  # the records pending before the reset go first (or are lost)
+            outcome: object = True
+            try:  # autocommit: committed when execute() returns
+                self._conn.execute(INSERT_RESET, (device, epoch, _time.time()))
+                self.failure = None
+            except sqlite3.Error as error:
+                outcome = self.failure = str(error) or type(error).__name__
+                logger.error("the reset of %s was not recorded: could not commit to the "
+                             "audit database %s: %s", device, self.path, outcome)
+        if outcome is not True:
+            raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
+                             str(outcome))
+        return epoch
 
     def _commit(self) -> object:
         """Commit every pending record in one transaction; call with the commit lock held.

@@ -37,7 +37,7 @@ from ._policy import Policy, Session
 from ._providers import PROVIDER_FORMATS, tool_definitions
 from ._replay import ReplayFileError, load_replay, run_replay
 from ._serial import MAX_BAUDRATE, SerialDevice
-from ._shell import SHELL_TOOLS, describe, format_registers, run_shell
+from ._shell import describe, format_registers, run_shell, shell_tools
 from ._tools import REGISTER_TOOLS, ToolSet
 from ._version import __version__
 
@@ -103,10 +103,10 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(str(error)) from None
     _check_tool_choice(args.tool_choice, REGISTER_TOOLS)  # before a port is opened
     with contextlib.closing(_port_device(args)) as device:
-        if args.reset:
-            _device_call(args, device.reset)
         gate, session = open_gate(args, device)
         with gate:
+            if args.reset:  # through the gate: the reset ends the device's idempotency keys
+                _device_call(args, gate.reset_device)
             return _replay(args, out, records, gate, session)
 
 
@@ -376,7 +376,12 @@ def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
     if interactive:
         import readline  # noqa: F401, PLC0415 - line editing and history for input()
     with contextlib.closing(_port_device(args)) as device:
-        gate, session = open_gate(args, device, SHELL_TOOLS)
+        gate: Gate
+
+        def reset(runner: Device) -> None:  # the gate is made with the tools: looked up late
+            gate.reset_device(runner)  # the reset ends the device's idempotency keys
+
+        gate, session = open_gate(args, device, shell_tools(reset))
         with gate:
             return run_shell(gate, session, out, where=args.port or "the in-process register "
                              "file", interactive=interactive)

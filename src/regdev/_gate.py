@@ -507,6 +507,51 @@ class Gate:
         except AuditError as error:
             logger.error("a loop's stop was not recorded: %s", error)
 
+    def reset_device(self, device: Device | None = None) -> None:
+        """Set every register of the device to its reset value, and record the reset in the
+        audit log (:meth:`record_reset`): no idempotency key stored before it is replayed
+        after it. Without an audit log, only the reset.
+
+        Args:
+            device: what to call ``reset()`` on: by default the gate's device (behind the
+                gate's timeout); a tool handler passes the device it was given.
+
+        Raises:
+            DeviceError, TransportError: the reset failed, as :meth:`Device.reset` raises.
+                It is recorded all the same unless the error says it was not executed
+                (:class:`TransportError`, :class:`DeviceBusy`, :class:`DeviceRefused`).
+            AuditError: the reset ran but its record could not be committed (this process
+                replays none of the device's earlier keys; see
+                :meth:`AuditLog.record_reset`).
+        """
+        try:
+            (self._runner if device is None else device).reset()
+        except (TransportError, DeviceBusy, DeviceRefused):
+            raise  # not executed: the registers, and so the keys, are as they were
+        except BaseException:
+            # Sent, with an unknown outcome (DeviceTimeout, a garbled reply, an interrupt):
+            # the registers may hold their reset values. Ending the keys costs at most a write
+            # that runs again when its key is sent again; keeping them could replay "done" for
+            # a write the reset wiped: a failure reported as a success.
+            try:
+                self.record_reset()
+            except AuditError as error:
+                logger.error("a reset that may have run was not recorded: %s", error)
+            raise
+        self.record_reset()
+
+    def record_reset(self) -> None:
+        """Record in the audit log that the device was (or may have been) reset by other
+        means than :meth:`reset_device`; nothing without an audit log. A reset that regdev
+        does not see (a power cycle, another tool on the port) cannot end the keys: send
+        fresh idempotency keys after one.
+
+        Raises:
+            AuditError: the record could not be committed.
+        """
+        if self.audit is not None:
+            self.audit.record_reset(self._key_scope)
+
     def close(self) -> None:
         """Close the audit log (committing every record) and the timeout worker. Idempotent."""
         if self.audit is not None:
@@ -584,6 +629,10 @@ def _device_failure(error: RegdevError) -> Refusal:
     and did not answer as it should (any other :class:`DeviceError`).
     """
     text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
+    if isinstance(error, AuditError):  # a tool that records its effect, as a reset does
+        return Refusal("observe", "audit-error",
+                       f"the call ran on the device but the audit log could not record it: "
+                       f"{text}")
     if isinstance(error, DeviceTimeout):
         return Refusal("execute", "device-timeout", f"the device did not answer in time: {text}")
     if isinstance(error, TransportError):

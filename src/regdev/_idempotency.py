@@ -22,14 +22,20 @@ Rules of this file:
   call is still running, ``idempotency-in-progress``.
 * Stored keys live in the audit database (table ``idempotency_keys``), inserted in the same
   transaction as the write's audit record and committed before the observation is returned,
-  so an acknowledged write's key survives a crash. The table is append-only; every key is
-  loaded into memory (about 250 bytes each) when the database is opened.
+  so an acknowledged write's key survives a crash. The table is append-only; every key of
+  the current epochs is loaded into memory (about 250 bytes each) when the database is opened.
+* A reset through regdev (``Gate.reset_device``, ``AuditLog.record_reset``) ends the device's
+  epoch: its keys stored so far are never replayed again (the reset wiped what they wrote),
+  and a call still running then is not stored under its key. The reset is a row of the
+  append-only table ``device_resets``, so the epoch outlives the process. A reset regdev does
+  not see (a power cycle, another tool) cannot end them: callers use fresh keys after one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -38,19 +44,21 @@ import msgspec
 from ._observation import Observation, Refusal
 from ._schema import escape_text
 
-__all__ = ["INSERT_KEY", "KEYS_SCHEMA", "PROVIDER_DIALECTS", "IdempotencyStore", "KeyRow",
-           "Slot", "fingerprint"]
+__all__ = ["INSERT_KEY", "INSERT_RESET", "KEYS_SCHEMA", "PROVIDER_DIALECTS",
+           "SELECT_CURRENT_KEYS", "SELECT_EPOCHS", "IdempotencyStore", "KeyRow", "Slot",
+           "fingerprint"]
 
-#: The table of stored keys (created by the audit database).
+#: The table of stored keys and the table of device resets (created by the audit database).
 KEYS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     device      TEXT NOT NULL,  -- the state_id of the device the write was applied to
+    epoch       TEXT NOT NULL,  -- the device's epoch when the key was taken ('' before a reset)
     session     TEXT NOT NULL,
     key         TEXT NOT NULL,
     fingerprint BLOB NOT NULL,  -- SHA-256 of [tool, arguments] as sorted-key JSON
     observation TEXT NOT NULL,  -- the first observation's JSON, without id and replay
     time        REAL NOT NULL,  -- Unix time, seconds
-    PRIMARY KEY (device, session, key)
+    PRIMARY KEY (device, epoch, session, key)
 ) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS idempotency_keys_append_only_update
     BEFORE UPDATE ON idempotency_keys
@@ -58,13 +66,38 @@ CREATE TRIGGER IF NOT EXISTS idempotency_keys_append_only_update
 CREATE TRIGGER IF NOT EXISTS idempotency_keys_append_only_delete
     BEFORE DELETE ON idempotency_keys
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
+CREATE TABLE IF NOT EXISTS device_resets (
+    id          INTEGER PRIMARY KEY,  -- append order
+    device      TEXT NOT NULL,        -- the state_id of the device reset through regdev
+    epoch       TEXT NOT NULL,        -- the epoch it began (random hex): keys of others are void
+    time        REAL NOT NULL         -- Unix time, seconds
+);
+CREATE INDEX IF NOT EXISTS device_resets_by_device ON device_resets (device, id);
+CREATE TRIGGER IF NOT EXISTS device_resets_append_only_update BEFORE UPDATE ON device_resets
+    BEGIN SELECT RAISE(ABORT, 'device resets are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS device_resets_append_only_delete BEFORE DELETE ON device_resets
+    BEGIN SELECT RAISE(ABORT, 'device resets are append-only'); END;
 """
+#: The stored keys of each device's current epoch (its last reset's, or '' when never reset):
+#: the only ones loaded.
+SELECT_CURRENT_KEYS = """
+SELECT device, session, key, fingerprint, observation FROM idempotency_keys AS k
+WHERE epoch = coalesce((SELECT epoch FROM device_resets AS r WHERE r.device = k.device
+                        ORDER BY r.id DESC LIMIT 1), '')
+"""
+#: Each device's current epoch: the epoch of its last reset.
+SELECT_EPOCHS = """
+SELECT device, epoch FROM device_resets
+WHERE id IN (SELECT max(id) FROM device_resets GROUP BY device)
+"""
+INSERT_RESET = "INSERT INTO device_resets (device, epoch, time) VALUES (?, ?, ?)"
 
 
 class KeyRow(NamedTuple):
     """One stored key as inserted: the columns of ``idempotency_keys``, in order."""
 
     device: str
+    epoch: str
     session: str
     key: str
     fingerprint: bytes
@@ -94,15 +127,21 @@ class IdempotencyStore:
     """The keys of one audit database, in memory, with the calls still running. Thread-safe.
 
     Args:
-        entries: stored keys as ``(device, session, key, fingerprint, observation JSON)`` rows.
+        entries: stored keys of the current epochs, as ``(device, session, key, fingerprint,
+            observation JSON)`` rows (:data:`SELECT_CURRENT_KEYS`).
+        epochs: each device's current epoch (:data:`SELECT_EPOCHS`); a device not in it has
+            never been reset through regdev (epoch ``""``).
     """
 
-    def __init__(self, entries: Iterable[tuple[str, str, str, bytes, str]] = ()) -> None:
+    def __init__(self, entries: Iterable[tuple[str, str, str, bytes, str]] = (),
+                 epochs: Mapping[str, str] | None = None) -> None:
+        self._epochs: dict[str, str] = dict(epochs or {})
         self._done: dict[Slot, tuple[bytes, str]] = {
             (device, session, key): (bytes(print_), observation)
             for device, session, key, print_, observation in entries
         }
-        self._running: dict[Slot, bytes] = {}
+        #: Reserved keys: the call's fingerprint, and its device's epoch when reserved.
+        self._running: dict[Slot, tuple[bytes, str]] = {}
         self._lock = threading.Lock()
 
     def begin(self, slot: Slot, print_: bytes) -> Observation | Refusal | None:
@@ -118,9 +157,9 @@ class IdempotencyStore:
             if stored is None:
                 running = self._running.get(slot)
                 if running is None:
-                    self._running[slot] = print_
+                    self._running[slot] = (print_, self._epochs.get(slot[0], ""))
                     return None
-                if running == print_:
+                if running[0] == print_:
                     return Refusal(
                         "authorize", "idempotency-in-progress",
                         f"a call with idempotency key {_show(slot[2])} is still running; send "
@@ -132,16 +171,43 @@ class IdempotencyStore:
         return Observation(observation.tool, observation.result, observation.refusal,
                            replay=True)
 
-    def complete(self, slot: Slot, print_: bytes, observation: str) -> None:
-        """Store the reserved key's observation JSON (after its audit record is committed)."""
+    def key_row(self, slot: Slot, print_: bytes, observation: str, time: float) -> KeyRow:
+        """The row that stores the key reserved in ``slot``, in the epoch it was reserved in.
+
+        Raises:
+            KeyError: the key in ``slot`` is not reserved.
+        """
         with self._lock:
-            self._running.pop(slot, None)
-            self._done[slot] = (print_, observation)
+            epoch = self._running[slot][1]
+        device, session, key = slot
+        return KeyRow(device, epoch, session, key, print_, observation, time)
+
+    def complete(self, slot: Slot, print_: bytes, observation: str) -> None:
+        """Store the reserved key's observation JSON (after its audit record is committed);
+        not when its device was reset since the key was reserved (its epoch ended)."""
+        with self._lock:
+            running = self._running.pop(slot, None)
+            if running is not None and running[1] == self._epochs.get(slot[0], ""):
+                self._done[slot] = (print_, observation)
 
     def release(self, slot: Slot) -> None:
         """Drop a reservation whose call did not run: the key can be used again."""
         with self._lock:
             self._running.pop(slot, None)
+
+    def end_epoch(self, device: str) -> str:
+        """Begin a new epoch of ``device``'s keys, after it was reset: no key stored for it so
+        far is replayed again, nor stored when its call is still running. O(stored keys).
+
+        Returns:
+            The new epoch, 32 random hex digits.
+        """
+        epoch = uuid.uuid4().hex
+        with self._lock:
+            self._epochs[device] = epoch
+            for slot in [slot for slot in self._done if slot[0] == device]:
+                del self._done[slot]
+        return epoch
 
     def get(self, slot: Slot) -> str | None:
         """The stored observation JSON for the key in ``slot``, or None."""
@@ -150,7 +216,7 @@ class IdempotencyStore:
         return stored[1] if stored else None
 
     def __len__(self) -> int:
-        """The number of stored keys."""
+        """The number of stored keys (of the current epochs)."""
         return len(self._done)
 
 

@@ -13,7 +13,7 @@ treat them as any other tool (a session that is not offered one gets ``unknown-t
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 import msgspec
@@ -24,8 +24,8 @@ from ._observation import Observation
 from ._policy import Session
 from ._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 
-__all__ = ["SHELL_HELP", "SHELL_TOOLS", "describe", "format_registers", "run_shell",
-           "shell_call"]
+__all__ = ["SHELL_HELP", "describe", "format_registers", "run_shell", "shell_call",
+           "shell_tools"]
 
 
 def format_registers(values: Sequence[int]) -> str:
@@ -58,21 +58,28 @@ def _engineer_tool(name: str, description: str, handler: Handler, *,
     return Tool(name, description, schema, read_only=read_only, handler=handler)
 
 
-def _reset(device: Device, arguments: object) -> dict[str, bool]:
-    device.reset()
-    return {"reset": True}
+def shell_tools(reset: Callable[[Device], None] = Device.reset) -> ToolSet:
+    """The shell's tools: the register tools, and three for engineers (never offered to
+    models).
 
+    Args:
+        reset: what ``reset_device`` calls with the device its handler is given; pass the
+            gate's :meth:`~regdev.Gate.reset_device`, which records the reset in the audit
+            log, so that no idempotency key stored before the reset is replayed after it.
+    """
+    def reset_device(device: Device, arguments: object) -> dict[str, bool]:
+        reset(device)
+        return {"reset": True}
 
-#: The shell's tools: the register tools, and three for engineers (never offered to models).
-SHELL_TOOLS = ToolSet([
-    *REGISTER_TOOLS.values(),
-    _engineer_tool("identify_device", "The device's identity line.",
-                   lambda device, _: {"identity": device.identify()}),
-    _engineer_tool("dump_registers", "All 16 registers, address 0 first.",
-                   lambda device, _: {"registers": device.snapshot()}),
-    _engineer_tool("reset_device", "Set every register to its reset value.", _reset,
-                   read_only=False),
-])
+    return ToolSet([
+        *REGISTER_TOOLS.values(),
+        _engineer_tool("identify_device", "The device's identity line.",
+                       lambda device, _: {"identity": device.identify()}),
+        _engineer_tool("dump_registers", "All 16 registers, address 0 first.",
+                       lambda device, _: {"registers": device.snapshot()}),
+        _engineer_tool("reset_device", "Set every register to its reset value.", reset_device,
+                       read_only=False),
+    ])
 
 SHELL_HELP = """\
 commands (numbers in decimal or hex: 3, 0x1f):
@@ -138,7 +145,7 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
     otherwise names the tools the session may call.
 
     Args:
-        gate: a gate offering :data:`SHELL_TOOLS`.
+        gate: a gate offering :func:`shell_tools`.
         session: the session every command runs in.
         out: where the verdicts go.
         where: the device's name for the greeting (a port, or the in-process register file).
