@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -306,3 +307,32 @@ def test_audit_and_no_audit_are_exclusive(capsys: pytest.CaptureFixture[str],
     assert info.value.code == 2
     assert "argument --no-audit: not allowed with argument --audit" in capsys.readouterr().err
     assert not (tmp_path / "a.db").exists()
+
+
+def _regdev(argv: list[str], stdout: int, env_extra: dict[str, str]) -> tuple[int, str]:
+    """Run the installed regdev with ``stdout`` as its standard output: (status, stderr)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    done = subprocess.run([str(Path(sys.executable).parent / "regdev"), *argv], stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, env=env | env_extra, check=False)
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize("buffering", [{}, {"PYTHONUNBUFFERED": "1"}], ids=["buffered", "unbuf"])
+def test_a_closed_output_is_a_failure_without_a_traceback(buffering: dict[str, str]) -> None:
+    """Output to a pipe nobody reads (`| true`): exit 1, not 0, and nothing on stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        status, err = _regdev(["call", "--no-audit", '{"tool": "x"}'], write_end, buffering)
+    finally:
+        os.close(write_end)
+    assert (status, err) == (1, "")
+
+
+@pytest.mark.parametrize("buffering", [{}, {"PYTHONUNBUFFERED": "1"}], ids=["buffered", "unbuf"])
+def test_a_full_disk_is_one_line_and_exit_1(buffering: dict[str, str]) -> None:
+    """Output to /dev/full: one line naming the OS's reason, exit 1, no traceback."""
+    with open("/dev/full", "wb") as full:
+        status, err = _regdev(["tools", "--format", "mcp"], full.fileno(), buffering)
+    assert (status, err) == (1, "regdev tools: error: cannot write the output: "
+                                "No space left on device\n")

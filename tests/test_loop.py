@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from regdev import (
+    AuditLog,
     DeviceRefused,
     Gate,
     Observation,
     RegisterFile,
     ScriptedProposer,
+    Step,
     call_with_retry,
+    read_audit,
     run_loop,
 )
 
@@ -78,7 +82,21 @@ def test_error_when_the_proposer_raises(gate: Gate) -> None:
 
     result = run_loop(proposer, gate)
     assert (result.stop, result.steps) == ("error", [])
-    assert "ConnectionError" in result.detail
+    assert result.detail == "the proposer failed: model endpoint down"
+
+
+def test_a_closed_output_is_worded_in_the_stop_detail(tmp_path: Path) -> None:
+    """on_step raising BrokenPipeError stops the loop with "the output was closed", re-raised."""
+
+    def on_step(step: Step) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    read = '{"tool": "read_register", "arguments": {"addr": 1}}'
+    with Gate(RegisterFile(), audit=AuditLog(tmp_path / "audit.db")) as gate, \
+            pytest.raises(BrokenPipeError):
+        run_loop(ScriptedProposer([read]), gate, on_step=on_step)
+    stop = [r for r in read_audit(tmp_path / "audit.db") if r.event == "stop"]
+    assert [(r.code, r.message) for r in stop] == [("error", "the output was closed")]
 
 
 def test_tool_choice_is_enforced_in_the_loop(gate: Gate) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import io
 import logging
 import math
 import os
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import msgspec
 
@@ -776,17 +777,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``regdev`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    out = _Output(sys.stdout)
     try:
-        status: int = args.func(args, sys.stdout)
+        status: int = args.func(args, cast(TextIO, out))
+        out.flush()  # here, not at exit: a write that fails is this command's failure
     except UsageError as error:
         print(f"regdev {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"regdev {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+    except OSError as error:
+        if error is not out.failure:
+            raise
+        _drop_stdout()
+        if not isinstance(error, BrokenPipeError):  # the reader went away (`| head`): silent
+            print(f"regdev {args.command}: error: cannot write the output: "
+                  f"{error.strerror or error}", file=sys.stderr)
+        return 1  # the output is incomplete: never a success
     return status
+
+
+class _Output(io.TextIOBase):
+    """Standard output as the commands write it, keeping the OSError a write or flush raised
+    (a closed pipe, a full disk), so that :func:`main` tells it from any other."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self.stream = stream
+        self.failure: OSError | None = None
+
+    def write(self, text: str, /) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as error:
+            self.failure = error
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as error:
+            self.failure = error
+            raise
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+
+def _drop_stdout() -> None:
+    """Point standard output at the null device, so that the interpreter's last flush of the
+    text still buffered does not fail again (the recipe of the Python docs, "Note on
+    SIGPIPE", https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file descriptor (a test's capture): nothing to do
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

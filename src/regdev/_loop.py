@@ -13,7 +13,7 @@ Rules of this file:
 * The loop stops with exactly one reason: ``done`` (the proposer returned None), ``budget``
   (``max_steps`` proposals made), ``rejected`` (the retries after a refusal were refused too,
   or the refusal was final), ``error`` (the proposer raised or returned something that is not
-  text).
+  text; the detail says what in words, e.g. "the output was closed", never a class name).
 * Every loop has a ``loop_id``. With an audit log on the gate, each step's record carries the
   loop id and the step number (its verdict is the record's stage and code), and the stop is one
   more record (``event = "stop"``, the reason in ``code``).
@@ -117,12 +117,26 @@ def run_loop(
         _drive(result, proposer, gate, dialect=dialect, tool_choice=tool_choice,
                max_steps=max_steps, retries=retries, on_step=on_step, session=session)
     except BaseException as error:  # on_step raised, or an interrupt: recorded, re-raised
-        result.stop, result.detail = "error", f"the loop was interrupted by {type(error).__name__}"
+        result.stop, result.detail = "error", _interruption(error)
         raise
     finally:
         gate.record_loop_stop(result.loop_id, result.stop, result.detail, len(result.steps),
                               session)
     return result
+
+
+def _interruption(error: BaseException) -> str:
+    """The stop detail for an exception that ended the loop from outside the proposer (the
+    ``on_step`` callback, an interrupt): words, never a Python class name."""
+    if isinstance(error, BrokenPipeError):
+        return "the output was closed"
+    if isinstance(error, KeyboardInterrupt):
+        return "the loop was interrupted (Ctrl-C)"
+    if isinstance(error, OSError) and error.strerror:
+        return f"the output could not be written: {error.strerror}"
+    if isinstance(error, SystemExit):
+        return "the program was asked to exit"
+    return f"the loop was stopped by an error: {error}" if str(error) else "the loop was stopped"
 
 
 def _drive(result: LoopResult, proposer: Proposer, gate: Gate, *, dialect: str,
@@ -134,7 +148,8 @@ def _drive(result: LoopResult, proposer: Proposer, gate: Gate, *, dialect: str,
         try:
             raw = proposer(result.observations)
         except Exception as error:
-            result.stop, result.detail = "error", f"the proposer raised {type(error).__name__}"
+            result.stop = "error"
+            result.detail = f"the proposer failed: {error}" if str(error) else "the proposer failed"
             return
         if raw is None:
             result.stop, result.detail = "done", "the proposer is done"
