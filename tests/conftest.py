@@ -54,6 +54,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def audit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The CLI's default audit log, moved into this test's own folder (never ~/.local)."""
     path = tmp_path / "state" / "audit.db"
+    path.parent.mkdir()
     monkeypatch.setenv("REGDEV_AUDIT", str(path))
     return path
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES
-from regdev import tool_definitions
+from regdev import read_audit, tool_definitions
 from regdev._cli import main
 
 
@@ -336,3 +336,46 @@ def test_a_full_disk_is_one_line_and_exit_1(buffering: dict[str, str]) -> None:
         status, err = _regdev(["tools", "--format", "mcp"], full.fileno(), buffering)
     assert (status, err) == (1, "regdev tools: error: cannot write the output: "
                                 "No space left on device\n")
+
+
+def test_a_missing_home_is_not_created_for_the_default_audit_log(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOME (or $XDG_STATE_HOME) that does not exist: a one-line warning, no log, nothing made."""
+    monkeypatch.delenv("REGDEV_AUDIT")
+    home = tmp_path / "nonexistent"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    status, out, err = run(capsys, "call", '{"tool": "read_register", "arguments": {"addr": 1}}')
+    assert (status, json.loads(out)["ok"]) == (0, True)
+    assert err == (f"regdev call: warning: the default audit log {home}/.local/state/regdev/"
+                   f"audit.db cannot be used: the home directory {home} does not exist; going "
+                   "on without an audit log (--audit PATH to record one elsewhere, --no-audit "
+                   "to say so)\n")
+    state = tmp_path / "state-home"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    status, _, err = run(capsys, "call", '{"tool": "read_register", "arguments": {"addr": 1}}')
+    assert status == 0 and f"$XDG_STATE_HOME {state} does not exist;" in err
+    assert not home.exists() and not state.exists()
+    state.mkdir()  # an existing $XDG_STATE_HOME: its regdev folder is made, no warning
+    status, _, err = run(capsys, "call", '{"tool": "read_register", "arguments": {"addr": 1}}')
+    assert (status, err) == (0, "")
+    assert [r.tool for r in read_audit(state / "regdev" / "audit.db")] == ["read_register"]
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_an_audit_path_in_a_missing_directory_is_refused(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        how: str) -> None:
+    """--audit or $REGDEV_AUDIT in a directory that does not exist: exit 2, nothing created."""
+    missing = tmp_path / "no" / "dir"
+    argv = ["call", "{}"]
+    if how == "option":
+        argv[1:1] = ["--audit", str(missing / "audit.db")]
+    else:
+        monkeypatch.setenv("REGDEV_AUDIT", str(missing / "audit.db"))
+    status, out, err = run(capsys, *argv)
+    assert (status, out) == (2, "")
+    assert err == (f"regdev call: error: the directory {missing} does not exist (choose "
+                   "another file with --audit PATH, or record nothing with --no-audit)\n")
+    assert not (tmp_path / "no").exists()

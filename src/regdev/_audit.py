@@ -68,6 +68,7 @@ __all__ = [
     "AuditRecord",
     "Durability",
     "default_audit_path",
+    "default_audit_root",
     "find_loop",
     "insert_statement",
     "read_audit",
@@ -225,6 +226,14 @@ def default_audit_path() -> Path:
     if not os.path.isabs(state):
         state = os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "regdev" / "audit.db"
+
+
+def default_audit_root() -> Path:
+    """The folder that must already exist for the default audit path (without
+    ``$REGDEV_AUDIT``) to be used: ``$XDG_STATE_HOME`` when set (and absolute), else the home
+    directory. The folders below it are created; it never is (a missing home is not made)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    return Path(state if os.path.isabs(state) else os.path.expanduser("~"))
 
 
 @contextmanager

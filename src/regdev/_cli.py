@@ -26,7 +26,14 @@ from typing import Any, TextIO, cast
 
 import msgspec
 
-from ._audit import AuditLog, AuditRecord, default_audit_path, find_loop, read_audit
+from ._audit import (
+    AuditLog,
+    AuditRecord,
+    default_audit_path,
+    default_audit_root,
+    find_loop,
+    read_audit,
+)
 from ._compile import generate_source
 from ._demo import DEMO_SCRIPT, ScriptedProposer
 from ._device import Device, RegisterFile
@@ -237,22 +244,32 @@ def _load_policy(args: argparse.Namespace) -> Policy | None:
 def _open_audit(args: argparse.Namespace) -> AuditLog | None:
     """The audit log of ``--audit``, ``$REGDEV_AUDIT`` or the default path.
 
-    A path the user gave that cannot be opened is an error. The default path (under
-    ``$XDG_STATE_HOME`` or ``~/.local/state``) is only a convenience: when it cannot be opened
-    (a read-only or missing home, as an MCP client or a container may give), the command
-    warns in one line on stderr and runs without an audit log.
+    A path the user gave that cannot be opened, or whose directory does not exist (it is not
+    created), is an error. The default path (under ``$XDG_STATE_HOME`` or ``~/.local/state``)
+    is only a convenience: its folders are created only when ``$XDG_STATE_HOME`` (when set) or
+    the home directory exists; when it cannot be used (a read-only or missing home, as an MCP
+    client, a service or a container may give), the command warns in one line on stderr and
+    runs without an audit log.
 
     Raises:
-        UsageError: the path given with ``--audit`` or ``$REGDEV_AUDIT`` cannot be opened.
+        UsageError: the path given with ``--audit`` or ``$REGDEV_AUDIT`` cannot be opened, or
+            its directory does not exist.
     """
     given = args.audit is not None or bool(os.environ.get("REGDEV_AUDIT"))
     path = args.audit or default_audit_path()
+    advice = "choose another file with --audit PATH, or record nothing with --no-audit"
+    if given and not path.parent.exists():  # a typo in a path is not a folder to create
+        raise UsageError(f"the directory {path.parent} does not exist ({advice})")
+    root = default_audit_root()
     try:
+        if not given and not root.exists():  # a missing home is not made: no log, a warning
+            home = "the home directory" if root == Path.home() else "$XDG_STATE_HOME"
+            raise AuditError(f"the default audit log {path} cannot be used: {home} {root} "
+                             "does not exist")
         return AuditLog(path, durability=args.durability)
     except AuditError as error:
         if given:
-            raise UsageError(f"{error} (choose another file with --audit PATH, or record "
-                             "nothing with --no-audit)") from None
+            raise UsageError(f"{error} ({advice})") from None
         print(f"regdev {args.command}: warning: {error}; going on without an audit log "
               "(--audit PATH to record one elsewhere, --no-audit to say so)", file=sys.stderr)
         return None
