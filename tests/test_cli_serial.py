@@ -15,7 +15,8 @@ import pytest
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES
-from firmware import sim_process
+from firmware import sim_process, sim_thread
+from regdev import _protocol as wire
 from regdev import read_audit
 from regdev._cli import FAULT_HELP, main
 from regdev._serial import URL_FORMS, SerialDevice
@@ -295,3 +296,35 @@ def test_shell_reset_is_recorded_in_the_audit_log(tmp_path: Path) -> None:
     resets = conn.execute("SELECT device FROM device_resets").fetchall()
     conn.close()
     assert resets == [(f"serial:{port}",)]
+
+
+class _NoDumpFirmware(sim.Firmware):
+    """The simulator's firmware refusing every register dump (``e ADDR``), all else as usual."""
+
+    def answer(self, request: wire.Request) -> wire.Reply:
+        if isinstance(request, wire.DumpRequest):
+            return wire.ErrorReply(request.seq, "ADDR")
+        return super().answer(request)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_replay_keeps_its_results_when_the_register_dump_fails(
+        capsys: pytest.CaptureFixture[str], json_output: bool) -> None:
+    """Every line ran but the dump fails: the results and summary, then one error line, exit 2."""
+    wild = str(EXAMPLES / "wild-calls.jsonl")
+    with sim_thread(_NoDumpFirmware()) as port:
+        status, out, err = run(capsys, "replay", wild, "--port", port,
+                               *(["--json"] if json_output else []))
+    assert status == 2
+    assert err.count("\n") == 1
+    assert err.startswith(f"regdev replay: error: the registers could not be read after the "
+                          f"replay: the device on {port} failed: ")
+    if json_output:
+        rows = [json.loads(line) for line in out.splitlines()]
+        assert len(rows) == 19 and all(row["expect_met"] for row in rows[:-1])
+        assert rows[-1] == {"registers": None, "error": err.removeprefix(
+            "regdev replay: error: ").rstrip("\n")}
+    else:
+        assert "\n18 calls, 18 with expectations, 0 not met\n" in out
+        assert "registers after the replay" not in out

@@ -137,14 +137,23 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
             if outcome.record.result is not None:
                 want += f" with result {msgspec.json.encode(outcome.record.result).decode()}"
             out.write(f"{'':<20}expected {want}\n")
-    registers = _device_call(args, gate.device.snapshot)
+    try:  # every line ran: a failed dump must not lose their results
+        registers, unread = _device_call(args, gate.device.snapshot), None
+    except UsageError as error:
+        registers, unread = None, f"the registers could not be read after the replay: {error}"
     if args.json:
-        _json_line({"registers": registers}, out)
+        _json_line({"registers": registers} if unread is None
+                   else {"registers": None, "error": unread}, out)
     else:
         checked = sum(o.expect_met is not None for o in outcomes)
         out.write(f"\n{len(outcomes)} calls, {checked} with expectations, {failed} not met\n")
-        out.write("registers after the replay:\n" + format_registers(registers) + "\n")
+        if registers is not None:
+            out.write("registers after the replay:\n" + format_registers(registers) + "\n")
         _audit_note(gate, out)
+    if unread is not None:
+        out.flush()  # the results first, then the error
+        print(f"regdev replay: error: {unread}", file=sys.stderr)
+        return 2
     return 1 if failed else 0
 
 
@@ -662,7 +671,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("file", metavar="FILE", help="JSONL file of recorded calls")
     dialect_options(replay, "A line's own `dialect` wins.")
     replay.add_argument("--json", action="store_true",
-                        help="one JSON object per line, then {\"registers\": [16 ints]}")
+                        help="one JSON object per line, then {\"registers\": [16 ints]} (or "
+                             "{\"registers\": null, \"error\": TEXT} when the registers "
+                             "could not be read after the calls: exit 2)")
     port_options(replay)
     replay.add_argument("--reset", action="store_true",
                         help="with --port: reset the device before the replay (without "
