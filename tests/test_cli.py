@@ -379,3 +379,53 @@ def test_an_audit_path_in_a_missing_directory_is_refused(
     assert err == (f"regdev call: error: the directory {missing} does not exist (choose "
                    "another file with --audit PATH, or record nothing with --no-audit)\n")
     assert not (tmp_path / "no").exists()
+
+
+def _replay_file(tmp_path: Path, *records: dict[str, object]) -> str:
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return str(path)
+
+
+READ_1 = json.dumps({"tool": "read_register", "arguments": {"addr": 1}})
+
+
+def test_replay_refuses_an_expect_that_is_no_verdict_code(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A typo in expect ("range-adr") is a file error naming the line, not a silent NOT MET."""
+    path = _replay_file(tmp_path, {"raw": READ_1, "expect": "ok"},
+                        {"raw": READ_1, "expect": "range-adr"})
+    status, out, err = run(capsys, "replay", path)
+    assert (status, out) == (2, "")
+    assert err == (f"regdev replay: error: {path}:2: expect 'range-adr' is not \"ok\" nor a "
+                   "verdict code a call can get (see docs/errors.md)\n")
+    # the codes that name an argument, a tool, or none are all accepted
+    path = _replay_file(tmp_path, *({"raw": READ_1, "expect": code} for code in (
+        "range-addr", "missing-data", "denied-write_register", "device-busy", "not-json")))
+    status, out, _ = run(capsys, "replay", path)
+    assert status == 1 and "5 calls, 5 with expectations, 5 not met" in out
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"], ids=["empty", "blank-lines"])
+def test_replay_of_a_file_with_no_calls_is_an_error(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str) -> None:
+    """A replay file without a call says so, exit 2 (not "0 calls", exit 0)."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content)
+    status, out, err = run(capsys, "replay", str(path))
+    assert (status, out) == (2, "")
+    assert err == (f"regdev replay: error: {path} holds no calls (one JSON object per line, "
+                   'each with at least "raw")\n')
+
+
+def test_replay_json_rows_say_whether_the_observation_was_replayed(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--json rows carry "replay": the second call with the same idempotency key is one."""
+    keyed = json.dumps({"tool": "write_register", "arguments": {"addr": 3, "data": 9},
+                        "idempotency_key": "k1"})
+    path = _replay_file(tmp_path, {"raw": keyed}, {"raw": keyed}, {"raw": READ_1})
+    status, out, _ = run(capsys, "replay", path, "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert status == 0
+    assert [(row["ok"], row["replay"]) for row in rows[:-1]] == [
+        (True, False), (True, True), (True, False)]

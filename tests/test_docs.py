@@ -11,6 +11,7 @@ import pytest
 
 from conftest import ROOT
 from regdev._cli import main
+from regdev._observation import FIXED_CODES, NAMED_CODES
 
 EXAMPLE = re.compile(r"^\$ regdev (call .*)\n(\{.*\})$", re.MULTILINE)
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -74,3 +75,11 @@ def test_python_example_runs_and_prints_what_it_shows(
     shown = [lines[i + 1].removeprefix("# ") for i, line in enumerate(lines[:-1])
              if line.startswith("print(") and lines[i + 1].startswith("# ")]
     assert capsys.readouterr().out.splitlines() == shown
+
+
+def test_errors_doc_has_a_section_for_every_fixed_code() -> None:
+    """Each code of FIXED_CODES (the list replay checks `expect` against) is documented."""
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    headings = set(re.findall(r"^### `([a-z<>-]+)`$", text, re.MULTILINE))
+    named = {f"{kind}-<{'tool' if kind == 'denied' else 'arg'}>" for kind in NAMED_CODES}
+    assert headings >= FIXED_CODES | named

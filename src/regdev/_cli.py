@@ -662,7 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser(
         "replay", help="run recorded model outputs (JSONL) and check their expectations",
         description="Each line of FILE is a JSON object with `raw` (the model's output text) "
-                    "and optionally `dialect`, `expect` (`ok` or a verdict code), `result` "
+                    "and optionally `dialect`, `expect` (`ok` or a verdict code of "
+                    "docs/errors.md; anything else is a file error), `result` "
                     "(the expected result object) and `why`. Lines run in order against one "
                     "device, so writes are seen by later reads: a fresh in-process register "
                     "file, or the device at --port (add --reset to start it from its reset "

@@ -16,7 +16,8 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
-__all__ = ["PIPELINE", "Observation", "PipelineStage", "Refusal", "Stage"]
+__all__ = ["FIXED_CODES", "NAMED_CODES", "PIPELINE", "Observation", "PipelineStage", "Refusal",
+           "Stage"]
 
 #: The stages of the pipeline, in order. The names are spelled here only: the gate runs its
 #: methods by them (``Gate._parse`` ...), and the audit log names its columns after them
@@ -26,6 +27,23 @@ PipelineStage = Literal["parse", "validate", "authorize", "execute", "observe"]
 Stage = Literal[PipelineStage, "internal"]
 #: The pipeline's stages in order, as a tuple (from :data:`PipelineStage`).
 PIPELINE: tuple[PipelineStage, ...] = get_args(PipelineStage)
+
+#: Every verdict code that names no tool and no argument, by stage (docs/errors.md has a
+#: section for each). The others are ``missing-ARG``, ``type-ARG``, ``range-ARG`` (ARG an
+#: argument's dotted path, e.g. ``limits.low``) and ``denied-TOOL``: see :data:`NAMED_CODES`.
+FIXED_CODES: frozenset[str] = frozenset({
+    "too-large", "not-json",                                                   # parse
+    "not-an-object", "missing-tool", "bad-arguments", "wrong-tool", "unknown-tool",
+    "unknown-argument", "bad-idempotency-key",                                 # validate
+    "read-only-register", "idempotency-conflict", "idempotency-in-progress",
+    "rate-limited", "approval-denied",                                         # authorize
+    "device-timeout", "device-unavailable", "device-busy", "device-error",     # execute
+    "output-too-large", "audit-error",                                         # observe
+    "internal-error",                                                          # internal
+})
+#: The verdict codes followed by a name: an argument's dotted path, or a tool's name
+#: (``denied``).
+NAMED_CODES: tuple[str, ...] = ("missing", "type", "range", "denied")
 
 _NOT_RETRYABLE = frozenset(
     {"approval-denied", "read-only-register", "idempotency-conflict", "device-error",

@@ -25,11 +25,13 @@ import msgspec
 
 from ._errors import RegdevError
 from ._gate import Gate
-from ._observation import Observation
+from ._observation import FIXED_CODES, NAMED_CODES, Observation
 from ._parse import DIALECTS, load_json
 from ._policy import Session
+from ._tools import REGISTER_TOOLS, ToolSet
 
-__all__ = ["ReplayFileError", "ReplayOutcome", "ReplayRecord", "load_replay", "run_replay"]
+__all__ = ["ReplayFileError", "ReplayOutcome", "ReplayRecord", "load_replay", "run_replay",
+           "verdict_codes"]
 
 
 class ReplayRecord(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -75,26 +77,48 @@ class ReplayOutcome:
             "result": obs.result,
             "expect": self.record.expect,
             "expect_met": self.expect_met,
+            "replay": obs.replay,
         }
 
 
-def load_replay(path: str | Path) -> list[tuple[int, ReplayRecord]]:
+def verdict_codes(tools: ToolSet) -> frozenset[str]:
+    """Every verdict code a call to ``tools`` can be refused with: :data:`FIXED_CODES`, and
+    ``missing-``, ``type-`` and ``range-`` each argument's dotted path, ``denied-`` each tool."""
+    codes = set(FIXED_CODES)
+    for tool in tools.values():
+        codes.add(f"denied-{tool.name}")
+        levels = [("", tool.input_schema)]
+        while levels:
+            prefix, schema = levels.pop()
+            properties = schema.get("properties") if isinstance(schema, dict) else None
+            for name, sub in (properties or {}).items():
+                codes.update(f"{kind}-{prefix}{name}" for kind in NAMED_CODES[:3])
+                levels.append((f"{prefix}{name}.", sub))
+    return frozenset(codes)
+
+
+def load_replay(path: str | Path, tools: ToolSet = REGISTER_TOOLS
+                ) -> list[tuple[int, ReplayRecord]]:
     """Read a replay file.
 
     Args:
         path: a JSONL file (UTF-8), one :class:`ReplayRecord` per line.
+        tools: the tools the calls will be offered; an ``expect`` must be ``"ok"`` or one of
+            their :func:`verdict_codes`.
 
     Returns:
-        ``(line number, record)`` pairs in file order, line numbers 1-based.
+        ``(line number, record)`` pairs in file order, line numbers 1-based; at least one.
 
     Raises:
-        ReplayFileError: the file cannot be read, or a line is not a valid record (the message
-            names the line and the problem).
+        ReplayFileError: the file cannot be read, holds no calls, or a line is not a valid
+            record or expects a verdict code that no call can get (a typo would otherwise be
+            a silent NOT MET); the message names the line and the problem.
     """
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         raise ReplayFileError(f"cannot read {path}: {error.strerror or error}") from None
+    codes = verdict_codes(tools)
     records = []
     for number, text in enumerate(data.split(b"\n"), start=1):
         line = text.removesuffix(b"\r")
@@ -109,7 +133,14 @@ def load_replay(path: str | Path) -> list[tuple[int, ReplayRecord]]:
                 f"{path}:{number}: unknown dialect {record.dialect!r}; "
                 f"expected one of {', '.join(DIALECTS)}"
             )
+        if record.expect is not None and record.expect != "ok" and record.expect not in codes:
+            raise ReplayFileError(
+                f"{path}:{number}: expect {record.expect!r} is not \"ok\" nor a verdict code "
+                "a call can get (see docs/errors.md)")
         records.append((number, record))
+    if not records:
+        raise ReplayFileError(f"{path} holds no calls (one JSON object per line, each with "
+                              "at least \"raw\")")
     return records
 
 
