@@ -70,6 +70,17 @@ def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[
                        f"{URL_FORMS}\n")
 
 
+def test_a_file_that_is_not_a_serial_port_is_named_so(capsys: pytest.CaptureFixture[str],
+                                                      tmp_path: Path) -> None:
+    """--port naming a regular file: "not a serial port (the OS's reason)", no errno tuple."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a tty\n")
+    status, out, err = run(capsys, "demo", "--port", str(plain))
+    assert (status, out) == (2, "")
+    assert err == (f"regdev demo: error: cannot open port {plain}: not a serial port "
+                   "(Inappropriate ioctl for device)\n")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["--timeout", "2"], "--timeout goes with --port URL (without --port the device is in "

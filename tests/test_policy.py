@@ -456,10 +456,17 @@ def test_toml_suffix_is_case_insensitive(tmp_path: Path) -> None:
     assert Policy.from_file(path).registers.read_only == frozenset({2})
 
 
-def test_missing_policy_file(tmp_path: Path) -> None:
-    """A missing file is a PolicyError naming the path."""
-    with pytest.raises(PolicyError, match=r"cannot read policy file .*nope\.toml"):
-        Policy.from_file(tmp_path / "nope.toml")
+def test_policy_file_that_cannot_be_read(tmp_path: Path) -> None:
+    """A missing file, a directory or bytes that are not UTF-8: the path and the OS's reason
+    in words (no errno, no Python class)."""
+    cases = [(tmp_path / "nope.toml", "No such file or directory"),
+             (tmp_path, "Is a directory"),
+             (tmp_path / "latin1.toml", "not UTF-8 text (byte 2)")]
+    cases[2][0].write_bytes(b"# \xe9\n")
+    for path, reason in cases:
+        with pytest.raises(PolicyError) as info:
+            Policy.from_file(path)
+        assert str(info.value) == f"cannot read {path}: {reason}"
 
 
 def test_policy_in_python_validates_too() -> None:

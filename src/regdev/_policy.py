@@ -250,8 +250,11 @@ class Policy(_Model):
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise PolicyError(f"cannot read policy file {path}: {error}") from None
+        except OSError as error:
+            raise PolicyError(f"cannot read {path}: {error.strerror or error}") from None
+        except UnicodeDecodeError as error:
+            raise PolicyError(f"cannot read {path}: not UTF-8 text (byte {error.start})"
+                              ) from None
         toml = path.suffix.lower() == ".toml"
         try:
             data = tomllib.loads(text) if toml else load_json(text)

@@ -147,10 +147,14 @@ def _cause(error: BaseException) -> str:
         return "it is in use (could not lock it exclusively)"
     while (inner := error.__cause__ or error.__context__) is not None:
         error = inner
-    if isinstance(error, OSError) and error.strerror and not isinstance(
-            error, serial.SerialException):
-        return error.strerror
-    return str(error) or type(error).__name__
+    # The OS's (errno, text): an OSError's, or termios.error's, whose args are that pair.
+    code, text = (error.args if len(error.args) == 2 and isinstance(error.args[0], int)
+                  and isinstance(error.args[1], str) else (None, None))
+    if code == errno.ENOTTY:  # a file, not a terminal: the port settings cannot be applied
+        return f"not a serial port ({text})"
+    if text and not isinstance(error, serial.SerialException):
+        return text
+    return str(error) or "no reason given"
 
 
 def _open_message(url: str, error: BaseException) -> str:
