@@ -148,8 +148,8 @@ def _cause(error: BaseException) -> str:
     while (inner := error.__cause__ or error.__context__) is not None:
         error = inner
     # The OS's (errno, text): an OSError's, or termios.error's, whose args are that pair.
-    code, text = (error.args if len(error.args) == 2 and isinstance(error.args[0], int)
-                  and isinstance(error.args[1], str) else (None, None))
+    code, text = error.args if len(error.args) == 2 else (None, None)
+    text = text if isinstance(code, int) and isinstance(text, str) else None
     if code == errno.ENOTTY:  # a file, not a terminal: the port settings cannot be applied
         return f"not a serial port ({text})"
     if text and not isinstance(error, serial.SerialException):
