@@ -429,3 +429,19 @@ def test_replay_json_rows_say_whether_the_observation_was_replayed(
     assert status == 0
     assert [(row["ok"], row["replay"]) for row in rows[:-1]] == [
         (True, False), (True, True), (True, False)]
+
+
+def test_call_with_a_file_name_for_raw_hints_at_stdin(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RAW naming an existing file: still not-json (exit 1), plus a hint on stderr; text that
+    cannot be a file name (too long) gets no hint and no error."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "call.json").write_text('{"tool": "read_register", "arguments": {"addr": 1}}')
+    status, out, err = run(capsys, "call", "call.json")
+    assert (status, json.loads(out)["code"]) == (1, "not-json")
+    assert err == ("regdev call: hint: RAW is the call's JSON text; to send a file's contents "
+                   "use: regdev call - < call.json\n")
+    for raw in ("missing.json", "x" * 5000, "a\x00b"):
+        status, out, err = run(capsys, "call", raw)
+        assert (status, json.loads(out)["code"], err) == (1, "not-json", "")

@@ -67,6 +67,33 @@ def test_not_json(raw: str | bytes) -> None:
     assert "\n" not in result.message
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"a": "\\ud800"}', "invalid \\u escape \\ud800: a lone surrogate (half of a UTF-16 pair) "
+                            "is not a character"),
+        ('["\\ud83d\\ude00", "x\\uDBFFy"]', "invalid \\u escape \\uDBFF: a lone surrogate "
+                                          "(half of a UTF-16 pair) is not a character"),
+        ('{"a": "\\\\ud800", "b": "\\udc00"}', "invalid \\u escape \\udc00: a lone surrogate "
+                                            "(half of a UTF-16 pair) is not a character"),
+        ('{"a": ' + "7" * 5000 + "}", "an integer has more than 4300 digits, the most regdev "
+                                      "reads (Python's limit for converting text to int)"),
+        ('[[-' + "7" * 4301 + "]]", "an integer has more than 4300 digits, the most regdev "
+                                    "reads (Python's limit for converting text to int)"),
+        ("\ufeff{}", "a byte-order mark (U+FEFF) before the JSON is not allowed"),
+        (b"\xef\xbb\xbf{}", "a byte-order mark (U+FEFF) before the JSON is not allowed"),
+        ('{"a": 1', "Input data was truncated"),
+    ],
+)
+def test_not_json_messages_say_what_is_wrong(raw: str | bytes, reason: str) -> None:
+    """A lone surrogate escape, an integer past the digit limit and a byte-order mark are
+    named as such (not "truncated", a `$[...]` path or "invalid character (byte 0)")."""
+    result = parse(raw)
+    assert isinstance(result, Refusal)
+    assert (result.code, result.message) == (
+        "not-json", f"not one strict JSON document: {reason}; send one JSON object")
+
+
 def test_too_large_checked_before_parsing() -> None:
     """Over the cap is too-large even when it is not JSON at all; at the cap it is parsed."""
     assert code(parse("x" * 101, max_bytes=100)) == "too-large"
@@ -276,7 +303,7 @@ def test_deep_nesting_in_the_duplicate_key_scan_is_not_json(
         ('{"a": 1} {"a": 2}', "trailing characters"),
         ("[" * 5000 + "]" * 5000, "nested"),
         (b'{"a": "\xff"}', "invalid utf-8"),
-        ("\ufeff\ufeff{}", "invalid character"),  # one byte order mark is skipped, not two
+        ("\ufeff\ufeff{}", r"a byte-order mark \(U\+FEFF\) before the JSON"),  # one is skipped
     ],
 )
 def test_load_json_refuses_what_the_gate_refuses(text: str | bytes, reason: str) -> None:

@@ -13,6 +13,7 @@ import io
 import logging
 import math
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -166,7 +167,19 @@ def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
         observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice,
                                   session=session)
     _json_line(observation.to_dict(), out)
+    if observation.code == "not-json" and args.raw != "-" and _names_a_file(args.raw):
+        print(f"regdev call: hint: RAW is the call's JSON text; to send a file's contents "
+              f"use: regdev call - < {shlex.quote(args.raw)}", file=sys.stderr)
     return 0 if observation.ok else 1
+
+
+def _names_a_file(text: str) -> bool:
+    """Whether ``text`` is the name of an existing file (no error for text that cannot be one:
+    too long, or holding a NUL)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _check_tool_choice(tool_choice: str | None, tools: ToolSet) -> None:

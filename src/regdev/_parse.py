@@ -6,7 +6,9 @@ Rules of this file:
 * JSON is parsed by msgspec, which is strict (RFC 8259): NaN and Infinity, raw control
   characters in strings, trailing data, invalid UTF-8 and truncated input are refused
   (``not-json``), as is nesting deeper than msgspec's limit (about 1000 levels).
-* Integers stay exact Python ``int`` at any size. Numbers with a fraction or an exponent are
+* Integers stay exact Python ``int`` up to :data:`MAX_INT_DIGITS` digits (msgspec's limit, the
+  default of Python's ``sys.get_int_max_str_digits()``; a lower one set in Python also
+  applies); a longer one is ``not-json``. Numbers with a fraction or an exponent are
   decoded to ``decimal.Decimal``, so ``3.0`` and ``1e2`` stay exact and can be recognised as
   integers, and no value is rounded through ``float``.
 * Duplicate object keys are refused (``not-json``): RFC 8259 section 4 leaves them to the
@@ -29,6 +31,8 @@ Rules of this file:
 from __future__ import annotations
 
 import json
+import re
+import sys
 from decimal import Decimal, DecimalException
 from typing import Any, Literal, get_args
 
@@ -155,10 +159,52 @@ def _duplicate_key(data: bytes | str, doc: object) -> str | None:
 _NOT_JSON = (msgspec.DecodeError, RecursionError, DecimalException, ValueError, TypeError)
 
 
-def _explain(error: Exception) -> str:
-    """Word a decoding failure (one of :data:`_NOT_JSON`) for a message."""
+#: The most digits msgspec decodes in one JSON integer (measured on msgspec 0.23: it
+#: caps them at 4300, CPython's default ``sys.get_int_max_str_digits()``, whatever that is set
+#: to above it; a lower setting applies).
+MAX_INT_DIGITS = 4300
+#: One escape in JSON text: ``\\uXXXX`` (the code unit in group 1) or a backslash and a character.
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def _lone_surrogate(text: str) -> str | None:
+    """The first ``\\uXXXX`` escape in ``text`` that is half of a UTF-16 surrogate pair
+    without its other half (RFC 8259 section 7), or None."""
+    high: re.Match[str] | None = None  # a high surrogate waiting for its low half
+    for escape in _ESCAPE.finditer(text):
+        unit = int(escape[1], 16) if escape[1] else -1
+        is_low = 0xDC00 <= unit <= 0xDFFF
+        if high is not None:
+            if not (is_low and escape.start() == high.end()):
+                return high[0]
+            high = None
+        elif is_low:
+            return escape[0]
+        elif 0xD800 <= unit <= 0xDBFF:
+            high = escape
+    return high[0] if high is not None else None
+
+
+def _explain(error: Exception, data: bytes | str) -> str:
+    """Word a decoding failure (one of :data:`_NOT_JSON`) of ``data`` for a message: msgspec's
+    words, except where they would mislead (a lone surrogate is not truncation) or speak its
+    own jargon (a JSON path such as ``$[...][0]``)."""
     if isinstance(error, msgspec.DecodeError):
-        return str(error)
+        text = str(error)
+        if text.startswith("Integer value out of range"):
+            limit = min(MAX_INT_DIGITS, sys.get_int_max_str_digits() or MAX_INT_DIGITS)
+            return (f"an integer has more than {limit} digits, the most regdev reads (Python's "
+                    "limit for converting text to int)")
+        if text == "Input data was truncated" or "surrogate" in text:
+            lone = _lone_surrogate(data if isinstance(data, str) else data.decode("latin-1"))
+            if lone is not None:
+                return (f"invalid \\u escape {lone}: a lone surrogate (half of a UTF-16 pair) "
+                        "is not a character")
+        bom = (data.startswith("\ufeff") if isinstance(data, str)
+               else data.startswith(b"\xef\xbb\xbf"))
+        if bom and text.endswith("(byte 0)"):
+            return "a byte-order mark (U+FEFF) before the JSON is not allowed"
+        return text
     if isinstance(error, RecursionError):
         return "JSON is nested too deeply"
     if isinstance(error, DecimalException):
@@ -175,7 +221,7 @@ def _decode(data: bytes | str) -> tuple[object, str | None]:
     try:
         doc = _decode_json(data)
     except _NOT_JSON as error:
-        return None, _explain(error)
+        return None, _explain(error, data)
     try:
         duplicate = _duplicate_key(data, doc)
     except _TooDeep:
@@ -326,7 +372,7 @@ def parse(
     try:
         doc = _decode_json(raw)
     except _NOT_JSON as error:
-        return _not_json(_explain(error))
+        return _not_json(_explain(error, raw))
     if type(doc) is not dict:
         return ParsedCall(doc)
     # Repeated keys: the usual call is settled by one count, as in _duplicate_key's first

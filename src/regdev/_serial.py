@@ -150,7 +150,7 @@ def _cause(error: BaseException) -> str:
     # The OS's (errno, text): an OSError's, or termios.error's, whose args are that pair.
     code, text = error.args if len(error.args) == 2 else (None, None)
     text = text if isinstance(code, int) and isinstance(text, str) else None
-    if code == errno.ENOTTY:  # a file, not a terminal: the port settings cannot be applied
+    if code == errno.ENOTTY and text:  # a file, not a terminal: the port settings cannot be applied
         return f"not a serial port ({text})"
     if text and not isinstance(error, serial.SerialException):
         return text
