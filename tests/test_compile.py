@@ -24,6 +24,7 @@ from regdev import (
     SchemaError,
     ToolSet,
     compile_validator,
+    tool_definitions,
 )
 from regdev._cli import main
 from regdev._compile import generate_source
@@ -411,3 +412,19 @@ def test_compile_command_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFix
 def test_generate_source_is_deterministic() -> None:
     """The same tools give the same module text (so a written module can be diffed)."""
     assert generate_source() == generate_source() == check.source
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("openai", "OpenAI"), ("anthropic", "Anthropic")])
+def test_compile_command_names_a_provider_format(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str], fmt: str,
+                                                 name: str) -> None:
+    """`regdev tools --format openai|anthropic` output given to compile: a hint to use mcp."""
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tool_definitions(fmt)))
+    status = main(["compile", "--tools", str(path)])
+    out, err = capsys.readouterr()
+    assert (status, out) == (2, "")
+    assert err == (f"regdev compile: error: {path} looks like the {name} format; regdev "
+                   "compile reads MCP tools/list entries (regdev tools --format mcp)\n")
+    path.write_text(json.dumps(tool_definitions("mcp")))  # the hinted format compiles
+    assert main(["compile", "--tools", str(path)]) == 0

@@ -41,7 +41,7 @@ from ._device import Device, RegisterFile
 from ._errors import AuditError, PolicyError, RegdevError, SchemaError
 from ._gate import Gate
 from ._loop import Step, run_loop
-from ._parse import DIALECTS
+from ._parse import DIALECTS, load_json
 from ._policy import Policy, Session
 from ._providers import PROVIDER_FORMATS, tool_definitions
 from ._replay import ReplayFileError, load_replay, run_replay
@@ -582,7 +582,27 @@ def _load_tools(path: str | None) -> ToolSet:
     try:
         return ToolSet.from_json(data)
     except SchemaError as error:
+        provider = _provider_format(data)
+        if provider is not None:
+            raise UsageError(f"{path} looks like the {provider} format; regdev compile reads "
+                             "MCP tools/list entries (regdev tools --format mcp)") from None
         raise UsageError(f"{path}: {error}") from None
+
+
+def _provider_format(data: bytes) -> str | None:
+    """``"OpenAI"`` or ``"Anthropic"`` when the first tool in ``data`` (JSON text: an array,
+    or ``{"tools": [...]}``) has that provider's shape and not MCP's, else None."""
+    try:
+        doc = load_json(data)
+    except ValueError:
+        return None
+    entries = doc.get("tools") if isinstance(doc, dict) else doc
+    first = entries[0] if isinstance(entries, list) and entries else None
+    if not isinstance(first, dict) or "inputSchema" in first:
+        return None
+    if first.get("type") == "function" or "parameters" in first:  # Chat Completions, Responses
+        return "OpenAI"
+    return "Anthropic" if "input_schema" in first else None
 
 
 def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
@@ -780,8 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "naming the keyword and its JSON Pointer, exit 2.")
     compile_.add_argument("--tools", metavar="FILE",
                           help="JSON file of tool definitions: an array of MCP tools/list "
-                               'entries ({"name", "inputSchema", ...}) or {"tools": [...]} '
-                               "(default: the register tools)")
+                               'entries ({"name", "inputSchema", ...}) or {"tools": [...]}, '
+                               "as `regdev tools > tools.json` writes them (not the openai or "
+                               "anthropic format); default: the register tools")
     compile_.add_argument("-o", "--output", metavar="OUT",
                           help="write the module to OUT (default: standard output)")
     compile_.set_defaults(func=cmd_compile)
