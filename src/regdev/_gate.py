@@ -300,8 +300,7 @@ class Gate:
         except Exception:  # the gate's promise: one observation, never an exception
             return _internal_error()
         except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
-            self._finish(call, _internal_error(f"it was interrupted by {type(error).__name__}",
-                                               log=False))
+            self._finish(call, _internal_error(_interrupted(error), log=False))
             raise
         assert call.tool is not None and call.result is not None
         return Observation(call.tool.name, call.result, id=call.id)
@@ -659,6 +658,15 @@ def _keeps_key(observation: Observation) -> bool:
 def _stored(observation: Observation) -> str:
     """The observation as stored under an idempotency key: JSON without id and replay."""
     return _encode(replace(observation, id=None, replay=False).to_dict()).decode()
+
+
+def _interrupted(error: BaseException) -> str:
+    """Why a call stopped when the program is being stopped, in words for the audit log."""
+    if isinstance(error, KeyboardInterrupt):
+        return "it was interrupted (Ctrl-C)"
+    if isinstance(error, SystemExit):
+        return "it was interrupted (the program is exiting)"
+    return "it was interrupted (the program is being stopped)"
 
 
 def _internal_error(why: str = "an internal error, logged", *, log: bool = True) -> Observation:
