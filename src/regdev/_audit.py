@@ -524,17 +524,21 @@ class AuditLog:
         try:
             if len(batch) == 1 and batch[0].key_row is None:
                 conn.execute(*insert_statement([batch[0].row]))  # autocommit: one commit
+                self._frames += 1
             else:
-                conn.execute("BEGIN IMMEDIATE")
                 rows, step = [pending.row for pending in batch], self._rows_per_insert
-                for start in range(0, len(rows), step):
-                    conn.execute(*insert_statement(rows[start:start + step]))
                 keys = [pending.key_row for pending in batch if pending.key_row is not None]
-                if keys:
-                    conn.executemany(INSERT_KEY, keys)
-                conn.execute("COMMIT")
+                if not keys and len(rows) <= step:  # one INSERT in autocommit: one transaction
+                    conn.execute(*insert_statement(rows))
+                else:
+                    conn.execute("BEGIN IMMEDIATE")
+                    for start in range(0, len(rows), step):
+                        conn.execute(*insert_statement(rows[start:start + step]))
+                    if keys:
+                        conn.executemany(INSERT_KEY, keys)
+                    conn.execute("COMMIT")
+                self._frames += 1 + len(rows) // 8  # a frame a commit, ~8 records a page
             self.failure = None
-            self._frames += 1 + len(batch) // 8  # a frame a commit, and ~8 records a page
         except sqlite3.Error as error:
             outcome = self.failure = str(error) or type(error).__name__
             logger.error("%d audit record(s) lost: could not commit to the audit database "
