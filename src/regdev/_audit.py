@@ -10,12 +10,15 @@ Rules of this file:
   write (nor its idempotency key, inserted in the same transaction). Every other record (reads,
   refusals, replays, loop stops) waits in memory until a commit takes it along: the next durable
   commit, or the background flusher's, at most ``flush_interval`` seconds (default 0.05) after
-  it was appended plus the time of a commit already running. :meth:`AuditLog.close` (and
+  it was appended plus the time of a commit already running and, about once every
+  :data:`CHECKPOINT_FRAMES` commits, of the flusher's checkpoint (milliseconds). :meth:`AuditLog.close` (and
   interpreter exit) commits everything.
 * Group commit, plainly: one commit at a time (a lock), and every commit takes every record
   pending at its start, in append order, in one transaction. A durable writer appends its
   record, takes the lock, and commits unless a commit that ran meanwhile already took its
-  record along; so writers arriving while a commit runs share the next one.
+  record along; so writers arriving while a commit runs share the next one. No writer waits
+  for another's commit by design: a committer thread and a leader hand-over both measured
+  slower under CPython's interpreter lock (``benchmarks/README.md``).
 * When a commit fails, its records are lost (logged) and :attr:`AuditLog.failure` holds the
   error until a later commit succeeds; the gate refuses calls that would change the device
   meanwhile (fail closed). The records of those refusals are what the next commit tries.
