@@ -11,8 +11,8 @@ Rules of this file:
   refusals, replays, loop stops) waits in memory until a commit takes it along: the next durable
   commit, or the background flusher's, at most ``flush_interval`` seconds (default 0.05) after
   it was appended plus the time of a commit already running and, about once every
-  :data:`CHECKPOINT_FRAMES` commits, of the flusher's checkpoint (milliseconds). :meth:`AuditLog.close` (and
-  interpreter exit) commits everything.
+  :data:`CHECKPOINT_FRAMES` commits, of the flusher's checkpoint (milliseconds).
+  :meth:`AuditLog.close` (and interpreter exit) commits everything.
 * Group commit, plainly: one commit at a time (a lock), and every commit takes every record
   pending at its start, in append order, in one transaction. A durable writer appends its
   record, takes the lock, and commits unless a commit that ran meanwhile already took its
