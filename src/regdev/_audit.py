@@ -362,8 +362,12 @@ class AuditLog:
         self.max_raw_bytes = max_raw_bytes
         self.failure: str | None = None
         self._conn = self._open()
-        with _mapped(f"cannot open the audit database {self.path}"):
-            self._conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_FRAMES}")
+        try:
+            with _mapped(f"cannot open the audit database {self.path}"):
+                self._conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_FRAMES}")
+        except AuditError:
+            self._conn.close()
+            raise
         self._frames = 0  # WAL frames written (at least), counted by commits, since a checkpoint
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()  # guards _pending and _closed
