@@ -26,7 +26,14 @@ from regdev import (
     read_audit,
     run_loop,
 )
-from regdev._audit import _COLUMNS, _SCHEMA, default_audit_path, insert_statement
+from regdev._audit import (
+    _COLUMNS,
+    _SCHEMA,
+    BACKSTOP_CHECKPOINT_FRAMES,
+    CHECKPOINT_FRAMES,
+    default_audit_path,
+    insert_statement,
+)
 from regdev._cli import main
 from regdev._gate import _STAGES
 from regdev._idempotency import KeyRow
@@ -147,6 +154,24 @@ def test_wal_mode_and_durability_levels(db: Path, durability: Any, synchronous: 
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
+
+
+def test_the_flusher_checkpoints_the_wal_off_the_writers_path(db: Path) -> None:
+    """Writers' commits never copy the WAL into the database below the backstop; the
+    flusher's checkpoint does, on its own connection, once enough frames accumulated."""
+    audit = AuditLog(db, flush_interval=0.01)
+    assert audit._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == (
+        BACKSTOP_CHECKPOINT_FRAMES)
+    empty = db.stat().st_size
+    gate = Gate(audit=audit)
+    for _ in range(CHECKPOINT_FRAMES + 10):  # one commit (one WAL frame at least) each
+        gate.handle(WRITE)
+    deadline = time.monotonic() + 10
+    while db.stat().st_size == empty and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert db.stat().st_size > empty  # pages copied from the WAL by a checkpoint
+    gate.close()
+    assert len(read_audit(db)) == CHECKPOINT_FRAMES + 10
 
 
 def test_a_write_is_committed_before_its_observation_returns(db: Path) -> None:

@@ -10,12 +10,15 @@ Rules of this file:
   write (nor its idempotency key, inserted in the same transaction). Every other record (reads,
   refusals, replays, loop stops) waits in memory until a commit takes it along: the next durable
   commit, or the background flusher's, at most ``flush_interval`` seconds (default 0.05) after
-  it was appended plus the time of a commit already running. :meth:`AuditLog.close` (and
-  interpreter exit) commits everything.
+  it was appended plus the time of a commit already running and, about once every
+  :data:`CHECKPOINT_FRAMES` commits, of the flusher's checkpoint (milliseconds).
+  :meth:`AuditLog.close` (and interpreter exit) commits everything.
 * Group commit, plainly: one commit at a time (a lock), and every commit takes every record
   pending at its start, in append order, in one transaction. A durable writer appends its
   record, takes the lock, and commits unless a commit that ran meanwhile already took its
-  record along; so writers arriving while a commit runs share the next one.
+  record along; so writers arriving while a commit runs share the next one. No writer waits
+  for another's commit by design: a committer thread and a leader hand-over both measured
+  slower under CPython's interpreter lock (``benchmarks/README.md``).
 * When a commit fails, its records are lost (logged) and :attr:`AuditLog.failure` holds the
   error until a later commit succeeds; the gate refuses calls that would change the device
   meanwhile (fail closed). The records of those refusals are what the next commit tries.
@@ -25,6 +28,11 @@ Rules of this file:
   ``"power-loss"`` is ``synchronous=FULL``: each commit is flushed to stable storage (fsync)
   before it returns, which costs a disk flush per commit. (SQLite, "Write-Ahead Logging" and
   "PRAGMA synchronous", sqlite.org.)
+* Checkpoints (copying the WAL into the database file, with a sync of each) run on the
+  flusher's own connection once about :data:`CHECKPOINT_FRAMES` WAL frames accumulated, not
+  inside a writer's commit as SQLite's automatic checkpoint would (a writer paid about 12 us a
+  commit for it, averaged); the writing connection keeps an automatic checkpoint at
+  :data:`BACKSTOP_CHECKPOINT_FRAMES` frames in case the flusher's fail or fall behind.
 * ``sqlite3.Error`` and ``OSError`` become :class:`~regdev.AuditError` here and nowhere else.
 * One process writes a database at a time for idempotency keys to hold: each process indexes
   the keys in memory when it opens the database. Several processes may append records.
@@ -80,6 +88,12 @@ logger = logging.getLogger("regdev")
 DEFAULT_FLUSH_INTERVAL = 0.05
 #: Bytes of each raw call kept in the audit log (its full size and SHA-256 are kept too).
 DEFAULT_MAX_RAW_BYTES = 4096
+#: WAL frames (pages) a background checkpoint lets accumulate: SQLite's own default
+#: ``wal_autocheckpoint``, but run by the flusher on its own connection, off the writers' path.
+CHECKPOINT_FRAMES = 1000
+#: The writing connection's ``wal_autocheckpoint``: the backstop should the flusher's
+#: checkpoints fall behind or fail (SQLite, "Write-Ahead Logging", "Automatic Checkpoint").
+BACKSTOP_CHECKPOINT_FRAMES = 10 * CHECKPOINT_FRAMES
 #: Records waiting to be committed beyond which an appending caller commits them itself.
 MAX_PENDING = 4096
 
@@ -383,6 +397,13 @@ class AuditLog:
         self.max_raw_bytes = max_raw_bytes
         self.failure: str | None = None
         self._conn = self._open()
+        try:
+            with _mapped(f"cannot open the audit database {self.path}"):
+                self._conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_FRAMES}")
+        except AuditError:
+            self._conn.close()
+            raise
+        self._frames = 0  # WAL frames written (at least), counted by commits, since a checkpoint
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()  # guards _pending and _closed
         self._commit_lock = threading.Lock()   # one commit at a time; guards the connection
@@ -587,15 +608,20 @@ class AuditLog:
         try:
             if len(batch) == 1 and batch[0].key_row is None:
                 conn.execute(*insert_statement([batch[0].row]))  # autocommit: one commit
+                self._frames += 1
             else:
-                conn.execute("BEGIN IMMEDIATE")
                 rows, step = [pending.row for pending in batch], self._rows_per_insert
-                for start in range(0, len(rows), step):
-                    conn.execute(*insert_statement(rows[start:start + step]))
                 keys = [pending.key_row for pending in batch if pending.key_row is not None]
-                if keys:
-                    conn.executemany(INSERT_KEY, keys)
-                conn.execute("COMMIT")
+                if not keys and len(rows) <= step:  # one INSERT in autocommit: one transaction
+                    conn.execute(*insert_statement(rows))
+                else:
+                    conn.execute("BEGIN IMMEDIATE")
+                    for start in range(0, len(rows), step):
+                        conn.execute(*insert_statement(rows[start:start + step]))
+                    if keys:
+                        conn.executemany(INSERT_KEY, keys)
+                    conn.execute("COMMIT")
+                self._frames += 1 + len(rows) // 8  # a frame a commit, ~8 records a page
             self.failure = None
         except sqlite3.Error as error:
             outcome = self.failure = str(error) or type(error).__name__
@@ -609,10 +635,32 @@ class AuditLog:
         return outcome
 
     def _flush_loop(self) -> None:
-        while not self._stop.wait(self.flush_interval):
-            if self._pending:  # a racy read: at worst this round or the next commits it
-                with self._commit_lock:
-                    self._commit()
+        checkpointer: sqlite3.Connection | None = None
+        try:
+            while not self._stop.wait(self.flush_interval):
+                if self._pending:  # a racy read: at worst this round or the next commits it
+                    with self._commit_lock:
+                        self._commit()
+                if self._frames >= CHECKPOINT_FRAMES:
+                    checkpointer = self._checkpoint(checkpointer)
+        finally:
+            if checkpointer is not None:
+                checkpointer.close()
+
+    def _checkpoint(self, conn: sqlite3.Connection | None) -> sqlite3.Connection | None:
+        """Copy the WAL into the database on the flusher's own connection (a ``PASSIVE``
+        checkpoint: it never blocks a writer), so that no writer pays for it inside its commit.
+        A failure is logged and retried later; the writing connection's backstop
+        (:data:`BACKSTOP_CHECKPOINT_FRAMES`) bounds the WAL meanwhile."""
+        self._frames = 0
+        try:
+            if conn is None:
+                conn = sqlite3.connect(self.path, isolation_level=None,
+                                       check_same_thread=False)
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error as error:
+            logger.warning("could not checkpoint the audit database %s: %s", self.path, error)
+        return conn
 
     def flush(self) -> None:
         """Commit every pending record now.
