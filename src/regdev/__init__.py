@@ -24,6 +24,7 @@ from ._demo import ScriptedProposer
 from ._device import DATA_MAX, REGISTER_COUNT, Device, RegisterFile, TimeoutDevice
 from ._errors import (
     AuditError,
+    AuditInUse,
     DeviceBusy,
     DeviceError,
     DeviceRefused,
@@ -66,6 +67,7 @@ __all__ = [
     "WRITE_REGISTER",
     "ApprovalRequest",
     "AuditError",
+    "AuditInUse",
     "AuditLog",
     "AuditRecord",
     "CompiledValidator",

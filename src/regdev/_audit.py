@@ -34,8 +34,15 @@ Rules of this file:
   commit for it, averaged); the writing connection keeps an automatic checkpoint at
   :data:`BACKSTOP_CHECKPOINT_FRAMES` frames in case the flusher's fail or fall behind.
 * ``sqlite3.Error`` and ``OSError`` become :class:`~regdev.AuditError` here and nowhere else.
-* One process writes a database at a time for idempotency keys to hold: each process indexes
-  the keys in memory when it opens the database. Several processes may append records.
+* One writer a database: each :class:`AuditLog` indexes the idempotency keys in memory when it
+  opens the database, so a second writer would not see the first's keys nor its device resets,
+  and would replay a stale key. An AuditLog holds an exclusive advisory lock
+  (``flock(LOCK_EX | LOCK_NB)``) on the file ``<database>.lock`` beside it from its opening to
+  :meth:`AuditLog.close`; a second AuditLog, in another process or in this one (the lock
+  belongs to an open file description, not to a process), gets :class:`~regdev.AuditInUse`.
+  The operating system releases the lock when the holder dies, however it dies. Readers
+  (:func:`read_audit`) take no lock. Where ``fcntl`` does not exist (Windows), there is no
+  lock: one writer a database is then up to the user.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import logging
 import math
 import os
 import sqlite3
+import sys
 import threading
 import time as _time
 from collections.abc import Iterator, Mapping, Sequence
@@ -56,7 +64,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ._errors import AuditError
+from ._errors import AuditError, AuditInUse
 from ._idempotency import (
     INSERT_KEY,
     INSERT_RESET,
@@ -222,6 +230,64 @@ class _Pending:
         self.key_row = key_row
         self.outcome: object = None
 
+if sys.platform != "win32":
+    import fcntl
+
+
+def lock_path(path: Path) -> Path:
+    """The writer's lock file of the audit database at ``path``: ``<path>.lock``."""
+    return path.with_name(path.name + ".lock")
+
+
+def _lock(path: Path) -> int | None:
+    """Take the writer's lock of the audit database at ``path`` (its folder exists).
+
+    Returns:
+        The lock file's descriptor (closing it releases the lock), or None where there is no
+        ``fcntl`` (no lock).
+
+    Raises:
+        AuditInUse: another writer holds it; the message names its pid and command line.
+        OSError: the lock file cannot be opened or written.
+    """
+    if sys.platform == "win32":
+        return None
+    where = lock_path(path)
+    fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        pid, _, command = holder.partition(" ")
+        if pid == str(os.getpid()):
+            who = f"another AuditLog in this process (pid {pid}: {command})"
+        elif pid:
+            who = f"another regdev process (pid {pid}: {command})"
+        else:
+            who = "another regdev process"
+        raise AuditInUse(f"the audit database {path} is in use by {who}", holder) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        command = " ".join([os.path.basename(sys.argv[0] or sys.executable), *sys.argv[1:]])
+        text = f"{os.getpid()} {command[:200]}\n".encode("utf-8", "replace")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, text, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _unlock(fd: int | None) -> None:
+    """Release the writer's lock taken by :func:`_lock` (its holder line is cleared first)."""
+    if fd is not None:
+        with suppress(OSError):
+            os.ftruncate(fd, 0)
+        os.close(fd)
+
 _encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
 
@@ -374,6 +440,8 @@ class AuditLog:
             the device while it is set.
 
     Raises:
+        AuditInUse: another AuditLog, in this process or another one, has the database open
+            (see the module docstring: one writer a database).
         AuditError: the database cannot be opened or created, is not a regdev audit log, or
             cannot use WAL mode.
         ValueError: an argument is out of range.
@@ -396,12 +464,19 @@ class AuditLog:
         self.flush_interval = flush_interval
         self.max_raw_bytes = max_raw_bytes
         self.failure: str | None = None
-        self._conn = self._open()
+        with _mapped(f"cannot open the audit database {self.path}"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = _lock(self.path)
         try:
-            with _mapped(f"cannot open the audit database {self.path}"):
-                self._conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_FRAMES}")
-        except AuditError:
-            self._conn.close()
+            self._conn = self._open()
+            try:
+                with _mapped(f"cannot open the audit database {self.path}"):
+                    self._conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_FRAMES}")
+            except AuditError:
+                self._conn.close()
+                raise
+        except BaseException:
+            _unlock(self._lock_fd)
             raise
         self._frames = 0  # WAL frames written (at least), counted by commits, since a checkpoint
         self._pending: list[_Pending] = []
@@ -417,7 +492,6 @@ class AuditLog:
     def _open(self) -> sqlite3.Connection:
         conn = None
         with _mapped(f"cannot open the audit database {self.path}"):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=10.0)
             try:
@@ -691,8 +765,11 @@ class AuditLog:
             self._flusher.join()
         with self._commit_lock:  # the last commit: every record appended before close
             self._commit()
-            with _mapped(f"cannot close the audit database {self.path}"):
-                self._conn.close()
+            try:
+                with _mapped(f"cannot close the audit database {self.path}"):
+                    self._conn.close()
+            finally:
+                _unlock(self._lock_fd)  # the last: no commit can follow
         atexit.unregister(self.close)
 
     def __enter__(self) -> AuditLog:

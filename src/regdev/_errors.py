@@ -15,7 +15,8 @@ The tree::
     ├── PolicyError            a policy (file or Python) is invalid, or names a session or
     │                          tool that does not exist (raised when the policy is loaded)
     ├── AuditError             the audit database could not be opened, read or written
-    │                          (wraps ``sqlite3.Error`` and ``OSError``)
+    │   │                      (wraps ``sqlite3.Error`` and ``OSError``)
+    │   └── AuditInUse         another writer (process or AuditLog) has the database open
     ├── ReplayFileError        a replay file cannot be read, or a line of it is not a replay
     │                          record (``regdev._replay``; raised before anything runs)
     └── DeviceError            the device failed an operation: it ran it, or may have, and
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 __all__ = [
     "AuditError",
+    "AuditInUse",
     "DeviceBusy",
     "DeviceError",
     "DeviceRefused",
@@ -157,6 +159,20 @@ class AuditError(RegdevError):
     def __init__(self, message: str, reason: str = "") -> None:
         self.reason = reason
         super().__init__(message)
+
+
+class AuditInUse(AuditError):
+    """Another writer holds the audit database: one :class:`~regdev.AuditLog` writes a
+    database at a time (the idempotency keys each writer indexes in memory would go stale).
+
+    Attributes:
+        holder: what the holder wrote into the lock file: ``"<pid> <command line>"``, or
+            ``""`` when it had not written it yet.
+    """
+
+    def __init__(self, message: str, holder: str = "") -> None:
+        self.holder = holder
+        super().__init__(message, "the audit database is in use by another writer")
 
 
 class DeviceError(RegdevError):
