@@ -6,9 +6,15 @@ import hashlib
 import io
 import json
 import logging
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +24,7 @@ import pytest
 from conftest import EXAMPLES, CountingDevice
 from regdev import (
     AuditError,
+    AuditInUse,
     AuditLog,
     AuditRecord,
     Gate,
@@ -33,6 +40,7 @@ from regdev._audit import (
     CHECKPOINT_FRAMES,
     default_audit_path,
     insert_statement,
+    lock_path,
 )
 from regdev._cli import main
 from regdev._gate import _STAGES
@@ -691,3 +699,116 @@ def test_device_resets_are_append_only_and_durable(db: Path) -> None:
     audit.close()
     with pytest.raises(AuditError, match="closed"):
         audit.record_reset("serial:bench")
+
+
+# --- one writer a database ----------------------------------------------------------------------
+
+#: A writer in another process: opens the audit log, says so, and holds it until stdin closes.
+HOLDER = """
+import sys
+from regdev import AuditLog
+log = AuditLog(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.read()
+log.close()
+"""
+
+
+@contextmanager
+def holder(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process holding the audit log at ``path`` open (killed on the way out)."""
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_second_audit_log_on_the_same_database_is_refused_until_the_first_closes(
+        tmp_path: Path) -> None:
+    """Two AuditLogs in one process: the second is refused, naming this process, until close."""
+    path = tmp_path / "two.db"
+    device = CountingDevice(state_id="serial:/dev/ttyUSB0")
+    server = Gate(device, audit=AuditLog(path))
+    with pytest.raises(AuditInUse) as refused:
+        AuditLog(path)  # the breaker's shell: it would replay keys the server's reset ended
+    message = str(refused.value)
+    assert message.startswith(f"the audit database {path} is in use by another AuditLog in "
+                              f"this process (pid {os.getpid()}: ")
+    assert message.endswith(")") and "\n" not in message
+    assert isinstance(refused.value, AuditError)
+    assert refused.value.holder.split(" ")[0] == str(os.getpid())
+    server.close()
+    assert lock_path(path).read_text() == ""  # the holder line goes with the lock
+    with AuditLog(path) as second:
+        assert second.idempotency is not None
+        assert lock_path(path).read_text().split(" ")[0] == str(os.getpid())
+
+
+def test_a_failed_open_releases_the_lock(tmp_path: Path) -> None:
+    """An AuditLog that fails to open (not an audit log) leaves the database free."""
+    path = tmp_path / "other.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(AuditError, match="not a regdev audit log"):
+        AuditLog(path)
+    path.unlink()
+    AuditLog(path).close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fcntl: no lock (documented)")
+def test_another_process_writing_the_database_is_refused(tmp_path: Path) -> None:
+    """A writer in another process: this one is refused with its pid; readers still read."""
+    path = tmp_path / "audit.db"
+    with AuditLog(path) as log:
+        log.append(log.stop_row(time=1.0, session="s", loop_id="l", stop="done",
+                                detail="", steps=0), durable=True)
+    with holder(path) as child:
+        with pytest.raises(AuditInUse) as refused:
+            AuditLog(path)
+        assert str(refused.value) == (f"the audit database {path} is in use by another regdev "
+                                      f"process (pid {child.pid}: -c {path})")
+        assert [record.code for record in read_audit(path)] == ["done"]  # no lock to read
+        child.communicate("")  # stdin closed: the holder closes its log and exits
+        assert child.returncode == 0
+    AuditLog(path).close()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
+def test_a_killed_writer_frees_the_database(tmp_path: Path) -> None:
+    """SIGKILL the holder: the operating system releases its lock, the next writer opens."""
+    path = tmp_path / "audit.db"
+    with holder(path) as child:
+        with pytest.raises(AuditInUse):
+            AuditLog(path)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    with AuditLog(path) as log:  # the dead holder's line is still in the file: not read
+        assert not log.closed
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fcntl: no lock (documented)")
+def test_cli_refuses_a_database_in_use_even_the_default_one(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default path in use: exit 2 and one line that says what to do (not a quiet no-audit)."""
+    monkeypatch.delenv("REGDEV_AUDIT")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    path = tmp_path / "regdev" / "audit.db"
+    call = '{"tool": "write_register", "arguments": {"addr": 1, "data": 2}}'
+    with holder(path) as child:
+        status, out, err = run(capsys, "call", call)
+        assert (status, out) == (2, "")
+        assert err == (f"regdev call: error: the audit database {path} is in use by another "
+                       f"regdev process (pid {child.pid}: -c {path}); give this one its own "
+                       "with --audit PATH, or --no-audit\n")
+        status, out, err = run(capsys, "call", "--audit", str(path), call)  # named: the same
+        assert status == 2 and err.startswith(f"regdev call: error: the audit database {path} "
+                                              "is in use by another regdev process")
+        status, out, err = run(capsys, "call", "--no-audit", call)
+        assert (status, json.loads(out)["ok"], err) == (0, True, "")
+        status, out, err = run(capsys, "audit", "--db", str(path))  # a reader: no lock
+        assert (status, err) == (0, "")

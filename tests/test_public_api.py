@@ -17,7 +17,8 @@ EXPECTED = {
     "openai_tool_results", "anthropic_tool_results",
     # the safety issue: policy, sessions, timeout, audit log
     "ApprovalRequest", "AuditError", "AuditInUse", "AuditLog", "AuditRecord", "Policy",
-    "PolicyError", "RateLimit", "RegisterMap", "Session", "SessionPolicy", "TimeoutDevice", "read_audit",
+    "PolicyError", "RateLimit", "RegisterMap", "Session", "SessionPolicy", "TimeoutDevice",
+    "read_audit",
     # the validator issue: the schema compiler
     "CompiledValidator", "compile_validator",
 }

@@ -38,7 +38,7 @@ from ._audit import (
 from ._compile import generate_source
 from ._demo import DEMO_SCRIPT, ScriptedProposer
 from ._device import Device, RegisterFile
-from ._errors import AuditError, PolicyError, RegdevError, SchemaError
+from ._errors import AuditError, AuditInUse, PolicyError, RegdevError, SchemaError
 from ._gate import Gate
 from ._loop import Step, run_loop
 from ._parse import DIALECTS, load_json
@@ -206,7 +206,8 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
                        help="record every call in this SQLite audit log (default: "
                             "$REGDEV_AUDIT, else $XDG_STATE_HOME/regdev/audit.db, i.e. "
                             "~/.local/state/regdev/audit.db; when that default cannot be "
-                            "opened, a warning and no audit log)")
+                            "created, a warning and no audit log; one process writes a "
+                            "database at a time)")
     where.add_argument("--no-audit", action="store_true",
                        help="record nothing (idempotency keys are then ignored too)")
     group.add_argument("--durability", choices=("crash", "power-loss"), default="crash",
@@ -271,11 +272,13 @@ def _open_audit(args: argparse.Namespace) -> AuditLog | None:
     is only a convenience: its folders are created only when ``$XDG_STATE_HOME`` (when set) or
     the home directory exists; when it cannot be used (a read-only or missing home, as an MCP
     client, a service or a container may give), the command warns in one line on stderr and
-    runs without an audit log.
+    runs without an audit log. Another regdev process writing the database is an error
+    whichever path it is (:class:`~regdev.AuditInUse`): quietly running without an audit log,
+    nor its idempotency keys, is not what the user asked for.
 
     Raises:
         UsageError: the path given with ``--audit`` or ``$REGDEV_AUDIT`` cannot be opened, or
-            its directory does not exist.
+            its directory does not exist; or another process writes the database.
     """
     given = args.audit is not None or bool(os.environ.get("REGDEV_AUDIT"))
     path = args.audit or default_audit_path()
@@ -289,6 +292,9 @@ def _open_audit(args: argparse.Namespace) -> AuditLog | None:
             raise AuditError(f"the default audit log {path} cannot be used: {home} {root} "
                              "does not exist")
         return AuditLog(path, durability=args.durability)
+    except AuditInUse as error:  # the default too: running unaudited unasked would be worse
+        raise UsageError(f"{error}; give this one its own with --audit PATH, or --no-audit") \
+            from None
     except AuditError as error:
         if given:
             raise UsageError(f"{error} ({advice})") from None
