@@ -4,6 +4,7 @@ socket:// and rfc2217://, under faults; and its own rules (sent once, synchronis
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import threading
@@ -20,6 +21,7 @@ import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import CountingFirmware, rfc2217_server, sim_process, sim_thread
 from regdev import (
+    AuditLog,
     DeviceBusy,
     DeviceError,
     DeviceRefused,
@@ -31,7 +33,13 @@ from regdev import (
 )
 from regdev import _protocol as wire
 from regdev._replay import load_replay, run_replay
-from regdev._serial import MAX_BAUDRATE, URL_FORMS, SerialDevice, map_exceptions
+from regdev._serial import (
+    MAX_BAUDRATE,
+    URL_FORMS,
+    SerialDevice,
+    map_exceptions,
+    port_state_id,
+)
 
 #: Host timeout for a call that is meant to time out, and how late a delay fault replies: 3x
 #: beyond it, so a loaded machine cannot make the late reply look timely.
@@ -648,6 +656,57 @@ def test_close_is_idempotent_and_the_next_call_reopens() -> None:
 
 def test_state_id_names_the_port() -> None:
     """Keys used over a port are scoped to the port's URL, stable across processes."""
-    device = SerialDevice.__new__(SerialDevice)  # no port needed to name it
-    device.url = "socket://127.0.0.1:7000"
-    assert device.state_id() == "serial:socket://127.0.0.1:7000"
+    with sim_thread() as url, SerialDevice(url) as device:
+        assert url.startswith("socket://127.0.0.1:")
+        assert device.state_id() == "serial:" + url
+
+
+@pytest.mark.parametrize(("url", "state_id"), [
+    ("socket://127.0.0.1:7000", "serial:socket://127.0.0.1:7000"),
+    ("SOCKET://LocalHost:7000", "serial:socket://localhost:7000"),
+    ("RFC2217://Bench-1.LAN:7000?ign_set_control", "serial:rfc2217://bench-1.lan:7000?ign_set_control"),
+    ("Loop://?logging=Debug", "serial:loop://?logging=Debug"),  # only the scheme: no host
+])
+def test_state_id_of_a_url_lowercases_its_scheme_and_host(url: str, state_id: str) -> None:
+    """A URL names the device as typed, but for the case of its scheme and host."""
+    assert port_state_id(url) == state_id
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symbolic links and realpath: POSIX")
+def test_state_id_of_a_path_is_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A symbolic link, a relative path and the file they reach name one device."""
+    target = tmp_path / "ttyUSB0"
+    target.touch()
+    (tmp_path / "by-id").mkdir()
+    link = tmp_path / "by-id" / "usb-FTDI_FT232R-if00-port0"
+    link.symlink_to("../ttyUSB0")
+    monkeypatch.chdir(tmp_path / "by-id")
+    resolved = "serial:" + os.path.realpath(target)
+    assert port_state_id(str(link)) == port_state_id("../ttyUSB0") == resolved
+    assert port_state_id(str(target)) == resolved
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(os.name != "posix", reason="needs a pty")
+def test_a_reset_through_the_pty_ends_the_keys_of_its_link(tmp_path: Path) -> None:
+    """The breaker's case: a key stored through a symlink to a pty is not replayed after a reset
+    through the pty's own name, and the write runs again."""
+    link = tmp_path / "devlink"
+    raw = json.dumps({"tool": "write_register", "arguments": {"addr": 3, "data": 7},
+                      "idempotency_key": "op-1"})
+    db = tmp_path / "audit.db"
+    with sim_process("--pty", "--link", str(link)) as (port, _):
+        assert port == str(link) and link.is_symlink()
+        pty = os.path.realpath(link)
+        with SerialDevice(port, timeout=2.0) as device, Gate(device, audit=AuditLog(db)) as gate:
+            assert device.state_id() == f"serial:{pty}"
+            assert gate.handle(raw).to_dict()["ok"] is True
+        with SerialDevice(pty, timeout=2.0) as device, Gate(device, audit=AuditLog(db)) as gate:
+            assert device.state_id() == f"serial:{pty}"
+            gate.reset_device()
+            assert device.read(3) == 0
+        with SerialDevice(port, timeout=2.0) as device, Gate(device, audit=AuditLog(db)) as gate:
+            again = gate.handle(raw).to_dict()
+            assert again == {"ok": True, "tool": "write_register",
+                             "result": {"addr": 3, "data": 7}}  # run, not "replay": true
+            assert device.read(3) == 7

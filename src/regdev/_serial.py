@@ -36,7 +36,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
+import os
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
@@ -76,7 +78,7 @@ from ._protocol import (
     WriteRequest,
 )
 
-__all__ = ["MAX_BAUDRATE", "URL_FORMS", "SerialDevice", "map_exceptions"]
+__all__ = ["MAX_BAUDRATE", "URL_FORMS", "SerialDevice", "map_exceptions", "port_state_id"]
 
 #: The port forms :class:`SerialDevice` accepts, repeated in errors about a port's name.
 URL_FORMS = "a device path (/dev/ttyUSB0, COM3), socket://HOST:PORT or rfc2217://HOST:PORT"
@@ -211,6 +213,24 @@ def _check_url(url: str) -> None:
             f"e.g. {scheme}://127.0.0.1:7000")
 
 
+def port_state_id(url: str) -> str:
+    """The name of the registers at the end of port ``url``: ``"serial:" + port``, where a
+    device path is resolved (``os.path.realpath``: symbolic links followed, relative to the
+    working directory), so ``/dev/serial/by-id/usb-...`` and the ``/dev/ttyUSB0`` it points to
+    name the same device; a URL (``scheme://...``) is kept as typed but for its scheme, and
+    for a ``socket://`` or ``rfc2217://`` URL its host, written in lower case. On Windows a
+    port name (``COM3``) is kept as typed."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "serial:" + (url if sys.platform == "win32" else os.path.realpath(url))
+    scheme = scheme.lower()
+    if scheme in _NETWORK_SCHEMES:
+        host, slash, tail = rest.partition("/")
+        host, query, params = host.partition("?")
+        rest = host.lower() + query + params + slash + tail
+    return f"serial:{scheme}://{rest}"
+
+
 class SerialDevice(Device):
     """A 16-register, 8-bit device at the end of a serial line (``docs/protocol.md``).
 
@@ -262,6 +282,7 @@ class SerialDevice(Device):
             raise ValueError(f"first_seq must be an int 1..255, got {first_seq!r}")
         _check_url(url)
         self.url = url
+        self._state_id = port_state_id(url)  # once: a link later pointed elsewhere is not it
         self.baudrate = baudrate
         self.timeout = float(timeout)
         self.retries = retries
@@ -350,9 +371,11 @@ class SerialDevice(Device):
         return list(self._transact(DumpRequest, DumpReply, "dump", self.retries).values)
 
     def state_id(self) -> str:
-        """``"serial:" + url``: the registers at the end of a port outlive this process, so
-        idempotency keys used over it hold after a restart."""
-        return f"serial:{self.url}"
+        """``"serial:" + port`` (:func:`port_state_id`, as the port was named at construction:
+        a device path resolved, so a symbolic link and its target are one device): the
+        registers at the end of a port outlive this process, so idempotency keys used over it
+        hold after a restart."""
+        return self._state_id
 
     def identify(self) -> str:
         """Return the device's identity line (1..48 ASCII characters).
