@@ -445,3 +445,38 @@ def test_call_with_a_file_name_for_raw_hints_at_stdin(
     for raw in ("missing.json", "x" * 5000, "a\x00b"):
         status, out, err = run(capsys, "call", raw)
         assert (status, json.loads(out)["code"], err) == (1, "not-json", "")
+
+
+def _regdev_closed(argv: list[str], closed: str) -> tuple[int, str, str]:
+    """Run the installed regdev from a shell with file descriptor ``closed`` ("1" or "2")
+    closed (`>&-`, `2>&-`) and stdin empty: (status, stdout, stderr)."""
+    done = subprocess.run(["/bin/sh", "-c", f'"$0" "$@" {closed}>&-',
+                           str(Path(sys.executable).parent / "regdev"), *argv],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          env=os.environ | {"REGDEV_AUDIT": ""}, timeout=60, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["call", "--no-audit", '{"tool": "read_register", "arguments": {"addr": 1}}'],
+    ["tools"], ["demo", "--no-audit"], ["compile"], ["shell", "--no-audit"],
+    ["replay", "--no-audit", str(EXAMPLES / "wild-calls.jsonl")],
+], ids=lambda argv: argv[0])
+def test_a_closed_stdout_is_one_line_and_exit_1(argv: list[str]) -> None:
+    """stdout closed (`>&-`): one line on stderr naming it, exit 1, no traceback."""
+    assert _regdev_closed(argv, "1") == (
+        1, "", f"regdev {argv[0]}: error: cannot write the output: standard output is closed\n")
+
+
+def test_serve_with_a_closed_stdout_refuses_to_start() -> None:
+    """`regdev serve >&-`: exit 2 at once with one line, before opening the device or log."""
+    assert _regdev_closed(["serve", "--no-audit"], "1") == (
+        2, "", "regdev serve: error: cannot write the output: standard output is closed\n")
+
+
+def test_a_closed_stderr_loses_the_message_not_the_status() -> None:
+    """stderr closed (`2>&-`): a usage error still exits 2 and writes nothing to stdout."""
+    assert _regdev_closed(["replay", "--no-audit", "no-such-file"], "2") == (2, "", "")
+    status, out, _ = _regdev_closed(
+        ["call", "--no-audit", '{"tool": "read_register", "arguments": {"addr": 1}}'], "2")
+    assert (status, json.loads(out)["ok"]) == (0, True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib.util
 import io
 import logging
@@ -527,6 +528,8 @@ def _stop_now(number: int, frame: FrameType | None) -> None:
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    if sys.stdout is None:  # file descriptor 1 closed: there is nowhere to answer the client
+        raise UsageError(f"cannot write the output: {STDOUT_CLOSED}")
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="regdev serve: %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("regdev")
@@ -838,6 +841,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``regdev`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    if sys.stderr is None:  # file descriptor 2 closed (`2>&-`): errors go nowhere, not to stdout
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the life of the process
     parser = build_parser()
     args = parser.parse_args(argv)
     out = _Output(sys.stdout)
@@ -861,23 +866,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+STDOUT_CLOSED = "standard output is closed"
+
+
 class _Output(io.TextIOBase):
     """Standard output as the commands write it, keeping the OSError a write or flush raised
-    (a closed pipe, a full disk), so that :func:`main` tells it from any other."""
+    (a closed pipe, a full disk), so that :func:`main` tells it from any other. With file
+    descriptor 1 closed (`>&-`) Python has no ``sys.stdout`` at all (None): the first write
+    fails with EBADF, as a write to a closed descriptor does."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO | None) -> None:
         super().__init__()
         self.stream = stream
         self.failure: OSError | None = None
 
+    def _open(self) -> TextIO:
+        if self.stream is None:
+            self.failure = OSError(errno.EBADF, STDOUT_CLOSED)
+            raise self.failure
+        return self.stream
+
     def write(self, text: str, /) -> int:
+        stream = self._open()
         try:
-            return self.stream.write(text)
+            return stream.write(text)
         except OSError as error:
             self.failure = error
             raise
 
     def flush(self) -> None:
+        if self.stream is None:  # nothing was written, or the write failed already
+            return
         try:
             self.stream.flush()
         except OSError as error:
@@ -885,16 +904,18 @@ class _Output(io.TextIOBase):
             raise
 
     def isatty(self) -> bool:
-        return self.stream.isatty()
+        return self.stream is not None and self.stream.isatty()
 
     def fileno(self) -> int:
-        return self.stream.fileno()
+        return self._open().fileno()
 
 
 def _drop_stdout() -> None:
     """Point standard output at the null device, so that the interpreter's last flush of the
     text still buffered does not fail again (the recipe of the Python docs, "Note on
     SIGPIPE", https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    if sys.stdout is None:  # file descriptor 1 closed: no last flush to fail
+        return
     try:
         fd = sys.stdout.fileno()
     except (OSError, ValueError):  # not a file descriptor (a test's capture): nothing to do
