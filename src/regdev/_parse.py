@@ -31,6 +31,7 @@ Rules of this file:
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from decimal import Decimal, DecimalException
@@ -50,6 +51,7 @@ __all__ = [
     "ParsedCall",
     "check_dialect",
     "check_idempotency_key",
+    "encode_json_data",
     "load_json",
     "parse",
 ]
@@ -68,6 +70,7 @@ _decoder = msgspec.json.Decoder(float_hook=Decimal)
 # Bound once: looking a method up on these C objects costs about as much as a check.
 _decode_json = _decoder.decode
 _encode_json = msgspec.json.Encoder().encode
+_encode_data = msgspec.json.Encoder(decimal_format="number").encode
 
 
 class ParsedCall(msgspec.Struct, frozen=True, gc=False):
@@ -423,3 +426,60 @@ def _too_large(max_bytes: int) -> Refusal:
     return Refusal("parse", "too-large",
                    f"the call is over the cap of {max_bytes} bytes; send one call of at most "
                    f"{max_bytes} bytes")
+
+
+def encode_json_data(value: object, max_bytes: int) -> bytes | str:
+    """A tool call given as Python data (not text), as JSON text, or where it is not JSON data.
+
+    JSON data is dicts with string keys, lists (and tuples), strings, integers, finite floats
+    and decimals, booleans and None. Anything else (NaN, bytes, a set, a key that is not a
+    string, a container that holds itself) is named, never converted into something the caller
+    did not send. Both ways of handing the gate Python data use this one check: the provider
+    helpers and :meth:`Gate.handle_call`.
+
+    Args:
+        value: the call, as decoded JSON values.
+        max_bytes: the gate's cap on a call, in bytes. Text over it is returned without the
+            look inside (the caller refuses it as ``too-large``); it also bounds the look
+            inside a value that cannot be encoded.
+
+    Returns:
+        The compact JSON text (bytes), or a one-line reason (str) such as ``"a key of Python
+        type int at `$.arguments`"``.
+    """
+    try:
+        raw = _encode_data(value)
+    except (TypeError, ValueError, RecursionError) as error:  # e.g. a complex, a cycle
+        return _not_json_data(value, max_bytes) or escape_text(str(error), 80)
+    # Over the cap, the gate says too-large before looking inside (as for raw text).
+    problem = _not_json_data(value, len(raw)) if len(raw) <= max_bytes else None
+    return raw if problem is None else problem
+
+
+def _not_json_data(value: object, budget: int) -> str | None:
+    """Where ``value`` holds something that is not JSON data, or None when it is JSON data or
+    ``budget`` values were looked at without finding the place. Iterative. (Every value takes
+    at least one byte of JSON text, so a budget of the encoded size is never spent on JSON
+    data; a container that holds itself spends it.)"""
+    stack: list[tuple[object, str]] = [(value, "$")]
+    while stack and budget > 0:  # depth first, in document order
+        budget -= 1
+        item, path = stack.pop()
+        if type(item) is dict:
+            for key in item:
+                if type(key) is not str:
+                    return f"a key of Python type {type(key).__name__} at `{path}`"
+            stack.extend((item[key], f"{path}.{escape_text(key, 40)}")
+                         for key in reversed(item))
+        elif type(item) is list or type(item) is tuple:
+            stack.extend((item[index], f"{path}[{index}]")
+                         for index in range(len(item) - 1, -1, -1))
+        elif type(item) is float:
+            if not math.isfinite(item):
+                return f"{item} at `{path}` (JSON numbers are finite)"
+        elif type(item) is Decimal:
+            if not item.is_finite():
+                return f"{item} at `{path}` (JSON numbers are finite)"
+        elif item is not None and type(item) not in (str, int, bool):
+            return f"a Python {type(item).__name__} at `{path}`"
+    return None
