@@ -89,9 +89,19 @@ def test_replay_dialect_option_and_line_override(capsys: pytest.CaptureFixture[s
     ("content", "message"),
     [
         ("not json\n", "r.jsonl:1: not a replay record"),
-        ('{"expect": "ok"}\n', "r.jsonl:1: not a replay record: Object missing required field"),
-        ('{"raw": "{}"}\n{"raw": 5}\n', "r.jsonl:2: not a replay record: Expected `str`"),
-        ('{"raw": "{}", "expcet": "ok"}\n', "unknown field `expcet`"),
+        ('{"expect": "ok"}\n',
+         "r.jsonl:1: `raw` is required: the model's raw output, a string\n"),
+        ('{"raw": "{}"}\n{"raw": 5}\n',
+         "r.jsonl:2: `raw` must be a string (the model's raw output), got an integer\n"),
+        ('{"raw": "{}"}\n\n{"raw": "{}", "expect": 3}\n',
+         'r.jsonl:3: `expect` must be a string ("ok" or a verdict code), got an integer\n'),
+        ('{"raw": "{}", "result": [1]}\n',
+         "r.jsonl:1: `result` must be an object (the expected result), got an array\n"),
+        ('{"raw": "{}", "dialect": 1.5}\n', "r.jsonl:1: `dialect` must be a string (canonical, "
+         "mcp, openai, anthropic), got a number\n"),
+        ('["raw"]\n', "r.jsonl:1: a replay record is a JSON object, got an array\n"),
+        ('{"raw": "{}", "expcet": "ok"}\n', "r.jsonl:1: unknown field `expcet`; a replay "
+         "record has raw, dialect, expect, result, why\n"),
         ('{"raw": "{}", "dialect": "xml"}\n', "r.jsonl:1: unknown dialect 'xml'"),
     ],
 )
