@@ -8,12 +8,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import EXAMPLES
 from regdev import read_audit, tool_definitions
 from regdev._cli import main
+from regdev._shell import shell_call
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -490,3 +492,34 @@ def test_a_closed_stderr_loses_the_message_not_the_status() -> None:
     status, out, _ = _regdev_closed(
         ["call", "--no-audit", '{"tool": "read_register", "arguments": {"addr": 1}}'], "2")
     assert (status, json.loads(out)["ok"]) == (0, True)
+
+
+@pytest.mark.parametrize(("words", "call"), [
+    (["read", "3"], {"tool": "read_register", "arguments": {"addr": 3}}),
+    (["read", "007"], {"tool": "read_register", "arguments": {"addr": 7}}),
+    (["write", "0x1F", "0Xc8"], {"tool": "write_register", "arguments": {"addr": 31, "data": 200}}),
+    (["write", "3", "300"], {"tool": "write_register", "arguments": {"addr": 3, "data": 300}}),
+])
+def test_shell_numbers_are_decimal_or_hex(words: list[str], call: dict[str, Any]) -> None:
+    """ASCII decimal and 0x hex become the call's integers (out of range is the gate's)."""
+    assert json.loads(shell_call(words)) == call
+
+
+@pytest.mark.parametrize("word", ["\uff10", "1_0", "0b11", "0o7", "-1", "+3", "0x", "3.0",
+                                  "\u0663"])
+def test_shell_refuses_number_forms_its_help_does_not_name(word: str) -> None:
+    """Fullwidth or Arabic-Indic digits, underscores, 0b/0o, signs: the bad-number error."""
+    with pytest.raises(ValueError) as info:
+        shell_call(["read", word])
+    shown = word.encode("unicode_escape").decode()
+    assert str(info.value) == f"ADDR must be a number like 3 or 0x1f, got `{shown}`"
+
+
+def test_shell_cuts_an_unknown_command_and_a_bad_number_short() -> None:
+    """A 5000-character word is echoed escaped and cut to 40 characters."""
+    with pytest.raises(ValueError) as info:
+        shell_call(["x" * 5000])
+    assert str(info.value) == f"unknown command `{'x' * 37}...`; type help"
+    with pytest.raises(ValueError) as info:
+        shell_call(["read", "\x1b[2J" + "9" * 5000])
+    assert str(info.value) == f"ADDR must be a number like 3 or 0x1f, got `\\x1b[2J{'9' * 30}...`"
