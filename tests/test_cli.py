@@ -523,3 +523,17 @@ def test_shell_cuts_an_unknown_command_and_a_bad_number_short() -> None:
     with pytest.raises(ValueError) as info:
         shell_call(["read", "\x1b[2J" + "9" * 5000])
     assert str(info.value) == f"ADDR must be a number like 3 or 0x1f, got `\\x1b[2J{'9' * 30}...`"
+
+
+def test_replay_json_file_errors_are_text_on_stderr_as_help_says(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """With --json a file error is still one text line on stderr, and --help says so."""
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"raw": "{}", "expect": 3}\n')
+    assert run(capsys, "replay", "--json", str(path)) == (2, "", (
+        f"regdev replay: error: {path}:1: `expect` must be a string (\"ok\" or a verdict code), "
+        "got an integer\n"))
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert ("A file error (exit 2, nothing run) stays one line of text on stderr, as without "
+            "--json") in " ".join(capsys.readouterr().out.split())

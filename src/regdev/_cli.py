@@ -583,13 +583,17 @@ def _load_tools(path: str | None) -> ToolSet:
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
     try:
-        return ToolSet.from_json(data)
+        tools = ToolSet.from_json(data)
     except SchemaError as error:
         provider = _provider_format(data)
         if provider is not None:
             raise UsageError(f"{path} looks like the {provider} format; regdev compile reads "
                              "MCP tools/list entries (regdev tools --format mcp)") from None
         raise UsageError(f"{path}: {error}") from None
+    if not tools:  # a validator that refuses every call as unknown-tool: surely a mistake
+        raise UsageError(f"{path} declares no tools (an array of MCP tools/list entries, or "
+                         '{"tools": [...]}, with at least one)')
+    return tools
 
 
 def _provider_format(data: bytes) -> str | None:
@@ -710,7 +714,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", action="store_true",
                         help="one JSON object per line, then {\"registers\": [16 ints]} (or "
                              "{\"registers\": null, \"error\": TEXT} when the registers "
-                             "could not be read after the calls: exit 2)")
+                             "could not be read after the calls: exit 2). A file error "
+                             "(exit 2, nothing run) stays one line of text on stderr, as "
+                             "without --json")
     port_options(replay)
     replay.add_argument("--reset", action="store_true",
                         help="with --port: reset the device before the replay (without "
