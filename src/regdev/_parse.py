@@ -35,7 +35,7 @@ import math
 import re
 import sys
 from decimal import Decimal, DecimalException
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import msgspec
 
@@ -460,26 +460,47 @@ def _not_json_data(value: object, budget: int) -> str | None:
     """Where ``value`` holds something that is not JSON data, or None when it is JSON data or
     ``budget`` values were looked at without finding the place. Iterative. (Every value takes
     at least one byte of JSON text, so a budget of the encoded size is never spent on JSON
-    data; a container that holds itself spends it.)"""
-    stack: list[tuple[object, str]] = [(value, "$")]
+    data; a container that holds itself spends it.) The place is worked out only when there
+    is one to name: each value on the stack carries its parent's place and its key or index.
+    """
+    stack: list[tuple[object, _Place]] = [(value, None)]
+    push = stack.append
     while stack and budget > 0:  # depth first, in document order
         budget -= 1
-        item, path = stack.pop()
-        if type(item) is dict:
-            for key in item:
+        item, place = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            items = cast(dict[object, object], item)
+            for key in items:
                 if type(key) is not str:
-                    return f"a key of Python type {type(key).__name__} at `{path}`"
-            stack.extend((item[key], f"{path}.{escape_text(key, 40)}")
-                         for key in reversed(item))
-        elif type(item) is list or type(item) is tuple:
-            stack.extend((item[index], f"{path}[{index}]")
-                         for index in range(len(item) - 1, -1, -1))
-        elif type(item) is float:
-            if not math.isfinite(item):
-                return f"{item} at `{path}` (JSON numbers are finite)"
-        elif type(item) is Decimal:
-            if not item.is_finite():
-                return f"{item} at `{path}` (JSON numbers are finite)"
-        elif item is not None and type(item) not in (str, int, bool):
-            return f"a Python {type(item).__name__} at `{path}`"
+                    return f"a key of Python type {type(key).__name__} at `{_path(place)}`"
+            for key, sub in reversed(items.items()):
+                push((sub, (place, key)))
+        elif kind is list or kind is tuple:
+            values = cast(list[object], item)
+            for index in range(len(values) - 1, -1, -1):
+                push((values[index], (place, index)))
+        elif kind is float:
+            if not math.isfinite(cast(float, item)):
+                return f"{item} at `{_path(place)}` (JSON numbers are finite)"
+        elif kind is Decimal:
+            if not cast(Decimal, item).is_finite():
+                return f"{item} at `{_path(place)}` (JSON numbers are finite)"
+        else:
+            return f"a Python {kind.__name__} at `{_path(place)}`"
     return None
+
+
+#: Where a value sits: None for the top, else (the parent's place, the key or index in it).
+_Place = tuple["_Place", object] | None
+
+
+def _path(place: _Place) -> str:
+    """A place as msgspec words it: ``$.arguments.addr``, ``$.items[2]``."""
+    steps = []
+    while place is not None:
+        place, step = place
+        steps.append(f"[{step}]" if type(step) is int else f".{escape_text(cast(str, step), 40)}")
+    return "$" + "".join(reversed(steps))
