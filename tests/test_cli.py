@@ -537,3 +537,14 @@ def test_replay_json_file_errors_are_text_on_stderr_as_help_says(
         main(["replay", "--help"])
     assert ("A file error (exit 2, nothing run) stays one line of text on stderr, as without "
             "--json") in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("argv", [["call", "--no-audit", "-"], ["shell", "--no-audit"]],
+                         ids=["call", "shell"])
+def test_a_closed_stdin_is_one_line_and_exit_2(argv: list[str]) -> None:
+    """stdin closed (`<&-`) for a command that reads it: one line, exit 2, no traceback."""
+    done = subprocess.run(["/bin/sh", "-c", '"$0" "$@" <&-',
+                           str(Path(sys.executable).parent / "regdev"), *argv],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"regdev {argv[0]}: error: cannot read the input: standard input is closed\n")

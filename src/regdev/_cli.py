@@ -161,6 +161,8 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
 
 def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
     _check_tool_choice(args.tool_choice, REGISTER_TOOLS)
+    if args.raw == "-":
+        _check_stdin()
     gate, session = open_gate(args)
     with gate:
         # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
@@ -413,6 +415,7 @@ def _device_call(args: argparse.Namespace, action: Any) -> Any:
 
 
 def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
+    _check_stdin()
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401, PLC0415 - line editing and history for input()
@@ -873,6 +876,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 STDOUT_CLOSED = "standard output is closed"
+
+
+def _check_stdin() -> None:
+    """UsageError, before anything runs, when file descriptor 0 is closed (`<&-`): Python
+    then has no ``sys.stdin`` at all (None)."""
+    if sys.stdin is None:
+        raise UsageError("cannot read the input: standard input is closed")
 
 
 class _Output(io.TextIOBase):
