@@ -260,12 +260,15 @@ def test_duplicate_tool_names_are_refused() -> None:
         ToolSet([CONFIGURE, CONFIGURE])
 
 
+_REFERENCE, _COMPILED = ReferenceValidator(), compile_validator()
+
+
 @given(python_calls(), st.sampled_from([None, "write_register"]))
 def test_check_and_explain_never_raise_on_python_data(call: Any, tool_choice: str | None) -> None:
     """Any Python value, JSON data or not: check() and explain() answer, never raise."""
-    validator = ReferenceValidator()
+    validator = _REFERENCE
     refusal = validator.check(call, tool_choice)
-    code = compile_validator()(call, tool_choice)
+    code = _COMPILED(call, tool_choice)
     assert (refusal.code if refusal is not None else None) == code
     if code is not None:
         assert validator.explain(call, code, tool_choice) == refusal
