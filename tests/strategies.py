@@ -378,3 +378,46 @@ def schemas_and_calls(draw: st.DrawFn) -> tuple[list[dict[str, Any]], Any, str |
                               st.just({"arguments": arguments})))
     choice = draw(st.sampled_from([None] * 8 + ["t0", "t1"]))
     return tools, call, choice
+
+
+#: Python values that are not JSON data (and some that are), as a caller of ``handle_call`` or
+#: of the provider helpers might pass: keys that are not strings, NaN and infinities, tuples,
+#: bytes, sets, integers too long for ``str()``, objects, nested among valid arguments.
+python_scalars = st.one_of(
+    json_scalars,
+    st.sampled_from([math.nan, math.inf, -math.inf, Decimal("NaN"), Decimal("-Infinity"),
+                     b"\x00\xff", bytearray(b"3"), 3 + 4j,
+                     frozenset({1}), object(), Ellipsis, int, "\x00\u2028\ud800"]),
+    st.floats(),
+    st.binary(max_size=4),
+    st.sampled_from([1, -1]).map(lambda sign: sign * 10**5000),  # made here: no repr to show
+)
+python_keys = st.one_of(st.sampled_from(["addr", "data", "tool", "arguments"]),
+                        st.text(max_size=4), st.integers(), st.none(), st.booleans(),
+                        st.floats(), st.tuples(st.integers()), st.binary(max_size=2),
+                        st.just(frozenset({"addr"})))
+python_values = st.recursive(
+    python_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.sets(st.one_of(st.integers(), st.text(max_size=3)), max_size=3),
+        st.dictionaries(python_keys, inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+@st.composite
+def python_calls(draw: st.DrawFn) -> Any:
+    """Register tool calls carrying Python values that JSON cannot hold, mostly in the shape
+    of a valid call (so that only that value should stop it), sometimes anything at all."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(python_values)
+    arguments: dict[Any, Any] = {"addr": draw(st.one_of(st.just(3), python_values)),
+                                 "data": draw(st.one_of(st.just(1), python_values))}
+    arguments.update(draw(st.dictionaries(python_keys, python_values, max_size=2)))
+    call: dict[Any, Any] = {"tool": draw(st.sampled_from(["write_register", "read_register"])),
+                            "arguments": arguments}
+    call.update(draw(st.dictionaries(python_keys, python_values, max_size=1)))
+    return call

@@ -8,12 +8,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import EXAMPLES
 from regdev import read_audit, tool_definitions
 from regdev._cli import main
+from regdev._shell import shell_call
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -89,9 +91,19 @@ def test_replay_dialect_option_and_line_override(capsys: pytest.CaptureFixture[s
     ("content", "message"),
     [
         ("not json\n", "r.jsonl:1: not a replay record"),
-        ('{"expect": "ok"}\n', "r.jsonl:1: not a replay record: Object missing required field"),
-        ('{"raw": "{}"}\n{"raw": 5}\n', "r.jsonl:2: not a replay record: Expected `str`"),
-        ('{"raw": "{}", "expcet": "ok"}\n', "unknown field `expcet`"),
+        ('{"expect": "ok"}\n',
+         "r.jsonl:1: `raw` is required: the model's raw output, a string\n"),
+        ('{"raw": "{}"}\n{"raw": 5}\n',
+         "r.jsonl:2: `raw` must be a string (the model's raw output), got an integer\n"),
+        ('{"raw": "{}"}\n\n{"raw": "{}", "expect": 3}\n',
+         'r.jsonl:3: `expect` must be a string ("ok" or a verdict code), got an integer\n'),
+        ('{"raw": "{}", "result": [1]}\n',
+         "r.jsonl:1: `result` must be an object (the expected result), got an array\n"),
+        ('{"raw": "{}", "dialect": 1.5}\n', "r.jsonl:1: `dialect` must be a string (canonical, "
+         "mcp, openai, anthropic), got a number\n"),
+        ('["raw"]\n', "r.jsonl:1: a replay record is a JSON object, got an array\n"),
+        ('{"raw": "{}", "expcet": "ok"}\n', "r.jsonl:1: unknown field `expcet`; a replay "
+         "record has raw, dialect, expect, result, why\n"),
         ('{"raw": "{}", "dialect": "xml"}\n', "r.jsonl:1: unknown dialect 'xml'"),
     ],
 )
@@ -445,3 +457,94 @@ def test_call_with_a_file_name_for_raw_hints_at_stdin(
     for raw in ("missing.json", "x" * 5000, "a\x00b"):
         status, out, err = run(capsys, "call", raw)
         assert (status, json.loads(out)["code"], err) == (1, "not-json", "")
+
+
+def _regdev_closed(argv: list[str], closed: str) -> tuple[int, str, str]:
+    """Run the installed regdev from a shell with file descriptor ``closed`` ("1" or "2")
+    closed (`>&-`, `2>&-`) and stdin empty: (status, stdout, stderr)."""
+    done = subprocess.run(["/bin/sh", "-c", f'"$0" "$@" {closed}>&-',
+                           str(Path(sys.executable).parent / "regdev"), *argv],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          env=os.environ | {"REGDEV_AUDIT": ""}, timeout=60, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["call", "--no-audit", '{"tool": "read_register", "arguments": {"addr": 1}}'],
+    ["tools"], ["demo", "--no-audit"], ["compile"], ["shell", "--no-audit"],
+    ["replay", "--no-audit", str(EXAMPLES / "wild-calls.jsonl")],
+], ids=lambda argv: argv[0])
+def test_a_closed_stdout_is_one_line_and_exit_1(argv: list[str]) -> None:
+    """stdout closed (`>&-`): one line on stderr naming it, exit 1, no traceback."""
+    assert _regdev_closed(argv, "1") == (
+        1, "", f"regdev {argv[0]}: error: cannot write the output: standard output is closed\n")
+
+
+def test_serve_with_a_closed_stdout_refuses_to_start() -> None:
+    """`regdev serve >&-`: exit 2 at once with one line, before opening the device or log."""
+    assert _regdev_closed(["serve", "--no-audit"], "1") == (
+        2, "", "regdev serve: error: cannot write the output: standard output is closed\n")
+
+
+def test_a_closed_stderr_loses_the_message_not_the_status() -> None:
+    """stderr closed (`2>&-`): a usage error still exits 2 and writes nothing to stdout."""
+    assert _regdev_closed(["replay", "--no-audit", "no-such-file"], "2") == (2, "", "")
+    status, out, _ = _regdev_closed(
+        ["call", "--no-audit", '{"tool": "read_register", "arguments": {"addr": 1}}'], "2")
+    assert (status, json.loads(out)["ok"]) == (0, True)
+
+
+@pytest.mark.parametrize(("words", "call"), [
+    (["read", "3"], {"tool": "read_register", "arguments": {"addr": 3}}),
+    (["read", "007"], {"tool": "read_register", "arguments": {"addr": 7}}),
+    (["write", "0x1F", "0Xc8"], {"tool": "write_register", "arguments": {"addr": 31, "data": 200}}),
+    (["write", "3", "300"], {"tool": "write_register", "arguments": {"addr": 3, "data": 300}}),
+])
+def test_shell_numbers_are_decimal_or_hex(words: list[str], call: dict[str, Any]) -> None:
+    """ASCII decimal and 0x hex become the call's integers (out of range is the gate's)."""
+    assert json.loads(shell_call(words)) == call
+
+
+@pytest.mark.parametrize("word", ["\uff10", "1_0", "0b11", "0o7", "-1", "+3", "0x", "3.0",
+                                  "\u0663"])
+def test_shell_refuses_number_forms_its_help_does_not_name(word: str) -> None:
+    """Fullwidth or Arabic-Indic digits, underscores, 0b/0o, signs: the bad-number error."""
+    with pytest.raises(ValueError) as info:
+        shell_call(["read", word])
+    shown = word.encode("unicode_escape").decode()
+    assert str(info.value) == f"ADDR must be a number like 3 or 0x1f, got `{shown}`"
+
+
+def test_shell_cuts_an_unknown_command_and_a_bad_number_short() -> None:
+    """A 5000-character word is echoed escaped and cut to 40 characters."""
+    with pytest.raises(ValueError) as info:
+        shell_call(["x" * 5000])
+    assert str(info.value) == f"unknown command `{'x' * 37}...`; type help"
+    with pytest.raises(ValueError) as info:
+        shell_call(["read", "\x1b[2J" + "9" * 5000])
+    assert str(info.value) == f"ADDR must be a number like 3 or 0x1f, got `\\x1b[2J{'9' * 30}...`"
+
+
+def test_replay_json_file_errors_are_text_on_stderr_as_help_says(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """With --json a file error is still one text line on stderr, and --help says so."""
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"raw": "{}", "expect": 3}\n')
+    assert run(capsys, "replay", "--json", str(path)) == (2, "", (
+        f"regdev replay: error: {path}:1: `expect` must be a string (\"ok\" or a verdict code), "
+        "got an integer\n"))
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert ("A file error (exit 2, nothing run) stays one line of text on stderr, as without "
+            "--json") in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("argv", [["call", "--no-audit", "-"], ["shell", "--no-audit"]],
+                         ids=["call", "shell"])
+def test_a_closed_stdin_is_one_line_and_exit_2(argv: list[str]) -> None:
+    """stdin closed (`<&-`) for a command that reads it: one line, exit 2, no traceback."""
+    done = subprocess.run(["/bin/sh", "-c", '"$0" "$@" <&-',
+                           str(Path(sys.executable).parent / "regdev"), *argv],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"regdev {argv[0]}: error: cannot read the input: standard input is closed\n")

@@ -409,6 +409,20 @@ def test_compile_command_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert not (tmp_path / "out.py").exists()
 
 
+@pytest.mark.parametrize("content", ["[]", '{"tools": []}', " [ ]\n"])
+def test_compile_command_refuses_a_file_of_no_tools(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    content: str) -> None:
+    """No tools would compile a validator refusing every call: exit 2, nothing written."""
+    path = tmp_path / "tools.json"
+    path.write_text(content)
+    status = main(["compile", "--tools", str(path), "-o", str(tmp_path / "out.py")])
+    assert (status, capsys.readouterr()) == (2, ("", (
+        f"regdev compile: error: {path} declares no tools (an array of MCP tools/list "
+        'entries, or {"tools": [...]}, with at least one)\n')))
+    assert not (tmp_path / "out.py").exists()
+
+
 def test_generate_source_is_deterministic() -> None:
     """The same tools give the same module text (so a written module can be diffed)."""
     assert generate_source() == generate_source() == check.source

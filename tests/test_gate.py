@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +26,15 @@ from regdev import (
     Gate,
     Observation,
     Policy,
+    Refusal,
     RegisterFile,
     Tool,
     ToolSet,
     TransportError,
+    anthropic_tool_results,
     read_audit,
 )
-from strategies import canonical_calls, json_values, raw_register_calls, to_json
+from strategies import canonical_calls, json_values, python_calls, raw_register_calls, to_json
 
 
 def test_accepted_write_reaches_device_and_reports_the_value(gate: Gate,
@@ -405,3 +410,66 @@ def test_one_pipeline_whatever_is_switched_on(gates: list[Gate], call: Any,
         gate.device.reset()
         observations.append(gate.handle_call(call, tool_choice=tool_choice))
     assert len({obs.to_json() for obs in observations}) == 1, observations
+
+
+def _is_json_data(value: Any) -> bool:
+    """The test's own reading of JSON data: str-keyed dicts, lists, tuples, finite numbers."""
+    if type(value) is dict:
+        return all(type(k) is str and _is_json_data(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(_is_json_data(item) for item in value)
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) is Decimal:
+        return value.is_finite()
+    return value is None or type(value) in (str, int, bool)
+
+
+@given(python_calls())
+def test_handle_call_refuses_python_data_that_is_not_json(call: Any) -> None:
+    """Any Python value: never internal-error, not-json when it is not JSON data, and the
+    device is reached only by a call that was accepted."""
+    device = CountingDevice()
+    observation = Gate(device).handle_call(call)
+    code = observation.refusal.code if observation.refusal is not None else None
+    assert code != "internal-error"
+    assert device.accesses == (1 if code is None else 0)
+    if not _is_json_data(call):
+        assert code == "not-json"
+
+
+@pytest.mark.parametrize(("arguments", "problem"), [
+    ({"addr": 3, "data": 1, 5: 1}, "a key of Python type int at `$.arguments`"),
+    ({"addr": 3, "data": math.nan}, "nan at `$.arguments.data` (JSON numbers are finite)"),
+    ({"addr": 3, "data": {1, 2}}, "a Python set at `$.arguments.data`"),
+    ({"addr": b"3", "data": 1}, "a Python bytes at `$.arguments.addr`"),
+])
+def test_handle_call_and_the_provider_path_agree_on_non_json_data(
+        arguments: dict[Any, Any], problem: str, tmp_path: Path) -> None:
+    """handle_call words non-JSON data as the provider helpers do, and audits it textless."""
+    device = CountingDevice()
+    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        observation = gate.handle_call({"tool": "write_register", "arguments": arguments})
+        reply = anthropic_tool_results({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "write_register", "input": arguments}]},
+            gate)
+    message = f"the tool call is not JSON data: {problem}"
+    assert observation.refusal == Refusal("parse", "not-json", message)
+    assert reply is not None
+    assert json.loads(reply["content"][0]["content"])["message"] == message.replace(
+        "$.arguments", "$.input")  # the provider's block, where its arguments are `input`
+    assert device.accesses == 0
+    [record] = read_audit(tmp_path / "a.db")
+    assert (record.code, record.tool, record.raw, record.arguments) == (
+        "not-json", "write_register", None, None)
+
+
+def test_handle_call_refuses_a_call_that_holds_itself(tmp_path: Path) -> None:
+    """A container that holds itself is not-json, not an internal error in the audit log."""
+    arguments: dict[str, Any] = {"addr": 3, "data": 1}
+    arguments["again"] = arguments
+    with Gate(audit=AuditLog(tmp_path / "a.db")) as gate:
+        observation = gate.handle_call({"tool": "write_register", "arguments": arguments})
+    assert observation.refusal is not None
+    assert (observation.refusal.stage, observation.refusal.code) == ("parse", "not-json")
+    assert [r.code for r in read_audit(tmp_path / "a.db")] == ["not-json"]

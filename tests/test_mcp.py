@@ -337,6 +337,27 @@ def test_a_line_over_the_cap_is_too_large_under_its_id(raw: RawServer) -> None:
     assert reply is not None and reply["id"] == 51 and reply["result"]["isError"] is False
 
 
+@pytest.mark.parametrize(("params", "cause"), [
+    ("null", "tools/call needs params with name and arguments (an object)"),
+    (None, "tools/call needs params with name and arguments (an object)"),
+    ('{"arguments": {"addr": 1}}', "tools/call needs params with name and arguments (an object)"),
+    ('{"name": "read_register", "arguments": "{\\"addr\\": 1}"}',
+     "tools/call arguments must be an object, got a string (a string holding JSON is still a "
+     "string)"),
+    ('{"name": "read_register", "arguments": [1]}',
+     "tools/call arguments must be an object, got an array"),
+    ('{"name": "read_register", "arguments": {"addr": 1}, "_meta": 3}',
+     "tools/call params do not match the MCP CallToolRequest schema"),
+], ids=["null", "absent", "no-name", "string", "array", "meta"])
+def test_an_envelope_error_names_its_cause(raw: RawServer, params: str | None,
+                                           cause: str) -> None:
+    """tools/call params the SDK's envelope check refuses: -32602, with the cause said."""
+    line = (tools_call(41, params) if params is not None
+            else '{"jsonrpc": "2.0", "id": 41, "method": "tools/call"}')
+    assert raw.send(line) == {"jsonrpc": "2.0", "id": 41, "error": {
+        "code": -32602, "message": f"Invalid request parameters: {cause}", "data": ""}}
+
+
 def test_wild_calls_as_raw_params_get_the_in_process_verdicts(home: Path, tmp_path: Path) -> None:
     """Every wild call's text, sent as the params of a tools/call line, gets the in-process
     observation; text that is not JSON is not-json under its id; arguments that are not an

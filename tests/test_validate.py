@@ -6,9 +6,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import CONFIGURE
-from regdev import ReferenceValidator, SchemaError, Tool, ToolSet, compile_validator
+from regdev import ReferenceValidator, Refusal, SchemaError, Tool, ToolSet, compile_validator
+from strategies import python_calls
 
 validator = ReferenceValidator()
 compiled = compile_validator()  # held to the same table (tests/test_compile.py has more)
@@ -255,3 +258,30 @@ def test_duplicate_tool_names_are_refused() -> None:
     """Two tools with one name cannot be offered together."""
     with pytest.raises(SchemaError, match="declared twice"):
         ToolSet([CONFIGURE, CONFIGURE])
+
+
+_REFERENCE, _COMPILED = ReferenceValidator(), compile_validator()
+
+
+@given(python_calls(), st.sampled_from([None, "write_register"]))
+def test_check_and_explain_never_raise_on_python_data(call: Any, tool_choice: str | None) -> None:
+    """Any Python value, JSON data or not: check() and explain() answer, never raise."""
+    validator = _REFERENCE
+    refusal = validator.check(call, tool_choice)
+    code = _COMPILED(call, tool_choice)
+    assert (refusal.code if refusal is not None else None) == code
+    if code is not None:
+        assert validator.explain(call, code, tool_choice) == refusal
+
+
+@pytest.mark.parametrize(("key", "shown"), [
+    (5, "5 (a key of Python type int)"),
+    (("a\n", 1), "('a\\\\n', 1) (a key of Python type tuple)"),
+    (10**5000, "an integer of about 5000 digits (a key of Python type int)"),
+], ids=["int", "tuple", "huge-int"])
+def test_a_key_that_is_not_a_string_is_named_escaped(key: object, shown: str) -> None:
+    """check() names a non-str argument key by its escaped repr, with its Python type."""
+    refusal = ReferenceValidator().check(
+        {"tool": "write_register", "arguments": {"addr": 3, "data": 1, key: 1}})
+    assert refusal == Refusal("validate", "unknown-argument",
+                              f"unknown argument {shown}; write_register takes: addr, data")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib.util
 import io
 import logging
@@ -160,6 +161,8 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
 
 def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
     _check_tool_choice(args.tool_choice, REGISTER_TOOLS)
+    if args.raw == "-":
+        _check_stdin()
     gate, session = open_gate(args)
     with gate:
         # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
@@ -418,6 +421,7 @@ def _device_call(args: argparse.Namespace, action: Any) -> Any:
 
 
 def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
+    _check_stdin()
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401, PLC0415 - line editing and history for input()
@@ -533,6 +537,8 @@ def _stop_now(number: int, frame: FrameType | None) -> None:
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    if sys.stdout is None:  # file descriptor 1 closed: there is nowhere to answer the client
+        raise UsageError(f"cannot write the output: {STDOUT_CLOSED}")
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="regdev serve: %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("regdev")
@@ -586,13 +592,17 @@ def _load_tools(path: str | None) -> ToolSet:
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
     try:
-        return ToolSet.from_json(data)
+        tools = ToolSet.from_json(data)
     except SchemaError as error:
         provider = _provider_format(data)
         if provider is not None:
             raise UsageError(f"{path} looks like the {provider} format; regdev compile reads "
                              "MCP tools/list entries (regdev tools --format mcp)") from None
         raise UsageError(f"{path}: {error}") from None
+    if not tools:  # a validator that refuses every call as unknown-tool: surely a mistake
+        raise UsageError(f"{path} declares no tools (an array of MCP tools/list entries, or "
+                         '{"tools": [...]}, with at least one)')
+    return tools
 
 
 def _provider_format(data: bytes) -> str | None:
@@ -713,7 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", action="store_true",
                         help="one JSON object per line, then {\"registers\": [16 ints]} (or "
                              "{\"registers\": null, \"error\": TEXT} when the registers "
-                             "could not be read after the calls: exit 2)")
+                             "could not be read after the calls: exit 2). A file error "
+                             "(exit 2, nothing run) stays one line of text on stderr, as "
+                             "without --json")
     port_options(replay)
     replay.add_argument("--reset", action="store_true",
                         help="with --port: reset the device before the replay (without "
@@ -844,6 +856,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``regdev`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    if sys.stderr is None:  # file descriptor 2 closed (`2>&-`): errors go nowhere, not to stdout
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the life of the process
     parser = build_parser()
     args = parser.parse_args(argv)
     out = _Output(sys.stdout)
@@ -867,23 +881,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+STDOUT_CLOSED = "standard output is closed"
+
+
+def _check_stdin() -> None:
+    """UsageError, before anything runs, when file descriptor 0 is closed (`<&-`): Python
+    then has no ``sys.stdin`` at all (None)."""
+    if sys.stdin is None:
+        raise UsageError("cannot read the input: standard input is closed")
+
+
 class _Output(io.TextIOBase):
     """Standard output as the commands write it, keeping the OSError a write or flush raised
-    (a closed pipe, a full disk), so that :func:`main` tells it from any other."""
+    (a closed pipe, a full disk), so that :func:`main` tells it from any other. With file
+    descriptor 1 closed (`>&-`) Python has no ``sys.stdout`` at all (None): the first write
+    fails with EBADF, as a write to a closed descriptor does."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO | None) -> None:
         super().__init__()
         self.stream = stream
         self.failure: OSError | None = None
 
+    def _open(self) -> TextIO:
+        if self.stream is None:
+            self.failure = OSError(errno.EBADF, STDOUT_CLOSED)
+            raise self.failure
+        return self.stream
+
     def write(self, text: str, /) -> int:
+        stream = self._open()
         try:
-            return self.stream.write(text)
+            return stream.write(text)
         except OSError as error:
             self.failure = error
             raise
 
     def flush(self) -> None:
+        if self.stream is None:  # nothing was written, or the write failed already
+            return
         try:
             self.stream.flush()
         except OSError as error:
@@ -891,16 +926,18 @@ class _Output(io.TextIOBase):
             raise
 
     def isatty(self) -> bool:
-        return self.stream.isatty()
+        return self.stream is not None and self.stream.isatty()
 
     def fileno(self) -> int:
-        return self.stream.fileno()
+        return self._open().fileno()
 
 
 def _drop_stdout() -> None:
     """Point standard output at the null device, so that the interpreter's last flush of the
     text still buffered does not fail again (the recipe of the Python docs, "Note on
     SIGPIPE", https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    if sys.stdout is None:  # file descriptor 1 closed: no last flush to fail
+        return
     try:
         fd = sys.stdout.fileno()
     except (OSError, ValueError):  # not a file descriptor (a test's capture): nothing to do

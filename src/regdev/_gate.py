@@ -57,6 +57,7 @@ from ._parse import (
     MAX_ID_CHARS,
     check_dialect,
     check_idempotency_key,
+    encode_json_data,
     parse,
 )
 from ._policy import (
@@ -239,7 +240,15 @@ class Gate:
     ) -> Observation:
         """Run an already-decoded canonical call (for callers that decoded JSON themselves).
 
-        The same pipeline as :meth:`handle`, with nothing to parse.
+        The same pipeline as :meth:`handle`, with no text to parse. The call must be JSON
+        data, as the provider helpers (:func:`openai_tool_results`,
+        :func:`anthropic_tool_results`) require too, by the same check: dicts with string
+        keys, lists (or tuples), strings, integers, finite floats and decimals, booleans and
+        None. Anything else (a key that is not a string, NaN or an infinity, bytes, a set, a
+        container that holds itself) is refused as ``not-json``, naming the place, and
+        recorded in the audit log without its text. Unlike :meth:`handle`, there is no byte
+        cap: a call whose JSON text is over ``max_input_bytes`` is checked by the validator
+        only (which never raises, whatever it is given).
 
         Args:
             call: ``{"tool": NAME, "arguments": {...}}`` as decoded JSON values.
@@ -307,7 +316,11 @@ class Gate:
 
     def _parse(self, call: _Call) -> Refusal | None:
         """Raw text to the canonical call, its correlation id and its idempotency key."""
-        if call.raw is None:  # handle_call: decoded already; only the key is to check
+        if call.raw is None:  # handle_call: decoded already, but maybe not JSON data
+            text = encode_json_data(call.call, self.max_input_bytes)
+            if isinstance(text, str):
+                call.not_json = True
+                return Refusal("parse", "not-json", f"the tool call is not JSON data: {text}")
             key = check_idempotency_key(call.sent_key, "idempotency_key")
         else:
             parsed = parse(call.raw, call.dialect, max_bytes=self.max_input_bytes)
@@ -447,11 +460,12 @@ class Gate:
                                     call.fingerprint, call.stored, call.time)
         row = audit.row(
             time=call.time, session=call.session.name, dialect=call.dialect,
-            raw=call.raw if call.raw is not None else encode_json(call.call),
+            raw=call.raw if call.raw is not None
+            else None if call.not_json else encode_json(call.call),
             observation=observation,
             tool=tool.name if tool is not None else _tool_name(call.call),
             arguments=encode_json(call.arguments) if call.arguments is not None
-            else _arguments_text(call.call, audit.max_raw_bytes),
+            else None if call.not_json else _arguments_text(call.call, audit.max_raw_bytes),
             loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
             timings=call.timings)
         try:
@@ -589,6 +603,7 @@ class _Call:
     executed = False  #: the device call started: the device may have changed
     fingerprint: bytes | None = None  #: the key's fingerprint of tool and arguments
     reserved = False  #: this call holds the reservation of its key
+    not_json = False  #: handle_call's call holds Python data JSON cannot (nothing to record)
     stored: str | None = None  #: the observation JSON stored under the key
     #: For the audit log only: when the call arrived (Unix seconds), and the nanoseconds
     #: spent in each stage it reached, by name.

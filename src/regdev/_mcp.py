@@ -43,7 +43,9 @@ Rules of this file:
   log). The SDK's stdio client itself sends SIGTERM to a server that has not exited 2 s
   after it closed stdin.
 * A request sent before the handshake gets the SDK's -32602, with a message that says to
-  send ``initialize`` first (server middleware, :func:`_explain_the_handshake`).
+  send ``initialize`` first; a ``tools/call`` whose params fail the SDK's envelope check
+  (params null or absent, no string ``name``, ``arguments`` a string or an array) gets its
+  -32602 with a message naming the cause (server middleware, :func:`_explain_the_sdk`).
 * stdout carries protocol messages only; logs go to stderr.
 """
 
@@ -80,6 +82,7 @@ from ._observation import Refusal
 from ._parse import parse
 from ._policy import Session
 from ._providers import mcp_result, tool_definitions
+from ._schema import a_json_type
 from ._version import __version__
 
 __all__ = [
@@ -458,7 +461,7 @@ def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-    server.middleware.append(_explain_the_handshake)
+    server.middleware.append(_explain_the_sdk)
     return server
 
 
@@ -469,16 +472,34 @@ NOT_INITIALIZED = ("Invalid request parameters: the session is not initialized; 
                    "(or open with `server/discover`, the 2026-07-28 protocol)")
 
 
-async def _explain_the_handshake(ctx: ServerRequestContext[Any, Any],
-                                 call_next: CallNext) -> HandlerResult:
-    """Server middleware: the SDK's refusal of a request before ``initialize`` says so.
+def _call_params_problem(params: object) -> str:
+    """What is wrong with the params of a ``tools/call`` the SDK's envelope check refused."""
+    if type(params) is not dict or type(params.get("name")) is not str:
+        return "tools/call needs params with name and arguments (an object)"
+    arguments = params.get("arguments")
+    if arguments is None or type(arguments) is dict:  # the rest of the envelope (`_meta`)
+        return "tools/call params do not match the MCP CallToolRequest schema"
+    got = a_json_type(arguments)
+    hint = " (a string holding JSON is still a string)" if got == "a string" else ""
+    return f"tools/call arguments must be an object, got {got}{hint}"
 
-    The SDK answers such a request with -32602 "Invalid request parameters" and no data, as
-    an ``MCPError`` raised before the params are validated (a params validation failure
-    reaches middleware as a pydantic ``ValidationError`` instead). The code stays -32602.
+
+async def _explain_the_sdk(ctx: ServerRequestContext[Any, Any],
+                           call_next: CallNext) -> HandlerResult:
+    """Server middleware: the SDK's -32602 "Invalid request parameters" says why.
+
+    The SDK answers a request before ``initialize`` with it, as an ``MCPError`` raised before
+    the params are validated; a params validation failure reaches middleware as a pydantic
+    ``ValidationError``, which the SDK answers the same way, with empty data. Both keep the
+    code -32602 and the SDK's message, with the cause after it.
     """
     try:
         return await call_next(ctx)
+    except ValidationError:
+        if ctx.method != "tools/call":
+            raise
+        raise MCPError(types.INVALID_PARAMS, "Invalid request parameters: "
+                       + _call_params_problem(ctx.params), "") from None
     except MCPError as error:
         data = error.error
         if (data.code, data.message, data.data) == (

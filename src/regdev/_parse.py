@@ -31,10 +31,11 @@ Rules of this file:
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from decimal import Decimal, DecimalException
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import msgspec
 
@@ -50,6 +51,7 @@ __all__ = [
     "ParsedCall",
     "check_dialect",
     "check_idempotency_key",
+    "encode_json_data",
     "load_json",
     "parse",
 ]
@@ -68,6 +70,7 @@ _decoder = msgspec.json.Decoder(float_hook=Decimal)
 # Bound once: looking a method up on these C objects costs about as much as a check.
 _decode_json = _decoder.decode
 _encode_json = msgspec.json.Encoder().encode
+_encode_data = msgspec.json.Encoder(decimal_format="number").encode
 
 
 class ParsedCall(msgspec.Struct, frozen=True, gc=False):
@@ -423,3 +426,81 @@ def _too_large(max_bytes: int) -> Refusal:
     return Refusal("parse", "too-large",
                    f"the call is over the cap of {max_bytes} bytes; send one call of at most "
                    f"{max_bytes} bytes")
+
+
+def encode_json_data(value: object, max_bytes: int) -> bytes | str:
+    """A tool call given as Python data (not text), as JSON text, or where it is not JSON data.
+
+    JSON data is dicts with string keys, lists (and tuples), strings, integers, finite floats
+    and decimals, booleans and None. Anything else (NaN, bytes, a set, a key that is not a
+    string, a container that holds itself) is named, never converted into something the caller
+    did not send. Both ways of handing the gate Python data use this one check: the provider
+    helpers and :meth:`Gate.handle_call`.
+
+    Args:
+        value: the call, as decoded JSON values.
+        max_bytes: the gate's cap on a call, in bytes. Text over it is returned without the
+            look inside (the caller refuses it as ``too-large``); it also bounds the look
+            inside a value that cannot be encoded.
+
+    Returns:
+        The compact JSON text (bytes), or a one-line reason (str) such as ``"a key of Python
+        type int at `$.arguments`"``.
+    """
+    try:
+        raw = _encode_data(value)
+    except (TypeError, ValueError, RecursionError) as error:  # e.g. a complex, a cycle
+        return _not_json_data(value, max_bytes) or escape_text(str(error), 80)
+    # Over the cap, the gate says too-large before looking inside (as for raw text).
+    problem = _not_json_data(value, len(raw)) if len(raw) <= max_bytes else None
+    return raw if problem is None else problem
+
+
+def _not_json_data(value: object, budget: int) -> str | None:
+    """Where ``value`` holds something that is not JSON data, or None when it is JSON data or
+    ``budget`` values were looked at without finding the place. Iterative. (Every value takes
+    at least one byte of JSON text, so a budget of the encoded size is never spent on JSON
+    data; a container that holds itself spends it.) The place is worked out only when there
+    is one to name: each value on the stack carries its parent's place and its key or index.
+    """
+    stack: list[tuple[object, _Place]] = [(value, None)]
+    push = stack.append
+    while stack and budget > 0:  # depth first, in document order
+        budget -= 1
+        item, place = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            items = cast(dict[object, object], item)
+            for key in items:
+                if type(key) is not str:
+                    return f"a key of Python type {type(key).__name__} at `{_path(place)}`"
+            for key, sub in reversed(items.items()):
+                push((sub, (place, key)))
+        elif kind is list or kind is tuple:
+            values = cast(list[object], item)
+            for index in range(len(values) - 1, -1, -1):
+                push((values[index], (place, index)))
+        elif kind is float:
+            if not math.isfinite(cast(float, item)):
+                return f"{item} at `{_path(place)}` (JSON numbers are finite)"
+        elif kind is Decimal:
+            if not cast(Decimal, item).is_finite():
+                return f"{item} at `{_path(place)}` (JSON numbers are finite)"
+        else:
+            return f"a Python {kind.__name__} at `{_path(place)}`"
+    return None
+
+
+#: Where a value sits: None for the top, else (the parent's place, the key or index in it).
+_Place = tuple["_Place", object] | None
+
+
+def _path(place: _Place) -> str:
+    """A place as msgspec words it: ``$.arguments.addr``, ``$.items[2]``."""
+    steps = []
+    while place is not None:
+        place, step = place
+        steps.append(f"[{step}]" if type(step) is int else f".{escape_text(cast(str, step), 40)}")
+    return "$" + "".join(reversed(steps))

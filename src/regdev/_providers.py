@@ -24,18 +24,14 @@ Rules of this file:
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any, Literal, get_args
-
-import msgspec
 
 from ._errors import SchemaError
 from ._gate import Gate
 from ._observation import Observation, Refusal
-from ._parse import MAX_ID_CHARS
+from ._parse import MAX_ID_CHARS, encode_json_data
 from ._policy import Session
 from ._schema import escape_text
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
@@ -374,51 +370,13 @@ def _call_ids(calls: list[Any], provider: str, what: str) -> list[str]:
     return ids
 
 
-_encode = msgspec.json.Encoder(decimal_format="number").encode
-
-
 def _gate_one(gate: Gate, call: object, call_id: str, dialect: str,
               tool_choice: str | None) -> Observation:
-    try:
-        raw = _encode(call)
-    except (TypeError, ValueError, RecursionError) as error:  # e.g. a complex, a cycle
-        problem: str | None = (_not_json_data(call, gate.max_input_bytes)
-                               or escape_text(str(error), 80))
-    else:
-        # Over the cap, the gate says too-large before looking inside (as for raw text).
-        problem = _not_json_data(call, len(raw)) if len(raw) <= gate.max_input_bytes else None
-    if problem is not None:
+    raw = encode_json_data(call, gate.max_input_bytes)
+    if isinstance(raw, str):
         return Observation.refused(
-            Refusal("parse", "not-json", f"the tool call is not JSON data: {problem}"),
+            Refusal("parse", "not-json", f"the tool call is not JSON data: {raw}"),
             call_id=call_id if len(call_id) <= MAX_ID_CHARS else None,
         )
     return gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
 
-
-def _not_json_data(value: object, budget: int) -> str | None:
-    """Where ``value`` holds something that is not JSON data (see the module docstring), or
-    None when it is JSON data or ``budget`` values were looked at without finding the place.
-    Iterative. (Every value takes at least one byte of JSON text, so a budget of the encoded
-    size is never spent on JSON data; a container that holds itself spends it.)"""
-    stack: list[tuple[object, str]] = [(value, "$")]
-    while stack and budget > 0:  # depth first, in document order
-        budget -= 1
-        item, path = stack.pop()
-        if type(item) is dict:
-            for key in item:
-                if type(key) is not str:
-                    return f"a key of Python type {type(key).__name__} at `{path}`"
-            stack.extend((item[key], f"{path}.{escape_text(key, 40)}")
-                         for key in reversed(item))
-        elif type(item) is list or type(item) is tuple:
-            stack.extend((item[index], f"{path}[{index}]")
-                         for index in range(len(item) - 1, -1, -1))
-        elif type(item) is float:
-            if not math.isfinite(item):
-                return f"{item} at `{path}` (JSON numbers are finite)"
-        elif type(item) is Decimal:
-            if not item.is_finite():
-                return f"{item} at `{path}` (JSON numbers are finite)"
-        elif item is not None and type(item) not in (str, int, bool):
-            return f"a Python {type(item).__name__} at `{path}`"
-    return None

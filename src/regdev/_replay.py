@@ -28,6 +28,7 @@ from ._gate import Gate
 from ._observation import FIXED_CODES, NAMED_CODES, Observation
 from ._parse import DIALECTS, load_json
 from ._policy import Session
+from ._schema import a_json_type, escape_text
 from ._tools import REGISTER_TOOLS, ToolSet
 
 __all__ = ["ReplayFileError", "ReplayOutcome", "ReplayRecord", "load_replay", "run_replay",
@@ -125,9 +126,13 @@ def load_replay(path: str | Path, tools: ToolSet = REGISTER_TOOLS
         if not line.strip():
             continue
         try:
-            record = msgspec.convert(load_json(line), ReplayRecord)
-        except (ValueError, msgspec.ValidationError) as error:
+            doc = load_json(line)
+        except ValueError as error:
             raise ReplayFileError(f"{path}:{number}: not a replay record: {error}") from None
+        problem = _shape_problem(doc)
+        if problem is not None:
+            raise ReplayFileError(f"{path}:{number}: {problem}")
+        record = msgspec.convert(doc, ReplayRecord)
         if record.dialect is not None and record.dialect not in DIALECTS:
             raise ReplayFileError(
                 f"{path}:{number}: unknown dialect {record.dialect!r}; "
@@ -142,6 +147,35 @@ def load_replay(path: str | Path, tools: ToolSet = REGISTER_TOOLS
         raise ReplayFileError(f"{path} holds no calls (one JSON object per line, each with "
                               "at least \"raw\")")
     return records
+
+
+#: Each field of a record: the JSON type it takes (null is allowed except for ``raw``), and
+#: how a message names what it holds.
+_FIELDS: dict[str, tuple[type, str]] = {
+    "raw": (str, "a string (the model's raw output)"),
+    "dialect": (str, f"a string ({', '.join(DIALECTS)})"),
+    "expect": (str, 'a string ("ok" or a verdict code)'),
+    "result": (dict, "an object (the expected result)"),
+    "why": (str, "a string"),
+}
+
+
+def _shape_problem(doc: object) -> str | None:
+    """What keeps a decoded line from being a :class:`ReplayRecord`, worded for a person (the
+    fields by name, not msgspec's ``$.`` paths), or None."""
+    if type(doc) is not dict:
+        return f"a replay record is a JSON object, got {a_json_type(doc)}"
+    for key in doc:
+        if key not in _FIELDS:
+            return (f"unknown field `{escape_text(key)}`; a replay record has "
+                    f"{', '.join(_FIELDS)}")
+    if "raw" not in doc:
+        return "`raw` is required: the model's raw output, a string"
+    for key, value in doc.items():
+        kind, wanted = _FIELDS[key]
+        if type(value) is not kind and (value is not None or key == "raw"):
+            return f"`{key}` must be {wanted}, got {a_json_type(value)}"
+    return None
 
 
 def _expect_met(record: ReplayRecord, observation: Observation) -> bool | None:

@@ -12,6 +12,7 @@ treat them as any other tool (a session that is not offered one gets ``unknown-t
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
@@ -22,6 +23,7 @@ from ._device import REGISTER_COUNT, Device
 from ._gate import Gate
 from ._observation import Observation
 from ._policy import Session
+from ._schema import escape_text
 from ._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 
 __all__ = ["SHELL_HELP", "describe", "format_registers", "run_shell", "shell_call",
@@ -82,7 +84,7 @@ def shell_tools(reset: Callable[[Device], None] = Device.reset) -> ToolSet:
     ])
 
 SHELL_HELP = """\
-commands (numbers in decimal or hex: 3, 0x1f):
+commands (numbers in ASCII decimal or 0x hex: 3, 0x1f):
   read ADDR         read_register: one register, ADDR 0..15
   write ADDR DATA   write_register: DATA 0..255 to register ADDR
   dump              all 16 registers
@@ -103,6 +105,11 @@ _COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: A number as the help says: ASCII decimal digits, or 0x and hex digits (not Python's other
+#: forms, which ``int(word, 0)`` would take: ``1_0``, ``0b11``, ``0o7``, fullwidth digits).
+_NUMBER = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]+")
+
+
 def shell_call(words: Sequence[str]) -> str:
     """The canonical call (JSON text) for one shell line split into words.
 
@@ -112,16 +119,16 @@ def shell_call(words: Sequence[str]) -> str:
     """
     command, *rest = words
     if command not in _COMMANDS:
-        raise ValueError(f"unknown command `{command}`; type help")
+        raise ValueError(f"unknown command `{escape_text(command)}`; type help")
     tool, names = _COMMANDS[command]
     if len(rest) != len(names):
         raise ValueError(f"usage: {' '.join([command, *names])}")
     values = []
     for name, word in zip(names, rest, strict=True):
-        try:
-            values.append(int(word, 0))
-        except ValueError:
-            raise ValueError(f"{name} must be a number like 3 or 0x1f, got `{word}`") from None
+        if _NUMBER.fullmatch(word) is None:
+            raise ValueError(f"{name} must be a number like 3 or 0x1f, got "
+                             f"`{escape_text(word)}`")
+        values.append(int(word, 16 if word[1:2] in ("x", "X") else 10))
     arguments = dict(zip(("addr", "data"), values, strict=False))
     return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
 

@@ -196,9 +196,22 @@ def _level(schema: Mapping[str, Any], tool: str, prefix: str) -> _Level:
                   f"; {where}: {allowed}")
 
 
-def _unknown(level: _Level, key: str) -> Refusal:
-    return Refusal("validate", "unknown-argument",
-                   f"unknown argument {show_value(level.prefix + key)}{level.takes}")
+def _unknown(level: _Level, key: object) -> Refusal:
+    if type(key) is str:
+        name = show_value(level.prefix + key)
+    else:  # decoded JSON has string keys only: Python data given to check() directly
+        name = f"{level.prefix}{_python_repr(key)} (a key of Python type {type(key).__name__})"
+    return Refusal("validate", "unknown-argument", f"unknown argument {name}{level.takes}")
+
+
+def _python_repr(value: object) -> str:
+    """``repr(value)`` escaped and cut short, for a value that is not JSON data."""
+    if type(value) is int:
+        return show_value(value)  # an integer too long for repr() is named by its size
+    try:
+        return escape_text(repr(value), 40)
+    except Exception:  # a repr that fails (an integer too long inside a tuple, a user class)
+        return f"a Python {type(value).__name__}"
 
 
 def _wrong_type(field: _Field, value: object) -> Refusal:
