@@ -39,6 +39,7 @@ from regdev._audit import (
     BACKSTOP_CHECKPOINT_FRAMES,
     CHECKPOINT_FRAMES,
     default_audit_path,
+    encode_json,
     insert_statement,
     lock_path,
 )
@@ -812,3 +813,13 @@ def test_cli_refuses_a_database_in_use_even_the_default_one(
         assert (status, json.loads(out)["ok"], err) == (0, True, "")
         status, out, err = run(capsys, "audit", "--db", str(path))  # a reader: no lock
         assert (status, err) == (0, "")
+
+
+def test_encode_json_gives_none_for_data_that_is_not_json() -> None:
+    """A value that cannot be encoded (an arbitrary object, a cycle) is None, never an
+    exception: the audit log records the call without it."""
+    cycle: list[object] = []
+    cycle.append(cycle)
+    assert encode_json({"addr": 3, "data": [1, 2]}) == '{"addr":3,"data":[1,2]}'
+    assert encode_json({"x": object()}) is None
+    assert encode_json(cycle) is None

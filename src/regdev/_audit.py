@@ -329,7 +329,7 @@ def encode_json(value: object) -> str | None:
     """``value`` as compact JSON text, or None when it is not JSON-encodable."""
     try:
         return _encode_json(value).decode("utf-8")
-    except (TypeError, ValueError, UnicodeDecodeError):
+    except (TypeError, ValueError, UnicodeDecodeError, RecursionError):  # a cycle too
         return None
 
 
