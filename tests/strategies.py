@@ -392,7 +392,7 @@ python_scalars = st.one_of(
     st.binary(max_size=4),
     st.sampled_from([1, -1]).map(lambda sign: sign * 10**5000),  # made here: no repr to show
 )
-python_keys = st.one_of(st.sampled_from(["addr", "data", "tool", "arguments"]),
+python_keys = st.one_of(st.sampled_from(["addr", "data", "tool", "arguments", "k\ud800"]),
                         st.text(max_size=4), st.integers(), st.none(), st.booleans(),
                         st.floats(), st.tuples(st.integers()), st.binary(max_size=2),
                         st.just(frozenset({"addr"})))

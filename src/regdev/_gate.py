@@ -58,6 +58,7 @@ from ._parse import (
     check_dialect,
     check_idempotency_key,
     encode_json_data,
+    is_text,
     parse,
 )
 from ._policy import (
@@ -212,14 +213,16 @@ class Gate:
             Exactly one :class:`Observation`.
 
         Raises:
-            ValueError: ``dialect`` is not one of :data:`regdev.DIALECTS`, or ``tool_choice``
-                is not one of the gate's tools (checked before anything else; a programming
-                error, not a model's).
+            ValueError: ``dialect`` is not one of :data:`regdev.DIALECTS`, ``tool_choice``
+                is not one of the gate's tools, or ``loop_id`` is not a string of Unicode text
+                (checked before anything else; a programming error, not a model's).
             KeyboardInterrupt, SystemExit: raised inside the call (by the approval hook, or
                 while waiting for the device); the call is recorded first.
         """
         if dialect != "canonical" or tool_choice is not None:
             self.check_options(dialect, tool_choice)
+        if loop_id is not None:
+            check_loop_id(loop_id)
         call = _Call(session or self.default_session, dialect, tool_choice, raw,
                      loop_id=loop_id, step=step)
         if self.audit is None:
@@ -253,28 +256,31 @@ class Gate:
         Args:
             call: ``{"tool": NAME, "arguments": {...}}`` as decoded JSON values.
             call_id: correlation id to echo in the observation (a string of at most 256
-                characters; anything else is not echoed).
+                characters of Unicode text; anything else is not echoed).
             tool_choice: when set, this step forces that tool.
             session: the caller; :attr:`default_session` when None.
-            idempotency_key: the call's idempotency key, a string of 1..256 characters, or
-                None; anything else is refused as ``bad-idempotency-key``.
-            loop_id: the loop this call belongs to, for the audit log.
+            idempotency_key: the call's idempotency key, a string of 1..256 characters of
+                Unicode text, or None; anything else is refused as ``bad-idempotency-key``.
+            loop_id: the loop this call belongs to, for the audit log (a string).
             step: the step number in that loop.
 
         Returns:
             Exactly one :class:`Observation`.
 
         Raises:
-            ValueError: ``tool_choice`` is not one of the gate's tools.
+            ValueError: ``tool_choice`` is not one of the gate's tools, or ``loop_id`` is not
+                a string of Unicode text (one holding a lone surrogate cannot be recorded).
             KeyboardInterrupt, SystemExit: as for :meth:`handle`.
         """
         self.check_options("canonical", tool_choice)
+        if loop_id is not None:
+            check_loop_id(loop_id)
         state = _Call(session or self.default_session, "canonical", tool_choice, None,
                       loop_id=loop_id, step=step)
         if self.audit is not None:
             state.time, state.timings = time.time(), {}
         state.call = call
-        if type(call_id) is str and len(call_id) <= MAX_ID_CHARS:
+        if type(call_id) is str and len(call_id) <= MAX_ID_CHARS and is_text(call_id):
             state.id = call_id
         state.sent_key = idempotency_key
         return self._finish(state, self._run(state))
@@ -673,6 +679,14 @@ def _keeps_key(observation: Observation) -> bool:
 def _stored(observation: Observation) -> str:
     """The observation as stored under an idempotency key: JSON without id and replay."""
     return _encode(replace(observation, id=None, replay=False).to_dict()).decode()
+
+
+def check_loop_id(loop_id: object) -> None:
+    """Raise ValueError unless ``loop_id`` is a string of Unicode text (the audit log's
+    ``loop_id`` column is UTF-8 text: a lone surrogate cannot be recorded)."""
+    if type(loop_id) is not str or not is_text(loop_id):
+        raise ValueError(f"loop_id must be a string of Unicode text, got "
+                         f"{escape_text(repr(loop_id), 40)}")
 
 
 def _interrupted(error: BaseException) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._gate import Gate
+from ._gate import Gate, check_loop_id
 from ._observation import Observation
 from ._policy import Session
 
@@ -104,13 +104,16 @@ def run_loop(
         and are not re-raised.
 
     Raises:
-        ValueError: ``max_steps`` < 1, ``retries`` < 0, or a ``dialect`` or ``tool_choice``
-            the gate cannot honour (checked before the first proposal). An exception raised
+        ValueError: ``max_steps`` < 1, ``retries`` < 0, a ``dialect`` or ``tool_choice``
+            the gate cannot honour, or a ``loop_id`` that is not a string of Unicode text
+            (checked before the first proposal). An exception raised
             by ``on_step`` propagates.
     """
     if max_steps < 1 or retries < 0:
         raise ValueError(f"need max_steps >= 1 and retries >= 0, got {max_steps}, {retries}")
     gate.check_options(dialect, tool_choice)
+    if loop_id is not None:
+        check_loop_id(loop_id)
     result = LoopResult(stop="budget", detail=f"the step budget of {max_steps} is spent",
                         loop_id=loop_id or uuid.uuid4().hex)
     try:

@@ -52,6 +52,7 @@ __all__ = [
     "check_dialect",
     "check_idempotency_key",
     "encode_json_data",
+    "is_text",
     "load_json",
     "parse",
 ]
@@ -166,6 +167,9 @@ _NOT_JSON = (msgspec.DecodeError, RecursionError, DecimalException, ValueError, 
 #: caps them at 4300, CPython's default ``sys.get_int_max_str_digits()``, whatever that is set
 #: to above it; a lower setting applies).
 MAX_INT_DIGITS = 4300
+#: Integers of more bits than this have more than MAX_INT_DIGITS digits (4300 x log2(10) is
+#: 14284.4; at the edge, msgspec's own refusal decides).
+_MAX_INT_BITS = 14286
 #: One escape in JSON text: ``\\uXXXX`` (the code unit in group 1) or a backslash and a character.
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 
@@ -266,14 +270,29 @@ def _string_id(value: object) -> str | None:
     return value if type(value) is str and len(value) <= MAX_ID_CHARS else None
 
 
+def is_text(value: str) -> bool:
+    """True when ``value`` is Unicode text: it holds no lone surrogate (``"\\ud800"``), so it
+    can be written as UTF-8. Decoded JSON always is (the parser refuses a lone surrogate
+    escape); a string handed over as Python data may not be."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_idempotency_key(value: object, field: str) -> str | Refusal | None:
     """An explicit idempotency key sent in ``field``: None when absent; the key when it is a
-    string of 1..256 characters; else a ``bad-idempotency-key`` refusal naming ``field``."""
+    string of 1..256 characters of Unicode text; else a ``bad-idempotency-key`` refusal naming
+    ``field``."""
     if value is None:
         return None
-    if type(value) is str and 0 < len(value) <= MAX_IDEMPOTENCY_KEY_CHARS:
+    if type(value) is str and 0 < len(value) <= MAX_IDEMPOTENCY_KEY_CHARS and is_text(value):
         return value
-    got = f"{len(value)} characters" if type(value) is str else a_json_type(value)
+    got = (("a string holding a lone surrogate (not Unicode text)" if not is_text(value)
+            else f"{len(value)} characters") if type(value) is str else a_json_type(value))
     return Refusal("validate", "bad-idempotency-key",
                    f"{field} must be a string of 1..{MAX_IDEMPOTENCY_KEY_CHARS} characters, "
                    f"got {got}")
@@ -431,9 +450,10 @@ def _too_large(max_bytes: int) -> Refusal:
 def encode_json_data(value: object, max_bytes: int) -> bytes | str:
     """A tool call given as Python data (not text), as JSON text, or where it is not JSON data.
 
-    JSON data is dicts with string keys, lists (and tuples), strings, integers, finite floats
-    and decimals, booleans and None. Anything else (NaN, bytes, a set, a key that is not a
-    string, a container that holds itself) is named, never converted into something the caller
+    JSON data is dicts with string keys, lists (and tuples), strings of Unicode text, integers
+    of up to 4300 digits, finite floats and decimals, booleans and None. Anything else (NaN,
+    bytes, a set, a key that is not a string, a string holding a lone surrogate, a container
+    that holds itself) is named, never converted into something the caller
     did not send. Both ways of handing the gate Python data use this one check: the provider
     helpers and :meth:`Gate.handle_call`.
 
@@ -450,7 +470,9 @@ def encode_json_data(value: object, max_bytes: int) -> bytes | str:
     try:
         raw = _encode_data(value)
     except (TypeError, ValueError, RecursionError) as error:  # e.g. a complex, a cycle
-        return _not_json_data(value, max_bytes) or escape_text(str(error), 80)
+        return _not_json_data(value, max_bytes) or (
+            "a container that holds itself, or nesting deeper than regdev reads"
+            if isinstance(error, RecursionError) else escape_text(str(error), 80))
     # Over the cap, the gate says too-large before looking inside (as for raw text).
     problem = _not_json_data(value, len(raw)) if len(raw) <= max_bytes else None
     return raw if problem is None else problem
@@ -469,13 +491,25 @@ def _not_json_data(value: object, budget: int) -> str | None:
         budget -= 1
         item, place = stack.pop()
         kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
+        if kind is str:
+            if not is_text(cast(str, item)):
+                return f"a string holding a lone surrogate (not Unicode text) at `{_path(place)}`"
+            continue
+        if kind is int:
+            if cast(int, item).bit_length() > _MAX_INT_BITS:
+                return (f"an integer of more than {MAX_INT_DIGITS} digits at `{_path(place)}` "
+                        "(the most regdev reads)")
+            continue
+        if kind is bool or item is None:
             continue
         if kind is dict:
             items = cast(dict[object, object], item)
             for key in items:
                 if type(key) is not str:
                     return f"a key of Python type {type(key).__name__} at `{_path(place)}`"
+                if not is_text(key):
+                    return ("a key holding a lone surrogate (not Unicode text) at "
+                            f"`{_path(place)}`")
             for key, sub in reversed(items.items()):
                 push((sub, (place, key)))
         elif kind is list or kind is tuple:

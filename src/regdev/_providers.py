@@ -31,7 +31,7 @@ from typing import Any, Literal, get_args
 from ._errors import SchemaError
 from ._gate import Gate
 from ._observation import Observation, Refusal
-from ._parse import MAX_ID_CHARS, encode_json_data
+from ._parse import MAX_ID_CHARS, encode_json_data, is_text
 from ._policy import Session
 from ._schema import escape_text
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
@@ -357,11 +357,12 @@ def _assistant_message(message: object, provider: str) -> Mapping[str, Any]:
 
 def _call_ids(calls: list[Any], provider: str, what: str) -> list[str]:
     """Each call's id: the provider assigns one to every call, and its result is addressed
-    to it. ValueError for a call that is not an object or lacks a non-empty string id."""
+    to it. ValueError for a call that is not an object or lacks a non-empty string id of
+    Unicode text (one with a lone surrogate cannot be sent back)."""
     ids = []
     for index, call in enumerate(calls):
         call_id = call.get("id") if isinstance(call, Mapping) else None
-        if type(call_id) is not str or not call_id:
+        if type(call_id) is not str or not call_id or not is_text(call_id):
             got = (f"a {type(call).__name__}" if not isinstance(call, Mapping)
                    else "no id" if call_id is None else f"id {escape_text(repr(call_id), 40)}")
             raise ValueError(f"{provider} {what} {index} needs a non-empty string `id` (its "
