@@ -28,7 +28,9 @@ from regdev import (
     AuditLog,
     AuditRecord,
     Gate,
+    Observation,
     Policy,
+    Refusal,
     ScriptedProposer,
     read_audit,
     run_loop,
@@ -823,3 +825,25 @@ def test_encode_json_gives_none_for_data_that_is_not_json() -> None:
     assert encode_json({"addr": 3, "data": [1, 2]}) == '{"addr":3,"data":[1,2]}'
     assert encode_json({"x": object()}) is None
     assert encode_json(cycle) is None
+
+
+def test_a_symlink_to_the_database_takes_the_same_lock(tmp_path: Path) -> None:
+    """Two names of one database (a symlink) are one writer's: the second is refused."""
+    path = tmp_path / "real.db"
+    alias = tmp_path / "alias.db"
+    alias.symlink_to(path)
+    with AuditLog(path), pytest.raises(AuditInUse):
+        AuditLog(alias)
+    assert lock_path(alias) == lock_path(path) == tmp_path / "real.db.lock"
+
+
+def test_a_record_with_text_sqlite_cannot_store_is_kept_escaped(tmp_path: Path) -> None:
+    """A string that is not Unicode text reaching the log (here, straight through row()) is
+    stored backslash-escaped, and the records committed with it are kept."""
+    with AuditLog(tmp_path / "a.db") as log:
+        for session in ("s1", "s\ud800", "s3"):
+            log.append(log.row(time=1.0, session=session, dialect="canonical", raw=b"{}",
+                               observation=Observation(
+                                   refusal=Refusal("validate", "unknown-tool", "x")),
+                               tool=None, arguments=None))
+    assert [r.session for r in read_audit(tmp_path / "a.db")] == ["s1", "s\\ud800", "s3"]

@@ -32,7 +32,9 @@ from regdev import (
     ToolSet,
     TransportError,
     anthropic_tool_results,
+    openai_tool_results,
     read_audit,
+    run_loop,
 )
 from strategies import canonical_calls, json_values, python_calls, raw_register_calls, to_json
 
@@ -473,3 +475,96 @@ def test_handle_call_refuses_a_call_that_holds_itself(tmp_path: Path) -> None:
     assert observation.refusal is not None
     assert (observation.refusal.stage, observation.refusal.code) == ("parse", "not-json")
     assert [r.code for r in read_audit(tmp_path / "a.db")] == ["not-json"]
+
+
+# --- strings that are not Unicode text (a lone surrogate), handed over as Python data -------
+
+SURROGATE = "x\ud800"
+
+
+def test_a_lone_surrogate_in_call_data_is_not_json_and_every_call_is_recorded(
+        tmp_path: Path) -> None:
+    """A tool name or an argument key holding a lone surrogate is not-json, in words; the
+    calls around it are all recorded (the audit log stores the bad text escaped)."""
+    device = CountingDevice()
+    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        before = [gate.handle_call({"tool": "read_register", "arguments": {"addr": i}})
+                  for i in range(3)]
+        bad_name = gate.handle_call({"tool": SURROGATE, "arguments": {}})
+        bad_key = gate.handle_call({"tool": "read_register", "arguments": {SURROGATE: 1}})
+        after = gate.handle_call({"tool": "read_register", "arguments": {"addr": 4}})
+    assert [o.ok for o in before] == [True, True, True] and after.ok
+    assert (bad_name.code, bad_name.message) == ("not-json", (
+        "the tool call is not JSON data: a string holding a lone surrogate (not Unicode text) "
+        "at `$.tool`"))
+    assert bad_key.code == "not-json" and bad_key.message is not None
+    assert "a key holding a lone surrogate (not Unicode text) at `$.arguments`" in (
+        bad_key.message)
+    records = read_audit(tmp_path / "a.db")
+    assert [r.code for r in records] == [None, None, None, "not-json", "not-json", None]
+    assert device.accesses == 4
+
+
+def test_a_lone_surrogate_idempotency_key_is_refused_before_the_device(tmp_path: Path) -> None:
+    """An idempotency key that is not Unicode text is bad-idempotency-key: the write does not
+    run, and it is recorded."""
+    device = CountingDevice()
+    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        refused = gate.handle_call({"tool": "write_register", "arguments": {"addr": 2, "data": 3}},
+                                   idempotency_key=SURROGATE)
+    assert (refused.stage, refused.code) == ("validate", "bad-idempotency-key")
+    assert refused.message == ("idempotency_key must be a string of 1..256 characters, got a "
+                               "string holding a lone surrogate (not Unicode text)")
+    assert device.accesses == 0 and device.read(2) == 0
+    assert [r.code for r in read_audit(tmp_path / "a.db")] == ["bad-idempotency-key"]
+
+
+def test_a_lone_surrogate_loop_id_is_a_caller_error_and_a_call_id_is_not_echoed(
+        tmp_path: Path) -> None:
+    """loop_id must be text (ValueError before anything runs, in handle, handle_call and
+    run_loop); a call_id that is not text is not echoed, and the call is recorded."""
+    device = CountingDevice()
+    write = {"tool": "write_register", "arguments": {"addr": 2, "data": 3}}
+    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        with pytest.raises(ValueError, match="loop_id must be a string of Unicode text"):
+            gate.handle_call(write, loop_id=SURROGATE)
+        with pytest.raises(ValueError, match="loop_id must be a string of Unicode text"):
+            gate.handle(json.dumps(write), loop_id=SURROGATE)
+        with pytest.raises(ValueError, match="loop_id must be a string of Unicode text"):
+            run_loop(lambda observations: None, gate, loop_id=SURROGATE)
+        assert device.accesses == 0
+        done = gate.handle_call(write, call_id=SURROGATE)
+    assert done.ok and done.id is None and device.read(2) == 3
+    assert [r.ok for r in read_audit(tmp_path / "a.db")] == [True]
+
+
+def test_provider_call_ids_that_are_not_text_stop_the_turn_before_any_call_runs() -> None:
+    """An OpenAI or Anthropic tool call id with a lone surrogate is a ValueError before the
+    first call of the turn runs (its answer could not be sent back)."""
+    device = CountingDevice()
+    gate = Gate(device)
+    write = {"type": "function",
+             "function": {"name": "write_register", "arguments": '{"addr": 4, "data": 9}'}}
+    turn = {"role": "assistant", "tool_calls": [{"id": "c1", **write}, {"id": "c\ud800", **write}]}
+    with pytest.raises(ValueError, match="OpenAI tool_calls 1 needs a non-empty string `id`"):
+        openai_tool_results(turn, gate)
+    anthropic = {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t\ud800", "name": "read_register", "input": {"addr": 1}}]}
+    with pytest.raises(ValueError, match="needs a non-empty string `id`"):
+        anthropic_tool_results(anthropic, gate)
+    assert device.accesses == 0
+
+
+def test_python_data_messages_name_huge_integers_and_cycles() -> None:
+    """not-json for Python data says what is wrong in regdev's words, not Python's."""
+    gate = Gate()
+    huge = gate.handle_call({"tool": "write_register", "arguments": {"addr": 10**5000, "data": 1}})
+    assert huge.code == "not-json" and huge.message == (
+        "the tool call is not JSON data: an integer of more than 4300 digits at "
+        "`$.arguments.addr` (the most regdev reads)")
+    cycle: dict[str, Any] = {"tool": "read_register"}
+    cycle["arguments"] = cycle
+    looped = gate.handle_call(cycle)
+    assert looped.code == "not-json" and looped.message == (
+        "the tool call is not JSON data: a container that holds itself, or nesting deeper "
+        "than regdev reads")

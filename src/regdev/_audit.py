@@ -76,6 +76,7 @@ from ._idempotency import (
     Slot,
 )
 from ._observation import PIPELINE, Observation, Refusal
+from ._parse import is_text
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
@@ -235,8 +236,11 @@ if sys.platform != "win32":
 
 
 def lock_path(path: Path) -> Path:
-    """The writer's lock file of the audit database at ``path``: ``<path>.lock``."""
-    return path.with_name(path.name + ".lock")
+    """The writer's lock file of the audit database at ``path``: ``<path>.lock``, beside the
+    file ``path`` resolves to, so that two names of one database (a symlink) take one lock.
+    (A hard link is not seen: give every writer the same name.)"""
+    real = Path(os.path.realpath(path))
+    return real.with_name(real.name + ".lock")
 
 
 def _lock(path: Path) -> int | None:
@@ -323,6 +327,13 @@ def _mapped(what: str) -> Iterator[None]:
         yield
     except (sqlite3.Error, OSError) as error:
         raise AuditError(f"{what}: {error}") from None
+
+
+def _as_text(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``row`` with each str that is not Unicode text (a lone surrogate) backslash-escaped, so
+    that SQLite can store it as UTF-8."""
+    return tuple(value.encode("utf-8", "backslashreplace").decode("utf-8")
+                 if type(value) is str and not is_text(value) else value for value in row)
 
 
 def encode_json(value: object) -> str | None:
@@ -679,26 +690,19 @@ class AuditLog:
             return True
         outcome: object = True
         conn = self._conn
+        rows = [pending.row for pending in batch]
+        keys = [pending.key_row for pending in batch if pending.key_row is not None]
         try:
-            if len(batch) == 1 and batch[0].key_row is None:
-                conn.execute(*insert_statement([batch[0].row]))  # autocommit: one commit
-                self._frames += 1
-            else:
-                rows, step = [pending.row for pending in batch], self._rows_per_insert
-                keys = [pending.key_row for pending in batch if pending.key_row is not None]
-                if not keys and len(rows) <= step:  # one INSERT in autocommit: one transaction
-                    conn.execute(*insert_statement(rows))
-                else:
-                    conn.execute("BEGIN IMMEDIATE")
-                    for start in range(0, len(rows), step):
-                        conn.execute(*insert_statement(rows[start:start + step]))
-                    if keys:
-                        conn.executemany(INSERT_KEY, keys)
-                    conn.execute("COMMIT")
-                self._frames += 1 + len(rows) // 8  # a frame a commit, ~8 records a page
+            try:
+                self._insert(rows, keys)
+            except UnicodeEncodeError:  # a lone surrogate got this far: keep the records,
+                if conn.in_transaction:  # with that text backslash-escaped
+                    conn.execute("ROLLBACK")
+                self._insert([_as_text(row) for row in rows],
+                             [KeyRow(*_as_text(key)) for key in keys])
             self.failure = None
-        except sqlite3.Error as error:
-            outcome = self.failure = str(error) or type(error).__name__
+        except Exception as error:  # sqlite3.Error, or a value SQLite cannot bind: never
+            outcome = self.failure = str(error) or type(error).__name__  # kills the flusher
             logger.error("%d audit record(s) lost: could not commit to the audit database "
                          "%s: %s", len(batch), self.path, outcome)
             if conn.in_transaction:
@@ -707,6 +711,20 @@ class AuditLog:
         for pending in batch:
             pending.outcome = outcome
         return outcome
+
+    def _insert(self, rows: list[Row], keys: list[KeyRow]) -> None:
+        """Insert ``rows`` and ``keys`` in one transaction (the commit lock held)."""
+        conn, step = self._conn, self._rows_per_insert
+        if not keys and len(rows) <= step:  # one INSERT in autocommit: one transaction
+            conn.execute(*insert_statement(rows))
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+            for start in range(0, len(rows), step):
+                conn.execute(*insert_statement(rows[start:start + step]))
+            if keys:
+                conn.executemany(INSERT_KEY, keys)
+            conn.execute("COMMIT")
+        self._frames += 1 + len(rows) // 8  # a frame a commit, ~8 records a page
 
     def _flush_loop(self) -> None:
         checkpointer: sqlite3.Connection | None = None
