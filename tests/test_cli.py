@@ -480,6 +480,26 @@ def test_a_closed_stdout_is_one_line_and_exit_1(argv: list[str]) -> None:
         1, "", f"regdev {argv[0]}: error: cannot write the output: standard output is closed\n")
 
 
+@pytest.mark.parametrize(("argv", "name"), [
+    (["--help"], "regdev"), (["--version"], "regdev"), (["call", "--help"], "regdev call"),
+], ids=["help", "version", "call-help"])
+def test_help_and_version_that_cannot_be_written_fail(argv: list[str], name: str) -> None:
+    """--help and --version to /dev/full or a closed stdout: one line, exit 1, not 0."""
+    with open("/dev/full", "wb") as full:
+        assert _regdev(argv, full.fileno(), {}) == (
+            1, f"{name}: error: cannot write the output: No space left on device\n")
+    assert _regdev_closed(argv, "1") == (
+        1, "", f"{name}: error: cannot write the output: standard output is closed\n")
+
+
+def test_help_and_version_that_are_written_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version written: exit 0 (a SystemExit, as argparse gives), the version on stdout."""
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("regdev ")
+
+
 def test_serve_with_a_closed_stdout_refuses_to_start() -> None:
     """`regdev serve >&-`: exit 2 at once with one line, before opening the device or log."""
     assert _regdev_closed(["serve", "--no-audit"], "1") == (

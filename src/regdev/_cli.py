@@ -859,8 +859,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stderr is None:  # file descriptor 2 closed (`2>&-`): errors go nowhere, not to stdout
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the life of the process
     parser = build_parser()
-    args = parser.parse_args(argv)
     out = _Output(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(out):  # --help and --version write there, then exit 0
+            args = parser.parse_args(argv)
+    except SystemExit as stop:
+        if stop.code != 0:  # a usage error: argparse wrote it on stderr
+            raise
+        with contextlib.suppress(OSError):  # argparse ignores a failed write: it is kept
+            out.flush()
+        if out.failure is None:
+            raise
+        words = sys.argv[1:] if argv is None else list(argv)
+        return _output_failed(out.failure, next((w for w in words if w[:1] != "-"), None))
     try:
         status: int = args.func(args, cast(TextIO, out))
         out.flush()  # here, not at exit: a write that fails is this command's failure
@@ -873,12 +884,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         if error is not out.failure:
             raise
-        _drop_stdout()
-        if not isinstance(error, BrokenPipeError):  # the reader went away (`| head`): silent
-            print(f"regdev {args.command}: error: cannot write the output: "
-                  f"{error.strerror or error}", file=sys.stderr)
-        return 1  # the output is incomplete: never a success
+        return _output_failed(error, args.command)
     return status
+
+
+def _output_failed(error: OSError, command: str | None) -> int:
+    """Report a failed write to standard output in one line (none for a closed pipe); the
+    exit status, 1: the output is incomplete, never a success."""
+    _drop_stdout()
+    if not isinstance(error, BrokenPipeError):  # the reader went away (`| head`): silent
+        name = "regdev" if command is None else f"regdev {command}"
+        print(f"{name}: error: cannot write the output: {error.strerror or error}",
+              file=sys.stderr)
+    return 1
 
 
 STDOUT_CLOSED = "standard output is closed"
