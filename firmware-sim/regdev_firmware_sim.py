@@ -9,7 +9,10 @@ process (16 registers of 8 bits, reset value 0), through the same codec
     python firmware-sim/regdev_firmware_sim.py --pty --fault drop=0.05 --seed 7
 
 The first line of standard output is the port to open (flushed); the simulator then serves
-until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr.
+until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr. When
+the port cannot be set up (an address that cannot be listened on, a ``--link`` that cannot be
+made) or its line cannot be written (standard output full or closed), it serves nothing: one
+line on stderr and exit status 2.
 
 It runs without regdev installed: the codec, errors and register modules import only the
 standard library, so when run as a script it loads them from the ``src/regdev`` beside it,
@@ -206,6 +209,20 @@ class Disconnect(Exception):
     """A ``disconnect`` fault: the link is to be cut instead of replying."""
 
 
+class CannotServe(Exception):
+    """The port cannot be set up or announced (the message says why, in the OS's words)."""
+
+
+def _reason(error: OSError) -> str:
+    """The OS's text for ``error`` (its strerror), without errno number or Python wording.
+
+    ``socket.create_server`` re-raises a failed bind with the address appended to strerror;
+    the original error is its ``__context__``.
+    """
+    original = error.__context__ if isinstance(error.__context__, OSError) else error
+    return original.strerror or str(original)
+
+
 class Line(Protocol):
     """The byte stream to the host: a pty master or a TCP client socket."""
 
@@ -327,15 +344,25 @@ class _Pty:
     def __init__(self, link: Path | None) -> None:
         import tty  # noqa: PLC0415 - POSIX only; imported here so --tcp works everywhere
 
-        self.master, self.slave = os.openpty()
-        tty.setraw(self.slave)  # no echo, no CR/LF translation, whoever opens it
-        self.path = os.ttyname(self.slave)
-        self.link = link
-        if link is not None:
-            temporary = link.with_name(link.name + ".new")
-            temporary.unlink(missing_ok=True)
-            temporary.symlink_to(self.path)
-            temporary.replace(link)
+        try:
+            self.master, self.slave = os.openpty()
+        except OSError as error:
+            raise CannotServe(f"cannot open a pseudo-terminal: {_reason(error)}") from None
+        try:
+            tty.setraw(self.slave)  # no echo, no CR/LF translation, whoever opens it
+            self.path = os.ttyname(self.slave)
+            self.link = link
+            if link is not None:
+                temporary = link.with_name(link.name + ".new")
+                try:
+                    temporary.unlink(missing_ok=True)
+                    temporary.symlink_to(self.path)
+                    temporary.replace(link)
+                except OSError as error:
+                    raise CannotServe(f"cannot make the link {link}: {_reason(error)}") from None
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         os.close(self.master)
@@ -344,10 +371,14 @@ class _Pty:
 
 def serve_pty(firmware: Firmware, faults: Faults, *, link: Path | None,
               announce: Callable[[str], None], log: Callable[[str], None] | None) -> None:
-    """Serve on a new pty until interrupted; announce its path (or ``link``) first."""
+    """Serve on a new pty until interrupted; announce its path (or ``link``) first.
+
+    Raises:
+        CannotServe: no pty, or the link cannot be made (``announce`` may raise it too).
+    """
     pty = _Pty(link)
-    announce(str(link) if link is not None else pty.path)
     try:
+        announce(str(link) if link is not None else pty.path)
         while True:
             try:
                 serve(_FdLine(pty.master), firmware, faults, log)
@@ -370,8 +401,16 @@ def serve_tcp(firmware: Firmware, faults: Faults, *, host: str, port: int,
 
     A client that connects while another is served is closed at once, unread (a TCP port has
     no exclusive open; this is how the device side keeps to one host).
+
+    Raises:
+        CannotServe: the address cannot be listened on (``announce`` may raise it too).
     """
-    with socket.create_server((host, port)) as server:
+    try:
+        server = socket.create_server((host, port))
+    except OSError as error:
+        where = f"[{host}]" if ":" in host else host
+        raise CannotServe(f"cannot listen on {where}:{port}: {_reason(error)}") from None
+    with server:
         bound_host, bound_port = server.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         announce(f"socket://{shown}:{bound_port}")
@@ -470,7 +509,17 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         parser.error("--link goes with --pty")
 
     def announce(port: str) -> None:
-        print(port, flush=True)
+        """The port on the first line of stdout, flushed: a host waits for it to connect."""
+        if sys.stdout is None:  # file descriptor 1 closed (`>&-`)
+            raise CannotServe("cannot write the port to standard output: standard output is "
+                              "closed")
+        try:
+            sys.stdout.write(port + "\n")
+            sys.stdout.flush()
+        except OSError as error:
+            _drop_stdout()
+            raise CannotServe("cannot write the port to standard output: "
+                              f"{_reason(error)}") from None
 
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -494,10 +543,25 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                       log=log if args.verbose else None)
     except KeyboardInterrupt:
         return 0
-    except OSError as error:
+    except CannotServe as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        print(f"{parser.prog}: error: {_reason(error)}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _drop_stdout() -> None:
+    """Point standard output at the null device, so that flushing the text a failed write
+    left buffered does not fail again at exit (as regdev's command line does)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

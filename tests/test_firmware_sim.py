@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,58 @@ def test_bad_fault_settings_are_refused() -> None:
                            ({"drop": float("nan")}, {}), ({}, {"delay": float("inf")})):
         with pytest.raises(ValueError):
             sim.Faults(rates, **options)  # type: ignore[arg-type]
+
+
+def _sim_exit(command: list[str], stdout: str = "") -> tuple[int, str]:
+    """Run ``command`` from a shell with stdout redirected as ``stdout`` says (e.g.
+    ">/dev/full", ">&-"): (status, stderr); it must end by itself, before serving."""
+    done = subprocess.run(["/bin/sh", "-c", f'"$0" "$@" {stdout}', *command],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.stdout == ""
+    return done.returncode, done.stderr
+
+
+REGDEV_SIM = [str(Path(sys.executable).parent / "regdev"), "firmware-sim"]
+SCRIPT_SIM = [sys.executable, "-S", "-E", str(SIM)]
+
+
+@pytest.mark.parametrize(("command", "prog"), [(REGDEV_SIM, "regdev firmware-sim"),
+                                               (SCRIPT_SIM, "regdev_firmware_sim.py")],
+                         ids=["regdev", "script"])
+@pytest.mark.parametrize(("stdout", "reason"), [(">/dev/full", "No space left on device"),
+                                                (">&-", "standard output is closed")],
+                         ids=["full", "closed"])
+def test_a_port_that_cannot_be_announced_is_not_served(
+        command: list[str], prog: str, stdout: str, reason: str, tmp_path: Path) -> None:
+    """stdout full or closed: one line, exit 2, before serving; a --link made is removed."""
+    expected = (2, f"{prog}: error: cannot write the port to standard output: {reason}\n")
+    assert _sim_exit([*command, "--tcp", "127.0.0.1:0"], stdout) == expected
+    link = tmp_path / "port"
+    assert _sim_exit([*command, "--pty", "--link", str(link)], stdout) == expected
+    assert not link.exists() and not link.with_name("port.new").exists()
+
+
+def test_an_address_that_cannot_be_listened_on_is_one_line() -> None:
+    """A bad host or a port in use: `cannot listen on HOST:PORT: <the OS's reason>`, exit 2."""
+    try:
+        socket.getaddrinfo("256.0.0.1", 0)
+    except socket.gaierror as error:
+        unknown = error.strerror
+    else:
+        pytest.fail("256.0.0.1 resolved")
+    assert _sim_exit([*REGDEV_SIM, "--tcp", "256.0.0.1:0"]) == (
+        2, f"regdev firmware-sim: error: cannot listen on 256.0.0.1:0: {unknown}\n")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert _sim_exit([*REGDEV_SIM, "--tcp", f"127.0.0.1:{port}"]) == (
+            2, f"regdev firmware-sim: error: cannot listen on 127.0.0.1:{port}: Address "
+               "already in use\n")
+
+
+def test_a_link_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    """--link in a missing directory: `cannot make the link PATH: <reason>`, exit 2."""
+    link = tmp_path / "missing" / "port"
+    assert _sim_exit([*REGDEV_SIM, "--pty", "--link", str(link)]) == (
+        2, f"regdev firmware-sim: error: cannot make the link {link}: No such file or "
+           "directory\n")
