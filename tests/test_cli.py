@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import EXAMPLES
-from regdev import read_audit, tool_definitions
+from regdev import _audit, read_audit, tool_definitions
 from regdev._cli import main
 from regdev._shell import shell_call
 
@@ -391,6 +392,40 @@ def test_an_audit_path_in_a_missing_directory_is_refused(
     assert err == (f"regdev call: error: the directory {missing} does not exist (choose "
                    "another file with --audit PATH, or record nothing with --no-audit)\n")
     assert not (tmp_path / "no").exists()
+
+
+AUDIT_ADVICE = "(choose another file with --audit PATH, or record nothing with --no-audit)"
+
+
+def test_an_audit_path_that_is_a_directory_is_named_so(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--audit DIR, or a lock path that is a directory: exit 2, one line, no errno."""
+    status, out, err = run(capsys, "call", "--audit", str(tmp_path), "{}")
+    assert (status, out, err) == (
+        2, "", f"regdev call: error: {tmp_path} is a directory, not a database file "
+               f"{AUDIT_ADVICE}\n")
+    (tmp_path / "a.db.lock").mkdir()
+    status, out, err = run(capsys, "call", "--audit", str(tmp_path / "a.db"), "{}")
+    assert (status, out, err) == (
+        2, "", f"regdev call: error: cannot open the audit database {tmp_path / 'a.db'}: "
+               f"{tmp_path / 'a.db.lock'} is a directory {AUDIT_ADVICE}\n")
+    status, out, err = run(capsys, "audit", "--db", str(tmp_path))
+    assert (status, out, err) == (
+        2, "", f"regdev audit: error: {tmp_path} is a directory, not an audit database\n")
+
+
+def test_an_audit_path_on_a_read_only_file_system_gives_the_os_reason(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock file cannot be made (EROFS): the OS's words, no errno number or file repeat."""
+    def read_only(path: Path) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), f"{path}.lock")
+
+    monkeypatch.setattr(_audit, "_lock", read_only)
+    status, out, err = run(capsys, "call", "--audit", str(tmp_path / "a.db"), "{}")
+    assert (status, out, err) == (
+        2, "", f"regdev call: error: cannot open the audit database {tmp_path / 'a.db'}: "
+               f"Read-only file system {AUDIT_ADVICE}\n")
 
 
 def _replay_file(tmp_path: Path, *records: dict[str, object]) -> str:

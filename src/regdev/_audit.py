@@ -325,7 +325,11 @@ def _mapped(what: str) -> Iterator[None]:
     """Map the storage backend's exceptions to :class:`AuditError` (the one place)."""
     try:
         yield
-    except (sqlite3.Error, OSError) as error:
+    except IsADirectoryError as error:
+        raise AuditError(f"{what}: {error.filename} is a directory") from None
+    except OSError as error:  # the OS's words, without errno number or file name repeated
+        raise AuditError(f"{what}: {error.strerror or error}") from None
+    except sqlite3.Error as error:
         raise AuditError(f"{what}: {error}") from None
 
 
@@ -475,6 +479,8 @@ class AuditLog:
         self.flush_interval = flush_interval
         self.max_raw_bytes = max_raw_bytes
         self.failure: str | None = None
+        if self.path.is_dir():
+            raise AuditError(f"{self.path} is a directory, not a database file")
         with _mapped(f"cannot open the audit database {self.path}"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._lock_fd = _lock(self.path)
@@ -833,8 +839,7 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         if bound is not None and not math.isfinite(bound):
             raise ValueError(f"{name} must be a finite Unix time in seconds, got {bound!r}")
     path = Path(path)
-    if not path.is_file():
-        raise AuditError(f"no audit database at {path}")
+    _check_exists(path)
     where: list[str] = []
     params: list[object] = []
     for column, value in (("session", session), ("loop_id", loop_id)):
@@ -876,8 +881,7 @@ def find_loop(path: str | Path, prefix: str) -> str:
             one loop id starts with ``prefix`` (the message lists up to 5 of them).
     """
     path = Path(path)
-    if not path.is_file():
-        raise AuditError(f"no audit database at {path}")
+    _check_exists(path)
     rows = _query(path, "SELECT DISTINCT loop_id FROM calls WHERE substr(loop_id, 1, ?) = ? "
                         "ORDER BY loop_id LIMIT 6", [len(prefix), prefix])
     if len(rows) == 1:
@@ -887,6 +891,14 @@ def find_loop(path: str | Path, prefix: str) -> str:
     shown = ", ".join(str(row[0]) for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
     raise AuditError(f"{len(rows) if len(rows) <= 5 else 'more than 5'} loop ids in {path} "
                      f"start with {prefix!r} ({shown}); give more of the id")
+
+
+def _check_exists(path: Path) -> None:
+    """AuditError unless ``path`` is a file (the reading functions never create one)."""
+    if path.is_dir():
+        raise AuditError(f"{path} is a directory, not an audit database")
+    if not path.is_file():
+        raise AuditError(f"no audit database at {path}")
 
 
 def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]]:
