@@ -371,7 +371,12 @@ def test_filters(db: Path) -> None:
     assert [r.id for r in read_audit(db, since=middle)] == [3]
     assert [r.id for r in read_audit(db, until=middle)] == [1, 2]
     assert [r.id for r in read_audit(db, last=2)] == [2, 3]
+    assert [r.id for r in read_audit(db, last=2**63 - 1)] == [1, 2, 3]
+    assert read_audit(db, last=0) == []
     assert read_audit(db, session="nobody") == []
+    for last in (-1, 2**63):
+        with pytest.raises(ValueError, match=rf"^last must be in 0\.\.{2**63 - 1}, got {last}$"):
+            read_audit(db, last=last)
 
 
 def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
@@ -450,7 +455,13 @@ def test_audit_command_json_exports_every_record(capsys: pytest.CaptureFixture[s
         (["--since", "nan"], "--since: expected a time, got 'nan'"),
         (["--until", "1e400"], "--until: expected a time, got '1e400'"),
         (["--loop", "zzz"], "no loop id in"),
-        (["--last", "-1"], "--last must be >= 0"),
+        (["--last", "-1"], "--last must be a number of records in 1..9223372036854775807, "
+                           "got -1"),
+        (["--last", "0"], "--last must be a number of records in 1..9223372036854775807, "
+                          "got 0"),
+        (["--last", "99999999999999999999999"], "--last must be a number of records in "
+                                                "1..9223372036854775807, got "
+                                                "99999999999999999999999"),
         (["--db", "/nonexistent/a.db"], "no audit database at /nonexistent/a.db"),
     ],
 )
@@ -460,6 +471,17 @@ def test_audit_command_errors_are_one_line(capsys: pytest.CaptureFixture[str],
     run(capsys, "call", READ)
     status, out, err = run(capsys, "audit", *argv)
     assert status == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_audit_last_beyond_sqlite_integers_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--last past 2**63-1 is one usage line, exit 2; at the bound it reads every record."""
+    run(capsys, "call", READ)
+    assert run(capsys, "audit", "--last", "99999999999999999999999") == (
+        2, "", "regdev audit: error: --last must be a number of records in "
+               "1..9223372036854775807, got 99999999999999999999999\n")
+    status, out, _ = run(capsys, "audit", "--last", str(2**63 - 1))
+    assert (status, out.splitlines()[-1]) == (0, f"1 record in {default_audit_path()}")
 
 
 def test_audit_loop_takes_the_id_shown(capsys: pytest.CaptureFixture[str]) -> None:

@@ -826,18 +826,22 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         since: only records at or after this Unix time (seconds, finite).
         until: only records before this Unix time (seconds, finite).
         loop_id: only the records of this loop (its full id; see :func:`find_loop`).
-        last: only the last ``last`` matching records (>= 0).
+        last: only the last ``last`` matching records, 0..2**63-1 (SQLite's largest
+            INTEGER).
 
     Returns:
         The matching records in append order.
 
     Raises:
         AuditError: no database at ``path``, not a regdev audit log, or unreadable.
-        ValueError: ``since`` or ``until`` is not a finite number.
+        ValueError: ``since`` or ``until`` is not a finite number, or ``last`` is out of
+            range.
     """
     for name, bound in (("since", since), ("until", until)):
         if bound is not None and not math.isfinite(bound):
             raise ValueError(f"{name} must be a finite Unix time in seconds, got {bound!r}")
+    if last is not None and not 0 <= last <= 2**63 - 1:
+        raise ValueError(f"last must be in 0..{2**63 - 1}, got {last!r}")
     path = Path(path)
     _check_exists(path)
     where: list[str] = []

@@ -358,9 +358,14 @@ def _show_record(record: AuditRecord) -> str:
     return f"{head}  {record.dialect or '-':<9}  {verdict:<28}  {call}  ({', '.join(extras)})"
 
 
+#: The largest integer SQLite stores (a signed 64-bit INTEGER): the bound of --last.
+MAX_SQL_INTEGER = 2**63 - 1
+
+
 def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
-    if args.last is not None and args.last < 0:
-        raise UsageError(f"--last must be >= 0, got {args.last}")
+    if args.last is not None and not 1 <= args.last <= MAX_SQL_INTEGER:  # SQLite's INTEGER
+        raise UsageError(f"--last must be a number of records in 1..{MAX_SQL_INTEGER}, "
+                         f"got {args.last}")
     since = _parse_time(args.since, "--since") if args.since else None
     until = _parse_time(args.until, "--until") if args.until else None
     path = args.db or default_audit_path()
@@ -803,7 +808,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--loop", metavar="ID",
                        help="only the records of this loop: its id, or the start of it (the "
                             "8 characters shown are usually enough)")
-    audit.add_argument("--last", metavar="N", type=int, help="only the last N matching records")
+    audit.add_argument("--last", metavar="N", type=int,
+                       help="only the last N matching records (N >= 1)")
     audit.add_argument("--json", action="store_true",
                        help="one JSON object per record (every column; arguments and "
                             "observation as JSON values)")
