@@ -177,6 +177,21 @@ def test_call_reads_stdin_as_bytes_and_caps_it(capsys: pytest.CaptureFixture[str
     assert (status, json.loads(out)["code"]) == (1, "too-large")
 
 
+@pytest.mark.parametrize(("raw", "stdin"), [("-", b""), ("-", b" \n\t\r\n"), ("", b""),
+                                          ("  \n", b"")],
+                         ids=["stdin-empty", "stdin-blank", "arg-empty", "arg-blank"])
+def test_call_with_empty_input_says_so(capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch, raw: str,
+                                       stdin: bytes) -> None:
+    """Nothing (or only whitespace) to parse: not-json saying the input is empty, exit 1."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    status, out, err = run(capsys, "call", "--no-audit", raw)
+    assert (status, err) == (1, "")
+    assert out == ('{"ok":false,"stage":"parse","code":"not-json","message":"not one strict '
+                   'JSON document: the input is empty; send one JSON object",'
+                   '"retryable":true}\n')
+
+
 @pytest.mark.parametrize("command", [["call", "{}"],
                                      ["replay", str(EXAMPLES / "wild-calls.jsonl")]])
 def test_unknown_tool_choice_is_a_usage_error(capsys: pytest.CaptureFixture[str],

@@ -83,6 +83,10 @@ def test_not_json(raw: str | bytes) -> None:
         ("\ufeff{}", "a byte-order mark (U+FEFF) before the JSON is not allowed"),
         (b"\xef\xbb\xbf{}", "a byte-order mark (U+FEFF) before the JSON is not allowed"),
         ('{"a": 1', "Input data was truncated"),
+        ("", "the input is empty"),
+        (b"", "the input is empty"),
+        (" \t\r\n ", "the input is empty"),
+        (b"\n", "the input is empty"),
     ],
 )
 def test_not_json_messages_say_what_is_wrong(raw: str | bytes, reason: str) -> None:

@@ -195,13 +195,17 @@ def _lone_surrogate(text: str) -> str | None:
 def _explain(error: Exception, data: bytes | str) -> str:
     """Word a decoding failure (one of :data:`_NOT_JSON`) of ``data`` for a message: msgspec's
     words, except where they would mislead (a lone surrogate is not truncation) or speak its
-    own jargon (a JSON path such as ``$[...][0]``)."""
+    own jargon (a JSON path such as ``$[...][0]``), or say nothing plain (empty input is not
+    "truncated")."""
     if isinstance(error, msgspec.DecodeError):
         text = str(error)
         if text.startswith("Integer value out of range"):
             limit = min(MAX_INT_DIGITS, sys.get_int_max_str_digits() or MAX_INT_DIGITS)
             return (f"an integer has more than {limit} digits, the most regdev reads (Python's "
                     "limit for converting text to int)")
+        if text == "Input data was truncated" and not data.strip(
+                " \t\n\r" if isinstance(data, str) else b" \t\n\r"):  # JSON's whitespace
+            return "the input is empty"
         if text == "Input data was truncated" or "surrogate" in text:
             lone = _lone_surrogate(data if isinstance(data, str) else data.decode("latin-1"))
             if lone is not None:
