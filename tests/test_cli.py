@@ -192,6 +192,26 @@ def test_call_with_empty_input_says_so(capsys: pytest.CaptureFixture[str],
                    '"retryable":true}\n')
 
 
+def test_replay_dash_reads_standard_input(capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay -` runs the JSONL on stdin as it runs a file; its errors name <stdin>."""
+    wild = (EXAMPLES / "wild-calls.jsonl").read_bytes()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(wild)))
+    status, out, err = run(capsys, "replay", "--no-audit", "--json", "-")
+    from_file = run(capsys, "replay", "--no-audit", "--json", str(EXAMPLES / "wild-calls.jsonl"))
+    assert (status, out, err) == from_file
+    assert (status, json.loads(out.splitlines()[-1])) == (
+        0, {"registers": [0, 0, 0, 200] + [0] * 12})
+    bad = b'{"raw": "{}", "expect": "x"}'
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(bad)))
+    assert run(capsys, "replay", "--no-audit", "-") == (
+        2, "", "regdev replay: error: <stdin>:1: expect 'x' is not \"ok\" nor a verdict code a "
+               "call can get (see docs/errors.md)\n")
+    monkeypatch.setattr("sys.stdin", None)
+    assert run(capsys, "replay", "--no-audit", "-") == (
+        2, "", "regdev replay: error: cannot read the input: standard input is closed\n")
+
+
 @pytest.mark.parametrize("command", [["call", "{}"],
                                      ["replay", str(EXAMPLES / "wild-calls.jsonl")]])
 def test_unknown_tool_choice_is_a_usage_error(capsys: pytest.CaptureFixture[str],

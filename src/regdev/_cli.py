@@ -45,7 +45,7 @@ from ._loop import Step, run_loop
 from ._parse import DIALECTS, load_json
 from ._policy import Policy, Session
 from ._providers import PROVIDER_FORMATS, tool_definitions
-from ._replay import ReplayFileError, load_replay, run_replay
+from ._replay import ReplayFileError, load_replay, parse_replay, run_replay
 from ._serial import MAX_BAUDRATE, SerialDevice
 from ._shell import describe, format_registers, run_shell, shell_tools
 from ._tools import REGISTER_TOOLS, ToolSet
@@ -108,7 +108,7 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        records = load_replay(args.file)
+        records = _stdin_replay() if args.file == "-" else load_replay(args.file)
     except ReplayFileError as error:
         raise UsageError(str(error)) from None
     _check_tool_choice(args.tool_choice, REGISTER_TOOLS)  # before a port is opened
@@ -118,6 +118,16 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
             if args.reset:  # through the gate: the reset ends the device's idempotency keys
                 _device_call(args, gate.reset_device)
             return _replay(args, out, records, gate, session)
+
+
+def _stdin_replay() -> list[tuple[int, Any]]:
+    """The replay records on standard input (``regdev replay -``), named ``<stdin>``."""
+    _check_stdin()
+    try:
+        data = sys.stdin.buffer.read()
+    except OSError as error:
+        raise UsageError(f"cannot read the standard input: {error.strerror or error}") from None
+    return parse_replay(data, "<stdin>")
 
 
 def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]], gate: Gate,
@@ -723,7 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "file, or the device at --port (add --reset to start it from its reset "
                     "values). Exit 0 when "
                     "every expectation is met, 1 when any is not, 2 for a file error.")
-    replay.add_argument("file", metavar="FILE", help="JSONL file of recorded calls")
+    replay.add_argument("file", metavar="FILE",
+                        help="JSONL file of recorded calls, or - to read them from standard "
+                             "input")
     dialect_options(replay, "A line's own `dialect` wins.")
     replay.add_argument("--json", action="store_true",
                         help="one JSON object per line, then {\"registers\": [16 ints]} (or "

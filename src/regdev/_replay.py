@@ -119,6 +119,17 @@ def load_replay(path: str | Path, tools: ToolSet = REGISTER_TOOLS
         data = Path(path).read_bytes()
     except OSError as error:
         raise ReplayFileError(f"cannot read {path}: {error.strerror or error}") from None
+    return parse_replay(data, str(path), tools)
+
+
+def parse_replay(data: bytes, path: str, tools: ToolSet = REGISTER_TOOLS
+                 ) -> list[tuple[int, ReplayRecord]]:
+    """The records of replay text ``data`` (JSONL, UTF-8), as :func:`load_replay` reads a
+    file's; ``path`` names where it came from in messages (e.g. ``<stdin>``).
+
+    Raises:
+        ReplayFileError: as :func:`load_replay`, but for reading.
+    """
     codes = verdict_codes(tools)
     records = []
     for number, text in enumerate(data.split(b"\n"), start=1):
