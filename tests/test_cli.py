@@ -212,6 +212,20 @@ def test_replay_dash_reads_standard_input(capsys: pytest.CaptureFixture[str],
         2, "", "regdev replay: error: cannot read the input: standard input is closed\n")
 
 
+def test_summaries_count_one_in_the_singular(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    """One call replayed, one tool compiled: "1 call", "1 tool", never "1 calls"."""
+    replay = _replay_file(tmp_path, {"raw": "{}"})
+    status, out, _ = run(capsys, "replay", "--no-audit", replay)
+    assert status == 0 and "\n1 call, 0 with expectations, 0 not met\n" in out
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(tool_definitions("mcp")[1:]))
+    status, out, err = run(capsys, "compile", "--tools", str(tools), "-o", str(tmp_path / "v.py"))
+    assert (status, out, err) == (
+        0, "", f"regdev compile: wrote {tmp_path / 'v.py'} (1 tool: read_register); it needs "
+               "only the standard library: check(call, tool_choice=None)\n")
+
+
 @pytest.mark.parametrize("command", [["call", "{}"],
                                      ["replay", str(EXAMPLES / "wild-calls.jsonl")]])
 def test_unknown_tool_choice_is_a_usage_error(capsys: pytest.CaptureFixture[str],

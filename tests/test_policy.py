@@ -142,6 +142,18 @@ def test_authorize_order_scope_before_register_map() -> None:
     assert gate.handle(write(0), session=gate.session("viewer")).code == "denied-write_register"
 
 
+def test_a_rate_of_one_call_per_second_is_worded_in_the_singular() -> None:
+    """rate 1: "1 call per second", not "1 calls"."""
+    policy = Policy.from_dict({"sessions": {"one": {"rate_limit": {"rate": 1, "burst": 1}}}})
+    gate = Gate(policy=policy)
+    one = gate.session("one")
+    assert gate.handle(read(1), session=one).ok
+    refused = gate.handle(read(1), session=one)
+    assert refused.code == "rate-limited"
+    assert (refused.message or "").startswith(
+        "session one is over its rate limit of 1 call per second (burst 1); retry in ")
+
+
 def test_authorize_order_rate_limit_before_approval() -> None:
     """A rate-limited write to a protected register never reaches the approver."""
     asked: list[ApprovalRequest] = []

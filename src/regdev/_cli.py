@@ -58,6 +58,11 @@ class UsageError(Exception):
     """A command-line mistake: printed as one line, exit status 2."""
 
 
+def _count(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless the number is 1: "1 call", "2 calls"."""
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
 def _json_line(value: Any, out: TextIO) -> None:
     out.write(msgspec.json.encode(value).decode() + "\n")
 
@@ -158,7 +163,8 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
                    else {"registers": None, "error": unread}, out)
     else:
         checked = sum(o.expect_met is not None for o in outcomes)
-        out.write(f"\n{len(outcomes)} calls, {checked} with expectations, {failed} not met\n")
+        out.write(f"\n{_count(len(outcomes), 'call')}, {checked} with expectations, {failed} "
+                  "not met\n")
         if registers is not None:
             out.write("registers after the replay:\n" + format_registers(registers) + "\n")
         _audit_note(gate, out)
@@ -352,7 +358,8 @@ def _show_record(record: AuditRecord) -> str:
     head = f"{record.id:>6}  {when}Z  {record.session:<10}"
     loop = f"  loop {record.loop_id[:8]}" if record.loop_id else ""
     if record.event == "stop":
-        return f"{head}  loop stop: {record.code} ({record.message}){loop}, {record.step} steps"
+        return (f"{head}  loop stop: {record.code} ({record.message}){loop}, "
+                f"{_count(record.step or 0, 'step')}")
     verdict = "accepted" if record.ok else f"refused {record.stage}/{record.code}"
     extras = []
     if record.idempotency_key is not None:
@@ -391,7 +398,7 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(_show_record(record) + "\n")
     if not args.json:
-        out.write(f"{len(records)} record{'s' * (len(records) != 1)} in {path}\n")
+        out.write(f"{_count(len(records), 'record')} in {path}\n")
     return 0
 
 
@@ -649,8 +656,8 @@ def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
         Path(args.output).write_text(source, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
-    print(f"regdev compile: wrote {args.output} ({len(tools)} tools: {', '.join(tools)}); "
-          "it needs only the standard library: check(call, tool_choice=None)", file=sys.stderr)
+    print(f"regdev compile: wrote {args.output} ({_count(len(tools), 'tool')}: "
+          f"{', '.join(tools)}); it needs only the standard library: check(call, tool_choice=None)", file=sys.stderr)
     return 0
 
 

@@ -458,8 +458,9 @@ class Session:
             return None
         limit = self._bucket
         return Refusal("authorize", "rate-limited",
-                       f"session {self.name} is over its rate limit of {limit.rate:g} calls "
-                       f"per second (burst {limit.burst}); retry in {wait:.2f} s")
+                       f"session {self.name} is over its rate limit of {limit.rate:g} "
+                       f"call{'s' * (limit.rate != 1)} per second (burst {limit.burst}); "
+                       f"retry in {wait:.2f} s")
 
     def __repr__(self) -> str:
         return (f"Session({self.name!r}, scopes={sorted(self.scopes)!r}, "
