@@ -657,7 +657,8 @@ def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
     except OSError as error:
         raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
     print(f"regdev compile: wrote {args.output} ({_count(len(tools), 'tool')}: "
-          f"{', '.join(tools)}); it needs only the standard library: check(call, tool_choice=None)", file=sys.stderr)
+          f"{', '.join(tools)}); it needs only the standard library: "
+          "check(call, tool_choice=None)", file=sys.stderr)
     return 0
 
 
