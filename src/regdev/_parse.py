@@ -203,8 +203,9 @@ def _explain(error: Exception, data: bytes | str) -> str:
             limit = min(MAX_INT_DIGITS, sys.get_int_max_str_digits() or MAX_INT_DIGITS)
             return (f"an integer has more than {limit} digits, the most regdev reads (Python's "
                     "limit for converting text to int)")
-        if text == "Input data was truncated" and not data.strip(
-                " \t\n\r" if isinstance(data, str) else b" \t\n\r"):  # JSON's whitespace
+        blank = (not data.strip(" \t\n\r") if isinstance(data, str)  # JSON's whitespace
+                 else not data.strip(b" \t\n\r"))
+        if text == "Input data was truncated" and blank:
             return "the input is empty"
         if text == "Input data was truncated" or "surrogate" in text:
             lone = _lone_surrogate(data if isinstance(data, str) else data.decode("latin-1"))
