@@ -869,3 +869,25 @@ def test_a_record_with_text_sqlite_cannot_store_is_kept_escaped(tmp_path: Path) 
                                    refusal=Refusal("validate", "unknown-tool", "x")),
                                tool=None, arguments=None))
     assert [r.session for r in read_audit(tmp_path / "a.db")] == ["s1", "s\\ud800", "s3"]
+
+
+def test_a_path_too_long_is_one_error_not_a_traceback(tmp_path: Path) -> None:
+    """A database name the OS refuses (too long) is an AuditError in the OS's words, for the
+    writer and for the reader."""
+    path = tmp_path / ("a" * 300)
+    with pytest.raises(AuditError) as writing:
+        AuditLog(path)
+    assert str(writing.value) == f"cannot open the audit database {path}: File name too long"
+    with pytest.raises(AuditError) as reading:
+        read_audit(path)
+    assert str(reading.value) == f"cannot read the audit database {path}: File name too long"
+
+
+def test_a_filter_that_is_not_unicode_text_is_an_audit_error(tmp_path: Path) -> None:
+    """A session filter holding a lone surrogate (bytes from a non-UTF-8 terminal) is an
+    AuditError naming the cause, not a UnicodeEncodeError."""
+    path = tmp_path / "a.db"
+    AuditLog(path).close()
+    with pytest.raises(AuditError, match="a filter holds text that is not Unicode"):
+        read_audit(path, session="\udcff")
+    assert read_audit(path, session="default") == []

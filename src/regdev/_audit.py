@@ -325,6 +325,9 @@ def _mapped(what: str) -> Iterator[None]:
     """Map the storage backend's exceptions to :class:`AuditError` (the one place)."""
     try:
         yield
+    except UnicodeEncodeError:  # a filter or path holding a lone surrogate (bytes not UTF-8)
+        raise AuditError(f"{what}: a filter holds text that is not Unicode (a lone surrogate, "
+                         "as bytes that are not UTF-8 become)") from None
     except IsADirectoryError as error:
         raise AuditError(f"{what}: {error.filename} is a directory") from None
     except OSError as error:  # the OS's words, without errno number or file name repeated
@@ -479,9 +482,9 @@ class AuditLog:
         self.flush_interval = flush_interval
         self.max_raw_bytes = max_raw_bytes
         self.failure: str | None = None
-        if self.path.is_dir():
-            raise AuditError(f"{self.path} is a directory, not a database file")
         with _mapped(f"cannot open the audit database {self.path}"):
+            if self.path.is_dir():  # (is_dir raises for a name too long, a folder not ours)
+                raise AuditError(f"{self.path} is a directory, not a database file")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._lock_fd = _lock(self.path)
         try:
@@ -899,10 +902,11 @@ def find_loop(path: str | Path, prefix: str) -> str:
 
 def _check_exists(path: Path) -> None:
     """AuditError unless ``path`` is a file (the reading functions never create one)."""
-    if path.is_dir():
-        raise AuditError(f"{path} is a directory, not an audit database")
-    if not path.is_file():
-        raise AuditError(f"no audit database at {path}")
+    with _mapped(f"cannot read the audit database {path}"):
+        if path.is_dir():
+            raise AuditError(f"{path} is a directory, not an audit database")
+        if not path.is_file():
+            raise AuditError(f"no audit database at {path}")
 
 
 def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]]:
