@@ -448,7 +448,8 @@ def test_handle_call_refuses_python_data_that_is_not_json(call: Any) -> None:
 ])
 def test_handle_call_and_the_provider_path_agree_on_non_json_data(
         arguments: dict[Any, Any], problem: str, tmp_path: Path) -> None:
-    """handle_call words non-JSON data as the provider helpers do, and audits it textless."""
+    """handle_call words non-JSON data as the provider helpers do, and both audit it
+    textless (the provider's call by handle_call too, so with no canonical tool name)."""
     device = CountingDevice()
     with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
         observation = gate.handle_call({"tool": "write_register", "arguments": arguments})
@@ -461,9 +462,10 @@ def test_handle_call_and_the_provider_path_agree_on_non_json_data(
     assert json.loads(reply["content"][0]["content"])["message"] == message.replace(
         "$.arguments", "$.input")  # the provider's block, where its arguments are `input`
     assert device.accesses == 0
-    [record] = read_audit(tmp_path / "a.db")
-    assert (record.code, record.tool, record.raw, record.arguments) == (
+    direct, provider = read_audit(tmp_path / "a.db")
+    assert (direct.code, direct.tool, direct.raw, direct.arguments) == (
         "not-json", "write_register", None, None)
+    assert (provider.code, provider.raw, provider.arguments) == ("not-json", None, None)
 
 
 def test_handle_call_refuses_a_call_that_holds_itself(tmp_path: Path) -> None:

@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, CountingDevice
 from regdev import (
     READ_REGISTER,
     REGISTER_TOOLS,
     WRITE_REGISTER,
+    AuditLog,
     Gate,
     Observation,
     Policy,
@@ -28,6 +30,7 @@ from regdev import (
     mcp_result,
     openai_result,
     openai_tool_results,
+    read_audit,
     tool_definitions,
 )
 from regdev._cli import main
@@ -442,3 +445,20 @@ def test_regdev_tools_takes_a_policy_and_session(capsys: pytest.CaptureFixture[s
     assert captured.err.startswith("regdev tools: error: ") and "nobody" in captured.err
     assert main(["tools", "--session", "reader"]) == 2  # no policy: only "default" exists
     assert "--session reader needs --policy FILE" in capsys.readouterr().err
+
+
+def test_provider_calls_that_are_not_json_data_are_recorded_in_the_audit_log(
+        tmp_path: Path) -> None:
+    """A turn's call holding non-JSON data is refused (not-json) and, like every call, has
+    its record; the turn's other calls run and are recorded too."""
+    device = CountingDevice()
+    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        reply = anthropic_tool_results({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "read_register", "input": {"addr": 1}},
+            {"type": "tool_use", "id": "t2", "name": "read_register",
+             "input": {"addr": 10**5000}},
+        ]}, gate)
+    assert reply is not None
+    assert [block["is_error"] for block in reply["content"]] == [False, True]
+    assert [record.code for record in read_audit(tmp_path / "a.db")] == [None, "not-json"]
+    assert device.accesses == 1

@@ -30,8 +30,8 @@ from typing import Any, Literal, get_args
 
 from ._errors import SchemaError
 from ._gate import Gate
-from ._observation import Observation, Refusal
-from ._parse import MAX_ID_CHARS, encode_json_data, is_text
+from ._observation import Observation
+from ._parse import encode_json_data, is_text
 from ._policy import Session
 from ._schema import escape_text
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
@@ -374,10 +374,8 @@ def _call_ids(calls: list[Any], provider: str, what: str) -> list[str]:
 def _gate_one(gate: Gate, call: object, call_id: str, dialect: str,
               tool_choice: str | None) -> Observation:
     raw = encode_json_data(call, gate.max_input_bytes)
-    if isinstance(raw, str):
-        return Observation.refused(
-            Refusal("parse", "not-json", f"the tool call is not JSON data: {raw}"),
-            call_id=call_id if len(call_id) <= MAX_ID_CHARS else None,
-        )
+    if isinstance(raw, str):  # not JSON data: handle_call refuses it by the same check, and
+        # records it in the audit log (without its text; as a canonical call, having none)
+        return gate.handle_call(call, call_id=call_id, tool_choice=tool_choice)
     return gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
 
