@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from regdev import AuditLog, Gate, Observation
-from regdev._audit import _SCHEMA, _SYNCHRONOUS, insert_statement
+from regdev.audit._log import _SCHEMA, _SYNCHRONOUS, insert_statement
 
 CALLS = {
     "write": '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}',

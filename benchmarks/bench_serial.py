@@ -29,7 +29,7 @@ import pytest
 import serial
 
 from regdev import Gate, SerialDevice
-from regdev import _protocol as wire
+from regdev.devices import _protocol as wire
 
 SIM = Path(__file__).resolve().parent.parent / "firmware-sim" / "regdev_firmware_sim.py"
 READ_CALL = '{"tool": "read_register", "arguments": {"addr": 3}}'

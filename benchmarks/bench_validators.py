@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from regdev._bench import CASES, Contender, contenders
+from regdev.gate._bench import CASES, Contender, contenders
 
 ROWS = {row.key: row for row in contenders()}
 TITLES = [case.title for case in CASES]

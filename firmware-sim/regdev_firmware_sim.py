@@ -2,7 +2,7 @@
 
 It answers the frames of ``docs/protocol.md`` from the same register model regdev runs in
 process (16 registers of 8 bits, reset value 0), through the same codec
-(``regdev._protocol``, used here in its ``DEVICE`` role), with seeded fault injection::
+(``regdev.devices._protocol``, used here in its ``DEVICE`` role), with seeded fault injection::
 
     regdev firmware-sim --pty                       # prints e.g. /dev/pts/7, then serves
     regdev firmware-sim --tcp 127.0.0.1:0           # prints e.g. socket://127.0.0.1:40521
@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 #: The modules of regdev the simulator runs on (each imports only the standard library).
-NEEDED = ("_protocol", "_device", "_errors")
+NEEDED = ("devices._protocol", "devices._device", "core._errors")
 
 
 def _standalone_modules() -> tuple[types.ModuleType, ...]:
@@ -71,7 +71,7 @@ def _standalone_modules() -> tuple[types.ModuleType, ...]:
     installed regdev; else one line on stderr naming the files needed, and exit status 2.
     """
     source = Path(__file__).resolve().parent.parent / "src" / "regdev"
-    if all((source / f"{name}.py").is_file() for name in NEEDED):
+    if all((source / f"{name.replace('.', '/')}.py").is_file() for name in NEEDED):
         package = types.ModuleType("_regdev_sim", "regdev's stdlib-only modules, for the simulator")
         package.__path__ = [str(source)]
         sys.modules[package.__name__] = package
@@ -79,7 +79,7 @@ def _standalone_modules() -> tuple[types.ModuleType, ...]:
     try:
         return tuple(importlib.import_module(f"regdev.{name}") for name in NEEDED)
     except ImportError:
-        files = ", ".join(f"src/regdev/{name}.py" for name in NEEDED)
+        files = ", ".join(f"src/regdev/{name.replace('.', '/')}.py" for name in NEEDED)
         print(f"{Path(sys.argv[0]).name}: error: the simulator needs regdev's {files}: run it "
               "from a regdev source tree (firmware-sim/ beside src/), or install regdev",
               file=sys.stderr)
@@ -87,9 +87,9 @@ def _standalone_modules() -> tuple[types.ModuleType, ...]:
 
 
 if TYPE_CHECKING or __name__ != "__main__":
-    from regdev import _protocol as wire
-    from regdev._device import REGISTER_COUNT, RegisterFile
-    from regdev._errors import LocalProtocolError, RemoteProtocolError
+    from regdev.core._errors import LocalProtocolError, RemoteProtocolError
+    from regdev.devices import _protocol as wire
+    from regdev.devices._device import REGISTER_COUNT, RegisterFile
 else:  # run as a script: regdev need not be installed
     wire, _device, _errors = _standalone_modules()
     REGISTER_COUNT, RegisterFile = _device.REGISTER_COUNT, _device.RegisterFile

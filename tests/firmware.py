@@ -18,7 +18,7 @@ import serial.rfc2217
 
 import regdev_firmware_sim as sim
 from conftest import ROOT
-from regdev import _protocol as wire
+from regdev.devices import _protocol as wire
 
 SIM = ROOT / "firmware-sim" / "regdev_firmware_sim.py"
 

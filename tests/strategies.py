@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from regdev import _protocol as wire
+from regdev.devices import _protocol as wire
 
 #: Any JSON scalar, including exact big integers and Decimal numbers as the parser makes them.
 json_scalars = st.one_of(
@@ -98,7 +98,7 @@ def raw_register_calls(draw: st.DrawFn) -> str:
     return f'{{"tool": "{tool}", "arguments": {{{args}}}{extra}}}'
 
 
-# --- the serial wire protocol (regdev._protocol) --------------------------------------------------
+# --- the serial wire protocol (regdev.devices._protocol) --------------------------------------
 
 wire_bytes = st.integers(min_value=0, max_value=255)
 #: Sequence numbers a host uses (0 is reserved for a device's unattributed error replies).

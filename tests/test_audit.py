@@ -35,7 +35,8 @@ from regdev import (
     read_audit,
     run_loop,
 )
-from regdev._audit import (
+from regdev.audit._idempotency import KeyRow
+from regdev.audit._log import (
     _COLUMNS,
     _SCHEMA,
     BACKSTOP_CHECKPOINT_FRAMES,
@@ -45,10 +46,9 @@ from regdev._audit import (
     insert_statement,
     lock_path,
 )
-from regdev._cli import main
-from regdev._gate import _STAGES
-from regdev._idempotency import KeyRow
-from regdev._observation import PIPELINE, Stage
+from regdev.cli._main import main
+from regdev.core._observation import PIPELINE, Stage
+from regdev.gate._gate import _STAGES
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
 READ = '{"tool": "read_register", "arguments": {"addr": 3}}'

@@ -10,7 +10,8 @@ from importlib import metadata
 import pytest
 from hypothesis import given
 
-from regdev._bench import (
+from regdev.cli._main import main
+from regdev.gate._bench import (
     CASES,
     INSTALL_HINT,
     Contender,
@@ -21,9 +22,8 @@ from regdev._bench import (
     format_table,
     run_bench,
 )
-from regdev._cli import main
-from regdev._parse import parse
-from regdev._validate import ReferenceValidator
+from regdev.gate._parse import parse
+from regdev.gate._validate import ReferenceValidator
 from strategies import register_calls
 
 CALL_KEYS = ["regdev-compiled", "regdev-explain", "regdev-reference", "floor", "pydantic",
@@ -130,7 +130,7 @@ def test_disagreeing_peer_is_not_timed_and_is_named() -> None:
 def test_disagreement_exits_1(monkeypatch: pytest.MonkeyPatch,
                               capsys: pytest.CaptureFixture[str]) -> None:
     """regdev bench exits 1 when a contender disagrees, and says which case."""
-    import regdev._bench as bench  # noqa: PLC0415
+    import regdev.gate._bench as bench  # noqa: PLC0415
 
     monkeypatch.setattr(bench, "contenders",
                         lambda: [_accept_all("a", raw=False), _accept_all("b", raw=False)])

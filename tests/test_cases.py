@@ -8,7 +8,7 @@ import pytest
 
 from conftest import EXAMPLES, ROOT
 from regdev import Gate
-from regdev._replay import load_replay, run_replay
+from regdev.agents._replay import load_replay, run_replay
 
 CASES = EXAMPLES / "wild-calls.jsonl"
 SHARED = ROOT.parent / "shared" / "cases" / "wild-calls.jsonl"

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from conftest import EXAMPLES
-from regdev import _audit, read_audit, tool_definitions
-from regdev._cli import main
-from regdev._shell import shell_call
+from regdev import read_audit, tool_definitions
+from regdev.agents._shell import shell_call
+from regdev.audit import _log as _audit
+from regdev.cli._main import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -274,7 +275,7 @@ def test_serve_without_the_mcp_extra_says_how_to_install_it(
     """No mcp package: one line naming the install command, exit 2, no traceback."""
     monkeypatch.setitem(sys.modules, "mcp", None)
     monkeypatch.setitem(sys.modules, "mcp.server", None)
-    monkeypatch.delitem(sys.modules, "regdev._mcp", raising=False)
+    monkeypatch.delitem(sys.modules, "regdev.agents._mcp", raising=False)
     status, out, err = run(capsys, "serve")
     assert status == 2 and out == ""
     assert err == ("regdev serve: error: the MCP server needs the `mcp` package: in a clone "

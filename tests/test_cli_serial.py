@@ -16,10 +16,10 @@ import pytest
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import sim_process, sim_thread
-from regdev import _protocol as wire
 from regdev import read_audit
-from regdev._cli import FAULT_HELP, main
-from regdev._serial import URL_FORMS, SerialDevice
+from regdev.cli._main import FAULT_HELP, main
+from regdev.devices import _protocol as wire
+from regdev.devices._serial import URL_FORMS, SerialDevice
 
 REGDEV = Path(sys.executable).parent / "regdev"
 

@@ -26,8 +26,8 @@ from regdev import (
     compile_validator,
     tool_definitions,
 )
-from regdev._cli import main
-from regdev._compile import generate_source
+from regdev.cli._main import main
+from regdev.gate._compile import generate_source
 
 check = compile_validator()
 reference = ReferenceValidator()

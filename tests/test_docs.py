@@ -10,8 +10,8 @@ import shlex
 import pytest
 
 from conftest import ROOT
-from regdev._cli import main
-from regdev._observation import FIXED_CODES, NAMED_CODES
+from regdev.cli._main import main
+from regdev.core._observation import FIXED_CODES, NAMED_CODES
 
 EXAMPLE = re.compile(r"^\$ regdev (call .*)\n(\{.*\})$", re.MULTILINE)
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)

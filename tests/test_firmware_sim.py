@@ -15,8 +15,8 @@ import pytest
 import regdev_firmware_sim as sim
 from firmware import SIM, sim_process
 from regdev import TransportError
-from regdev import _protocol as wire
-from regdev._serial import SerialDevice
+from regdev.devices import _protocol as wire
+from regdev.devices._serial import SerialDevice
 
 
 @pytest.mark.timeout(30)
@@ -40,8 +40,9 @@ def test_copied_alone_it_names_the_files_it_needs(tmp_path: Path) -> None:
                           text=True, timeout=30, check=False)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
-        "regdev_firmware_sim.py: error: the simulator needs regdev's src/regdev/_protocol.py, "
-        "src/regdev/_device.py, src/regdev/_errors.py: run it from a regdev source tree "
+        "regdev_firmware_sim.py: error: the simulator needs regdev's "
+        "src/regdev/devices/_protocol.py, src/regdev/devices/_device.py, "
+        "src/regdev/core/_errors.py: run it from a regdev source tree "
         "(firmware-sim/ beside src/), or install regdev\n")
 
 
@@ -49,7 +50,7 @@ def test_importing_the_simulator_first_leaves_regdev_whole() -> None:
     """`import regdev_firmware_sim` before `import regdev`: regdev is the real package."""
     code = ("import regdev_firmware_sim, regdev, sys; "
             "print(regdev.SerialDevice.__name__, regdev_firmware_sim.wire is "
-            "sys.modules['regdev._protocol'], '_regdev_sim' in sys.modules)")
+            "sys.modules['regdev.devices._protocol'], '_regdev_sim' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=30, check=True, env={**os.environ, "PYTHONPATH": str(SIM.parent)})
     assert done.stdout == "SerialDevice True False\n"

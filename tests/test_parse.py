@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from regdev import ParsedCall, Refusal, parse
-from regdev._parse import load_json
+from regdev.gate._parse import load_json
 
 
 def code(result: ParsedCall | Refusal) -> str | None:

@@ -30,8 +30,8 @@ from regdev import (
     Tool,
     ToolSet,
 )
-from regdev._policy import TokenBucket
-from regdev._tools import READ_REGISTER, WRITE_REGISTER
+from regdev.gate._policy import TokenBucket
+from regdev.gate._tools import READ_REGISTER, WRITE_REGISTER
 from strategies import canonical_calls, to_json
 
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from conftest import ROOT
 from regdev import LocalProtocolError, ProtocolError, RemoteProtocolError
-from regdev import _protocol as wire
-from regdev._protocol import (
+from regdev.devices import _protocol as wire
+from regdev.devices._protocol import (
     DEVICE,
     HOST,
     NEED_DATA,
@@ -30,7 +30,7 @@ from regdev._protocol import (
 from strategies import wire_frames, wire_noise, wire_replies, wire_requests
 
 PROTOCOL_DOC = ROOT / "docs" / "protocol.md"
-SOURCE = ROOT / "src" / "regdev" / "_protocol.py"
+SOURCE = ROOT / "src" / "regdev" / "devices" / "_protocol.py"
 
 
 def events(link: Connection, data: bytes = b"") -> list[object]:
@@ -64,7 +64,7 @@ def test_codec_imports_no_io_modules() -> None:
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or ""))
-    assert imported == {"__future__", "enum", "dataclasses", "typing", "._errors"}
+    assert imported == {"__future__", "enum", "dataclasses", "typing", "..core._errors"}
 
 
 def test_every_state_change_goes_through_the_table() -> None:

@@ -33,7 +33,7 @@ from regdev import (
     read_audit,
     tool_definitions,
 )
-from regdev._cli import main
+from regdev.cli._main import main
 
 # --- definitions ------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT
 from regdev import ReferenceValidator, SchemaError, ToolSet, compile_validator
-from regdev._schema import ANNOTATION_KEYWORDS, VALIDATION_KEYWORDS
+from regdev.gate._schema import ANNOTATION_KEYWORDS, VALIDATION_KEYWORDS
 
 SUITE = ROOT / "tests" / "data" / "json-schema-test-suite"
 SHARED = ROOT.parent / "shared" / "peer-tests" / "json-schema-test-suite"

@@ -31,9 +31,9 @@ from regdev import (
     ReplyLost,
     TransportError,
 )
-from regdev import _protocol as wire
-from regdev._replay import load_replay, run_replay
-from regdev._serial import (
+from regdev.agents._replay import load_replay, run_replay
+from regdev.devices import _protocol as wire
+from regdev.devices._serial import (
     MAX_BAUDRATE,
     URL_FORMS,
     SerialDevice,

@@ -18,11 +18,19 @@ from __future__ import annotations
 from ._version import __version__
 
 # isort: split
-from ._audit import AuditLog, AuditRecord, read_audit
-from ._compile import CompiledValidator, compile_validator
-from ._demo import ScriptedProposer
-from ._device import DATA_MAX, REGISTER_COUNT, Device, RegisterFile, TimeoutDevice
-from ._errors import (
+from .agents._demo import ScriptedProposer
+from .agents._loop import LoopResult, Step, call_with_retry, run_loop
+from .agents._providers import (
+    PROVIDER_FORMATS,
+    anthropic_result,
+    anthropic_tool_results,
+    mcp_result,
+    openai_result,
+    openai_tool_results,
+    tool_definitions,
+)
+from .audit._log import AuditLog, AuditRecord, read_audit
+from .core._errors import (
     AuditError,
     AuditInUse,
     DeviceBusy,
@@ -39,23 +47,15 @@ from ._errors import (
     SchemaError,
     TransportError,
 )
-from ._gate import Gate
-from ._loop import LoopResult, Step, call_with_retry, run_loop
-from ._observation import Observation, Refusal
-from ._parse import DIALECTS, ParsedCall, parse
-from ._policy import ApprovalRequest, Policy, RateLimit, RegisterMap, Session, SessionPolicy
-from ._providers import (
-    PROVIDER_FORMATS,
-    anthropic_result,
-    anthropic_tool_results,
-    mcp_result,
-    openai_result,
-    openai_tool_results,
-    tool_definitions,
-)
-from ._serial import SerialDevice
-from ._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
-from ._validate import ReferenceValidator
+from .core._observation import Observation, Refusal
+from .devices._device import DATA_MAX, REGISTER_COUNT, Device, RegisterFile, TimeoutDevice
+from .devices._serial import SerialDevice
+from .gate._compile import CompiledValidator, compile_validator
+from .gate._gate import Gate
+from .gate._parse import DIALECTS, ParsedCall, parse
+from .gate._policy import ApprovalRequest, Policy, RateLimit, RegisterMap, Session, SessionPolicy
+from .gate._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
+from .gate._validate import ReferenceValidator
 
 __all__ = [
     "DATA_MAX",

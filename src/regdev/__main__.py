@@ -1,5 +1,5 @@
 """``python -m regdev`` runs the command line."""
 
-from ._cli import main
+from .cli._main import main
 
 raise SystemExit(main())

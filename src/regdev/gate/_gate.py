@@ -38,10 +38,9 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from ._audit import AuditLog, encode_json
-from ._compile import CompiledValidator, compile_validator
-from ._device import Device, RegisterFile, TimeoutDevice
-from ._errors import (
+from ..audit._idempotency import PROVIDER_DIALECTS, fingerprint
+from ..audit._log import AuditLog, encode_json
+from ..core._errors import (
     AuditError,
     DeviceBusy,
     DeviceRefused,
@@ -50,15 +49,16 @@ from ._errors import (
     RegdevError,
     TransportError,
 )
-from ._idempotency import PROVIDER_DIALECTS, fingerprint
-from ._observation import PIPELINE, Observation, Refusal
+from ..core._observation import PIPELINE, Observation, Refusal
+from ..core._text import escape_text, is_text
+from ..devices._device import Device, RegisterFile, TimeoutDevice
+from ._compile import CompiledValidator, compile_validator
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_ID_CHARS,
     check_dialect,
     check_idempotency_key,
     encode_json_data,
-    is_text,
     parse,
 )
 from ._policy import (
@@ -69,7 +69,6 @@ from ._policy import (
     changed_registers,
     check_read_only,
 )
-from ._schema import escape_text
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
 from ._validate import ReferenceValidator
 

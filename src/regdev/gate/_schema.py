@@ -19,7 +19,8 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any, cast
 
-from ._errors import SchemaError
+from ..core._errors import SchemaError
+from ..core._text import escape_text
 from ._runtime import is_integer, is_number, json_equal
 
 __all__ = [
@@ -30,7 +31,6 @@ __all__ = [
     "VALIDATION_KEYWORDS",
     "a_json_type",
     "check_input_schema",
-    "escape_text",
     "is_integer",
     "is_number",
     "iter_properties",
@@ -314,15 +314,6 @@ def check_input_schema(schema: object, pointer: str = "") -> None:
         _check_subschema(schema, (), 0)
     except SchemaError as error:
         raise error.at(pointer) from None
-
-
-def escape_text(text: str, limit: int = 40) -> str:
-    """Escape untrusted text (control characters, non-ASCII, backticks) and cut it to ``limit``."""
-    if text.isascii() and text.isprintable() and "`" not in text and "\\" not in text:
-        shown = text  # nothing to escape (the usual name): no codec lookup
-    else:
-        shown = text.encode("unicode_escape").decode("ascii").replace("`", "\\x60")
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def iter_properties(schema: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._errors import DeviceBusy, DeviceTimeout, RegisterRangeError
+from ..core._errors import DeviceBusy, DeviceTimeout, RegisterRangeError
 
 __all__ = ["DATA_MAX", "REGISTER_COUNT", "Device", "RegisterFile", "TimeoutDevice",
            "check_access", "check_timeout"]

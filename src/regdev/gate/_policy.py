@@ -58,9 +58,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ._device import REGISTER_COUNT
-from ._errors import PolicyError
-from ._observation import Refusal
+from ..core._errors import PolicyError
+from ..core._observation import Refusal
+from ..devices._device import REGISTER_COUNT
 from ._parse import load_json
 from ._tools import Tool
 

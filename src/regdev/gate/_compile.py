@@ -35,15 +35,15 @@ from collections.abc import Iterable, Mapping
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Protocol, cast
 
-from . import __version__
-from ._errors import SchemaError
+from .._version import __version__
+from ..core._errors import SchemaError
+from ..core._text import escape_text
 from ._runtime import RUNTIME_SOURCE
 from ._schema import (
     ANNOTATION_KEYWORDS,
     MAX_DEPTH,
     TYPE_NAMES,
     check_input_schema,
-    escape_text,
     is_integer,
     is_number,
     json_pointer,
@@ -531,7 +531,7 @@ from decimal import Decimal
 
 __all__ = ["TOOL_NAMES", "check"]
 
-# --- JSON semantics (copied from regdev._runtime) ---
+# --- JSON semantics (copied from regdev.gate._runtime) ---
 '''
 
 _CHECK_HEAD = '''\

@@ -31,7 +31,7 @@ import enum
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
-from ._errors import LocalProtocolError, RemoteProtocolError
+from ..core._errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
     "DEVICE",

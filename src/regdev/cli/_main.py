@@ -28,7 +28,13 @@ from typing import Any, TextIO, cast
 
 import msgspec
 
-from ._audit import (
+from .._version import __version__
+from ..agents._demo import DEMO_SCRIPT, ScriptedProposer
+from ..agents._loop import Step, run_loop
+from ..agents._providers import PROVIDER_FORMATS, tool_definitions
+from ..agents._replay import ReplayFileError, load_replay, parse_replay, run_replay
+from ..agents._shell import describe, format_registers, run_shell, shell_tools
+from ..audit._log import (
     AuditLog,
     AuditRecord,
     default_audit_path,
@@ -36,20 +42,14 @@ from ._audit import (
     find_loop,
     read_audit,
 )
-from ._compile import generate_source
-from ._demo import DEMO_SCRIPT, ScriptedProposer
-from ._device import Device, RegisterFile
-from ._errors import AuditError, AuditInUse, PolicyError, RegdevError, SchemaError
-from ._gate import Gate
-from ._loop import Step, run_loop
-from ._parse import DIALECTS, load_json
-from ._policy import Policy, Session
-from ._providers import PROVIDER_FORMATS, tool_definitions
-from ._replay import ReplayFileError, load_replay, parse_replay, run_replay
-from ._serial import MAX_BAUDRATE, SerialDevice
-from ._shell import describe, format_registers, run_shell, shell_tools
-from ._tools import REGISTER_TOOLS, ToolSet
-from ._version import __version__
+from ..core._errors import AuditError, AuditInUse, PolicyError, RegdevError, SchemaError
+from ..devices._device import Device, RegisterFile
+from ..devices._serial import MAX_BAUDRATE, SerialDevice
+from ..gate._compile import generate_source
+from ..gate._gate import Gate
+from ..gate._parse import DIALECTS, load_json
+from ..gate._policy import Policy, Session
+from ..gate._tools import REGISTER_TOOLS, ToolSet
 
 __all__ = ["main"]
 
@@ -463,7 +463,7 @@ def _firmware_sim_module() -> ModuleType:
     """The firmware simulator, from ``firmware-sim/`` in the source tree regdev runs from."""
     if "regdev_firmware_sim" in sys.modules:
         return sys.modules["regdev_firmware_sim"]
-    path = Path(__file__).resolve().parents[2] / "firmware-sim" / "regdev_firmware_sim.py"
+    path = Path(__file__).resolve().parents[3] / "firmware-sim" / "regdev_firmware_sim.py"
     spec = importlib.util.spec_from_file_location("regdev_firmware_sim", path)
     if not path.is_file() or spec is None or spec.loader is None:
         raise UsageError("the firmware simulator lives in the source tree (firmware-sim/), "
@@ -587,7 +587,7 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
            stop_signals: list[signal.Signals]) -> None:
     try:
         # the optional `mcp` extra, imported lazily
-        from ._mcp import serve_stdio  # noqa: PLC0415
+        from ..agents._mcp import serve_stdio  # noqa: PLC0415
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("mcp", "anyio"):
             raise
@@ -663,7 +663,7 @@ def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
-    from ._bench import all_agree, format_table, run_bench  # noqa: PLC0415 - imports the peers
+    from ..gate._bench import all_agree, format_table, run_bench  # noqa: PLC0415 - imports the peers
 
     if args.quick and args.rounds is not None:
         raise UsageError("--quick and --rounds cannot be used together (--quick is 3 rounds "

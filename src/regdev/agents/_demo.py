@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._observation import Observation
+from ..core._observation import Observation
 
 __all__ = ["DEMO_SCRIPT", "ScriptedProposer"]
 

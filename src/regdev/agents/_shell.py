@@ -19,12 +19,12 @@ from typing import TextIO
 
 import msgspec
 
-from ._device import REGISTER_COUNT, Device
-from ._gate import Gate
-from ._observation import Observation
-from ._policy import Session
-from ._schema import escape_text
-from ._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
+from ..core._observation import Observation
+from ..core._text import escape_text
+from ..devices._device import REGISTER_COUNT, Device
+from ..gate._gate import Gate
+from ..gate._policy import Session
+from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 
 __all__ = ["SHELL_HELP", "describe", "format_registers", "run_shell", "shell_call",
            "shell_tools"]

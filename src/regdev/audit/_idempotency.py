@@ -41,8 +41,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ._observation import Observation, Refusal
-from ._schema import escape_text
+from ..core._observation import Observation, Refusal
+from ..core._text import escape_text
 
 __all__ = ["INSERT_KEY", "INSERT_RESET", "KEYS_SCHEMA", "PROVIDER_DIALECTS",
            "SELECT_CURRENT_KEYS", "SELECT_EPOCHS", "IdempotencyStore", "KeyRow", "Slot",

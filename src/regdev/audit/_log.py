@@ -64,7 +64,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from ._errors import AuditError, AuditInUse
+from ..core._errors import AuditError, AuditInUse
+from ..core._observation import PIPELINE, Observation, Refusal
+from ..core._text import is_text
 from ._idempotency import (
     INSERT_KEY,
     INSERT_RESET,
@@ -75,8 +77,6 @@ from ._idempotency import (
     KeyRow,
     Slot,
 )
-from ._observation import PIPELINE, Observation, Refusal
-from ._parse import is_text
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
@@ -565,7 +565,7 @@ class AuditLog:
             step: the step in the loop.
             idempotency_key: the call's key, if any.
             timings: nanoseconds spent in each stage reached, by stage name (one of
-                :data:`~regdev._observation.PIPELINE`).
+                :data:`~regdev.core._observation.PIPELINE`).
         """
         kept = raw_size = raw_sha = None
         if raw is not None:

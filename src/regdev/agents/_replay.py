@@ -10,7 +10,7 @@ Only ``raw`` is required. ``dialect`` overrides the default for that line; ``exp
 The file is UTF-8 (a byte order mark is allowed); lines end at LF (a CR before it is
 dropped), never at the other Unicode line separators, which are legal inside JSON strings.
 Blank lines are skipped. Each line is decoded as strictly as a call
-(:func:`regdev._parse.load_json`: a repeated key, NaN or trailing data is an error), so the
+(:func:`regdev.gate._parse.load_json`: a repeated key, NaN or trailing data is an error), so the
 expectations a file states are the ones checked.
 """
 
@@ -23,13 +23,14 @@ from typing import Any
 
 import msgspec
 
-from ._errors import RegdevError
-from ._gate import Gate
-from ._observation import FIXED_CODES, NAMED_CODES, Observation
-from ._parse import DIALECTS, load_json
-from ._policy import Session
-from ._schema import a_json_type, escape_text
-from ._tools import REGISTER_TOOLS, ToolSet
+from ..core._errors import RegdevError
+from ..core._observation import FIXED_CODES, NAMED_CODES, Observation
+from ..core._text import escape_text
+from ..gate._gate import Gate
+from ..gate._parse import DIALECTS, load_json
+from ..gate._policy import Session
+from ..gate._schema import a_json_type
+from ..gate._tools import REGISTER_TOOLS, ToolSet
 
 __all__ = ["ReplayFileError", "ReplayOutcome", "ReplayRecord", "load_replay", "run_replay",
            "verdict_codes"]

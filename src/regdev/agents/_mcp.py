@@ -11,7 +11,7 @@ Rules of this file:
   transport would decode each line with pydantic, which keeps the last of two repeated keys,
   reads ``NaN``, rounds ``3.0000000000000001`` to 3.0, and drops a line it cannot read
   without an answer. So :class:`MessageReader` reads stdin instead: each line is decoded by
-  :func:`regdev._parse.parse` (I-JSON: no repeated key, no NaN, exact numbers, bounded
+  :func:`regdev.gate._parse.parse` (I-JSON: no repeated key, no NaN, exact numbers, bounded
   nesting) and only a line it accepts reaches the SDK, as the message validated from that
   exact decoding. The SDK's ``stdio_server`` still writes stdout (and points file descriptor
   1 at stderr meanwhile, so a stray ``print`` cannot corrupt the protocol); it reads nothing.
@@ -77,13 +77,13 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from pydantic import ValidationError
 
-from ._gate import Gate
-from ._observation import Refusal
-from ._parse import parse
-from ._policy import Session
+from .._version import __version__
+from ..core._observation import Refusal
+from ..gate._gate import Gate
+from ..gate._parse import parse
+from ..gate._policy import Session
+from ..gate._schema import a_json_type
 from ._providers import mcp_result, tool_definitions
-from ._schema import a_json_type
-from ._version import __version__
 
 __all__ = [
     "ENVELOPE_BYTES",

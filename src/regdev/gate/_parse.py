@@ -39,8 +39,9 @@ from typing import Any, Literal, cast, get_args
 
 import msgspec
 
-from ._observation import Refusal
-from ._schema import a_json_type, escape_text
+from ..core._observation import Refusal
+from ..core._text import escape_text, is_text
+from ._schema import a_json_type
 
 __all__ = [
     "DEFAULT_MAX_INPUT_BYTES",
@@ -52,7 +53,6 @@ __all__ = [
     "check_dialect",
     "check_idempotency_key",
     "encode_json_data",
-    "is_text",
     "load_json",
     "parse",
 ]
@@ -273,19 +273,6 @@ def load_json(data: bytes | str) -> Any:
 
 def _string_id(value: object) -> str | None:
     return value if type(value) is str and len(value) <= MAX_ID_CHARS else None
-
-
-def is_text(value: str) -> bool:
-    """True when ``value`` is Unicode text: it holds no lone surrogate (``"\\ud800"``), so it
-    can be written as UTF-8. Decoded JSON always is (the parser refuses a lone surrogate
-    escape); a string handed over as Python data may not be."""
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_idempotency_key(value: object, field: str) -> str | Refusal | None:

@@ -18,7 +18,7 @@ The tree::
     │   │                      (wraps ``sqlite3.Error`` and ``OSError``)
     │   └── AuditInUse         another writer (process or AuditLog) has the database open
     ├── ReplayFileError        a replay file cannot be read, or a line of it is not a replay
-    │                          record (``regdev._replay``; raised before anything runs)
+    │                          record (``regdev.agents._replay``; raised before anything runs)
     └── DeviceError            the device failed an operation: it ran it, or may have, and
         │                      did not answer as it should (a value other than the one
         │                      written, not a byte); the subclasses say more

@@ -28,13 +28,13 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
-from ._errors import SchemaError
-from ._gate import Gate
-from ._observation import Observation
-from ._parse import encode_json_data, is_text
-from ._policy import Session
-from ._schema import escape_text
-from ._tools import REGISTER_TOOLS, Tool, ToolSet
+from ..core._errors import SchemaError
+from ..core._observation import Observation
+from ..core._text import escape_text, is_text
+from ..gate._gate import Gate
+from ..gate._parse import encode_json_data
+from ..gate._policy import Session
+from ..gate._tools import REGISTER_TOOLS, Tool, ToolSet
 
 __all__ = [
     "PROVIDER_FORMATS",

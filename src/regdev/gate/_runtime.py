@@ -86,7 +86,7 @@ def json_in(value: object, items: tuple[object, ...]) -> bool:
 RUNTIME_NAMES = ("is_number", "is_integer", "json_equal", "json_in")
 
 #: The fake file name the text is compiled and registered under (shown in tracebacks).
-RUNTIME_FILENAME = "<regdev runtime (regdev._runtime.RUNTIME_SOURCE)>"
+RUNTIME_FILENAME = "<regdev runtime (regdev.gate._runtime.RUNTIME_SOURCE)>"
 
 _namespace: dict[str, Any] = {"__name__": __name__, "math": math, "Decimal": Decimal}
 exec(compile(RUNTIME_SOURCE, RUNTIME_FILENAME, "exec"), _namespace)

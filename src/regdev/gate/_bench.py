@@ -40,8 +40,8 @@ from typing import Annotated, Any, Literal, TextIO
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
+from ..core._observation import Refusal
 from ._compile import compile_validator
-from ._observation import Refusal
 from ._parse import parse
 from ._tools import REGISTER_TOOLS
 from ._validate import ReferenceValidator
@@ -371,7 +371,7 @@ def contenders() -> list[Contender]:
                   run=reference.check, valid=lambda call: reference.check(call) is None,
                   version=_version("regdev")),
         Contender("floor", "floor: hand-written valid-or-not test of these two tools "
-                  "(regdev._bench.floor_valid)", raw=False, on_refusal="bool",
+                  "(regdev.gate._bench.floor_valid)", raw=False, on_refusal="bool",
                   run=floor_valid, valid=floor_valid),
     ]
     pydantic = f"pydantic {_version('pydantic')}"

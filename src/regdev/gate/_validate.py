@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, cast
 
-from ._observation import Refusal
+from ..core._observation import Refusal
+from ..core._text import escape_text
 from ._schema import (
     a_json_type,
-    escape_text,
     is_number,
     json_equal,
     json_type_name,

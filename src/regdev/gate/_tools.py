@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
-from ._device import DATA_MAX, REGISTER_COUNT, Device
-from ._errors import DeviceError, SchemaError
+from ..core._errors import DeviceError, SchemaError
+from ..core._text import escape_text
+from ..devices._device import DATA_MAX, REGISTER_COUNT, Device
 from ._parse import load_json
-from ._schema import check_input_schema, escape_text, is_integer
+from ._schema import check_input_schema, is_integer
 
 __all__ = [
     "READ_REGISTER",
@@ -270,7 +271,7 @@ class ToolSet(Mapping[str, Tool]):
         """Build a tool set from JSON text: an array of MCP ``tools/list`` entries, or the
         ``tools/list`` result object ``{"tools": [...]}``.
 
-        The text is decoded as strictly as a call (:func:`regdev._parse.load_json`): a key
+        The text is decoded as strictly as a call (:func:`regdev.gate._parse.load_json`): a key
         given twice in one object is an error, never "the last one wins", and numbers are
         exact (a fraction or an exponent as ``Decimal``), so a bound of ``1.1`` means 1.1,
         not the float nearest to it.

@@ -1,7 +1,7 @@
 """The serial backend: the register device at the end of a serial line, through pyserial.
 
 :class:`SerialDevice` speaks the wire protocol of ``docs/protocol.md`` (the codec is
-:mod:`regdev._protocol`) over any port pyserial's ``serial_for_url`` opens: a device path
+:mod:`regdev.devices._protocol`) over any port pyserial's ``serial_for_url`` opens: a device path
 (``/dev/ttyUSB0``, ``COM3``), ``socket://HOST:PORT`` or ``rfc2217://HOST:PORT``.
 
 Rules of this file:
@@ -48,8 +48,7 @@ from typing import Any, TypeVar
 
 import serial
 
-from ._device import Device, check_access
-from ._errors import (
+from ..core._errors import (
     DeviceBusy,
     DeviceError,
     DeviceRefused,
@@ -58,6 +57,7 @@ from ._errors import (
     ReplyLost,
     TransportError,
 )
+from ._device import Device, check_access
 from ._protocol import (
     HOST,
     NEED_DATA,

@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._gate import Gate, check_loop_id
-from ._observation import Observation
-from ._policy import Session
+from ..core._observation import Observation
+from ..gate._gate import Gate, check_loop_id
+from ..gate._policy import Session
 
 __all__ = ["LoopResult", "Proposer", "Step", "StopReason", "call_with_retry", "run_loop"]
 
