@@ -17,7 +17,8 @@ import regdev_firmware_sim as sim
 from conftest import EXAMPLES
 from firmware import sim_process, sim_thread
 from regdev import read_audit
-from regdev.cli._main import FAULT_HELP, main
+from regdev.cli._firmware_sim import FAULT_HELP
+from regdev.cli._main import main
 from regdev.devices import _protocol as wire
 from regdev.devices._serial import URL_FORMS, SerialDevice
 

@@ -1,0 +1,124 @@
+"""``regdev audit``: show, filter and export the audit log."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..audit._log import (
+    AuditRecord,
+    default_audit_path,
+    find_loop,
+    read_audit,
+)
+from ..core._errors import AuditError
+from ._common import (
+    UsageError,
+    count,
+    json_line,
+)
+
+
+def _parse_time(text: str, option: str) -> float:
+    """ISO 8601 (UTC when no offset is given) or Unix seconds, as Unix seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds):
+            raise UsageError(f"{option}: expected a time, got {text!r}, which is not a finite "
+                             "number of Unix seconds")
+        return seconds
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{option}: expected an ISO 8601 time such as 2024-05-01T12:00 or "
+                         f"2024-05-01T12:00+02:00 (UTC when no offset), or Unix seconds; got "
+                         f"{text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _show_record(record: AuditRecord) -> str:
+    when = datetime.fromtimestamp(record.time, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    head = f"{record.id:>6}  {when}Z  {record.session:<10}"
+    loop = f"  loop {record.loop_id[:8]}" if record.loop_id else ""
+    if record.event == "stop":
+        return (f"{head}  loop stop: {record.code} ({record.message}){loop}, "
+                f"{count(record.step or 0, 'step')}")
+    verdict = "accepted" if record.ok else f"refused {record.stage}/{record.code}"
+    extras = []
+    if record.idempotency_key is not None:
+        extras.append(f"key {record.idempotency_key!r}")
+    if record.replay:
+        extras.append("replayed (not executed)")
+    if record.loop_id:
+        extras.append(f"loop {record.loop_id[:8]} step {record.step}")
+    total = sum(t for t in (record.parse_ns, record.validate_ns, record.authorize_ns,
+                            record.execute_ns, record.observe_ns) if t is not None)
+    extras.append(f"{total / 1000:.0f} us")
+    call = f"{record.tool or '-'} {record.arguments or ''}".strip()
+    return f"{head}  {record.dialect or '-':<9}  {verdict:<28}  {call}  ({', '.join(extras)})"
+
+
+#: The largest integer SQLite stores (a signed 64-bit INTEGER): the bound of --last.
+MAX_SQL_INTEGER = 2**63 - 1
+
+
+def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
+    if args.last is not None and not 1 <= args.last <= MAX_SQL_INTEGER:  # SQLite's INTEGER
+        raise UsageError(f"--last must be a number of records in 1..{MAX_SQL_INTEGER}, "
+                         f"got {args.last}")
+    since = _parse_time(args.since, "--since") if args.since else None
+    until = _parse_time(args.until, "--until") if args.until else None
+    path = args.db or default_audit_path()
+    try:
+        loop_id = find_loop(path, args.loop) if args.loop is not None else None
+        records = read_audit(path, session=args.session, code=args.code, since=since,
+                             until=until, loop_id=loop_id, last=args.last)
+    except AuditError as error:
+        raise UsageError(str(error)) from None
+    for record in records:
+        if args.json:
+            json_line(record.to_dict(), out)
+        else:
+            out.write(_show_record(record) + "\n")
+    if not args.json:
+        out.write(f"{count(len(records), 'record')} in {path}\n")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``regdev audit`` to the subcommands."""
+    audit = sub.add_parser(
+        "audit", help="show, filter and export the audit log",
+        description="Show the records of an audit log, oldest first: every call (accepted or "
+                    "refused) with its session, dialect, verdict, tool, arguments, "
+                    "idempotency key and time spent, and every loop's stop. Filters combine. "
+                    "Times are shown in UTC.")
+    audit.add_argument("--db", metavar="PATH", type=Path,
+                       help="the audit database (default: $REGDEV_AUDIT, else "
+                            "$XDG_STATE_HOME/regdev/audit.db, i.e. "
+                            "~/.local/state/regdev/audit.db)")
+    audit.add_argument("--session", metavar="NAME", help="only this session's records")
+    audit.add_argument("--code", metavar="CODE",
+                       help="only this verdict code (e.g. range-addr, approval-denied), or a "
+                            "loop stop reason; ok for accepted calls")
+    audit.add_argument("--since", metavar="TIME",
+                       help="only records at or after TIME: ISO 8601 (UTC unless it has an "
+                            "offset) or Unix seconds")
+    audit.add_argument("--until", metavar="TIME", help="only records before TIME")
+    audit.add_argument("--loop", metavar="ID",
+                       help="only the records of this loop: its id, or the start of it (the "
+                            "8 characters shown are usually enough)")
+    audit.add_argument("--last", metavar="N", type=int,
+                       help="only the last N matching records (N >= 1)")
+    audit.add_argument("--json", action="store_true",
+                       help="one JSON object per record (every column; arguments and "
+                            "observation as JSON values)")
+    audit.set_defaults(func=cmd_audit)

@@ -1,0 +1,62 @@
+"""``regdev bench``: the validator timed against its peers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from ._common import (
+    UsageError,
+    json_line,
+)
+
+
+def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
+    from ..gate._bench import all_agree, format_table, run_bench  # noqa: PLC0415 - imports the peers
+
+    if args.quick and args.rounds is not None:
+        raise UsageError("--quick and --rounds cannot be used together (--quick is 3 rounds "
+                         "of 2 ms batches)")
+    if args.quick:
+        rounds, batch = 3, 0.002
+    else:
+        rounds, batch = 25 if args.rounds is None else args.rounds, 0.01
+    if rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    result = run_bench(rounds=rounds, batch_seconds=batch, progress=sys.stderr)
+    if args.json:
+        json_line(result.to_dict(), out)
+    else:
+        out.write(format_table(result) + "\n")
+    return 0 if all_agree(result) else 1
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``regdev bench`` to the subcommands."""
+    bench = sub.add_parser(
+        "bench", help="time the compiled validator against the reference, a hand-written "
+                      "floor and the peers (pydantic, fastjsonschema, jsonschema, msgspec)",
+        description="Print one report measured in one run: ns per call (median of batches "
+                    "interleaved round by round) of regdev's validator and of each peer, on "
+                    "decoded call objects and on raw JSON text, for 9 cases (valid write and "
+                    "read, wrong type, out of range, missing field, unknown argument, unknown "
+                    "tool, a long unknown argument, a call padded with whitespace). Each row "
+                    "names the library, its installed version, the API called and what it "
+                    "builds on a refusal. Ratios are peer time / regdev time, written as "
+                    "'8.3x slower' or '2.0x faster' than regdev. Before timing, every "
+                    "contender's verdict (valid or refused) is checked against regdev's on "
+                    "every case; a case it disagrees on is not timed and is named below the "
+                    "table. Peers that are not installed are listed as such (scripts/test "
+                    "installs them; or, in a clone, .venv/bin/pip install -e '.[bench]'). "
+                    "Progress goes to stderr.",
+        epilog="Exit status: 0 ok; 1 a contender disagreed with regdev's verdict on a case; "
+               "2 usage error.")
+    bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    bench.add_argument("--quick", action="store_true",
+                       help="a short run for a first look or CI: 3 rounds of 2 ms batches per "
+                            "cell (about 1-2 s); figures are rough. Not with --rounds")
+    bench.add_argument("--rounds", type=int, metavar="N",
+                       help="N rounds of 10 ms batches per cell, the median shown (default 25, "
+                            "10-20 s). Not with --quick")
+    bench.set_defaults(func=cmd_bench)

@@ -1,0 +1,57 @@
+"""``regdev call``: one raw call through the gate on a fresh in-process device."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..gate._tools import REGISTER_TOOLS
+from ._common import (
+    add_gate_options,
+    check_stdin,
+    check_tool_choice,
+    dialect_options,
+    json_line,
+    open_gate,
+)
+
+
+def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
+    check_tool_choice(args.tool_choice, REGISTER_TOOLS)
+    if args.raw == "-":
+        check_stdin()
+    gate, session = open_gate(args)
+    with gate:
+        # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
+        raw = sys.stdin.buffer.read(gate.max_input_bytes + 1) if args.raw == "-" else args.raw
+        observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice,
+                                  session=session)
+    json_line(observation.to_dict(), out)
+    if observation.code == "not-json" and args.raw != "-" and _names_a_file(args.raw):
+        print(f"regdev call: hint: RAW is the call's JSON text; to send a file's contents "
+              f"use: regdev call - < {shlex.quote(args.raw)}", file=sys.stderr)
+    return 0 if observation.ok else 1
+
+
+def _names_a_file(text: str) -> bool:
+    """Whether ``text`` is the name of an existing file (no error for text that cannot be one:
+    too long, or holding a NUL)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``regdev call`` to the subcommands."""
+    call = sub.add_parser(
+        "call", help="run one raw call against a fresh in-process device",
+        description="Print the observation as one line of JSON. Exit 0 when the call was "
+                    "accepted, 1 when refused.")
+    call.add_argument("raw", metavar="RAW", help="the call as JSON text, or - to read stdin")
+    dialect_options(call, "")
+    add_gate_options(call)
+    call.set_defaults(func=cmd_call)

@@ -1,0 +1,233 @@
+"""What the commands share: the usage error, the options every command that runs calls takes
+(device, dialect, policy and audit), opening the gate on them, and small output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+
+from ..audit._log import (
+    AuditLog,
+    default_audit_path,
+    default_audit_root,
+)
+from ..core._errors import AuditError, AuditInUse, PolicyError, RegdevError
+from ..devices._device import Device, RegisterFile
+from ..devices._serial import MAX_BAUDRATE, SerialDevice
+from ..gate._gate import Gate
+from ..gate._parse import DIALECTS
+from ..gate._policy import Policy, Session
+from ..gate._tools import REGISTER_TOOLS, ToolSet
+
+
+class UsageError(Exception):
+    """A command-line mistake: printed as one line, exit status 2."""
+
+
+def count(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless the number is 1: "1 call", "2 calls"."""
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
+def json_line(value: Any, out: TextIO) -> None:
+    out.write(msgspec.json.encode(value).decode() + "\n")
+
+
+STDOUT_CLOSED = "standard output is closed"
+
+
+def check_stdin() -> None:
+    """UsageError, before anything runs, when file descriptor 0 is closed (`<&-`): Python
+    then has no ``sys.stdin`` at all (None)."""
+    if sys.stdin is None:
+        raise UsageError("cannot read the input: standard input is closed")
+
+
+def check_tool_choice(tool_choice: str | None, tools: ToolSet) -> None:
+    """``--tool-choice`` must name one of ``tools`` (the gate would raise ValueError)."""
+    if tool_choice is not None and tool_choice not in tools:
+        raise UsageError(f"--tool-choice {tool_choice} is not one of the tools offered: "
+                         f"{', '.join(tools)}")
+
+
+def port_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--port``, ``--timeout`` and ``--baud``: the device a command runs on."""
+    p.add_argument("--port", metavar="URL",
+                   help="run against the device on this serial port instead of in process: "
+                        "/dev/ttyUSB0, COM3, socket://HOST:PORT or rfc2217://HOST:PORT "
+                        "(see docs/protocol.md)")
+    p.add_argument("--timeout", metavar="SECONDS", type=float,
+                   help="with --port: seconds to wait for each reply (default 0.5)")
+    p.add_argument("--baud", metavar="N", type=int,
+                   help=f"with --port: line speed in baud, 1..{MAX_BAUDRATE} (default "
+                        "115200; ignored by socket://)")
+
+
+
+def dialect_options(p: argparse.ArgumentParser, default_help: str) -> None:
+    """Add ``--dialect`` and ``--tool-choice``."""
+    p.add_argument("--dialect", choices=DIALECTS, default="canonical",
+                   help=f"shape of the raw calls (default: canonical). {default_help}")
+    p.add_argument("--tool-choice", metavar="TOOL",
+                   help="force this tool: a call naming any other is refused (wrong-tool)")
+
+
+
+def add_gate_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--policy``, ``--session``, ``--audit``, ``--no-audit`` and ``--durability``."""
+    group = p.add_argument_group("policy and audit")
+    group.add_argument("--policy", metavar="FILE",
+                       help="a policy file (TOML, or JSON for other suffixes): sessions, "
+                            "read-only and protected registers, rate limits, timeout; see "
+                            "docs/safety.md")
+    group.add_argument("--session", metavar="NAME", default="default",
+                       help="run the calls as this session of the policy (default: default)")
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--audit", metavar="PATH", type=Path,
+                       help="record every call in this SQLite audit log (default: "
+                            "$REGDEV_AUDIT, else $XDG_STATE_HOME/regdev/audit.db, i.e. "
+                            "~/.local/state/regdev/audit.db; when that default cannot be "
+                            "created, a warning and no audit log; one process writes a "
+                            "database at a time)")
+    where.add_argument("--no-audit", action="store_true",
+                       help="record nothing (idempotency keys are then ignored too)")
+    group.add_argument("--durability", choices=("crash", "power-loss"), default="crash",
+                       help="crash: a recorded write survives the process being killed "
+                            "(default); power-loss: it survives power loss too (slower: one "
+                            "fsync per write)")
+
+
+def open_gate(args: argparse.Namespace, device: Device | None = None,
+              tools: ToolSet = REGISTER_TOOLS) -> tuple[Gate, Session]:
+    """The gate (on ``device``, offering ``tools``) and the session that the options of
+    :func:`add_gate_options` ask for. Close the gate when done: that commits the audit log.
+
+    Raises:
+        UsageError: the policy file is invalid, the session is not declared, or the audit log
+            the user named (``--audit``, ``$REGDEV_AUDIT``) cannot be opened (the default one
+            failing is a warning on stderr, see :func:`open_audit`).
+    """
+    policy = load_policy(args)
+    audit = None if args.no_audit else open_audit(args)
+    try:
+        gate = Gate(device, tools, policy=policy, audit=audit)
+        return gate, gate.session(args.session)
+    except PolicyError as error:  # the policy names a session or a tool that is not there
+        if audit is not None:
+            audit.close()
+        raise UsageError(f"{args.policy}: {error}" if args.policy else str(error)) from None
+    except BaseException:
+        if audit is not None:
+            audit.close()
+        raise
+
+
+def load_policy(args: argparse.Namespace) -> Policy | None:
+    """The policy of ``--policy`` (None without one); ``--session`` must be declared in it.
+
+    Raises:
+        UsageError: the policy file is invalid or does not declare the session, or a session
+            other than ``default`` is asked for without a policy.
+    """
+    if args.policy is None:
+        if args.session != "default":
+            raise UsageError(f"--session {args.session} needs --policy FILE, a policy that "
+                             "declares it (without a policy the only session is default)")
+        return None
+    try:
+        policy = Policy.from_file(args.policy)
+    except PolicyError as error:
+        raise UsageError(str(error)) from None
+    try:
+        policy.session_policy(args.session)
+    except PolicyError as error:
+        raise UsageError(f"{args.policy}: {error}") from None
+    return policy
+
+
+def open_audit(args: argparse.Namespace) -> AuditLog | None:
+    """The audit log of ``--audit``, ``$REGDEV_AUDIT`` or the default path.
+
+    A path the user gave that cannot be opened, or whose directory does not exist (it is not
+    created), is an error. The default path (under ``$XDG_STATE_HOME`` or ``~/.local/state``)
+    is only a convenience: its folders are created only when ``$XDG_STATE_HOME`` (when set) or
+    the home directory exists; when it cannot be used (a read-only or missing home, as an MCP
+    client, a service or a container may give), the command warns in one line on stderr and
+    runs without an audit log. Another regdev process writing the database is an error
+    whichever path it is (:class:`~regdev.AuditInUse`): quietly running without an audit log,
+    nor its idempotency keys, is not what the user asked for.
+
+    Raises:
+        UsageError: the path given with ``--audit`` or ``$REGDEV_AUDIT`` cannot be opened, or
+            its directory does not exist; or another process writes the database.
+    """
+    given = args.audit is not None or bool(os.environ.get("REGDEV_AUDIT"))
+    path = args.audit or default_audit_path()
+    advice = "choose another file with --audit PATH, or record nothing with --no-audit"
+    if given and not path.parent.exists():  # a typo in a path is not a folder to create
+        raise UsageError(f"the directory {path.parent} does not exist ({advice})")
+    root = default_audit_root()
+    try:
+        if not given and not root.exists():  # a missing home is not made: no log, a warning
+            home = "the home directory" if root == Path.home() else "$XDG_STATE_HOME"
+            raise AuditError(f"the default audit log {path} cannot be used: {home} {root} "
+                             "does not exist")
+        return AuditLog(path, durability=args.durability)
+    except AuditInUse as error:  # the default too: running unaudited unasked would be worse
+        raise UsageError(f"{error}; give this one its own with --audit PATH, or --no-audit") \
+            from None
+    except AuditError as error:
+        if given:
+            raise UsageError(f"{error} ({advice})") from None
+        print(f"regdev {args.command}: warning: {error}; going on without an audit log "
+              "(--audit PATH to record one elsewhere, --no-audit to say so)", file=sys.stderr)
+        return None
+
+
+def audit_note(gate: Gate, out: TextIO) -> None:
+    if gate.audit is not None:
+        out.write(f"\nrecorded in the audit log {gate.audit.path} "
+                  f"(regdev audit --db {gate.audit.path})\n")
+
+
+def port_device(args: argparse.Namespace) -> Device:
+    """The device the command runs on: the serial device at ``--port``, else in process.
+
+    Raises:
+        UsageError: ``--timeout``, ``--baud`` or ``--reset`` without ``--port``, or out of
+            range; or the port cannot be opened.
+    """
+    if args.port is None:
+        given = [option for option, value in (("--timeout", args.timeout), ("--baud", args.baud))
+                 if value is not None]
+        if getattr(args, "reset", False):  # replay's
+            given.append("--reset")
+        if given:
+            raise UsageError(f"{' and '.join(given)} go{'es' * (len(given) == 1)} with "
+                             "--port URL (without --port the device is in process)")
+        return RegisterFile()
+    timeout = 0.5 if args.timeout is None else args.timeout
+    baudrate = 115200 if args.baud is None else args.baud
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise UsageError(f"--timeout must be a number of seconds > 0, got {timeout:g}")
+    if not 1 <= baudrate <= MAX_BAUDRATE:
+        raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {baudrate}")
+    try:
+        return SerialDevice(args.port, baudrate=baudrate, timeout=timeout)
+    except (RegdevError, ValueError) as error:
+        raise UsageError(str(error)) from None
+
+
+def device_call(args: argparse.Namespace, action: Any) -> Any:
+    """Run a device call outside the gate (identify, dump, reset); a failure is one line."""
+    try:
+        return action()
+    except RegdevError as error:
+        where = f" on {args.port}" if getattr(args, "port", None) else ""
+        raise UsageError(f"the device{where} failed: {error}") from None

@@ -1,0 +1,73 @@
+"""``regdev firmware-sim``: the simulated device on a pty or a TCP port."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO
+
+from ._common import (
+    UsageError,
+)
+
+
+def _firmware_sim_module() -> ModuleType:
+    """The firmware simulator, from ``firmware-sim/`` in the source tree regdev runs from."""
+    if "regdev_firmware_sim" in sys.modules:
+        return sys.modules["regdev_firmware_sim"]
+    path = Path(__file__).resolve().parents[3] / "firmware-sim" / "regdev_firmware_sim.py"
+    spec = importlib.util.spec_from_file_location("regdev_firmware_sim", path)
+    if not path.is_file() or spec is None or spec.loader is None:
+        raise UsageError("the firmware simulator lives in the source tree (firmware-sim/), "
+                         f"not found at {path}; run regdev from a clone (pip install -e .)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+#: What each fault kind of ``--fault KIND=RATE`` does to a reply (the simulator's docstring).
+FAULT_HELP = {
+    "drop": "one byte of the reply is lost (the host sees a bad or short frame)",
+    "corrupt": "one byte of the reply is changed (the host sees a checksum or syntax error)",
+    "delay": "the reply is sent --delay SECONDS late (past the host's --timeout)",
+    "garbage": "1..20 random bytes are sent before the reply, between frames",
+    "disconnect": "the link is cut instead of replying (TCP: the socket is closed; pty: a "
+                  "new pty replaces the old one, at --link PATH)",
+    "busy": "the device answers `e BUSY` and does not run the request",
+}
+
+
+def cmd_firmware_sim(args: argparse.Namespace, out: TextIO) -> int:
+    module = _firmware_sim_module()
+    if {"-h", "--help"} & set(args.args):  # the simulator's help, with what each fault does
+        parser = module.build_parser("regdev firmware-sim")
+        parser.epilog = None
+        width = max(shutil.get_terminal_size().columns - 2, 40)  # as argparse wraps
+        out.write(parser.format_help() + "\n" + textwrap.fill(
+            "fault kinds (--fault KIND=RATE): at most one fault per reply; a request runs "
+            "before its reply is faulted (except busy), so a write whose reply is lost has "
+            "happened.", width) + "\n")
+        for kind in module.FAULT_KINDS:
+            out.write(textwrap.fill(FAULT_HELP[kind], width, initial_indent=f"  {kind:<12}",
+                                    subsequent_indent=" " * 14) + "\n")
+        out.write("\nexample: regdev firmware-sim --pty --fault drop=0.05,corrupt=0.02 "
+                  "--seed 7 -v\n")
+        return 0
+    status: int = module.main(args.args, prog="regdev firmware-sim")
+    return status
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``regdev firmware-sim`` to the subcommands."""
+    sim = sub.add_parser(
+        "firmware-sim", add_help=False, prefix_chars="+",
+        help="serve the simulated device on a pty or a TCP port (--help for its options)",
+        description="The device side of docs/protocol.md with seeded fault injection.")
+    sim.add_argument("args", nargs=argparse.REMAINDER)
+    sim.set_defaults(func=cmd_firmware_sim)
