@@ -1,0 +1,39 @@
+/* The core as a shared object for tests (tests/test_firmware_c.py drives it with ctypes):
+ * whole byte strings in, every reply out, in one call. */
+#include <stddef.h>
+#include <string.h>
+
+#include "regdev_core.h"
+
+/* sizeof(regdev_core_t), for a caller that allocates it. */
+size_t regdev_test_core_size(void)
+{
+    return sizeof(regdev_core_t);
+}
+
+/* Feed n bytes; append the replies to out (at most cap bytes). Returns the bytes written, or
+ * -1 when out is too small. */
+long regdev_test_feed_all(regdev_core_t *core, const uint8_t *in, size_t n, uint8_t *out,
+                          size_t cap)
+{
+    size_t used = 0, i;
+    for (i = 0; i < n; i++) {
+        uint8_t length = regdev_core_feed(core, in[i]);
+        if (used + length > cap)
+            return -1;
+        memcpy(out + used, core->reply, length);
+        used += length;
+    }
+    return (long)used;
+}
+
+/* The register file as it is held (reserved bits included, for white-box checks). */
+void regdev_test_registers(const regdev_core_t *core, uint8_t out[REGDEV_REGISTER_COUNT])
+{
+    memcpy(out, core->regs, REGDEV_REGISTER_COUNT);
+}
+
+const char *regdev_test_identity(void)
+{
+    return regdev_identity;
+}
