@@ -1,0 +1,278 @@
+/* Run an AVR image in simavr with USART0 bridged to a pseudo-terminal.
+ *
+ *     regdev-simavr [--link PATH] [--stats] [-v] [--poll-us N] [--mcu NAME] [--freq HZ]
+ *                   IMAGE.elf
+ *
+ * Like `regdev firmware-sim --pty`: the first line of standard output is the port to open
+ * (the pty's path, or PATH with --link, a symlink to it), flushed; then the image runs, in
+ * real time, until SIGINT, SIGTERM or SIGHUP (exit 0). --stats prints on stderr at exit how
+ * many cycles ran in how much wall-clock and CPU time; -v logs each line the image sends and
+ * receives, and simavr's own messages, on stderr. --poll-us N: how often, in simulated
+ * microseconds, bytes waiting on the pty are moved into the UART (100; 0 leaves it to
+ * uart_pty, once a millisecond: a read round trip then takes about 1 ms more). The MCU and clock come from the image's
+ * .mmcu section when it has one, else from --mcu (atmega328p) and --freq (16000000).
+ * Failures: one line on stderr, exit status 2 (cannot start) or 1 (the image crashed or
+ * stopped).
+ *
+ * It uses simavr 1.6's uart_pty part (libsimavrparts), minding how that version behaves:
+ * - avr_make_mcu_by_name leaves the clock at 1 MHz: the frequency is set before the image runs
+ *   (its UBRR0 setting is turned into a bit time by it).
+ * - libsimavr and uart_pty print to standard output: file descriptor 1 is pointed at stderr
+ *   (with -v) or /dev/null before simavr starts, and the port goes to the saved one.
+ * - A signal that interrupts uart_pty's thread ends the bridge silently: signals are blocked
+ *   while the thread starts (it keeps that mask) and handled in this thread only.
+ * - uart_pty_stop() can hang in pthread_join: it is not called; exit ends the thread.
+ * - AVR_UART_FLAG_POLL_SLEEP (on by default) sleeps 1 us on every read of UCSR0A that finds
+ *   nothing: cleared, so a firmware polling UDRE0 while it sends is not slowed down.
+ * - uart_pty always points /tmp/simavr-uart0 at its pty: that link is removed at exit when it
+ *   is still ours; --link gives a path of one's own.
+ */
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "avr_uart.h"
+#include "sim_avr.h"
+#include "sim_elf.h"
+#include "sim_time.h"
+#include "uart_pty.h"
+
+#define PROG "regdev-simavr"
+#define SIMAVR_LINK "/tmp/simavr-uart0"
+
+static volatile sig_atomic_t stop;
+static int verbose;
+static uart_pty_t bridge;
+static const char *link_path;
+
+static void on_signal(int number)
+{
+    (void)number;
+    stop = 1;
+}
+
+static void quiet_logger(avr_t *avr, const int level, const char *format, va_list ap)
+{
+    (void)avr;
+    if (level <= LOG_ERROR || (verbose && level <= LOG_WARNING)) {
+        fputs(PROG ": simavr: ", stderr);
+        vfprintf(stderr, format, ap);
+    }
+}
+
+static void cleanup_links(void)
+{
+    char target[256];
+    ssize_t n = readlink(SIMAVR_LINK, target, sizeof target - 1);
+    if (n > 0) {
+        target[n] = 0;
+        if (strcmp(target, bridge.pty.slavename) == 0)
+            unlink(SIMAVR_LINK);
+    }
+    if (link_path)
+        unlink(link_path);
+}
+
+static int fail(const char *what, const char *detail)
+{
+    fprintf(stderr, PROG ": error: %s: %s\n", what, detail);
+    return 2;
+}
+
+/* -v: each line the image sends or receives, on stderr ("<-" in, "->" out). */
+typedef struct {
+    const char *arrow;
+    char text[512];
+    size_t len;
+} line_log_t;
+static line_log_t log_in = {"<- ", {0}, 0}, log_out = {"-> ", {0}, 0};
+
+static void log_byte(struct avr_irq_t *irq, uint32_t value, void *param)
+{
+    line_log_t *log = param;
+    (void)irq;
+    if (log->len < sizeof log->text - 5) {
+        if (value >= 0x20 && value < 0x7F && value != '\\')
+            log->text[log->len++] = (char)value;
+        else
+            log->len += (size_t)snprintf(log->text + log->len, 5, "\\x%02x", value & 0xFFu);
+    }
+    if (value == '\n') {
+        fprintf(stderr, "%s%.*s\n", log->arrow, (int)log->len, log->text);
+        log->len = 0;
+    }
+}
+
+/* --poll-us: uart_pty moves bytes from the pty into the UART when the UART raises XON and
+ * then once a millisecond, which adds up to 1 ms to every request. This timer raises XON
+ * itself (in simavr's thread, as the UART would) every so often while there is room. */
+static avr_irq_t *xon_irq;
+static avr_cycle_count_t poll_cycles;
+static avr_cycle_count_t poll_bridge(avr_t *avr, avr_cycle_count_t when, void *param)
+{
+    (void)avr;
+    (void)param;
+    if (bridge.xon)
+        avr_raise_irq(xon_irq, 1);
+    return when + poll_cycles;
+}
+
+static double seconds(clockid_t clock)
+{
+    struct timespec now;
+    clock_gettime(clock, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    elf_firmware_t image;
+    const char *path = NULL, *mcu = "atmega328p";
+    unsigned long freq = 16000000UL, poll_us = 100;
+    int stats = 0, i, port_fd, quiet_fd;
+    sigset_t all, old;
+    struct sigaction action;
+    avr_t *avr;
+    uint32_t flags = 0;
+    char temporary[4096];
+    double wall0, cpu0;
+    uint64_t cycle0;
+    int state = cpu_Running;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--link") == 0 && i + 1 < argc)
+            link_path = argv[++i];
+        else if (strcmp(argv[i], "--mcu") == 0 && i + 1 < argc)
+            mcu = argv[++i];
+        else if (strcmp(argv[i], "--freq") == 0 && i + 1 < argc)
+            freq = strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--poll-us") == 0 && i + 1 < argc)
+            poll_us = strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--stats") == 0)
+            stats = 1;
+        else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0)
+            verbose = 1;
+        else if (argv[i][0] != '-' && !path)
+            path = argv[i];
+        else
+            path = NULL, i = argc + 1;
+    }
+    if (!path || i > argc || freq == 0 || poll_us > 1000000UL) {
+        fprintf(stderr, "usage: " PROG " [--link PATH] [--stats] [-v] [--poll-us N] "
+                        "[--mcu NAME] [--freq HZ] IMAGE.elf\n");
+        return 2;
+    }
+
+    /* Keep standard output for the port alone. */
+    port_fd = dup(STDOUT_FILENO);
+    quiet_fd = verbose ? dup(STDERR_FILENO) : open("/dev/null", O_WRONLY);
+    if (port_fd < 0 || quiet_fd < 0 || dup2(quiet_fd, STDOUT_FILENO) < 0)
+        return fail("cannot set up standard output", strerror(errno));
+    close(quiet_fd);
+    avr_global_logger_set(quiet_logger);
+
+    memset(&image, 0, sizeof image);
+    if (elf_read_firmware(path, &image) != 0 || !image.flash)
+        return fail("cannot load the image", path);
+    if (!image.mmcu[0])
+        snprintf(image.mmcu, sizeof image.mmcu, "%s", mcu);
+    if (!image.frequency)
+        image.frequency = (uint32_t)freq;
+    avr = avr_make_mcu_by_name(image.mmcu);
+    if (!avr)
+        return fail("simavr does not know this MCU", image.mmcu);
+    avr_init(avr);
+    avr->log = verbose ? LOG_WARNING : LOG_ERROR;
+    avr_load_firmware(avr, &image);
+    avr->frequency = image.frequency;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    uart_pty_init(avr, &bridge);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!bridge.pty.s)
+        return fail("cannot open a pseudo-terminal", strerror(errno));
+    uart_pty_connect(&bridge, '0');
+    avr_ioctl(avr, AVR_IOCTL_UART_GET_FLAGS('0'), &flags);
+    flags &= ~(uint32_t)(AVR_UART_FLAG_POLL_SLEEP | AVR_UART_FLAG_STDIO);
+    avr_ioctl(avr, AVR_IOCTL_UART_SET_FLAGS('0'), &flags);
+    if (poll_us) {
+        poll_cycles = avr_usec_to_cycles(avr, (uint32_t)poll_us);
+        xon_irq = avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ('0'), UART_IRQ_OUT_XON);
+        avr_cycle_timer_register(avr, poll_cycles, poll_bridge, NULL);
+    }
+    if (verbose) {
+        avr_irq_register_notify(bridge.irq + IRQ_UART_PTY_BYTE_OUT, log_byte, &log_in);
+        avr_irq_register_notify(bridge.irq + IRQ_UART_PTY_BYTE_IN, log_byte, &log_out);
+    }
+    if (link_path) {
+        if (snprintf(temporary, sizeof temporary, "%s.new", link_path) >= (int)sizeof temporary)
+            return fail("cannot make the link", "the path is too long");
+        unlink(temporary);
+        if (symlink(bridge.pty.slavename, temporary) < 0 ||
+            rename(temporary, link_path) < 0) {
+            int error = errno;
+            link_path = NULL;
+            cleanup_links();
+            return fail("cannot make the link", strerror(error));
+        }
+    }
+
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL);
+    sigaction(SIGTERM, &action, NULL);
+    sigaction(SIGHUP, &action, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    {
+        char line[320];
+        int n = snprintf(line, sizeof line, "%s\n", link_path ? link_path : bridge.pty.slavename);
+        if (write(port_fd, line, (size_t)n) != n) {
+            int error = errno;
+            cleanup_links();
+            return fail("cannot write the port to standard output", strerror(error));
+        }
+        close(port_fd);
+    }
+
+    wall0 = seconds(CLOCK_MONOTONIC);
+    cpu0 = seconds(CLOCK_PROCESS_CPUTIME_ID);
+    cycle0 = avr->cycle;
+    while (!stop) {
+        state = avr_run(avr);
+        if (state == cpu_Done || state == cpu_Crashed)
+            break;
+    }
+    cleanup_links();
+    if (stats) {
+        double wall = seconds(CLOCK_MONOTONIC) - wall0;
+        double cpu = seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+        double cycles = (double)(avr->cycle - cycle0);
+        fprintf(stderr, PROG ": %.0f cycles (%.3f s at %u Hz) in %.3f s wall clock, %.3f s CPU "
+                "(%.0f%% of one core): %.0f cycles per wall second (%.3fx real time)\n",
+                cycles, cycles / avr->frequency, avr->frequency, wall, cpu,
+                wall > 0 ? 100.0 * cpu / wall : 0.0, wall > 0 ? cycles / wall : 0.0,
+                wall > 0 ? cycles / avr->frequency / wall : 0.0);
+    }
+    fflush(stdout); /* simavr's messages, with -v */
+    fflush(stderr);
+    if (state == cpu_Done || state == cpu_Crashed) {
+        fprintf(stderr, PROG ": error: the image %s at pc 0x%04x\n",
+                state == cpu_Done ? "stopped (slept with interrupts off)" : "crashed",
+                (unsigned)avr->pc);
+        _exit(1);
+    }
+    _exit(0); /* not uart_pty_stop(): its pthread_join can hang */
+}
