@@ -7,6 +7,13 @@ process (16 registers of 8 bits, reset value 0), through the same codec
     regdev firmware-sim --pty                       # prints e.g. /dev/pts/7, then serves
     regdev firmware-sim --tcp 127.0.0.1:0           # prints e.g. socket://127.0.0.1:40521
     python firmware-sim/regdev_firmware_sim.py --pty --fault drop=0.05 --seed 7
+    regdev firmware-sim --avr                       # the C firmware's Uno image, in simavr
+
+``--avr`` does not run this simulator: it builds the C firmware of ``firmware-sim/c/`` if
+needed (``make sim``: avr-gcc, avr-libc and simavr's development files) and becomes its simavr
+harness, which runs the ATmega328P image you would flash on an Arduino Uno, in real time, with
+its USART0 on a pty (docs/firmware.md). It takes ``--link`` and ``-v``; faults and
+``--identity`` belong to this simulator only.
 
 The first line of standard output is the port to open (flushed); the simulator then serves
 until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr. When
@@ -50,8 +57,10 @@ import math
 import os
 import random
 import select
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 import types
@@ -98,6 +107,11 @@ else:  # run as a script: regdev need not be installed
 
 __all__ = ["FAULT_KINDS", "IDENTITY", "Faults", "Firmware", "main", "serve"]
 
+#: The C firmware (its Makefile, sources and simavr harness), for ``--avr``.
+FIRMWARE_C = Path(__file__).resolve().parent / "c"
+#: What ``--avr`` needs on PATH, and the Debian/Ubuntu packages that give it.
+AVR_TOOLS = ("make", "cc", "avr-gcc", "avr-objcopy")
+AVR_PACKAGES = "gcc-avr avr-libc binutils-avr libsimavr-dev libelf-dev"
 #: What the simulator answers to ``I``.
 IDENTITY = "regdev firmware-sim, 16 x 8-bit, protocol 1"
 #: Fault kinds, in the order their rates are drawn for each reply.
@@ -469,8 +483,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                        help="serve on a new pseudo-terminal; prints its path (POSIX only)")
     where.add_argument("--tcp", metavar="HOST:PORT", type=_host_port,
                        help="serve on a TCP port (0 picks a free one); prints socket://HOST:PORT")
+    where.add_argument("--avr", action="store_true",
+                       help="run the C firmware's ATmega328P (Arduino Uno) image in simavr on a "
+                            "new pseudo-terminal instead, building it first if needed (make, "
+                            "avr-gcc, simavr: docs/firmware.md); prints the pty's path; takes "
+                            "--link and -v, not faults or --identity")
     parser.add_argument("--link", metavar="PATH", type=Path,
-                        help="with --pty: keep a symlink to the pty at PATH and print PATH; "
+                        help="with --pty or --avr: keep a symlink to the pty at PATH and print "
+                             "PATH; "
                              "needed for the disconnect fault, which replaces the pty")
     parser.add_argument("--fault", metavar="KIND=RATE", type=_fault_rates, action="append",
                         default=[], help="inject a fault in this fraction (0..1) of replies; "
@@ -505,8 +525,17 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     if rates.get("disconnect") and args.pty and args.link is None:
         parser.error("the disconnect fault on --pty needs --link PATH (the pty is replaced, "
                      "and the host reopens it by the link)")
-    if args.link is not None and not args.pty:
-        parser.error("--link goes with --pty")
+    if args.link is not None and not (args.pty or args.avr):
+        parser.error("--link goes with --pty or --avr")
+    if args.avr:
+        given = [option for option, value, default in (
+            ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
+            ("--fault-after", args.fault_after, 0), ("--fault-count", args.fault_count, None),
+            ("--identity", args.identity, IDENTITY)) if value != default]
+        if given:
+            parser.error(f"{', '.join(given)} cannot go with --avr: the C firmware runs as "
+                         "built, without faults, with its own identity")
+        return run_avr(parser.prog, link=args.link, verbose=args.verbose)
 
     def announce(port: str) -> None:
         """The port on the first line of stdout, flushed: a host waits for it to connect."""
@@ -550,6 +579,58 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         print(f"{parser.prog}: error: {_reason(error)}", file=sys.stderr)
         return 2
     return 0
+
+
+def avr_build(build: Path | None = None) -> tuple[Path, Path]:
+    """Build the C firmware's Uno image and simavr harness if needed (``make sim``).
+
+    Args:
+        build: the build directory (default ``firmware-sim/c/build``).
+
+    Returns:
+        The harness and the image (ELF) to give it.
+
+    Raises:
+        CannotServe: a tool is missing or the build failed (the message names the packages,
+            or quotes the end of make's output).
+    """
+    missing = [tool for tool in AVR_TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise CannotServe(f"--avr needs {', '.join(missing)} on PATH (Debian/Ubuntu: apt-get "
+                          f"install {AVR_PACKAGES})")
+    folder = build if build is not None else FIRMWARE_C / "build"
+    try:
+        done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}", "sim"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace", check=False)
+    except OSError as error:
+        raise CannotServe(f"cannot run make: {_reason(error)}") from None
+    if done.returncode != 0:
+        tail = " | ".join(done.stdout.strip().splitlines()[-3:])
+        raise CannotServe(f"building the C firmware failed (make -C {FIRMWARE_C} sim): {tail} "
+                          f"(simavr's headers and libraries: apt-get install {AVR_PACKAGES})")
+    return folder / "sim" / "regdev-simavr", folder / "avr" / "regdev-uno.elf"
+
+
+def run_avr(prog: str, *, link: Path | None, verbose: bool) -> int:
+    """Build if needed, then become the simavr harness running the Uno image (``exec``).
+
+    Returns:
+        2 (one line on stderr) when it cannot be built or started; else it does not return.
+    """
+    try:
+        harness, image = avr_build()
+    except CannotServe as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    command = [str(harness), *(["--link", str(link)] if link else []),
+               *(["-v"] if verbose else []), str(image)]
+    sys.stdout.flush()
+    try:
+        os.execv(command[0], command)
+    except OSError as error:
+        print(f"{prog}: error: cannot run {command[0]}: {_reason(error)}", file=sys.stderr)
+    return 2
 
 
 def _drop_stdout() -> None:

@@ -101,13 +101,13 @@ def test_pty_link_is_printed_and_removed(tmp_path: Path) -> None:
         (["--pty", "--fault", "drop=2"], "RATE in 0..1, got `drop=2`"),
         (["--pty", "--fault", "disconnect=0.1"], "the disconnect fault on --pty needs --link"),
         (["--tcp", "nohost"], "expected HOST:PORT"),
-        (["--tcp", "127.0.0.1:0", "--link", "/tmp/x"], "--link goes with --pty"),
+        (["--tcp", "127.0.0.1:0", "--link", "/tmp/x"], "--link goes with --pty or --avr"),
         (["--pty", "--identity", "a*b"], "identify text must be"),
         (["--pty", "--delay", "nan"], "--delay must be a number of seconds in 0..3600, got nan"),
         (["--pty", "--delay", "inf"], "--delay must be a number of seconds in 0..3600, got inf"),
         (["--pty", "--delay", "1e300"], "--delay must be a number of seconds in 0..3600"),
         (["--pty", "--delay", "-1"], "--delay must be a number of seconds in 0..3600"),
-        ([], "one of the arguments --pty --tcp is required"),
+        ([], "one of the arguments --pty --tcp --avr is required"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
