@@ -88,7 +88,16 @@ def gate(device: RegisterFile) -> Gate:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print how many JSON Schema Test Suite cases ran and how many were refused."""
+    """Print how many JSON Schema Test Suite cases ran and how many were refused, and in one
+    line which C firmware tests were skipped for want of a tool, and why."""
     suite = sys.modules.get("test_schema_suite")
     for line in getattr(suite, "SUMMARY", []):
         terminalreporter.write_line(line)
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if report.nodeid.startswith("tests/test_firmware_c.py")
+               and isinstance(report.longrepr, tuple)]
+    if skipped:
+        reasons = sorted({str(report.longrepr[2]).removeprefix("Skipped: ")  # type: ignore[index]
+                          for report in skipped})
+        terminalreporter.write_line(f"firmware tests skipped: {len(skipped)} "
+                                    f"({'; '.join(reasons)})")

@@ -1,0 +1,756 @@
+"""The C firmware (firmware-sim/c/): its core against the Python codec, its register maps, the
+host build on a pty, and the ATmega328P image in simavr driven by regdev's commands.
+
+The host and differential tests need make and a C compiler; the simavr tests need avr-gcc and
+simavr too (tests/firmware_c.py says which are missing; ``REGDEV_REQUIRE_FIRMWARE=1`` makes a
+missing tool a failure, as in CI).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import serial
+
+import regdev_firmware_sim as sim
+from conftest import EXAMPLES, ROOT
+from firmware import SIM, sim_process
+from firmware_c import C_DIR, CCore, make, need
+from regdev import _protocol as wire
+from regdev._cli import main
+
+REGDEV = Path(sys.executable).parent / "regdev"
+GEN = C_DIR / "gen_regmap.py"
+HOST_IDENTITY = "regdev C/host, map default, protocol 1"
+UNO_IDENTITY = "regdev C/uno, map default, protocol 1"
+
+
+def frame(payload: bytes) -> bytes:
+    """``$``, the payload, ``*``, its CRC-8 and LF: a frame with a good checksum."""
+    return b"$%s*%02X\n" % (payload, wire.crc8(payload))
+
+
+# --- builds ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def host_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The host build (the pty server and the shared object) of the default map."""
+    need("host")
+    build = tmp_path_factory.mktemp("c-host")
+    make(build, "host", "lib")
+    return build
+
+
+@pytest.fixture
+def core(host_build: Path) -> CCore:
+    """A fresh C core of the default map."""
+    return CCore(host_build / "host" / "libregdev_core.so")
+
+
+@pytest.fixture(scope="module")
+def avr_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Uno image and the simavr harness, built from scratch into a temporary folder."""
+    need("avr")
+    build = tmp_path_factory.mktemp("c-avr")
+    make(build, "sim")
+    return build
+
+
+# --- the core against the protocol doc and the Python codec ---------------------------------------
+
+
+def test_core_answers_the_protocol_doc_examples(core: CCore) -> None:
+    """Each request of docs/protocol.md's table of examples gets the reply the table shows
+    next to it (identify: the C firmware's own text)."""
+    rows = re.findall(r"^\| `(\$[^`]*)\\n` \| `(\w+)\(",
+                      (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8"), re.MULTILINE)
+    pairs = [(request, reply) for (request, kind), (reply, _) in itertools.pairwise(rows)
+             if kind.endswith("Request")]
+    assert [request[:5] for request, _ in pairs] == ["$01 I", "$02 R", "$03 W", "$04 D", "$05 Z",
+                                                    "$06 R"]
+    for request, reply in pairs:
+        expected = reply.encode() + b"\n"
+        if request.startswith("$01 I"):
+            expected = wire.encode(wire.IdentifyReply(1, HOST_IDENTITY))
+        assert core.feed(request.encode() + b"\n") == expected, request
+
+
+def test_core_identity_is_valid_and_names_platform_and_map(core: CCore) -> None:
+    """The identify text fits the protocol (1..48 printable bytes) and says what it is."""
+    assert core.identity == HOST_IDENTITY
+    assert wire.decode(core.feed(b"$2A I*%02X\n" % wire.crc8(b"2A I"))) == wire.IdentifyReply(
+        0x2A, HOST_IDENTITY)
+
+
+class _Chunks:
+    """A line for the simulator's serve(): reads the given chunks, keeps what is written."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks[::-1]
+        self.out = bytearray()
+
+    def read(self) -> bytes:
+        return self.chunks.pop() if self.chunks else b""
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+
+def python_device(stream: bytes, identity: str, rng: random.Random) -> tuple[bytes, list[int]]:
+    """What the Python firmware simulator answers to ``stream`` (read in random chunks of
+    1..256 bytes, as from a pty), and its registers after."""
+    chunks = []
+    at = 0
+    while at < len(stream):
+        size = rng.randint(1, 256)
+        chunks.append(stream[at:at + size])
+        at += size
+    firmware = sim.Firmware(identity=identity)
+    line = _Chunks(chunks)
+    sim.serve(line, firmware, sim.Faults())
+    return bytes(line.out), firmware.registers.snapshot()
+
+
+_NOISE = b"$\n\r*0123456789ABCDEFabcdef IRWZDirwzdeQ\x00\x7f\xff"
+_LETTERS = b"IRWZDirwzdeQ$*"
+_SPECIAL = b"$\n\r* 0F"
+
+
+def _address(rng: random.Random) -> int:
+    return rng.randrange(16) if rng.random() < 0.8 else rng.randrange(256)
+
+
+def _request(rng: random.Random) -> bytes:
+    seq = rng.randrange(256)
+    kind = rng.randrange(5)
+    if kind == 0:
+        return wire.encode(wire.IdentifyRequest(seq))
+    if kind == 1:
+        return wire.encode(wire.ReadRequest(seq, _address(rng)))
+    if kind == 2:
+        return wire.encode(wire.WriteRequest(seq, _address(rng), rng.randrange(256)))
+    return wire.encode(wire.ResetRequest(seq) if kind == 3 else wire.DumpRequest(seq))
+
+
+def _reply(rng: random.Random) -> bytes:
+    seq = rng.randrange(256)
+    kind = rng.randrange(6)
+    if kind == 0:
+        text = "".join(rng.choice("abc XYZ-,.019") for _ in range(rng.randint(1, 48)))
+        return wire.encode(wire.IdentifyReply(seq, text))
+    if kind in (1, 2):
+        cls = wire.ReadReply if kind == 1 else wire.WriteReply
+        return wire.encode(cls(seq, rng.randrange(256), rng.randrange(256)))
+    if kind == 3:
+        return wire.encode(wire.ResetReply(seq))
+    if kind == 4:
+        return wire.encode(wire.DumpReply(seq, tuple(rng.randrange(256) for _ in range(16))))
+    return wire.encode(wire.ErrorReply(seq, rng.choice(wire.ERROR_CODES)))
+
+
+def _crafted(rng: random.Random) -> bytes:
+    """A frame of random parts with a good checksum, so that it reaches the syntax checks."""
+    seq = rng.choice([b"%02X" % rng.randrange(256), b"%02x" % rng.randrange(256), b"0",
+                      b"G1", b""])
+    letter = bytes([rng.choice(_LETTERS)])
+    tokens = [b"03", b"FF", b"0f", b"10", b"", b" ", b"ABC", b"X", b"00" * 16, b"*", b"\r",
+              b"DATA", b"hello world"]
+    fields = b"".join(rng.choice(tokens) + rng.choice([b" ", b"", b"  "])
+                      for _ in range(rng.randint(0, 4)))
+    payload = seq + rng.choice([b" ", b"", b"  "]) + letter + rng.choice([b" ", b""]) + fields
+    payload = payload[:59]
+    if rng.random() < 0.2:
+        return b"$" + payload + b"*%02X\n" % rng.randrange(256)  # a checksum likely wrong
+    if rng.random() < 0.1:
+        return b"$" + payload + b"*%02x\n" % wire.crc8(payload)  # lower-case checksum
+    return frame(payload)
+
+
+def _garbage(rng: random.Random) -> bytes:
+    return bytes(rng.choice(_NOISE) for _ in range(rng.randint(1, 80)))
+
+
+def _long_line(rng: random.Random) -> bytes:
+    body = bytes(rng.choice(b"0123456789ABCDEF WR*") for _ in range(rng.randint(55, 140)))
+    return b"$" + body + rng.choice([b"\n", b""])
+
+
+def _line_end(rng: random.Random) -> bytes:
+    data = _request(rng)
+    return data[:-1] + rng.choice([b"\r\n", b"\r\r\n", b"\n\n", b"\r"])
+
+
+_MAKERS = (_request, _request, _request, _reply, _crafted, _crafted, _garbage, _long_line,
+           _line_end)
+
+
+def _damage(rng: random.Random, stream: bytearray) -> None:
+    if not stream:
+        return
+    at = rng.randrange(len(stream))
+    kind = rng.randrange(5)
+    if kind == 0:
+        del stream[at]
+    elif kind == 1:
+        stream[at] = rng.choice(_SPECIAL) if rng.random() < 0.5 else rng.randrange(256)
+    elif kind == 2:
+        stream[at:at] = bytes([rng.choice(_SPECIAL) if rng.random() < 0.5 else rng.randrange(256)])
+    elif kind == 3:
+        stream[at:at] = stream[at:at + rng.randint(1, 20)]
+    else:
+        del stream[at:]
+
+
+def damaged_stream(rng: random.Random) -> bytes:
+    """1..8 frames, replies, crafted frames, garbage and long lines, then 0..5 damages
+    (a byte lost, changed or added, a slice repeated, the tail cut)."""
+    stream = bytearray(b"".join(rng.choice(_MAKERS)(rng) for _ in range(rng.randint(1, 8))))
+    for _ in range(rng.choice((0, 0, 1, 1, 2, 3, 5))):
+        _damage(rng, stream)
+    return bytes(stream)
+
+
+#: Seeds of the differential test: stream i uses seed FIRST + i. Rerun one stream with
+#: REGDEV_DIFF_SEED=<seed> REGDEV_DIFF_COUNT=1.
+FIRST_SEED = int(os.environ.get("REGDEV_DIFF_SEED", "15000"))
+STREAMS = int(os.environ.get("REGDEV_DIFF_COUNT", "10000"))
+
+
+@pytest.mark.timeout(300)
+def test_core_replies_like_the_python_codec_on_random_damaged_streams(core: CCore) -> None:
+    """On 10,000 seeded random damaged byte streams the C core sends the very bytes the Python
+    firmware simulator sends (the codec in its device role), and holds the same registers."""
+    seen: set[bytes] = set()
+    silent = 0
+    for seed in range(FIRST_SEED, FIRST_SEED + STREAMS):
+        rng = random.Random(seed)
+        stream = damaged_stream(rng)
+        expected, registers = python_device(stream, HOST_IDENTITY, rng)
+        core.reset()
+        got = core.feed(stream)
+        if got != expected or core.registers() != registers:
+            pytest.fail(f"seed {seed} (rerun: REGDEV_DIFF_SEED={seed} REGDEV_DIFF_COUNT=1): "
+                        f"stream {stream!r}\nC:      {got!r}\nPython: {expected!r}\n"
+                        f"registers C {core.registers()} Python {registers}")
+        replies = [wire.decode(line) for line in expected.splitlines(keepends=True)]
+        seen.update(b"e " + r.code.encode() if isinstance(r, wire.ErrorReply)
+                    else wire.encode(r)[4:5] for r in replies)
+        silent += stream.count(b"$") > 0 and not expected
+    # The streams reached every reply and every error a device sends, and some were answered
+    # by nothing at all (replies heard as echoes, garbage).
+    assert seen == {b"i", b"r", b"w", b"z", b"d", b"e ADDR", b"e CKSUM", b"e SYNTAX"}
+    assert silent > STREAMS // 100
+
+
+# --- register maps --------------------------------------------------------------------------------
+
+TEST_MAP = {
+    "format": "regdev-map", "version": 1, "name": "test-map",
+    "registers": [
+        {"name": "ID", "addr": 0, "access": "r", "reset": 0xA5, "reserved_mask": 0,
+         "woclr_mask": 0, "rclr_mask": 0, "fields": []},
+        {"name": "CTRL", "addr": 1, "access": "rw", "reset": 0x01, "reserved_mask": 0xF0,
+         "woclr_mask": 0, "rclr_mask": 0, "fields": []},
+        {"name": "STATUS", "addr": 2, "access": "rw", "reset": 0x0F, "reserved_mask": 0,
+         "woclr_mask": 0x0F, "rclr_mask": 0, "fields": []},
+        {"name": "EVENTS", "addr": 3, "access": "r", "reset": 0x3C, "reserved_mask": 0,
+         "woclr_mask": 0, "rclr_mask": 0x0C, "fields": []},
+        {"name": "KEY", "addr": 4, "access": "w", "reset": 0, "reserved_mask": 0x80,
+         "woclr_mask": 0, "rclr_mask": 0, "fields": []},
+        {"name": "LAST", "addr": 15, "access": "rw", "reset": 0x80, "reserved_mask": 0,
+         "woclr_mask": 0, "rclr_mask": 0, "fields": []},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def map_core(tmp_path_factory: pytest.TempPathFactory) -> CCore:
+    """The C core built from TEST_MAP (read-only, write-only, reserved, write-1-to-clear and
+    clear-on-read bits, and addresses with no register)."""
+    need("host")
+    build = tmp_path_factory.mktemp("c-map")
+    regmap = build / "test-map.json"
+    regmap.write_text(json.dumps(TEST_MAP))
+    make(build, "lib", regmap=regmap)
+    return CCore(build / "host" / "libregdev_core.so")
+
+
+def ask(core: CCore, request: wire.Request) -> wire.Frame:
+    """Send one request to the core; its one reply, decoded."""
+    reply = core.feed(wire.encode(request))
+    assert reply.count(b"\n") == 1, reply
+    return wire.decode(reply)
+
+
+def test_map_reset_values_and_dump(map_core: CCore) -> None:
+    """At start and after Z every register holds its reset value; absent and write-only
+    registers dump as 0; the identity names the map."""
+    map_core.reset()
+    start = (0xA5, 0x01, 0x0F, 0x3C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80)
+    assert ask(map_core, wire.DumpRequest(1)) == wire.DumpReply(1, start)
+    assert ask(map_core, wire.WriteRequest(2, 1, 0x02)) == wire.WriteReply(2, 1, 0x02)
+    assert ask(map_core, wire.ResetRequest(3)) == wire.ResetReply(3)
+    assert ask(map_core, wire.DumpRequest(4)) == wire.DumpReply(4, start)
+    assert map_core.identity == "regdev C/host, map test-map, protocol 1"
+
+
+def test_map_absent_register_is_addr(map_core: CCore) -> None:
+    """An address with no register in the map answers e ADDR to a read and to a write."""
+    map_core.reset()
+    assert ask(map_core, wire.ReadRequest(1, 5)) == wire.ErrorReply(1, "ADDR")
+    assert ask(map_core, wire.WriteRequest(2, 14, 1)) == wire.ErrorReply(2, "ADDR")
+    assert map_core.registers()[14] == 0
+
+
+def test_map_read_only_register_refuses_a_write(map_core: CCore) -> None:
+    """A write to a read-only register is refused with e DATA and not executed."""
+    map_core.reset()
+    assert ask(map_core, wire.WriteRequest(1, 0, 0x00)) == wire.ErrorReply(1, "DATA")
+    assert ask(map_core, wire.ReadRequest(2, 0)) == wire.ReadReply(2, 0, 0xA5)
+
+
+def test_map_write_never_sets_reserved_bits(map_core: CCore) -> None:
+    """Reserved bits are never set by a write and read as 0: the w reply shows what was kept."""
+    map_core.reset()
+    assert ask(map_core, wire.WriteRequest(1, 1, 0xFF)) == wire.WriteReply(1, 1, 0x0F)
+    assert ask(map_core, wire.ReadRequest(2, 1)) == wire.ReadReply(2, 1, 0x0F)
+    assert map_core.registers()[1] == 0x0F
+
+
+def test_map_write_one_to_clear_bits(map_core: CCore) -> None:
+    """A 1 written to a write-1-to-clear bit clears it, a 0 leaves it; other bits take the
+    data."""
+    map_core.reset()
+    assert ask(map_core, wire.WriteRequest(1, 2, 0x05)) == wire.WriteReply(1, 2, 0x0A)
+    assert ask(map_core, wire.WriteRequest(2, 2, 0xF0)) == wire.WriteReply(2, 2, 0xFA)
+    assert ask(map_core, wire.WriteRequest(3, 2, 0xFF)) == wire.WriteReply(3, 2, 0xF0)
+
+
+def test_map_clear_on_read_bits(map_core: CCore) -> None:
+    """Clear-on-read bits clear after a read (R), not after a dump (D)."""
+    map_core.reset()
+    assert ask(map_core, wire.DumpRequest(1)).values[3] == 0x3C  # type: ignore[union-attr]
+    assert ask(map_core, wire.ReadRequest(2, 3)) == wire.ReadReply(2, 3, 0x3C)
+    assert ask(map_core, wire.ReadRequest(3, 3)) == wire.ReadReply(3, 3, 0x30)
+    assert ask(map_core, wire.DumpRequest(4)).values[3] == 0x30  # type: ignore[union-attr]
+
+
+def test_map_write_only_register(map_core: CCore) -> None:
+    """A write-only register takes writes (the w reply shows what it holds) and reads as 0."""
+    map_core.reset()
+    assert ask(map_core, wire.WriteRequest(1, 4, 0xF7)) == wire.WriteReply(1, 4, 0x77)
+    assert ask(map_core, wire.ReadRequest(2, 4)) == wire.ReadReply(2, 4, 0)
+    assert ask(map_core, wire.DumpRequest(3)).values[4] == 0  # type: ignore[union-attr]
+    assert map_core.registers()[4] == 0x77
+
+
+# --- the generator --------------------------------------------------------------------------------
+
+
+def generate(tmp_path: Path, regmap: object | None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(GEN), "-o", str(tmp_path / "regmap.h")]
+    if regmap is not None:
+        path = tmp_path / "map.json"
+        path.write_text(regmap if isinstance(regmap, str) else json.dumps(regmap))
+        command += ["--map", str(path)]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def test_generator_default_is_sixteen_plain_registers(tmp_path: Path) -> None:
+    """Without --map: 16 read-write registers, reset 0, no special bits; the same text from
+    the default map written out as JSON, and no path or date in it."""
+    assert generate(tmp_path, None).returncode == 0
+    default = (tmp_path / "regmap.h").read_text()
+    assert default.count("    0x07u, /* 0x") == 16  # present, readable, writable
+    assert default.count("    0x00u, /* 0x") == 16 * 4
+    assert '#define REGDEV_MAP_NAME "default"' in default
+    assert str(tmp_path) not in default
+    sys.path.insert(0, str(C_DIR))
+    try:
+        import gen_regmap  # noqa: PLC0415 - a script beside the firmware, not a package
+    finally:
+        sys.path.remove(str(C_DIR))
+    assert generate(tmp_path, gen_regmap.DEFAULT_MAP).returncode == 0
+    assert (tmp_path / "regmap.h").read_text() == default.replace("the default map", "map.json")
+
+
+def test_generator_rewrites_the_header_only_when_it_changes(tmp_path: Path) -> None:
+    """The same map leaves the header untouched (make rebuilds nothing); a new map rewrites it."""
+    assert generate(tmp_path, TEST_MAP).returncode == 0
+    header = tmp_path / "regmap.h"
+    os.utime(header, (1_000_000, 1_000_000))
+    assert generate(tmp_path, TEST_MAP).returncode == 0
+    assert header.stat().st_mtime == 1_000_000
+    assert generate(tmp_path, None).returncode == 0
+    assert header.stat().st_mtime != 1_000_000
+
+
+def test_generator_cuts_a_long_map_name_to_fit_the_identity(tmp_path: Path) -> None:
+    """A map name too long for the 48-byte identify text is cut in the header."""
+    long = {**TEST_MAP, "name": "a-register-map-with-a-very-long-name"}
+    assert generate(tmp_path, long).returncode == 0
+    name = re.search(r'REGDEV_MAP_NAME "(.*)"', (tmp_path / "regmap.h").read_text())
+    assert name is not None
+    assert len(f"regdev C/host, map {name[1]}, protocol 1") == 48
+
+
+def _register(**changes: object) -> dict[str, object]:
+    return {**TEST_MAP, "registers": [{**TEST_MAP["registers"][1], **changes}]}  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize(("regmap", "message"), [
+    ("{", "not JSON: Expecting property name enclosed in double quotes"),
+    ([], "expected a JSON object, got list"),
+    ({**TEST_MAP, "format": "systemrdl"}, 'expected "format": "regdev-map" and "version": 1'),
+    ({**TEST_MAP, "name": "a b"}, "name: expected 1..64 letters, digits"),
+    ({**TEST_MAP, "registers": []}, "registers: expected a non-empty list"),
+    (_register(addr=16), "registers[0].addr: expected an int 0..15 (protocol 1 has 16 "
+                         "registers), got 16"),
+    (_register(addr=True), "registers[0].addr: expected an int 0..15"),
+    (_register(access="ro"), "registers[0].access: expected one of rw, r, w, got 'ro'"),
+    (_register(reset=256), "registers[0].reset: expected an int 0..255, got 256"),
+    (_register(woclr_mask=-1), "registers[0].woclr_mask: expected an int 0..255, got -1"),
+    (_register(name="x */"), "registers[0].name: expected a C identifier"),
+    (_register(reset=0x11), "registers[0].reset: 0x11 sets reserved bits (reserved_mask 0xF0)"),
+    ({**TEST_MAP, "registers": [TEST_MAP["registers"][0]] * 2},  # type: ignore[index]
+     "registers[1].addr: address 0 is already ID"),
+])
+def test_generator_refuses_a_bad_map_in_one_line(tmp_path: Path, regmap: object,
+                                                 message: str) -> None:
+    """A map the firmware cannot serve: one line naming the place, exit 2, no header."""
+    done = generate(tmp_path, regmap)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"gen_regmap.py: error: {tmp_path / 'map.json'}: {message}")
+    assert done.stderr.count("\n") == 1
+    assert not (tmp_path / "regmap.h").exists()
+
+
+# --- on a pty: the host build and the simavr image ------------------------------------------------
+
+
+@contextmanager
+def serving(command: list[str]) -> Iterator[str]:
+    """Run a device server that prints its port first; yield the port; stop it with SIGTERM
+    and check it exits 0."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        port = process.stdout.readline().strip()
+        assert port, f"no port printed: {process.stderr.read()}"
+        yield port
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        status = process.wait(timeout=10)
+        err = process.stderr.read()
+        process.stdout.close()
+        process.stderr.close()
+    assert (status, err) == (0, "")
+
+
+@pytest.fixture(params=["host", "avr"])
+def device_command(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                   ) -> list[str]:
+    """The command serving the C firmware on a pty: the host build, or the Uno image in
+    simavr through `regdev firmware-sim --avr` (which builds it if needed)."""
+    if request.param == "host":
+        build: Path = request.getfixturevalue("host_build")
+        return [str(build / "host" / "regdev-firmware-host")]
+    need("avr")
+    return [sys.executable, str(SIM), "--avr"]
+
+
+def _identity(command: list[str]) -> str:
+    return UNO_IDENTITY if "--avr" in command else HOST_IDENTITY
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.timeout(120)
+def test_wild_cases_and_demo_over_the_port_match_in_process(
+        capsys: pytest.CaptureFixture[str], device_command: list[str]) -> None:
+    """The shared wild cases replayed through regdev over the pty give the in-process
+    verdicts and registers; `regdev demo --port` prints what the in-process demo prints."""
+    wild = str(EXAMPLES / "wild-calls.jsonl")
+    local_replay = run(capsys, "replay", wild, "--json", "--no-audit")
+    local_demo = run(capsys, "demo", "--json", "--no-audit")
+    with serving(device_command) as port:
+        remote_demo = run(capsys, "demo", "--json", "--no-audit", "--port", port,
+                          "--timeout", "2")
+        # The demo left registers set: --reset gives the replay a fresh device.
+        remote_replay = run(capsys, "replay", wild, "--json", "--no-audit", "--port", port,
+                            "--timeout", "2", "--reset")
+    assert remote_replay == local_replay
+    assert json.loads(remote_replay[1].splitlines()[-1]) == {
+        "registers": [0, 0, 0, 200] + [0] * 12}
+    assert remote_demo == local_demo
+
+
+@pytest.mark.timeout(120)
+def test_shell_and_serve_drive_the_firmware(device_command: list[str], tmp_path: Path) -> None:
+    """`regdev shell --port` and `regdev serve --port` (MCP over stdio) reach the firmware."""
+    script = "write 3 0xc8\nread 3\nidentify\nwrite 0x1f 1\ndump\nquit\n"
+    with serving(device_command) as port:
+        shell = subprocess.run([str(REGDEV), "shell", "--port", port, "--timeout", "2",
+                                "--no-audit"], input=script, capture_output=True, text=True,
+                               timeout=60, check=False)
+        calls = [{"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "test", "version": "0"}}},
+                 {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                 {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                  "params": {"name": "write_register", "arguments": {"addr": 9, "data": 90}}},
+                 {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                  "params": {"name": "read_register", "arguments": {"addr": 9}}}]
+        serve = subprocess.run(
+            [str(REGDEV), "serve", "--port", port, "--timeout", "2", "--log-level", "warning",
+             "--audit", str(tmp_path / "audit.db")],
+            input="".join(json.dumps(call) + "\n" for call in calls), capture_output=True,
+            text=True, timeout=60, check=False, env={**os.environ, "HOME": str(tmp_path)})
+    assert (shell.returncode, shell.stderr) == (0, "")
+    lines = shell.stdout.splitlines()
+    assert lines[1] == f"accepted  identify_device: {_identity(device_command)}"
+    assert lines[2:6] == [
+        "accepted  write_register: register 3 = 0xc8 (200)",
+        "accepted  read_register: register 3 = 0xc8 (200)",
+        f"accepted  identify_device: {_identity(device_command)}",
+        "refused   validate/range-addr (retryable): addr 31 is outside 0..15"]
+    assert lines[7:9] == ["  addr    0    1    2    3    4    5    6    7",
+                          "  data 0x00 0x00 0x00 0xc8 0x00 0x00 0x00 0x00"]
+    assert serve.returncode == 0, serve.stderr
+    answers = {answer["id"]: answer for answer in map(json.loads, serve.stdout.splitlines())}
+    assert answers[1]["result"]["structuredContent"] == {
+        "ok": True, "tool": "write_register", "result": {"addr": 9, "data": 90}}
+    assert answers[2]["result"]["structuredContent"] == {
+        "ok": True, "tool": "read_register", "result": {"addr": 9, "data": 90}}
+
+
+@pytest.mark.timeout(120)
+def test_damaged_streams_over_the_pty_get_the_python_replies(device_command: list[str]) -> None:
+    """Random damaged byte streams written to the port (the UART, its interrupt and ring on the
+    AVR) are answered byte for byte as the Python firmware simulator answers them."""
+    identity = _identity(device_command)
+    firmware = sim.Firmware(identity=identity)
+    link = wire.Connection(wire.DEVICE)
+    rng = random.Random(7)
+    streams = [damaged_stream(rng) for _ in range(40)]
+    # Last, a dump after an LF (which ends whatever frame the streams left open): the
+    # registers too are the same.
+    streams.append(b"\n" + wire.encode(wire.DumpRequest(1)))
+    with serving(device_command) as port, serial.Serial(port, 115200, timeout=5) as line:
+        for stream in streams:
+            # as the simulator's serve() does, on one link that lives across the streams
+            link.receive_data(stream)
+            expected = bytearray()
+            while True:
+                try:
+                    request = link.next_event()
+                except wire.RemoteProtocolError as error:
+                    expected += link.send(wire.ErrorReply(error.seq or 0, error.code))
+                    continue
+                if request is wire.NEED_DATA:
+                    break
+                assert isinstance(request, wire.Request)
+                expected += link.send(firmware.answer(request))
+            line.write(stream)
+            got = line.read(len(expected))
+            assert got == bytes(expected), stream
+    assert wire.decode(bytes(expected).splitlines(keepends=True)[-1]) == wire.DumpReply(
+        1, tuple(firmware.registers.snapshot()))
+
+
+# --- the image: budget, the shipped .hex, the harness ---------------------------------------------
+
+MAKEFILE = (C_DIR / "Makefile").read_text(encoding="utf-8")
+
+
+def _makefile_value(name: str) -> str:
+    found = re.search(rf"^{name} := (\S+)$", MAKEFILE, re.MULTILINE)
+    assert found is not None, name
+    return found[1]
+
+
+def test_image_fits_the_size_budget(avr_build: Path) -> None:
+    """avr-size: flash (.text + .data) <= 4 KiB and static RAM (.data + .bss) <= 512 bytes,
+    the budget the Makefile's `make size` checks too."""
+    done = subprocess.run(["avr-size", str(avr_build / "avr" / "regdev-uno.elf")],
+                          capture_output=True, text=True, check=True)
+    text, data, bss = map(int, done.stdout.splitlines()[1].split()[:3])
+    assert (_makefile_value("FLASH_BUDGET"), _makefile_value("RAM_BUDGET")) == ("4096", "512")
+    assert text + data <= 4096
+    assert data + bss <= 512
+    out = make(avr_build, "size")
+    assert f"flash {text + data} of 4096 bytes, static RAM {data + bss} of 512 bytes" in out
+
+
+def test_shipped_hex_is_built_from_this_source(avr_build: Path) -> None:
+    """firmware-sim/c/regdev-uno.hex is what `make avr` builds from the source now (refresh
+    it with `make -C firmware-sim/c hex`), with the pinned compiler."""
+    pinned = _makefile_value("SHIPPED_AVR_GCC")
+    version = subprocess.run(["avr-gcc", "-dumpversion"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    if version != pinned and os.environ.get("REGDEV_REQUIRE_FIRMWARE") != "1":
+        pytest.skip(f"the shipped .hex is built with avr-gcc {pinned}; this is {version}")
+    built = (avr_build / "avr" / "regdev-uno.hex").read_bytes()
+    assert (C_DIR / "regdev-uno.hex").read_bytes() == built, (
+        "firmware-sim/c/regdev-uno.hex is stale: run make -C firmware-sim/c hex")
+    # The ELF's .text and .data are all of it: 16-byte records, and an end record.
+    assert built.endswith(b":00000001FF\r\n") or built.endswith(b":00000001FF\n")
+
+
+@contextmanager
+def harness(avr_build: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """The simavr harness running the image, with ``options``; yield its port and process."""
+    process = subprocess.Popen(
+        [str(avr_build / "sim" / "regdev-simavr"), *options,
+         str(avr_build / "avr" / "regdev-uno.elf")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    try:
+        yield process.stdout.readline().strip(), process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        process.stdout.close()
+        assert process.stderr is not None
+        process.stderr.close()
+
+
+@pytest.mark.timeout(60)
+def test_harness_link_stats_and_clean_exit(avr_build: Path, tmp_path: Path) -> None:
+    """--link: the port printed is the link to the pty; SIGTERM ends it with 0, the link and
+    simavr's own /tmp/simavr-uart0 (when it is still ours) gone; --stats reports the cycles
+    run at 16 MHz; nothing else on stdout."""
+    link = tmp_path / "uno"
+    with harness(avr_build, "--link", str(link), "--stats") as (port, process):
+        assert port == str(link)
+        target = os.readlink(link)
+        assert target.startswith("/dev/pts/")
+        with serial.Serial(port, 115200, timeout=5) as line:
+            line.write(wire.encode(wire.WriteRequest(9, 2, 0x33)))
+            assert wire.decode(line.read_until(b"\n")) == wire.WriteReply(9, 2, 0x33)
+        ours = Path("/tmp/simavr-uart0")
+        was_ours = ours.is_symlink() and os.readlink(ours) == target
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.read() == ""
+        err = process.stderr.read()
+    assert not link.is_symlink()
+    if was_ours:
+        assert not (ours.is_symlink() and os.readlink(ours) == target)
+    stats = re.fullmatch(r"regdev-simavr: (\d+) cycles \(([\d.]+) s at 16000000 Hz\) in "
+                         r"[\d.]+ s wall clock, [\d.]+ s CPU \(\d+% of one core\): \d+ cycles "
+                         r"per wall second \([\d.]+x real time\)\n", err)
+    assert stats is not None, err
+    assert int(stats[1]) > 0
+    assert float(stats[2]) == pytest.approx(int(stats[1]) / 16e6, abs=0.001)
+
+
+def test_harness_refuses_what_it_cannot_run(avr_build: Path, tmp_path: Path) -> None:
+    """A file that is no ELF image, or no image at all: one line on stderr, exit 2."""
+    simavr = str(avr_build / "sim" / "regdev-simavr")
+    junk = tmp_path / "junk.elf"
+    junk.write_text("not an image\n")
+    done = subprocess.run([simavr, str(junk)], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.endswith(f"regdev-simavr: error: cannot load the image: {junk}\n")
+    done = subprocess.run([simavr], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("usage: regdev-simavr [--link PATH]")
+
+
+def test_host_build_link_and_usage(host_build: Path, tmp_path: Path) -> None:
+    """The host build prints --link's path and keeps the link while it serves; an unknown
+    argument is a usage error (exit 2)."""
+    program = str(host_build / "host" / "regdev-firmware-host")
+    link = tmp_path / "port"
+    with serving([program, "--link", str(link)]) as port:
+        assert port == str(link) and os.readlink(link).startswith("/dev/pts/")
+        with serial.Serial(port, 115200, timeout=5) as line:
+            line.write(wire.encode(wire.IdentifyRequest(4)))
+            assert wire.decode(line.read_until(b"\n")) == wire.IdentifyReply(4, HOST_IDENTITY)
+    assert not link.is_symlink()
+    done = subprocess.run([program, "--fault"], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.endswith("error: unexpected argument `--fault`\n")
+
+
+# --- regdev firmware-sim --avr --------------------------------------------------------------------
+
+
+def test_firmware_sim_avr_refuses_simulator_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """--avr runs the C firmware as built: faults, --seed or --identity with it are a usage
+    error (exit 2), and --avr goes with --pty/--tcp no more than they go together."""
+    for extra, named in ((["--fault", "drop=0.5"], "--fault"), (["--seed", "3"], "--seed"),
+                         (["--identity", "x"], "--identity")):
+        with pytest.raises(SystemExit) as info:
+            main(["firmware-sim", "--avr", *extra])
+        assert info.value.code == 2
+        assert (f"{named} cannot go with --avr: the C firmware runs as built, without faults, "
+                "with its own identity") in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["firmware-sim", "--avr", "--pty"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_firmware_sim_avr_names_the_missing_tools(tmp_path: Path) -> None:
+    """Without the tools on PATH, --avr says which are missing and the packages that give
+    them: one line, exit 2, nothing on stdout."""
+    done = subprocess.run([sys.executable, str(SIM), "--avr"], capture_output=True, text=True,
+                          env={**os.environ, "PATH": str(tmp_path)}, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "regdev_firmware_sim.py: error: --avr needs make, cc, avr-gcc, avr-objcopy on PATH "
+        "(Debian/Ubuntu: apt-get install gcc-avr avr-libc binutils-avr libsimavr-dev "
+        "libelf-dev)\n")
+
+
+@pytest.mark.timeout(120)
+def test_firmware_sim_avr_rebuilds_after_a_source_change(tmp_path: Path) -> None:
+    """--avr builds what is out of date before it runs: a touched source is compiled again."""
+    need("avr")
+    harness_path, image = sim.avr_build()  # up to date now
+    before = image.stat().st_mtime_ns
+    source = C_DIR / "src" / "regdev_core.c"
+    os.utime(source)
+    with sim_process("--avr") as (port, _), serial.Serial(port, 115200, timeout=5) as line:
+        line.write(wire.encode(wire.IdentifyRequest(1)))
+        assert wire.decode(line.read_until(b"\n")) == wire.IdentifyReply(1, UNO_IDENTITY)
+    assert image.stat().st_mtime_ns > before
+    assert harness_path.is_file()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_without_the_tools_says_in_one_line_what_it_skipped(tmp_path: Path) -> None:
+    """pytest (as scripts/test runs it) on a machine without the tools: the firmware tests are
+    skipped, and one line of the summary says how many and why."""
+    env = {key: value for key, value in os.environ.items()
+           if key != "REGDEV_REQUIRE_FIRMWARE"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         "tests/test_firmware_c.py", "-k", "budget or doc_examples"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+        env={**env, "PATH": str(tmp_path)})
+    lines = [line for line in done.stdout.splitlines() if "firmware tests skipped" in line]
+    assert lines == ["firmware tests skipped: 2 (the C firmware's host build and differential "
+                     "tests: make and cc not found; the simavr firmware tests: make and cc not "
+                     "found)"], done.stdout
