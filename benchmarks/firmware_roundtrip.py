@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"firmware_roundtrip.py: {error}", file=sys.stderr)
         return 2
     build = image.parent.parent
-    done = subprocess.run(["make", "-s", "-C", str(sim.FIRMWARE_C), f"BUILD={build}", "host"],
+    done = subprocess.run(["make", "-s", "-C", str(sim.FIRMWARE_C), f"BUILD={build}",
+                           f"PYTHON={sys.executable}", "host"],
                           capture_output=True, text=True, check=False)
     if done.returncode:
         print(f"firmware_roundtrip.py: make host failed: {done.stdout}{done.stderr}",

@@ -600,7 +600,8 @@ def avr_build(build: Path | None = None) -> tuple[Path, Path]:
                           f"install {AVR_PACKAGES})")
     folder = build if build is not None else FIRMWARE_C / "build"
     try:
-        done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}", "sim"],
+        done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}",
+                               f"PYTHON={sys.executable}", "sim"],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace", check=False)
     except OSError as error:

@@ -13,6 +13,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Final
@@ -87,7 +88,8 @@ def make(build: Path, *targets: str, regmap: Path | None = None) -> str:
     Raises:
         AssertionError: make failed (its output in the message).
     """
-    command = ["make", "-s", "-C", str(C_DIR), f"BUILD={build}", *targets]
+    command = ["make", "-s", "-C", str(C_DIR), f"BUILD={build}", f"PYTHON={sys.executable}",
+               *targets]
     if regmap is not None:
         command.append(f"MAP={regmap}")
     done = subprocess.run(command, capture_output=True, text=True, check=False)

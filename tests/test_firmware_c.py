@@ -666,13 +666,18 @@ def test_harness_link_stats_and_clean_exit(avr_build: Path, tmp_path: Path) -> N
 
 
 def test_harness_refuses_what_it_cannot_run(avr_build: Path, tmp_path: Path) -> None:
-    """A file that is no ELF image, or no image at all: one line on stderr, exit 2."""
+    """A file that is not an AVR ELF image (text, a host program), a missing file, no file:
+    one line on stderr, exit 2."""
     simavr = str(avr_build / "sim" / "regdev-simavr")
     junk = tmp_path / "junk.elf"
     junk.write_text("not an image\n")
-    done = subprocess.run([simavr, str(junk)], capture_output=True, text=True, check=False)
-    assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr.endswith(f"regdev-simavr: error: cannot load the image: {junk}\n")
+    for image, why in ((junk, "not an AVR ELF image"),
+                       (Path(sys.executable).resolve(), "not an AVR ELF image"),
+                       (tmp_path / "missing.elf", "No such file or directory")):
+        done = subprocess.run([simavr, str(image)], capture_output=True, text=True,
+                              check=False)
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == f"regdev-simavr: error: cannot load the image {image}: {why}\n"
     done = subprocess.run([simavr], capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith("usage: regdev-simavr [--link PATH]")

@@ -182,8 +182,31 @@ int main(int argc, char **argv)
     avr_global_logger_set(quiet_logger);
 
     memset(&image, 0, sizeof image);
-    if (elf_read_firmware(path, &image) != 0 || !image.flash)
-        return fail("cannot load the image", path);
+    {
+        /* simavr's loader reports a bad file with perror and its logger: say it once here */
+        char what[4200];
+        int saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY), loaded;
+        unsigned char header[20] = {0};
+        FILE *probe = fopen(path, "rb");
+        snprintf(what, sizeof what, "cannot load the image %s", path);
+        if (!probe)
+            return fail(what, strerror(errno));
+        loaded = fread(header, 1, sizeof header, probe) == sizeof header;
+        fclose(probe);
+        /* an ELF file ("\x7fELF") for machine 83, EM_AVR (little-endian e_machine) */
+        if (!loaded || memcmp(header, "\x7f" "ELF", 4) != 0 || header[18] != 83 || header[19])
+            return fail(what, "not an AVR ELF image");
+        if (saved >= 0 && null >= 0)
+            dup2(null, STDERR_FILENO);
+        loaded = elf_read_firmware(path, &image) == 0 && image.flash;
+        if (saved >= 0 && null >= 0) {
+            dup2(saved, STDERR_FILENO);
+            close(saved);
+            close(null);
+        }
+        if (!loaded)
+            return fail(what, "not an AVR ELF image");
+    }
     if (!image.mmcu[0])
         snprintf(image.mmcu, sizeof image.mmcu, "%s", mcu);
     if (!image.frequency)
