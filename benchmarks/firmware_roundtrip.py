@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "firmware-sim"))
 
 import regdev_firmware_sim as sim  # noqa: E402 - from firmware-sim/, put on the path above
 from regdev import Gate, SerialDevice  # noqa: E402
-from regdev import _protocol as wire  # noqa: E402
+from regdev.devices import _protocol as wire  # noqa: E402
 
 BAUD = 115200
 BITS_PER_BYTE = 10  # 8N1: start, 8 data, stop

@@ -27,8 +27,8 @@ import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT
 from firmware import SIM, sim_process
 from firmware_c import C_DIR, CCore, make, need
-from regdev import _protocol as wire
-from regdev._cli import main
+from regdev.cli._main import main
+from regdev.devices import _protocol as wire
 
 REGDEV = Path(sys.executable).parent / "regdev"
 GEN = C_DIR / "gen_regmap.py"

@@ -5,7 +5,7 @@
  * - Every frame kind, request or reply, is one row of KINDS: its letter, the shape of its
  *   fields, and the function that answers it (none for a reply: a device drops replies).
  *   A new frame is a new row (and a new shape if its fields look like no other).
- * - The checks run in the order of the Python codec (src/regdev/_protocol.py, decode), so a
+ * - The checks run in the order of the Python codec (src/regdev/devices/_protocol.py, decode), so a
  *   broken frame gets the same error code and sequence number as there.
  */
 #include "regdev_core.h"

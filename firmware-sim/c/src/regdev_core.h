@@ -3,7 +3,7 @@
  * Bytes in, replies out, one byte at a time. No I/O, no allocation, no globals: the caller
  * owns a regdev_core_t, feeds it every byte read from the line, and sends the reply a byte
  * completes. It gives the same replies, byte for byte, as regdev's Python codec in its
- * device role (src/regdev/_protocol.py with firmware-sim/regdev_firmware_sim.py), which
+ * device role (src/regdev/devices/_protocol.py with firmware-sim/regdev_firmware_sim.py), which
  * tests/test_firmware_c.py checks on random damaged byte streams.
  *
  * Fixed-width types only: `int` is 16 bits on an AVR.
