@@ -12,8 +12,8 @@ process (16 registers of 8 bits, reset value 0), through the same codec
 ``--avr`` does not run this simulator: it builds the C firmware of ``firmware-sim/c/`` if
 needed (``make sim``: avr-gcc, avr-libc and simavr's development files) and becomes its simavr
 harness, which runs the ATmega328P image you would flash on an Arduino Uno, in real time, with
-its USART0 on a pty (docs/firmware.md). It takes ``--link`` and ``-v``; faults and
-``--identity`` belong to this simulator only.
+its USART0 on a pty (docs/firmware.md). It takes ``--link`` and ``-v``; faults,
+``--identity``, ``--device-id`` and ``--plain-identify`` belong to this simulator only.
 
 The first line of standard output is the port to open (flushed); the simulator then serves
 until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr. When
@@ -27,6 +27,13 @@ under a private package name (``_regdev_sim``), without executing ``regdev/__ini
 (which needs regdev's dependencies) and without putting anything named ``regdev`` in
 ``sys.modules``. Imported as a module (as ``regdev firmware-sim`` and the tests do), it uses
 the installed regdev.
+
+It says who it is and when it last started over, as ``docs/protocol.md`` describes: its
+identify reply ends with ``id=ID epoch=EPOCH``. The id is ``--device-id`` (by default 8
+random hex digits drawn at start: a new device each run, unless given); the epoch is drawn at
+start and again at every reset (``Z``), so a restart of the simulator is a power cycle that a
+host sees. ``--plain-identify`` answers the description alone, as a device that cannot say
+(protocol 1 without the extension).
 
 Over TCP it serves one client at a time: a connection made while another is served is closed
 at once, unread, so a request sent on it never runs later.
@@ -56,6 +63,7 @@ import importlib
 import math
 import os
 import random
+import secrets
 import select
 import shutil
 import signal
@@ -112,8 +120,8 @@ FIRMWARE_C = Path(__file__).resolve().parent / "c"
 #: What ``--avr`` needs on PATH, and the Debian/Ubuntu packages that give it.
 AVR_TOOLS = ("make", "cc", "avr-gcc", "avr-objcopy")
 AVR_PACKAGES = "gcc-avr avr-libc binutils-avr libsimavr-dev libelf-dev"
-#: What the simulator answers to ``I``.
-IDENTITY = "regdev firmware-sim, 16 x 8-bit, protocol 1"
+#: The description the simulator's identify text starts with (``id=`` and ``epoch=`` follow).
+IDENTITY = "regdev sim"
 #: Fault kinds, in the order their rates are drawn for each reply.
 FAULT_KINDS = ("drop", "corrupt", "delay", "garbage", "disconnect", "busy")
 #: Longest ``--delay``, in seconds.
@@ -125,13 +133,34 @@ class Firmware:
     """The device's request handler: one request in, its reply out, over a register file.
 
     Args:
-        registers: the register model; a fresh :class:`RegisterFile` (all 0) by default.
-        identity: the text answered to ``I`` (1..48 printable ASCII, no ``$`` or ``*``).
+        registers: the register model; a fresh :class:`RegisterFile` (all 0) by default. Its
+            reset epoch (new at construction and at every reset) is the one said to ``I``.
+        identity: the description the identify text starts with (printable ASCII, no ``$``
+            or ``*``; with ``plain``, the whole text, 1..48 characters).
+        device_id: the id said to ``I``, 1..16 of ``0-9A-Z``; by default 8 random hex digits.
+        plain: answer ``I`` with ``identity`` alone, as a device that cannot say its id and
+            epoch.
+
+    Raises:
+        LocalProtocolError: the identify text would not fit a frame, or the id is malformed.
     """
 
-    def __init__(self, registers: RegisterFile | None = None, identity: str = IDENTITY) -> None:
+    def __init__(self, registers: RegisterFile | None = None, identity: str = IDENTITY, *,
+                 device_id: str | None = None, plain: bool = False) -> None:
         self.registers = registers if registers is not None else RegisterFile()
         self.identity = identity
+        self.device_id = device_id if device_id is not None else secrets.token_hex(4).upper()
+        self.plain = plain
+        wire.encode(wire.IdentifyReply(1, self.identify_text()))  # it fits, or raises
+
+    def identify_text(self) -> str:
+        """The text answered to ``I`` now: ``identity``, and unless ``plain``, `` id=ID
+        epoch=EPOCH`` with the register file's current epoch."""
+        if self.plain:
+            return self.identity
+        epoch = self.registers.identity().epoch
+        assert epoch is not None  # a RegisterFile always has one
+        return wire.identify_text(self.identity, self.device_id, epoch)
 
     def answer(self, request: wire.Request) -> wire.Reply:
         """The reply to ``request``: its acknowledgement, or ``e ADDR`` for a bad address."""
@@ -144,7 +173,7 @@ class Firmware:
             case wire.ReadRequest() | wire.WriteRequest():
                 return wire.ErrorReply(request.seq, "ADDR")
             case wire.IdentifyRequest(seq=seq):
-                return wire.IdentifyReply(seq, self.identity)
+                return wire.IdentifyReply(seq, self.identify_text())
             case wire.ResetRequest(seq=seq):
                 regs.reset()
                 return wire.ResetReply(seq)
@@ -487,7 +516,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                        help="run the C firmware's ATmega328P (Arduino Uno) image in simavr on a "
                             "new pseudo-terminal instead, building it first if needed (make, "
                             "avr-gcc, simavr: docs/firmware.md); prints the pty's path; takes "
-                            "--link and -v, not faults or --identity")
+                            "--link and -v, not faults or the identity options")
     parser.add_argument("--link", metavar="PATH", type=Path,
                         help="with --pty or --avr: keep a symlink to the pty at PATH and print "
                              "PATH; "
@@ -502,8 +531,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="send the first N replies clean (0)")
     parser.add_argument("--fault-count", type=int, default=None, metavar="N",
                         help="inject at most N faults, then run clean (no limit)")
-    parser.add_argument("--identity", default=IDENTITY,
-                        help=f"the text answered to identify (default: {IDENTITY!r})")
+    parser.add_argument("--identity", default=IDENTITY, metavar="TEXT",
+                        help="the description that starts the identify text, before its id "
+                             f"and epoch (default: {IDENTITY!r})")
+    parser.add_argument("--device-id", metavar="ID",
+                        help="the id said in the identify reply, 1..16 of 0-9 and A-Z, kept "
+                             "across resets; give the same one to a restarted simulator to "
+                             "model a power-cycled device (default: 8 random hex digits)")
+    parser.add_argument("--plain-identify", action="store_true",
+                        help="answer identify with the description alone, as a device that "
+                             "cannot say its id and reset epoch (then regdev replays no "
+                             "idempotency key to it)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log every frame in and out on stderr")
     return parser
@@ -519,7 +557,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     try:
         faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
                         delay=args.delay)
-        wire.encode(wire.IdentifyReply(1, args.identity))
+        firmware = Firmware(identity=args.identity, device_id=args.device_id,
+                            plain=args.plain_identify)
     except (ValueError, LocalProtocolError) as error:
         parser.error(str(error))
     if rates.get("disconnect") and args.pty and args.link is None:
@@ -531,7 +570,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         given = [option for option, value, default in (
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
             ("--fault-after", args.fault_after, 0), ("--fault-count", args.fault_count, None),
-            ("--identity", args.identity, IDENTITY)) if value != default]
+            ("--identity", args.identity, IDENTITY), ("--device-id", args.device_id, None),
+            ("--plain-identify", args.plain_identify, False)) if value != default]
         if given:
             parser.error(f"{', '.join(given)} cannot go with --avr: the C firmware runs as "
                          "built, without faults, with its own identity")
@@ -559,7 +599,6 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     # Both, explicitly: a shell starting this in the background may have set SIGINT to ignored.
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    firmware = Firmware(identity=args.identity)
     try:
         if args.pty:
             if not hasattr(os, "openpty"):

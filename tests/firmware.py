@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import socket
 import subprocess
 import sys
@@ -21,6 +22,15 @@ from conftest import ROOT
 from regdev.devices import _protocol as wire
 
 SIM = ROOT / "firmware-sim" / "regdev_firmware_sim.py"
+
+#: What the simulator answers to identify by default: its description, a random id of 8 hex
+#: digits and its reset epoch of 16 (docs/protocol.md).
+SIM_IDENTITY = re.compile(re.escape(sim.IDENTITY) + r" id=[0-9A-F]{8} epoch=[0-9A-F]{16}")
+
+
+def is_sim_identity(text: str) -> bool:
+    """Whether ``text`` is what the simulator answers to identify by default."""
+    return SIM_IDENTITY.fullmatch(text) is not None
 
 
 @contextmanager

@@ -421,3 +421,31 @@ def python_calls(draw: st.DrawFn) -> Any:
                             "arguments": arguments}
     call.update(draw(st.dictionaries(python_keys, python_values, max_size=1)))
     return call
+
+
+# --- the identify text's extension (docs/protocol.md): who a device is, and its reset epoch ---
+
+#: A device id or a reset epoch as the wire carries them: 1..16 of 0-9 and A-Z.
+wire_ids = st.text(alphabet="0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=16)
+#: The bytes an identify text may hold: printable ASCII but `$` and `*`.
+_TEXT_ALPHABET = [chr(c) for c in range(0x20, 0x7F) if chr(c) not in "$*"]
+#: An identify text's description, including ones that look like the extension themselves.
+identify_descriptions = st.one_of(
+    st.text(alphabet=_TEXT_ALPHABET, min_size=1, max_size=20),
+    st.sampled_from(["x id=AB epoch=CD", " ", "id=", "a epoch=1", "regdev sim"]),
+)
+
+
+@st.composite
+def extended_identify_texts(draw: st.DrawFn) -> str:
+    """Any identify text a device may send: printable, at most 48 bytes, often ending with
+    something close to `` id=ID epoch=EPOCH`` (right, lower-case, too long, out of order)."""
+    head = draw(st.text(alphabet=_TEXT_ALPHABET, max_size=16))
+    ending = draw(st.sampled_from([
+        "", " id={} epoch={}", "id={} epoch={}", " epoch={} id={}", " id={}  epoch={}",
+        " id={} epoch={} ", " ID={} EPOCH={}",
+    ])).format(draw(wire_ids), draw(st.one_of(wire_ids, st.just("ABCDEFGHIJKLMNOPQ"))))
+    if draw(st.booleans()):
+        ending = ending.lower()
+    text = (head + ending)[:wire.MAX_TEXT]
+    return text or "x"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import regdev_firmware_sim as sim
-from firmware import SIM, sim_process
+from firmware import SIM, is_sim_identity, sim_process
 from regdev import TransportError
 from regdev.devices import _protocol as wire
 from regdev.devices._serial import SerialDevice
@@ -27,7 +27,7 @@ def test_runs_standalone_without_regdev_dependencies() -> None:
         probe = subprocess.run([*bare, "-c", f"import {module}"], capture_output=True, check=False)
         assert probe.returncode == 1, module
     with sim_process("--pty", python=bare) as (port, _), SerialDevice(port, timeout=2) as device:
-        assert device.identify() == sim.IDENTITY
+        assert is_sim_identity(device.identify())
         assert device.write(9, 0x99) == 0x99
         assert device.snapshot()[9] == 0x99
 
@@ -62,7 +62,7 @@ def test_a_second_tcp_client_is_turned_away_and_its_write_never_runs() -> None:
     sent, and does not run later when the first host leaves."""
     with sim_process("--tcp", "127.0.0.1:0") as (url, _):
         with SerialDevice(url, timeout=2) as first:
-            assert first.identify() == sim.IDENTITY
+            assert is_sim_identity(first.identify())
             with SerialDevice(url, timeout=0.5) as second, pytest.raises(
                     TransportError, match=r"^the write was not sent: port socket://"):
                 second.write(3, 0xBB)
@@ -127,7 +127,9 @@ def test_firmware_answers_every_request() -> None:
     assert firmware.answer(wire.DumpRequest(3)) == wire.DumpReply(3, (0,) * 15 + (7,))
     assert firmware.answer(wire.ResetRequest(4)) == wire.ResetReply(4)
     assert firmware.registers.snapshot() == [0] * 16
-    assert firmware.answer(wire.IdentifyRequest(5)) == wire.IdentifyReply(5, sim.IDENTITY)
+    epoch = firmware.registers.identity().epoch  # a new one since the reset
+    assert firmware.answer(wire.IdentifyRequest(5)) == wire.IdentifyReply(
+        5, f"{sim.IDENTITY} id={firmware.device_id} epoch={epoch}")
     assert firmware.answer(wire.ReadRequest(6, 16)) == wire.ErrorReply(6, "ADDR")
     assert firmware.answer(wire.WriteRequest(7, 0xFF, 1)) == wire.ErrorReply(7, "ADDR")
 

@@ -21,6 +21,8 @@ EXPECTED = {
     "read_audit",
     # the validator issue: the schema compiler
     "CompiledValidator", "compile_validator",
+    # issue 10: who a device is and when it last started over (idempotency keys, audit)
+    "DeviceIdentity",
 }
 
 

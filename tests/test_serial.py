@@ -19,7 +19,7 @@ import serial
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES
-from firmware import CountingFirmware, rfc2217_server, sim_process, sim_thread
+from firmware import CountingFirmware, is_sim_identity, rfc2217_server, sim_process, sim_thread
 from regdev import (
     AuditLog,
     DeviceBusy,
@@ -99,7 +99,7 @@ def test_wild_cases_over_a_pty_match_in_process() -> None:
 def test_every_operation_over_a_pty() -> None:
     """identify, write, read, dump and reset all work over a pty, through the gate too."""
     with sim_process("--pty") as (port, _), SerialDevice(port, timeout=2.0) as device:
-        assert device.identify() == sim.IDENTITY
+        assert is_sim_identity(device.identify())
         assert device.write(15, 0xA5) == 0xA5
         assert device.read(15) == 0xA5
         gate = Gate(device)
@@ -128,7 +128,7 @@ def test_rfc2217_url_works_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     faults = sim.Faults({"drop": 1.0}, after=2, count=1)  # the first read's reply is lost
     with (sim_thread(firmware, faults) as backend, rfc2217_server(backend) as url,
           SerialDevice(url, timeout=1.0, retries=0) as device):
-        assert device.identify() == sim.IDENTITY
+        assert is_sim_identity(device.identify())
         port = device._port
         assert port is not None and port.write_timeout is None  # pyserial's RFC 2217 has none
         settings = []
@@ -141,7 +141,8 @@ def test_rfc2217_url_works_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
         device.reset()
         assert device.snapshot() == [0] * 16
         assert settings == []  # no renegotiation (pyserial's takes 50 ms sleeps) per call
-    assert firmware.executed == {"I": 1, "W": 1, "R": 2, "Z": 1, "D": 1}
+    # the second identify asks the device its new reset epoch after the reset
+    assert firmware.executed == {"I": 2, "W": 1, "R": 2, "Z": 1, "D": 1}
 
 
 # --- faults ---------------------------------------------------------------------------------------
@@ -395,7 +396,7 @@ def test_a_new_process_never_takes_the_late_reply_of_the_one_before(tmp_path: Pa
             "--delay", str(DELAY)]
     with sim_process(*args) as (port, _):
         with SerialDevice(port, timeout=PATIENT, first_seq=7) as first:
-            assert first.identify() == sim.IDENTITY  # seq 7, which synchronises the line
+            assert is_sim_identity(first.identify())  # seq 7, which synchronises the line
             first.timeout = TIMEOUT
             with pytest.raises(DeviceTimeout):
                 first.write(7, 0x42)  # seq 8, answered late with "w 07 42"
@@ -664,11 +665,17 @@ def test_state_id_names_the_port() -> None:
 @pytest.mark.parametrize(("url", "state_id"), [
     ("socket://127.0.0.1:7000", "serial:socket://127.0.0.1:7000"),
     ("SOCKET://LocalHost:7000", "serial:socket://localhost:7000"),
-    ("RFC2217://Bench-1.LAN:7000?ign_set_control", "serial:rfc2217://bench-1.lan:7000?ign_set_control"),
+    ("RFC2217://Bench-1.LAN:7000?ign_set_control", "serial:rfc2217://bench-1.lan:7000"),
+    ("socket://127.0.0.1:7000/", "serial:socket://127.0.0.1:7000"),
+    ("socket://127.0.0.1:07000", "serial:socket://127.0.0.1:7000"),
+    ("socket://127.0.0.1:7000/?logging=debug", "serial:socket://127.0.0.1:7000"),
+    ("socket://[::1]:7000", "serial:socket://[::1]:7000"),
     ("Loop://?logging=Debug", "serial:loop://?logging=Debug"),  # only the scheme: no host
 ])
-def test_state_id_of_a_url_lowercases_its_scheme_and_host(url: str, state_id: str) -> None:
-    """A URL names the device as typed, but for the case of its scheme and host."""
+def test_state_id_of_a_url_is_one_name_for_every_spelling(url: str, state_id: str) -> None:
+    """A network URL names the device by scheme, host and port: case, leading zeros, a
+    trailing slash and options do not make another device; other URLs as typed but for the
+    scheme's case."""
     assert port_state_id(url) == state_id
 
 

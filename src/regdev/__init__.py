@@ -48,7 +48,14 @@ from .core._errors import (
     TransportError,
 )
 from .core._observation import Observation, Refusal
-from .devices._device import DATA_MAX, REGISTER_COUNT, Device, RegisterFile, TimeoutDevice
+from .devices._device import (
+    DATA_MAX,
+    REGISTER_COUNT,
+    Device,
+    DeviceIdentity,
+    RegisterFile,
+    TimeoutDevice,
+)
 from .devices._serial import SerialDevice
 from .gate._compile import CompiledValidator, compile_validator
 from .gate._gate import Gate
@@ -74,6 +81,7 @@ __all__ = [
     "Device",
     "DeviceBusy",
     "DeviceError",
+    "DeviceIdentity",
     "DeviceRefused",
     "DeviceTimeout",
     "Gate",

@@ -4,30 +4,76 @@
 :class:`RegisterFile` here, the serial backend elsewhere). The gate talks only to it.
 :class:`TimeoutDevice` wraps any device to bound how long a caller waits for it.
 
-Every device names the registers it reaches with :meth:`Device.state_id`. Idempotency keys are
-scoped to it, so a write stored under a key is replayed only to a device holding the same
-registers, never to a fresh one that did not see the write.
+Every device says who it is and when it last started over: :meth:`Device.identity`, a
+:class:`DeviceIdentity` of its id and its reset epoch. Idempotency keys are scoped to both, so
+a write stored under a key is replayed only to the device it was applied to, and only while
+that device has not been reset since, by any path: the in-process register file draws a new
+epoch at every reset, and a device on a serial line says its epoch in its identify reply
+(``docs/protocol.md``). A device that cannot say its epoch gets no replays.
 """
 
 from __future__ import annotations
 
 import math
 import queue
+import re
+import secrets
 import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core._errors import DeviceBusy, DeviceTimeout, RegisterRangeError
 
-__all__ = ["DATA_MAX", "REGISTER_COUNT", "Device", "RegisterFile", "TimeoutDevice",
-           "check_access", "check_timeout"]
+__all__ = ["DATA_MAX", "REGISTER_COUNT", "Device", "DeviceIdentity", "RegisterFile",
+           "TimeoutDevice", "check_access", "check_epoch", "check_timeout", "new_epoch"]
 
 #: Number of registers; valid addresses are 0..REGISTER_COUNT-1 (0..15).
 REGISTER_COUNT = 16
 #: Largest data value of one 8-bit register (0..255).
 DATA_MAX = 0xFF
+
+
+#: A reset epoch: 1..16 characters of 0-9 and A-Z (what fits the wire protocol's identify text).
+_EPOCH = re.compile(r"[0-9A-Z]{1,16}")
+
+
+class DeviceIdentity(NamedTuple):
+    """Who a device is, and when it last started over.
+
+    Attributes:
+        device: the device's id, the same for its whole life (across resets, power cycles and
+            restarts of regdev), and unique among the devices one audit database sees: a
+            serial number said by the device, or a name regdev gives (``RegisterFile:...``
+            for an in-process register file, ``serial:PORT`` for a device on a port that does
+            not say its id).
+        epoch: its reset epoch, 1..16 characters of ``0-9`` and ``A-Z``: a new value every
+            time its registers start over (a reset by any path, a power cycle, a restart),
+            never a value it had before. None when the device cannot say: then no
+            idempotency key is ever replayed to it (``docs/safety.md``).
+    """
+
+    device: str
+    epoch: str | None
+
+
+def new_epoch() -> str:
+    """A fresh reset epoch: 16 random upper-case hex digits (64 bits from ``secrets``), so a
+    device's epochs do not repeat (two equal among a billion resets: about 1 chance in 4e19)."""
+    return secrets.token_hex(8).upper()
+
+
+def check_epoch(epoch: object) -> str:
+    """Return ``epoch`` when it is a reset epoch: a str of 1..16 characters of 0-9 and A-Z.
+
+    Raises:
+        ValueError: it is not.
+    """
+    if type(epoch) is not str or _EPOCH.fullmatch(epoch) is None:
+        raise ValueError(f"a reset epoch must be 1..16 characters of 0-9 and A-Z, "
+                         f"got {epoch!r}")
+    return epoch
 
 
 def check_access(addr: object, data: object = 0) -> None:
@@ -89,19 +135,42 @@ class Device(ABC):
         return type(self).__name__
 
     def state_id(self) -> str:
-        """Name the registers this object reaches, for scoping idempotency keys.
+        """Who the device is: the ``device`` of :meth:`identity`.
 
-        Two objects with the same ``state_id`` reach the same registers, now and after a
-        restart (for example a device on one serial port, whose registers outlive this
-        process). An idempotency key stored for a write through one is replayed only through a
-        device with the same ``state_id``. The default is unique to this object (a random UUID
-        taken on first use): its registers are assumed to live and die with it, so a key is
-        never replayed to another device. Override it when the registers persist.
+        Two objects with the same ``state_id`` reach the same device (for example a device on
+        a serial port, which outlives this process). The default is unique to this object (a
+        random UUID taken on first use).
         """
         state_id: str | None = getattr(self, "_default_state_id", None)
         if state_id is None:
             state_id = self._default_state_id = f"{type(self).__name__}:{uuid.uuid4().hex}"
         return state_id
+
+    def identity(self, *, refresh: bool = False) -> DeviceIdentity:
+        """Who the device is and its reset epoch, for scoping idempotency keys.
+
+        A key stored for a write is replayed only while the device says the same id and the
+        same epoch as when the write was sent (asked again, with ``refresh``, just before the
+        replay is answered). The default is :meth:`state_id` and no epoch: a device that
+        does not track its resets cannot say it was not reset since, so no key is replayed
+        to it. Override this (and :meth:`known_identity`) to say an epoch.
+
+        Args:
+            refresh: ask the device now (a round trip for a remote device). False may answer
+                what was learnt from the device earlier, provided nothing was reset through
+                this object since.
+
+        Raises:
+            DeviceError, TransportError: the device could not be asked (as :meth:`read`).
+        """
+        return DeviceIdentity(self.state_id(), None)
+
+    def known_identity(self) -> DeviceIdentity | None:
+        """What :meth:`identity` would answer from what is known, without asking the device
+        (no I/O); None when nothing is known yet. The audit log names each call's device with
+        it. The default calls :meth:`identity`; a device whose ``identity`` does I/O overrides
+        this."""
+        return self.identity()
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the device's resources (a port, a socket). Idempotent."""
@@ -110,22 +179,30 @@ class Device(ABC):
 class RegisterFile(Device):
     """The in-process register file: 16 registers of 8 bits with reset values. Thread-safe.
 
+    It says who it is and when it last started over (:meth:`identity`): its id, and a reset
+    epoch drawn at construction and again at every :meth:`reset` (:func:`new_epoch`), so an
+    idempotency key is never replayed to it after a reset, whoever called it.
+
     Args:
         reset_values: 16 values in 0..255 taken at construction and by :meth:`reset`;
             all 0 when omitted.
-        state_id: what :meth:`state_id` returns. None (the default): unique to this object,
-            since its registers live only as long as it does. Pass a stable name only when
-            this object stands for registers that outlive it (a test of a restart, a model
-            of a device that keeps its state), so idempotency keys stored by an earlier run
-            are replayed to it.
+        state_id: its id (what :meth:`state_id` returns, and the ``device`` of
+            :meth:`identity`). None (the default): ``"RegisterFile:"`` and 16 random hex
+            digits, unique to this object, since its registers live only as long as it does.
+        epoch: the reset epoch it starts in (1..16 characters of 0-9 and A-Z); None (the
+            default) draws a new one. Pass the id and epoch an earlier object reported only
+            when this one stands for the same registers, not reset since (a test of a
+            restart, a model of a device that keeps its state): idempotency keys stored
+            through the earlier one are then replayed to it.
 
     Raises:
         RegisterRangeError: ``reset_values`` is not 16 ints in 0..255.
-        ValueError: ``state_id`` is an empty string or not a string.
+        ValueError: ``state_id`` is an empty string or not a string, or ``epoch`` is not a
+            reset epoch.
     """
 
     def __init__(self, reset_values: Sequence[int] | None = None, *,
-                 state_id: str | None = None) -> None:
+                 state_id: str | None = None, epoch: str | None = None) -> None:
         values = list(reset_values) if reset_values is not None else [0] * REGISTER_COUNT
         if len(values) != REGISTER_COUNT:
             raise RegisterRangeError(
@@ -135,7 +212,8 @@ class RegisterFile(Device):
             check_access(0, value)
         if state_id is not None and (type(state_id) is not str or not state_id):
             raise ValueError(f"state_id must be a non-empty string, got {state_id!r}")
-        self._state_id = state_id or f"RegisterFile:{uuid.uuid4().hex}"
+        self._identity = DeviceIdentity(state_id or f"RegisterFile:{secrets.token_hex(8)}",
+                                        new_epoch() if epoch is None else check_epoch(epoch))
         self._reset_values = tuple(values)
         self._registers = list(values)
         self._lock = threading.Lock()
@@ -168,9 +246,10 @@ class RegisterFile(Device):
             return data
 
     def reset(self) -> None:
-        """Restore every register to its reset value."""
+        """Restore every register to its reset value, and begin a new reset epoch."""
         with self._lock:
             self._registers[:] = self._reset_values
+            self._identity = DeviceIdentity(self._identity.device, new_epoch())
 
     def snapshot(self) -> list[int]:
         """Return a copy of all 16 registers, address 0 first."""
@@ -182,8 +261,18 @@ class RegisterFile(Device):
         return f"regdev register file, {REGISTER_COUNT} x 8-bit (in process)"
 
     def state_id(self) -> str:
-        """The ``state_id`` given at construction, else ``"RegisterFile:<random UUID>"``."""
-        return self._state_id
+        """The ``state_id`` given at construction, else ``"RegisterFile:"`` and 16 random hex
+        digits."""
+        return self._identity.device
+
+    def identity(self, *, refresh: bool = False) -> DeviceIdentity:
+        """Its id and its current reset epoch (known in process: ``refresh`` changes
+        nothing)."""
+        return self._identity
+
+    def known_identity(self) -> DeviceIdentity:
+        """The same as :meth:`identity`."""
+        return self._identity
 
 
 class TimeoutDevice(Device):
@@ -281,6 +370,16 @@ class TimeoutDevice(Device):
     def state_id(self) -> str:
         """The wrapped device's :meth:`~Device.state_id`: the registers are its."""
         return self.device.state_id()
+
+    def identity(self, *, refresh: bool = False) -> DeviceIdentity:
+        """The wrapped device's :meth:`~Device.identity`, waiting at most ``timeout`` seconds
+        (it may ask the device)."""
+        result: DeviceIdentity = self._call(lambda: self.device.identity(refresh=refresh))
+        return result
+
+    def known_identity(self) -> DeviceIdentity | None:
+        """The wrapped device's :meth:`~Device.known_identity` (no I/O, so not queued)."""
+        return self.device.known_identity()
 
     def close(self) -> None:
         """Stop the worker once its queue is done (without waiting for a stuck call)."""

@@ -37,7 +37,9 @@ __all__ = [
     "DEVICE",
     "ERROR_CODES",
     "HOST",
+    "MAX_EPOCH",
     "MAX_FRAME",
+    "MAX_ID",
     "MAX_TEXT",
     "NEED_DATA",
     "TRANSITIONS",
@@ -62,12 +64,19 @@ __all__ = [
     "crc8",
     "decode",
     "encode",
+    "identify_text",
+    "split_identify_text",
 ]
 
 #: Largest frame on the wire, in bytes, from ``$`` to LF inclusive (a CR before LF counts).
 MAX_FRAME: Final = 64
 #: Longest identify text, in bytes (printable ASCII except ``$`` and ``*``).
 MAX_TEXT: Final = 48
+#: Longest device id and reset epoch in the identify text's extension, in characters (each
+#: 1..16 of ``0-9`` and ``A-Z``; ``docs/protocol.md``, "Who the device is, and when it last
+#: started over").
+MAX_ID: Final = 16
+MAX_EPOCH: Final = 16
 #: The error codes a device sends in an ``e`` reply (``docs/protocol.md``, "Error codes").
 #: A host treats any other upper-case word of 1..8 letters as a refusal too.
 ERROR_CODES: Final = ("ADDR", "DATA", "CKSUM", "SYNTAX", "BUSY")
@@ -153,10 +162,26 @@ class DumpRequest:
 
 @dataclass(frozen=True, slots=True)
 class IdentifyReply:
-    """``i TEXT``: the device's one-line identity (1..48 printable ASCII bytes)."""
+    """``i TEXT``: the device's one-line identity (1..48 printable ASCII bytes).
+
+    A device that says who it is and when it last started over ends the text with
+    `` id=ID epoch=EPOCH`` (:func:`identify_text`); :attr:`device_id` and :attr:`epoch` read
+    them, and are None for a text without that ending (a device that cannot say).
+    """
 
     seq: int
     text: str
+
+    @property
+    def device_id(self) -> str | None:
+        """The device's id (1..16 of ``0-9A-Z``), or None when the text does not say it."""
+        return split_identify_text(self.text)[1]
+
+    @property
+    def epoch(self) -> str | None:
+        """The device's reset epoch (1..16 of ``0-9A-Z``), or None when the text does not
+        say it."""
+        return split_identify_text(self.text)[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +244,68 @@ _ANSWER: Final[dict[type[Frame], type[Frame]]] = {
     ResetRequest: ResetReply,
     DumpRequest: DumpReply,
 }
+
+# --- the identify text's extension: who the device is, and when it last started over -----------
+
+#: The characters of a device id and a reset epoch in the identify text's extension.
+_ID_CHARACTERS: Final = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _is_id(text: str) -> bool:
+    """Whether ``text`` is a device id or a reset epoch: 1..16 characters of 0-9 and A-Z."""
+    return 1 <= len(text) <= MAX_ID and set(text) <= _ID_CHARACTERS
+
+
+def split_identify_text(text: str) -> tuple[str, str | None, str | None]:
+    """An identify text's description, device id and reset epoch.
+
+    The text says the last two when it ends with `` id=ID epoch=EPOCH`` after a description
+    of at least one character, ID and EPOCH each 1..16 characters of ``0-9`` and ``A-Z``
+    (``docs/protocol.md``). Any other text is a description only: a device that cannot say.
+
+    Returns:
+        ``(description, device_id, epoch)``; ``(text, None, None)`` without the extension.
+    """
+    head, sep, epoch = text.rpartition(" epoch=")
+    description, sep_id, device_id = head.rpartition(" id=")
+    if not (sep and sep_id and description and _is_id(device_id) and _is_id(epoch)):
+        return text, None, None
+    return description, device_id, epoch
+
+
+def identify_text(description: str, device_id: str, epoch: str) -> str:
+    """The identify text of a device that says who it is and when it last started over:
+    ``f"{description} id={device_id} epoch={epoch}"``.
+
+    Args:
+        description: 1 or more printable ASCII characters other than ``$`` and ``*``.
+        device_id: the device's id, 1..16 characters of ``0-9`` and ``A-Z``; the same for
+            the device's whole life.
+        epoch: its reset epoch, 1..16 characters of ``0-9`` and ``A-Z``; a new value at every
+            reset and every start, never one it had before.
+
+    Raises:
+        LocalProtocolError: a part is not of that form, or the text is over :data:`MAX_TEXT`
+            characters (the message says by how many).
+    """
+    for name, value in (("device id", device_id), ("epoch", epoch)):
+        if not isinstance(value, str) or not _is_id(value):
+            raise LocalProtocolError(f"the {name} must be 1..16 characters of 0-9 and A-Z, "
+                                     f"got {value!r}")
+    if not isinstance(description, str) or not description:
+        raise LocalProtocolError(f"the description must be 1 or more characters, got "
+                                 f"{description!r}")
+    text = f"{description} id={device_id} epoch={epoch}"
+    raw = text.encode("ascii") if text.isascii() else b""
+    if not raw or not set(raw) <= _TEXT_BYTES:
+        raise LocalProtocolError(f"identify text must be printable ASCII characters other "
+                                 f"than `$` and `*`, got {text!r}")
+    if len(raw) > MAX_TEXT:
+        raise LocalProtocolError(
+            f"identify text {text!r} is {len(raw)} characters, over {MAX_TEXT}: shorten the "
+            f"description to at most {len(description) - (len(raw) - MAX_TEXT)} characters")
+    return text
+
 
 # --- encoding ---------------------------------------------------------------------------------
 

@@ -29,6 +29,10 @@ Rules of this file:
 * A port that failed is set aside and closed when the next transaction reopens it, outside
   any reply's deadline (pyserial's close of a network port sleeps 0.3 s).
 * pyserial and OS exceptions are mapped to regdev's in one place, :func:`map_exceptions`.
+* Who the device is comes from its identify reply (``docs/protocol.md``, the ``id=`` and
+  ``epoch=`` ending), learnt from every identify reply, the synchronising one included, and
+  asked again after every reset sent: :meth:`SerialDevice.identity`. A device that does not
+  say them is named by its port (:func:`port_state_id`) and has no epoch.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from ..core._errors import (
     ReplyLost,
     TransportError,
 )
-from ._device import Device, check_access
+from ._device import Device, DeviceIdentity, check_access
 from ._protocol import (
     HOST,
     NEED_DATA,
@@ -214,20 +218,29 @@ def _check_url(url: str) -> None:
 
 
 def port_state_id(url: str) -> str:
-    """The name of the registers at the end of port ``url``: ``"serial:" + port``, where a
-    device path is resolved (``os.path.realpath``: symbolic links followed, relative to the
-    working directory), so ``/dev/serial/by-id/usb-...`` and the ``/dev/ttyUSB0`` it points to
-    name the same device; a URL (``scheme://...``) is kept as typed but for its scheme, and
-    for a ``socket://`` or ``rfc2217://`` URL its host, written in lower case. On Windows a
-    port name (``COM3``) is kept as typed."""
+    """The name of the device at the end of port ``url``, for a device that does not say its
+    own id: ``"serial:" + port``. A device path is resolved (``os.path.realpath``: symbolic
+    links followed, relative to the working directory), so ``/dev/serial/by-id/usb-...`` and
+    the ``/dev/ttyUSB0`` it points to name the same device. A ``socket://`` or ``rfc2217://``
+    URL is written ``scheme://host:port``: scheme and host in lower case, the port as a
+    number (no leading zeros), without a trailing ``/`` or the ``?options`` (they set up the
+    connection, not the device). Other URLs are kept as typed but for the scheme's case; on
+    Windows a port name (``COM3``) is kept as typed. (A host's other names, ``localhost`` for
+    ``127.0.0.1``, are not looked up: a device that says its id is named by it instead.)"""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return "serial:" + (url if sys.platform == "win32" else os.path.realpath(url))
     scheme = scheme.lower()
     if scheme in _NETWORK_SCHEMES:
-        host, slash, tail = rest.partition("/")
-        host, query, params = host.partition("?")
-        rest = host.lower() + query + params + slash + tail
+        parts = urllib.parse.urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        host = parts.hostname
+        if host is not None and port is not None:
+            shown = f"[{host}]" if ":" in host else host
+            return f"serial:{scheme}://{shown}:{port}"
     return f"serial:{scheme}://{rest}"
 
 
@@ -290,6 +303,8 @@ class SerialDevice(Device):
         self.bad_frames = 0
         self._lock = threading.Lock()
         self._link = Connection(HOST, first_seq=first_seq)
+        self._known: DeviceIdentity | None = None  # from the last identify reply
+        self._stale = True  # nothing known, or a reset was sent since: identity() asks
         self._synced = False  # a reply to our identify came since the port was opened
         self._flush = False  # a reply was abandoned: flush the input before the next request
         self._failed: serial.Serial | None = None  # a port that failed, closed at the reopen
@@ -355,12 +370,21 @@ class SerialDevice(Device):
         return reply.data
 
     def reset(self) -> None:
-        """Set every register to its reset value (sent once, never repeated).
+        """Set every register to its reset value (sent once, never repeated), then ask the
+        device its new reset epoch (an identify; should that fail, the next
+        :meth:`identity` asks again).
 
         Raises:
-            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`write`.
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: the reset failed, as
+                for :meth:`write` (never for the identify after it).
         """
-        self._transact(ResetRequest, ResetReply, "reset", 0)
+        self._stale = True
+        try:
+            self._transact(ResetRequest, ResetReply, "reset", 0)
+        finally:
+            self._stale = True  # also when an identify learnt the epoch while this waited
+        with contextlib.suppress(DeviceError, TransportError):  # the reset itself is done
+            self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries)
 
     def snapshot(self) -> list[int]:
         """Return all 16 registers, address 0 first, in one transaction (``D``).
@@ -371,19 +395,56 @@ class SerialDevice(Device):
         return list(self._transact(DumpRequest, DumpReply, "dump", self.retries).values)
 
     def state_id(self) -> str:
-        """``"serial:" + port`` (:func:`port_state_id`, as the port was named at construction:
-        a device path resolved, so a symbolic link and its target are one device): the
-        registers at the end of a port outlive this process, so idempotency keys used over it
-        hold after a restart."""
+        """The port's name, ``"serial:" + port`` (:func:`port_state_id`, as the port was named
+        at construction), without asking the device: the ``device`` of :meth:`identity` for
+        a device that does not say its own id."""
         return self._state_id
 
     def identify(self) -> str:
-        """Return the device's identity line (1..48 ASCII characters).
+        """Return the device's identity line (1..48 ASCII characters), its id and epoch
+        included when it says them (and learn them, as :meth:`identity` does).
 
         Raises:
             DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
         """
         return self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries).text
+
+    def identity(self, *, refresh: bool = False) -> DeviceIdentity:
+        """Who the device is and its reset epoch, from its identify reply (``id=ID
+        epoch=EPOCH`` at its end, ``docs/protocol.md``): ``DeviceIdentity(ID, EPOCH)``; for a
+        device that does not say them, ``DeviceIdentity(state_id(), None)``.
+
+        Args:
+            refresh: send an identify now (one round trip). False answers from the last
+                identify reply (the one that synchronised the line after the port was opened,
+                say) unless none came yet, or a reset was sent since, or the port was closed
+                or failed since (a device may be restarted meanwhile).
+
+        Raises:
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
+        """
+        if not refresh:
+            known = self._known
+            if known is not None and not self._stale:
+                return known
+        reply = self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries)
+        return self._identity_of(reply)
+
+    def known_identity(self) -> DeviceIdentity | None:
+        """What the last identify reply said (as :meth:`identity`), without asking; None
+        before the first one."""
+        return self._known
+
+    def _identity_of(self, reply: IdentifyReply) -> DeviceIdentity:
+        device_id, epoch = reply.device_id, reply.epoch
+        return (DeviceIdentity(device_id, epoch) if device_id is not None
+                else DeviceIdentity(self._state_id, None))
+
+    def _learn(self, reply: Reply) -> None:
+        """Keep what an identify reply says of the device (the transaction lock held)."""
+        if isinstance(reply, IdentifyReply):
+            self._known = self._identity_of(reply)
+            self._stale = False
 
     def close(self) -> None:
         """Close the port. Idempotent; a later transaction reopens it (and synchronises)."""
@@ -460,7 +521,7 @@ class SerialDevice(Device):
         # says the same, and arrives after every older reply all the same.
         if not self._synced and what != "identify":
             try:
-                self._exchange(port, IdentifyRequest(self._link.new_seq()))
+                self._learn(self._exchange(port, IdentifyRequest(self._link.new_seq())))
             except _PortFailed as failure:
                 raise _Failed(TransportError(f"the {what} was not sent: {failure} (while "
                                              "synchronising the line)"),
@@ -486,6 +547,7 @@ class SerialDevice(Device):
             raise _Failed(DeviceTimeout(f"no valid reply within {self.timeout:g} s"
                                         f"{failure.dropped}{unknown}"), again=True) from None
         self._synced = True  # any answer to a request of ours is a synchronisation
+        self._learn(reply)
         if isinstance(reply, ErrorReply):
             meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
             if reply.code in _BUSY:
@@ -555,9 +617,11 @@ class SerialDevice(Device):
         return self._port
 
     def _set_port_aside(self) -> None:
-        """After a failure (or on close): the next transaction opens the port again."""
+        """After a failure (or on close): the next transaction opens the port again, and the
+        next :meth:`identity` asks the device (it may have been restarted meanwhile)."""
         port, self._port = self._port, None
         self._synced = False
+        self._stale = True
         if port is not None:
             self._close_failed()
             self._failed = port
