@@ -60,10 +60,11 @@ def audit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 class CountingDevice(RegisterFile):
-    """Counts every access that reaches the device (``state_id`` as for RegisterFile)."""
+    """Counts every access that reaches the device (``state_id`` and ``epoch`` as for
+    RegisterFile: give both to stand for the registers of an earlier one, not reset since)."""
 
-    def __init__(self, *, state_id: str | None = None) -> None:
-        super().__init__(state_id=state_id)
+    def __init__(self, *, state_id: str | None = None, epoch: str | None = None) -> None:
+        super().__init__(state_id=state_id, epoch=epoch)
         self.accesses = 0
 
     def read(self, addr: int) -> int:

@@ -93,7 +93,8 @@ def test_the_stage_names_come_from_one_tuple(db: Path) -> None:
     assert typing.get_args(Stage) == (*PIPELINE, "internal")
     assert [name for name, _ in _STAGES] == list(PIPELINE)
     assert AuditRecord.__struct_fields__ == ("id", *_COLUMNS)
-    assert _COLUMNS[-len(PIPELINE):] == tuple(f"{stage}_ns" for stage in PIPELINE)
+    start = _COLUMNS.index("replay") + 1
+    assert _COLUMNS[start:start + len(PIPELINE)] == tuple(f"{stage}_ns" for stage in PIPELINE)
     with AuditLog(db):
         pass
     with sqlite3.connect(db) as conn:
@@ -658,7 +659,7 @@ def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Pa
         raw = WRITE.replace('"id": "c1"', '"idempotency_key": "old"')
         assert not gate.handle(raw).replay and device.accesses == 1
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
     assert conn.execute("SELECT key FROM idempotency_keys_v1").fetchall() == [("old",)]
     assert conn.execute("SELECT session, key FROM idempotency_keys").fetchall() == [
         ("default", "old")]
@@ -676,14 +677,16 @@ CREATE TABLE idempotency_keys (
 """ + OLD_KEY_TRIGGERS
 
 
-def test_a_version_2_database_is_upgraded_and_its_keys_kept_before_any_reset(db: Path) -> None:
-    """Version 2 keys move to epoch '' (the device was never reset through regdev): they are
-    replayed until a reset, and the rebuilt table is append-only."""
+def test_a_version_2_database_is_upgraded_and_its_keys_kept_but_never_replayed(
+        db: Path) -> None:
+    """Version 2 keys move to epoch '' and keep their device (no reset epoch: it was not
+    known then), so they are never replayed: the call runs again and its key is stored in the
+    device's scope of today. The rebuilt table is append-only."""
     with Gate(CountingDevice(state_id="serial:bench"), audit=AuditLog(db)) as gate:
         keyed = WRITE.replace('"id": "c1"', '"idempotency_key": "old"')
         stored = gate.handle(keyed)
-    conn = sqlite3.connect(db)  # rewrite it as version 2 wrote it
-    rows = conn.execute("SELECT device, session, key, fingerprint, observation, time "
+    conn = sqlite3.connect(db)  # rewrite it as version 2 wrote it: scoped by the device alone
+    rows = conn.execute("SELECT 'serial:bench', session, key, fingerprint, observation, time "
                         "FROM idempotency_keys").fetchall()
     conn.executescript("DROP TABLE idempotency_keys; DROP TABLE device_resets;" + V2_KEYS
                        + "PRAGMA user_version = 2;")
@@ -692,14 +695,15 @@ def test_a_version_2_database_is_upgraded_and_its_keys_kept_before_any_reset(db:
     conn.close()
     device = CountingDevice(state_id="serial:bench")
     with Gate(device, audit=AuditLog(db)) as gate:
-        replayed = gate.handle(keyed)
-        assert (replayed.replay, replayed.result, device.accesses) == (True, stored.result, 0)
-        gate.reset_device()
-        assert gate.handle(keyed).replay is False and device.snapshot()[3] == 255
+        again = gate.handle(keyed)
+        assert (again.replay, again.result, device.accesses) == (False, stored.result, 1)
+        assert gate.handle(keyed).replay is True and device.accesses == 1
+    scope = f"serial:bench@{device.identity().epoch}"
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
     assert conn.execute("SELECT device, epoch, key FROM idempotency_keys "
-                        "ORDER BY time").fetchall()[0] == ("serial:bench", "", "old")
+                        "ORDER BY time").fetchall() == [("serial:bench", "", "old"),
+                                                        (scope, "", "old")]
     assert conn.execute("SELECT count(*) FROM sqlite_schema WHERE name = "
                         "'idempotency_keys_v2'").fetchone()[0] == 0
     for statement in ("UPDATE idempotency_keys SET observation = ''",

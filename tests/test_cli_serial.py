@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 import socket
 import sqlite3
@@ -15,7 +16,7 @@ import pytest
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES
-from firmware import sim_process, sim_thread
+from firmware import is_sim_identity, sim_process, sim_thread
 from regdev import read_audit
 from regdev.cli._firmware_sim import FAULT_HELP
 from regdev.cli._main import main
@@ -48,11 +49,11 @@ def test_demo_and_replay_over_a_port_match_in_process(capsys: pytest.CaptureFixt
 @pytest.mark.timeout(30)
 def test_demo_text_names_the_port_and_the_device(capsys: pytest.CaptureFixture[str]) -> None:
     """The demo's header says which port it drives and what the device identified as."""
-    with sim_process("--pty") as (port, _):
+    with sim_process("--pty", "--device-id", "DEMO1") as (port, _):
         status, out, _ = run(capsys, "demo", "--port", port)
     assert status == 0
     assert out.startswith(f"regdev demo: a scripted agent drives the device on {port} through")
-    assert "device: regdev firmware-sim, 16 x 8-bit, protocol 1; tools:" in out
+    assert re.search(r"\ndevice: regdev sim id=DEMO1 epoch=[0-9A-F]{16}; tools:", out)
     assert "data 0xa5 0xff 0x42 0x00" in out
 
 
@@ -145,14 +146,16 @@ def test_shell_runs_every_command_through_the_gate() -> None:
     """The shell shows each verdict: accepted reads and writes, refusals, dump, reset, errors."""
     script = ("read 3\nwrite 3 0xc8\nread 0x03\nwrite 0x1f 1\nwrite 3 300\nread three\n"
               "dump\nreset\nread 3\nidentify\nfly\nhelp\nquit\nread 3\n")
-    with sim_process("--pty") as (port, _):
+    with sim_process("--pty", "--device-id", "SHELL1") as (port, _):
         done = subprocess.run([str(REGDEV), "shell", "--port", port, "--timeout", "2"],
                               input=script, capture_output=True, text=True, timeout=30,
                               check=False)
     assert (done.returncode, done.stderr) == (0, "")
     lines = done.stdout.splitlines()
     assert lines[0] == f"regdev shell on {port}. Type help for the commands, quit to leave."
-    assert lines[1] == "accepted  identify_device: regdev firmware-sim, 16 x 8-bit, protocol 1"
+    said = re.fullmatch(r"accepted  identify_device: regdev sim id=SHELL1 epoch=([0-9A-F]{16})",
+                        lines[1])
+    assert said is not None
     assert lines[2:8] == [
         "accepted  read_register: register 3 = 0x00 (0)",
         "accepted  write_register: register 3 = 0xc8 (200)",
@@ -163,12 +166,14 @@ def test_shell_runs_every_command_through_the_gate() -> None:
     ]
     assert lines[8:11] == ["accepted  dump_registers", "  addr    0    1    2    3    4    5"
                            "    6    7", "  data 0x00 0x00 0x00 0xc8 0x00 0x00 0x00 0x00"]
-    assert lines[13:17] == [
+    assert lines[13:15] == [
         "accepted  reset_device: every register holds its reset value",
         "accepted  read_register: register 3 = 0x00 (0)",
-        "accepted  identify_device: regdev firmware-sim, 16 x 8-bit, protocol 1",
-        "error: unknown command `fly`; type help",
     ]
+    again = re.fullmatch(r"accepted  identify_device: regdev sim id=SHELL1 epoch=([0-9A-F]{16})",
+                         lines[15])
+    assert again is not None and again[1] != said[1]  # the reset began a new epoch
+    assert lines[16] == "error: unknown command `fly`; type help"
     assert "write ADDR DATA   write_register" in done.stdout
     assert lines[-1].startswith("every command is a tool call")  # nothing ran after quit
 
@@ -235,7 +240,7 @@ def test_regdev_firmware_sim_prints_the_url_first_and_stops_on_ctrl_c() -> None:
     assert url.startswith("socket://127.0.0.1:")
     try:
         with SerialDevice(url, timeout=2) as device:
-            assert device.identify() == "regdev firmware-sim, 16 x 8-bit, protocol 1"
+            assert is_sim_identity(device.identify())
     finally:
         process.send_signal(signal.SIGINT)
         status = process.wait(timeout=10)
@@ -295,19 +300,26 @@ def test_replay_reset_ends_the_keys_of_the_port(tmp_path: Path,
 
 @pytest.mark.timeout(30)
 def test_shell_reset_is_recorded_in_the_audit_log(tmp_path: Path) -> None:
-    """The shell's reset ends the keys of the device on the port (a row in device_resets)."""
+    """The shell's reset ends the keys of the device's epoch (a row in device_resets), and each
+    record names the device by the id it says, with its epoch: a new one after the reset."""
     audit = tmp_path / "audit.db"
-    with sim_process("--pty") as (port, _):
+    with sim_process("--pty", "--device-id", "SHELL2") as (port, _):
         done = subprocess.run([str(REGDEV), "shell", "--port", port, "--audit", str(audit)],
-                              input="write 3 9\nreset\n", capture_output=True, text=True,
-                              timeout=30, check=False)
+                              input="write 3 9\nreset\nread 3\n", capture_output=True,
+                              text=True, timeout=30, check=False)
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.splitlines()[-1] == (
+    assert done.stdout.splitlines()[-2] == (
         "accepted  reset_device: every register holds its reset value")
     conn = sqlite3.connect(audit)
     resets = conn.execute("SELECT device FROM device_resets").fetchall()
     conn.close()
-    assert resets == [(f"serial:{port}",)]
+    records = read_audit(audit)
+    assert [r.tool for r in records] == ["identify_device", "write_register", "reset_device",
+                                         "read_register"]
+    assert {r.device for r in records} == {"SHELL2"}
+    before, after = records[1].device_epoch, records[3].device_epoch
+    assert before is not None and after is not None and before != after
+    assert resets == [(f"SHELL2@{before}",)]
 
 
 class _NoDumpFirmware(sim.Firmware):

@@ -20,14 +20,16 @@ BURST = 20000  # far more than the child gets through before it is killed
 KILL_AFTER = 300  # acknowledgements read before the SIGKILL
 
 #: The registers the child and the restarted gate share (a device whose state outlives the
-#: process, as a serial device's does): keys are scoped to it.
+#: process, as a serial device's does, not reset meanwhile): keys are scoped to its id and
+#: reset epoch.
 STATE_ID = "crash-test-device"
+EPOCH = "C0FFEE"
 
 CHILD = """
 import sys
 from regdev import AuditLog, Gate, RegisterFile
-from test_crash import STATE_ID, burst
-gate = Gate(RegisterFile(state_id=STATE_ID), audit=AuditLog(sys.argv[1]))
+from test_crash import EPOCH, STATE_ID, burst
+gate = Gate(RegisterFile(state_id=STATE_ID, epoch=EPOCH), audit=AuditLog(sys.argv[1]))
 for key, raw in burst():
     if gate.handle(raw).ok:
         sys.stdout.write(key + "\\n")
@@ -64,10 +66,10 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     recorded = {r.idempotency_key for r in read_audit(path, code="ok") if not r.replay}
     assert set(acked) <= recorded
     for key in acked:
-        assert audit.idempotency.get((STATE_ID, "default", key)) is not None, key
+        assert audit.idempotency.get((f"{STATE_ID}@{EPOCH}", "default", key)) is not None, key
 
     # the same burst again: the acknowledged keys are replays, and nothing runs twice
-    device = CountingDevice(state_id=STATE_ID)
+    device = CountingDevice(state_id=STATE_ID, epoch=EPOCH)
     with Gate(device, audit=audit) as gate:
         answers = {key: gate.handle(raw) for key, raw in burst()[: len(acked) + 100]}
     assert all(answers[key].replay for key in acked)

@@ -223,13 +223,13 @@ def test_timeout_frees_the_key_and_device_error_is_stored(tmp_path: Path) -> Non
 
 
 def test_keys_survive_a_restart(tmp_path: Path) -> None:
-    """A new gate on the same audit database and the same registers (the same state_id)
-    replays the keys of the old one."""
+    """A new gate on the same audit database and the same registers (the same id, in the
+    same reset epoch) replays the keys of the old one."""
     path = tmp_path / "a.db"
-    with Gate(CountingDevice(state_id="bench-1"), audit=AuditLog(path)) as first:
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as first:
         first.handle(keyed_write("k1", data=1))
         first.handle(keyed_write("k2", data=2))
-    with Gate(CountingDevice(state_id="bench-1"), audit=AuditLog(path)) as second:
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as second:
         assert second.handle(keyed_write("k1", data=1)).replay is True
         assert second.handle(keyed_write("k2", data=3)).code == "idempotency-conflict"
         assert accesses(second) == 0
@@ -312,25 +312,31 @@ def test_a_reset_through_the_gate_ends_the_keys(tmp_path: Path) -> None:
 
 
 def test_a_reset_ends_the_keys_after_a_restart(tmp_path: Path) -> None:
-    """The reset is in the database: a new process on the same registers runs the old key
-    again, and replays the key stored after the reset."""
+    """After a reset the device is in a new epoch: a new process on the same registers runs
+    the old key again, and replays the key stored after the reset. The reset is in the
+    database too, ending the old epoch's keys on the host's side."""
     path = tmp_path / "a.db"
-    with Gate(CountingDevice(state_id="serial:bench"), audit=AuditLog(path)) as first:
+    with Gate(CountingDevice(state_id="serial:bench", epoch="E1"),
+              audit=AuditLog(path)) as first:
         assert first.handle(keyed_write("k", data=9)).ok
         first.reset_device()
-    device = CountingDevice(state_id="serial:bench")  # the registers after the reset: 0
+        after = first.device.identity().epoch
+    assert after is not None and after != "E1"
+    device = CountingDevice(state_id="serial:bench", epoch=after)  # after the reset: all 0
     with Gate(device, audit=AuditLog(path)) as second:
         assert second.audit is not None and len(second.audit.idempotency) == 0
         again = second.handle(keyed_write("k", data=9))
     assert (again.ok, again.replay) == (True, False) and device.snapshot()[3] == 9
-    with Gate(CountingDevice(state_id="serial:bench"), audit=AuditLog(path)) as third:
+    with Gate(CountingDevice(state_id="serial:bench", epoch=after),
+              audit=AuditLog(path)) as third:
         assert third.handle(keyed_write("k", data=9)).replay is True and accesses(third) == 0
     conn = sqlite3.connect(path)
-    epochs = conn.execute("SELECT epoch FROM idempotency_keys ORDER BY time").fetchall()
+    keys = conn.execute("SELECT device, epoch FROM idempotency_keys ORDER BY time").fetchall()
     resets = conn.execute("SELECT device, epoch FROM device_resets").fetchall()
     conn.close()
-    assert resets == [("serial:bench", epochs[1][0])] and epochs[0] == ("",)
-    assert len(epochs[1][0]) == 32
+    assert keys == [("serial:bench@E1", ""), (f"serial:bench@{after}", "")]
+    assert [device for device, _ in resets] == ["serial:bench@E1"]
+    assert len(resets[0][1]) == 32
 
 
 def test_other_devices_keep_their_keys_across_a_reset(tmp_path: Path) -> None:
@@ -360,7 +366,8 @@ def test_a_key_completed_after_a_reset_is_not_stored(tmp_path: Path) -> None:
     again = gate.handle(keyed_write("k"))
     assert (again.ok, again.replay, device.write_count) == (True, False, 2)
     gate.close()
-    with Gate(RegisterFile(state_id=device.state_id()), audit=AuditLog(path)) as reopened:
+    same = RegisterFile(state_id=device.state_id(), epoch=device.identity().epoch)
+    with Gate(same, audit=AuditLog(path)) as reopened:
         assert reopened.audit is not None and len(reopened.audit.idempotency) == 1
         assert reopened.handle(keyed_write("k")).replay is True
 

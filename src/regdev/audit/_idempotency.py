@@ -2,11 +2,17 @@
 
 Rules of this file:
 
-* A key belongs to a device and a session: the slot (device, session name, key). The device is
-  its :meth:`~regdev.Device.state_id`, so a stored write is replayed only to a device that holds
-  the registers it was applied to; a fresh in-process register file never gets a replay of a
-  write it did not see. Keys apply to tools that change the device; a read-only tool runs every
-  time and its (well-formed) key is ignored.
+* A key belongs to a device, in one of its reset epochs, and a session: the slot (scope,
+  session name, key), where the scope is ``"ID@EPOCH"`` (:func:`key_scope`) of the device's
+  :meth:`~regdev.Device.identity`: who the device says it is, and when it last started over.
+  A device's epoch changes at every reset and restart, whatever the path (through regdev,
+  another process, a power cycle), so a key stored before one is never found after it: a
+  stored write is replayed only to the device it was applied to, not reset since. The gate
+  takes the epoch before the write is sent (so a key is never stored in an epoch later than
+  its write's), and asks the device again just before it answers a replay. A device that
+  cannot say its epoch (scope ``"ID@"``) gets no replay: ``begin(..., replay=False)``. Keys
+  apply to tools that change the device; a read-only tool runs every time and its
+  (well-formed) key is ignored.
 * Where a key travels in each dialect is in ``_parse.py`` and ``docs/safety.md``. Explicit keys
   (canonical, MCP) are used as sent; a provider's tool call id is a key only when the policy
   says so (``tool_call_ids_as_keys``), prefixed with its dialect (``"openai:call_..."``), and an
@@ -18,17 +24,18 @@ Rules of this file:
   (``docs/safety.md`` says why). A call refused before it executed releases the key, so the
   next call with it runs.
 * A later call with the key: the same fingerprint gets the stored observation marked as a
-  replay, and nothing runs; another fingerprint is ``idempotency-conflict``; while the first
-  call is still running, ``idempotency-in-progress``.
+  replay, and nothing runs (without ``replay``, it runs again); another fingerprint is
+  ``idempotency-conflict``; while the first call is still running, ``idempotency-in-progress``.
 * Stored keys live in the audit database (table ``idempotency_keys``), inserted in the same
   transaction as the write's audit record and committed before the observation is returned,
   so an acknowledged write's key survives a crash. The table is append-only; every key of
   the current epochs is loaded into memory (about 250 bytes each) when the database is opened.
-* A reset through regdev (``Gate.reset_device``, ``AuditLog.record_reset``) ends the device's
-  epoch: its keys stored so far are never replayed again (the reset wiped what they wrote),
-  and a call still running then is not stored under its key. The reset is a row of the
-  append-only table ``device_resets``, so the epoch outlives the process. A reset regdev does
-  not see (a power cycle, another tool) cannot end them: callers use fresh keys after one.
+* A reset through regdev (``Gate.reset_device``, ``AuditLog.record_reset``) also ends the
+  scope's keys on the host's side: they are never replayed again, and a call still running
+  then is not stored under its key. The reset is a row of the append-only table
+  ``device_resets``, so it outlives the process. This is what ends the keys of a device whose
+  epoch does not change (one that breaks its promise); every other reset is seen by the
+  device's own epoch.
 """
 
 from __future__ import annotations
@@ -46,13 +53,13 @@ from ..core._text import escape_text
 
 __all__ = ["INSERT_KEY", "INSERT_RESET", "KEYS_SCHEMA", "PROVIDER_DIALECTS",
            "SELECT_CURRENT_KEYS", "SELECT_EPOCHS", "IdempotencyStore", "KeyRow", "Slot",
-           "fingerprint"]
+           "fingerprint", "key_scope"]
 
 #: The table of stored keys and the table of device resets (created by the audit database).
 KEYS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
-    device      TEXT NOT NULL,  -- the state_id of the device the write was applied to
-    epoch       TEXT NOT NULL,  -- the device's epoch when the key was taken ('' before a reset)
+    device      TEXT NOT NULL,  -- the scope: 'ID@EPOCH', the device's id and reset epoch
+    epoch       TEXT NOT NULL,  -- the scope's epoch on the host ('' before a reset by regdev)
     session     TEXT NOT NULL,
     key         TEXT NOT NULL,
     fingerprint BLOB NOT NULL,  -- SHA-256 of [tool, arguments] as sorted-key JSON
@@ -68,7 +75,7 @@ CREATE TRIGGER IF NOT EXISTS idempotency_keys_append_only_delete
     BEGIN SELECT RAISE(ABORT, 'idempotency keys are append-only'); END;
 CREATE TABLE IF NOT EXISTS device_resets (
     id          INTEGER PRIMARY KEY,  -- append order
-    device      TEXT NOT NULL,        -- the state_id of the device reset through regdev
+    device      TEXT NOT NULL,        -- the scope ('ID@EPOCH') of the device reset by regdev
     epoch       TEXT NOT NULL,        -- the epoch it began (random hex): keys of others are void
     time        REAL NOT NULL         -- Unix time, seconds
 );
@@ -112,8 +119,15 @@ INSERT_KEY = (f"INSERT OR IGNORE INTO idempotency_keys ({', '.join(KeyRow._field
 #: is ``"<dialect>:<id>"``, a form an explicit key may not take.
 PROVIDER_DIALECTS = ("openai", "anthropic")
 
-#: Where a key lives: (device state_id, session name, key).
+#: Where a key lives: (scope, session name, key); the scope is :func:`key_scope`'s.
 Slot = tuple[str, str, str]
+
+
+def key_scope(device: str, epoch: str | None) -> str:
+    """The scope of a device's keys in one of its reset epochs: ``"ID@EPOCH"``, or ``"ID@"``
+    for a device that cannot say its epoch (whose keys are never replayed). An epoch holds no
+    ``@``, so the last ``@`` splits the two."""
+    return f"{device}@{epoch or ''}"
 
 _encode_sorted = msgspec.json.Encoder(order="sorted", decimal_format="number").encode
 
@@ -144,17 +158,26 @@ class IdempotencyStore:
         self._running: dict[Slot, tuple[bytes, str]] = {}
         self._lock = threading.Lock()
 
-    def begin(self, slot: Slot, print_: bytes) -> Observation | Refusal | None:
+    def begin(self, slot: Slot, print_: bytes, *,
+              replay: bool = True) -> Observation | Refusal | None:
         """Look the key up for a call with fingerprint ``print_``, reserving it when new.
 
+        Args:
+            slot: the key's slot.
+            print_: the call's :func:`fingerprint`.
+            replay: False when the stored observation may not be replayed (the device cannot
+                say it was not reset since): a key stored for the same call is reserved
+                again, so the call runs again.
+
         Returns:
-            None: the key is new and now reserved (call :meth:`complete` or :meth:`release`).
+            None: the key is new (or not replayed) and now reserved (call :meth:`complete`
+            or :meth:`release`).
             An :class:`Observation`: the stored one, marked as a replay (``id`` unset).
             A :class:`Refusal`: ``idempotency-conflict`` or ``idempotency-in-progress``.
         """
         with self._lock:
             stored = self._done.get(slot)
-            if stored is None:
+            if stored is None or (not replay and stored[0] == print_):
                 running = self._running.get(slot)
                 if running is None:
                     self._running[slot] = (print_, self._epochs.get(slot[0], ""))

@@ -111,7 +111,10 @@ _SYNCHRONOUS: dict[str, str] = {"crash": "NORMAL", "power-loss": "FULL"}
 #: 2: idempotency keys are scoped to a device (version 1's keys, unscoped, are kept aside).
 #: 3: and to the device's epoch, which a reset through regdev ends (table ``device_resets``);
 #: version 2's keys are kept in epoch ``''``, before any reset.
-_SCHEMA_VERSION = 3
+#: 4: each record names the device the call reached (``device``, ``device_epoch``), and keys
+#: are scoped ``ID@EPOCH`` by the device's own reset epoch (older keys are kept, never
+#: replayed: their device's epoch is not known).
+_SCHEMA_VERSION = 4
 _MIGRATE_FROM_1 = """
 DROP TRIGGER IF EXISTS idempotency_keys_append_only_update;
 DROP TRIGGER IF EXISTS idempotency_keys_append_only_delete;
@@ -134,7 +137,14 @@ INSERT INTO idempotency_keys (device, epoch, session, key, fingerprint, observat
 DROP TABLE idempotency_keys_v2;
 """
 #: What brings each older schema version to this one (before the schema is created).
-_MIGRATIONS = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2}
+#: Columns added to ``calls`` since version 1 are added by :data:`_ADDED_COLUMNS` instead.
+_MIGRATIONS = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2, 3: ""}
+#: Columns of ``calls`` added after its creation (at the end, as ``ALTER TABLE ... ADD
+#: COLUMN`` puts them): added to an older database that lacks them when it is opened.
+_ADDED_COLUMNS = (
+    ("device", "TEXT"),        # version 4: the device's id (DeviceIdentity.device)
+    ("device_epoch", "TEXT"),  # version 4: its reset epoch then, NULL when it cannot say
+)
 
 #: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
 _STAGE_TIMES = tuple(f"{stage}_ns" for stage in PIPELINE)
@@ -162,7 +172,9 @@ CREATE TABLE IF NOT EXISTS calls (
     idempotency_key TEXT,
     replay          INTEGER NOT NULL,     -- 1 when a stored observation was returned
     -- then <stage>_ns INTEGER for each stage of the pipeline: the time spent in it, ns
-""" + _STAGE_COLUMNS + """
+""" + _STAGE_COLUMNS + """,
+    device          TEXT,                 -- the id of the device the call reached
+    device_epoch    TEXT                  -- its reset epoch then (NULL: it cannot say)
 );
 CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -173,11 +185,11 @@ CREATE TRIGGER IF NOT EXISTS calls_append_only_delete BEFORE DELETE ON calls
 _COLUMNS = (
     "time", "event", "session", "dialect", "loop_id", "step", "raw", "raw_bytes", "raw_sha256",
     "ok", "stage", "code", "message", "tool", "arguments", "result", "call_id",
-    "idempotency_key", "replay", *_STAGE_TIMES,
+    "idempotency_key", "replay", *_STAGE_TIMES, *(name for name, _ in _ADDED_COLUMNS),
 )
 _INSERT_INTO = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
-#: A record's stage times when it has none (a loop's stop).
-_NO_TIMES = (None,) * len(_STAGE_TIMES)
+#: A record's stage times and device when it has none (a loop's stop).
+_NO_TIMES = (None,) * (len(_STAGE_TIMES) + len(_ADDED_COLUMNS))
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
@@ -378,6 +390,11 @@ class AuditRecord(msgspec.Struct, frozen=True):
         replay: True when the stored observation of an earlier call was returned.
         parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns: time spent in each stage,
             in nanoseconds; None for a stage the call did not reach.
+        device: the id of the device the call reached (:class:`~regdev.DeviceIdentity`),
+            as known when it was recorded: the device's own id over a serial line (when it
+            says one), ``serial:PORT`` (when it does not), ``RegisterFile:...`` in process;
+            None for a stop, a record written before version 4, or a device not yet heard.
+        device_epoch: the device's reset epoch then, or None (it cannot say, or as above).
     """
 
     id: int
@@ -405,6 +422,8 @@ class AuditRecord(msgspec.Struct, frozen=True):
     authorize_ns: int | None
     execute_ns: int | None
     observe_ns: int | None
+    device: str | None = None
+    device_epoch: str | None = None
 
     @property
     def timings(self) -> dict[str, int]:
@@ -529,7 +548,7 @@ class AuditLog:
                     if tables:
                         raise AuditError(f"{self.path} is a SQLite database but not a regdev "
                                          "audit log")
-                migrate = _MIGRATIONS.get(version, "")
+                migrate = _MIGRATIONS.get(version, "") + _add_columns(conn)
                 conn.executescript(f"BEGIN IMMEDIATE; {migrate} {_SCHEMA} {KEYS_SCHEMA} "
                                    f"PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
                 keys = conn.execute(SELECT_CURRENT_KEYS).fetchall()
@@ -548,7 +567,8 @@ class AuditLog:
             observation: Observation, tool: str | None, arguments: str | None,
             loop_id: str | None = None, step: int | None = None,
             idempotency_key: str | None = None,
-            timings: Mapping[str, int] | None = None) -> Row:
+            timings: Mapping[str, int] | None = None,
+            device: tuple[str, str | None] | None = None) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -566,6 +586,8 @@ class AuditLog:
             idempotency_key: the call's key, if any.
             timings: nanoseconds spent in each stage reached, by stage name (one of
                 :data:`~regdev.core._observation.PIPELINE`).
+            device: the device the call reached, ``(id, reset epoch or None)`` (a
+                :class:`~regdev.DeviceIdentity`), if known.
         """
         kept = raw_size = raw_sha = None
         if raw is not None:
@@ -584,7 +606,8 @@ class AuditLog:
         return (time, "call", session, dialect, loop_id, step, kept, raw_size, raw_sha,
                 0 if refusal else 1, stage, code, message, tool, arguments, result,
                 observation.id, idempotency_key, 1 if observation.replay else 0,
-                *map((timings or {}).get, PIPELINE))
+                *map((timings or {}).get, PIPELINE),
+                *(device if device is not None else (None, None)))
 
     @staticmethod
     def stop_row(*, time: float, session: str, loop_id: str, stop: str, detail: str,
@@ -625,12 +648,14 @@ class AuditLog:
 
     # --- idempotency keys (see ``_idempotency.py``) -----------------------------------------
 
-    def begin_key(self, slot: Slot, print_: bytes) -> Observation | Refusal | None:
+    def begin_key(self, slot: Slot, print_: bytes, *,
+                  replay: bool = True) -> Observation | Refusal | None:
         """Look up the key in ``slot`` for a call with fingerprint ``print_``, reserving it
         when new: None (reserved: store it with :meth:`key_row` and :meth:`complete_key`, or
         :meth:`release_key` it), the stored observation marked as a replay, or a refusal
-        (``idempotency-conflict``, ``idempotency-in-progress``)."""
-        return self.idempotency.begin(slot, print_)
+        (``idempotency-conflict``, ``idempotency-in-progress``). Without ``replay``, a key
+        stored for the same call is reserved again instead (the call runs again)."""
+        return self.idempotency.begin(slot, print_, replay=replay)
 
     def key_row(self, slot: Slot, print_: bytes, observation: str, time: float) -> KeyRow:
         """The row that stores the key reserved in ``slot`` (in the epoch of its device when
@@ -660,7 +685,8 @@ class AuditLog:
         the reset: use fresh keys after one that raised.
 
         Args:
-            device: the device's :meth:`~regdev.Device.state_id`.
+            device: the scope of the device's keys (``"ID@EPOCH"``,
+                :func:`~regdev._idempotency.key_scope`).
 
         Returns:
             The device's new epoch (32 hex digits), stored in ``device_resets``.
@@ -818,7 +844,8 @@ class AuditLog:
 
 def read_audit(path: str | Path, *, session: str | None = None, code: str | None = None,
                  since: float | None = None, until: float | None = None,
-                 loop_id: str | None = None, last: int | None = None) -> list[AuditRecord]:
+                 loop_id: str | None = None, last: int | None = None,
+                 device: str | None = None) -> list[AuditRecord]:
     """Read records of an audit database, oldest first, opened read-only.
 
     Args:
@@ -831,6 +858,8 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         loop_id: only the records of this loop (its full id; see :func:`find_loop`).
         last: only the last ``last`` matching records, 0..2**63-1 (SQLite's largest
             INTEGER).
+        device: only the records of calls that reached this device (its id, as in
+            :attr:`AuditRecord.device`).
 
     Returns:
         The matching records in append order.
@@ -849,7 +878,7 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     _check_exists(path)
     where: list[str] = []
     params: list[object] = []
-    for column, value in (("session", session), ("loop_id", loop_id)):
+    for column, value in (("session", session), ("loop_id", loop_id), ("device", device)):
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)
@@ -898,6 +927,16 @@ def find_loop(path: str | Path, prefix: str) -> str:
     shown = ", ".join(str(row[0]) for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
     raise AuditError(f"{len(rows) if len(rows) <= 5 else 'more than 5'} loop ids in {path} "
                      f"start with {prefix!r} ({shown}); give more of the id")
+
+
+def _add_columns(conn: sqlite3.Connection) -> str:
+    """The ``ALTER TABLE`` statements that add the :data:`_ADDED_COLUMNS` an existing
+    ``calls`` table lacks (none for a new database: its table is created with them)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+    if not have:
+        return ""
+    return "".join(f"ALTER TABLE calls ADD COLUMN {name} {kind};"
+                   for name, kind in _ADDED_COLUMNS if name not in have)
 
 
 def _check_exists(path: Path) -> None:

@@ -59,6 +59,8 @@ def _show_record(record: AuditRecord) -> str:
         extras.append("replayed (not executed)")
     if record.loop_id:
         extras.append(f"loop {record.loop_id[:8]} step {record.step}")
+    if record.device is not None:
+        extras.append(f"device {record.device}")
     total = sum(t for t in (record.parse_ns, record.validate_ns, record.authorize_ns,
                             record.execute_ns, record.observe_ns) if t is not None)
     extras.append(f"{total / 1000:.0f} us")
@@ -80,7 +82,7 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     try:
         loop_id = find_loop(path, args.loop) if args.loop is not None else None
         records = read_audit(path, session=args.session, code=args.code, since=since,
-                             until=until, loop_id=loop_id, last=args.last)
+                             until=until, loop_id=loop_id, last=args.last, device=args.device)
     except AuditError as error:
         raise UsageError(str(error)) from None
     for record in records:
@@ -99,7 +101,8 @@ def add_parser(sub: Any) -> None:
         "audit", help="show, filter and export the audit log",
         description="Show the records of an audit log, oldest first: every call (accepted or "
                     "refused) with its session, dialect, verdict, tool, arguments, "
-                    "idempotency key and time spent, and every loop's stop. Filters combine. "
+                    "idempotency key, the device it reached and time spent, and every loop's "
+                    "stop. Filters combine. "
                     "Times are shown in UTC.")
     audit.add_argument("--db", metavar="PATH", type=Path,
                        help="the audit database (default: $REGDEV_AUDIT, else "
@@ -116,6 +119,10 @@ def add_parser(sub: Any) -> None:
     audit.add_argument("--loop", metavar="ID",
                        help="only the records of this loop: its id, or the start of it (the "
                             "8 characters shown are usually enough)")
+    audit.add_argument("--device", metavar="ID",
+                       help="only the calls that reached this device: the id shown after "
+                            "`device` (the id a device on a port says, e.g. 5F3A9C01; "
+                            "serial:PORT for one that says none; RegisterFile:... in process)")
     audit.add_argument("--last", metavar="N", type=int,
                        help="only the last N matching records (N >= 1)")
     audit.add_argument("--json", action="store_true",

@@ -17,6 +17,9 @@ Rules of this file:
   have changed. A call that executed a tool changing the device is recorded durably (committed
   before its observation is returned) and keeps its idempotency key, whatever happens after
   (``device-timeout`` aside, see ``_idempotency.py``).
+* A key is scoped to the device's identity and reset epoch (:meth:`Device.identity`), taken
+  before the call runs; a stored observation is replayed only after the device, asked again,
+  says the same epoch: a reset by any path since the write means the write runs again.
 * A device failure is reported as a failure (``device-timeout``, ``device-error``), never as a
   success; when the durable record of a write cannot be committed the caller gets
   ``audit-error``, and calls that would change the device are refused until a commit succeeds.
@@ -38,7 +41,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from ..audit._idempotency import PROVIDER_DIALECTS, fingerprint
+from ..audit._idempotency import PROVIDER_DIALECTS, Slot, fingerprint, key_scope
 from ..audit._log import AuditLog, encode_json
 from ..core._errors import (
     AuditError,
@@ -51,7 +54,7 @@ from ..core._errors import (
 )
 from ..core._observation import PIPELINE, Observation, Refusal
 from ..core._text import escape_text, is_text
-from ..devices._device import Device, RegisterFile, TimeoutDevice
+from ..devices._device import Device, DeviceIdentity, RegisterFile, TimeoutDevice
 from ._compile import CompiledValidator, compile_validator
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
@@ -154,8 +157,6 @@ class Gate:
         self._registers = policy.registers if policy is not None and (
             policy.registers.read_only or policy.registers.protected) else None
         self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
-        #: Idempotency keys are scoped to the registers the device reaches.
-        self._key_scope = self.device.state_id() if audit is not None else ""
         self._sessions: dict[str, Session] = {}
         if policy is not None:
             for name, spec in policy.sessions.items():
@@ -402,15 +403,32 @@ class Gate:
                                                          dict(arguments), addr))
 
     def _begin_key(self, call: _Call) -> _End:
-        """Reserve the call's idempotency key, or end the call: a replay or a refusal."""
-        assert self.audit is not None and call.tool is not None and call.key is not None
-        call.fingerprint = fingerprint(call.tool.name, call.arguments or {})
-        found = self.audit.begin_key((self._key_scope, call.session.name, call.key),
-                                     call.fingerprint)
+        """Reserve the call's idempotency key in the scope of the device's identity and reset
+        epoch, or end the call: a replay, once the device, asked again, said the epoch the
+        key was stored in; or a refusal. A device that cannot say its epoch gets no replay."""
+        audit = self.audit
+        assert audit is not None and call.tool is not None and call.key is not None
+        call.fingerprint = print_ = fingerprint(call.tool.name, call.arguments or {})
+        try:
+            identity = self._runner.identity()  # what the device said last (or asked now)
+            slot = self._slot(identity, call)
+            found = audit.begin_key(slot, print_, replay=identity.epoch is not None)
+            if type(found) is Observation:  # not before the device confirms its epoch
+                fresh = self._runner.identity(refresh=True)
+                if fresh != identity:  # reset since: the write runs again in the new epoch
+                    slot = self._slot(fresh, call)
+                    found = audit.begin_key(slot, print_, replay=fresh.epoch is not None)
+        except RegdevError as error:
+            return _unidentified(error)
         if found is None:
-            call.reserved = True
+            call.slot, call.reserved = slot, True
             return None
         return replace(found, id=call.id) if type(found) is Observation else found
+
+    @staticmethod
+    def _slot(identity: DeviceIdentity, call: _Call) -> Slot:
+        assert call.key is not None
+        return key_scope(identity.device, identity.epoch), call.session.name, call.key
 
     def _execute(self, call: _Call) -> Refusal | None:
         """Run the tool on the device (through the timeout worker when there is a timeout)."""
@@ -459,10 +477,9 @@ class Gate:
         durable = call.executed and tool is not None and not tool.read_only
         key_row = None
         if call.reserved and durable and _keeps_key(observation):
-            assert call.key is not None and call.fingerprint is not None
+            assert call.slot is not None and call.fingerprint is not None
             call.stored = _stored(observation)
-            key_row = audit.key_row((self._key_scope, call.session.name, call.key),
-                                    call.fingerprint, call.stored, call.time)
+            key_row = audit.key_row(call.slot, call.fingerprint, call.stored, call.time)
         row = audit.row(
             time=call.time, session=call.session.name, dialect=call.dialect,
             raw=call.raw if call.raw is not None
@@ -472,7 +489,7 @@ class Gate:
             arguments=encode_json(call.arguments) if call.arguments is not None
             else None if call.not_json else _arguments_text(call.call, audit.max_raw_bytes),
             loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
-            timings=call.timings)
+            timings=call.timings, device=self._runner.known_identity())
         try:
             audit.append(row, key_row, durable=durable)
         except AuditError as error:
@@ -491,8 +508,8 @@ class Gate:
     def _settle_key(self, call: _Call, observation: Observation) -> None:
         """Store the reserved key's outcome once the call executed (``device-timeout``
         aside), so it never runs twice; else free the key for the next call."""
-        assert self.audit is not None and call.key is not None
-        slot = (self._key_scope, call.session.name, call.key)
+        assert self.audit is not None and call.slot is not None
+        slot = call.slot
         if call.executed and _keeps_key(observation):
             assert call.fingerprint is not None
             self.audit.complete_key(slot, call.fingerprint, call.stored or _stored(observation))
@@ -542,6 +559,7 @@ class Gate:
                 replays none of the device's earlier keys; see
                 :meth:`AuditLog.record_reset`).
         """
+        before = self._runner.known_identity()  # the epoch the reset ends
         try:
             (self._runner if device is None else device).reset()
         except (TransportError, DeviceBusy, DeviceRefused):
@@ -552,23 +570,30 @@ class Gate:
             # that runs again when its key is sent again; keeping them could replay "done" for
             # a write the reset wiped: a failure reported as a success.
             try:
-                self.record_reset()
+                self._record_reset(before)
             except AuditError as error:
                 logger.error("a reset that may have run was not recorded: %s", error)
             raise
-        self.record_reset()
+        self._record_reset(before)
 
     def record_reset(self) -> None:
         """Record in the audit log that the device was (or may have been) reset by other
-        means than :meth:`reset_device`; nothing without an audit log. A reset that regdev
-        does not see (a power cycle, another tool on the port) cannot end the keys: send
-        fresh idempotency keys after one.
+        means than :meth:`reset_device`: the keys of its current epoch (as last known) end.
+        Nothing without an audit log, or before the device was first heard from. A device
+        that says its reset epoch needs none of this: a reset by any path changes its epoch,
+        which the gate checks before every replay (``docs/safety.md``).
 
         Raises:
             AuditError: the record could not be committed.
         """
+        self._record_reset(None)
+
+    def _record_reset(self, identity: DeviceIdentity | None) -> None:
+        """Record a reset of the device in epoch ``identity`` (None: as known now)."""
         if self.audit is not None:
-            self.audit.record_reset(self._key_scope)
+            identity = identity or self._runner.known_identity()
+            if identity is not None:
+                self.audit.record_reset(key_scope(identity.device, identity.epoch))
 
     def close(self) -> None:
         """Close the audit log (committing every record) and the timeout worker. Idempotent."""
@@ -607,6 +632,7 @@ class _Call:
     result: dict[str, Any] | None = None  #: what the device answered
     executed = False  #: the device call started: the device may have changed
     fingerprint: bytes | None = None  #: the key's fingerprint of tool and arguments
+    slot: Slot | None = None  #: where its key is reserved: the device's scope, session, key
     reserved = False  #: this call holds the reservation of its key
     not_json = False  #: handle_call's call holds Python data JSON cannot (nothing to record)
     stored: str | None = None  #: the observation JSON stored under the key
@@ -661,6 +687,17 @@ def _device_failure(error: RegdevError) -> Refusal:
     if isinstance(error, DeviceRefused):
         return Refusal("execute", "device-error", f"the device refused: {text}")
     return Refusal("execute", "device-error", f"the device failed: {text}")
+
+
+def _unidentified(error: RegdevError) -> Refusal:
+    """The refusal of a keyed call whose device could not be asked who it is and its reset
+    epoch (before the call was sent, so nothing ran): ``device-busy`` when it was busy, else
+    ``device-unavailable``. The key stays free."""
+    text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
+    code = "device-busy" if isinstance(error, DeviceBusy) else "device-unavailable"
+    return Refusal("authorize", code,
+                   "the call was not sent: the device did not say its reset epoch, which its "
+                   f"idempotency key is checked against: {text}")
 
 
 #: Longest device message shown to the model, in characters (the cause comes last in it).
