@@ -28,11 +28,13 @@ from typing import Any
 import pytest
 import serial
 
-from regdev import Gate, SerialDevice
+from regdev import AuditLog, Gate, SerialDevice
 from regdev.devices import _protocol as wire
 
 SIM = Path(__file__).resolve().parent.parent / "firmware-sim" / "regdev_firmware_sim.py"
 READ_CALL = '{"tool": "read_register", "arguments": {"addr": 3}}'
+KEYED_WRITE = ('{"tool": "write_register", "arguments": {"addr": 3, "data": 7}, '
+               '"idempotency_key": "bench-1"}')
 MEDIANS: dict[str, float] = {}
 
 
@@ -118,3 +120,35 @@ def test_gate_read_over_serial(benchmark: Any, port: str) -> None:
         gate = Gate(device)
         assert benchmark(gate.handle, READ_CALL).ok
     record("Gate.handle over serial", benchmark)
+
+
+def test_serial_device_identity_refresh(benchmark: Any, port: str) -> None:
+    """SerialDevice.identity(refresh=True): the identify round trip a replay costs."""
+    with SerialDevice(port, timeout=1.0) as device:
+        assert benchmark(device.identity, refresh=True).epoch is not None
+    record("identity(refresh=True)", benchmark)
+
+
+def test_gate_keyed_write_replayed_over_serial(benchmark: Any, port: str,
+                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A keyed write sent again through an audited gate: the identify that confirms the
+    device's epoch, then the stored observation (nothing written)."""
+    path = tmp_path_factory.mktemp("audit") / "audit.db"
+    with SerialDevice(port, timeout=1.0) as device, Gate(device, audit=AuditLog(path)) as gate:
+        assert gate.handle(KEYED_WRITE).ok
+        assert benchmark(gate.handle, KEYED_WRITE).replay
+    record("Gate replay over serial", benchmark)
+
+
+def test_gate_keyed_write_over_serial(benchmark: Any, port: str,
+                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A new keyed write each time through an audited gate: no identify (the epoch the line's
+    synchronising identify said), the write, its durable record and key."""
+    path = tmp_path_factory.mktemp("audit") / "audit.db"
+    keys = iter(range(10**9))
+    with SerialDevice(port, timeout=1.0) as device, Gate(device, audit=AuditLog(path)) as gate:
+        def write() -> bool:
+            return gate.handle(KEYED_WRITE.replace("bench-1", f"k{next(keys)}")).replay
+
+        assert benchmark(write) is False
+    record("Gate keyed write over serial", benchmark)

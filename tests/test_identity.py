@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
-from conftest import CountingDevice
+from conftest import ROOT, CountingDevice
 from firmware import sim_process
 from regdev import (
     AuditLog,
@@ -561,3 +561,19 @@ def test_no_replay_ever_claims_a_value_the_register_does_not_hold(ops: list[str]
                 gate.reset_device()
             else:
                 device.reset()
+
+
+def test_the_protocol_doc_shows_the_extension_byte_for_byte() -> None:
+    """The extension's example frame in docs/protocol.md says its id and epoch, its checked
+    bytes and CRC are as the text says, and the byte dump is that frame."""
+    text = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    found = re.search(r"`(\$01 i regdev sim id=5F3A9C01 epoch=00A1B2C3D4E5F607\*([0-9A-F]{2}))`",
+                      text)
+    assert found is not None
+    reply = wire.decode(found[1].encode("ascii"))
+    assert isinstance(reply, wire.IdentifyReply)
+    assert (reply.device_id, reply.epoch) == ("5F3A9C01", "00A1B2C3D4E5F607")
+    payload = found[1].encode("ascii")[1:-3]
+    assert (len(payload), wire.crc8(payload), found[2]) == (50, 0x11, "11")
+    dumps = re.findall(r"^((?:[0-9a-f]{2} )+[0-9a-f]{2})$", text, re.MULTILINE)
+    assert bytes.fromhex(dumps[1]) == wire.encode(reply) and len(wire.encode(reply)) == 55
