@@ -117,7 +117,8 @@ def python_device(stream: bytes, identity: str, rng: random.Random) -> tuple[byt
         size = rng.randint(1, 256)
         chunks.append(stream[at:at + size])
         at += size
-    firmware = sim.Firmware(identity=identity)
+    # The C firmware's identify text is protocol 1's, without the id and epoch: plain.
+    firmware = sim.Firmware(identity=identity, plain=True)
     line = _Chunks(chunks)
     sim.serve(line, firmware, sim.Faults())
     return bytes(line.out), firmware.registers.snapshot()
@@ -547,7 +548,7 @@ def test_damaged_streams_over_the_pty_get_the_python_replies(device_command: lis
     """Random damaged byte streams written to the port (the UART, its interrupt and ring on the
     AVR) are answered byte for byte as the Python firmware simulator answers them."""
     identity = _identity(device_command)
-    firmware = sim.Firmware(identity=identity)
+    firmware = sim.Firmware(identity=identity, plain=True)  # protocol 1's text, as the C one
     link = wire.Connection(wire.DEVICE)
     rng = random.Random(7)
     streams = [damaged_stream(rng) for _ in range(40)]
