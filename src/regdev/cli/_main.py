@@ -15,6 +15,7 @@ from typing import TextIO, cast
 
 from .._version import __version__
 from . import (
+    _agent,
     _audit,
     _bench,
     _call,
@@ -32,8 +33,8 @@ from ._output import Output, output_failed
 __all__ = ["build_parser", "main"]
 
 #: The commands, in the order ``regdev --help`` lists them: each module adds its parser.
-COMMANDS = (_demo, _replay, _call, _shell, _firmware_sim, _tools, _serve, _audit, _compile,
-            _bench)
+COMMANDS = (_demo, _replay, _call, _shell, _firmware_sim, _tools, _serve, _agent, _audit,
+            _compile, _bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

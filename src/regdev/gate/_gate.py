@@ -198,6 +198,7 @@ class Gate:
         session: Session | None = None,
         loop_id: str | None = None,
         step: int | None = None,
+        proposer: str | None = None,
     ) -> Observation:
         """Run one raw tool call through every stage.
 
@@ -208,6 +209,8 @@ class Gate:
             session: the caller; :attr:`default_session` when None.
             loop_id: the loop this call belongs to, for the audit log (``run_loop`` sets it).
             step: the step number in that loop, from 1.
+            proposer: who proposed the call, for the audit log: ``provider:model`` for a
+                model endpoint, ``mcp:NAME VERSION`` for an MCP client; None when unknown.
 
         Returns:
             Exactly one :class:`Observation`.
@@ -224,7 +227,7 @@ class Gate:
         if loop_id is not None:
             check_loop_id(loop_id)
         call = _Call(session or self.default_session, dialect, tool_choice, raw,
-                     loop_id=loop_id, step=step)
+                     loop_id=loop_id, step=step, proposer=proposer)
         if self.audit is None:
             return self._run(call)
         call.time, call.timings = time.time(), {}
@@ -240,6 +243,7 @@ class Gate:
         idempotency_key: object = None,
         loop_id: str | None = None,
         step: int | None = None,
+        proposer: str | None = None,
     ) -> Observation:
         """Run an already-decoded canonical call (for callers that decoded JSON themselves).
 
@@ -263,6 +267,7 @@ class Gate:
                 Unicode text, or None; anything else is refused as ``bad-idempotency-key``.
             loop_id: the loop this call belongs to, for the audit log (a string).
             step: the step number in that loop.
+            proposer: who proposed the call, for the audit log (see :meth:`handle`).
 
         Returns:
             Exactly one :class:`Observation`.
@@ -276,7 +281,7 @@ class Gate:
         if loop_id is not None:
             check_loop_id(loop_id)
         state = _Call(session or self.default_session, "canonical", tool_choice, None,
-                      loop_id=loop_id, step=step)
+                      loop_id=loop_id, step=step, proposer=proposer)
         if self.audit is not None:
             state.time, state.timings = time.time(), {}
         state.call = call
@@ -642,13 +647,15 @@ class _Call:
     timings: dict[str, int] | None = None
 
     def __init__(self, session: Session, dialect: str, tool_choice: str | None,
-                 raw: str | bytes | None, *, loop_id: str | None, step: int | None) -> None:
+                 raw: str | bytes | None, *, loop_id: str | None, step: int | None,
+                 proposer: str | None = None) -> None:
         self.session = session
         self.dialect = dialect
         self.tool_choice = tool_choice
         self.raw = raw  #: the raw text to parse; None for a decoded call (handle_call)
         self.loop_id = loop_id
         self.step = step
+        self.proposer = proposer  #: who proposed the call (for the audit log)
 
 
 def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:

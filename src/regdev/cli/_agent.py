@@ -1,0 +1,168 @@
+"""``regdev agent``: a real model drives the device through the gate, given a task in words."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+from typing import Any, TextIO
+
+from ..agents._models import (
+    PROVIDERS,
+    AgentResult,
+    AgentStep,
+    ModelError,
+    Turn,
+    make_endpoint,
+    run_agent,
+)
+from ..agents._shell import describe, format_registers
+from ..core._errors import SchemaError
+from ..core._text import escape_text
+from ._common import (
+    UsageError,
+    add_gate_options,
+    audit_note,
+    device_call,
+    json_line,
+    open_gate,
+    port_device,
+    port_options,
+)
+
+#: Each provider's default environment variable for the API key.
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+#: Exit statuses of ``regdev agent``.
+EXIT_HELP = ("Exit status: 0 the model finished (stop: done); 1 the loop stopped for another "
+             "reason (budget, rejected, truncated, model-refusal, provider-error); 2 usage or "
+             "device-connection error.")
+
+
+def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
+    if args.max_steps < 1 or args.retries < 0:
+        raise UsageError("--max-steps must be at least 1 and --retries at least 0")
+    if not math.isfinite(args.request_timeout) or args.request_timeout <= 0:
+        raise UsageError(f"--request-timeout must be a number of seconds > 0, got "
+                         f"{args.request_timeout:g}")
+    options: dict[str, Any] = {
+        "base_url": args.base_url, "api_key_env": args.api_key_env or KEY_ENV[args.provider],
+        "timeout": args.request_timeout, "max_retries": args.max_retries}
+    if args.temperature is not None:
+        options["temperature"] = args.temperature
+    if args.provider == "openai" and args.seed is not None:
+        options["seed"] = args.seed
+    if args.provider == "anthropic":
+        options["strict"] = args.strict
+    try:
+        endpoint = make_endpoint(args.provider, args.model, **options)
+    except ModelError as error:
+        raise UsageError(str(error)) from None
+    with contextlib.closing(port_device(args)) as device:
+        gate, session = open_gate(args, device)
+        with gate:
+            if not args.json:
+                out.write(f"regdev agent: {escape_text(endpoint.proposer, 120)} drives "
+                          f"{'the in-process register file' if args.port is None else args.port}"
+                          f" through the gate; at most {args.max_steps} calls, "
+                          f"{args.retries} retry after a refusal.\n")
+                out.write(f"task: {escape_text(args.task, 400)}\n\n")
+            try:
+                result = run_agent(endpoint, gate, args.task, session=session,
+                                   max_steps=args.max_steps, retries=args.retries,
+                                   on_step=lambda step: _show_step(step, args, out),
+                                   on_turn=lambda turn: _show_turn(turn, args, out))
+            except SchemaError as error:
+                raise UsageError(f"the tools cannot be declared to {args.provider}: {error}") \
+                    from None
+            registers = device_call(args, gate.device.snapshot)
+            _show_end(result, registers, args, out)
+            if not args.json:
+                audit_note(gate, out)
+    return 0 if result.stop == "done" else 1
+
+
+def _show_turn(turn: Turn, args: argparse.Namespace, out: TextIO) -> None:
+    if args.json:
+        json_line({"turn": {"finish": turn.finish, "text": turn.text,
+                            "calls": len(turn.calls)}}, out)
+    elif turn.text:
+        out.write(f"model says: {escape_text(turn.text, 300)}\n")
+    out.flush()
+
+
+def _show_step(step: AgentStep, args: argparse.Namespace, out: TextIO) -> None:
+    if args.json:
+        json_line({"turn": step.turn, "call_id": step.call.id,
+                   "retry": step.retry, "raw": step.call.raw.decode("utf-8", "replace"),
+                   "observation": step.observation.to_dict()}, out)
+    else:
+        label = f"turn {step.turn}" + (" (retry)" if step.retry else "")
+        out.write(f"{label:<16}calls {escape_text(step.call.name, 60)} "
+                  f"{escape_text(step.call.raw.decode('utf-8', 'replace'), 200)}\n")
+        out.write(f"{'':<16}{escape_text(describe(step.observation), 300)}\n")
+    out.flush()
+
+
+def _show_end(result: AgentResult, registers: list[int], args: argparse.Namespace,
+              out: TextIO) -> None:
+    if args.json:
+        json_line({"stop": result.stop, "detail": result.detail, "loop_id": result.loop_id,
+                   "proposer": result.proposer}, out)
+        json_line({"registers": registers}, out)
+        return
+    out.write(f"\nloop stopped: {result.stop} ({escape_text(result.detail, 300)})\n\n")
+    out.write("registers after the session:\n" + format_registers(registers) + "\n")
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``regdev agent`` to the subcommands."""
+    agent = sub.add_parser(
+        "agent", help="let a real model (OpenAI-compatible or Anthropic) drive the device",
+        description="Give a model a task in words; every tool call it makes goes through the "
+                    "gate, and each observation goes back to it as a tool result. The loop "
+                    "stops when the model answers without a tool call (done), after "
+                    "--max-steps calls (budget), when a refused call's retry is refused too "
+                    "(rejected), or on a truncated response, a model refusal or a provider "
+                    "error. OpenAI-compatible servers (OpenAI, ollama, vLLM, llama.cpp, LM "
+                    "Studio, OpenRouter) are reached with --base-url. The API key is read "
+                    "from the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, or "
+                    "--api-key-env) and never shown or recorded. Needs the models extra "
+                    "(scripts/test installs it; see docs/models.md).",
+        epilog=EXIT_HELP)
+    agent.add_argument("task", metavar="TASK", help="what the model should do, in words")
+    agent.add_argument("--provider", choices=PROVIDERS, default="openai",
+                       help="the API: openai (Chat Completions, any compatible server) or "
+                            "anthropic (Messages); default openai")
+    agent.add_argument("--model", required=True, metavar="NAME",
+                       help="the model name, e.g. gpt-4.1-mini, qwen3:8b, claude-sonnet-4-5")
+    agent.add_argument("--base-url", metavar="URL",
+                       help="the API's base URL, e.g. http://127.0.0.1:11434/v1 for ollama "
+                            "(a local server needs no API key)")
+    agent.add_argument("--api-key-env", metavar="VAR",
+                       help="the environment variable holding the API key (default "
+                            "OPENAI_API_KEY or ANTHROPIC_API_KEY)")
+    agent.add_argument("--max-steps", type=int, default=16, metavar="N",
+                       help="the most tool calls, retries included (default 16)")
+    agent.add_argument("--retries", type=int, default=1, metavar="N",
+                       help="turns with a refused call allowed in a row after the first "
+                            "(default 1)")
+    agent.add_argument("--temperature", type=float, metavar="T",
+                       help="sampling temperature (default: 0 for openai; the model's own "
+                            "for anthropic)")
+    agent.add_argument("--seed", type=int, metavar="N",
+                       help="sampling seed, where the provider honours one (openai)")
+    agent.add_argument("--strict", action="store_true",
+                       help="anthropic: declare the tools with strict: true (openai tools are "
+                            "always strict)")
+    agent.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="seconds to wait for one model response (default 60)")
+    agent.add_argument("--max-retries", type=int, default=2, metavar="N",
+                       help="the SDK's retries of 429, 5xx and lost connections, with its "
+                            "backoff (default 2)")
+    agent.add_argument("--json", action="store_true",
+                       help="one JSON object per turn and per call, then the stop and the "
+                            "registers")
+    port_options(agent)
+    add_gate_options(agent)
+    agent.set_defaults(func=cmd_agent)

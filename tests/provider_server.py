@@ -1,0 +1,136 @@
+"""A local stand-in for the OpenAI and Anthropic HTTP APIs, for tests: it plays back recorded
+responses in order and keeps every request it was sent. It listens on 127.0.0.1 only.
+
+The official SDK clients talk to it unchanged (``base_url``): Chat Completions at
+``POST /v1/chat/completions``, Messages at ``POST /v1/messages``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One recorded response: an HTTP status and a JSON body, sent after ``delay`` seconds."""
+
+    body: Any
+    status: int = 200
+    delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Request:
+    """One request the server received."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class ProviderServer:
+    """Serve ``replies`` in order, one per request, whichever API path is asked; a request
+    past the last reply gets a 500 naming the fact (a test that asks too much fails loudly).
+
+    Use as a context manager; ``openai_url`` and ``anthropic_url`` are the SDKs' base URLs.
+    """
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = list(replies)
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                data = self.rfile.read(length)
+                with server._lock:
+                    server.requests.append(Request(self.path, dict(self.headers),
+                                                   json.loads(data) if data else None))
+                    reply = server.replies.pop(0) if server.replies else Reply(
+                        {"error": {"message": "the test server has no more recorded "
+                                              "replies", "type": "test"}}, 500)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                payload = json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+                    pass
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ProviderServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# --- recorded responses in each provider's shape ---------------------------------------------
+
+
+def openai_turn(calls: list[tuple[str, str, str]] = (), content: str | None = None,  # type: ignore[assignment]
+                finish: str | None = None, refusal: str | None = None) -> Reply:
+    """A Chat Completions response: ``calls`` as (id, name, arguments text)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if refusal is not None:
+        message["refusal"] = refusal
+    if calls:
+        message["tool_calls"] = [{"id": call_id, "type": "function",
+                                  "function": {"name": name, "arguments": arguments}}
+                                 for call_id, name, arguments in calls]
+    return Reply({
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 1764590000,
+        "model": "recorded", "choices": [{
+            "index": 0, "message": message,
+            "finish_reason": finish or ("tool_calls" if calls else "stop")}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+
+
+def anthropic_turn(blocks: list[dict[str, Any]], stop_reason: str | None = None) -> Reply:
+    """A Messages response with these content blocks."""
+    uses = any(block.get("type") == "tool_use" for block in blocks)
+    return Reply({
+        "id": "msg_test", "type": "message", "role": "assistant", "model": "recorded",
+        "content": blocks, "stop_reason": stop_reason or ("tool_use" if uses else "end_turn"),
+        "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 10}})
+
+
+def tool_use(use_id: str, name: str, input: Any) -> dict[str, Any]:
+    """An Anthropic ``tool_use`` block (``input`` as the API would send it, even malformed)."""
+    return {"type": "tool_use", "id": use_id, "name": name, "input": input}
+
+
+def error_reply(status: int, message: str) -> Reply:
+    """An API error in the shape both providers use."""
+    return Reply({"type": "error", "error": {"type": "test_error", "message": message}}, status)
