@@ -659,7 +659,7 @@ def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Pa
         raw = WRITE.replace('"id": "c1"', '"idempotency_key": "old"')
         assert not gate.handle(raw).replay and device.accesses == 1
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
     assert conn.execute("SELECT key FROM idempotency_keys_v1").fetchall() == [("old",)]
     assert conn.execute("SELECT session, key FROM idempotency_keys").fetchall() == [
         ("default", "old")]
@@ -700,7 +700,7 @@ def test_a_version_2_database_is_upgraded_and_its_keys_kept_but_never_replayed(
         assert gate.handle(keyed).replay is True and device.accesses == 1
     scope = f"serial:bench@{device.identity().epoch}"
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
     assert conn.execute("SELECT device, epoch, key FROM idempotency_keys "
                         "ORDER BY time").fetchall() == [("serial:bench", "", "old"),
                                                         (scope, "", "old")]

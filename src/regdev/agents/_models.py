@@ -461,7 +461,7 @@ def run_agent(
                on_step=on_step, on_turn=on_turn)
     finally:
         gate.record_loop_stop(result.loop_id, result.stop, result.detail, len(result.steps),
-                              session)
+                              session, proposer=endpoint.proposer)
     return result
 
 

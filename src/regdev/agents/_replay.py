@@ -208,6 +208,7 @@ def run_replay(
     dialect: str = "canonical",
     tool_choice: str | None = None,
     session: Session | None = None,
+    proposer: str | None = None,
 ) -> list[ReplayOutcome]:
     """Run records in order through ``gate`` (one device, so writes are seen by later reads).
 
@@ -217,6 +218,8 @@ def run_replay(
         dialect: the dialect of lines that do not name one.
         tool_choice: force this tool on every line.
         session: the session the calls are made in; the gate's default when None.
+        proposer: recorded as each call's proposer in the audit log (``regdev replay`` gives
+            ``replay:FILE``).
 
     Returns:
         One :class:`ReplayOutcome` per record, in order.
@@ -224,6 +227,6 @@ def run_replay(
     outcomes = []
     for line, record in records:
         observation = gate.handle(record.raw, dialect=record.dialect or dialect,
-                                  tool_choice=tool_choice, session=session)
+                                  tool_choice=tool_choice, session=session, proposer=proposer)
         outcomes.append(ReplayOutcome(line, record, observation, _expect_met(record, observation)))
     return outcomes

@@ -114,7 +114,8 @@ _SYNCHRONOUS: dict[str, str] = {"crash": "NORMAL", "power-loss": "FULL"}
 #: 4: each record names the device the call reached (``device``, ``device_epoch``), and keys
 #: are scoped ``ID@EPOCH`` by the device's own reset epoch (older keys are kept, never
 #: replayed: their device's epoch is not known).
-_SCHEMA_VERSION = 4
+#: 5: and its proposer (who proposed the call: ``provider:model``, ``mcp:CLIENT VERSION``).
+_SCHEMA_VERSION = 5
 _MIGRATE_FROM_1 = """
 DROP TRIGGER IF EXISTS idempotency_keys_append_only_update;
 DROP TRIGGER IF EXISTS idempotency_keys_append_only_delete;
@@ -144,6 +145,7 @@ _MIGRATIONS = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2, 3: ""}
 _ADDED_COLUMNS = (
     ("device", "TEXT"),        # version 4: the device's id (DeviceIdentity.device)
     ("device_epoch", "TEXT"),  # version 4: its reset epoch then, NULL when it cannot say
+    ("proposer", "TEXT"),      # version 5: who proposed the call
 )
 
 #: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
@@ -174,7 +176,8 @@ CREATE TABLE IF NOT EXISTS calls (
     -- then <stage>_ns INTEGER for each stage of the pipeline: the time spent in it, ns
 """ + _STAGE_COLUMNS + """,
     device          TEXT,                 -- the id of the device the call reached
-    device_epoch    TEXT                  -- its reset epoch then (NULL: it cannot say)
+    device_epoch    TEXT,                 -- its reset epoch then (NULL: it cannot say)
+    proposer        TEXT                  -- who proposed the call: provider:model, mcp:NAME ...
 );
 CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -188,8 +191,8 @@ _COLUMNS = (
     "idempotency_key", "replay", *_STAGE_TIMES, *(name for name, _ in _ADDED_COLUMNS),
 )
 _INSERT_INTO = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
-#: A record's stage times and device when it has none (a loop's stop).
-_NO_TIMES = (None,) * (len(_STAGE_TIMES) + len(_ADDED_COLUMNS))
+#: A record's stage times and device when it has none (a loop's stop; the proposer follows).
+_NO_TIMES = (None,) * (len(_STAGE_TIMES) + len(_ADDED_COLUMNS) - 1)
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
@@ -395,6 +398,8 @@ class AuditRecord(msgspec.Struct, frozen=True):
             says one), ``serial:PORT`` (when it does not), ``RegisterFile:...`` in process;
             None for a stop, a record written before version 4, or a device not yet heard.
         device_epoch: the device's reset epoch then, or None (it cannot say, or as above).
+        proposer: who proposed the call (``provider:model`` for ``regdev agent``,
+            ``mcp:NAME VERSION`` for an MCP client, ``replay:FILE``), or None when unknown.
     """
 
     id: int
@@ -424,6 +429,7 @@ class AuditRecord(msgspec.Struct, frozen=True):
     observe_ns: int | None
     device: str | None = None
     device_epoch: str | None = None
+    proposer: str | None = None
 
     @property
     def timings(self) -> dict[str, int]:
@@ -568,7 +574,7 @@ class AuditLog:
             loop_id: str | None = None, step: int | None = None,
             idempotency_key: str | None = None,
             timings: Mapping[str, int] | None = None,
-            device: tuple[str, str | None] | None = None) -> Row:
+            device: tuple[str, str | None] | None = None, proposer: str | None = None) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -588,6 +594,8 @@ class AuditLog:
                 :data:`~regdev.core._observation.PIPELINE`).
             device: the device the call reached, ``(id, reset epoch or None)`` (a
                 :class:`~regdev.DeviceIdentity`), if known.
+            proposer: who proposed the call (``provider:model``, ``mcp:NAME VERSION``), or
+                None.
         """
         kept = raw_size = raw_sha = None
         if raw is not None:
@@ -607,16 +615,16 @@ class AuditLog:
                 0 if refusal else 1, stage, code, message, tool, arguments, result,
                 observation.id, idempotency_key, 1 if observation.replay else 0,
                 *map((timings or {}).get, PIPELINE),
-                *(device if device is not None else (None, None)))
+                *(device if device is not None else (None, None)), proposer)
 
     @staticmethod
     def stop_row(*, time: float, session: str, loop_id: str, stop: str, detail: str,
-                 steps: int) -> Row:
+                 steps: int, proposer: str | None = None) -> Row:
         """Build the record of a loop's stop: the reason in ``code``, the detail in
         ``message``, the number of steps in ``step``; ``ok`` when the loop stopped ``done``."""
         return (time, "stop", session, None, loop_id, steps, None, None, None,
                 1 if stop == "done" else 0, None, stop, detail, None, None, None, None, None, 0,
-                *_NO_TIMES)
+                *_NO_TIMES, proposer)
 
     def append(self, row: Row, key_row: KeyRow | None = None, *,
                durable: bool = False) -> None:
@@ -845,7 +853,7 @@ class AuditLog:
 def read_audit(path: str | Path, *, session: str | None = None, code: str | None = None,
                  since: float | None = None, until: float | None = None,
                  loop_id: str | None = None, last: int | None = None,
-                 device: str | None = None) -> list[AuditRecord]:
+                 device: str | None = None, proposer: str | None = None) -> list[AuditRecord]:
     """Read records of an audit database, oldest first, opened read-only.
 
     Args:
@@ -860,6 +868,7 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
             INTEGER).
         device: only the records of calls that reached this device (its id, as in
             :attr:`AuditRecord.device`).
+        proposer: only the records of calls (and loop stops) this proposer made.
 
     Returns:
         The matching records in append order.
@@ -878,7 +887,8 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     _check_exists(path)
     where: list[str] = []
     params: list[object] = []
-    for column, value in (("session", session), ("loop_id", loop_id), ("device", device)):
+    for column, value in (("session", session), ("loop_id", loop_id), ("device", device),
+                          ("proposer", proposer)):
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)

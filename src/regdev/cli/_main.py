@@ -23,6 +23,7 @@ from . import (
     _demo,
     _firmware_sim,
     _replay,
+    _report,
     _serve,
     _shell,
     _tools,
@@ -34,7 +35,7 @@ __all__ = ["build_parser", "main"]
 
 #: The commands, in the order ``regdev --help`` lists them: each module adds its parser.
 COMMANDS = (_demo, _replay, _call, _shell, _firmware_sim, _tools, _serve, _agent, _audit,
-            _compile, _bench)
+            _report, _compile, _bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
@@ -57,8 +58,9 @@ def _stdin_replay() -> list[tuple[int, Any]]:
 
 def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]], gate: Gate,
             session: Session) -> int:
+    source = "<stdin>" if args.file == "-" else Path(args.file).name
     outcomes = run_replay(records, gate, dialect=args.dialect, tool_choice=args.tool_choice,
-                          session=session)
+                          session=session, proposer=f"replay:{source}")
     failed = 0
     if not args.json:
         out.write(f"{'line':<9}  {'expect':<7}  verdict\n")

@@ -494,7 +494,8 @@ class Gate:
             arguments=encode_json(call.arguments) if call.arguments is not None
             else None if call.not_json else _arguments_text(call.call, audit.max_raw_bytes),
             loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
-            timings=call.timings, device=self._runner.known_identity())
+            timings=call.timings, device=self._runner.known_identity(),
+            proposer=call.proposer)
         try:
             audit.append(row, key_row, durable=durable)
         except AuditError as error:
@@ -535,13 +536,15 @@ class Gate:
     # --- outside the pipeline ------------------------------------------------------------
 
     def record_loop_stop(self, loop_id: str, stop: str, detail: str, steps: int,
-                         session: Session | None = None) -> None:
+                         session: Session | None = None, *,
+                         proposer: str | None = None) -> None:
         """Record a loop's stop reason in the audit log (nothing without one). Never raises."""
         if self.audit is None:
             return
         row = self.audit.stop_row(time=time.time(),
                                   session=(session or self.default_session).name,
-                                  loop_id=loop_id, stop=stop, detail=detail, steps=steps)
+                                  loop_id=loop_id, stop=stop, detail=detail, steps=steps,
+                                  proposer=proposer)
         try:
             self.audit.append(row)
         except AuditError as error:

@@ -1,0 +1,67 @@
+"""``regdev report``: schema adherence per model, from the audit log."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..audit._log import default_audit_path, read_audit
+from ..audit._report import adherence, format_report, plot_report
+from ..core._errors import AuditError
+from ._audit import _parse_time as parse_time
+from ._common import UsageError, json_line
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    since = parse_time(args.since, "--since") if args.since else None
+    until = parse_time(args.until, "--until") if args.until else None
+    path = args.db or default_audit_path()
+    try:
+        records = read_audit(path, session=args.session, since=since, until=until,
+                             proposer=args.model)
+    except AuditError as error:
+        raise UsageError(str(error)) from None
+    reports = adherence(records)
+    if args.plot is not None:
+        try:
+            plot_report(reports, args.plot)
+        except ImportError as error:
+            raise UsageError(str(error)) from None
+        except OSError as error:
+            raise UsageError(f"cannot write {args.plot}: {error.strerror or error}") from None
+    if args.json:
+        json_line({"db": str(path), "proposers": [r.to_dict() for r in reports]}, out)
+    else:
+        out.write(format_report(reports) + "\n")
+        if args.plot is not None:
+            out.write(f"chart written to {args.plot}\n")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``regdev report`` to the subcommands."""
+    report = sub.add_parser(
+        "report", help="schema adherence per model, from the audit log",
+        description="For each proposer in the audit log (provider:model for regdev agent and "
+                    "eval, mcp:CLIENT VERSION for serve's clients, replay:FILE for replay): "
+                    "calls, accepted calls, first-try validity (the share of first tries that "
+                    "parse and validate accepted), each verdict code's and stage's share, "
+                    "retry recovery (refusal episodes recovered on retry k), proposals per "
+                    "accepted call, and loop stop reasons. Filters combine. docs/models.md "
+                    "explains how to read it.",
+        epilog="Exit status: 0 the report was written; 2 usage error or unreadable audit log.")
+    report.add_argument("--db", metavar="PATH", type=Path,
+                        help="the audit database (default: $REGDEV_AUDIT, else "
+                             "~/.local/state/regdev/audit.db)")
+    report.add_argument("--model", metavar="PROPOSER",
+                        help="only this proposer's records, e.g. openai:gpt-4.1-mini")
+    report.add_argument("--session", metavar="NAME", help="only this session's records")
+    report.add_argument("--since", metavar="TIME",
+                        help="only records at or after TIME: ISO 8601 or Unix seconds")
+    report.add_argument("--until", metavar="TIME", help="only records before TIME")
+    report.add_argument("--json", action="store_true", help="one JSON object")
+    report.add_argument("--plot", metavar="FILE.png",
+                        help="also draw the report as a PNG chart (needs matplotlib: the "
+                             "report extra)")
+    report.set_defaults(func=cmd_report)
