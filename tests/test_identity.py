@@ -508,7 +508,7 @@ def test_a_version_3_database_gains_the_device_columns(tmp_path: Path) -> None:
         (None, None), tuple(device.identity())]
     assert read_audit(path, device=device.state_id())[0].arguments == '{"addr":2}'
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
     conn.close()
 
 

@@ -19,7 +19,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     path = args.db or default_audit_path()
     try:
         records = read_audit(path, session=args.session, since=since, until=until,
-                             proposer=args.model)
+                             proposer=args.model, device=args.device)
     except AuditError as error:
         raise UsageError(str(error)) from None
     reports = adherence(records)
@@ -57,6 +57,8 @@ def add_parser(sub: Any) -> None:
     report.add_argument("--model", metavar="PROPOSER",
                         help="only this proposer's records, e.g. openai:gpt-4.1-mini")
     report.add_argument("--session", metavar="NAME", help="only this session's records")
+    report.add_argument("--device", metavar="ID",
+                        help="only calls to this device (its id, as regdev audit shows it)")
     report.add_argument("--since", metavar="TIME",
                         help="only records at or after TIME: ISO 8601 or Unix seconds")
     report.add_argument("--until", metavar="TIME", help="only records before TIME")
