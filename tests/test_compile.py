@@ -28,6 +28,7 @@ from regdev import (
 )
 from regdev.cli._main import main
 from regdev.gate._compile import generate_source
+from regdev.gate._runtime import RUNTIME_NAMES
 
 check = compile_validator()
 reference = ReferenceValidator()
@@ -228,7 +229,7 @@ def test_schema_strings_cannot_inject_code() -> None:
     kinds = {type(node).__name__ for node in tree.body}
     assert kinds <= {"Expr", "ImportFrom", "Import", "Assign", "FunctionDef"}
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    assert defined == {"is_number", "is_integer", "json_equal", "json_in", "check"} | {
+    assert defined == {*RUNTIME_NAMES, "check"} | {
         n for n in defined if n.startswith(("_L", "_T"))}
     ref = ReferenceValidator(ToolSet.from_definitions(tools))
     for i, evil in enumerate(INJECTIONS):
