@@ -202,6 +202,23 @@ def register_calls(draw: st.DrawFn) -> Any:
 tool_choices = st.one_of(st.none(), st.none(), st.none(), tool_names)
 
 
+@st.composite
+def block_calls(draw: st.DrawFn) -> Any:
+    """``write_registers(addr, data)`` calls: data of 0 to 17 values at the edges of 0..255
+    in every numeric form, sometimes not a list, a missing or an extra argument."""
+    data: Any = draw(st.lists(st.one_of(register_numbers, register_values), max_size=17))
+    if draw(st.integers(0, 9)) == 0:
+        data = draw(st.one_of(register_values, st.text(max_size=3), st.just({"0": 1})))
+    arguments: dict[str, Any] = {"addr": draw(st.one_of(register_numbers, register_values)),
+                                 "data": data}
+    change = draw(st.integers(0, 9))
+    if change == 0:
+        del arguments[draw(st.sampled_from(["addr", "data"]))]
+    elif change == 1:
+        arguments["count"] = 1
+    return {"tool": "write_registers", "arguments": arguments}
+
+
 # --- random schemas from the supported subset, and instances biased to them ------------------
 
 #: Property names, including ones that would break naive code generation.

@@ -13,7 +13,14 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from regdev import ReferenceValidator, ToolSet, compile_validator
-from strategies import array_tool_calls, register_calls, schemas_and_calls, tool_choices
+from regdev.gate._bench import BLOCK_WRITE
+from strategies import (
+    array_tool_calls,
+    block_calls,
+    register_calls,
+    schemas_and_calls,
+    tool_choices,
+)
 
 compiled = compile_validator()
 reference = ReferenceValidator()
@@ -34,6 +41,18 @@ def test_register_tools_compiled_equals_reference(call: Any, choice: str | None)
     and the reference explains that code with the refusal its own check gives."""
     code = compiled(call, tool_choice=choice)
     _same_refusal(reference, code, call, choice)
+
+
+block_tools = ToolSet([BLOCK_WRITE])
+block_compiled = compile_validator(block_tools)
+block_reference = ReferenceValidator(block_tools)
+
+
+@given(block_calls(), st.sampled_from([None, None, "write_registers", "write_register"]))
+def test_block_writes_compiled_equals_reference(call: Any, choice: str | None) -> None:
+    """write_registers(addr, data) with 0 to 17 values at every edge: the same code, and the
+    reference explains it with the refusal its own check gives."""
+    _same_refusal(block_reference, block_compiled(call, tool_choice=choice), call, choice)
 
 
 def _finite(value: object) -> bool:
