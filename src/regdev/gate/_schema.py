@@ -91,6 +91,8 @@ TYPE_NAMES = ("null", "boolean", "object", "array", "number", "string", "integer
 
 def matches_type(value: object, name: str) -> bool:
     """True when ``value`` is an instance of the JSON Schema type ``name`` (one of TYPE_NAMES)."""
+    if type(value) is int:  # the usual value, told at once
+        return name in ("integer", "number")
     if name == "integer":
         return is_integer(value)
     if name == "number":

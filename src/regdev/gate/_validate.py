@@ -185,21 +185,24 @@ def describe_schema(schema: object, depth: int = 0) -> str:
         f"{text}, {shape}" if shape else text)
 
 
-def _type_ok(schema: object, value: object) -> bool:
-    if type(schema) is bool:
-        return schema
-    assert isinstance(schema, Mapping)
-    types = schema.get("type")
-    if types is None:
-        return True
-    if type(types) is str:
-        return matches_type(value, types)
-    return any(matches_type(value, name) for name in types)
+def _type_ok(node: _Node, value: object) -> bool:
+    if node.types is None:
+        return node.schema is not False
+    for name in node.types:  # noqa: SIM110 - a loop, not any() over a generator (per element)
+        if matches_type(value, name):
+            return True
+    return False
+
+
+#: The keywords of the ranges step.
+_RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                             "multipleOf", "minLength", "maxLength", "minItems", "maxItems",
+                             "uniqueItems", "minProperties", "maxProperties", "enum", "const"})
 
 
 def _range_failure(schema: Mapping[str, Any], value: object) -> str | None:
     """The first range keyword ``value`` fails, in the fixed order, or None."""
-    if is_number(value):
+    if type(value) is int or is_number(value):
         number: Any = value
         if "minimum" in schema and number < schema["minimum"]:
             return "minimum"
@@ -247,6 +250,8 @@ class _Node:
 
     label: str  # the place in codes: "data", "limits.low", "data[]", "pair[0]", "pts[].x"
     schema: Any  # its schema: a dict, or true/false
+    types: tuple[str, ...] | None  # its ``type`` names; None when any type will do
+    ranged: bool  # its schema has a keyword of the ranges step
     allowed: str  # describe_schema(schema), e.g. "an integer 0..15"
     bounds: str  # _bounds(schema) for a dict, else ""
     level: _Level | None  # its object level, when the schema is a dict
@@ -270,13 +275,16 @@ class _Level:
 def _node(schema: Any, label: str, tool: str, element: bool = False,
           past: int = -1) -> _Node:
     if not isinstance(schema, Mapping):
-        return _Node(label, schema, describe_schema(schema), "", None, (), None, element, past)
+        return _Node(label, schema, None, False, describe_schema(schema), "", None, (), None,
+                     element, past)
     prefix = tuple(_node(sub, f"{label}[{index}]", tool, True)
                    for index, sub in enumerate(schema.get("prefixItems") or ()))
     items = (_node(schema["items"], f"{label}[]", tool, True, len(prefix))
              if "items" in schema else None)
-    return _Node(label, schema, describe_schema(schema), _bounds(schema),
-                 _level(schema, tool, label), prefix, items, element, past)
+    types = schema.get("type")
+    return _Node(label, schema, (types,) if type(types) is str else types and tuple(types),
+                 not _RANGE_KEYWORDS.isdisjoint(schema), describe_schema(schema),
+                 _bounds(schema), _level(schema, tool, label), prefix, items, element, past)
 
 
 def _level(schema: Mapping[str, Any], tool: str, label: str) -> _Level:
@@ -325,9 +333,9 @@ def _wrong_type(node: _Node, value: object, where: str) -> Refusal:
 
 def _out_of_range(node: _Node, value: Any, where: str) -> Refusal | None:
     """The range refusal of ``value`` at ``node`` (``where`` its concrete path), or None."""
-    schema = node.schema
-    if not isinstance(schema, Mapping):
+    if not node.ranged:
         return None
+    schema = node.schema
     keyword = _range_failure(schema, value)
     if keyword is None:
         return None
@@ -361,7 +369,7 @@ def _check_level(level: _Level, value: dict[Any, Any], where: str) -> Refusal | 
             if key not in level.fields:
                 return _unknown(level, key, where)
     for name, node in level.fields.items():
-        if name in value and not _type_ok(node.schema, value[name]):
+        if name in value and not _type_ok(node, value[name]):
             return _wrong_type(node, value[name], _child(where, name))
     for name, node in level.fields.items():
         if name in value:
@@ -396,12 +404,14 @@ def _elements(node: _Node, value: list[Any], where: str) -> Refusal | None:
             return None
         else:
             child = node.items
-        at = f"{where}[{index}]"
-        if not _type_ok(child.schema, item):
-            return _wrong_type(child, item, at)
-        refusal = _out_of_range(child, item, at) or _inside(child, item, at)
-        if refusal is not None:
-            return refusal
+        if not _type_ok(child, item):
+            return _wrong_type(child, item, f"{where}[{index}]")
+        if child.ranged and _range_failure(child.schema, item) is not None:
+            return _out_of_range(child, item, f"{where}[{index}]")
+        if type(item) is dict or type(item) is list:
+            refusal = _inside(child, item, f"{where}[{index}]")
+            if refusal is not None:
+                return refusal
     return None
 
 
@@ -630,7 +640,7 @@ class ReferenceValidator:
         node = target.node
         assert node is not None
         if target.kind == "type":
-            return None if _type_ok(node.schema, value) else _wrong_type(node, value, where)
+            return None if _type_ok(node, value) else _wrong_type(node, value, where)
         return _out_of_range(node, value, where)
 
     def __call__(self, call: object, tool_choice: str | None = None) -> str | None:
