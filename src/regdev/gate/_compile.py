@@ -646,8 +646,9 @@ _HEADER = '''\
 
 ``check(call, tool_choice=None)`` returns None when ``call`` is a valid canonical tool call
 ``{{"tool": NAME, "arguments": {{...}}}}``, else the verdict code of the first failure, checked
-in the order shape, name, fields, types, ranges, then nested objects level by level (see
-regdev's docs/validator.md). Needs only the standard library. ``TOOL_NAMES`` lists the tools.
+in the order shape, name, fields, types, ranges, then what each argument holds: nested objects
+level by level, array elements in index order (see regdev's docs/validator.md). Needs only
+the standard library. ``TOOL_NAMES`` lists the tools.
 """
 
 from __future__ import annotations
