@@ -42,6 +42,35 @@ CONFIGURE = Tool(
     },
 )
 
+#: A tool using every array keyword, minProperties/maxProperties and multipleOf: the block
+#: write of the register-map work (16 bytes at most), a position-typed pair, points (objects
+#: in an array), a matrix (arrays in an array) and counted options (shared by the reference
+#: and compiler tests).
+ARRAYS = Tool(
+    name="arrays",
+    description="test tool",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "data": {"type": "array", "minItems": 1, "maxItems": 16,
+                     "items": {"type": "integer", "minimum": 0, "maximum": 255}},
+            "pair": {"type": "array", "prefixItems": [{"type": "string"},
+                                                      {"type": "integer", "multipleOf": 2}],
+                     "items": False},
+            "points": {"type": "array", "uniqueItems": True, "items": {
+                "type": "object", "properties": {"x": {"type": "number"},
+                                                 "y": {"type": "number"}},
+                "required": ["x"], "additionalProperties": False}},
+            "matrix": {"type": "array", "items": {"type": "array", "maxItems": 2,
+                                                  "items": {"type": "integer", "maximum": 3}}},
+            "options": {"type": "object", "minProperties": 1, "maxProperties": 2},
+            "step": {"type": "number", "multipleOf": Decimal("0.1")},
+        },
+        "required": ["data"],
+        "additionalProperties": False,
+    },
+)
+
 # ci, the default: derandomized, so a failure in CI repeats on the next run and on any
 # machine. HYPOTHESIS_PROFILE=dev draws new examples each run, to explore.
 settings.register_profile("ci", max_examples=300, deadline=None, derandomize=True,

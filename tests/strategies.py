@@ -202,6 +202,23 @@ def register_calls(draw: st.DrawFn) -> Any:
 tool_choices = st.one_of(st.none(), st.none(), st.none(), tool_names)
 
 
+@st.composite
+def block_calls(draw: st.DrawFn) -> Any:
+    """``write_registers(addr, data)`` calls: data of 0 to 17 values at the edges of 0..255
+    in every numeric form, sometimes not a list, a missing or an extra argument."""
+    data: Any = draw(st.lists(st.one_of(register_numbers, register_values), max_size=17))
+    if draw(st.integers(0, 9)) == 0:
+        data = draw(st.one_of(register_values, st.text(max_size=3), st.just({"0": 1})))
+    arguments: dict[str, Any] = {"addr": draw(st.one_of(register_numbers, register_values)),
+                                 "data": data}
+    change = draw(st.integers(0, 9))
+    if change == 0:
+        del arguments[draw(st.sampled_from(["addr", "data"]))]
+    elif change == 1:
+        arguments["count"] = 1
+    return {"tool": "write_registers", "arguments": arguments}
+
+
 # --- random schemas from the supported subset, and instances biased to them ------------------
 
 #: Property names, including ones that would break naive code generation.
@@ -255,6 +272,8 @@ def leaf_schemas(draw: st.DrawFn) -> Any:
         if draw(st.integers(0, 4)) == 0:
             schema[keyword] = draw(st.one_of(st.integers(0, 4), st.sampled_from(
                 [Decimal("2.0"), 1.0]), huge_lengths))
+    if draw(st.integers(0, 5)) == 0:
+        schema["multipleOf"] = draw(divisors)
     if draw(st.integers(0, 4)) == 0:
         schema["enum"] = draw(st.lists(st.one_of(json_values_small, schema_numbers,
                                                  st.text(max_size=2)), max_size=4))
@@ -265,14 +284,58 @@ def leaf_schemas(draw: st.DrawFn) -> Any:
     return schema
 
 
+#: multipleOf values: integers, exact decimals, a float that is exact (0.25) and ones that are
+#: not (the float nearest 0.1 is a little more than 0.1; compared by its exact value).
+divisors = st.sampled_from([1, 2, 3, 7, Decimal("0.5"), Decimal("1.5"), Decimal("0.1"),
+                            Decimal("1E-8"), Decimal("2E+1"), Decimal("2.0"), 0.25, 0.1, 1.5,
+                            2**64])
+
+#: Counts (minItems, maxItems, minProperties, maxProperties): small, and in other forms.
+counts = st.one_of(st.integers(0, 3), st.sampled_from([Decimal("2.0"), 1.0]), huge_lengths)
+
+
+@st.composite
+def array_schemas(draw: st.DrawFn, depth: int = 1) -> Any:
+    """An array schema: items (a leaf, an object or an array), maybe prefixItems, counts,
+    uniqueItems; sometimes without ``"type": "array"`` (then it applies only to arrays)."""
+    def element() -> Any:
+        kind = draw(st.integers(0, 6)) if depth > 0 else 0
+        if kind == 1:
+            return draw(object_schemas(depth=depth - 1))
+        if kind == 2:
+            return draw(array_schemas(depth=depth - 1))
+        return draw(leaf_schemas())
+
+    schema: dict[str, Any] = {}
+    if draw(st.integers(0, 3)):
+        schema["type"] = "array" if draw(st.integers(0, 3)) else ["array", draw(
+            type_names.filter(lambda name: name != "array"))]
+    if draw(st.integers(0, 3)) == 0:
+        schema["prefixItems"] = [element() for _ in range(draw(st.integers(1, 2)))]
+    if draw(st.integers(0, 5)):
+        schema["items"] = element() if draw(st.integers(0, 5)) else draw(st.booleans())
+    for keyword in ("minItems", "maxItems"):
+        if draw(st.integers(0, 2)) == 0:
+            schema[keyword] = draw(counts)
+    if draw(st.integers(0, 3)) == 0:
+        schema["uniqueItems"] = draw(st.booleans())
+    if draw(st.integers(0, 7)) == 0:
+        schema["maximum"] = 1  # a number keyword on an array: never applies to one
+    return schema
+
+
 @st.composite
 def object_schemas(draw: st.DrawFn, depth: int = 2, top: bool = False) -> dict[str, Any]:
-    """An object schema: properties (leaves or nested objects), required, additionalProperties."""
+    """An object schema: properties (leaves, arrays or nested objects), required,
+    additionalProperties, and below the top the counts of properties."""
     names = draw(st.lists(property_names, max_size=4, unique=True))
     properties: dict[str, Any] = {}
     for name in names:
-        if depth > 0 and draw(st.integers(0, 4)) == 0:
+        kind = draw(st.integers(0, 9))
+        if depth > 0 and kind < 2:
             properties[name] = draw(object_schemas(depth=depth - 1))
+        elif depth > 0 and kind < 4:
+            properties[name] = draw(array_schemas(depth=depth - 1))
         else:
             properties[name] = draw(leaf_schemas())
     schema: dict[str, Any] = {"type": "object"}
@@ -291,6 +354,12 @@ def object_schemas(draw: st.DrawFn, depth: int = 2, top: bool = False) -> dict[s
         schema["additionalProperties"] = draw(st.booleans())
     if not top and draw(st.integers(0, 5)) == 0:
         schema["minimum"] = 0  # a numeric keyword on an object: never applies
+    if not top:
+        for keyword in ("minProperties", "maxProperties"):
+            if draw(st.integers(0, 4)) == 0:
+                schema[keyword] = draw(counts)
+    elif draw(st.integers(0, 7)) == 0:
+        schema["minItems"] = 1  # an array keyword on the arguments object: never applies
     return schema
 
 
@@ -310,6 +379,15 @@ def _near(schema: Any) -> list[Any]:
         if keyword in schema and schema[keyword] < 100:
             n = int(schema[keyword])
             out += ["x" * n, "x" * (n + 1), "\U0001f600" * max(n - 1, 0)]
+    divisor = schema.get("multipleOf")
+    if divisor is not None and abs(divisor) < 10**6:
+        exact = Decimal(divisor)  # the float's exact value, so these are true multiples
+        out += [exact * k for k in (-2, 1, 3)] + [exact * 3 + Decimal("1E-9"), 1, 2, 6, 0.5,
+                                                  float(divisor) * 3, 12391239123]
+    for keyword in ("minProperties", "maxProperties"):
+        if keyword in schema and schema[keyword] < 100:
+            n = int(schema[keyword])
+            out += [{f"k{i}": i for i in range(size)} for size in (n, n + 1, max(n - 1, 0))]
     out += list(schema.get("enum", []))
     if "const" in schema:
         out.append(schema["const"])
@@ -329,6 +407,9 @@ _OF_TYPE = {
 }
 
 
+_ARRAY_KEYWORDS = frozenset({"items", "prefixItems", "minItems", "maxItems", "uniqueItems"})
+
+
 @st.composite
 def instances(draw: st.DrawFn, schema: Any) -> Any:
     """A value for ``schema``: often of its type and near its bounds, sometimes any JSON value."""
@@ -338,6 +419,8 @@ def instances(draw: st.DrawFn, schema: Any) -> Any:
     if isinstance(schema, dict) and ("properties" in schema or "required" in schema) and (
             choice < 6):
         return draw(object_instances(schema))
+    if isinstance(schema, dict) and not _ARRAY_KEYWORDS.isdisjoint(schema) and choice < 7:
+        return draw(array_instances(schema))
     near = _near(schema)
     if near and choice < 5:
         return draw(st.sampled_from(near))
@@ -359,6 +442,46 @@ def object_instances(draw: st.DrawFn, schema: dict[str, Any]) -> dict[str, Any]:
     if draw(st.integers(0, 4)) == 0:
         out[draw(st.sampled_from(["extra", "A", "a ", *properties]))] = draw(json_scalars)
     return out
+
+
+#: Values JSON-equal to one another in different forms, and ones that only look alike.
+_LOOKALIKES = [1, 1.0, Decimal("1"), Decimal("1.00"), True, "1", [1], [True], [1.0],
+               {"a": 1}, {"a": Decimal("1.0")}, {"a": True}, 0, False, None, -0.0]
+
+
+@st.composite
+def array_instances(draw: st.DrawFn, schema: dict[str, Any]) -> list[Any]:
+    """An array for ``schema``: its length near minItems and maxItems, elements drawn for
+    prefixItems and items, sometimes a repeated element or a JSON-equal look-alike."""
+    lengths = [0, 1, 2, 3]
+    for keyword in ("minItems", "maxItems"):
+        if keyword in schema and schema[keyword] < 8:
+            n = int(schema[keyword])
+            lengths += [n, n + 1, max(n - 1, 0)]
+    size = draw(st.sampled_from(lengths))
+    prefix = schema.get("prefixItems", [])
+    out = [draw(instances(prefix[i] if i < len(prefix) else schema.get("items", True)))
+           for i in range(size)]
+    if out and draw(st.integers(0, 3)) == 0:
+        out.append(out[draw(st.integers(0, len(out) - 1))])  # a repeat
+    elif draw(st.integers(0, 5)) == 0:
+        out += draw(st.lists(st.sampled_from(_LOOKALIKES), min_size=1, max_size=3))
+    return out
+
+
+@st.composite
+def array_tool_calls(draw: st.DrawFn) -> tuple[list[dict[str, Any]], Any, str | None]:
+    """One tool whose arguments are arrays (of leaves, objects and arrays, two levels deep),
+    all required and closed, and a call whose arrays are drawn for them: the element checks
+    are reached far more often than through :func:`schemas_and_calls`."""
+    names = draw(st.lists(st.sampled_from(["data", "a", "b", "x.y", "'"]), min_size=1,
+                          max_size=2, unique=True))
+    properties = {name: draw(array_schemas(depth=2)) for name in names}
+    schema = {"type": "object", "properties": properties, "required": names,
+              "additionalProperties": False}
+    arguments = {name: draw(array_instances(sub)) if draw(st.integers(0, 9)) else draw(
+        instances(sub)) for name, sub in properties.items()}
+    return [{"name": "t0", "inputSchema": schema}], {"tool": "t0", "arguments": arguments}, None
 
 
 @st.composite

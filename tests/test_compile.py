@@ -14,9 +14,10 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from conftest import CONFIGURE
+from conftest import ARRAYS, CONFIGURE
 from regdev import (
     REGISTER_TOOLS,
     Gate,
@@ -28,6 +29,7 @@ from regdev import (
 )
 from regdev.cli._main import main
 from regdev.gate._compile import generate_source
+from regdev.gate._runtime import RUNTIME_NAMES
 
 check = compile_validator()
 reference = ReferenceValidator()
@@ -136,6 +138,85 @@ def test_subset_keywords_compiled(arguments: dict[str, Any], expected: str | Non
     assert ReferenceValidator(ToolSet([CONFIGURE]))(call) == expected
 
 
+arrays = compile_validator(ToolSet([ARRAYS]))
+arrays_reference = ReferenceValidator(ToolSet([ARRAYS]))
+_BLOCK = list(range(0, 240, 15))  # 16 values in 0..255
+
+
+_ARRAY_CASES: list[tuple[dict[str, Any], str | None]] = [
+        ({"data": _BLOCK}, None),
+        ({"data": [3.0, Decimal("1E+2"), Decimal("255.000")]}, None),  # integral: integers
+        ({"data": []}, "range-data"),  # minItems 1
+        ({"data": [*_BLOCK, 1]}, "range-data"),  # 17 items
+        ({"data": 5}, "type-data"),
+        ({"data": "[1, 2]"}, "type-data"),  # a string holding JSON is a string
+        ({"data": (1, 2)}, "type-data"),  # a tuple is not a JSON array
+        ({"data": [1, 300]}, "range-data[]"),
+        ({"data": [1, 2**64 + 1]}, "range-data[]"),  # compared exactly
+        ({"data": [1, Decimal("255.0000000000000000001")]}, "type-data[]"),
+        ({"data": [1, Decimal("1E+400")]}, "range-data[]"),
+        ({"data": [1, True]}, "type-data[]"),
+        ({"data": [1, "2", 300]}, "type-data[]"),  # the first bad element decides
+        ({"data": [300, "2"]}, "range-data[]"),
+        ({"data": [*_BLOCK, "x"]}, "range-data"),  # the array's own count before its elements
+        ({"data": ["x"], "pair": 3}, "type-pair"),  # every type before any element
+        ({"data": [300], "pair": ["a", 3]}, "range-data[]"),  # properties in order
+        ({"data": [1], "pair": ["a", 4]}, None),
+        ({"data": [1], "pair": ["a", Decimal("4.0")]}, None),
+        ({"data": [1], "pair": []}, None),
+        ({"data": [1], "pair": [1]}, "type-pair[0]"),
+        ({"data": [1], "pair": ["a", 3]}, "range-pair[1]"),  # multipleOf 2
+        ({"data": [1], "pair": ["a", 4, None]}, "type-pair[]"),  # items false: no third item
+        ({"data": [1], "points": [{"x": 1}, {"x": 1, "y": 2}]}, None),
+        ({"data": [1], "points": [{"x": 1}, {"x": 1.0}]}, "range-points"),  # JSON-equal
+        ({"data": [1], "points": [{"x": 1}, {"x": True}]}, "type-points[].x"),
+        ({"data": [1], "points": [{"x": 1}, {}]}, "missing-points[].x"),
+        ({"data": [1], "points": [{"x": 1, "z": 0}]}, "unknown-argument"),
+        ({"data": [1], "points": [{"x": "1"}, {}]}, "type-points[].x"),  # element by element
+        ({"data": [1], "matrix": [[1, 2], [3]]}, None),
+        ({"data": [1], "matrix": [[1, 2, 3]]}, "range-matrix[]"),
+        ({"data": [1], "matrix": [[1], [4]]}, "range-matrix[][]"),
+        ({"data": [1], "matrix": [[1], 4]}, "type-matrix[]"),
+        ({"data": [1], "options": {}}, "range-options"),
+        ({"data": [1], "options": {"a": 1, "b": 2, "c": 3}}, "range-options"),
+        ({"data": [1], "options": {"a": 1}}, None),
+        ({"data": [1], "step": Decimal("0.3")}, None),
+        ({"data": [1], "step": Decimal("0.35")}, "range-step"),
+        ({"data": [1], "step": Decimal("1E+999999999")}, None),  # exact, no division
+        ({"data": [1], "step": Decimal("1E-999999999")}, "range-step"),
+        ({"data": [1], "step": 0.5}, None),  # 0.5 is exact
+        ({"data": [1], "step": 0.3}, "range-step"),  # the float nearest 0.3 is not 3 x 0.1
+        ({"data": [1], "step": 7}, None),
+]
+
+
+@pytest.mark.parametrize(("arguments", "expected"), _ARRAY_CASES)
+def test_array_keywords_compiled(arguments: dict[str, Any], expected: str | None) -> None:
+    """Arrays, their elements in order, counts of properties and exact multipleOf: the
+    compiled validator and the reference give the same code."""
+    call = {"tool": "arrays", "arguments": arguments}
+    assert arrays(call) == expected, arrays.source
+    assert arrays_reference(call) == expected
+
+
+def test_array_elements_are_one_loop_with_int_fast_paths() -> None:
+    """An integer array is checked by one loop over its elements, bounds as constants, and no
+    element check runs before the array's own count."""
+    block = compile_validator([{"name": "write_registers", "inputSchema": ARRAYS.input_schema
+                                | {"properties": {"data": ARRAYS.input_schema["properties"]
+                                                  ["data"]}}}])
+    body = block.source[block.source.index("if name == 'write_registers':"):]
+    lines = [line.strip() for line in body.splitlines()]
+    assert lines[lines.index("if type(v0) is not list:"):][:10] == [
+        "if type(v0) is not list:", "return 'type-data'",
+        "if len(v0) < 1 or len(v0) > 16:", "return 'range-data'",
+        "for e0 in v0:",
+        "if type(e0) is not int and (type(e0) in _NOT_NUMBERS or not is_integer(e0)):",
+        "return 'type-data[]'",
+        "if e0 < 0 or e0 > 255:", "return 'range-data[]'",
+        "return None"]
+
+
 # --- the generated source ---------------------------------------------------------------------
 
 
@@ -212,6 +293,14 @@ def _evil_tools() -> list[dict[str, Any]]:
                     f"d{i}": {"const": [evil, {evil: evil}]},
                     f"o{i}": {"type": "object", "properties": {evil: {"const": evil}},
                               "required": [evil], "additionalProperties": False},
+                    f"a{i}": {"type": "array", "description": evil, "minItems": 1,
+                              "uniqueItems": True, "prefixItems": [{"const": evil}],
+                              "items": {"type": "object", "description": evil,
+                                        "properties": {evil: {"enum": [evil]}},
+                                        "required": [evil], "additionalProperties": False,
+                                        "maxProperties": 1}},
+                    f"{evil}[]": {"type": "array", "items": {
+                        "type": "array", "items": {"const": evil, "multipleOf": 0.1}}},
                 },
                 "required": [evil, f"c{i}"],
                 "additionalProperties": False,
@@ -228,7 +317,7 @@ def test_schema_strings_cannot_inject_code() -> None:
     kinds = {type(node).__name__ for node in tree.body}
     assert kinds <= {"Expr", "ImportFrom", "Import", "Assign", "FunctionDef"}
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    assert defined == {"is_number", "is_integer", "json_equal", "json_in", "check"} | {
+    assert defined == {*RUNTIME_NAMES, "check"} | {
         n for n in defined if n.startswith(("_L", "_T"))}
     ref = ReferenceValidator(ToolSet.from_definitions(tools))
     for i, evil in enumerate(INJECTIONS):
@@ -240,11 +329,26 @@ def test_schema_strings_cannot_inject_code() -> None:
             {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"o{i}": {evil: "x"}}},
             {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"d{i}": [evil, {evil: evil}]}},
             {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, evil + "!": 1}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"a{i}": [evil, {evil: evil}],
+                                         f"{evil}[]": [[evil], []]}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"a{i}": []}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"a{i}": ["x"]}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"a{i}": [evil, {}]}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"a{i}": [evil, {evil: 1}]}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"a{i}": [evil, evil]}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"{evil}[]": [[evil, 1]]}},
+            {"tool": evil, "arguments": {evil: evil, f"c{i}": evil, f"{evil}[]": [[evil], 1]}},
         ]
         codes = [evil_check(call) for call in calls]
         assert codes == [ref(call) for call in calls]
+        pairs = [(call, code) for call, code in zip(calls, codes, strict=True) if code]
+        assert [ref.explain(call, code) for call, code in pairs] == [
+            ref.check(call) for call, _ in pairs]
         assert codes[:5] == [None, f"missing-c{i}", f"range-{evil}", f"missing-o{i}.{evil}",
                              f"range-o{i}.{evil}"]
+        assert codes[7:] == [None, f"range-a{i}", f"range-a{i}[0]", f"missing-a{i}[].{evil}",
+                             f"range-a{i}[].{evil}", f"range-a{i}", f"range-{evil}[][][]",
+                             f"type-{evil}[][]"]
 
 
 @pytest.mark.parametrize(
@@ -267,6 +371,36 @@ def test_schema_strings_cannot_inject_code() -> None:
          "/0/inputSchema/properties/a/minimum"),
         ({"type": "object", "properties": {"a~/b": {"$ref": "#"}}},
          "/0/inputSchema/properties/a~0~1b/$ref"),
+        ({"type": "object", "properties": {"a": {"multipleOf": 0}}},
+         "/0/inputSchema/properties/a/multipleOf"),
+        ({"type": "object", "properties": {"a": {"multipleOf": -1.5}}},
+         "/0/inputSchema/properties/a/multipleOf"),
+        ({"type": "object", "properties": {"a": {"multipleOf": "2"}}},
+         "/0/inputSchema/properties/a/multipleOf"),
+        ({"type": "object", "properties": {"a": {"minItems": -1}}},
+         "/0/inputSchema/properties/a/minItems"),
+        ({"type": "object", "properties": {"a": {"maxItems": 1.5}}},
+         "/0/inputSchema/properties/a/maxItems"),
+        ({"type": "object", "properties": {"a": {"maxProperties": True}}},
+         "/0/inputSchema/properties/a/maxProperties"),
+        ({"type": "object", "properties": {"a": {"uniqueItems": "yes"}}},
+         "/0/inputSchema/properties/a/uniqueItems"),
+        ({"type": "object", "properties": {"a": {"items": 3}}},
+         "/0/inputSchema/properties/a/items"),
+        ({"type": "object", "properties": {"a": {"items": [{"type": "string"}]}}},
+         "/0/inputSchema/properties/a/items"),  # the pre-2020 tuple form: prefixItems now
+        ({"type": "object", "properties": {"a": {"prefixItems": []}}},
+         "/0/inputSchema/properties/a/prefixItems"),
+        ({"type": "object", "properties": {"a": {"prefixItems": [{}, {"pattern": "x"}]}}},
+         "/0/inputSchema/properties/a/prefixItems/1/pattern"),
+        ({"type": "object", "properties": {"a": {"items": {"properties": {
+            "b": {"format": "uri"}}}}}}, "/0/inputSchema/properties/a/items/properties/b/format"),
+        ({"type": "object", "properties": {"a": {"additionalItems": False}}},
+         "/0/inputSchema/properties/a/additionalItems"),
+        ({"type": "object", "properties": {"a": {"contains": {}}}},
+         "/0/inputSchema/properties/a/contains"),
+        ({"type": "object", "minProperties": 1}, "/0/inputSchema/minProperties"),
+        ({"type": "object", "maxProperties": 1}, "/0/inputSchema/maxProperties"),
     ],
 )
 def test_schema_errors_name_keyword_and_pointer(schema: dict[str, Any], pointer: str) -> None:
@@ -285,6 +419,17 @@ def test_deeply_nested_constants_are_refused_not_crashed() -> None:
     with pytest.raises(SchemaError, match="levels deep"):
         compile_validator([{"name": "t", "inputSchema": {
             "type": "object", "properties": {"a": {"const": value}}}}])
+
+
+def test_deeply_nested_arrays_are_refused_not_crashed() -> None:
+    """Arrays nested past the schema depth limit are a SchemaError naming the place."""
+    schema: Any = {"type": "integer"}
+    for _ in range(100):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(SchemaError, match="levels deep") as info:
+        compile_validator([{"name": "t", "inputSchema": {
+            "type": "object", "properties": {"a": schema}}}])
+    assert info.value.pointer.startswith("/0/inputSchema/properties/a/items/items/")
 
 
 def test_tools_argument_forms() -> None:
@@ -361,6 +506,24 @@ def test_standalone_module_agrees_without_regdev(tmp_path: Path) -> None:
     assert len(ours) == 2 * 16 * 16 * 2 + 5
     assert {"range-addr", "range-data", "type-addr", "type-data", "unknown-argument",
             "unknown-tool", "wrong-tool", None} <= set(ours)
+
+
+def test_standalone_module_checks_arrays_without_regdev(tmp_path: Path) -> None:
+    """A module compiled from a tools file with arrays, multipleOf and uniqueItems runs with
+    regdev blocked (the runtime helpers are copied in) and agrees with the one in process."""
+    tools = tmp_path / "tools.json"
+    tools.write_bytes(msgspec.json.Encoder(decimal_format="number").encode(
+        [ARRAYS.definition()]))
+    assert main(["compile", "--tools", str(tools), "-o", str(tmp_path / "validator.py")]) == 0
+    corpus = msgspec.json.Encoder(decimal_format="number").encode([
+        [{"tool": "arrays", "arguments": arguments}, None]
+        for arguments, _ in _ARRAY_CASES if "(1, 2)" not in repr(arguments)]).decode()
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _RUNNER, str(tmp_path)],
+                          input=corpus, capture_output=True, text=True, check=True)
+    ours = [arrays(c, tool_choice=t) for c, t in json.loads(corpus, parse_float=Decimal)]
+    assert json.loads(done.stdout) == ours
+    assert {"range-data[]", "type-pair[0]", "missing-points[].x", "range-points",
+            "range-matrix[][]", "range-step", None} <= set(ours)
 
 
 def test_compile_command_with_a_tools_file(tmp_path: Path,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import jsonschema
@@ -11,7 +13,14 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from regdev import ReferenceValidator, ToolSet, compile_validator
-from strategies import register_calls, schemas_and_calls, tool_choices
+from regdev.gate._bench import BLOCK_WRITE
+from strategies import (
+    array_tool_calls,
+    block_calls,
+    register_calls,
+    schemas_and_calls,
+    tool_choices,
+)
 
 compiled = compile_validator()
 reference = ReferenceValidator()
@@ -32,6 +41,18 @@ def test_register_tools_compiled_equals_reference(call: Any, choice: str | None)
     and the reference explains that code with the refusal its own check gives."""
     code = compiled(call, tool_choice=choice)
     _same_refusal(reference, code, call, choice)
+
+
+block_tools = ToolSet([BLOCK_WRITE])
+block_compiled = compile_validator(block_tools)
+block_reference = ReferenceValidator(block_tools)
+
+
+@given(block_calls(), st.sampled_from([None, None, "write_registers", "write_register"]))
+def test_block_writes_compiled_equals_reference(call: Any, choice: str | None) -> None:
+    """write_registers(addr, data) with 0 to 17 values at every edge: the same code, and the
+    reference explains it with the refusal its own check gives."""
+    _same_refusal(block_reference, block_compiled(call, tool_choice=choice), call, choice)
 
 
 def _finite(value: object) -> bool:
@@ -59,8 +80,30 @@ def _finite_number(checker: Any, value: object) -> bool:
 # fractional part", and a number is finite (JSON has no NaN or Infinity).
 _TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
     {"integer": _exact_integer, "number": _finite_number})
-JsonSchemaValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
-                                                   type_checker=_TYPES)
+
+
+def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """multipleOf by exact rationals. jsonschema divides a float in floating point, and takes a
+    Decimal ``%`` that raises past 28 digits of quotient; the draft asks for the exact value
+    ("the result of the division is an integer")."""
+    if validator.is_type(instance, "number") and (
+            Fraction(instance) / Fraction(divisor)).denominator != 1:
+        yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {divisor!r}")
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """uniqueItems by jsonschema's own JSON equality, pair by pair. Its ``uniq`` sorts first
+    and compares neighbours only, which misses ``[[1], [true], [1]]`` ([1] and [true] sort
+    as equal and sit between the two [1])."""
+    if unique and validator.is_type(instance, "array") and any(
+            jsonschema._utils.equal(instance[i], instance[j])
+            for j in range(len(instance)) for i in range(j)):
+        yield jsonschema.ValidationError(f"{instance!r} has non-unique elements")
+
+
+JsonSchemaValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, type_checker=_TYPES,
+    validators={"multipleOf": _multiple_of, "uniqueItems": _unique_items})
 
 
 def _peer_valid(tools: list[dict[str, Any]], call: Any, choice: str | None) -> bool:
@@ -75,17 +118,29 @@ def _peer_valid(tools: list[dict[str, Any]], call: Any, choice: str | None) -> b
     return schema is not None and JsonSchemaValidator(schema).is_valid(call["arguments"])
 
 
-@given(schemas_and_calls())
-def test_random_schemas_compiled_equals_reference_and_jsonschema(
-        case: tuple[list[dict[str, Any]], Any, str | None]) -> None:
-    """Random schemas from the subset: same code as the reference, same validity as jsonschema,
-    and explain(call, code) is the reference's own refusal."""
+def _all_agree(case: tuple[list[dict[str, Any]], Any, str | None]) -> None:
     tools, call, choice = case
     check = compile_validator(tools)
     note(check.source)
     code = check(call, tool_choice=choice)
     _same_refusal(ReferenceValidator(ToolSet.from_definitions(tools)), code, call, choice)
     assert (code is None) == _peer_valid(tools, call, choice)
+
+
+@given(array_tool_calls())
+def test_array_schemas_compiled_equals_reference_and_jsonschema(
+        case: tuple[list[dict[str, Any]], Any, str | None]) -> None:
+    """Arrays of leaves, objects and arrays, element by element: the reference's code and
+    message, and jsonschema's validity."""
+    _all_agree(case)
+
+
+@given(schemas_and_calls())
+def test_random_schemas_compiled_equals_reference_and_jsonschema(
+        case: tuple[list[dict[str, Any]], Any, str | None]) -> None:
+    """Random schemas from the subset: same code as the reference, same validity as jsonschema,
+    and explain(call, code) is the reference's own refusal."""
+    _all_agree(case)
 
 
 @given(st.lists(schemas_and_calls(), min_size=1, max_size=1), st.integers(5, 9))

@@ -128,11 +128,44 @@ def test_openai_strict_moves_lengths_to_the_description_and_const_to_enum() -> N
                                     "required": ["low"], "additionalProperties": False}
 
 
+def test_openai_strict_carries_arrays() -> None:
+    """Arrays keep items (made strict), minItems, maxItems and multipleOf; uniqueItems and the
+    counts of properties move into the description."""
+    tools = _tool({
+        "type": "object",
+        "properties": {
+            "data": {"type": "array", "minItems": 1, "maxItems": 16, "uniqueItems": True,
+                     "items": {"type": "integer", "minimum": 0, "maximum": 255,
+                               "multipleOf": 2}},
+            "points": {"type": "array", "items": {
+                "type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"],
+                "maxProperties": 1}},
+        },
+        "required": ["data", "points"],
+        "additionalProperties": False,
+    })
+    (entry,) = tool_definitions("openai", tools)
+    properties = entry["function"]["parameters"]["properties"]
+    assert properties["data"] == {
+        "type": "array", "minItems": 1, "maxItems": 16, "description": "(unique items)",
+        "items": {"type": "integer", "minimum": 0, "maximum": 255, "multipleOf": 2}}
+    assert properties["points"] == {"type": "array", "items": {
+        "type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"],
+        "additionalProperties": False, "description": "(at most 1 properties)"}}
+
+
 @pytest.mark.parametrize(
     ("schema", "pointer", "words"),
     [
         ({"type": "object", "properties": {"a": {"type": "integer"}}},
          "/tools/0/inputSchema/required", "`a` is optional"),
+        ({"type": "object", "properties": {"a": {"type": "array", "items": True}},
+          "required": ["a"]}, "/tools/0/inputSchema/properties/a/items", "not true or false"),
+        ({"type": "object", "properties": {"a": {"type": "array", "prefixItems": [{}]}},
+          "required": ["a"]}, "/tools/0/inputSchema/properties/a/prefixItems", "prefixItems"),
+        ({"type": "object", "properties": {"a": {"type": "array", "items": {
+            "type": "object", "properties": {"x": {}}}}}, "required": ["a"]},
+         "/tools/0/inputSchema/properties/a/items/required", "`x` is optional"),
         ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
           "additionalProperties": True},
          "/tools/0/inputSchema/additionalProperties", "additionalProperties"),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import pickle
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
 import pytest
 
+from conftest import ARRAYS
 from regdev import (
     READ_REGISTER,
     WRITE_REGISTER,
@@ -75,3 +77,20 @@ def test_a_mapping_that_is_not_a_dict_is_copied_into_one() -> None:
     """The declared type is Mapping: any mapping is taken, as a plain dict."""
     tool = Tool("t", "", MappingProxyType(schema()))
     assert type(tool.input_schema) is dict and tool.input_schema == schema()
+
+
+def test_bind_makes_integral_elements_of_integer_arrays_int() -> None:
+    """3.0 and 1e2 reach the device as ints in arrays too, by items and prefixItems; what
+    needs no change is returned as it is, and the caller's arguments are never changed."""
+    tool = ARRAYS
+    usual = {"data": [1, 2, 3]}
+    assert tool.bind(usual) is usual
+    given = {"data": [1, 2.0, Decimal("1E+2")], "pair": ["a", Decimal("4.0")],
+             "matrix": [[1, 3.0], [2]], "points": [{"x": 1.0}], "step": Decimal("0.5")}
+    bound = tool.bind(given)
+    assert bound == {"data": [1, 2, 100], "pair": ["a", 4], "matrix": [[1, 3], [2]],
+                     "points": [{"x": 1.0}], "step": Decimal("0.5")}
+    assert [type(v) for v in bound["data"]] == [int, int, int]
+    assert type(bound["matrix"][0][1]) is int and type(bound["points"][0]["x"]) is float
+    assert bound["points"] is given["points"]  # nothing in it is an integer schema's
+    assert given["data"] == [1, 2.0, Decimal("1E+2")] and type(given["data"][1]) is float

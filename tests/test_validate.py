@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import CONFIGURE
+from conftest import ARRAYS, CONFIGURE
 from regdev import ReferenceValidator, Refusal, SchemaError, Tool, ToolSet, compile_validator
 from strategies import python_calls
 
@@ -146,6 +146,60 @@ def test_huge_integers_are_shown_without_building_their_digits() -> None:
     refusal = validator.check(write(addr=1, data=10**4000))
     assert refusal is not None and refusal.code == "range-data"
     assert len(refusal.message) < 100
+
+
+arrays = ReferenceValidator(ToolSet([ARRAYS]))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "message"),
+    [
+        ({"data": [1, 2, 300]}, "range-data[]", "data[2] 300 is outside 0..255"),
+        ({"data": [1, "2"]}, "type-data[]",
+         'data[1] must be an integer 0..255, got string "2"'),
+        ({"data": []}, "range-data",
+         "data has 0 items; allowed: an array with 1..16 items, each an integer 0..255"),
+        ({"data": 7}, "type-data",
+         "data must be an array with 1..16 items, each an integer 0..255, got integer 7"),
+        ({}, "missing-data",
+         "missing required argument data (an array with 1..16 items, each an integer 0..255)"),
+        ({"data": [1], "pair": ["a", 3]}, "range-pair[1]", "pair[1] 3 is not a multiple of 2"),
+        ({"data": [1], "pair": ["a", 2, "b"]}, "type-pair[]",
+         "pair[2] is not allowed; pair holds at most 2 items"),
+        ({"data": [1], "pair": [5]}, "type-pair[0]", "pair[0] must be a string, got integer 5"),
+        ({"data": [1], "points": [{"x": 1}, {"y": 2}]}, "missing-points[].x",
+         "missing required argument points[1].x (a number)"),
+        ({"data": [1], "points": [{"x": 1, "z": 2}]}, "unknown-argument",
+         'unknown argument "points[0].z"; points[0] takes: points[0].x, points[0].y'),
+        ({"data": [1], "points": [{"x": 1}, {"x": 2}, {"x": Decimal("1.0")}]}, "range-points",
+         "points[2] repeats points[0] (an object); the items of points must be unique"),
+        ({"data": [1], "matrix": [[1], [2, 3, 3]]}, "range-matrix[]",
+         "matrix[1] has 3 items; allowed: an array with at most 2 items, each an integer <= 3"),
+        ({"data": [1], "matrix": [[1], [2, 4]]}, "range-matrix[][]",
+         "matrix[1][1] 4 is outside <= 3"),
+        ({"data": [1], "options": {}}, "range-options",
+         "options has 0 properties; allowed: an object with 1..2 properties"),
+        ({"data": [1], "step": Decimal("0.35")}, "range-step",
+         "step 0.35 is not a multiple of 0.1"),
+    ],
+)
+def test_array_messages_name_the_element(arguments: dict[str, Any], code: str,
+                                         message: str) -> None:
+    """An element's refusal names its index; an array's names its count and what is allowed;
+    explain() words the compiled code the same way."""
+    call = {"tool": "arrays", "arguments": arguments}
+    refusal = arrays.check(call)
+    assert refusal == Refusal("validate", code, message)
+    assert arrays.explain(call, code) == refusal
+
+
+def test_explain_finds_the_first_bad_element_without_checking_the_call_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """For an element code explain() checks that array's elements only, not the call."""
+    call = {"tool": "arrays", "arguments": {"data": [1, 2, 3, 300, 400]}}
+    monkeypatch.setattr(arrays, "check", lambda *args: pytest.fail("checked again"))
+    assert arrays.explain(call, "range-data[]") == Refusal(
+        "validate", "range-data[]", "data[3] 300 is outside 0..255")
 
 
 # --- a richer tool set: the whole subset -------------------------------------------------------

@@ -83,8 +83,11 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
       The bounds ``minimum``/``maximum`` (and the exclusive forms) are kept: strict mode
       supports them for OpenAI's base models (not for fine-tuned models, which refuse them);
       the register tools state their bounds in each property's ``description`` as well.
-      ``minLength``/``maxLength`` are not in strict mode's supported list: they are moved
-      into the property's description. ``const`` becomes the equivalent one-value ``enum``.
+      ``multipleOf``, ``minItems`` and ``maxItems`` are kept too (in strict mode's list), and
+      an array's ``items`` schema is made strict like a property's. ``minLength``,
+      ``maxLength``, ``uniqueItems``, ``minProperties`` and ``maxProperties`` are not in
+      strict mode's supported list: they are moved into the schema's description.
+      ``const`` becomes the equivalent one-value ``enum``.
       Annotation keywords other than ``title`` and ``description`` are left out. The gate
       still checks every call against the registry's own schema.
     * ``anthropic``: Messages API tools ``{"name", "description", "input_schema"}``.
@@ -102,7 +105,8 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
         SchemaError: the format cannot carry a tool faithfully: a tool name outside
             ``^[a-zA-Z0-9_-]{1,64}$`` for OpenAI or ``^[a-zA-Z0-9_-]{1,128}$`` for
             Anthropic, or, for OpenAI strict mode, an optional
-            property, ``additionalProperties: true``, or a ``true``/``false`` subschema. The
+            property, ``additionalProperties: true``, a ``true``/``false`` subschema (a
+            property's or an array's ``items``), or ``prefixItems``. The
             pointer names the place, e.g. ``/tools/0/inputSchema/required``.
     """
     offered = list(tools.values()) if session is None or session.tools is None else [
@@ -169,6 +173,18 @@ def _strict(schema: object, pointer: str) -> dict[str, Any]:
             notes.append(f"at least {value} characters")
         elif keyword == "maxLength":
             notes.append(f"at most {value} characters")
+        elif keyword == "uniqueItems":
+            if value is True:
+                notes.append("unique items")
+        elif keyword == "minProperties":
+            notes.append(f"at least {value} properties")
+        elif keyword == "maxProperties":
+            notes.append(f"at most {value} properties")
+        elif keyword == "items":
+            out[keyword] = _strict(value, f"{pointer}/items")
+        elif keyword == "prefixItems":
+            raise SchemaError("OpenAI strict mode does not support `prefixItems` (an array "
+                              "whose items differ by position)", f"{pointer}/prefixItems")
         elif keyword == "const":
             out["enum"] = [copy.deepcopy(value)]
         elif keyword == "properties":

@@ -85,17 +85,24 @@ class ReplayOutcome:
 
 def verdict_codes(tools: ToolSet) -> frozenset[str]:
     """Every verdict code a call to ``tools`` can be refused with: :data:`FIXED_CODES`, and
-    ``missing-``, ``type-`` and ``range-`` each argument's dotted path, ``denied-`` each tool."""
+    ``missing-``, ``type-`` and ``range-`` each argument's path (``limits.low``; an array's
+    elements ``data[]``, ``pair[0]``, ``points[].x``), ``denied-`` each tool."""
     codes = set(FIXED_CODES)
     for tool in tools.values():
         codes.add(f"denied-{tool.name}")
-        levels = [("", tool.input_schema)]
-        while levels:
-            prefix, schema = levels.pop()
-            properties = schema.get("properties") if isinstance(schema, dict) else None
-            for name, sub in (properties or {}).items():
-                codes.update(f"{kind}-{prefix}{name}" for kind in NAMED_CODES[:3])
-                levels.append((f"{prefix}{name}.", sub))
+        places: list[tuple[str, Any]] = [("", tool.input_schema)]
+        while places:
+            label, schema = places.pop()
+            if label:
+                codes.update(f"{kind}-{label}" for kind in NAMED_CODES[:3])
+            if not isinstance(schema, dict):
+                continue
+            for name, sub in (schema.get("properties") or {}).items():
+                places.append((f"{label}.{name}" if label else name, sub))
+            for index, sub in enumerate(schema.get("prefixItems") or ()):
+                places.append((f"{label}[{index}]", sub))
+            if "items" in schema:
+                places.append((f"{label}[]", schema["items"]))
     return frozenset(codes)
 
 

@@ -39,9 +39,10 @@ def add_parser(sub: Any) -> None:
                       "floor and the peers (pydantic, fastjsonschema, jsonschema, msgspec)",
         description="Print one report measured in one run: ns per call (median of batches "
                     "interleaved round by round) of regdev's validator and of each peer, on "
-                    "decoded call objects and on raw JSON text, for 9 cases (valid write and "
+                    "decoded call objects and on raw JSON text, for 11 cases (valid write and "
                     "read, wrong type, out of range, missing field, unknown argument, unknown "
-                    "tool, a long unknown argument, a call padded with whitespace). Each row "
+                    "tool, a block write of 16 values valid and with one value out of range, "
+                    "a long unknown argument, a call padded with whitespace). Each row "
                     "names the library, its installed version, the API called and what it "
                     "builds on a refusal. Ratios are peer time / regdev time, written as "
                     "'8.3x slower' or '2.0x faster' than regdev. Before timing, every "

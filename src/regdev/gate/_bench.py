@@ -2,8 +2,10 @@
 
 Rules of this file:
 
-* Every contender does the same job on the same inputs: judge one register tool call (shape,
-  tool name, required and unknown arguments, types, ranges) and say valid or refused.
+* Every contender does the same job on the same inputs: judge one tool call to the register
+  tools or the block write (:data:`BENCH_TOOLS`: shape, tool name, required and unknown
+  arguments, types, ranges, an array's length and each of its elements) and say valid or
+  refused.
 * Agreement first: before anything is timed, each contender runs once on every input and its
   verdict (valid or refused) is compared with regdev's. A cell where they differ is not timed
   and gets no figure and no ratio: the table says "disagrees" and a line below names the case
@@ -43,10 +45,12 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from ..core._observation import Refusal
 from ._compile import compile_validator
 from ._parse import parse
-from ._tools import REGISTER_TOOLS
+from ._tools import REGISTER_TOOLS, Tool, ToolSet
 from ._validate import ReferenceValidator
 
 __all__ = [
+    "BENCH_TOOLS",
+    "BLOCK_WRITE",
     "CASES",
     "BenchResult",
     "Case",
@@ -86,11 +90,32 @@ def _case(title: str, about: str, call: dict[str, Any], code: str | None) -> Cas
     return Case(title, about, call, code, msgspec.json.encode(call).decode())
 
 
+#: The block write of the register-map work, as a schema only (its handler and its rule that
+#: addr + len(data) stays within the map belong to the device): 1..16 bytes from ``addr``.
+BLOCK_WRITE = Tool(
+    name="write_registers",
+    description="Write consecutive registers from addr: data[i] goes to addr + i.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "addr": {"type": "integer", "minimum": 0, "maximum": 15},
+            "data": {"type": "array", "minItems": 1, "maxItems": 16,
+                     "items": {"type": "integer", "minimum": 0, "maximum": 255}},
+        },
+        "required": ["addr", "data"],
+        "additionalProperties": False,
+    },
+)
+#: What every contender judges: the two register tools and the block write.
+BENCH_TOOLS = ToolSet([*REGISTER_TOOLS.values(), BLOCK_WRITE])
+
 _WRITE = {"tool": "write_register", "arguments": {"addr": 3, "data": 255}}
+_BLOCK = [(17 * i) % 256 for i in range(16)]  # 16 bytes: 0, 17, ..., 255
 _LONG = "x" * 4000
 _PADDING = " " * 2000
 
-#: The inputs: the two valid calls, one of each common refusal, and two large calls.
+#: The inputs: the two valid calls, one of each common refusal, a block write of 16 values
+#: (valid, and with one value out of range), and two large calls.
 CASES: tuple[Case, ...] = (
     _case("write", 'valid write_register {"addr": 3, "data": 255}', _WRITE, None),
     _case("read", 'valid read_register {"addr": 7}',
@@ -109,6 +134,12 @@ CASES: tuple[Case, ...] = (
     _case("bad tool", 'unknown tool: erase_chip {"addr": 3, "data": 1} (refused: '
           "unknown-tool)", {"tool": "erase_chip", "arguments": {"addr": 3, "data": 1}},
           "unknown-tool"),
+    _case("block write", 'valid block write: write_registers {"addr": 0, "data": [0, 17, '
+          "..., 255]} (16 values)", {"tool": "write_registers",
+                                     "arguments": {"addr": 0, "data": _BLOCK}}, None),
+    _case("block range", "one value out of range: the block write with data[12] = 300 "
+          "(refused: range-data[])", {"tool": "write_registers", "arguments": {
+              "addr": 0, "data": [*_BLOCK[:12], 300, *_BLOCK[13:]]}}, "range-data[]"),
     _case("long arg", f"large refusal: the valid write plus a {len(_LONG)}-character string "
           'in an unknown argument "note" (refused: unknown-argument)',
           {"tool": "write_register",
@@ -117,6 +148,7 @@ CASES: tuple[Case, ...] = (
          "spaces of whitespace (raw text only; as an object it is the write column)",
          _WRITE, None, '{"tool": "write_register",' + _PADDING
          + '"arguments": {"addr": 3,' + _PADDING + '"data": 255}}', raw_only=True),
+
 )
 
 INSTALL_HINT = "not installed: pip install 'regdev[bench]'"
@@ -146,7 +178,8 @@ def _int_in(value: object, high: int) -> bool:
 
 
 def floor_valid(call: object) -> bool:
-    """True when ``call`` is a valid ``write_register`` or ``read_register`` call.
+    """True when ``call`` is a valid ``write_register``, ``read_register`` or
+    ``write_registers`` call (:data:`BENCH_TOOLS`).
 
     The floor of ``regdev bench``: the least code we know that gives the same valid-or-refused
     answer as the compiled validator for these two tools, written by hand, with no verdict
@@ -175,6 +208,22 @@ def floor_valid(call: object) -> bool:
             if type(addr) is int:
                 return addr >= 0 and addr <= 15
             return _int_in(addr, 15)
+        if name == "write_registers":
+            addr, data = a["addr"], a["data"]
+            if len(a) != 2 or type(data) is not list or not 1 <= len(data) <= 16:
+                return False
+            if type(addr) is int:
+                if addr < 0 or addr > 15:
+                    return False
+            elif not _int_in(addr, 15):
+                return False
+            for value in data:
+                if type(value) is int:
+                    if value < 0 or value > 255:
+                        return False
+                elif not _int_in(value, 255):
+                    return False
+            return True
     except KeyError:
         return False
     return False
@@ -242,6 +291,12 @@ class _PydanticReadArguments(BaseModel):
     addr: _Addr
 
 
+class _PydanticBlockArguments(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    addr: _Addr
+    data: Annotated[list[_Data], Field(min_length=1, max_length=16)]
+
+
 class _PydanticWriteCall(BaseModel):
     model_config = ConfigDict(strict=True)
     tool: Literal["write_register"]
@@ -254,8 +309,14 @@ class _PydanticReadCall(BaseModel):
     arguments: _PydanticReadArguments
 
 
-class PydanticCall(RootModel[Annotated[_PydanticWriteCall | _PydanticReadCall,
-                                       Field(discriminator="tool")]]):
+class _PydanticBlockCall(BaseModel):
+    model_config = ConfigDict(strict=True)
+    tool: Literal["write_registers"]
+    arguments: _PydanticBlockArguments
+
+
+class PydanticCall(RootModel[Annotated[_PydanticWriteCall | _PydanticReadCall
+                                       | _PydanticBlockCall, Field(discriminator="tool")]]):
     """The call as a strict pydantic v2 model: a union discriminated on ``tool``."""
 
 
@@ -272,6 +333,11 @@ class _MsgspecReadArguments(msgspec.Struct, forbid_unknown_fields=True):
     addr: _MsgspecAddr
 
 
+class _MsgspecBlockArguments(msgspec.Struct, forbid_unknown_fields=True):
+    addr: _MsgspecAddr
+    data: Annotated[list[_MsgspecData], msgspec.Meta(min_length=1, max_length=16)]
+
+
 class _MsgspecWriteCall(msgspec.Struct, tag_field="tool", tag="write_register"):
     arguments: _MsgspecWriteArguments
 
@@ -280,8 +346,12 @@ class _MsgspecReadCall(msgspec.Struct, tag_field="tool", tag="read_register"):
     arguments: _MsgspecReadArguments
 
 
+class _MsgspecBlockCall(msgspec.Struct, tag_field="tool", tag="write_registers"):
+    arguments: _MsgspecBlockArguments
+
+
 #: The call as msgspec Structs: a union tagged by ``tool``, constraints in ``Meta``.
-MsgspecCall = _MsgspecWriteCall | _MsgspecReadCall
+MsgspecCall = _MsgspecWriteCall | _MsgspecReadCall | _MsgspecBlockCall
 
 
 def _call_schema(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -315,7 +385,7 @@ def _fastjsonschema() -> Contender:
     version = _version("fastjsonschema")
     validators = {tool.name: fastjsonschema.compile(_call_schema(tool.name,
                                                                  dict(tool.input_schema)))
-                  for tool in REGISTER_TOOLS.values()}
+                  for tool in BENCH_TOOLS.values()}
     run = _by_name(validators)
     return Contender(key, f"fastjsonschema {version} ({api})", raw=False,
                      on_refusal="exception", run=run, valid=_raises_means_invalid(run),
@@ -332,7 +402,7 @@ def _jsonschema() -> Contender:
     version = _version("jsonschema")
     validators = {tool.name: jsonschema.Draft202012Validator(
         _call_schema(tool.name, dict(tool.input_schema))).is_valid
-        for tool in REGISTER_TOOLS.values()}
+        for tool in BENCH_TOOLS.values()}
     by_name = _by_name(validators)
 
     def valid(call: Any) -> bool:
@@ -350,8 +420,8 @@ def contenders() -> list[Contender]:
 
     The first row of each section is regdev's baseline, the one the ratios divide by.
     """
-    compiled = compile_validator()
-    reference = ReferenceValidator()
+    compiled = compile_validator(BENCH_TOOLS)
+    reference = ReferenceValidator(BENCH_TOOLS)
     ours = f"regdev {_version('regdev')}"
 
     def explained(call: Any) -> Refusal | None:  # what Gate._validate does
@@ -370,7 +440,7 @@ def contenders() -> list[Contender]:
                   "not on the gate's path)", raw=False, on_refusal="message",
                   run=reference.check, valid=lambda call: reference.check(call) is None,
                   version=_version("regdev")),
-        Contender("floor", "floor: hand-written valid-or-not test of these two tools "
+        Contender("floor", "floor: hand-written valid-or-not test of these three tools "
                   "(regdev.gate._bench.floor_valid)", raw=False, on_refusal="bool",
                   run=floor_valid, valid=floor_valid),
     ]
@@ -385,7 +455,8 @@ def contenders() -> list[Contender]:
     # msgspec.convert rebuilds its view of a Union type on every call (about 4 us here), so
     # it gets the same help as the JSON Schema peers: the Struct is picked by tool name.
     by_tool: dict[str, Any] = {"write_register": _MsgspecWriteCall,
-                               "read_register": _MsgspecReadCall}
+                               "read_register": _MsgspecReadCall,
+                               "write_registers": _MsgspecBlockCall}
 
     def convert(call: Any) -> Any:
         if type(call) is not dict:
@@ -494,7 +565,8 @@ def _environment() -> dict[str, str]:
 
 def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
               progress: TextIO | None = None,
-              rows: list[Contender] | None = None) -> BenchResult:
+              rows: list[Contender] | None = None,
+              cases: tuple[Case, ...] = CASES) -> BenchResult:
     """Check every contender's verdicts, then time it on every case it agrees on.
 
     Args:
@@ -504,6 +576,7 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
         progress: where to report progress (e.g. ``sys.stderr``), or None.
         rows: the contenders (default :func:`contenders`); the first of each section
             (call objects, raw text) is the baseline the ratios divide by.
+        cases: the inputs (default :data:`CASES`), in column order.
 
     Returns:
         The :class:`BenchResult`.
@@ -516,10 +589,10 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
             progress.flush()
 
     rows = contenders() if rows is None else rows
-    result = BenchResult(cases=list(CASES), rounds=rounds, environment=_environment())
+    result = BenchResult(cases=list(cases), rounds=rounds, environment=_environment())
     cells: list[tuple[int, int, int]] = []  # (row, case, number)
     say(f"checking verdicts, then calibrating {sum(r.run is not None for r in rows)} "
-        f"contenders x {len(CASES)} cases")
+        f"contenders x {len(cases)} cases")
     records: list[dict[str, Any]] = []
     for index, row in enumerate(rows):
         record: dict[str, Any] = {"key": row.key, "name": row.name, "raw": row.raw,
@@ -529,7 +602,7 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
         records.append(record)
         if row.run is None or row.valid is None:
             continue
-        for number_of_case, case in enumerate(CASES):
+        for number_of_case, case in enumerate(cases):
             if case.raw_only and not row.raw:
                 continue
             value = case.raw if row.raw else case.call
@@ -554,7 +627,7 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
             for index, case_index, number in cells:
                 run = rows[index].run
                 assert run is not None
-                case = CASES[case_index]
+                case = cases[case_index]
                 value = case.raw if rows[index].raw else case.call
                 samples[index, case_index].append(_batch(run, value, number) / number)
             empty.append(_empty_batch(100_000) / 100_000)
@@ -563,7 +636,7 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
             gc.enable()
     result.loop_ns = statistics.median(empty) if empty else 0.0
     for (index, case_index), values in samples.items():
-        records[index]["ns"][CASES[case_index].title] = max(
+        records[index]["ns"][cases[case_index].title] = max(
             statistics.median(values) - result.loop_ns, 0.0)
     for raw in (False, True):
         section = [r for r in records if r["raw"] is raw]
@@ -609,7 +682,7 @@ def format_table(result: BenchResult) -> str:
         "",
         "cases (columns):",
     ]
-    lines += [f"  {case.title:<10} {case.about}" for case in result.cases]
+    lines += [f"  {case.title:<12} {case.about}" for case in result.cases]
     for raw, heading in ((False, "decoded call object -> verdict"),
                          (True, "raw JSON text -> verdict")):
         section = [r for r in result.rows if r["raw"] is raw]

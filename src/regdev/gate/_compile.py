@@ -4,8 +4,10 @@ Rules of this file:
 
 * The generated ``check(call, tool_choice=None)`` returns exactly the code the reference
   validator (``_validate.py``) returns, in the same order: shape, name, fields (``required``
-  order, then extras), types (``properties`` order), ranges (``properties`` order), then nested
-  objects level by level with dotted codes. The tests prove it on generated inputs.
+  order, then extras), types (``properties`` order), ranges (``properties`` order), then what
+  the properties hold, in ``properties`` order: nested objects level by level with dotted
+  codes, array elements one by one in index order (``type-data[]``, ``range-pair[0]``). The
+  tests prove it on generated inputs.
 * Structure after fastjsonschema: one generator method per keyword, chosen from the ordered
   tables below; each one checks its keyword's value before it emits anything (on top of
   :func:`check_input_schema`, which runs first), so an unexpected value is a
@@ -22,8 +24,9 @@ Rules of this file:
   is ``x >= 2`` for an integer x); extra arguments are found with ``len()`` when every
   property is required. Nothing calls ``int()`` or ``float()`` on a value.
 * The generated module imports only ``math`` and ``decimal``: the JSON semantics it calls
-  (``is_integer``, ``is_number``, ``json_equal``, ``json_in``) are copied from ``_runtime.py``,
-  so ``regdev compile`` writes a module that runs without regdev.
+  (``is_integer``, ``is_number``, ``json_equal``, ``json_in``, ``json_first_repeat``,
+  ``is_multiple``) are copied from ``_runtime.py``, so ``regdev compile`` writes a module that
+  runs without regdev.
 """
 
 from __future__ import annotations
@@ -169,6 +172,8 @@ _TYPE_IS_NOT = {
 }
 #: Cheap tests first when a type list is joined with ``or``.
 _TYPE_ORDER = ("null", "boolean", "string", "object", "array", "integer", "number")
+#: The Python type of a decoded value of each JSON type that ``len()`` applies to.
+_PYTHON_TYPE = {"string": "str", "array": "list", "object": "dict"}
 _NUMERIC = frozenset({"integer", "number"})
 
 
@@ -193,14 +198,25 @@ def _join(fails: list[_Fail]) -> str:
     return " or ".join(parts)
 
 
-class _Property:
-    """What the compiler knows about one property while it writes a level."""
+def _child(label: str, name: str) -> str:
+    """The code label of a property of the object at ``label`` ("" for the arguments)."""
+    return f"{label}.{name}" if label else name
 
-    def __init__(self, name: str, schema: object, var: str, required: bool) -> None:
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines]
+
+
+class _Property:
+    """What the compiler knows about one place a value sits (a property of the level it
+    writes, or an element of an array) while it writes its checks."""
+
+    def __init__(self, name: str, schema: object, var: str, required: bool, label: str) -> None:
         self.name = name
         self.schema = schema
         self.var = var
-        self.required = required
+        self.required = required  # for an element: always there
+        self.label = label  # the place in codes: "limits.low", "data[]"
         #: the JSON types a value can have once the type step passed (None: any)
         self.types: frozenset[str] | None = None
         if isinstance(schema, dict) and "type" in schema:
@@ -208,7 +224,7 @@ class _Property:
             self.types = frozenset(declared if type(declared) is list else [declared])
         self.type_fail: str | None = None  # condition over var, or "" for the false schema
         self.range_fails: list[_Fail] = []  # (guard, condition) pairs over var
-        self.nested: str | None = None  # name of the nested level's function
+        self.contents: list[str] = []  # lines checking what it holds (object, elements)
 
     def may_be(self, *names: str) -> bool:
         return self.types is None or not self.types.isdisjoint(names)
@@ -218,7 +234,7 @@ class _Property:
 
     @property
     def fetched(self) -> bool:
-        return bool(self.type_fail or self.range_fails or self.nested)
+        return bool(self.type_fail or self.range_fails or self.contents)
 
 
 class _Compiler:
@@ -228,19 +244,27 @@ class _Compiler:
         self.constants: list[str] = []  # "_K0 = ..." lines
         self.functions: list[list[str]] = []  # nested levels and per-tool functions
         self.levels = 0
+        self.element_vars = 0
         # Range keywords in the order they are tried (all give one code: range-<arg>).
         self.range_generators = (
             ("minimum", self._minimum),
             ("maximum", self._maximum),
             ("exclusiveMinimum", self._exclusive_minimum),
             ("exclusiveMaximum", self._exclusive_maximum),
+            ("multipleOf", self._multiple_of),
             ("minLength", self._min_length),
             ("maxLength", self._max_length),
+            ("minItems", self._min_items),
+            ("maxItems", self._max_items),
+            ("uniqueItems", self._unique_items),
+            ("minProperties", self._min_properties),
+            ("maxProperties", self._max_properties),
             ("enum", self._enum),
             ("const", self._const),
         )
-        # Keywords handled by the level writer itself, in the order they run.
-        self.level_keywords = ("required", "additionalProperties", "type", "properties")
+        # Keywords handled by the level and element writers, in the order they run.
+        self.level_keywords = ("required", "additionalProperties", "type", "properties",
+                               "prefixItems", "items")
         self.known = (frozenset(self.level_keywords) | {k for k, _ in self.range_generators}
                       | ANNOTATION_KEYWORDS)
 
@@ -288,24 +312,62 @@ class _Compiler:
     def _exclusive_maximum(self, prop: _Property, pointer: str) -> list[_Fail]:
         return self._bound(prop, "exclusiveMaximum", pointer, ">=")
 
-    def _length(self, prop: _Property, keyword: str, pointer: str, op: str) -> list[_Fail]:
+    def _multiple_of(self, prop: _Property, pointer: str) -> list[_Fail]:
+        divisor = cast(dict[str, Any], prop.schema)["multipleOf"]
+        if not is_number(divisor) or divisor <= 0:
+            raise SchemaError("`multipleOf` must be a number above 0", pointer)
+        if not prop.may_be("integer", "number"):
+            return []
+        guard = "" if prop.only("integer", "number") else f"is_number({prop.var})"
+        v = prop.var
+        whole = _whole(divisor, ROUND_FLOOR) if is_integer(divisor) else None
+        if whole is not None:
+            # an int value by the % operator (exact); the rest by the exact runtime test
+            return [(guard, f"({v} % {_int(whole)} if type({v}) is int "
+                            f"else not is_multiple({v}, {_int(whole)}))")]
+        return [(guard, f"not is_multiple({v}, {self.constant(divisor, pointer)})")]
+
+    def _length(self, prop: _Property, keyword: str, pointer: str, op: str,
+                kind: str) -> list[_Fail]:
+        """minLength and the other counts: ``len(value)`` against a limit, for one type."""
         limit = cast(dict[str, Any], prop.schema)[keyword]
         if not is_integer(limit) or limit < 0:
             raise SchemaError(f"`{keyword}` must be a non-negative integer", pointer)
-        if not prop.may_be("string"):
-            return []
-        guard = "" if prop.only("string") else f"type({prop.var}) is str"
+        if not prop.may_be(kind) or (op == "<" and limit == 0):
+            return []  # never applies: no value of that type, or a minimum of 0
+        guard = "" if prop.only(kind) else f"type({prop.var}) is {_PYTHON_TYPE[kind]}"
         # len() is below 2**63 (a Py_ssize_t), so a larger limit compares as 2**63 does: a
-        # maxLength never fails, a minLength always does; no int() of a Decimal('1E+400000').
+        # maximum never fails, a minimum always does; no int() of a Decimal('1E+400000').
         whole = _INT64 if limit >= _INT64 else _whole(limit, ROUND_FLOOR)
         assert whole is not None  # an integral limit below 2**63 is always made whole
         return [(guard, f"len({prop.var}) {op} {_int(whole)}")]
 
     def _min_length(self, prop: _Property, pointer: str) -> list[_Fail]:
-        return self._length(prop, "minLength", pointer, "<")
+        return self._length(prop, "minLength", pointer, "<", "string")
 
     def _max_length(self, prop: _Property, pointer: str) -> list[_Fail]:
-        return self._length(prop, "maxLength", pointer, ">")
+        return self._length(prop, "maxLength", pointer, ">", "string")
+
+    def _min_items(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._length(prop, "minItems", pointer, "<", "array")
+
+    def _max_items(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._length(prop, "maxItems", pointer, ">", "array")
+
+    def _min_properties(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._length(prop, "minProperties", pointer, "<", "object")
+
+    def _max_properties(self, prop: _Property, pointer: str) -> list[_Fail]:
+        return self._length(prop, "maxProperties", pointer, ">", "object")
+
+    def _unique_items(self, prop: _Property, pointer: str) -> list[_Fail]:
+        unique = cast(dict[str, Any], prop.schema)["uniqueItems"]
+        if type(unique) is not bool:
+            raise SchemaError("`uniqueItems` must be a boolean", pointer)
+        if not unique or not prop.may_be("array"):
+            return []
+        guard = "" if prop.only("array") else f"type({prop.var}) is list"
+        return [(guard, f"json_first_repeat({prop.var}) is not None")]
 
     def _enum(self, prop: _Property, pointer: str) -> list[_Fail]:
         items = cast(dict[str, Any], prop.schema)["enum"]
@@ -355,9 +417,87 @@ class _Compiler:
             return _TYPE_IS_NOT[chosen[0]].format(v=prop.var)
         return "not (" + " or ".join(_TYPE_IS[t].format(v=prop.var) for t in chosen) + ")"
 
+    # -- one place a value sits: its type, its ranges, what it holds --
+
+    def slot(self, prop: _Property, pointer: str) -> None:
+        """Work out a property's or an element's type failure, range failures and the lines
+        checking what it holds (nested levels become functions in :attr:`functions`)."""
+        if not isinstance(prop.schema, (bool, dict)):
+            raise SchemaError("a schema must be an object or a boolean", pointer)
+        prop.type_fail = self._type(prop, pointer + "/type")
+        if not isinstance(prop.schema, dict):
+            return
+        for keyword in prop.schema:
+            if keyword not in self.known:
+                raise SchemaError(f"keyword `{escape_text(str(keyword))}` is not supported",
+                                  f"{pointer}/{json_pointer((keyword,))[1:]}")
+        for keyword, generate in self.range_generators:
+            if keyword in prop.schema:
+                prop.range_fails += generate(prop, f"{pointer}/{keyword}")
+        if prop.may_be("object"):
+            nested = self.function(prop.schema, prop.label, pointer)
+            if nested is not None:
+                prop.contents += self._when(prop, "object", [
+                    f"failed = {nested}({prop.var})", "if failed is not None:",
+                    "    return failed"])
+        if prop.may_be("array"):
+            elements = self.elements(prop, pointer)
+            if elements:
+                prop.contents += self._when(prop, "array", elements)
+
+    @staticmethod
+    def _when(prop: _Property, kind: str, lines: list[str]) -> list[str]:
+        """``lines`` run when the value is of JSON type ``kind``; unguarded when it can be
+        nothing else by now (always there, and the type step allowed only that)."""
+        if prop.required and prop.only(kind):
+            return lines
+        return [f"if type({prop.var}) is {_PYTHON_TYPE[kind]}:", *_indent(lines)]
+
+    def elements(self, prop: _Property, pointer: str) -> list[str]:
+        """Lines checking an array's elements in index order, each wholly before the next:
+        ``prefixItems`` position by position, then every element past them (``items``)."""
+        schema = cast(dict[str, Any], prop.schema)
+        prefix = schema.get("prefixItems", [])
+        if type(prefix) is not list or not prefix:
+            if "prefixItems" in schema:
+                raise SchemaError("`prefixItems` must be a non-empty array of schemas",
+                                  pointer + "/prefixItems")
+            prefix = []
+        v, lines = prop.var, []
+        for index, sub in enumerate(prefix):
+            var, body = self.element(sub, f"{prop.label}[{index}]",
+                                     f"{pointer}/prefixItems/{index}")
+            if body:
+                lines += [f"if len({v}) > {index}:", f"    {var} = {v}[{index}]", *_indent(body)]
+        items = schema.get("items", True)
+        if items is False:
+            lines += [f"if len({v}) > {len(prefix)}:",
+                      f"    return {_str(f'type-{prop.label}[]')}"]
+        elif items is not True:
+            var, body = self.element(items, f"{prop.label}[]", f"{pointer}/items")
+            if body:
+                lines += [f"for {var} in {v if not prefix else f'{v}[{len(prefix)}:]'}:",
+                          *_indent(body)]
+        return lines
+
+    def element(self, schema: object, label: str, pointer: str) -> tuple[str, list[str]]:
+        """The variable and the lines checking one element: type, ranges, what it holds."""
+        var = f"e{self.element_vars}"
+        self.element_vars += 1
+        prop = _Property(label, schema, var, True, label)
+        self.slot(prop, pointer)
+        if prop.type_fail == "":
+            return var, [f"return {_str(f'type-{label}')}"]  # the false schema: none allowed
+        body = []
+        if prop.type_fail:
+            body += [f"if {prop.type_fail}:", f"    return {_str(f'type-{label}')}"]
+        if prop.range_fails:
+            body += [f"if {_join(prop.range_fails)}:", f"    return {_str(f'range-{label}')}"]
+        return var, body + prop.contents
+
     # -- one object level --
 
-    def level(self, schema: Mapping[str, Any], prefix: str, pointer: str) -> list[str] | None:
+    def level(self, schema: Mapping[str, Any], label: str, pointer: str) -> list[str] | None:
         """The body (variable ``a``, no indent) checking one object level, None if it checks
         nothing. Nested levels become functions in :attr:`functions`."""
         for keyword in schema:
@@ -376,21 +516,12 @@ class _Compiler:
                               pointer + "/additionalProperties")
         if closed is False and any(name not in properties for name in required):
             # a required name outside the properties is present by now, and is extra
-            return [*self._missing(required, prefix), "return 'unknown-argument'"]
+            return [*self._missing(required, label), "return 'unknown-argument'"]
 
-        props = [_Property(name, sub, f"v{i}", name in required)
+        props = [_Property(name, sub, f"v{i}", name in required, _child(label, name))
                  for i, (name, sub) in enumerate(properties.items())]
         for prop in props:
-            where = f"{pointer}/properties/{json_pointer((prop.name,))[1:]}"
-            if not isinstance(prop.schema, (bool, dict)):
-                raise SchemaError("a schema must be an object or a boolean", where)
-            prop.type_fail = self._type(prop, where + "/type")
-            if isinstance(prop.schema, dict):
-                for keyword, generate in self.range_generators:
-                    if keyword in prop.schema:
-                        prop.range_fails += generate(prop, f"{where}/{keyword}")
-                if prop.may_be("object"):
-                    prop.nested = self.function(prop.schema, f"{prefix}{prop.name}.", where)
+            self.slot(prop, f"{pointer}/properties/{json_pointer((prop.name,))[1:]}")
 
         # step 3: fields. The required values checked later are fetched at once, in a try
         # (free on the way through: one dict lookup per field where `in` then [] is two);
@@ -401,12 +532,12 @@ class _Compiler:
             body += ["try:",
                      *(f"    {prop.var} = a[{_str(prop.name)}]" for prop in fetched),
                      "except KeyError:",
-                     *("    " + line for line in self._missing(required, prefix)),
+                     *_indent(self._missing(required, label)),
                      "    raise"]
         # the other required names: with every fetched one present, the first of these that
         # is missing is the first missing name
         fetched_names = {prop.name for prop in fetched}
-        body += self._missing([n for n in required if n not in fetched_names], prefix)
+        body += self._missing([n for n in required if n not in fetched_names], label)
         if closed is False:
             body += self._extras(properties, required)
         for prop in props:  # the optional values, fetched once
@@ -415,32 +546,27 @@ class _Compiler:
 
         # step 4: types, then step 5: ranges, in the order of properties
         for prop in props:
-            code = _str(f"type-{prefix}{prop.name}")
+            code = _str(f"type-{prop.label}")
             if prop.type_fail == "":
                 body += [f"if {_str(prop.name)} in a:", f"    return {code}"]
             elif prop.type_fail:
                 body += self._if(prop, prop.type_fail, code)
         for prop in props:
             if prop.range_fails:
-                code = _str(f"range-{prefix}{prop.name}")
-                body += self._if(prop, _join(prop.range_fails), code)
+                body += self._if(prop, _join(prop.range_fails), _str(f"range-{prop.label}"))
 
-        # then each nested object, level by level
+        # then what each property holds: a nested object level by level, an array's elements
         for prop in props:
-            if prop.nested:
-                body += [f"if type({prop.var}) is dict:",
-                         f"    failed = {prop.nested}({prop.var})",
-                         "    if failed is not None:",
-                         "        return failed"]
+            body += prop.contents
         if not body:
             return None
         return [*body, "return None"]
 
     @staticmethod
-    def _missing(names: list[str], prefix: str) -> list[str]:
+    def _missing(names: list[str], label: str) -> list[str]:
         """Lines returning ``missing-<name>`` for the first of ``names`` not in ``a``."""
         return [line for name in names for line in (
-            f"if {_str(name)} not in a:", f"    return {_str('missing-' + prefix + name)}")]
+            f"if {_str(name)} not in a:", f"    return {_str('missing-' + _child(label, name))}")]
 
     @staticmethod
     def _if(prop: _Property, condition: str, code: str) -> list[str]:
@@ -461,15 +587,15 @@ class _Compiler:
         names = self.named("frozenset({" + ", ".join(map(_str, properties)) + "})")
         return [f"if len(a) != {len(required)} and not a.keys() <= {names}:", *fail]
 
-    def function(self, schema: Mapping[str, Any], prefix: str, pointer: str) -> str | None:
+    def function(self, schema: Mapping[str, Any], label: str, pointer: str) -> str | None:
         """Write a nested level as a function; its name, or None when it checks nothing."""
-        body = self.level(schema, prefix, pointer)
+        body = self.level(schema, label, pointer)
         if body is None:
             return None
         self.levels += 1
         name = f"_L{self.levels}"
-        self.functions.append([f"def {name}(a):", f"    # the object {_str(prefix[:-1])}",
-                               *("    " + line for line in body)])
+        self.functions.append([f"def {name}(a):", f"    # the object {_str(label)}",
+                               *_indent(body)])
         return name
 
     # -- the module --
@@ -520,8 +646,9 @@ _HEADER = '''\
 
 ``check(call, tool_choice=None)`` returns None when ``call`` is a valid canonical tool call
 ``{{"tool": NAME, "arguments": {{...}}}}``, else the verdict code of the first failure, checked
-in the order shape, name, fields, types, ranges, then nested objects level by level (see
-regdev's docs/validator.md). Needs only the standard library. ``TOOL_NAMES`` lists the tools.
+in the order shape, name, fields, types, ranges, then what each argument holds: nested objects
+level by level, array elements in index order (see regdev's docs/validator.md). Needs only
+the standard library. ``TOOL_NAMES`` lists the tools.
 """
 
 from __future__ import annotations

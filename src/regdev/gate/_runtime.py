@@ -28,9 +28,12 @@ __all__ = [
     "RUNTIME_NAMES",
     "RUNTIME_SOURCE",
     "is_integer",
+    "is_multiple",
     "is_number",
     "json_equal",
+    "json_first_repeat",
     "json_in",
+    "json_key",
 ]
 
 #: The functions a generated validator may call (names only ``math`` and ``Decimal``).
@@ -80,10 +83,78 @@ def json_equal(a: object, b: object) -> bool:
 def json_in(value: object, items: tuple[object, ...]) -> bool:
     """True when ``value`` is JSON-equal to one of ``items`` (the ``enum`` keyword)."""
     return any(json_equal(value, item) for item in items)
+
+
+def json_key(value: object) -> object:
+    """A hashable key, equal for JSON-equal values (``1``, ``1.0`` and ``Decimal("1")`` share
+    one; ``true`` and ``1`` do not). A value that is not JSON data is equal only to itself."""
+    if isinstance(value, bool):
+        return (bool, value)
+    if is_number(value):
+        return value  # int, float and Decimal hash and compare by exact value
+    kind = type(value)
+    if kind is str or value is None:
+        return value
+    if kind is list:
+        return (list, tuple(map(json_key, value)))
+    if kind is dict:
+        return (dict, frozenset((k, json_key(v)) for k, v in value.items()))
+    return (kind, id(value))
+
+
+def json_first_repeat(items: list[object]) -> tuple[int, int] | None:
+    """The first ``(i, j)``, ``i < j``, with ``items[j]`` JSON-equal to an earlier ``items[i]``,
+    in the order of ``j``; None when every item is unique (the ``uniqueItems`` keyword)."""
+    seen: dict[object, int] = {}
+    for index, item in enumerate(items):
+        first = seen.setdefault(json_key(item), index)
+        if first != index:
+            return first, index
+    return None
+
+
+def _coefficient_exponent(number: object) -> tuple[int, int]:
+    """``(c, e)`` with ``number == c * 10**e`` exactly, for an int, a float or a Decimal."""
+    if isinstance(number, int):
+        return int(number), 0
+    if isinstance(number, float):
+        numerator, denominator = number.as_integer_ratio()  # denominator: a power of 2
+        shift = denominator.bit_length() - 1
+        return numerator * 5**shift, -shift
+    sign, digits, exponent = number.as_tuple()
+    return int(Decimal((sign, digits, 0))), exponent
+
+
+def is_multiple(value: object, divisor: object) -> bool:
+    """True when ``value / divisor`` is an integer, computed exactly (the ``multipleOf``
+    keyword): ``value`` a finite number, ``divisor`` a finite number above 0. No float or
+    Decimal division rounds it, and a huge exponent (``1E+999999999``) costs no more than a
+    small one."""
+    if type(value) is int and type(divisor) is int:
+        return value % divisor == 0
+    c, e = _coefficient_exponent(value)
+    m, f = _coefficient_exponent(divisor)
+    if c == 0:
+        return True
+    common = math.gcd(c, m)
+    c, m = c // common, m // common
+    shift = e - f  # value / divisor == (c / m) * 10**shift, with c and m coprime
+    if shift >= 0:  # an integer when m divides 10**shift: m is 2**a * 5**b, a and b <= shift
+        twos = (m & -m).bit_length() - 1
+        m >>= twos
+        fives = 0
+        while m % 5 == 0:
+            m //= 5
+            fives += 1
+        return m == 1 and twos <= shift and fives <= shift
+    if -shift > c.bit_length():  # m * 10**-shift > abs(c) > 0: no whole quotient
+        return False
+    return c % (m * 10**-shift) == 0
 '''
 
 #: The names :data:`RUNTIME_SOURCE` defines, in order.
-RUNTIME_NAMES = ("is_number", "is_integer", "json_equal", "json_in")
+RUNTIME_NAMES = ("is_number", "is_integer", "json_equal", "json_in", "json_key",
+                 "json_first_repeat", "_coefficient_exponent", "is_multiple")
 
 #: The fake file name the text is compiled and registered under (shown in tracebacks).
 RUNTIME_FILENAME = "<regdev runtime (regdev.gate._runtime.RUNTIME_SOURCE)>"
@@ -97,3 +168,7 @@ is_number: Callable[[object], bool] = _namespace["is_number"]
 is_integer: Callable[[object], bool] = _namespace["is_integer"]
 json_equal: Callable[[object, object], bool] = _namespace["json_equal"]
 json_in: Callable[[object, tuple[object, ...]], bool] = _namespace["json_in"]
+json_key: Callable[[object], object] = _namespace["json_key"]
+json_first_repeat: Callable[[list[object]], tuple[int, int] | None] = _namespace[
+    "json_first_repeat"]
+is_multiple: Callable[[object, object], bool] = _namespace["is_multiple"]

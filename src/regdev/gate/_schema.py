@@ -6,7 +6,9 @@ Rules of this file:
   (https://json-schema.org/draft/2020-12/json-schema-validation), sections 6.1 (type, enum,
   const), 6.2 (minimum, maximum, exclusiveMinimum, exclusiveMaximum), 6.3 (minLength,
   maxLength) and 6.5.3 (required); ``properties`` and ``additionalProperties`` follow the Core
-  vocabulary, section 10.3.2.
+  vocabulary, section 10.3.2; ``prefixItems`` and ``items`` the Core vocabulary, section 10.3.1;
+  ``multipleOf`` Validation 6.2.1, ``minItems``, ``maxItems``, ``uniqueItems`` Validation 6.4,
+  ``minProperties`` and ``maxProperties`` Validation 6.5.
 * A keyword outside :data:`VALIDATION_KEYWORDS` and :data:`ANNOTATION_KEYWORDS` is refused
   with a :class:`~regdev.SchemaError`; nothing is silently ignored.
 * Numbers are compared exactly: ``int``, ``float`` and ``decimal.Decimal`` compare by value in
@@ -55,6 +57,14 @@ VALIDATION_KEYWORDS = frozenset(
         "const",
         "minLength",
         "maxLength",
+        "multipleOf",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
     }
 )
 #: Keywords that only annotate (draft 2020-12 Core 8.3, Meta-Data vocabulary section 9);
@@ -81,6 +91,8 @@ TYPE_NAMES = ("null", "boolean", "object", "array", "number", "string", "integer
 
 def matches_type(value: object, name: str) -> bool:
     """True when ``value`` is an instance of the JSON Schema type ``name`` (one of TYPE_NAMES)."""
+    if type(value) is int:  # the usual value, told at once
+        return name in ("integer", "number")
     if name == "integer":
         return is_integer(value)
     if name == "number":
@@ -134,10 +146,12 @@ def a_json_type(value: object) -> str:
 
 
 #: Keywords refused on the input schema itself: the arguments object is matched field by
-#: field, and a code names one field, so a whole-object ``enum`` or ``const`` has no code.
-_NOT_AT_TOP = ("enum", "const")
+#: field, and a code names one field, so a whole-object ``enum``, ``const`` or count of
+#: properties has no code.
+_NOT_AT_TOP = ("enum", "const", "minProperties", "maxProperties")
 
-#: Object schemas nested deeper than this (``properties`` in ``properties``), and ``enum``,
+#: Schemas nested deeper than this (``properties``, ``items`` or ``prefixItems`` in each
+#: other), and ``enum``,
 #: ``const``, ``default`` or ``examples`` values nested deeper than this, are refused: both
 #: validators and the compiler recurse once per level, and a generated module spells a value
 #: with one bracket per level (the Python parser's limit on nested brackets is 200).
@@ -209,7 +223,7 @@ def _check_subschema(schema: object, path: tuple[str | int, ...], depth: int) ->
         raise SchemaError(f"a schema must be an object or a boolean, got {type(schema).__name__}",
                           json_pointer(path))
     if depth > MAX_DEPTH:
-        raise SchemaError(f"object schemas nested more than {MAX_DEPTH} levels deep are not "
+        raise SchemaError(f"schemas nested more than {MAX_DEPTH} levels deep are not "
                           "supported", json_pointer(path))
     for keyword, value in schema.items():
         if type(keyword) is not str:
@@ -251,9 +265,22 @@ def _check_subschema(schema: object, path: tuple[str | int, ...], depth: int) ->
         elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             if not is_number(value):
                 raise SchemaError(f"`{keyword}` must be a number", where)
-        elif keyword in ("minLength", "maxLength"):
+        elif keyword == "multipleOf":
+            if not is_number(value) or value <= 0:
+                raise SchemaError("`multipleOf` must be a number above 0", where)
+        elif keyword in _COUNTS:
             if not _is_non_negative_integer(value):
                 raise SchemaError(f"`{keyword}` must be a non-negative integer", where)
+        elif keyword == "uniqueItems":
+            if type(value) is not bool:
+                raise SchemaError("`uniqueItems` must be a boolean", where)
+        elif keyword == "items":
+            _check_subschema(value, (*path, keyword), depth + 1)
+        elif keyword == "prefixItems":
+            if type(value) is not list or not value:
+                raise SchemaError("`prefixItems` must be a non-empty array of schemas", where)
+            for index, sub in enumerate(value):
+                _check_subschema(sub, (*path, keyword, index), depth + 1)
         elif keyword == "enum":
             if type(value) is not list:
                 raise SchemaError("`enum` must be an array", where)
@@ -261,6 +288,11 @@ def _check_subschema(schema: object, path: tuple[str | int, ...], depth: int) ->
                 _check_json_value(item, json_pointer((*path, keyword, index)))
         elif keyword == "const":
             _check_json_value(value, where)
+
+
+#: Keywords whose value is a count: a non-negative integer (``2.0`` and ``Decimal("2")`` too).
+_COUNTS = frozenset({"minLength", "maxLength", "minItems", "maxItems", "minProperties",
+                     "maxProperties"})
 
 
 def _check_json_value(value: object, where: str, depth: int = 0) -> None:
@@ -293,8 +325,10 @@ def check_input_schema(schema: object, pointer: str = "") -> None:
     ``["object"]``, the same), as MCP, OpenAI and Anthropic require. Every keyword below it
     must be in :data:`VALIDATION_KEYWORDS` or :data:`ANNOTATION_KEYWORDS`, with a value of the
     type the draft 2020-12 meta-schemas prescribe; values in ``enum``, ``const``, ``default``
-    and ``examples`` must be JSON values (no NaN or infinities); object schemas and values may
-    nest at most :data:`MAX_DEPTH` levels.
+    and ``examples`` must be JSON values (no NaN or infinities); schemas and values may nest
+    at most :data:`MAX_DEPTH` levels. ``enum``, ``const``, ``minProperties`` and
+    ``maxProperties`` are refused on the input schema itself (a verdict code names one
+    argument).
 
     Args:
         schema: the decoded schema.
@@ -309,7 +343,8 @@ def check_input_schema(schema: object, pointer: str = "") -> None:
     for keyword in _NOT_AT_TOP:
         if keyword in schema:
             raise SchemaError(f"`{keyword}` is not supported on the arguments object itself "
-                              "(only on its properties)", f"{pointer}/{keyword}")
+                              "(only on its properties: a verdict code names one argument)",
+                              f"{pointer}/{keyword}")
     try:
         _check_subschema(schema, (), 0)
     except SchemaError as error:

@@ -8,18 +8,26 @@ Rules of this file:
   2. name:   ``wrong-tool`` (a forced tool choice names another tool), ``unknown-tool``
   3. fields: ``missing-<arg>`` in the order of ``required``, then ``unknown-argument``
   4. types:  ``type-<arg>`` in the order of ``properties``
-  5. ranges: ``range-<arg>`` in the order of ``properties`` (minimum, maximum, the exclusive
-     forms, enum, const, minLength, maxLength)
+  5. ranges: ``range-<arg>`` in the order of ``properties``: a number's bounds (minimum,
+     maximum, the exclusive forms, multipleOf), a string's length (minLength, maxLength), an
+     array's count and uniqueness (minItems, maxItems, uniqueItems), an object's count of
+     properties (minProperties, maxProperties), then enum and const
 
-* A nested object property is checked level by level: its own fields, types and ranges run
-  after every check of its parent, and its codes name the dotted path (``missing-cfg.speed``).
-  Dots in names are not escaped (codes stay plain to read), so a property named ``a.b``
-  shares its codes with the property ``b`` of an object ``a``; each code still names one
-  cause, and the schema's author can tell them apart by avoiding dots in names.
+* What a property holds is checked after every check of its level, in the order of
+  properties: a nested object level by level (its own fields, types and ranges; its codes
+  name the dotted path, ``missing-cfg.speed``), an array element by element in index order,
+  each element wholly (its type, its ranges, then what it holds) before the next, so the
+  first bad element decides. An element's codes name the array with ``[]`` for an element
+  of ``items`` and ``[N]`` for position N of ``prefixItems`` (``type-data[]``,
+  ``range-pair[0]``, ``missing-points[].x``); its messages name the element's index
+  (``data[3] 300 is outside 0..255``).
+* Dots and brackets in names are not escaped (codes stay plain to read), so a property named
+  ``a.b`` shares its codes with the property ``b`` of an object ``a``; each code still names
+  one cause, and the schema's author can tell them apart by avoiding such names.
 * This module is the readable reference: any faster validator must return the same code for
   every input, and refusal messages come from here. Each schema is read once, into one
-  ``_Level`` per object level with the fixed parts of its messages; ``explain`` words the
-  refusal for a code the compiled validator found, going straight to the place it names.
+  ``_Node`` per place a value can sit and one ``_Level`` per object level; ``explain`` words
+  the refusal for a code the compiled validator found, going straight to the place it names.
 * Untrusted text (an unknown tool or argument name, a string value) enters a message only
   escaped and cut short, and never enters a code.
 """
@@ -33,6 +41,7 @@ from typing import Any, cast
 
 from ..core._observation import Refusal
 from ..core._text import escape_text
+from ._runtime import is_multiple, json_first_repeat
 from ._schema import (
     a_json_type,
     is_number,
@@ -74,8 +83,25 @@ def show_value(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _plural(count: int, word: str, plural: str = "") -> str:
+    """``1 item``, ``2 items``; ``plural`` when the word does not just take an s."""
+    return f"{count} {word}" if count == 1 else f"{count} {plural or word + 's'}"
+
+
+def _count_range(low: object, high: object, word: str, plural: str = "") -> str:
+    """A count allowed by two bounds, e.g. ``1..16 items``, ``at least 1 item``; "" if none."""
+    many = plural or word + "s"
+    if low is not None and high is not None:
+        return f"{show_value(low)}..{show_value(high)} {many}"
+    if low is not None:
+        return f"at least {show_value(low)} {word if low == 1 else many}"
+    if high is not None:
+        return f"at most {show_value(high)} {word if high == 1 else many}"
+    return ""
+
+
 def _bounds(schema: Mapping[str, Any]) -> str:
-    """Describe the numeric and length bounds of a schema, e.g. ``0..15`` or ``> 0``."""
+    """Describe the value bounds of a schema, e.g. ``0..15``, ``> 0``, ``one of 1, 2``."""
     parts = []
     low, high = schema.get("minimum"), schema.get("maximum")
     if low is not None and high is not None:
@@ -88,6 +114,8 @@ def _bounds(schema: Mapping[str, Any]) -> str:
         parts.append(f"> {show_value(schema['exclusiveMinimum'])}")
     if "exclusiveMaximum" in schema:
         parts.append(f"< {show_value(schema['exclusiveMaximum'])}")
+    if "multipleOf" in schema:
+        parts.append(f"(a multiple of {show_value(schema['multipleOf'])})")
     short, long = schema.get("minLength"), schema.get("maxLength")
     if short is not None or long is not None:
         parts.append(f"of length {show_value(short if short is not None else 0)}.."
@@ -100,6 +128,31 @@ def _bounds(schema: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _shape(schema: Mapping[str, Any], depth: int) -> str:
+    """Describe what an array's items or an object's count of properties must be, e.g.
+    ``with 1..16 items, each an integer 0..255``; "" when the schema says nothing of either."""
+    parts = []
+    count = _count_range(schema.get("minItems"), schema.get("maxItems"), "item")
+    if count:
+        parts.append(f"with {count}")
+    if schema.get("uniqueItems") is True:
+        parts.append("unique")
+    prefix = schema.get("prefixItems") or []
+    for index, sub in enumerate(prefix):
+        parts.append(f"item {index} {describe_schema(sub, depth + 1)}")
+    items = schema.get("items", True)
+    if items is False:
+        parts.append("no more items" if prefix else "no items")
+    elif items is not True and items != {}:
+        each = describe_schema(items, depth + 1)
+        parts.append(f"then each {each}" if prefix else f"each {each}")
+    count = _count_range(schema.get("minProperties"), schema.get("maxProperties"),
+                         "property", "properties")
+    if count:
+        parts.append(f"with {count}")
+    return ", ".join(parts)
+
+
 def _got(value: object) -> str:
     """A wrong value for a type message: ``string "3"``, ``boolean true``, ``an array``."""
     name = json_type_name(value)
@@ -108,8 +161,13 @@ def _got(value: object) -> str:
     return f"{name} {show_value(value)}"
 
 
-def describe_schema(schema: object) -> str:
-    """What a schema allows, for a message, e.g. ``"an integer 0..15"``."""
+#: Past this many levels of items in items, an item is described by its type alone.
+_DESCRIBE_DEPTH = 2
+
+
+def describe_schema(schema: object, depth: int = 0) -> str:
+    """What a schema allows, for a message, e.g. ``"an integer 0..15"`` or ``"an array with
+    1..16 items, each an integer 0..255"``."""
     if schema is True or schema == {}:
         return "any value"
     if schema is False:
@@ -118,90 +176,140 @@ def describe_schema(schema: object) -> str:
     types = schema.get("type")
     names = [types] if isinstance(types, str) else list(types or [])
     kind = " or ".join(_A[n] for n in names) if names else "a value"
+    if depth >= _DESCRIBE_DEPTH:
+        return kind
     bounds = _bounds(schema)
-    return f"{kind} {bounds}" if bounds else kind
+    text = f"{kind} {bounds}" if bounds else kind
+    shape = _shape(schema, depth)
+    return f"{text} {shape}" if shape.startswith("with") else (
+        f"{text}, {shape}" if shape else text)
 
 
-def _type_ok(schema: object, value: object) -> bool:
-    if type(schema) is bool:
-        return schema
-    assert isinstance(schema, Mapping)
-    types = schema.get("type")
-    if types is None:
-        return True
-    if type(types) is str:
-        return matches_type(value, types)
-    return any(matches_type(value, name) for name in types)
+def _type_ok(node: _Node, value: object) -> bool:
+    if node.types is None:
+        return node.schema is not False
+    for name in node.types:  # noqa: SIM110 - a loop, not any() over a generator (per element)
+        if matches_type(value, name):
+            return True
+    return False
 
 
-def _range_ok(schema: Mapping[str, Any], value: object) -> bool:
-    if is_number(value):
-        if "minimum" in schema and value < schema["minimum"]:
-            return False
-        if "maximum" in schema and value > schema["maximum"]:
-            return False
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            return False
-        if "exclusiveMaximum" in schema and value >= schema["exclusiveMaximum"]:
-            return False
+#: The keywords of the ranges step.
+_RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                             "multipleOf", "minLength", "maxLength", "minItems", "maxItems",
+                             "uniqueItems", "minProperties", "maxProperties", "enum", "const"})
+
+
+def _range_failure(schema: Mapping[str, Any], value: object) -> str | None:
+    """The first range keyword ``value`` fails, in the fixed order, or None."""
+    if type(value) is int or is_number(value):
+        number: Any = value
+        if "minimum" in schema and number < schema["minimum"]:
+            return "minimum"
+        if "maximum" in schema and number > schema["maximum"]:
+            return "maximum"
+        if "exclusiveMinimum" in schema and number <= schema["exclusiveMinimum"]:
+            return "exclusiveMinimum"
+        if "exclusiveMaximum" in schema and number >= schema["exclusiveMaximum"]:
+            return "exclusiveMaximum"
+        if "multipleOf" in schema and not is_multiple(number, schema["multipleOf"]):
+            return "multipleOf"
     elif type(value) is str:
         if "minLength" in schema and len(value) < schema["minLength"]:
-            return False
+            return "minLength"
         if "maxLength" in schema and len(value) > schema["maxLength"]:
-            return False
+            return "maxLength"
+    elif type(value) is list:
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            return "minItems"
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            return "maxItems"
+        if schema.get("uniqueItems") is True and json_first_repeat(value) is not None:
+            return "uniqueItems"
+    elif type(value) is dict:
+        if "minProperties" in schema and len(value) < schema["minProperties"]:
+            return "minProperties"
+        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+            return "maxProperties"
     if "enum" in schema and not any(json_equal(value, item) for item in schema["enum"]):
-        return False
-    return not ("const" in schema and not json_equal(value, schema["const"]))
+        return "enum"
+    if "const" in schema and not json_equal(value, schema["const"]):
+        return "const"
+    return None
+
+
+def _child(where: str, name: str) -> str:
+    """The path of a property inside an object at ``where`` ("" for the arguments)."""
+    return f"{where}.{name}" if where else name
 
 
 @dataclass(frozen=True, slots=True)
-class _Field:
-    """One property of an object level, with the parts of its messages worked out once."""
+class _Node:
+    """One place a value can sit (a property of an object, or an element of an array), with
+    the parts of its messages worked out once."""
 
-    name: str
-    label: str  # the dotted path in codes and messages, e.g. "limits.low"
-    schema: Any  # its subschema: a dict, or true/false
+    label: str  # the place in codes: "data", "limits.low", "data[]", "pair[0]", "pts[].x"
+    schema: Any  # its schema: a dict, or true/false
+    types: tuple[str, ...] | None  # its ``type`` names; None when any type will do
+    ranged: bool  # its schema has a keyword of the ranges step
     allowed: str  # describe_schema(schema), e.g. "an integer 0..15"
     bounds: str  # _bounds(schema) for a dict, else ""
-    nested: _Level | None  # its own level when the schema is a dict
+    level: _Level | None  # its object level, when the schema is a dict
+    prefix: tuple[_Node, ...]  # the elements prefixItems describes, in order
+    items: _Node | None  # the elements past them (``items``); None when any is allowed
+    element: bool = False  # an element of an array (not a property)
+    past: int = -1  # for the node of ``items``: how many prefixItems come before it
 
 
 @dataclass(frozen=True, slots=True)
 class _Level:
     """One object level of a tool's input schema, read once (``_level`` builds it)."""
 
-    prefix: str  # "" for the arguments, "limits." below them
-    fields: dict[str, _Field]  # the properties, in declared order
-    missing: dict[str, tuple[str, str]]  # required name -> (code, message), in order
+    tool: str
+    label: str  # the object's place in codes: "" for the arguments, "limits", "pts[]"
+    fields: dict[str, _Node]  # the properties, in declared order
+    required: tuple[str, ...]  # in declared order
     closed: bool  # additionalProperties is false
-    takes: str  # the end of an unknown-argument message: "; write_register takes: addr, data"
 
 
-def _level(schema: Mapping[str, Any], tool: str, prefix: str) -> _Level:
+def _node(schema: Any, label: str, tool: str, element: bool = False,
+          past: int = -1) -> _Node:
+    if not isinstance(schema, Mapping):
+        return _Node(label, schema, None, False, describe_schema(schema), "", None, (), None,
+                     element, past)
+    prefix = tuple(_node(sub, f"{label}[{index}]", tool, True)
+                   for index, sub in enumerate(schema.get("prefixItems") or ()))
+    items = (_node(schema["items"], f"{label}[]", tool, True, len(prefix))
+             if "items" in schema else None)
+    types = schema.get("type")
+    return _Node(label, schema, (types,) if type(types) is str else types and tuple(types),
+                 not _RANGE_KEYWORDS.isdisjoint(schema), describe_schema(schema),
+                 _bounds(schema), _level(schema, tool, label), prefix, items, element, past)
+
+
+def _level(schema: Mapping[str, Any], tool: str, label: str) -> _Level:
     properties: Mapping[str, Any] = schema.get("properties") or {}
-    fields = {}
-    for name, sub in properties.items():
-        is_schema = isinstance(sub, Mapping)
-        fields[name] = _Field(name, prefix + name, sub, describe_schema(sub),
-                              _bounds(sub) if is_schema else "",
-                              _level(sub, tool, f"{prefix}{name}.") if is_schema else None)
-    missing = {}
-    for name in schema.get("required", ()):
-        allowed = fields[name].allowed if name in fields else describe_schema(True)
-        missing[name] = (f"missing-{prefix}{name}",
-                         f"missing required argument {prefix}{name} ({allowed})")
-    allowed = ", ".join(prefix + p for p in properties) or "no arguments"
-    where = f"{tool} takes" if not prefix else f"{prefix[:-1]} takes"
-    return _Level(prefix, fields, missing, schema.get("additionalProperties") is False,
-                  f"; {where}: {allowed}")
+    fields = {name: _node(sub, _child(label, name), tool) for name, sub in properties.items()}
+    return _Level(tool, label, fields, tuple(schema.get("required", ())),
+                  schema.get("additionalProperties") is False)
 
 
-def _unknown(level: _Level, key: object) -> Refusal:
+def _missing(level: _Level, name: str, where: str) -> Refusal:
+    field = level.fields.get(name)
+    allowed = field.allowed if field is not None else describe_schema(True)
+    return Refusal("validate", f"missing-{_child(level.label, name)}",
+                   f"missing required argument {_child(where, name)} ({allowed})")
+
+
+def _unknown(level: _Level, key: object, where: str) -> Refusal:
     if type(key) is str:
-        name = show_value(level.prefix + key)
+        name = show_value(_child(where, key))
     else:  # decoded JSON has string keys only: Python data given to check() directly
-        name = f"{level.prefix}{_python_repr(key)} (a key of Python type {type(key).__name__})"
-    return Refusal("validate", "unknown-argument", f"unknown argument {name}{level.takes}")
+        name = (f"{_child(where, _python_repr(key))} "
+                f"(a key of Python type {type(key).__name__})")
+    allowed = ", ".join(_child(where, p) for p in level.fields) or "no arguments"
+    return Refusal("validate", "unknown-argument",
+                   f"unknown argument {name}; {where or level.tool} takes: {allowed}")
 
 
 def _python_repr(value: object) -> str:
@@ -214,76 +322,191 @@ def _python_repr(value: object) -> str:
         return f"a Python {type(value).__name__}"
 
 
-def _wrong_type(field: _Field, value: object) -> Refusal:
-    return Refusal("validate", f"type-{field.label}",
-                   f"{field.label} must be {field.allowed}, got {_got(value)}")
+def _wrong_type(node: _Node, value: object, where: str) -> Refusal:
+    if node.schema is False and node.element:  # an element no schema allows
+        array = where[:where.rindex("[")]
+        past = "" if node.past < 0 else f"; {array} holds at most {_plural(node.past, 'item')}"
+        return Refusal("validate", f"type-{node.label}", f"{where} is not allowed{past}")
+    return Refusal("validate", f"type-{node.label}",
+                   f"{where} must be {node.allowed}, got {_got(value)}")
 
 
-def _out_of_range(field: _Field, value: object) -> Refusal:
-    schema = field.schema
-    if type(value) is str and ("minLength" in schema or "maxLength" in schema):
-        length_ok = schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value))
-        if not length_ok:
-            return Refusal("validate", f"range-{field.label}",
-                           f"{field.label} has length {len(value)}; allowed: {field.allowed}")
-    return Refusal("validate", f"range-{field.label}",
-                   f"{field.label} {show_value(value)} is outside {field.bounds}")
+def _out_of_range(node: _Node, value: Any, where: str) -> Refusal | None:
+    """The range refusal of ``value`` at ``node`` (``where`` its concrete path), or None."""
+    if not node.ranged:
+        return None
+    schema = node.schema
+    keyword = _range_failure(schema, value)
+    if keyword is None:
+        return None
+    if keyword in ("minLength", "maxLength"):
+        message = f"{where} has length {len(value)}; allowed: {node.allowed}"
+    elif keyword in ("minItems", "maxItems"):
+        message = f"{where} has {_plural(len(value), 'item')}; allowed: {node.allowed}"
+    elif keyword in ("minProperties", "maxProperties"):
+        message = (f"{where} has {_plural(len(value), 'property', 'properties')}; "
+                   f"allowed: {node.allowed}")
+    elif keyword == "uniqueItems":
+        first, again = cast(tuple[int, int], json_first_repeat(value))
+        message = (f"{where}[{again}] repeats {where}[{first}] ({show_value(value[again])}); "
+                   f"the items of {where} must be unique")
+    elif keyword == "multipleOf":
+        message = (f"{where} {show_value(value)} is not a multiple of "
+                   f"{show_value(schema['multipleOf'])}")
+    else:
+        message = f"{where} {show_value(value)} is outside {node.bounds}"
+    return Refusal("validate", f"range-{node.label}", message)
 
 
-def _check_level(level: _Level, value: dict[str, Any]) -> Refusal | None:
-    """Fields, types and ranges of one object level, then its nested objects."""
-    for name, (code, message) in level.missing.items():
+def _check_level(level: _Level, value: dict[Any, Any], where: str) -> Refusal | None:
+    """Fields, types and ranges of one object level (``where`` its concrete path), then what
+    its properties hold: nested objects and array elements, in the order of properties."""
+    for name in level.required:
         if name not in value:
-            return Refusal("validate", code, message)
+            return _missing(level, name, where)
     if level.closed:
         for key in value:
             if key not in level.fields:
-                return _unknown(level, key)
-    for name, field in level.fields.items():
-        if name in value and not _type_ok(field.schema, value[name]):
-            return _wrong_type(field, value[name])
-    for name, field in level.fields.items():
-        if name in value and isinstance(field.schema, Mapping) and not _range_ok(
-                field.schema, value[name]):
-            return _out_of_range(field, value[name])
-    for name, field in level.fields.items():
-        if field.nested is not None and type(value.get(name)) is dict:
-            refusal = _check_level(field.nested, value[name])
+                return _unknown(level, key, where)
+    for name, node in level.fields.items():
+        if name in value and not _type_ok(node, value[name]):
+            return _wrong_type(node, value[name], _child(where, name))
+    for name, node in level.fields.items():
+        if name in value:
+            refusal = _out_of_range(node, value[name], _child(where, name))
+            if refusal is not None:
+                return refusal
+    for name, node in level.fields.items():
+        if name in value:
+            refusal = _inside(node, value[name], _child(where, name))
             if refusal is not None:
                 return refusal
     return None
 
 
-def _first_extra(level: _Level, value: dict[str, Any]) -> Refusal | None:
+def _inside(node: _Node, value: object, where: str) -> Refusal | None:
+    """What a value holds, once its own type and ranges passed: an object's level, or an
+    array's elements."""
+    if type(value) is dict and node.level is not None:
+        return _check_level(node.level, value, where)
+    if type(value) is list and (node.prefix or node.items is not None):
+        return _elements(node, value, where)
+    return None
+
+
+def _elements(node: _Node, value: list[Any], where: str) -> Refusal | None:
+    """Each element in order, each wholly (type, ranges, what it holds): the first bad
+    element decides."""
+    for index, item in enumerate(value):
+        if index < len(node.prefix):
+            child = node.prefix[index]
+        elif node.items is None:
+            return None
+        else:
+            child = node.items
+        if not _type_ok(child, item):
+            return _wrong_type(child, item, f"{where}[{index}]")
+        if child.ranged and _range_failure(child.schema, item) is not None:
+            return _out_of_range(child, item, f"{where}[{index}]")
+        if type(item) is dict or type(item) is list:
+            refusal = _inside(child, item, f"{where}[{index}]")
+            if refusal is not None:
+                return refusal
+    return None
+
+
+def _first_extra(level: _Level, value: dict[Any, Any], where: str) -> Refusal | None:
     """The unknown-argument refusal of the first closed level (in the order ``_check_level``
     visits them) that holds a key outside its properties, if any."""
     if level.closed:
         for key in value:
             if key not in level.fields:
-                return _unknown(level, key)
-    for name, field in level.fields.items():
-        if field.nested is not None and type(value.get(name)) is dict:
-            refusal = _first_extra(field.nested, value[name])
+                return _unknown(level, key, where)
+    for name, node in level.fields.items():
+        if name in value:
+            refusal = _first_extra_in(node, value[name], _child(where, name))
             if refusal is not None:
                 return refusal
     return None
 
 
-#: What a field code names: ("missing" | "type" | "range", keys from the arguments down to the
-#: level, the level, the property name); None when two places give the same code.
-_Target = tuple[str, tuple[str, ...], _Level, str] | None
+def _first_extra_in(node: _Node, value: object, where: str) -> Refusal | None:
+    if type(value) is dict and node.level is not None:
+        return _first_extra(node.level, value, where)
+    if type(value) is list:
+        for index, item in enumerate(value):
+            child = node.prefix[index] if index < len(node.prefix) else node.items
+            if child is None:
+                break
+            refusal = _first_extra_in(child, item, f"{where}[{index}]")
+            if refusal is not None:
+                return refusal
+    return None
 
 
-def _targets(level: _Level, path: tuple[str, ...], into: dict[str, _Target]) -> None:
-    """Map every missing-, type- and range- code of a level and those below it to its place."""
-    places = [("missing", name) for name in level.missing]
-    places += [(kind, name) for name in level.fields for kind in ("type", "range")]
-    for kind, name in places:
-        code = f"{kind}-{level.prefix}{name}"
-        into[code] = None if code in into else (kind, path, level, name)
-    for name, field in level.fields.items():
-        if field.nested is not None:
-            _targets(field.nested, (*path, name), into)
+#: A route from the arguments to a place: property names, and prefixItems positions (ints).
+_Route = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a missing-, type- or range- code points.
+
+    ``route`` leads from the arguments to the object (missing) or the value (type, range).
+    When the place is inside the elements ``items`` describes (any index: ``pts[].x``),
+    ``route`` leads to that array instead, ``array`` is its node, and explain() looks for the
+    first bad element there.
+    """
+
+    kind: str  # "missing" | "type" | "range"
+    route: _Route
+    level: _Level | None  # for missing
+    name: str  # the property, for missing
+    node: _Node | None  # for type and range
+    array: _Node | None
+
+
+def _add(into: dict[str, _Target | None], code: str, target: _Target) -> None:
+    into[code] = None if code in into else target  # a code two places share: no target
+
+
+def _targets_level(level: _Level, route: _Route, array: _Node | None,
+                   into: dict[str, _Target | None]) -> None:
+    """Map every missing-, type- and range- code of a level, and those below it, to its place."""
+    for name in level.required:
+        _add(into, f"missing-{_child(level.label, name)}",
+             _Target("missing", route, level, name, None, array))
+    for name, node in level.fields.items():
+        _targets_node(node, route if array is not None else (*route, name), array, into)
+
+
+def _targets_node(node: _Node, route: _Route, array: _Node | None,
+                  into: dict[str, _Target | None]) -> None:
+    for kind in ("type", "range"):
+        _add(into, f"{kind}-{node.label}", _Target(kind, route, None, "", node, array))
+    if node.level is not None:
+        _targets_level(node.level, route, array, into)
+    for index, child in enumerate(node.prefix):
+        _targets_node(child, route if array is not None else (*route, index), array, into)
+    if node.items is not None:
+        # the route stops at the outermost array whose element is not known by its index
+        _targets_node(node.items, route, array or node, into)
+
+
+def _follow(value: Any, route: _Route) -> tuple[Any, str] | None:
+    """The value at the end of ``route`` and its path, or None when it is not there."""
+    where = ""
+    for step in route:
+        if type(step) is int:
+            if type(value) is not list or len(value) <= step:
+                return None
+            where = f"{where}[{step}]"
+        else:
+            if type(value) is not dict or step not in value:
+                return None
+            where = _child(where, cast(str, step))
+        value = value[step]
+    return value, where
 
 
 #: Codes of the shape and name steps: explain() has check() word them (it stops early).
@@ -305,10 +528,10 @@ class ReferenceValidator:
         self._tools = tools
         self._names = ", ".join(tools) or "none"
         self._levels = {name: _level(tool.input_schema, name, "") for name, tool in tools.items()}
-        self._targets: dict[str, dict[str, _Target]] = {}
+        self._targets: dict[str, dict[str, _Target | None]] = {}
         for name, level in self._levels.items():
             self._targets[name] = {}
-            _targets(level, (), self._targets[name])
+            _targets_level(level, (), None, self._targets[name])
 
     @property
     def tools(self) -> ToolSet:
@@ -352,7 +575,7 @@ class ReferenceValidator:
         if level is None:
             return Refusal("validate", "unknown-tool",
                            f"unknown tool {show_value(name)}; available tools: {self._names}")
-        return _check_level(level, arguments)
+        return _check_level(level, arguments, "")
 
     def explain(self, call: object, code: str, tool_choice: str | None = None) -> Refusal:
         """The refusal for ``call`` whose verdict ``code`` is already known (the gate's way to
@@ -361,9 +584,11 @@ class ReferenceValidator:
 
         It goes straight to the place the code names (``range-limits.low``: the property
         ``low`` of the object ``limits``) and words the message from parts worked out when the
-        validator was made. When it cannot tell the place that way it runs :meth:`check`: for
-        the shape and name codes (which stop early anyway), and for a code two places share
-        (a property named ``a.b`` beside an object ``a`` holding ``b``).
+        validator was made; for a place inside an array's elements (``range-data[]``) it
+        checks that array's elements only, to find the first bad one. When it cannot tell the
+        place that way it runs :meth:`check`: for the shape and name codes (which stop early
+        anyway), and for a code two places share (a property named ``a.b`` beside an object
+        ``a`` holding ``b``).
 
         Args:
             call: the decoded call.
@@ -394,26 +619,29 @@ class ReferenceValidator:
         if targets is None:
             return None
         if code == "unknown-argument":
-            return _first_extra(self._levels[tool], arguments)
+            return _first_extra(self._levels[tool], arguments, "")
         target = targets.get(code)
         if target is None:
             return None
-        kind, path, level, name = target
-        value: Any = arguments
-        for key in path:
-            value = value.get(key)
-            if type(value) is not dict:
+        found = _follow(arguments, target.route)
+        if found is None:
+            return None
+        value, where = found
+        if target.array is not None:
+            if type(value) is not list:
                 return None
-        if kind == "missing":
-            return None if name in value else Refusal("validate", code, level.missing[name][1])
-        if name not in value:
-            return None
-        field, item = level.fields[name], value[name]
-        if kind == "type":
-            return None if _type_ok(field.schema, item) else _wrong_type(field, item)
-        if not isinstance(field.schema, Mapping) or _range_ok(field.schema, item):
-            return None
-        return _out_of_range(field, item)
+            refusal = _elements(target.array, value, where)
+            return refusal if refusal is not None and refusal.code == code else None
+        if target.kind == "missing":
+            assert target.level is not None
+            if type(value) is not dict or target.name in value:
+                return None
+            return _missing(target.level, target.name, where)
+        node = target.node
+        assert node is not None
+        if target.kind == "type":
+            return None if _type_ok(node, value) else _wrong_type(node, value, where)
+        return _out_of_range(node, value, where)
 
     def __call__(self, call: object, tool_choice: str | None = None) -> str | None:
         """Validate ``call`` and return only the verdict code (None when valid)."""
