@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import math
 import os
 import random
@@ -517,6 +518,18 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                             "new pseudo-terminal instead, building it first if needed (make, "
                             "avr-gcc, simavr: docs/firmware.md); prints the pty's path; takes "
                             "--link and -v, not faults or the identity options")
+    where.add_argument("--modbus-tcp", metavar="HOST:PORT", type=_host_port,
+                       help="serve the registers as a Modbus TCP device (pymodbus's server; "
+                            "needs pip install 'regdev[modbus]'); prints "
+                            "modbus+tcp://HOST:PORT")
+    parser.add_argument("--modbus-rtu", action="store_true",
+                        help="with --pty or --tcp: serve the registers as a Modbus RTU device "
+                             "(pymodbus's server) instead of regdev's protocol; open it as "
+                             "modbus+rtu://PORT (docs/modbus.md)")
+    parser.add_argument("--registers", type=int, default=REGISTER_COUNT, metavar="N",
+                        help=f"with --modbus-*: holding registers served ({REGISTER_COUNT})")
+    parser.add_argument("--base", type=int, default=0, metavar="ADDRESS",
+                        help="with --modbus-*: the holding register of register 0 (0)")
     parser.add_argument("--link", metavar="PATH", type=Path,
                         help="with --pty or --avr: keep a symlink to the pty at PATH and print "
                              "PATH; "
@@ -566,6 +579,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                      "and the host reopens it by the link)")
     if args.link is not None and not (args.pty or args.avr):
         parser.error("--link goes with --pty or --avr")
+    modbus = args.modbus_rtu or args.modbus_tcp is not None
+    if args.modbus_rtu and not (args.pty or args.tcp):
+        parser.error("--modbus-rtu goes with --pty or --tcp")
+    if not modbus and (args.registers != REGISTER_COUNT or args.base != 0):
+        parser.error("--registers and --base go with --modbus-tcp or --modbus-rtu")
     if args.avr:
         given = [option for option, value, default in (
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
@@ -600,7 +618,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
-        if args.pty:
+        if modbus:
+            _modbus_module(parser).run_modbus(args, faults, announce,
+                                              log if args.verbose else None)
+        elif args.pty:
             if not hasattr(os, "openpty"):
                 parser.error("--pty needs a POSIX system; use --tcp HOST:PORT")
             serve_pty(firmware, faults, link=args.link, announce=announce,
@@ -611,7 +632,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                       log=log if args.verbose else None)
     except KeyboardInterrupt:
         return 0
-    except CannotServe as error:
+    except (CannotServe, ValueError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:
@@ -671,6 +692,25 @@ def run_avr(prog: str, *, link: Path | None, verbose: bool) -> int:
     except OSError as error:
         print(f"{prog}: error: cannot run {command[0]}: {_reason(error)}", file=sys.stderr)
     return 2
+
+
+def _modbus_module(parser: argparse.ArgumentParser) -> types.ModuleType:
+    """The Modbus simulator (``regdev_modbus_sim.py`` beside this file), which needs pymodbus;
+    without it, a usage error naming the install command."""
+    sys.modules.setdefault("regdev_firmware_sim", sys.modules[__name__])
+    if "regdev_modbus_sim" in sys.modules:
+        return sys.modules["regdev_modbus_sim"]
+    try:
+        import pymodbus  # noqa: F401, PLC0415 - the optional extra, only for --modbus-*
+    except ImportError:
+        parser.error("the Modbus simulator needs pymodbus: pip install 'regdev[modbus]'")
+    path = Path(__file__).resolve().with_name("regdev_modbus_sim.py")
+    spec = importlib.util.spec_from_file_location("regdev_modbus_sim", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _drop_stdout() -> None:

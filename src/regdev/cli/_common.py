@@ -19,6 +19,7 @@ from ..audit._log import (
 )
 from ..core._errors import AuditError, AuditInUse, PolicyError, RegdevError
 from ..devices._device import Device, RegisterFile
+from ..devices._modbus import ModbusDevice, is_modbus_url
 from ..devices._serial import MAX_BAUDRATE, SerialDevice
 from ..gate._gate import Gate
 from ..gate._parse import DIALECTS
@@ -61,12 +62,15 @@ def port_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", metavar="URL",
                    help="run against the device on this serial port instead of in process: "
                         "/dev/ttyUSB0, COM3, socket://HOST:PORT or rfc2217://HOST:PORT "
-                        "(see docs/protocol.md)")
+                        "(see docs/protocol.md); or a Modbus device: "
+                        "modbus+tcp://HOST:PORT?unit=1 or modbus+rtu:///dev/ttyUSB0?baud="
+                        "19200&unit=1 (see docs/modbus.md)")
     p.add_argument("--timeout", metavar="SECONDS", type=float,
                    help="with --port: seconds to wait for each reply (default 0.5)")
     p.add_argument("--baud", metavar="N", type=int,
                    help=f"with --port: line speed in baud, 1..{MAX_BAUDRATE} (default "
-                        "115200; ignored by socket://)")
+                        "115200, 19200 for modbus+rtu:// unless its URL says baud=N; ignored "
+                        "by socket:// and modbus+tcp://)")
 
 
 
@@ -213,13 +217,16 @@ def port_device(args: argparse.Namespace) -> Device:
                              "--port URL (without --port the device is in process)")
         return RegisterFile()
     timeout = 0.5 if args.timeout is None else args.timeout
-    baudrate = 115200 if args.baud is None else args.baud
+    modbus = is_modbus_url(args.port)
+    baudrate = (None if modbus else 115200) if args.baud is None else args.baud
     if not math.isfinite(timeout) or timeout <= 0:
         raise UsageError(f"--timeout must be a number of seconds > 0, got {timeout:g}")
-    if not 1 <= baudrate <= MAX_BAUDRATE:
+    if baudrate is not None and not 1 <= baudrate <= MAX_BAUDRATE:
         raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {baudrate}")
     try:
-        return SerialDevice(args.port, baudrate=baudrate, timeout=timeout)
+        if modbus:
+            return ModbusDevice(args.port, baudrate=baudrate, timeout=timeout)
+        return SerialDevice(args.port, baudrate=baudrate or 115200, timeout=timeout)
     except (RegdevError, ValueError) as error:
         raise UsageError(str(error)) from None
 

@@ -1,0 +1,360 @@
+"""regdev's Modbus device simulator: pymodbus's server, with the serial simulator's faults.
+
+``regdev firmware-sim --modbus-tcp HOST:PORT`` (Modbus TCP) and ``regdev firmware-sim
+--modbus-rtu --pty`` (Modbus RTU on a pseudo-terminal; ``--modbus-rtu --tcp HOST:PORT`` for RTU
+framing over TCP) serve the register model as holding registers: ``--registers N`` (16) from
+``--base`` (0), each a byte (a write of a value over 255 is refused with exception 03, as the
+register file refuses it), reset value 0, answering every unit id. The server, its framers and
+its datastore are pymodbus's (``SimDevice``/``SimData``); this module adds only:
+
+* fault injection on replies, drawn from the serial simulator's :class:`Faults` (the same
+  ``--fault KIND=RATE``, ``--seed``, ``--delay``, ``--fault-after``, ``--fault-count``):
+  ``drop``, ``corrupt`` and ``garbage`` damage the reply's bytes, ``delay`` sends it late,
+  ``disconnect`` closes the connection instead of replying (on a pty: a new pty replaces the
+  old one, at ``--link``), ``busy`` answers exception 06 without executing the request. A
+  request runs before its reply is faulted (except ``busy``);
+* requests answered one at a time, in order, per connection (as a device does: pymodbus's
+  handler would otherwise start the next request while a delayed reply waits);
+* counters of the requests executed (:attr:`ModbusModel.executed`), for tests;
+* on a pty, a pump between the pty and the server's RTU listener on a private TCP port.
+
+It needs pymodbus (``pip install 'regdev[modbus]'``); the serial simulator does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pymodbus.constants import ExcCodes
+from pymodbus.exceptions import ModbusIOException
+from pymodbus.framer import FramerType
+from pymodbus.pdu import ExceptionResponse, ModbusPDU
+from pymodbus.server import ModbusSerialServer, ModbusTcpServer
+from pymodbus.server.requesthandler import ServerRequestHandler
+from pymodbus.simulator import DataType, SimData, SimDevice
+from pymodbus.transaction import TransactionManager
+from regdev_firmware_sim import CannotServe, Faults, _Pty
+
+__all__ = ["Background", "ModbusModel", "run_modbus", "serve_modbus", "serve_modbus_pty"]
+
+#: Function codes that write, for :attr:`ModbusModel.executed`.
+WRITES = frozenset({6, 16, 22, 23})
+
+
+class ModbusModel:
+    """The register model served: ``count`` holding registers from ``base``, each a byte.
+
+    Args:
+        count: registers, 1..65536 - base.
+        base: the holding register of register 0.
+
+    Attributes:
+        device: pymodbus's ``SimDevice`` (unit id 0: it answers every unit).
+        executed: requests executed, as ``(function code, address, values written)``: a
+            Counter, so a write executed twice counts 2.
+    """
+
+    def __init__(self, count: int = 16, base: int = 0) -> None:
+        if not 1 <= count <= 0x10000 - base or not 0 <= base <= 0xFFFF:
+            raise ValueError(f"--registers {count} from --base {base} is not within 0..65535")
+        self.count = count
+        self.base = base
+        self.executed: collections.Counter[tuple[int, int, tuple[int, ...]]] = \
+            collections.Counter()
+        self.device = SimDevice(0, simdata=[SimData(base, count=count, values=0,
+                                                    datatype=DataType.REGISTERS)],
+                                action=self._action)
+
+    async def _action(self, function: int, start: int, address: int, count: int,
+                      registers: list[int], values: list[int] | list[bool] | None
+                      ) -> ExcCodes | None:
+        """pymodbus's hook before each access: refuse a value that is not a byte; count
+        writes (22 reads, then writes: counted once, at its write)."""
+        if values is None:
+            return None
+        if any(int(value) > 0xFF for value in values):
+            return ExcCodes.ILLEGAL_VALUE
+        self.executed[(function, address, tuple(int(value) for value in values))] += 1
+        return None
+
+    def writes(self) -> int:
+        """Write requests executed so far."""
+        return sum(n for (function, _, _), n in self.executed.items() if function in WRITES)
+
+
+class _Handler(ServerRequestHandler):  # type: ignore[misc]
+    """pymodbus's per-connection handler, answering in order with faults injected."""
+
+    faults: Faults
+    log: Callable[[str], None] | None
+
+    def __init__(self, owner: Any, *args: Any) -> None:
+        super().__init__(owner, *args)
+        self._queue: asyncio.Queue[ModbusPDU] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+
+    def callback_data(self, data: bytes, addr: tuple[Any, ...] | None = None) -> int:
+        try:
+            used: int = TransactionManager.callback_data(self, data, addr)
+        except ModbusIOException:
+            return len(data)  # a frame pymodbus cannot decode: dropped unanswered
+        if self.last_pdu is not None:
+            self._queue.put_nowait(self.last_pdu)
+            if self._worker is None:
+                self._worker = asyncio.ensure_future(self._work())
+        return used
+
+    def callback_disconnected(self, exc: Exception | None) -> None:
+        super().callback_disconnected(exc)
+        if self._worker is not None:
+            self._worker.cancel()
+
+    async def _work(self) -> None:
+        while True:
+            request = await self._queue.get()
+            await self._answer(request)
+
+    async def _answer(self, request: ModbusPDU) -> None:
+        fault = self.faults.pick()
+        if fault == "busy":
+            response: ModbusPDU = ExceptionResponse(request.function_code,
+                                                    ExcCodes.DEVICE_BUSY)
+        else:
+            try:
+                response = await request.datastore_update(self.server.context, request.dev_id)
+            except Exception:  # as pymodbus's own handler answers a datastore failure
+                response = ExceptionResponse(request.function_code, ExcCodes.DEVICE_FAILURE)
+        response.transaction_id = request.transaction_id
+        response.dev_id = request.dev_id
+        data: bytes = self.framer.buildFrame(response)
+        if self.log:
+            self.log(f"<- {request}\n-> {data.hex(' ')}" + (f"  (fault: {fault})" if fault
+                                                             else ""))
+        if fault == "disconnect":
+            self.close()
+            return
+        if fault == "delay":
+            await asyncio.sleep(self.faults.delay)
+        elif fault is not None:
+            data = self.faults.damage(fault, data)
+        self.send(data)
+
+
+def _server_class(base: type[Any], faults: Faults,
+                  log: Callable[[str], None] | None) -> type[Any]:
+    handler = type("_FaultyHandler", (_Handler,), {"faults": faults, "log": log})
+
+    def callback_new_connection(self: Any) -> Any:
+        return handler(self, self.trace_packet, self.trace_pdu, self.trace_connect)
+
+    return type(f"Faulty{base.__name__}", (base,),
+                {"callback_new_connection": callback_new_connection})
+
+
+async def serve_modbus(model: ModbusModel, faults: Faults, *, framing: str, host: str,
+                       port: int, announce: Callable[[str], None],
+                       log: Callable[[str], None] | None = None,
+                       stop: asyncio.Event | None = None) -> None:
+    """Serve ``model`` over TCP on ``host:port`` with ``framing`` ``"tcp"`` (Modbus TCP) or
+    ``"rtu"`` (RTU framing over TCP), until ``stop`` is set (or forever); announce
+    ``modbus+tcp://HOST:PORT`` or ``socket://HOST:PORT`` first.
+
+    Raises:
+        CannotServe: the address cannot be listened on.
+    """
+    if framing == "tcp":
+        server = _server_class(ModbusTcpServer, faults, log)(
+            model.device, address=(host, port))
+    else:
+        server = _server_class(ModbusSerialServer, faults, log)(
+            model.device, framer=FramerType.RTU, port=f"socket://{host}:{port}")
+    with contextlib.suppress(Exception):  # pymodbus logs a failed listen and returns False
+        await server.serve_forever(background=True)
+    if not server.transport:
+        where = f"[{host}]" if ":" in host else host
+        raise CannotServe(f"cannot listen on {where}:{port}")
+    try:
+        bound_host, bound_port = server.transport.sockets[0].getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        scheme = "modbus+tcp" if framing == "tcp" else "socket"
+        announce(f"{scheme}://{shown}:{bound_port}")
+        await (stop.wait() if stop is not None else asyncio.Event().wait())
+    finally:
+        await server.shutdown()
+
+
+async def serve_modbus_pty(model: ModbusModel, faults: Faults, *, link: Path | None,
+                           announce: Callable[[str], None],
+                           log: Callable[[str], None] | None = None,
+                           stop: asyncio.Event | None = None) -> None:
+    """Serve ``model`` with RTU framing on a new pty until ``stop`` is set; announce its path
+    (or ``link``) first. The pty is pumped to the server's RTU listener on a private port; a
+    ``disconnect`` fault (the server closing that connection) replaces the pty.
+
+    Raises:
+        CannotServe: no pty, or the link cannot be made.
+    """
+    loop = asyncio.get_running_loop()
+    listening: asyncio.Future[str] = loop.create_future()
+    done = stop or asyncio.Event()
+    server = asyncio.ensure_future(serve_modbus(
+        model, faults, framing="rtu", host="127.0.0.1", port=0,
+        announce=listening.set_result, log=log, stop=done))
+    await asyncio.wait([listening, server], return_when=asyncio.FIRST_COMPLETED)
+    if server.done():
+        server.result()  # raises why it could not listen
+    _, _, address = listening.result().partition("://")
+    host, _, port = address.rpartition(":")
+    pty = _Pty(link)
+    try:
+        announce(str(link) if link is not None else pty.path)
+        while not done.is_set():
+            cut = await _pump(pty.master, host, int(port), done)
+            if cut:  # the server closed the connection: a disconnect fault
+                old, pty = pty, _Pty(link)
+                old.close()
+    finally:
+        pty.close()
+        if link is not None:
+            link.unlink(missing_ok=True)
+        done.set()
+        await server
+
+
+async def _pump(master: int, host: str, port: int, stop: asyncio.Event) -> bool:
+    """Copy bytes both ways between the pty ``master`` and the server until ``stop`` is set
+    (False) or the server closes the connection (True)."""
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.transport.get_extra_info("socket").setsockopt(
+        socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    os.set_blocking(master, False)
+
+    def from_host() -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            data = os.read(master, 4096)
+            if data:
+                writer.write(data)
+
+    loop.add_reader(master, from_host)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            reading = asyncio.ensure_future(reader.read(4096))
+            await asyncio.wait([reading, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                reading.cancel()
+                return False
+            data = reading.result()
+            if not data:
+                return True
+            while data:
+                try:
+                    data = data[os.write(master, data):]
+                except BlockingIOError:
+                    await asyncio.sleep(0.001)
+    finally:
+        stopping.cancel()
+        loop.remove_reader(master)
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+def run_modbus(args: Any, faults: Faults, announce: Callable[[str], None],
+               log: Callable[[str], None] | None) -> None:
+    """Serve as the command line asks (``--modbus-tcp`` or ``--modbus-rtu``) until
+    interrupted.
+
+    Raises:
+        CannotServe: the port cannot be set up; ValueError: ``--registers``/``--base``.
+    """
+    model = ModbusModel(args.registers, args.base)
+    if args.modbus_tcp is not None:
+        host, port = args.modbus_tcp
+        asyncio.run(serve_modbus(model, faults, framing="tcp", host=host, port=port,
+                                 announce=announce, log=log))
+    elif args.pty:
+        asyncio.run(serve_modbus_pty(model, faults, link=args.link, announce=announce,
+                                     log=log))
+    else:
+        host, port = args.tcp
+        asyncio.run(serve_modbus(model, faults, framing="rtu", host=host, port=port,
+                                 announce=announce, log=log))
+
+
+class Background:
+    """A simulator on its own thread and event loop, for tests and benchmarks.
+
+    Args:
+        framing: ``"tcp"``, ``"rtu"`` (RTU over TCP: the URL is ``socket://``) or ``"pty"``.
+        faults: the fault injection (none by default).
+        model: the register model (16 registers from 0 by default).
+        link: with ``"pty"``: the symlink to keep to the pty (needed for ``disconnect``).
+
+    Attributes:
+        url: what to open: ``modbus+tcp://127.0.0.1:P``, ``socket://127.0.0.1:P``, or the pty.
+    """
+
+    def __init__(self, framing: str, faults: Faults | None = None,
+                 model: ModbusModel | None = None, link: Path | None = None) -> None:
+        self.model = model or ModbusModel()
+        self.faults = faults or Faults()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        urls: list[str] = []
+
+        def announce(url: str) -> None:
+            urls.append(url)
+            ready.set()
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            if framing == "pty":
+                await serve_modbus_pty(self.model, self.faults, link=link, announce=announce,
+                                       stop=self._stop)
+            else:
+                await serve_modbus(self.model, self.faults, framing=framing,
+                                   host="127.0.0.1", port=0, announce=announce,
+                                   stop=self._stop)
+
+        def run() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as error:
+                failure.append(error)
+                ready.set()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="modbus-sim")
+        self._thread.start()
+        ready.wait(30)
+        if failure:
+            raise failure[0]
+        if not urls:
+            raise CannotServe("the Modbus simulator did not start within 30 s")
+        self.url = urls[0]
+
+    def close(self) -> None:
+        """Stop serving and wait for the thread (at most 10 s)."""
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+

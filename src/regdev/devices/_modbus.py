@@ -1,0 +1,702 @@
+"""The Modbus backend: the register device as holding registers of a Modbus TCP or RTU device.
+
+:class:`ModbusDevice` reaches any Modbus device by URL (``docs/modbus.md``)::
+
+    modbus+tcp://HOST[:PORT][?unit=1&base=0]                  TCP, port 502 by default
+    modbus+rtu:///dev/ttyUSB0[?baud=19200&parity=E&unit=1]    RTU on a serial port
+    modbus+rtu://socket://HOST:PORT[?unit=1]                  RTU framing over any pyserial URL
+
+Register ``addr`` (0..count-1) is holding register ``base + addr``; its 8-bit value is the
+register's low byte, the high byte zero. The frames are regdev's own sans-IO codec
+(:mod:`regdev.devices._modbus_codec`), the I/O a socket or pyserial's ``serial_for_url``.
+
+Rules of this file (those of the serial backend, ``_serial.py``, for Modbus):
+
+* One request at a time per device (a lock), one reply awaited, matched to the request: on
+  TCP by transaction id, on both by unit, function code and, for writes, the address and
+  values echoed. A reply that does not match is never taken for an acknowledgement.
+* A write (06, 16, 22) and a reset are sent once, never again. After a timeout their outcome
+  is unknown (:class:`DeviceTimeout`, "may or may not have happened"). Reads (03) are sent
+  again up to ``retries`` times.
+* A late reply is never taken for a later request's. TCP: after a timeout or a malformed reply
+  the connection is closed and the next call opens a new one, so nothing still on its way
+  reaches it (a TCP stream whose framing is in doubt cannot be trusted anyway). RTU (no
+  transaction id): the line is synchronised before it is trusted, at open and after every
+  timeout: the input is flushed and a read of two registers exchanged, whose reply no other
+  request can have (reads are of one register or of all of them, so with 3 or more); the
+  device answers in order, so every late reply has arrived, and was dropped, by then.
+* RS-485 local echo (the adapter hands back what was sent): the first synchronisation notices
+  a request's bytes before its reply and drops the copy of every request from then on
+  (``echo=1`` in the URL says so from the start).
+* Exception codes are mapped in one place, :data:`_EXCEPTIONS`; transport errors in
+  :func:`~regdev.devices._serial.map_exceptions` (socket and pyserial errors become
+  :class:`TransportError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import serial
+
+from ..core._errors import (
+    DeviceBusy,
+    DeviceError,
+    DeviceRefused,
+    DeviceTimeout,
+    RegisterRangeError,
+    RemoteProtocolError,
+    ReplyLost,
+    TransportError,
+)
+from ._device import DATA_MAX, REGISTER_COUNT, Device, check_access
+from ._modbus_codec import (
+    NEED_DATA,
+    RTU,
+    TCP,
+    ClientConnection,
+    ExceptionReply,
+    MaskWrite,
+    ReadHolding,
+    ReadReply,
+    Reply,
+    Request,
+    WriteMultiple,
+    WriteSingle,
+)
+from ._serial import MAX_BAUDRATE, map_exceptions
+
+__all__ = ["MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget", "is_modbus_url",
+           "parse_modbus_url"]
+
+#: The URL schemes of :class:`ModbusDevice`.
+MODBUS_SCHEMES = ("modbus+tcp", "modbus+rtu")
+#: The forms of a Modbus URL, repeated in errors about one.
+URL_FORMS = ("modbus+tcp://HOST[:PORT]?unit=1 or modbus+rtu://PORT?baud=19200&unit=1 (PORT "
+             "a device path such as /dev/ttyUSB0, or a pyserial URL such as "
+             "socket://HOST:PORT)")
+#: The parities pyserial takes, by the letter used in a URL.
+_PARITIES = {"N": serial.PARITY_NONE, "E": serial.PARITY_EVEN, "O": serial.PARITY_ODD}
+#: The URL's own query keys; any other is passed on to the pyserial URL under modbus+rtu.
+_KEYS = frozenset({"unit", "base", "baud", "parity", "stopbits", "echo"})
+#: Most bytes taken from the port per read call.
+_READ_CHUNK = 512
+#: A serial port's read timeout, in seconds (how often a wait wakes to check its deadline).
+_POLL = 0.01
+
+#: Each Modbus exception code: the error class, and what it means for the request.
+_EXCEPTIONS: dict[int, tuple[type[DeviceError], str]] = {
+    0x01: (DeviceRefused, "the device does not support this function (illegal function); "
+                          "not executed"),
+    0x02: (DeviceRefused, "no such register address on the device (illegal data address); "
+                          "not executed"),
+    0x03: (DeviceRefused, "the device does not accept this value (illegal data value); "
+                          "not executed"),
+    0x04: (DeviceError, "the device failed while executing it (server device failure); it may "
+                        "have run in part: read the register back"),
+    0x05: (DeviceTimeout, "the device accepted it and will finish it later (acknowledge); its "
+                          "outcome is not known yet: read the register back"),
+    0x06: (DeviceBusy, "the device is busy (server device busy); not executed, retry later"),
+    0x07: (DeviceRefused, "the device cannot perform it (negative acknowledge); not executed"),
+    0x08: (DeviceError, "the device found a memory parity error (memory parity error); read "
+                        "the register back"),
+    0x0A: (DeviceBusy, "the gateway has no path to the unit now (gateway path unavailable); "
+                       "not executed, retry later"),
+    0x0B: (DeviceTimeout, "the unit behind the gateway did not answer it (gateway target "
+                          "failed to respond); it may or may not have happened: read the "
+                          "register back"),
+}
+#: What a write or reset whose outcome is unknown asks the caller to do.
+_UNKNOWN = {
+    "write": "the write may or may not have happened: read the register back",
+    "block write": "the block write may or may not have happened: read the registers back",
+    "masked write": "the masked write may or may not have happened: read the register back",
+    "reset": "the reset may or may not have happened: read the registers back",
+}
+
+
+def is_modbus_url(url: str) -> bool:
+    """True when ``url`` names a Modbus device (``modbus+tcp://`` or ``modbus+rtu://``)."""
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and scheme.lower() in MODBUS_SCHEMES
+
+
+@dataclass(frozen=True)
+class ModbusTarget:
+    """A Modbus URL, parsed: where the device is and how to talk to it.
+
+    Attributes:
+        framing: ``"tcp"`` or ``"rtu"``.
+        port: TCP: ``"HOST:PORT"``; RTU: the pyserial port (a device path or a URL).
+        host, tcp_port: TCP only: the host and port (1..65535, 502 by default).
+        unit: the unit id, 1..247 (1..255 on TCP); 1 by default.
+        base: the holding register of register 0, 0..65535; 0 by default.
+        baudrate: RTU: line speed in baud (19200 by default, the specification's);
+            None when the URL gives none.
+        parity: RTU: ``"N"``, ``"E"`` or ``"O"`` (``"E"`` by default, the specification's).
+        stopbits: RTU: 1 or 2 (1 by default).
+        echo: RTU: the line echoes what is sent (``echo=1``); False by default.
+    """
+
+    framing: str
+    port: str
+    host: str = ""
+    tcp_port: int = 0
+    unit: int = 1
+    base: int = 0
+    baudrate: int | None = None
+    parity: str = "E"
+    stopbits: int = 1
+    echo: bool = False
+
+
+def _bad(url: str, why: str) -> TransportError:
+    return TransportError(f"cannot open port {url}: {why}; expected {URL_FORMS}")
+
+
+def _int_param(url: str, params: dict[str, str], key: str, low: int, high: int,
+               default: int | None) -> int | None:
+    text = params.get(key)
+    if text is None:
+        return default
+    if not text.isascii() or not text.isdigit() or not low <= int(text) <= high:
+        raise _bad(url, f"{key} must be an integer {low}..{high}, got `{text}`")
+    return int(text)
+
+
+def parse_modbus_url(url: str) -> ModbusTarget:
+    """Parse a ``modbus+tcp://`` or ``modbus+rtu://`` URL.
+
+    The query keys: ``unit`` (1..247; 1..255 on TCP), ``base`` (0..65535), and for RTU
+    ``baud`` (1..20000000), ``parity`` (N, E, O), ``stopbits`` (1, 2), ``echo`` (0, 1). Other
+    keys of a ``modbus+rtu://`` URL are passed on to the pyserial URL beneath it
+    (``modbus+rtu://socket://h:p?logging=debug&unit=2``).
+
+    Raises:
+        TransportError: the URL is not of these forms or a key's value is out of range; the
+            message repeats the forms (:data:`URL_FORMS`).
+    """
+    scheme, _, rest = url.partition("://")
+    scheme = scheme.lower()
+    if scheme not in MODBUS_SCHEMES:
+        raise _bad(url, "not a Modbus URL")
+    rest, _, query = rest.partition("?") if scheme == "modbus+tcp" else _split_query(rest)
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    params = {key: value for key, value in pairs if key in _KEYS}
+    others = [(key, value) for key, value in pairs if key not in _KEYS]
+    if len(params) != len([key for key, _ in pairs if key in _KEYS]):
+        raise _bad(url, "a query key is given twice")
+    framing = TCP if scheme == "modbus+tcp" else RTU
+    unit = _int_param(url, params, "unit", 1, 255 if framing == TCP else 247, 1)
+    base = _int_param(url, params, "base", 0, 0xFFFF, 0)
+    assert unit is not None and base is not None
+    if framing == TCP:
+        extra = sorted(set(params) - {"unit", "base"}) + [key for key, _ in others]
+        if extra:
+            raise _bad(url, f"`{extra[0]}` is not a modbus+tcp key (unit, base)")
+        parts = urllib.parse.urlsplit("//" + rest)
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if not parts.hostname or port == -1 or port == 0 or parts.path not in ("", "/"):
+            raise _bad(url, "expected modbus+tcp://HOST:PORT with a port 1..65535")
+        port = port or 502
+        host = parts.hostname
+        shown = f"[{host}]" if ":" in host else host
+        return ModbusTarget(TCP, f"{shown}:{port}", host=host, tcp_port=port, unit=unit,
+                            base=base)
+    if not rest:
+        raise _bad(url, "no serial port named")
+    if others:
+        rest += "?" + urllib.parse.urlencode(others)
+    baudrate = _int_param(url, params, "baud", 1, MAX_BAUDRATE, None)
+    parity = params.get("parity", "E").upper()
+    if parity not in _PARITIES:
+        raise _bad(url, f"parity must be N, E or O, got `{params['parity']}`")
+    stopbits = _int_param(url, params, "stopbits", 1, 2, 1)
+    echo = _int_param(url, params, "echo", 0, 1, 0)
+    assert stopbits is not None
+    return ModbusTarget(RTU, rest, unit=unit, base=base, baudrate=baudrate, parity=parity,
+                        stopbits=stopbits, echo=bool(echo))
+
+
+def _split_query(rest: str) -> tuple[str, str, str]:
+    """A ``modbus+rtu`` URL's port and query: the query is after the last ``?``, when it holds
+    one of our keys (a pyserial URL may have its own query, kept with ours)."""
+    port, sep, query = rest.rpartition("?")
+    if not sep:
+        return rest, "", ""
+    return port, sep, query
+
+
+class _Failed(Exception):
+    """Inside a transaction: one attempt failed. ``again`` is True when sending the request
+    again may help (reads only)."""
+
+    def __init__(self, error: DeviceError | TransportError, *, again: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.again = again
+
+
+class _Link:
+    """The byte stream to the device: a TCP socket or a pyserial port."""
+
+    def __init__(self, target: ModbusTarget, url: str, timeout: float, baudrate: int) -> None:
+        self.url = url
+        self.sock: socket.socket | None = None
+        self.port: serial.Serial | None = None
+        if target.framing == TCP:
+            try:
+                self.sock = socket.create_connection((target.host, target.tcp_port),
+                                                     timeout=timeout)
+            except OSError as error:
+                raise TransportError(f"cannot connect to {target.port} ({url}): "
+                                     f"{_reason(error)}") from error
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            options: dict[str, Any] = {
+                "baudrate": baudrate, "parity": _PARITIES[target.parity],
+                "stopbits": target.stopbits, "bytesize": 8, "exclusive": True,
+                "timeout": min(_POLL, timeout)}
+            if not target.port.lower().startswith("rfc2217://"):
+                options["write_timeout"] = timeout
+            with map_exceptions(target.port, opening=True):
+                self.port = serial.serial_for_url(target.port, **options)
+
+    def write(self, data: bytes) -> None:
+        with map_exceptions(self.url):
+            if self.sock is not None:
+                self.sock.sendall(data)
+            else:
+                assert self.port is not None
+                self.port.write(data)
+
+    def read(self, deadline: float) -> bytes:
+        """The next bytes, or b"" when none came by ``deadline`` (time.monotonic seconds).
+
+        Raises:
+            TransportError: the port failed, or the peer closed the connection.
+        """
+        with map_exceptions(self.url):
+            if self.sock is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return b""
+                self.sock.settimeout(left)
+                try:
+                    data = self.sock.recv(_READ_CHUNK)
+                except TimeoutError:
+                    return b""
+                if not data:
+                    raise TransportError(f"port {self.url} failed: the device closed the "
+                                         "connection")
+                return data
+            port = self.port
+            assert port is not None
+            chunk: bytes = port.read(1)  # the first byte, or b"" after _POLL seconds
+            if chunk and (waiting := port.in_waiting):
+                chunk += port.read(min(waiting, _READ_CHUNK))
+            return chunk
+
+    def flush_input(self) -> None:
+        if self.port is not None:
+            with map_exceptions(self.url):
+                self.port.reset_input_buffer()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, serial.SerialException):
+            if self.sock is not None:
+                self.sock.close()
+            if self.port is not None:
+                self.port.close()
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error) or type(error).__name__
+
+
+class ModbusDevice(Device):
+    """A register device behind Modbus TCP or RTU: register ``addr`` is holding register
+    ``base + addr``, its value the low byte (0..255).
+
+    The link is opened at construction: a TCP connection, or the serial port opened
+    exclusively (a POSIX lock; ``socket://`` and ``rfc2217://`` have none). An RTU line is
+    synchronised before the first request and after every timeout (see the module's rules). A
+    link that failed, and a TCP connection after a timeout, is closed and opened again by the
+    next transaction.
+
+    Args:
+        url: ``modbus+tcp://HOST[:PORT]?unit=1&base=0`` or
+            ``modbus+rtu://PORT?baud=19200&parity=E&stopbits=1&unit=1&base=0&echo=0``
+            (:func:`parse_modbus_url`).
+        timeout: seconds to wait for each reply, > 0 (and for a TCP connection to open).
+        retries: how many more times a read (03) is sent after a timeout, a failed link after
+            sending, or a busy answer (exception 06, 0A); writes and resets never are.
+        baudrate: RTU line speed in baud when the URL gives none (19200 when neither does);
+            None leaves it to the URL. A URL's ``baud`` and a different ``baudrate`` conflict.
+        count: the number of registers, 1..123 (addresses 0..count-1); 16 by default.
+        first_tid: TCP: the first transaction id, 0..65535; random by default.
+
+    Raises:
+        ValueError: ``timeout``, ``retries``, ``baudrate``, ``count`` or ``first_tid`` is out
+            of range.
+        TransportError: the URL is malformed, or the link cannot be opened (the request was
+            never sent).
+
+    Attributes:
+        timeouts: replies waited for in vain so far.
+        stale_replies: replies dropped so far because they answered another request.
+        echo: RTU: the copy of each request is dropped (the line echoes).
+    """
+
+    def __init__(self, url: str, *, timeout: float = 0.5, retries: int = 1,
+                 baudrate: int | None = None, count: int = REGISTER_COUNT,
+                 first_tid: int | None = None) -> None:
+        if (type(timeout) not in (int, float) or not math.isfinite(timeout)
+                or timeout <= 0):
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        if type(retries) is not int or retries < 0:
+            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+        if baudrate is not None and (type(baudrate) is not int
+                                     or not 1 <= baudrate <= MAX_BAUDRATE):
+            raise ValueError(f"baudrate must be an int 1..{MAX_BAUDRATE} (baud), "
+                             f"got {baudrate!r}")
+        if type(count) is not int or not 1 <= count <= 123:
+            raise ValueError(f"count must be an int 1..123, got {count!r}")
+        if first_tid is None:
+            first_tid = secrets.randbelow(0x10000)
+        elif type(first_tid) is not int or not 0 <= first_tid <= 0xFFFF:
+            raise ValueError(f"first_tid must be an int 0..65535, got {first_tid!r}")
+        target = parse_modbus_url(url)
+        if target.base + count > 0x10000:
+            raise TransportError(f"cannot open port {url}: base {target.base} + {count} "
+                                 "registers is past holding register 65535")
+        if (baudrate is not None and target.baudrate is not None
+                and baudrate != target.baudrate):
+            raise ValueError(f"the URL says baud={target.baudrate} and baudrate is "
+                             f"{baudrate}: give the line speed once")
+        self.url = url
+        self.target = target
+        self.timeout = float(timeout)
+        self.retries = retries
+        self.baudrate = target.baudrate or baudrate or 19200
+        self.count = count
+        self.timeouts = 0
+        self.echo = target.echo
+        self._lock = threading.Lock()
+        self._codec = ClientConnection(target.framing, target.unit, first_tid,
+                                       local_echo=target.echo)
+        self._synced = target.framing == TCP  # RTU: a sync exchange is due
+        self._state_id = _state_id(target)
+        self._link: _Link | None = self._open()
+
+    @property
+    def stale_replies(self) -> int:
+        """Replies dropped so far because they did not answer the request awaited."""
+        return self._codec.stale
+
+    def _open(self) -> _Link:
+        return _Link(self.target, self.url, self.timeout, self.baudrate)
+
+    # --- the Device interface -----------------------------------------------------------------
+
+    def _check(self, addr: object, data: object = 0, length: int = 1) -> None:
+        check_access(addr, data)
+        assert isinstance(addr, int)
+        if addr + length > self.count:
+            raise RegisterRangeError(f"address {addr!r} is outside 0..{self.count - 1}")
+
+    def read(self, addr: int) -> int:
+        """Return register ``addr`` (0..count-1): the low byte of its holding register.
+
+        Raises:
+            RegisterRangeError: ``addr`` is out of range (nothing is sent).
+            DeviceTimeout: an attempt was sent and no matching reply came within ``timeout``
+                seconds, and no later attempt got one (:class:`ReplyLost`: the link failed
+                after sending).
+            DeviceBusy: the device answered busy (exception 06 or 0A) to every attempt.
+            DeviceRefused: the device refused it (exception 01, 02, 03, 07).
+            DeviceError: the register holds a value over 255, or exception 04 or 08.
+            TransportError: the request was not sent (the link failed first, or the RTU line
+                could not be synchronised).
+        """
+        self._check(addr)
+        reply = self._transact(ReadHolding(self.target.base + addr, 1), "read", self.retries)
+        return self._bytes(reply, addr)[0]
+
+    def snapshot(self) -> list[int]:
+        """Return all registers, address 0 first, in one read (03).
+
+        Raises:
+            DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
+                :meth:`read`.
+        """
+        reply = self._transact(ReadHolding(self.target.base, self.count), "read",
+                               self.retries)
+        return self._bytes(reply, 0)
+
+    def write(self, addr: int, data: int) -> int:
+        """Write ``data`` (0..255) to register ``addr`` with one 06 request, sent once; return
+        the value the device echoed.
+
+        Raises:
+            RegisterRangeError: ``addr`` or ``data`` is out of range (nothing is sent).
+            DeviceTimeout: the write was sent and no matching reply came within ``timeout``
+                seconds: it may or may not have happened (:class:`ReplyLost`: the link
+                failed after sending; the same). Also exception 05 and 0B.
+            DeviceBusy: exception 06 or 0A: not executed; may succeed later.
+            DeviceRefused: exception 01, 02, 03 or 07: not executed.
+            DeviceError: exception 04 or 08: it may have run; read back.
+            TransportError: the write was not sent; it did not happen.
+        """
+        self._check(addr, data)
+        self._transact(WriteSingle(self.target.base + addr, data), "write", 0)
+        return data
+
+    def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
+        """Write ``data`` (1..count values of 0..255) to registers ``addr`` onwards with one 16
+        request, sent once; every value is checked before anything is sent. Return the values
+        written (16's acknowledgement echoes the address and count, not the values).
+
+        Raises:
+            RegisterRangeError: a value is out of range, ``data`` is empty, or the block runs
+                past the last register (nothing is sent).
+            DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
+                :meth:`write`.
+        """
+        values = list(data)
+        if not values:
+            raise RegisterRangeError("a block write needs at least one value")
+        for value in values:
+            check_access(0, value)
+        self._check(addr, 0, len(values))
+        self._transact(WriteMultiple(self.target.base + addr, tuple(values)), "block write", 0)
+        return values
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        """Set the bits of register ``addr`` that ``mask`` (0..255) selects to those of
+        ``data`` (0..255), atomically on the device: one 22 request (``new = (old & ~mask) |
+        (data & mask)``), sent once. Then read the register back (a read, retried as reads
+        are) and return its value.
+
+        Raises:
+            RegisterRangeError: ``addr``, ``mask`` or ``data`` is out of range.
+            DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
+                :meth:`write`; and :class:`DeviceError` when the write was acknowledged but
+                reading it back failed (the message says so: it happened).
+        """
+        self._check(addr, data)
+        check_access(0, mask)
+        self._transact(MaskWrite(self.target.base + addr, ~mask & DATA_MAX, data & mask),
+                       "masked write", 0)
+        try:
+            return self.read(addr)
+        except DeviceError as error:
+            raise DeviceError(f"the masked write of register {addr} was acknowledged (it "
+                              f"happened), but reading it back failed: {error}") from error
+
+    def reset(self) -> None:
+        """Set every register to 0, its reset value, with one 16 request, sent once (Modbus
+        has no reset request; a device's own reset is not this).
+
+        Raises:
+            DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
+                :meth:`write`.
+        """
+        self._transact(WriteMultiple(self.target.base, (0,) * self.count), "reset", 0)
+
+    def identify(self) -> str:
+        """A description of the device from its URL (Modbus has no identify request every
+        device answers); no request is sent."""
+        target = self.target
+        where = (f"Modbus TCP {target.port}" if target.framing == TCP
+                 else f"Modbus RTU {target.port} at {self.baudrate} baud")
+        return (f"{where}, unit {target.unit}, {self.count} x 8-bit in holding registers "
+                f"{target.base}..{target.base + self.count - 1}")
+
+    def state_id(self) -> str:
+        """``"modbus:"`` + framing, port, unit and base (:func:`_state_id`): the registers of a
+        Modbus device outlive this process, so idempotency keys used on it hold after a
+        restart (and a power cycle of the device cannot be seen: docs/modbus.md)."""
+        return self._state_id
+
+    def close(self) -> None:
+        """Close the link. Idempotent; a later transaction opens it again."""
+        with self._lock:
+            self._drop_link()
+
+    def __enter__(self) -> ModbusDevice:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ModbusDevice({self.url!r}, timeout={self.timeout})"
+
+    # --- transactions -------------------------------------------------------------------------
+
+    def _bytes(self, reply: Reply, addr: int) -> list[int]:
+        assert isinstance(reply, ReadReply)
+        for offset, value in enumerate(reply.values):
+            if value > DATA_MAX:
+                raise DeviceError(f"holding register {self.target.base + addr + offset} "
+                                  f"(register {addr + offset}) holds 0x{value:04x}, not a "
+                                  "byte (0..255)")
+        return list(reply.values)
+
+    def _transact(self, request: Request, what: str, retries: int) -> Reply:
+        """One transaction: up to ``retries + 1`` attempts. Once an attempt was sent without
+        a definite outcome, the transaction's failure is that unknown outcome, whatever the
+        later attempts met."""
+        with self._lock:
+            started = time.monotonic()
+            attempts = 0
+            unknown: DeviceTimeout | None = None
+            while True:
+                attempts += 1
+                try:
+                    return self._attempt(request, what)
+                except _Failed as failed:
+                    error, cause = failed.error, failed.__cause__
+                    if isinstance(error, DeviceTimeout):
+                        unknown = error
+                    if failed.again and attempts <= retries:
+                        continue
+                if unknown is not None and isinstance(error, (TransportError, DeviceBusy)):
+                    error = type(unknown)(f"{unknown}; the retry failed: {error}")
+                if attempts > 1:
+                    spent = time.monotonic() - started
+                    error.args = (f"{error} ({attempts} attempts, {spent:.2f} s in all)",)
+                raise error from cause
+
+    def _attempt(self, request: Request, what: str) -> Reply:
+        """Open and synchronise when due, send ``request``, return its matching reply."""
+        try:
+            link = self._link if self._link is not None else self._reopen()
+        except TransportError as error:
+            raise _Failed(TransportError(f"the {what} was not sent: {error}"),
+                          again=False) from error
+        if not self._synced:
+            sync = ReadHolding(self.target.base, 2 if self.count >= 3 else self.count)
+            try:
+                link.flush_input()
+                self._codec.discard_buffer()
+                self._exchange(link, sync, "synchronising read")
+            except _Failed as failed:
+                error = failed.error
+                raise _Failed(TransportError(
+                    f"the {what} was not sent: the line could not be synchronised: {error}"),
+                    again=isinstance(error, DeviceTimeout)) from failed.__cause__
+            self._synced = True
+            if self._codec.echo_seen and not self._codec.local_echo:
+                self._codec.local_echo = self.echo = True  # the line echoes: drop the copies
+        reply = self._exchange(link, request, what)
+        if isinstance(reply, ExceptionReply):
+            kind, meaning = _EXCEPTIONS.get(
+                reply.code, (DeviceError, "an exception code regdev does not know; read back"))
+            message = f"{meaning} (Modbus exception {reply.code:02X})"
+            error = kind(message, f"{reply.code:02X}") if kind in (DeviceBusy, DeviceRefused) \
+                else kind(message)
+            raise _Failed(error, again=kind is DeviceBusy)
+        return reply
+
+    def _exchange(self, link: _Link, request: Request, what: str) -> Reply:
+        """Write ``request`` and await its matching reply.
+
+        Raises:
+            _Failed: TransportError (not sent), ReplyLost (the link failed after sending), or
+                DeviceTimeout (no matching reply in time, or a TCP reply that breaks framing).
+        """
+        codec = self._codec
+        data = codec.send(request)
+        sent = False
+        try:
+            link.write(data)
+            sent = True
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    event = codec.next_event()
+                except RemoteProtocolError as error:
+                    self._drop_link()  # TCP: the stream's framing is in doubt
+                    raise _Failed(self._no_reply(what, f"a malformed reply ({error})"),
+                                  again=True) from None
+                if event is not NEED_DATA:
+                    assert not isinstance(event, type(NEED_DATA))
+                    return event
+                chunk = link.read(deadline)
+                if chunk:
+                    codec.receive_data(chunk)
+                elif time.monotonic() >= deadline:
+                    self.timeouts += 1
+                    self._lost_sync()
+                    raise _Failed(self._no_reply(what, f"no matching reply within "
+                                                       f"{self.timeout:g} s"), again=True)
+        except TransportError as error:
+            self._drop_link()
+            if not sent:
+                raise _Failed(TransportError(f"the {what} was not sent: {error}"),
+                              again=False) from error.__cause__
+            cause = str(error).partition(" failed: ")[2] or str(error)
+            raise _Failed(ReplyLost(f"{_UNKNOWN.get(what, f'the {what} failed')}; port "
+                                    f"{self.url} failed after it was sent: {cause}"),
+                          again=True) from error.__cause__
+        except RemoteProtocolError as error:  # receive_data: TCP buffer overrun
+            self._drop_link()
+            raise _Failed(self._no_reply(what, f"a malformed reply ({error})"),
+                          again=True) from None
+        finally:
+            if codec.pending is not None:
+                codec.abandon()
+
+    def _no_reply(self, what: str, why: str) -> DeviceTimeout:
+        unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
+        return DeviceTimeout(f"{why}{unknown}")
+
+    def _lost_sync(self) -> None:
+        """After a timeout: TCP drops the connection; RTU synchronises before the next request."""
+        if self.target.framing == TCP:
+            self._drop_link()
+        else:
+            self._synced = False
+
+    def _reopen(self) -> _Link:
+        self._synced = self.target.framing == TCP
+        self._codec.discard_buffer()
+        self._link = self._open()
+        return self._link
+
+    def _drop_link(self) -> None:
+        link, self._link = self._link, None
+        self._synced = self.target.framing == TCP
+        if link is not None:
+            link.close()
+
+
+def _state_id(target: ModbusTarget) -> str:
+    """The registers' name: ``modbus:tcp://host:port?unit=U&base=B`` or
+    ``modbus:rtu://PORT?unit=U&base=B``, where a device path is resolved
+    (``os.path.realpath``) as the serial backend does, and a host written in lower case."""
+    if target.framing == TCP:
+        where = target.port.lower()
+    elif "://" in target.port or sys.platform == "win32":
+        where = target.port
+    else:
+        where = os.path.realpath(target.port)
+    return f"modbus:{target.framing}://{where}?unit={target.unit}&base={target.base}"
