@@ -3,7 +3,8 @@
 :class:`ModbusDevice` reaches any Modbus device by URL (``docs/modbus.md``)::
 
     modbus+tcp://HOST[:PORT][?unit=1&base=0]                  TCP, port 502 by default
-    modbus+rtu:///dev/ttyUSB0[?baud=19200&parity=E&unit=1]    RTU on a serial port
+    modbus+rtu:///dev/ttyUSB0[?baud=19200&parity=E&unit=1]    RTU on a serial port (8N1 unless
+                                                              the URL says otherwise)
     modbus+rtu://socket://HOST:PORT[?unit=1]                  RTU framing over any pyserial URL
 
 Register ``addr`` (0..count-1) is holding register ``base + addr``; its 8-bit value is the
@@ -145,7 +146,9 @@ class ModbusTarget:
         base: the holding register of register 0, 0..65535; 0 by default.
         baudrate: RTU: line speed in baud (19200 by default, the specification's);
             None when the URL gives none.
-        parity: RTU: ``"N"``, ``"E"`` or ``"O"`` (``"E"`` by default, the specification's).
+        parity: RTU: ``"N"``, ``"E"`` or ``"O"``; ``"N"`` by default (as pymodbus's; the
+            specification's default is ``"E"``: say ``parity=E`` for such a device; a Linux
+            pty takes no parity).
         stopbits: RTU: 1 or 2 (1 by default).
         echo: RTU: the line echoes what is sent (``echo=1``); False by default.
     """
@@ -157,7 +160,7 @@ class ModbusTarget:
     unit: int = 1
     base: int = 0
     baudrate: int | None = None
-    parity: str = "E"
+    parity: str = "N"
     stopbits: int = 1
     echo: bool = False
 
@@ -223,7 +226,7 @@ def parse_modbus_url(url: str) -> ModbusTarget:
     if others:
         rest += "?" + urllib.parse.urlencode(others)
     baudrate = _int_param(url, params, "baud", 1, MAX_BAUDRATE, None)
-    parity = params.get("parity", "E").upper()
+    parity = params.get("parity", "N").upper()
     if parity not in _PARITIES:
         raise _bad(url, f"parity must be N, E or O, got `{params['parity']}`")
     stopbits = _int_param(url, params, "stopbits", 1, 2, 1)
@@ -341,7 +344,7 @@ class ModbusDevice(Device):
 
     Args:
         url: ``modbus+tcp://HOST[:PORT]?unit=1&base=0`` or
-            ``modbus+rtu://PORT?baud=19200&parity=E&stopbits=1&unit=1&base=0&echo=0``
+            ``modbus+rtu://PORT?baud=19200&parity=N&stopbits=1&unit=1&base=0&echo=0``
             (:func:`parse_modbus_url`).
         timeout: seconds to wait for each reply, > 0 (and for a TCP connection to open).
         retries: how many more times a read (03) is sent after a timeout, a failed link after
@@ -359,6 +362,7 @@ class ModbusDevice(Device):
 
     Attributes:
         timeouts: replies waited for in vain so far.
+        bad_replies: TCP replies so malformed that the connection was dropped, so far.
         stale_replies: replies dropped so far because they answered another request.
         echo: RTU: the copy of each request is dropped (the line echoes).
     """
@@ -396,6 +400,7 @@ class ModbusDevice(Device):
         self.baudrate = target.baudrate or baudrate or 19200
         self.count = count
         self.timeouts = 0
+        self.bad_replies = 0
         self.echo = target.echo
         self._lock = threading.Lock()
         self._codec = ClientConnection(target.framing, target.unit, first_tid,
@@ -634,6 +639,7 @@ class ModbusDevice(Device):
                 try:
                     event = codec.next_event()
                 except RemoteProtocolError as error:
+                    self.bad_replies += 1
                     self._drop_link()  # TCP: the stream's framing is in doubt
                     raise _Failed(self._no_reply(what, f"a malformed reply ({error})"),
                                   again=True) from None
@@ -658,6 +664,7 @@ class ModbusDevice(Device):
                                     f"{self.url} failed after it was sent: {cause}"),
                           again=True) from error.__cause__
         except RemoteProtocolError as error:  # receive_data: TCP buffer overrun
+            self.bad_replies += 1
             self._drop_link()
             raise _Failed(self._no_reply(what, f"a malformed reply ({error})"),
                           again=True) from None

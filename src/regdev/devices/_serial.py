@@ -117,6 +117,13 @@ _NETWORK_SCHEMES = ("socket", "rfc2217")
 
 _R = TypeVar("_R", bound=Reply)
 
+try:  # POSIX: pyserial lets termios.error (not an OSError) out of a port's settings
+    from termios import error as _TermiosError
+    _PORT_ERRORS: tuple[type[Exception], ...] = (serial.SerialException, OSError,
+                                                 _TermiosError)
+except ImportError:  # pragma: no cover - Windows
+    _PORT_ERRORS = (serial.SerialException, OSError)
+
 
 class _Failed(Exception):
     """Inside a transaction: one attempt failed. ``error`` is what the caller is told;
@@ -185,13 +192,13 @@ def map_exceptions(url: str, *, opening: bool = False) -> Iterator[None]:
             fault.
 
     Raises:
-        TransportError: from any ``serial.SerialException`` (a write timeout included) or
-            ``OSError``, and from the three above when ``opening``. The message is one line
+        TransportError: from any ``serial.SerialException`` (a write timeout included),
+            ``OSError`` or ``termios.error`` (a setting the port refuses), and from the three above when ``opening``. The message is one line
             and names the port.
     """
     try:
         yield
-    except (serial.SerialException, OSError) as error:
+    except _PORT_ERRORS as error:
         message = _open_message(url, error) if opening else f"port {url} failed: {_cause(error)}"
         raise TransportError(message) from error
     except (ValueError, OverflowError, NotImplementedError) as error:
