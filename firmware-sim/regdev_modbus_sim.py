@@ -41,6 +41,7 @@ from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.server.requesthandler import ServerRequestHandler
 from pymodbus.simulator import DataType, SimData, SimDevice
 from pymodbus.transaction import TransactionManager
+
 from regdev_firmware_sim import CannotServe, Faults, _Pty
 
 __all__ = ["Background", "ModbusModel", "run_modbus", "serve_modbus", "serve_modbus_pty"]
@@ -73,7 +74,7 @@ class ModbusModel:
                                                     datatype=DataType.REGISTERS)],
                                 action=self._action)
 
-    async def _action(self, function: int, start: int, address: int, count: int,
+    async def _action(self, function: int, start: int, address: int, count: int,  # noqa: PLR0917 - pymodbus's hook
                       registers: list[int], values: list[int] | list[bool] | None
                       ) -> ExcCodes | None:
         """pymodbus's hook before each access: refuse a value that is not a byte; count
@@ -90,14 +91,14 @@ class ModbusModel:
         return sum(n for (function, _, _), n in self.executed.items() if function in WRITES)
 
 
-class _Handler(ServerRequestHandler):  # type: ignore[misc]
+class _Handler(ServerRequestHandler):
     """pymodbus's per-connection handler, answering in order with faults injected."""
 
     faults: Faults
     log: Callable[[str], None] | None
 
     def __init__(self, owner: Any, *args: Any) -> None:
-        super().__init__(owner, *args)
+        super().__init__(owner, *args)  # type: ignore[no-untyped-call]
         self._queue: asyncio.Queue[ModbusPDU] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
 
@@ -208,7 +209,8 @@ async def serve_modbus_pty(model: ModbusModel, faults: Faults, *, link: Path | N
     server = asyncio.ensure_future(serve_modbus(
         model, faults, framing="rtu", host="127.0.0.1", port=0,
         announce=listening.set_result, log=log, stop=done))
-    await asyncio.wait([listening, server], return_when=asyncio.FIRST_COMPLETED)
+    waiting: list[asyncio.Future[Any]] = [listening, server]
+    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     if server.done():
         server.result()  # raises why it could not listen
     _, _, address = listening.result().partition("://")

@@ -104,7 +104,7 @@ class Plain:
         self._pump.start()
         return os.ttyname(self._ptys[0][1]), os.ttyname(self._ptys[1][1])
 
-    async def _action(self, function: int, start: int, address: int, count: int,
+    async def _action(self, function: int, start: int, address: int, count: int,  # noqa: PLR0917 - pymodbus's hook
                       registers: list[int], values: list[int] | list[bool] | None
                       ) -> ExcCodes | None:
         self.registers = registers

@@ -134,7 +134,8 @@ def test_base_address_moves_the_registers() -> None:
 def test_a_faulted_write_is_never_a_success_and_the_next_call_succeeds(
         framing: str, kind: str, tmp_path: Path) -> None:
     """One fault on a write's reply: a typed failure (unknown outcome, or busy: not run), never
-    a false success (RTU finds a reply behind garbage: a true one); the write ran at most once, counted by the server; the next call succeeds."""
+    a false success (RTU finds a reply behind garbage: a true one); the write ran at most
+    once, counted by the server; the next call succeeds."""
     link = tmp_path / "modbus-pty" if framing == "pty" else None
     # Replies before the faulted one: two calls, and on RTU the synchronising read first.
     faults = sim.Faults({kind: 1.0}, after=2 + (framing == "pty"), count=1, delay=DELAY)
@@ -290,10 +291,9 @@ def test_an_address_the_server_lacks_is_exception_02() -> None:
 @pytest.mark.timeout(30)
 def test_a_holding_register_over_a_byte_is_a_device_error() -> None:
     """The 8-bit model: a holding register holding 0x1234 is not a byte."""
-    with Plain("tcp", values=0x1234) as plain, ModbusDevice(plain.url,
-                                                           timeout=PATIENT) as device:
-        with pytest.raises(DeviceError, match="holds 0x1234, not a byte"):
-            device.read(2)
+    with Plain("tcp", values=0x1234) as plain, ModbusDevice(plain.url, timeout=PATIENT) as device, \
+            pytest.raises(DeviceError, match="holds 0x1234, not a byte"):
+        device.read(2)
 
 
 @pytest.mark.timeout(30)
@@ -345,7 +345,7 @@ def test_a_bad_url_repeats_the_forms(url: str, words: str) -> None:
 
 def test_nothing_listening_is_transport_error() -> None:
     """A TCP port with no server: not sent, one line with the OS's words."""
-    with pytest.raises(TransportError, match="cannot connect to 127.0.0.1:1 .*refused"):
+    with pytest.raises(TransportError, match=r"cannot connect to 127\.0\.0\.1:1 .*refused"):
         ModbusDevice("modbus+tcp://127.0.0.1:1")
 
 

@@ -169,7 +169,7 @@ def _bad(url: str, why: str) -> TransportError:
     return TransportError(f"cannot open port {url}: {why}; expected {URL_FORMS}")
 
 
-def _int_param(url: str, params: dict[str, str], key: str, low: int, high: int,
+def _int_param(url: str, params: dict[str, str], key: str, *, low: int, high: int,
                default: int | None) -> int | None:
     text = params.get(key)
     if text is None:
@@ -202,8 +202,8 @@ def parse_modbus_url(url: str) -> ModbusTarget:
     if len(params) != len([key for key, _ in pairs if key in _KEYS]):
         raise _bad(url, "a query key is given twice")
     framing = TCP if scheme == "modbus+tcp" else RTU
-    unit = _int_param(url, params, "unit", 1, 255 if framing == TCP else 247, 1)
-    base = _int_param(url, params, "base", 0, 0xFFFF, 0)
+    unit = _int_param(url, params, "unit", low=1, high=255 if framing == TCP else 247, default=1)
+    base = _int_param(url, params, "base", low=0, high=0xFFFF, default=0)
     assert unit is not None and base is not None
     if framing == TCP:
         extra = sorted(set(params) - {"unit", "base"}) + [key for key, _ in others]
@@ -214,7 +214,7 @@ def parse_modbus_url(url: str) -> ModbusTarget:
             port = parts.port
         except ValueError:
             port = -1
-        if not parts.hostname or port == -1 or port == 0 or parts.path not in ("", "/"):
+        if not parts.hostname or port in (-1, 0) or parts.path not in ("", "/"):
             raise _bad(url, "expected modbus+tcp://HOST:PORT with a port 1..65535")
         port = port or 502
         host = parts.hostname
@@ -225,12 +225,12 @@ def parse_modbus_url(url: str) -> ModbusTarget:
         raise _bad(url, "no serial port named")
     if others:
         rest += "?" + urllib.parse.urlencode(others)
-    baudrate = _int_param(url, params, "baud", 1, MAX_BAUDRATE, None)
+    baudrate = _int_param(url, params, "baud", low=1, high=MAX_BAUDRATE, default=None)
     parity = params.get("parity", "N").upper()
     if parity not in _PARITIES:
         raise _bad(url, f"parity must be N, E or O, got `{params['parity']}`")
-    stopbits = _int_param(url, params, "stopbits", 1, 2, 1)
-    echo = _int_param(url, params, "echo", 0, 1, 0)
+    stopbits = _int_param(url, params, "stopbits", low=1, high=2, default=1)
+    echo = _int_param(url, params, "echo", low=0, high=1, default=0)
     assert stopbits is not None
     return ModbusTarget(RTU, rest, unit=unit, base=base, baudrate=baudrate, parity=parity,
                         stopbits=stopbits, echo=bool(echo))
@@ -604,21 +604,16 @@ class ModbusDevice(Device):
                 self._codec.discard_buffer()
                 self._exchange(link, sync, "synchronising read")
             except _Failed as failed:
-                error = failed.error
-                raise _Failed(TransportError(
-                    f"the {what} was not sent: the line could not be synchronised: {error}"),
-                    again=isinstance(error, DeviceTimeout)) from failed.__cause__
+                raise _Failed(TransportError(f"the {what} was not sent: the line could not be "
+                                             f"synchronised: {failed.error}"),
+                              again=isinstance(failed.error, DeviceTimeout)) from failed.__cause__
             self._synced = True
             if self._codec.echo_seen and not self._codec.local_echo:
                 self._codec.local_echo = self.echo = True  # the line echoes: drop the copies
         reply = self._exchange(link, request, what)
         if isinstance(reply, ExceptionReply):
-            kind, meaning = _EXCEPTIONS.get(
-                reply.code, (DeviceError, "an exception code regdev does not know; read back"))
-            message = f"{meaning} (Modbus exception {reply.code:02X})"
-            error = kind(message, f"{reply.code:02X}") if kind in (DeviceBusy, DeviceRefused) \
-                else kind(message)
-            raise _Failed(error, again=kind is DeviceBusy)
+            refusal = _exception_error(reply.code)
+            raise _Failed(refusal, again=isinstance(refusal, DeviceBusy))
         return reply
 
     def _exchange(self, link: _Link, request: Request, what: str) -> Reply:
@@ -694,6 +689,20 @@ class ModbusDevice(Device):
         self._synced = self.target.framing == TCP
         if link is not None:
             link.close()
+
+
+def _exception_error(code: int) -> DeviceError:
+    """The error for Modbus exception ``code`` (:data:`_EXCEPTIONS`), its message ending with
+    the code; DeviceBusy and DeviceRefused carry it as ``code`` (two hex digits)."""
+    kind, meaning = _EXCEPTIONS.get(
+        code, (DeviceError, "an exception code regdev does not know: it may or may not have "
+                            "happened; read the register back"))
+    message = f"{meaning} (Modbus exception {code:02X})"
+    if kind is DeviceBusy:
+        return DeviceBusy(message, f"{code:02X}")
+    if kind is DeviceRefused:
+        return DeviceRefused(message, f"{code:02X}")
+    return kind(message)
 
 
 def _state_id(target: ModbusTarget) -> str:

@@ -10,8 +10,8 @@ of two frames:
 
 :class:`ClientConnection` is the host's end, in the manner of h11 and of
 :mod:`regdev.devices._protocol`: :meth:`~ClientConnection.send` turns a request into the bytes
-to write, :meth:`~ClientConnection.receive_data` takes bytes read, :meth:`~ClientConnection.next_event`
-returns the reply to the request sent, or :data:`NEED_DATA`.
+to write, :meth:`~ClientConnection.receive_data` takes bytes read,
+:meth:`~ClientConnection.next_event` returns the reply to the request sent, or :data:`NEED_DATA`.
 
 Rules of this file:
 

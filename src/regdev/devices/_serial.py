@@ -193,8 +193,8 @@ def map_exceptions(url: str, *, opening: bool = False) -> Iterator[None]:
 
     Raises:
         TransportError: from any ``serial.SerialException`` (a write timeout included),
-            ``OSError`` or ``termios.error`` (a setting the port refuses), and from the three above when ``opening``. The message is one line
-            and names the port.
+            ``OSError`` or ``termios.error`` (a setting the port refuses), and from the three
+            above when ``opening``. The message is one line and names the port.
     """
     try:
         yield
