@@ -6,6 +6,8 @@ process (16 registers of 8 bits, reset value 0), through the same codec
 
     regdev firmware-sim --pty                       # prints e.g. /dev/pts/7, then serves
     regdev firmware-sim --tcp 127.0.0.1:0           # prints e.g. socket://127.0.0.1:40521
+    regdev firmware-sim --modbus-tcp 127.0.0.1:0    # Modbus TCP (regdev_modbus_sim.py, pymodbus)
+    regdev firmware-sim --modbus-rtu --pty          # Modbus RTU on a pty
     python firmware-sim/regdev_firmware_sim.py --pty --fault drop=0.05 --seed 7
     regdev firmware-sim --avr                       # the C firmware's Uno image, in simavr
 
@@ -503,7 +505,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="The device side of regdev's serial protocol (docs/protocol.md), served "
-                    "on a pseudo-terminal or a TCP port, with seeded fault injection. The "
+                    "on a pseudo-terminal or a TCP port, with seeded fault injection; or the "
+                    "same registers as a Modbus TCP or RTU device on pymodbus's server "
+                    "(--modbus-tcp, --modbus-rtu; docs/modbus.md). The "
                     "first line of standard output is the port to open; then it serves "
                     "until interrupted.",
         epilog="Example: --pty --fault drop=0.05,corrupt=0.02 --seed 7. Fault kinds: "

@@ -19,6 +19,8 @@ EXPECTED = {
     "ApprovalRequest", "AuditError", "AuditInUse", "AuditLog", "AuditRecord", "Policy",
     "PolicyError", "RateLimit", "RegisterMap", "Session", "SessionPolicy", "TimeoutDevice",
     "read_audit",
+    # the Modbus issue
+    "ModbusDevice",
     # the validator issue: the schema compiler
     "CompiledValidator", "compile_validator",
     # issue 10: who a device is and when it last started over (idempotency keys, audit)

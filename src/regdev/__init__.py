@@ -3,7 +3,8 @@
 A model's tool call is untrusted data: :class:`Gate` parses it, validates it in a fixed order
 (shape, name, fields, types, ranges; the first failure decides), authorizes it against a
 :class:`Policy` for the caller's :class:`Session`, and only then runs it on a :class:`Device`:
-the in-process :class:`RegisterFile`, or a :class:`SerialDevice` at the end of a serial line.
+the in-process :class:`RegisterFile`, a :class:`SerialDevice` at the end of a serial line, or
+a :class:`ModbusDevice` (Modbus TCP or RTU).
 The result or the refusal comes back as one :class:`Observation`, and an :class:`AuditLog`
 records every call.
 
@@ -56,6 +57,7 @@ from .devices._device import (
     RegisterFile,
     TimeoutDevice,
 )
+from .devices._modbus import ModbusDevice
 from .devices._serial import SerialDevice
 from .gate._compile import CompiledValidator, compile_validator
 from .gate._gate import Gate
@@ -86,6 +88,7 @@ __all__ = [
     "DeviceTimeout",
     "Gate",
     "LocalProtocolError",
+    "ModbusDevice",
     "LoopResult",
     "Observation",
     "ParsedCall",

@@ -39,7 +39,7 @@ FAULT_HELP = {
     "garbage": "1..20 random bytes are sent before the reply, between frames",
     "disconnect": "the link is cut instead of replying (TCP: the socket is closed; pty: a "
                   "new pty replaces the old one, at --link PATH)",
-    "busy": "the device answers `e BUSY` and does not run the request",
+    "busy": "the device answers `e BUSY` (Modbus: exception 06) and does not run the request",
 }
 
 
@@ -57,7 +57,8 @@ def cmd_firmware_sim(args: argparse.Namespace, out: TextIO) -> int:
             out.write(textwrap.fill(FAULT_HELP[kind], width, initial_indent=f"  {kind:<12}",
                                     subsequent_indent=" " * 14) + "\n")
         out.write("\nexample: regdev firmware-sim --pty --fault drop=0.05,corrupt=0.02 "
-                  "--seed 7 -v\n")
+                  "--seed 7 -v\n         regdev firmware-sim --modbus-tcp 127.0.0.1:0 (Modbus; "
+                  "docs/modbus.md)\n")
         return 0
     status: int = module.main(args.args, prog="regdev firmware-sim")
     return status
@@ -67,7 +68,9 @@ def add_parser(sub: Any) -> None:
     """Add ``regdev firmware-sim`` to the subcommands."""
     sim = sub.add_parser(
         "firmware-sim", add_help=False, prefix_chars="+",
-        help="serve the simulated device on a pty or a TCP port (--help for its options)",
-        description="The device side of docs/protocol.md with seeded fault injection.")
+        help="serve the simulated device on a pty or a TCP port, in regdev's protocol or as a "
+             "Modbus device (--help for its options)",
+        description="The device side of docs/protocol.md, or a Modbus device (docs/modbus.md), "
+                    "with seeded fault injection.")
     sim.add_argument("args", nargs=argparse.REMAINDER)
     sim.set_defaults(func=cmd_firmware_sim)
