@@ -107,7 +107,7 @@ def test_pty_link_is_printed_and_removed(tmp_path: Path) -> None:
         (["--pty", "--delay", "inf"], "--delay must be a number of seconds in 0..3600, got inf"),
         (["--pty", "--delay", "1e300"], "--delay must be a number of seconds in 0..3600"),
         (["--pty", "--delay", "-1"], "--delay must be a number of seconds in 0..3600"),
-        ([], "one of the arguments --pty --tcp --avr is required"),
+        ([], "one of the arguments --pty --tcp --avr --modbus-tcp is required"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:

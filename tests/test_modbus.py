@@ -184,6 +184,45 @@ def test_reads_are_retried_after_a_fault(framing: str, kind: str) -> None:
             assert device._codec.skipped > 0
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("framing", ["tcp", "pty"])
+def test_mixed_seeded_faults_never_report_a_false_success(framing: str) -> None:
+    """Every fault kind at once, seeded: each observation is a success that is true (the
+    server holds what was read or written), or a typed failure; a write never runs twice."""
+    faults = sim.Faults({"drop": 0.1, "corrupt": 0.1, "garbage": 0.1, "busy": 0.1,
+                         "delay": 0.05}, seed=11, count=12, delay=DELAY)
+    possible: list[set[int]] = [{0} for _ in range(16)]  # what each register may hold
+    failures = successes = 0
+    with Background(framing, faults) as server, ModbusDevice(
+            url_of(server), timeout=TIMEOUT, retries=0) as device:
+        gate = Gate(device)
+        for step in range(40):
+            addr = step % 4
+            if step % 2:
+                obs = call(gate, "read_register", addr=addr)
+                if obs["ok"]:
+                    assert obs["result"]["data"] in possible[addr]
+                    possible[addr] = {obs["result"]["data"]}
+            else:
+                obs = call(gate, "write_register", addr=addr, data=step)
+                if obs["ok"]:
+                    assert obs["result"] == {"addr": addr, "data": step}
+                    assert server.model.executed[(6, addr, (step,))] == 1
+                    possible[addr] = {step}
+                else:
+                    possible[addr].add(step)
+            if obs["ok"]:
+                successes += 1
+            else:
+                failures += 1
+                assert obs["code"] in ("device-timeout", "device-busy", "device-unavailable")
+        device.timeout = PATIENT
+        final = device.snapshot()
+    assert failures >= 3 and successes >= 10
+    assert all(final[addr] in possible[addr] for addr in range(16))
+    assert all(n == 1 for n in server.model.executed.values())
+
+
 def _write_all(write: Any, count: int) -> None:
     for step in range(1, count + 1):
         write(step % 16, step)
