@@ -113,6 +113,7 @@ def test_firmware_sim_modbus_usage_errors(capsys: pytest.CaptureFixture[str]) ->
     register range is checked. Each is exit 2 with one line."""
     for argv, words in [
         (["--modbus-rtu", "--modbus-tcp", "127.0.0.1:0"], "--modbus-rtu goes with --pty or --tcp"),
+        (["--modbus-rtu", "--avr"], "--modbus-rtu goes with --pty or --tcp"),
         (["--tcp", "127.0.0.1:0", "--registers", "8"], "--registers and --base go with"),
     ]:
         with pytest.raises(SystemExit) as info:

@@ -404,7 +404,8 @@ def test_state_id_and_identify_name_the_device() -> None:
     """state_id names framing, port, unit and base; identify describes it without a request."""
     with Plain("tcp") as plain, ModbusDevice(plain.url + "&base=2", count=4) as device:
         port = plain.url.split("//")[1].split("?")[0]
-        assert device.state_id() == f"modbus:tcp://{port}?unit=1&base=2"
+        assert device.state_id() == f"modbus:tcp://{port}?unit=1"
+        assert device.identity() == (f"modbus:tcp://{port}?unit=1", None)  # no epoch to say
         assert device.identify() == (f"Modbus TCP {port}, unit 1, 4 x 8-bit in holding "
                                      "registers 2..5")
 
@@ -420,3 +421,18 @@ def test_a_setting_the_port_refuses_is_one_transport_error() -> None:
             ModbusDevice(url)
     assert str(raised.value).endswith(": Invalid argument")
     assert str(raised.value).startswith("cannot open port /dev/")
+
+
+@pytest.mark.timeout(30)
+def test_a_keyed_write_runs_again_on_a_modbus_device(tmp_path: Path) -> None:
+    """A Modbus device says no reset epoch, so an idempotency key sent again is not answered
+    from the records: the write runs again (docs/safety.md), and the server counts it twice."""
+    from regdev import AuditLog  # noqa: PLC0415
+
+    call_ = {"tool": "write_register", "arguments": {"addr": 5, "data": 7}}
+    with Plain("tcp") as plain, ModbusDevice(plain.url, timeout=PATIENT) as device, \
+            Gate(device, audit=AuditLog(tmp_path / "audit.db")) as gate:
+        first = gate.handle_call(call_, idempotency_key="k1")
+        second = gate.handle_call(call_, idempotency_key="k1")
+        assert first.ok and second.ok and not second.replay
+        assert plain.executed[(6, 5, (7,))] == 2

@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import secrets
 import socket
-import sys
 import threading
 import time
 import urllib.parse
@@ -77,7 +75,7 @@ from ._modbus_codec import (
     WriteMultiple,
     WriteSingle,
 )
-from ._serial import MAX_BAUDRATE, map_exceptions
+from ._serial import MAX_BAUDRATE, map_exceptions, port_state_id
 
 __all__ = ["MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget", "is_modbus_url",
            "parse_modbus_url"]
@@ -534,9 +532,10 @@ class ModbusDevice(Device):
                 f"{target.base}..{target.base + self.count - 1}")
 
     def state_id(self) -> str:
-        """``"modbus:"`` + framing, port, unit and base (:func:`_state_id`): the registers of a
-        Modbus device outlive this process, so idempotency keys used on it hold after a
-        restart (and a power cycle of the device cannot be seen: docs/modbus.md)."""
+        """Who the device is: ``"modbus:"`` + framing, port and unit (:func:`_state_id`), the
+        same after a restart of regdev. Its :meth:`identity` has no reset epoch (the
+        default): a Modbus device cannot say it was reset or power-cycled, so no idempotency
+        key is replayed to it (``docs/modbus.md``)."""
         return self._state_id
 
     def close(self) -> None:
@@ -706,13 +705,13 @@ def _exception_error(code: int) -> DeviceError:
 
 
 def _state_id(target: ModbusTarget) -> str:
-    """The registers' name: ``modbus:tcp://host:port?unit=U&base=B`` or
-    ``modbus:rtu://PORT?unit=U&base=B``, where a device path is resolved
-    (``os.path.realpath``) as the serial backend does, and a host written in lower case."""
+    """The device's name: ``modbus:tcp://HOST:PORT?unit=U`` or ``modbus:rtu://PORT?unit=U``:
+    the unit on its bus or behind its server. The port is named as the serial backend names it
+    (:func:`~regdev.devices._serial.port_state_id`: a device path resolved, a URL's scheme and
+    host in lower case, its options dropped); the host in lower case. ``base`` is left out: it
+    picks registers of the device, not another device."""
     if target.framing == TCP:
         where = target.port.lower()
-    elif "://" in target.port or sys.platform == "win32":
-        where = target.port
     else:
-        where = os.path.realpath(target.port)
-    return f"modbus:{target.framing}://{where}?unit={target.unit}&base={target.base}"
+        where = port_state_id(target.port).removeprefix("serial:")
+    return f"modbus:{target.framing}://{where}?unit={target.unit}"
