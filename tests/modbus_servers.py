@@ -32,6 +32,9 @@ class Plain:
     ``SimData``), unit 1. Its ``action`` hook (pymodbus's own) counts the writes executed and
     can refuse a value with an exception code (``refuse``: value -> code).
 
+    ``echo`` (RTU): the null-modem cable also hands every byte the host sends back to it, as
+    an RS-485 adapter without echo suppression does.
+
     Attributes:
         url: the regdev URL: ``modbus+tcp://127.0.0.1:P?unit=1`` or ``modbus+rtu://PTY?unit=1``.
         executed: Counter of ``(function code, address, values)`` written.
@@ -39,10 +42,11 @@ class Plain:
     """
 
     def __init__(self, framing: str, *, registers: int = 16, values: int = 0,
-                 refuse: dict[int, int] | None = None) -> None:
+                 refuse: dict[int, int] | None = None, echo: bool = False) -> None:
         self.executed: collections.Counter[tuple[int, int, tuple[int, ...]]] = \
             collections.Counter()
         self.refuse = refuse or {}
+        self.echo = echo
         self.registers: list[int] = []
         device = SimDevice(1, simdata=[SimData(0, count=registers, values=values,
                                                datatype=DataType.REGISTERS)],
@@ -97,8 +101,11 @@ class Plain:
                     if source in ready:
                         with contextlib.suppress(OSError):
                             data = os.read(source, 4096)
-                            while data:
-                                data = data[os.write(sink, data):]
+                            copies = [sink, a] if self.echo and source == a else [sink]
+                            for target in copies:
+                                left = data
+                                while left:
+                                    left = left[os.write(target, left):]
 
         self._pump = threading.Thread(target=pump, daemon=True)
         self._pump.start()

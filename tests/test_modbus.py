@@ -436,3 +436,21 @@ def test_a_keyed_write_runs_again_on_a_modbus_device(tmp_path: Path) -> None:
         second = gate.handle_call(call_, idempotency_key="k1")
         assert first.ok and second.ok and not second.replay
         assert plain.executed[(6, 5, (7,))] == 2
+
+
+@pytest.mark.timeout(30)
+def test_an_echoing_rs485_line_is_noticed_and_its_echo_never_acknowledges() -> None:
+    """A line that hands back every byte sent (RS-485 local echo): the first synchronisation
+    notices it and the copies are dropped, so the echo of a 06 write, byte for byte its
+    acknowledgement, is never taken for one; every write still runs once."""
+    with Plain("pty", echo=True) as plain, ModbusDevice(plain.url, timeout=PATIENT) as device:
+        assert not device.echo
+        assert device.write(3, 0x33) == 0x33
+        assert device.echo  # learnt at the synchronisation before the write
+        assert device.write_masked(3, 0x0F, 0x05) == 0x35
+        assert device.snapshot()[:4] == [0, 0, 0, 0x35]
+        assert plain.executed == {(6, 3, (0x33,)): 1, (22, 3, (0x35,)): 1}
+        assert device.timeouts == 0
+    with Plain("pty", echo=True) as plain, ModbusDevice(plain.url + "&echo=1",
+                                                        timeout=PATIENT) as device:
+        assert device.echo and device.read(0) == 0

@@ -257,6 +257,26 @@ def test_rtu_local_echo_is_noticed_then_dropped() -> None:
     assert link.next_event() == WriteSingleReply(3, 5)
 
 
+@pytest.mark.parametrize("cut", [1, 3, 5, 8, 10])
+def test_rtu_local_echo_in_pieces_is_noticed(cut: int) -> None:
+    """The echo and the reply split anywhere across reads: still noticed, the reply found."""
+    link = ClientConnection(RTU, 1)
+    stream = link.send(ReadHolding(0, 2)) + rtu_reply(ReadReply((1, 2)), 3)
+    link.receive_data(stream[:cut])
+    assert link.next_event() is NEED_DATA
+    link.receive_data(stream[cut:])
+    assert link.next_event() == ReadReply((1, 2))
+    assert link.echo_seen
+
+
+def test_a_write_acknowledgement_is_not_taken_for_an_echo() -> None:
+    """A 06 reply is byte for byte its request: it is the acknowledgement, never an echo."""
+    link = ClientConnection(RTU, 1)
+    link.receive_data(link.send(WriteSingle(3, 5)))
+    assert link.next_event() == WriteSingleReply(3, 5)
+    assert not link.echo_seen
+
+
 def test_rtu_buffer_keeps_the_newest_bytes() -> None:
     """Past MAX_BUFFER bytes of noise, the oldest are dropped and the reply still found."""
     link = ClientConnection(RTU, 1)

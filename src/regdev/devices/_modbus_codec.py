@@ -355,8 +355,9 @@ class ClientConnection:
         first_tid: the first TCP transaction id, 0..65535 (then +1 per request, wrapping).
         local_echo: RTU only: the line hands back every byte sent (an RS-485 adapter without
             echo suppression): the copy of each request is dropped before its reply is looked
-            for. Without it, an echo is noticed (:attr:`echo_seen`) when a request's bytes
-            are found, unchanged, before its reply; a caller then turns this on.
+            for. Without it, an echo is noticed (:attr:`echo_seen`) when a read's bytes
+            come back, unchanged, before its reply (a read, since a write's acknowledgement is
+            byte for byte its request); a caller then turns this on.
 
     Raises:
         ValueError: an unknown ``framing``, or ``unit`` or ``first_tid`` out of range.
@@ -364,7 +365,7 @@ class ClientConnection:
     Attributes:
         stale: well-formed replies dropped because they did not match the request awaited.
         skipped: RTU bytes dropped while looking for the start of a valid frame.
-        echo_seen: RTU: a request's own bytes were found before its reply while
+        echo_seen: RTU: a read's own bytes came back before its reply while
             :attr:`local_echo` was off (the line echoes; see ``local_echo``).
     """
 
@@ -389,6 +390,11 @@ class ClientConnection:
         self.echo_seen = False
         self._sent = b""  # the last request's bytes: its local echo, when the line has one
         self._echo_due = False
+        # Noticing an echo (RTU, local_echo off): only on a read, whose reply cannot be its
+        # request's bytes (a write's acknowledgement is byte for byte its request).
+        self._echo_probe = False
+        self._echo_first: bool | None = None  # the bytes after the request began with it
+        self._dropped = 0  # bytes dropped since the request was sent
 
     @property
     def pending(self) -> Request | None:
@@ -410,6 +416,10 @@ class ClientConnection:
         self._pending = request
         self._sent = frame(self.framing, self.unit, pdu, self._pending_tid)
         self._echo_due = self.local_echo and self.framing == RTU
+        self._echo_probe = (self.framing == RTU and not self.local_echo
+                            and isinstance(request, ReadHolding))
+        self._echo_first = None
+        self._dropped = 0
         return self._sent
 
     def abandon(self) -> None:
@@ -495,6 +505,11 @@ class ClientConnection:
         in the buffer; bytes before it are skipped. A frame still incomplete holds the bytes
         from its start, unless a complete valid frame starts after it."""
         buffer = self._buffer
+        if self._echo_probe and self._echo_first is None:
+            sent = self._sent
+            if len(buffer) < len(sent) and sent.startswith(buffer):
+                return NEED_DATA  # may be the start of an echo: keep it whole
+            self._echo_first = buffer.startswith(sent)
         functions = (request.function, request.function | 0x80)
         waiting_from: int | None = None
         start = 0
@@ -521,14 +536,15 @@ class ClientConnection:
             except RemoteProtocolError:
                 start += 1
                 continue
-            if start >= len(self._sent) and self._sent in buffer[:start]:
-                self.echo_seen = True
+            if self._echo_first and self._dropped + start >= len(self._sent):
+                self.echo_seen = True  # the request's own bytes, then its reply
             self.skipped += start
             del buffer[:end]
             return reply
         keep = waiting_from if waiting_from is not None else max(len(buffer) - 3, 0)
         if keep:
             self.skipped += keep
+            self._dropped += keep
             del buffer[:keep]
         return NEED_DATA
 
