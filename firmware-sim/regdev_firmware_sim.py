@@ -1,20 +1,28 @@
 """regdev firmware simulator: the device side of the wire protocol, on a pty or a TCP port.
 
 It answers the frames of ``docs/protocol.md`` from the same register model regdev runs in
-process (16 registers of 8 bits, reset value 0), through the same codec
-(``regdev.devices._protocol``, used here in its ``DEVICE`` role), with seeded fault injection::
+process (by default 16 registers of 8 bits, reset value 0; with ``--map FILE`` the registers
+of a register map, with their reset values, read-only and reserved bits, write-1-to-clear and
+clear-on-read), through the same codec (``regdev.devices._protocol``, used here in its
+``DEVICE`` role), with seeded fault injection::
 
     regdev firmware-sim --pty                       # prints e.g. /dev/pts/7, then serves
     regdev firmware-sim --tcp 127.0.0.1:0           # prints e.g. socket://127.0.0.1:40521
     regdev firmware-sim --modbus-tcp 127.0.0.1:0    # Modbus TCP (regdev_modbus_sim.py, pymodbus)
     regdev firmware-sim --modbus-rtu --pty          # Modbus RTU on a pty
+    regdev firmware-sim --tcp 127.0.0.1:0 --map examples/sensor.rdl
     python firmware-sim/regdev_firmware_sim.py --pty --fault drop=0.05 --seed 7
+    python firmware-sim/regdev_firmware_sim.py --pty --map sensor.json
     regdev firmware-sim --avr                       # the C firmware's Uno image, in simavr
+
+Run as a script it reads a map only in the compiled JSON form (``regdev map FILE --json``),
+which needs nothing beyond the standard library; ``regdev firmware-sim --map FILE`` also
+reads SystemRDL, compiling it first.
 
 ``--avr`` does not run this simulator: it builds the C firmware of ``firmware-sim/c/`` if
 needed (``make sim``: avr-gcc, avr-libc and simavr's development files) and becomes its simavr
 harness, which runs the ATmega328P image you would flash on an Arduino Uno, in real time, with
-its USART0 on a pty (docs/firmware.md). It takes ``--link`` and ``-v``; faults,
+its USART0 on a pty (docs/firmware.md). It takes ``--link`` and ``-v``; faults, ``--map``,
 ``--identity``, ``--device-id`` and ``--plain-identify`` belong to this simulator only.
 
 The first line of standard output is the port to open (flushed); the simulator then serves
@@ -80,7 +88,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 #: The modules of regdev the simulator runs on (each imports only the standard library).
-NEEDED = ("devices._protocol", "devices._device", "core._errors")
+NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "core._errors")
 
 
 def _standalone_modules() -> tuple[types.ModuleType, ...]:
@@ -107,13 +115,21 @@ def _standalone_modules() -> tuple[types.ModuleType, ...]:
 
 
 if TYPE_CHECKING or __name__ != "__main__":
-    from regdev.core._errors import LocalProtocolError, RemoteProtocolError
+    from regdev.core._errors import (
+        LocalProtocolError,
+        MapError,
+        RegisterRangeError,
+        RemoteProtocolError,
+    )
     from regdev.devices import _protocol as wire
-    from regdev.devices._device import REGISTER_COUNT, RegisterFile
+    from regdev.devices._device import RegisterFile
+    from regdev.devices._regmap import RegisterMap
 else:  # run as a script: regdev need not be installed
-    wire, _device, _errors = _standalone_modules()
-    REGISTER_COUNT, RegisterFile = _device.REGISTER_COUNT, _device.RegisterFile
+    wire, _device, _regmap, _errors = _standalone_modules()
+    RegisterFile, RegisterMap = _device.RegisterFile, _regmap.RegisterMap
     LocalProtocolError = _errors.LocalProtocolError
+    MapError = _errors.MapError
+    RegisterRangeError = _errors.RegisterRangeError
     RemoteProtocolError = _errors.RemoteProtocolError
 
 __all__ = ["FAULT_KINDS", "IDENTITY", "Faults", "Firmware", "main", "serve"]
@@ -136,21 +152,24 @@ class Firmware:
     """The device's request handler: one request in, its reply out, over a register file.
 
     Args:
-        registers: the register model; a fresh :class:`RegisterFile` (all 0) by default. Its
-            reset epoch (new at construction and at every reset) is the one said to ``I``.
+        registers: the register model; a fresh :class:`RegisterFile` of ``regmap`` by default.
+            Its reset epoch (new at construction and at every reset) is the one said to ``I``.
         identity: the description the identify text starts with (printable ASCII, no ``$``
             or ``*``; with ``plain``, the whole text, 1..48 characters).
         device_id: the id said to ``I``, 1..16 of ``0-9A-Z``; by default 8 random hex digits.
         plain: answer ``I`` with ``identity`` alone, as a device that cannot say its id and
             epoch.
+        regmap: the register map of the default register file (the default map when None).
 
     Raises:
         LocalProtocolError: the identify text would not fit a frame, or the id is malformed.
     """
 
     def __init__(self, registers: RegisterFile | None = None, identity: str = IDENTITY, *,
-                 device_id: str | None = None, plain: bool = False) -> None:
-        self.registers = registers if registers is not None else RegisterFile()
+                 device_id: str | None = None, plain: bool = False,
+                 regmap: RegisterMap | None = None) -> None:
+        self.registers = registers if registers is not None else RegisterFile(regmap=regmap)
+        self.regmap = self.registers.regmap
         self.identity = identity
         self.device_id = device_id if device_id is not None else secrets.token_hex(4).upper()
         self.plain = plain
@@ -166,22 +185,40 @@ class Firmware:
         return wire.identify_text(self.identity, self.device_id, epoch)
 
     def answer(self, request: wire.Request) -> wire.Reply:
-        """The reply to ``request``: its acknowledgement, or ``e ADDR`` for a bad address."""
-        regs = self.registers
+        """The reply to ``request``: its acknowledgement; ``e ADDR`` for an address that is no
+        register (any of a block's); ``e DATA`` for a value the register refuses (a write to
+        a read-only register, a reserved bit set). A refused request changes nothing."""
+        regs, regmap, seq = self.registers, self.regmap, request.seq
         match request:
-            case wire.ReadRequest(seq=seq, addr=addr) if addr < REGISTER_COUNT:
-                return wire.ReadReply(seq, addr, regs.read(addr))
-            case wire.WriteRequest(seq=seq, addr=addr, data=data) if addr < REGISTER_COUNT:
-                return wire.WriteReply(seq, addr, regs.write(addr, data))
-            case wire.ReadRequest() | wire.WriteRequest():
-                return wire.ErrorReply(request.seq, "ADDR")
-            case wire.IdentifyRequest(seq=seq):
+            case wire.IdentifyRequest():
                 return wire.IdentifyReply(seq, self.identify_text())
-            case wire.ResetRequest(seq=seq):
+            case wire.ResetRequest():
                 regs.reset()
                 return wire.ResetReply(seq)
-            case wire.DumpRequest(seq=seq):
-                return wire.DumpReply(seq, tuple(regs.snapshot()))
+            case wire.DumpRequest(addr=start):
+                held = dict(zip(regmap.addresses, regs.snapshot(), strict=True))
+                return wire.DumpReply(
+                    seq, tuple(held.get(a, 0) for a in range(start, start + 16)), start)
+        addr: int = request.addr
+        count = {wire.ReadBlockRequest: getattr(request, "count", 1),
+                 wire.WriteBlockRequest: len(getattr(request, "values", ()))
+                 }.get(type(request), 1)
+        if any(regmap.at(each) is None for each in range(addr, addr + count)):
+            return wire.ErrorReply(seq, "ADDR")
+        try:
+            match request:
+                case wire.ReadRequest():
+                    return wire.ReadReply(seq, addr, regs.read(addr))
+                case wire.WriteRequest(data=data):
+                    return wire.WriteReply(seq, addr, regs.write(addr, data))
+                case wire.ReadBlockRequest(count=count):
+                    return wire.ReadBlockReply(seq, addr, tuple(regs.read_block(addr, count)))
+                case wire.WriteBlockRequest(values=values):
+                    return wire.WriteBlockReply(seq, addr, tuple(regs.write_block(addr, values)))
+                case wire.MaskedWriteRequest(mask=mask, data=data):
+                    return wire.MaskedWriteReply(seq, addr, regs.write_masked(addr, mask, data))
+        except RegisterRangeError:
+            return wire.ErrorReply(seq, "DATA")
         raise AssertionError(f"not a request: {request!r}")  # pragma: no cover
 
 
@@ -548,6 +585,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="send the first N replies clean (0)")
     parser.add_argument("--fault-count", type=int, default=None, metavar="N",
                         help="inject at most N faults, then run clean (no limit)")
+    parser.add_argument("--map", metavar="FILE", type=Path,
+                        help="serve the registers of this register map, in the compiled JSON "
+                             "form (regdev map FILE --json); default: 16 read-write registers, "
+                             "reset 0")
     parser.add_argument("--identity", default=IDENTITY, metavar="TEXT",
                         help="the description that starts the identify text, before its id "
                              f"and epoch (default: {IDENTITY!r})")
@@ -564,10 +605,36 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Run the simulator; return the exit status (0 when interrupted, 2 on a usage error)."""
+def load_map(path: Path) -> RegisterMap:
+    """The register map in the compiled JSON form at ``path``.
+
+    Raises:
+        MapError: the file cannot be read or is not such a map (one line naming it).
+    """
+    try:
+        text = path.read_bytes()
+    except OSError as error:
+        raise MapError(f"cannot read {path}: {error.strerror or error}") from None
+    return RegisterMap.from_json(text, str(path))
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None,
+         regmap: RegisterMap | None = None) -> int:
+    """Run the simulator; return the exit status (0 when interrupted, 2 on a usage error).
+
+    Args:
+        argv: the command line (``sys.argv[1:]`` when None).
+        prog: the program's name in messages.
+        regmap: the register map to serve (``regdev firmware-sim`` passes the one it read,
+            SystemRDL included); None reads ``--map`` (JSON), else the default map.
+    """
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    if regmap is None and args.map is not None:
+        try:
+            regmap = load_map(args.map)
+        except MapError as error:
+            parser.exit(2, f"{parser.prog}: error: {error}\n")
     rates: dict[str, float] = {}
     for group in args.fault:
         rates.update(group)
@@ -575,7 +642,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
                         delay=args.delay)
         firmware = Firmware(identity=args.identity, device_id=args.device_id,
-                            plain=args.plain_identify)
+                            plain=args.plain_identify, regmap=regmap)
     except (ValueError, LocalProtocolError) as error:
         parser.error(str(error))
     if rates.get("disconnect") and args.pty and args.link is None:
@@ -593,7 +660,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
             ("--fault-after", args.fault_after, 0), ("--fault-count", args.fault_count, None),
             ("--identity", args.identity, IDENTITY), ("--device-id", args.device_id, None),
-            ("--plain-identify", args.plain_identify, False)) if value != default]
+            ("--plain-identify", args.plain_identify, False), ("--map", args.map, None))
+            if value != default]
         if given:
             parser.error(f"{', '.join(given)} cannot go with --avr: the C firmware runs as "
                          "built, without faults, with its own identity")

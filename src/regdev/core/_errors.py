@@ -14,6 +14,8 @@ The tree::
     │                          on the next transaction)
     ├── PolicyError            a policy (file or Python) is invalid, or names a session or
     │                          tool that does not exist (raised when the policy is loaded)
+    ├── MapError               a register map (SystemRDL or its compiled JSON form) cannot be
+    │                          read or describes what regdev does not support (file:line)
     ├── AuditError             the audit database could not be opened, read or written
     │   │                      (wraps ``sqlite3.Error`` and ``OSError``)
     │   └── AuditInUse         another writer (process or AuditLog) has the database open
@@ -22,8 +24,9 @@ The tree::
     └── DeviceError            the device failed an operation: it ran it, or may have, and
         │                      did not answer as it should (a value other than the one
         │                      written, not a byte); the subclasses say more
-        ├── RegisterRangeError     address outside 0..15 or data outside 0..255 (refused by
-        │                          the register file: not executed)
+        ├── RegisterRangeError     an address that is no register, data outside 0..255, or
+        │                          data the register refuses (read-only, reserved bits):
+        │                          refused by the register file, not executed
         ├── DeviceTimeout          the request was sent and no valid reply came within the
         │   │                      timeout: whether the device executed it is unknown
         │   └── ReplyLost          the request was sent, then the port failed before the
@@ -52,6 +55,7 @@ __all__ = [
     "DeviceRefused",
     "DeviceTimeout",
     "LocalProtocolError",
+    "MapError",
     "PolicyError",
     "ProtocolError",
     "RegdevError",
@@ -148,6 +152,15 @@ class PolicyError(RegdevError, ValueError):
     e.g. ``policy.toml: `sessions.viewer.scopes[0]`: input should be 'read' or 'write'``."""
 
 
+class MapError(RegdevError, ValueError):
+    """A register map cannot be read, or describes something regdev does not support.
+
+    The message is one line naming where: ``example.rdl:12:5: ...`` for SystemRDL (the
+    compiler's first error, or the construct regdev refuses), ``map.json: `registers[2].reset`:
+    ...`` for the compiled JSON form, or the register and field for a map built in Python.
+    """
+
+
 class AuditError(RegdevError):
     """The audit database could not be opened, read or written (the message names the path).
 
@@ -185,7 +198,9 @@ class DeviceError(RegdevError):
 
 
 class RegisterRangeError(DeviceError, ValueError):
-    """An address outside 0..15 or a data value outside 0..255 reached the register file."""
+    """The register file refused a request, not executed: an address that is not one of its
+    registers (outside 0..15 for the default map), data outside 0..255, or data the register
+    refuses (a write to a read-only register, reserved bits set)."""
 
 
 class DeviceTimeout(DeviceError):

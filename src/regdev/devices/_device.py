@@ -1,8 +1,15 @@
-"""The register device: 16 registers of 8 bits, in process or behind a transport.
+"""The register device: 8-bit registers described by a register map, in process or behind a
+transport.
 
 :class:`Device` is the one small base class every backend implements (the in-process
 :class:`RegisterFile` here, the serial backend elsewhere). The gate talks only to it.
 :class:`TimeoutDevice` wraps any device to bound how long a caller waits for it.
+
+Every device has a :class:`~regdev.RegisterMap` (:attr:`Device.regmap`): by default the
+16 unnamed read-write registers of :meth:`RegisterMap.default`. The register file honours
+its map (reset values, read-only registers, reserved bits, write-1-to-clear, clear-on-read;
+see ``_regmap.py``), and refuses what the map forbids itself, after the gate has (defence in
+depth).
 
 Every device says who it is and when it last started over: :meth:`Device.identity`, a
 :class:`DeviceIdentity` of its id and its reset epoch. Idempotency keys are scoped to both, so
@@ -24,15 +31,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ..core._errors import DeviceBusy, DeviceTimeout, RegisterRangeError
+from ..core._errors import DeviceBusy, DeviceRefused, DeviceTimeout, RegisterRangeError
+from ._regmap import Register, RegisterMap
 
-__all__ = ["DATA_MAX", "REGISTER_COUNT", "Device", "DeviceIdentity", "RegisterFile",
-           "TimeoutDevice", "check_access", "check_epoch", "check_timeout", "new_epoch"]
+__all__ = ["DATA_MAX", "MAX_BLOCK", "REGISTER_COUNT", "Device", "DeviceIdentity",
+           "RegisterFile", "TimeoutDevice", "check_access", "check_block", "check_epoch",
+           "check_timeout", "new_epoch"]
 
-#: Number of registers; valid addresses are 0..REGISTER_COUNT-1 (0..15).
+#: Number of registers of the default map; its addresses are 0..REGISTER_COUNT-1 (0..15).
 REGISTER_COUNT = 16
 #: Largest data value of one 8-bit register (0..255).
 DATA_MAX = 0xFF
+#: Most registers one block read or block write moves (one frame on the serial line).
+MAX_BLOCK = 16
 
 
 #: A reset epoch: 1..16 characters of 0-9 and A-Z (what fits the wire protocol's identify text).
@@ -76,20 +87,49 @@ def check_epoch(epoch: object) -> str:
     return epoch
 
 
-def check_access(addr: object, data: object = 0) -> None:
-    """Refuse an address outside 0..15 or data outside 0..255 (defence in depth).
+def check_access(addr: object, data: object = 0, regmap: RegisterMap | None = None) -> None:
+    """Refuse an address that is not a register, or data outside 0..255 (defence in depth).
 
     Args:
-        addr: register address, must be an ``int`` (not ``bool``) in 0..15.
+        addr: register address, an ``int`` (not ``bool``): a register of ``regmap`` (0..15
+            for the default map).
         data: data value, must be an ``int`` (not ``bool``) in 0..255.
+        regmap: the device's map; None for the default map.
 
     Raises:
         RegisterRangeError: either value is not an int in its range.
     """
-    if type(addr) is not int or not 0 <= addr < REGISTER_COUNT:
-        raise RegisterRangeError(f"address {addr!r} is outside 0..{REGISTER_COUNT - 1}")
+    if regmap is None or regmap.is_default:
+        if type(addr) is not int or not 0 <= addr < REGISTER_COUNT:
+            raise RegisterRangeError(f"address {addr!r} is outside 0..{REGISTER_COUNT - 1}")
+    elif type(addr) is not int or regmap.at(addr) is None:
+        raise RegisterRangeError(f"address {addr!r} is not a register of this device "
+                                 f"(registers are at {_addresses(regmap)})")
     if type(data) is not int or not 0 <= data <= DATA_MAX:
         raise RegisterRangeError(f"data {data!r} is outside 0..{DATA_MAX}")
+
+
+def check_block(addr: object, count: object, regmap: RegisterMap | None = None) -> None:
+    """Refuse a block of ``count`` registers from ``addr`` unless every address in it is a
+    register and ``count`` is 1..:data:`MAX_BLOCK`.
+
+    Raises:
+        RegisterRangeError: the block is out of range.
+    """
+    if type(count) is not int or not 1 <= count <= MAX_BLOCK:
+        raise RegisterRangeError(f"a block has 1..{MAX_BLOCK} registers, got {count!r}")
+    check_access(addr, 0, regmap)
+    assert type(addr) is int
+    for each in range(addr + 1, addr + count):
+        check_access(each, 0, regmap)
+
+
+def _addresses(regmap: RegisterMap) -> str:
+    """The map's addresses for a message: ``0..7`` when contiguous, else listed."""
+    if regmap.contiguous:
+        return f"0..{regmap.last}"
+    shown = ", ".join(str(a) for a in regmap.addresses[:12])
+    return shown + (", ..." if len(regmap) > 12 else "")
 
 
 def check_timeout(timeout: object) -> None:
@@ -108,19 +148,27 @@ def check_timeout(timeout: object) -> None:
 
 
 class Device(ABC):
-    """A 16-register, 8-bit device. Every method may block for at most the backend's timeout.
+    """A device of 8-bit registers, described by :attr:`regmap`. Every method may block for
+    at most the backend's timeout.
 
     Implementations raise only :class:`~regdev.DeviceError` subclasses (and
     :class:`~regdev.TransportError` for a port that cannot be used).
     """
 
+    @property
+    def regmap(self) -> RegisterMap:
+        """The register map this device honours: the default map (16 unnamed read-write
+        registers, reset 0) unless the backend was given another (``_regmap``)."""
+        found: RegisterMap | None = getattr(self, "_regmap", None)
+        return found if found is not None else RegisterMap.default()
+
     @abstractmethod
     def read(self, addr: int) -> int:
-        """Return the value (0..255) of register ``addr`` (0..15)."""
+        """Return the value (0..255) of register ``addr`` (a register of the map)."""
 
     @abstractmethod
     def write(self, addr: int, data: int) -> int:
-        """Write ``data`` (0..255) to register ``addr`` (0..15); return the value read back."""
+        """Write ``data`` (0..255) to register ``addr``; return the value read back."""
 
     @abstractmethod
     def reset(self) -> None:
@@ -128,7 +176,43 @@ class Device(ABC):
 
     @abstractmethod
     def snapshot(self) -> list[int]:
-        """Return all 16 register values, address 0 first."""
+        """Return every register's value, in the map's address order (address 0 first for
+        the default map's 16), without the side effects of a read (no clear-on-read)."""
+
+    def read_block(self, addr: int, count: int) -> list[int]:
+        """Read ``count`` (1..16) registers from ``addr`` up, as reads (clear-on-read bits
+        clear). This default reads them one by one; a backend that can should override it
+        with one transaction.
+
+        Raises:
+            RegisterRangeError: an address of the block is not a register (nothing read).
+        """
+        check_block(addr, count, self.regmap)
+        return [self.read(each) for each in range(addr, addr + count)]
+
+    def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
+        """Write ``data`` (1..16 values 0..255) to the registers from ``addr`` up, all or
+        nothing: every value is checked before any is written. Returns the registers' values
+        after the write.
+
+        A backend that cannot do this as one transaction refuses it: this default raises
+        :class:`~regdev.DeviceRefused` (nothing written), never writes one by one.
+        """
+        raise DeviceRefused(f"{type(self).__name__} cannot write a block of registers as one "
+                            "transaction; nothing was written", "BLOCK")
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        """One atomic read-modify-write of register ``addr``: the bits ``mask`` take those
+        of ``data``, the others keep their value (``new = (old & ~mask) | (data & mask)``,
+        write-1-to-clear bits in ``mask`` clearing where ``data`` has a 1). Returns the value
+        after.
+
+        No other write may come between the read and the write. A backend that cannot
+        promise that refuses: this default raises :class:`~regdev.DeviceRefused` (nothing
+        written), never reads and writes apart.
+        """
+        raise DeviceRefused(f"{type(self).__name__} cannot write bits of a register "
+                            "atomically (a masked write); nothing was written", "MASK")
 
     def identify(self) -> str:
         """Return a one-line description of the device."""
@@ -177,15 +261,22 @@ class Device(ABC):
 
 
 class RegisterFile(Device):
-    """The in-process register file: 16 registers of 8 bits with reset values. Thread-safe.
+    """The in-process register file: the registers of a map, with their behaviour. Thread-safe.
+
+    It honours its map: registers start at (and :meth:`reset` restores) their reset values; a
+    write to a read-only register, or one that sets a reserved bit, is refused
+    (:class:`~regdev.RegisterRangeError`, nothing written); read-only bits keep their value;
+    write-1-to-clear bits clear where a 1 is written; write-only bits read as 0;
+    clear-on-read bits clear after a read returns them. :meth:`hardware_set` sets bits as the
+    device's hardware would (a status flag, a counter).
 
     It says who it is and when it last started over (:meth:`identity`): its id, and a reset
     epoch drawn at construction and again at every :meth:`reset` (:func:`new_epoch`), so an
     idempotency key is never replayed to it after a reset, whoever called it.
 
     Args:
-        reset_values: 16 values in 0..255 taken at construction and by :meth:`reset`;
-            all 0 when omitted.
+        reset_values: one value in 0..255 per register of the map (address order), taken at
+            construction and by :meth:`reset`; the map's reset values when omitted.
         state_id: its id (what :meth:`state_id` returns, and the ``device`` of
             :meth:`identity`). None (the default): ``"RegisterFile:"`` and 16 random hex
             digits, unique to this object, since its registers live only as long as it does.
@@ -194,19 +285,25 @@ class RegisterFile(Device):
             when this one stands for the same registers, not reset since (a test of a
             restart, a model of a device that keeps its state): idempotency keys stored
             through the earlier one are then replayed to it.
+        regmap: the register map; the default map (16 read-write registers, reset 0) when
+            omitted.
 
     Raises:
-        RegisterRangeError: ``reset_values`` is not 16 ints in 0..255.
+        RegisterRangeError: ``reset_values`` is not one int in 0..255 per register.
         ValueError: ``state_id`` is an empty string or not a string, or ``epoch`` is not a
             reset epoch.
     """
 
     def __init__(self, reset_values: Sequence[int] | None = None, *,
-                 state_id: str | None = None, epoch: str | None = None) -> None:
-        values = list(reset_values) if reset_values is not None else [0] * REGISTER_COUNT
-        if len(values) != REGISTER_COUNT:
+                 state_id: str | None = None, epoch: str | None = None,
+                 regmap: RegisterMap | None = None) -> None:
+        regmap = regmap if regmap is not None else RegisterMap.default()
+        count = len(regmap)
+        values = list(reset_values) if reset_values is not None else [
+            each.reset or 0 for each in regmap.registers]
+        if len(values) != count:
             raise RegisterRangeError(
-                f"reset_values has {len(values)} entries; a register file has {REGISTER_COUNT}"
+                f"reset_values has {len(values)} entries; a register file has {count}"
             )
         for value in values:
             check_access(0, value)
@@ -214,36 +311,147 @@ class RegisterFile(Device):
             raise ValueError(f"state_id must be a non-empty string, got {state_id!r}")
         self._identity = DeviceIdentity(state_id or f"RegisterFile:{secrets.token_hex(8)}",
                                         new_epoch() if epoch is None else check_epoch(epoch))
-        self._reset_values = tuple(values)
-        self._registers = list(values)
+        self._regmap = regmap
+        self._default = regmap.is_default
+        size = regmap.last + 1
+        #: The register at each address (None: no register), and whether a read or a write
+        #: of it is plain (every bit read-write, no side effects): the fast path.
+        self._spec: list[Register | None] = [regmap.at(addr) for addr in range(size)]
+        self._plain = [spec is not None and spec.access == "rw" and not spec.fields
+                       for spec in self._spec]
+        self._reset_values = [0] * size
+        for register, value in zip(regmap.registers, values, strict=True):
+            self._reset_values[register.addr] = value
+        self._registers = list(self._reset_values)
         self._lock = threading.Lock()
         #: Number of writes applied since construction (for tests and statistics).
         self.write_count = 0
 
+    def _register(self, addr: object) -> Register:
+        """The register at ``addr``; RegisterRangeError naming it when there is none."""
+        spec = self._spec[addr] if type(addr) is int and 0 <= addr < len(self._spec) else None
+        if spec is None:
+            check_access(addr, 0, self._regmap)  # raises, naming the address
+        assert spec is not None
+        return spec
+
     def read(self, addr: int) -> int:
-        """Return register ``addr`` (0..15).
+        """Return register ``addr``, as a read returns it (write-only bits 0); clear-on-read
+        bits clear.
 
         Raises:
-            RegisterRangeError: ``addr`` is not an int in 0..15.
+            RegisterRangeError: ``addr`` is not an int naming a register (0..15 for the
+                default map).
         """
-        if type(addr) is not int or not 0 <= addr < REGISTER_COUNT:
-            check_access(addr)  # raises, naming the address
+        if self._default:
+            if type(addr) is not int or not 0 <= addr < REGISTER_COUNT:
+                check_access(addr)  # raises, naming the address
+            with self._lock:
+                return self._registers[addr]
+        spec = self._register(addr)
         with self._lock:
-            return self._registers[addr]
+            return self._read(addr, spec)
+
+    def _read(self, addr: int, spec: Register) -> int:
+        """One read, lock held."""
+        value = self._registers[addr]
+        if self._plain[addr]:
+            return value
+        shown, self._registers[addr] = spec.read_effect(value)
+        return shown
 
     def write(self, addr: int, data: int) -> int:
-        """Write ``data`` (0..255) to register ``addr`` (0..15) and return the value stored.
+        """Write ``data`` (0..255) to register ``addr`` and return the value it holds after
+        (as a read would show it, without clearing anything).
 
         Raises:
-            RegisterRangeError: ``addr`` or ``data`` is out of range or not an int.
+            RegisterRangeError: ``addr`` is no register, ``data`` is not an int 0..255, or the
+                register refuses it (read-only, reserved bits set); nothing is written.
         """
-        if type(addr) is not int or not 0 <= addr < REGISTER_COUNT \
-                or type(data) is not int or not 0 <= data <= DATA_MAX:
-            check_access(addr, data)  # raises, naming the value out of range
+        if self._default:
+            if type(addr) is not int or not 0 <= addr < REGISTER_COUNT \
+                    or type(data) is not int or not 0 <= data <= DATA_MAX:
+                check_access(addr, data)  # raises, naming the value out of range
+            with self._lock:
+                self._registers[addr] = data
+                self.write_count += 1
+                return data
+        return self.write_masked(addr, DATA_MAX, data)
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        """One atomic read-modify-write: the bits ``mask`` of register ``addr`` take those of
+        ``data`` (write-1-to-clear bits clear where ``data`` has a 1), every other bit keeps
+        its value; under the register file's lock, so no other write comes between. Returns
+        the value after, as a read would show it (without clearing anything).
+
+        Raises:
+            RegisterRangeError: ``addr`` is no register, ``mask`` or ``data`` is not an int
+                0..255, or the register refuses the write (read-only, a reserved bit set in
+                ``mask``); nothing is written.
+        """
+        spec = self._register(addr)
+        for name, value in (("mask", mask), ("data", data)):
+            if type(value) is not int or not 0 <= value <= DATA_MAX:
+                raise RegisterRangeError(f"{name} {value!r} is outside 0..{DATA_MAX}")
+        refused = spec.refuse_write(data, mask)
+        if refused is not None:
+            raise RegisterRangeError(refused)
         with self._lock:
-            self._registers[addr] = data
+            new = self._registers[addr] = spec.written(self._registers[addr], data, mask)
             self.write_count += 1
-            return data
+            return new & spec.readable_mask
+
+    def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
+        """Write ``data`` (1..16 values 0..255) to the registers ``addr``, ``addr + 1``, ...,
+        all or nothing: every address and value is checked first, then all are written
+        under the lock. Returns the values after, as :meth:`write` does.
+
+        Raises:
+            RegisterRangeError: an address of the block is no register, a value is not an int
+                0..255, or a register refuses its value; nothing is written.
+        """
+        values = list(data)
+        check_block(addr, len(values), self._regmap)
+        specs = [self._register(addr + index) for index in range(len(values))]
+        for spec, value in zip(specs, values, strict=True):
+            check_access(spec.addr, value, self._regmap)
+            refused = spec.refuse_write(value)
+            if refused is not None:
+                raise RegisterRangeError(refused)
+        with self._lock:
+            out = []
+            for spec, value in zip(specs, values, strict=True):
+                new = self._registers[spec.addr] = spec.written(
+                    self._registers[spec.addr], value)
+                out.append(new & spec.readable_mask)
+            self.write_count += len(values)
+            return out
+
+    def read_block(self, addr: int, count: int) -> list[int]:
+        """Read ``count`` (1..16) registers from ``addr`` up, as :meth:`read` does, under one
+        hold of the lock.
+
+        Raises:
+            RegisterRangeError: an address of the block is not a register (nothing read).
+        """
+        check_block(addr, count, self._regmap)
+        specs = [self._register(addr + index) for index in range(count)]
+        with self._lock:
+            return [self._read(spec.addr, spec) for spec in specs]
+
+    def hardware_set(self, addr: int, bits: int) -> int:
+        """Set ``bits`` of register ``addr`` as the device's hardware would (a status flag,
+        an error bit), whatever software may write; reserved bits stay 0. Returns the value
+        after. For simulations and tests: this is not a tool call.
+
+        Raises:
+            RegisterRangeError: ``addr`` is no register or ``bits`` is not an int 0..255.
+        """
+        spec = self._register(addr)
+        check_access(addr, bits, self._regmap)
+        with self._lock:
+            new = self._registers[addr] = (self._registers[addr] | bits) & spec.field_mask
+            return new
 
     def reset(self) -> None:
         """Restore every register to its reset value, and begin a new reset epoch."""
@@ -252,13 +460,18 @@ class RegisterFile(Device):
             self._identity = DeviceIdentity(self._identity.device, new_epoch())
 
     def snapshot(self) -> list[int]:
-        """Return a copy of all 16 registers, address 0 first."""
+        """Return a copy of every register's value, in the map's address order (address 0
+        first for the default map's 16), as a read shows it but without clearing anything."""
         with self._lock:
-            return list(self._registers)
+            if self._default:
+                return list(self._registers)
+            values = self._registers
+            return [values[r.addr] & r.readable_mask for r in self._regmap.registers]
 
     def identify(self) -> str:
-        """Return ``"regdev register file, 16 x 8-bit (in process)"``."""
-        return f"regdev register file, {REGISTER_COUNT} x 8-bit (in process)"
+        """Return ``"regdev register file, 16 x 8-bit (in process)"`` (the number of
+        registers of its map)."""
+        return f"regdev register file, {len(self._regmap)} x 8-bit (in process)"
 
     def state_id(self) -> str:
         """The ``state_id`` given at construction, else ``"RegisterFile:"`` and 16 random hex
@@ -354,6 +567,21 @@ class TimeoutDevice(Device):
         result: int = self._call(self.device.write, addr, data)
         return result
 
+    def read_block(self, addr: int, count: int) -> list[int]:
+        """Read a block of registers, waiting at most ``timeout`` seconds."""
+        result: list[int] = self._call(self.device.read_block, addr, count)
+        return result
+
+    def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
+        """Write a block of registers, waiting at most ``timeout`` seconds."""
+        result: list[int] = self._call(self.device.write_block, addr, data)
+        return result
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        """One masked write, waiting at most ``timeout`` seconds."""
+        result: int = self._call(self.device.write_masked, addr, mask, data)
+        return result
+
     def reset(self) -> None:
         """Reset the device, waiting at most ``timeout`` seconds."""
         self._call(self.device.reset)
@@ -366,6 +594,11 @@ class TimeoutDevice(Device):
     def identify(self) -> str:
         """The wrapped device's description."""
         return self.device.identify()
+
+    @property
+    def regmap(self) -> RegisterMap:
+        """The wrapped device's register map."""
+        return self.device.regmap
 
     def state_id(self) -> str:
         """The wrapped device's :meth:`~Device.state_id`: the registers are its."""

@@ -37,6 +37,7 @@ __all__ = [
     "DEVICE",
     "ERROR_CODES",
     "HOST",
+    "MAX_BLOCK",
     "MAX_EPOCH",
     "MAX_FRAME",
     "MAX_ID",
@@ -51,6 +52,10 @@ __all__ = [
     "Frame",
     "IdentifyReply",
     "IdentifyRequest",
+    "MaskedWriteReply",
+    "MaskedWriteRequest",
+    "ReadBlockReply",
+    "ReadBlockRequest",
     "ReadReply",
     "ReadRequest",
     "Reply",
@@ -59,6 +64,8 @@ __all__ = [
     "ResetRequest",
     "Role",
     "State",
+    "WriteBlockReply",
+    "WriteBlockRequest",
     "WriteReply",
     "WriteRequest",
     "crc8",
@@ -77,6 +84,8 @@ MAX_TEXT: Final = 48
 #: started over").
 MAX_ID: Final = 16
 MAX_EPOCH: Final = 16
+#: Most registers a block read or block write moves in one frame.
+MAX_BLOCK: Final = 16
 #: The error codes a device sends in an ``e`` reply (``docs/protocol.md``, "Error codes").
 #: A host treats any other upper-case word of 1..8 letters as a refusal too.
 ERROR_CODES: Final = ("ADDR", "DATA", "CKSUM", "SYNTAX", "BUSY")
@@ -155,9 +164,42 @@ class ResetRequest:
 
 @dataclass(frozen=True, slots=True)
 class DumpRequest:
-    """``D``: read all 16 registers at once. Answered by :class:`DumpReply`."""
+    """``D``: the values of the 16 addresses 00..0F at once, without the side effects of a
+    read; ``D AA``: of the 16 addresses from ``addr``. Answered by :class:`DumpReply`."""
 
     seq: int
+    addr: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBlockRequest:
+    """``G AA NN``: read ``count`` (1..16) registers from ``addr`` up, as reads. Answered by
+    :class:`ReadBlockReply`."""
+
+    seq: int
+    addr: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBlockRequest:
+    """``P AA DD...``: write ``values`` (1..16 bytes) to the registers from ``addr`` up, all
+    or nothing. Answered by :class:`WriteBlockReply`."""
+
+    seq: int
+    addr: int
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MaskedWriteRequest:
+    """``M AA MM DD``: one atomic read-modify-write of register ``addr``: the bits ``mask``
+    take those of ``data``. Answered by :class:`MaskedWriteReply`."""
+
+    seq: int
+    addr: int
+    mask: int
+    data: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +253,39 @@ class ResetReply:
 
 @dataclass(frozen=True, slots=True)
 class DumpReply:
-    """``d`` and 32 hex digits: the 16 registers, address 0 first."""
+    """``d`` and 32 hex digits: the 16 addresses from ``addr`` (``d AA`` and 32 hex digits
+    when ``addr`` is not 0), lowest first; an address that is no register reads 00."""
 
     seq: int
     values: tuple[int, ...]
+    addr: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBlockReply:
+    """``g AA DD...``: the registers from ``addr`` up hold ``values``."""
+
+    seq: int
+    addr: int
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBlockReply:
+    """``p AA DD...``: the registers from ``addr`` up hold ``values`` after the write."""
+
+    seq: int
+    addr: int
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MaskedWriteReply:
+    """``m AA DD``: register ``addr`` holds ``data`` after the masked write."""
+
+    seq: int
+    addr: int
+    data: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,13 +300,18 @@ class ErrorReply:
     code: str
 
 
-Request: TypeAlias = IdentifyRequest | ReadRequest | WriteRequest | ResetRequest | DumpRequest
+Request: TypeAlias = (
+    IdentifyRequest | ReadRequest | WriteRequest | ResetRequest | DumpRequest
+    | ReadBlockRequest | WriteBlockRequest | MaskedWriteRequest
+)
 Reply: TypeAlias = (
     IdentifyReply | ReadReply | WriteReply | ResetReply | DumpReply | ErrorReply
+    | ReadBlockReply | WriteBlockReply | MaskedWriteReply
 )
 Frame: TypeAlias = Request | Reply
 
-_REQUESTS: Final = (IdentifyRequest, ReadRequest, WriteRequest, ResetRequest, DumpRequest)
+_REQUESTS: Final = (IdentifyRequest, ReadRequest, WriteRequest, ResetRequest, DumpRequest,
+                    ReadBlockRequest, WriteBlockRequest, MaskedWriteRequest)
 #: The reply type that answers each request type (an ErrorReply answers any of them).
 _ANSWER: Final[dict[type[Frame], type[Frame]]] = {
     IdentifyRequest: IdentifyReply,
@@ -243,6 +319,9 @@ _ANSWER: Final[dict[type[Frame], type[Frame]]] = {
     WriteRequest: WriteReply,
     ResetRequest: ResetReply,
     DumpRequest: DumpReply,
+    ReadBlockRequest: ReadBlockReply,
+    WriteBlockRequest: WriteBlockReply,
+    MaskedWriteRequest: MaskedWriteReply,
 }
 
 # --- the identify text's extension: who the device is, and when it last started over -----------
@@ -321,6 +400,10 @@ def _byte(name: str, value: object) -> int:
     return value
 
 
+def _hex(values: tuple[int, ...]) -> str:
+    return "".join(f"{_byte('values', v):02X}" for v in values)
+
+
 def _payload(frame: Frame) -> str:
     seq = _byte("seq", frame.seq)
     match frame:
@@ -335,14 +418,33 @@ def _payload(frame: Frame) -> str:
             return f"{seq:02X} I"
         case ResetRequest():
             return f"{seq:02X} Z"
-        case DumpRequest():
-            return f"{seq:02X} D"
+        case DumpRequest(addr=addr):
+            return f"{seq:02X} D" + (f" {_byte('addr', addr):02X}" if addr else "")
         case ResetReply():
             return f"{seq:02X} z"
-        case DumpReply(values=values):
+        case DumpReply(values=values, addr=addr):
             if len(values) != 16:
                 raise LocalProtocolError(f"a dump has 16 values, got {len(values)}")
-            return f"{seq:02X} d " + "".join(f"{_byte('values', v):02X}" for v in values)
+            at = f"{_byte('addr', addr):02X} " if addr else ""
+            return f"{seq:02X} d {at}" + _hex(values)
+        case ReadBlockRequest(addr=addr, count=count):
+            if type(count) is not int or not 1 <= count <= MAX_BLOCK:
+                raise LocalProtocolError(f"a block has 1..{MAX_BLOCK} registers, got {count!r}")
+            return f"{seq:02X} G {_byte('addr', addr):02X} {count:02X}"
+        case ReadBlockReply(addr=addr, values=values) | WriteBlockRequest(
+            addr=addr, values=values
+        ) | WriteBlockReply(addr=addr, values=values):
+            letter = {ReadBlockReply: "g", WriteBlockRequest: "P",
+                      WriteBlockReply: "p"}[type(frame)]
+            if not 1 <= len(values) <= MAX_BLOCK:
+                raise LocalProtocolError(
+                    f"a block has 1..{MAX_BLOCK} values, got {len(values)}")
+            return f"{seq:02X} {letter} {_byte('addr', addr):02X} {_hex(values)}"
+        case MaskedWriteRequest(addr=addr, mask=mask, data=data):
+            return (f"{seq:02X} M {_byte('addr', addr):02X} {_byte('mask', mask):02X} "
+                    f"{_byte('data', data):02X}")
+        case MaskedWriteReply(addr=addr, data=data):
+            return f"{seq:02X} m {_byte('addr', addr):02X} {_byte('data', data):02X}"
         case IdentifyReply(text=text):
             raw = text.encode("ascii") if isinstance(text, str) and text.isascii() else b""
             if not 1 <= len(raw) <= MAX_TEXT or not set(raw) <= _TEXT_BYTES:
@@ -424,6 +526,14 @@ def decode(line: bytes) -> Frame:
     return frame
 
 
+def _values(digits: bytes) -> tuple[int, ...] | None:
+    """Bytes as contiguous pairs of upper-case hex digits; None unless 1 or more, all valid."""
+    if not digits or len(digits) % 2:
+        return None
+    values = [_HEX2.get(digits[i:i + 2], -1) for i in range(0, len(digits), 2)]
+    return None if -1 in values else tuple(values)
+
+
 def _decode_fields(seq: int, letter: int, fields: bytes, has_fields: bool) -> Frame | None:
     if not has_fields:
         if letter == 0x49:  # I
@@ -443,16 +553,59 @@ def _decode_fields(seq: int, letter: int, fields: bytes, has_fields: bool) -> Fr
         if letter == 0x57:  # W
             return WriteRequest(seq, addr, data)
         return ReadReply(seq, addr, data) if letter == 0x72 else WriteReply(seq, addr, data)
-    if letter == 0x64:  # d
-        values = [_HEX2.get(fields[i:i + 2], -1) for i in range(0, 32, 2)]
-        ok = len(fields) == 32 and -1 not in values
-        return DumpReply(seq, tuple(values)) if ok else None
+    if letter == 0x44:  # D AA
+        addr = _HEX2.get(fields)
+        return DumpRequest(seq, addr) if addr else None  # `D 00` is spelt `D`
+    if letter == 0x64:  # d [AA ]
+        addr = 0
+        if len(fields) == 35 and fields[2] == 0x20:
+            addr = _HEX2.get(fields[:2], 0)
+            if not addr:
+                return None
+            fields = fields[3:]
+        values = _values(fields)
+        return DumpReply(seq, values, addr) if values and len(values) == 16 else None
+    if letter == 0x47:  # G AA NN
+        addr, count = _HEX2.get(fields[:2]), _HEX2.get(fields[3:5])
+        if (addr is None or count is None or len(fields) != 5 or fields[2] != 0x20
+                or not 1 <= count <= MAX_BLOCK):
+            return None
+        return ReadBlockRequest(seq, addr, count)
+    if letter in b"gPp":
+        addr = _HEX2.get(fields[:2])
+        values = _values(fields[3:])
+        if addr is None or fields[2:3] != b" " or values is None or len(values) > MAX_BLOCK:
+            return None
+        if letter == 0x67:  # g
+            return ReadBlockReply(seq, addr, values)
+        return (WriteBlockRequest if letter == 0x50 else WriteBlockReply)(seq, addr, values)
+    if letter == 0x4D:  # M AA MM DD
+        addr, mask, data = _HEX2.get(fields[:2]), _HEX2.get(fields[3:5]), _HEX2.get(fields[6:8])
+        if (addr is None or mask is None or data is None or len(fields) != 8
+                or fields[2] != 0x20 or fields[5] != 0x20):
+            return None
+        return MaskedWriteRequest(seq, addr, mask, data)
+    if letter == 0x6D:  # m AA DD
+        addr, data = _HEX2.get(fields[:2]), _HEX2.get(fields[3:5])
+        if addr is None or data is None or len(fields) != 5 or fields[2] != 0x20:
+            return None
+        return MaskedWriteReply(seq, addr, data)
     if letter == 0x69:  # i
         ok = 1 <= len(fields) <= MAX_TEXT and set(fields) <= _TEXT_BYTES
         return IdentifyReply(seq, fields.decode("ascii")) if ok else None
     if letter == 0x65:  # e
         ok = 1 <= len(fields) <= 8 and set(fields) <= _CODE_LETTERS
         return ErrorReply(seq, fields.decode("ascii")) if ok else None
+    return None
+
+
+def _block_size(frame: Frame) -> int | None:
+    """How many registers a block frame moves (None for other frames), so that a block
+    reply must carry as many values as its request asked for."""
+    if isinstance(frame, ReadBlockRequest):
+        return frame.count
+    if isinstance(frame, (ReadBlockReply, WriteBlockRequest, WriteBlockReply)):
+        return len(frame.values)
     return None
 
 
@@ -721,7 +874,8 @@ class Connection:
             return False
         answers = isinstance(frame, ErrorReply) or (
             isinstance(frame, _ANSWER[type(pending)])
-            and getattr(frame, "addr", None) == getattr(pending, "addr", None))
+            and getattr(frame, "addr", None) == getattr(pending, "addr", None)
+            and _block_size(frame) == _block_size(pending))
         if not answers:
             raise _syntax(line, f"does not answer the request {encode(pending)!r}", frame.seq)
         self._move(Action.RECEIVE_REPLY, local=False)

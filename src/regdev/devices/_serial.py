@@ -46,7 +46,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -61,7 +61,7 @@ from ..core._errors import (
     ReplyLost,
     TransportError,
 )
-from ._device import Device, DeviceIdentity, check_access
+from ._device import Device, DeviceIdentity, check_access, check_block
 from ._protocol import (
     HOST,
     NEED_DATA,
@@ -71,6 +71,10 @@ from ._protocol import (
     ErrorReply,
     IdentifyReply,
     IdentifyRequest,
+    MaskedWriteReply,
+    MaskedWriteRequest,
+    ReadBlockReply,
+    ReadBlockRequest,
     ReadReply,
     ReadRequest,
     Reply,
@@ -78,9 +82,12 @@ from ._protocol import (
     ResetReply,
     ResetRequest,
     State,
+    WriteBlockReply,
+    WriteBlockRequest,
     WriteReply,
     WriteRequest,
 )
+from ._regmap import RegisterMap
 
 __all__ = ["MAX_BAUDRATE", "URL_FORMS", "SerialDevice", "map_exceptions", "port_state_id"]
 
@@ -105,7 +112,11 @@ _BUSY = frozenset({"CKSUM", "SYNTAX", "BUSY"})
 #: What a write or reset whose outcome is unknown asks the caller to do.
 _UNKNOWN = {
     "write": "the write may or may not have happened: read the register back",
+    "block write": "the block write may or may not have happened: read the registers back",
+    "masked write": "the masked write may or may not have happened: read the register back",
     "reset": "the reset may or may not have happened: dump the registers",
+    "clear-on-read read": "the read may have cleared its clear-on-read bits, and its value "
+                          "is lost",
 }
 #: Most bytes taken from the port per read call (the codec's buffer holds 1024).
 _READ_CHUNK = 256
@@ -252,7 +263,7 @@ def port_state_id(url: str) -> str:
 
 
 class SerialDevice(Device):
-    """A 16-register, 8-bit device at the end of a serial line (``docs/protocol.md``).
+    """A device of 8-bit registers at the end of a serial line (``docs/protocol.md``).
 
     The port is opened at construction, exclusively on a device path (a POSIX lock;
     ``exclusive`` does nothing for ``socket://`` and ``rfc2217://``, where the device side
@@ -274,6 +285,10 @@ class SerialDevice(Device):
             when one is due.
         first_seq: sequence number of the first request, 1..255; by default a random one,
             so that a new process does not reuse the numbers of the one before it.
+        regmap: the device's register map (the default map: 16 read-write registers at
+            0..15). Addresses are checked against it before anything is sent, and a read
+            of a register with clear-on-read bits is sent once, never again (a second read
+            would find them cleared).
 
     Raises:
         ValueError: ``baudrate``, ``timeout``, ``retries`` or ``first_seq`` is out of range.
@@ -287,7 +302,8 @@ class SerialDevice(Device):
     """
 
     def __init__(self, url: str, *, baudrate: int = 115200, timeout: float = 0.5,
-                 retries: int = 1, first_seq: int | None = None) -> None:
+                 retries: int = 1, first_seq: int | None = None,
+                 regmap: RegisterMap | None = None) -> None:
         if type(baudrate) is not int or not 1 <= baudrate <= MAX_BAUDRATE:
             raise ValueError(f"baudrate must be an int 1..{MAX_BAUDRATE} (baud), "
                              f"got {baudrate!r}")
@@ -301,6 +317,7 @@ class SerialDevice(Device):
         elif type(first_seq) is not int or not 1 <= first_seq <= 255:
             raise ValueError(f"first_seq must be an int 1..255, got {first_seq!r}")
         _check_url(url)
+        self._regmap = regmap if regmap is not None else RegisterMap.default()
         self.url = url
         self._state_id = port_state_id(url)  # once: a link later pointed elsewhere is not it
         self.baudrate = baudrate
@@ -346,9 +363,12 @@ class SerialDevice(Device):
             TransportError: the request was not sent: the port failed first, or the line
                 could not be synchronised.
         """
-        check_access(addr)
-        reply = self._transact(lambda seq: ReadRequest(seq, addr), ReadReply, "read",
-                               self.retries)
+        regmap = self._regmap
+        check_access(addr, 0, regmap)
+        clears = regmap.is_default is False and bool(regmap.at(addr).rclr_mask)  # type: ignore[union-attr]
+        reply = self._transact(lambda seq: ReadRequest(seq, addr), ReadReply,
+                               "clear-on-read read" if clears else "read",
+                               0 if clears else self.retries)
         return reply.data
 
     def write(self, addr: int, data: int) -> int:
@@ -369,11 +389,64 @@ class SerialDevice(Device):
             TransportError: the write was not sent (the port failed first, or the line could
                 not be synchronised); it did not happen.
         """
-        check_access(addr, data)
+        check_access(addr, data, self._regmap)
         reply = self._transact(lambda seq: WriteRequest(seq, addr, data), WriteReply, "write", 0)
-        if reply.data != data:
+        if reply.data != data and self._regmap.is_default:
             raise DeviceError(f"the device acknowledged register {addr} = 0x{reply.data:02x}, "
                               f"not the 0x{data:02x} written")
+        return reply.data
+
+    def read_block(self, addr: int, count: int) -> list[int]:
+        """Read ``count`` (1..16) registers from ``addr`` up in one frame (``G``).
+
+        Sent once when a register of the block has clear-on-read bits, else retried as
+        :meth:`read` is.
+
+        Raises:
+            RegisterRangeError: an address of the block is no register (nothing is sent).
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
+        """
+        regmap = self._regmap
+        check_block(addr, count, regmap)
+        clears = any(regmap.at(a).rclr_mask for a in range(addr, addr + count))  # type: ignore[union-attr]
+        reply = self._transact(lambda seq: ReadBlockRequest(seq, addr, count), ReadBlockReply,
+                               "clear-on-read read" if clears else "read",
+                               0 if clears else self.retries)
+        return list(reply.values)
+
+    def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
+        """Write ``data`` (1..16 values 0..255) to the registers from ``addr`` up, in one frame
+        (``P``): the device checks every value before it writes any (all or nothing). Sent
+        once, never repeated. Returns the values the device reports after the write.
+
+        Raises:
+            RegisterRangeError: an address is no register or a value is out of range
+                (nothing is sent).
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`write`
+                (``e DATA``: a register refused its value, and nothing was written).
+        """
+        values = tuple(data)
+        check_block(addr, len(values), self._regmap)
+        for index, value in enumerate(values):
+            check_access(addr + index, value, self._regmap)
+        reply = self._transact(lambda seq: WriteBlockRequest(seq, addr, values),
+                               WriteBlockReply, "block write", 0)
+        return list(reply.values)
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        """One atomic read-modify-write on the device, in one frame (``M``): the bits
+        ``mask`` of register ``addr`` take those of ``data``; no other host's request can
+        come between. Sent once. Returns the value the device reports after.
+
+        Raises:
+            RegisterRangeError: ``addr`` is no register, or ``mask`` or ``data`` is out of
+                range (nothing is sent).
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`write`.
+        """
+        check_access(addr, data, self._regmap)
+        check_access(addr, mask, self._regmap)
+        reply = self._transact(lambda seq: MaskedWriteRequest(seq, addr, mask, data),
+                               MaskedWriteReply, "masked write", 0)
         return reply.data
 
     def reset(self) -> None:
@@ -394,12 +467,23 @@ class SerialDevice(Device):
             self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries)
 
     def snapshot(self) -> list[int]:
-        """Return all 16 registers, address 0 first, in one transaction (``D``).
+        """Return every register of the map, in address order, without the side effects of a
+        read: one dump (``D``) per 16 addresses (one transaction for the default map).
 
         Raises:
             DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
         """
-        return list(self._transact(DumpRequest, DumpReply, "dump", self.retries).values)
+        regmap = self._regmap
+        if regmap.is_default:
+            return list(self._transact(DumpRequest, DumpReply, "dump", self.retries).values)
+        values: dict[int, int] = {}
+        for start in range(0, regmap.last + 1, 16):
+            if not any(regmap.at(a) for a in range(start, start + 16)):
+                continue
+            reply = self._transact(lambda seq, at=start: DumpRequest(seq, at),  # type: ignore[misc]
+                                   DumpReply, "dump", self.retries)
+            values.update(zip(range(start, start + 16), reply.values, strict=True))
+        return [values[a] for a in regmap.addresses]
 
     def state_id(self) -> str:
         """The port's name, ``"serial:" + port`` (:func:`port_state_id`, as the port was named
