@@ -19,7 +19,7 @@ from regdev import (
     Gate,
     Policy,
     RegisterFile,
-    RegisterMap,
+    RegisterPolicy,
     TransportError,
     parse,
     read_audit,
@@ -183,7 +183,7 @@ def test_without_an_audit_log_keys_are_ignored() -> None:
 def test_a_refused_call_does_not_spend_its_key(tmp_path: Path) -> None:
     """Refused before the device (approval): the key stays free for the corrected attempt."""
     approve = {"answer": False}
-    policy = Policy(registers=RegisterMap(protected=frozenset({15})),
+    policy = Policy(registers=RegisterPolicy(protected=frozenset({15})),
                     approve=lambda request: approve["answer"])
     gate = Gate(CountingDevice(), audit=AuditLog(tmp_path / "a.db"), policy=policy)
     assert gate.handle(keyed_write("k", addr=15)).code == "approval-denied"

@@ -24,7 +24,7 @@ from regdev import (
     PolicyError,
     RateLimit,
     RegisterFile,
-    RegisterMap,
+    RegisterPolicy,
     Session,
     TimeoutDevice,
     Tool,
@@ -177,7 +177,7 @@ def test_authorize_order_rate_limit_before_approval() -> None:
 def test_approval_hook_approves_only_with_true(answer: Any, ok: bool) -> None:
     """The write runs only when the hook returns True itself."""
     device = CountingDevice()
-    gate = Gate(device, policy=Policy(registers=RegisterMap(protected=frozenset({15})),
+    gate = Gate(device, policy=Policy(registers=RegisterPolicy(protected=frozenset({15})),
                                       approve=lambda request: answer))
     obs = gate.handle(write(15, 3))
     assert obs.ok is ok
@@ -194,7 +194,7 @@ def test_approval_hook_that_raises_denies_and_is_logged(
         raise RuntimeError("approver is down")
 
     device = CountingDevice()
-    gate = Gate(device, policy=Policy(registers=RegisterMap(protected=frozenset({15})),
+    gate = Gate(device, policy=Policy(registers=RegisterPolicy(protected=frozenset({15})),
                                       approve=broken))
     with caplog.at_level(logging.ERROR, logger="regdev"):
         obs = gate.handle(write(15))
@@ -209,7 +209,7 @@ def test_approver_cannot_change_what_runs() -> None:
         return True
 
     device = RegisterFile()
-    gate = Gate(device, policy=Policy(registers=RegisterMap(protected=frozenset({15})),
+    gate = Gate(device, policy=Policy(registers=RegisterPolicy(protected=frozenset({15})),
                                       approve=sneaky))
     assert gate.handle(write(15, 200)).result == {"addr": 15, "data": 200}
     assert device.snapshot()[15] == 200
@@ -225,7 +225,7 @@ def test_an_interrupt_in_the_approval_hook_is_recorded_then_raised(
 
     device = CountingDevice()
     gate = Gate(device, audit=AuditLog(tmp_path / "audit.db"),
-                policy=Policy(registers=RegisterMap(protected=frozenset({15})), approve=hook))
+                policy=Policy(registers=RegisterPolicy(protected=frozenset({15})), approve=hook))
     raw = json.dumps({"tool": "write_register", "arguments": {"addr": 15, "data": 1},
                       "idempotency_key": "k"})
     with pytest.raises(interrupt):
@@ -276,7 +276,7 @@ def test_an_approved_reset_is_asked_about_every_register() -> None:
     asked: list[ApprovalRequest] = []
     device = RegisterFile()
     device.write(3, 9)
-    policy = Policy(registers=RegisterMap(protected=frozenset({15})),
+    policy = Policy(registers=RegisterPolicy(protected=frozenset({15})),
                     approve=lambda request: asked.append(request) or True)
     gate = Gate(device, WITH_RESET, policy=policy)
     assert gate.handle('{"tool": "reset_device", "arguments": {}}').ok
@@ -376,7 +376,7 @@ def test_unknown_session_is_a_policy_error() -> None:
 def test_example_policy_file_loads() -> None:
     """examples/policy.toml is a valid policy with the sessions the docs use."""
     policy = Policy.from_file(EXAMPLES / "policy.toml")
-    assert policy.registers == RegisterMap(read_only=frozenset({0}),
+    assert policy.registers == RegisterPolicy(read_only=frozenset({0}),
                                            protected=frozenset({15}))
     assert policy.session("reader").tools == ("read_register",)
     assert policy.session("viewer").scopes == frozenset({"read"})
@@ -406,7 +406,8 @@ def test_json_policy_file(tmp_path: Path) -> None:
                        "tool_call_ids_as_keys"),
         ("[rate_limit]\nrate = 5\nburst = 1\nper = 2\n",
          "`rate_limit.per`: unknown field; allowed here: rate, burst"),
-        ("[registers]\nread_only = [16]\n", "`registers.read_only[0]`: must be at most 15, got 16"),
+        ("[registers]\nread_only = [256]\n",
+         "`registers.read_only[0]`: must be at most 255, got 256"),
         ("[registers]\nread_only = [1]\nprotected = [1]\n",
          "register 1 is both read_only and protected"),
         ('[sessions.x]\nscopes = ["admin"]\n',
@@ -435,6 +436,20 @@ def test_bad_policy_file_is_one_clear_line(tmp_path: Path, text: str, message: s
     error = load_error(tmp_path / "policy.toml", text)
     assert message in error
     assert "Input should" not in error and "Field required" not in error
+
+
+def test_a_register_the_map_does_not_have_is_refused_when_the_gate_is_made(
+        tmp_path: Path) -> None:
+    """Addresses are checked against the device's map (0..15 by default) by the gate: the
+    policy loads, the gate refuses it in one line naming the register."""
+    path = tmp_path / "policy.toml"
+    path.write_text("[registers]\nread_only = [16]\n")
+    policy = Policy.from_file(path)
+    with pytest.raises(PolicyError) as info:
+        Gate(policy=policy)
+    assert str(info.value) == (
+        "`registers.read_only`: register 16 is not a register of the device's map "
+        "(its registers are at 0..15)")
 
 
 def load_error(path: Path, text: str) -> str:
@@ -486,7 +501,7 @@ def test_policy_file_that_cannot_be_read(tmp_path: Path) -> None:
 def test_policy_in_python_validates_too() -> None:
     """Policy declared in Python gets the same checks (pydantic)."""
     with pytest.raises(ValueError, match="register 3 is both"):
-        RegisterMap(read_only=frozenset({3}), protected=frozenset({3}))
+        RegisterPolicy(read_only=frozenset({3}), protected=frozenset({3}))
     with pytest.raises(ValueError, match="greater than 0"):
         RateLimit(rate=-1, burst=1)
 

@@ -25,6 +25,8 @@ EXPECTED = {
     "CompiledValidator", "compile_validator",
     # issue 10: who a device is and when it last started over (idempotency keys, audit)
     "DeviceIdentity",
+    # register maps (issue 12); the policy's registers became RegisterPolicy
+    "Field", "Register", "RegisterPolicy", "MapError", "map_tools",
 }
 
 

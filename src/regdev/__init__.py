@@ -1,4 +1,9 @@
-"""regdev: a validating tool backend for a 16-register, 8-bit device driven by model agents.
+"""regdev: a validating tool backend for register devices driven by model agents.
+
+A device is described by a :class:`RegisterMap` (from SystemRDL, or its compiled JSON form;
+by default 16 unnamed read-write registers of 8 bits): it gives the tools offered to models
+(:func:`map_tools`), the checks before the device, the policy's defaults, and the behaviour of
+the in-process register file and the firmware simulator.
 
 A model's tool call is untrusted data: :class:`Gate` parses it, validates it in a fixed order
 (shape, name, fields, types, ranges; the first failure decides), authorizes it against a
@@ -39,6 +44,7 @@ from .core._errors import (
     DeviceRefused,
     DeviceTimeout,
     LocalProtocolError,
+    MapError,
     PolicyError,
     ProtocolError,
     RegdevError,
@@ -58,11 +64,20 @@ from .devices._device import (
     TimeoutDevice,
 )
 from .devices._modbus import ModbusDevice
+from .devices._regmap import Field, Register, RegisterMap
 from .devices._serial import SerialDevice
 from .gate._compile import CompiledValidator, compile_validator
 from .gate._gate import Gate
+from .gate._maptools import map_tools
 from .gate._parse import DIALECTS, ParsedCall, parse
-from .gate._policy import ApprovalRequest, Policy, RateLimit, RegisterMap, Session, SessionPolicy
+from .gate._policy import (
+    ApprovalRequest,
+    Policy,
+    RateLimit,
+    RegisterPolicy,
+    Session,
+    SessionPolicy,
+)
 from .gate._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
 from .gate._validate import ReferenceValidator
 
@@ -86,9 +101,11 @@ __all__ = [
     "DeviceIdentity",
     "DeviceRefused",
     "DeviceTimeout",
+    "Field",
     "Gate",
     "LocalProtocolError",
     "LoopResult",
+    "MapError",
     "ModbusDevice",
     "Observation",
     "ParsedCall",
@@ -99,8 +116,10 @@ __all__ = [
     "ReferenceValidator",
     "Refusal",
     "RegdevError",
+    "Register",
     "RegisterFile",
     "RegisterMap",
+    "RegisterPolicy",
     "RegisterRangeError",
     "RemoteProtocolError",
     "ReplyLost",
@@ -119,6 +138,7 @@ __all__ = [
     "anthropic_tool_results",
     "call_with_retry",
     "compile_validator",
+    "map_tools",
     "mcp_result",
     "openai_result",
     "openai_tool_results",

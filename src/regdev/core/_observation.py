@@ -34,7 +34,8 @@ PIPELINE: tuple[PipelineStage, ...] = get_args(PipelineStage)
 FIXED_CODES: frozenset[str] = frozenset({
     "too-large", "not-json",                                                   # parse
     "not-an-object", "missing-tool", "bad-arguments", "wrong-tool", "unknown-tool",
-    "unknown-argument", "bad-idempotency-key",                                 # validate
+    "unknown-argument", "bad-idempotency-key",
+    "no-register", "read-only-field", "reserved-bits", "field-value",          # validate
     "read-only-register", "idempotency-conflict", "idempotency-in-progress",
     "rate-limited", "approval-denied",                                         # authorize
     "device-timeout", "device-unavailable", "device-busy", "device-error",     # execute
@@ -46,7 +47,8 @@ FIXED_CODES: frozenset[str] = frozenset({
 NAMED_CODES: tuple[str, ...] = ("missing", "type", "range", "denied")
 
 _NOT_RETRYABLE = frozenset(
-    {"approval-denied", "read-only-register", "idempotency-conflict", "device-error",
+    {"approval-denied", "read-only-register", "read-only-field", "idempotency-conflict",
+     "device-error",
      "output-too-large", "internal-error", "audit-error"}
 )
 

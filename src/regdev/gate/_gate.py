@@ -56,6 +56,7 @@ from ..core._observation import PIPELINE, Observation, Refusal
 from ..core._text import escape_text, is_text
 from ..devices._device import Device, DeviceIdentity, RegisterFile, TimeoutDevice
 from ._compile import CompiledValidator, compile_validator
+from ._maptools import map_tools
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_ID_CHARS,
@@ -67,12 +68,13 @@ from ._parse import (
 from ._policy import (
     ApprovalRequest,
     Policy,
+    RegisterPolicy,
     Session,
     ask_approval,
     changed_registers,
     check_read_only,
 )
-from ._tools import REGISTER_TOOLS, Tool, ToolSet
+from ._tools import Tool, ToolSet
 from ._validate import ReferenceValidator
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "Gate"]
@@ -96,10 +98,15 @@ class Gate:
 
     Args:
         device: the device calls run on; a fresh in-process :class:`RegisterFile` by default.
-        tools: the tools offered to callers; the register tools by default. A tool without a
-            handler is validated but refused at execution as ``device-error``.
-        policy: sessions, the register map, rate limits, approval and limits (see
-            :class:`~regdev.Policy`); None allows every call that validates.
+            Its register map (:attr:`Device.regmap`) gives the default tools, the
+            read-only and protected registers, and how messages name registers.
+        tools: the tools offered to callers; None (the default) offers the tools of the
+            device's register map (:func:`regdev.map_tools`: for the default map, the two
+            register tools). A tool without a handler is validated but refused at execution
+            as ``device-error``.
+        policy: sessions, read-only and protected registers, rate limits, approval and limits
+            (see :class:`~regdev.Policy`); None allows every call that validates and that the
+            register map allows.
         audit: the audit log every call is recorded in (see :class:`~regdev.AuditLog`); it
             also holds the idempotency keys, which are ignored without one. The gate owns it:
             :meth:`close` closes it.
@@ -115,13 +122,14 @@ class Gate:
     Raises:
         ValueError: a cap is not a positive int, or the timeout not a finite number of
             seconds in (0, ``threading.TIMEOUT_MAX``].
-        PolicyError: the policy offers a session a tool this gate does not have.
+        PolicyError: the policy offers a session a tool this gate does not have, or marks a
+            register the device's map does not have.
     """
 
     def __init__(
         self,
         device: Device | None = None,
-        tools: ToolSet = REGISTER_TOOLS,
+        tools: ToolSet | None = None,
         *,
         policy: Policy | None = None,
         audit: AuditLog | None = None,
@@ -140,6 +148,9 @@ class Gate:
             if type(cap) is not int or cap <= 0:
                 raise ValueError(f"{name} must be a positive int (bytes), got {cap!r}")
         self.device: Device = device if device is not None else RegisterFile()
+        regmap = self.regmap = self.device.regmap
+        if tools is None:
+            tools = map_tools(regmap)
         self.tools = tools
         self.max_input_bytes = max_input_bytes
         self.max_output_bytes = max_output_bytes
@@ -153,9 +164,14 @@ class Gate:
         self._validators: dict[tuple[str, ...] | None,
                                tuple[CompiledValidator, ReferenceValidator]] = {
             None: (compile_validator(tools), ReferenceValidator(tools))}
-        #: The register map when it protects any register (else the checks are skipped).
-        self._registers = policy.registers if policy is not None and (
-            policy.registers.read_only or policy.registers.protected) else None
+        #: The read-only and protected registers, of the policy and the device's map, when
+        #: there are any (else the checks are skipped).
+        registers = (policy.registers if policy is not None else RegisterPolicy()).for_map(
+            regmap)
+        self._registers = registers if registers.read_only or registers.protected else None
+        #: Every register's address (what a reset changes), and how messages name them.
+        self._every = regmap.addresses
+        self._label = regmap.label
         self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
         self._sessions: dict[str, Session] = {}
         if policy is not None:
@@ -372,7 +388,9 @@ class Gate:
             return reference.explain(call.call, code, call.tool_choice)
         canonical: dict[str, Any] = call.call  # type: ignore[assignment]
         tool = call.tool = self._tool_by_name[canonical["tool"]]
-        call.arguments = tool.bind(canonical["arguments"])
+        arguments = call.arguments = tool.bind(canonical["arguments"])
+        if tool.rules is not None:  # the register map's rules, after the schema's ranges
+            return tool.rules(arguments)
         return None
 
     def _authorize(self, call: _Call) -> _End:
@@ -388,10 +406,12 @@ class Gate:
         refusal = session.check_scope(tool)
         if refusal is not None:
             return refusal
-        changed = changed_registers(tool, call.arguments) if registers is not None else ()
+        every = self._every
+        changed = changed_registers(tool, call.arguments, every) if registers is not None else ()
         if changed:
             assert registers is not None
-            refusal = check_read_only(registers, tool, changed)
+            refusal = check_read_only(registers, tool, changed, every=every,
+                                      label=self._label)
             if refusal is not None:
                 return refusal
         if call.key is not None and not tool.read_only:
@@ -401,11 +421,13 @@ class Gate:
         refusal = session.take_token()
         if refusal is not None or not changed:
             return refusal
-        assert registers is not None and self.policy is not None
+        assert registers is not None
         arguments = call.arguments
-        return ask_approval(registers, tool, changed, self.policy.approve,
+        return ask_approval(registers, tool, changed,
+                            self.policy.approve if self.policy is not None else None,
                             lambda addr: ApprovalRequest(session.name, tool.name,
-                                                         dict(arguments), addr))
+                                                         dict(arguments), addr),
+                            every=every, label=self._label)
 
     def _begin_key(self, call: _Call) -> _End:
         """Reserve the call's idempotency key in the scope of the device's identity and reset

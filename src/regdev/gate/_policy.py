@@ -13,6 +13,8 @@ first refusal decides, nothing after it runs, and the call never reaches the dev
                                                    a tool that changes the device needs
                                                    ``write``, a read-only tool needs ``read``
  2    register map     ``read-only-register``      a write to a register marked read-only
+                                                   (by the policy, or by the device's
+                                                   register map)
  3    idempotency key  ``idempotency-conflict``,   the key was used for a different call, or
                        ``idempotency-in-progress`` its first call is still running; a key seen
                                                    with the same call returns the stored
@@ -42,6 +44,12 @@ session is offered).
 
 A policy is declared in Python (:class:`Policy`) or in a TOML or JSON file
 (:meth:`Policy.from_file`), validated by pydantic. The file format is in ``docs/safety.md``.
+
+The registers a policy marks are merged with the device's register map
+(:meth:`RegisterPolicy.for_map`): the map's read-only registers are read-only whatever the
+policy says (the device refuses to write them anyway), and the policy's ``read_only`` adds to
+them; the map's protected registers (``regdev_protected`` in SystemRDL) are protected unless
+the policy lists ``protected`` itself, which then overrides the map's.
 """
 
 from __future__ import annotations
@@ -61,6 +69,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..core._errors import PolicyError
 from ..core._observation import Refusal
 from ..devices._device import REGISTER_COUNT
+from ..devices._regmap import MAX_REGISTERS
+from ..devices._regmap import RegisterMap as DeviceMap
 from ._parse import load_json
 from ._tools import Tool
 
@@ -70,7 +80,7 @@ __all__ = [
     "Approver",
     "Policy",
     "RateLimit",
-    "RegisterMap",
+    "RegisterPolicy",
     "Scope",
     "Session",
     "SessionPolicy",
@@ -86,7 +96,7 @@ SCOPES: tuple[Scope, ...] = ("read", "write")
 
 logger = logging.getLogger("regdev")
 
-_Address = Annotated[int, Field(strict=True, ge=0, le=REGISTER_COUNT - 1)]
+_Address = Annotated[int, Field(strict=True, ge=0, le=MAX_REGISTERS - 1)]
 #: Seconds a thread may wait: finite, > 0, and no longer than the platform's locks allow.
 _Seconds = Annotated[float, Field(strict=True, gt=0, le=threading.TIMEOUT_MAX,
                                   allow_inf_nan=False)]
@@ -102,8 +112,9 @@ class ApprovalRequest:
         session: the name of the session that sent the call.
         tool: the tool, e.g. ``"write_register"``.
         arguments: the validated arguments, e.g. ``{"addr": 15, "data": 1}``.
-        addr: the protected register address (0..15), or None for a tool that changes every
-            register (one without an integer ``addr``, such as the shell's ``reset_device``).
+        addr: the protected register address (a register of the device's map; the first
+            protected one of a block), or None for a tool that changes every register (such as
+            the shell's ``reset_device``).
     """
 
     session: str
@@ -132,27 +143,53 @@ class RateLimit(_Model):
     burst: Annotated[int, Field(strict=True, ge=1)]
 
 
-class RegisterMap(_Model):
+class RegisterPolicy(_Model):
     """Which registers tool calls may not write, or may write only with approval.
 
     Attributes:
-        read_only: addresses (0..15) no tool call may write (``read-only-register``).
-        protected: addresses (0..15) written only when the approval hook approves
+        read_only: addresses (0..255, registers of the device's map) no tool call may write
+            (``read-only-register``).
+        protected: addresses written only when the approval hook approves
             (``approval-denied`` otherwise).
 
     Raises:
-        pydantic.ValidationError: an address is outside 0..15 or in both sets.
+        pydantic.ValidationError: an address is outside 0..255 or in both sets.
     """
 
     read_only: frozenset[_Address] = frozenset()
     protected: frozenset[_Address] = frozenset()
 
     @model_validator(mode="after")
-    def _disjoint(self) -> RegisterMap:
+    def _disjoint(self) -> RegisterPolicy:
         both = sorted(self.read_only & self.protected)
         if both:
             raise ValueError(f"register {both[0]} is both read_only and protected; pick one")
         return self
+
+    def for_map(self, regmap: DeviceMap) -> RegisterPolicy:
+        """These registers merged with the defaults of the device's map: read-only is the
+        map's read-only registers and this policy's; protected is this policy's when it lists
+        ``protected`` at all (even empty), else the map's. A register both read-only and
+        protected is read-only.
+
+        Raises:
+            PolicyError: this policy names an address that is no register of ``regmap``.
+        """
+        for kind in ("read_only", "protected"):
+            for addr in sorted(getattr(self, kind)):
+                if regmap.at(addr) is None:
+                    last = regmap.last
+                    raise PolicyError(
+                        f"`registers.{kind}`: register {addr} is not a register of "
+                        f"the device's map (its registers are at "
+                        f"{'0..' + str(last) if regmap.contiguous else 'other addresses'})")
+        read_only = self.read_only | regmap.read_only()
+        protected = self.protected if "protected" in self.model_fields_set \
+            else regmap.protected()
+        if read_only == self.read_only and protected == self.protected:
+            return self
+        return RegisterPolicy.model_construct(read_only=read_only,
+                                              protected=protected - read_only)
 
 
 class SessionPolicy(_Model):
@@ -180,7 +217,8 @@ class Policy(_Model):
             ``threading.TIMEOUT_MAX``; None waits as long as the device backend does.
         max_input_bytes: cap on a raw call, in bytes; None keeps the gate's default (65536).
         max_output_bytes: cap on an observation, in bytes; None keeps the default (8192).
-        registers: the register map (read-only and protected registers).
+        registers: the read-only and protected registers (merged with the device's register
+            map's, see :meth:`RegisterPolicy.for_map`).
         rate_limit: every session's rate limit unless its own says otherwise; None: no limit.
         sessions: named sessions; ``"default"`` is used when a caller names none (and allows
             every scope and tool when not declared).
@@ -200,7 +238,7 @@ class Policy(_Model):
     timeout: _Seconds | None = None
     max_input_bytes: _Bytes | None = None
     max_output_bytes: _Bytes | None = None
-    registers: RegisterMap = RegisterMap()
+    registers: RegisterPolicy = RegisterPolicy()
     rate_limit: RateLimit | None = None
     sessions: dict[str, SessionPolicy] = Field(default_factory=dict)
     tool_call_ids_as_keys: Annotated[bool, Field(strict=True)] = False
@@ -349,7 +387,7 @@ def _show(value: object) -> str:
 
 
 #: The nested models of a policy file, by field name.
-_NESTED: dict[str, type[BaseModel]] = {"registers": RegisterMap, "rate_limit": RateLimit}
+_NESTED: dict[str, type[BaseModel]] = {"registers": RegisterPolicy, "rate_limit": RateLimit}
 
 
 def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
@@ -467,66 +505,92 @@ class Session:
                 f"tools={self.tools!r}, rate_limit={self.rate_limit!r})")
 
 
-#: Every register address: what a tool that changes the device without an ``addr`` changes.
+#: Every register address of the default map: what a tool that changes the device without an
+#: ``addr`` changes there.
 EVERY_REGISTER: tuple[int, ...] = tuple(range(REGISTER_COUNT))
 
 
-def changed_registers(tool: Tool, arguments: Mapping[str, Any]) -> tuple[int, ...]:
-    """The registers a call may change: none for a read-only tool; ``arguments["addr"]`` when
-    it is an integer; else every register (a tool such as a reset touches them all)."""
+def changed_registers(tool: Tool, arguments: Mapping[str, Any],
+                      every: tuple[int, ...] = EVERY_REGISTER) -> tuple[int, ...]:
+    """The registers a call may change: none for a read-only tool; what the tool's
+    ``changes`` says when it has one (``every`` for None); else ``arguments["addr"]`` when it
+    is an integer; else ``every`` (a tool such as a reset touches them all)."""
     if tool.read_only:
         return ()
+    if tool.changes is not None:
+        return tool.changes(dict(arguments)) or every
     addr = arguments.get("addr")
-    return (addr,) if type(addr) is int else EVERY_REGISTER
+    return (addr,) if type(addr) is int else every
 
 
-def check_read_only(registers: RegisterMap, tool: Tool,
-                    changed: tuple[int, ...]) -> Refusal | None:
-    """Step 2: ``read-only-register`` when the call changes a register marked read-only."""
+def _register(addr: int) -> str:
+    return str(addr)
+
+
+def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...], *,
+                    every: tuple[int, ...] = EVERY_REGISTER,
+                    label: Callable[[int], str] = _register) -> Refusal | None:
+    """Step 2: ``read-only-register`` when the call changes a register marked read-only.
+
+    Args:
+        registers: the read-only and protected registers.
+        tool: the tool called.
+        changed: the registers the call changes (:func:`changed_registers`).
+        every: every register of the device (a call changing these changes "every register").
+        label: how a message names a register (``CTRL (0x01)``; the address by default).
+    """
     if len(changed) == 1:
         if changed[0] not in registers.read_only:
             return None
         return Refusal("authorize", "read-only-register",
-                       f"register {changed[0]} is read-only in this device's register map; "
-                       "no call can write it")
+                       f"register {label(changed[0])} is read-only in this device's register "
+                       "map; no call can write it")
     hit = sorted(registers.read_only.intersection(changed))
     if not hit:
         return None
+    if changed != every:
+        return Refusal("authorize", "read-only-register",
+                       f"{tool.name} writes register {label(hit[0])}, which is read-only in "
+                       "this device's register map; no call can write it (leave it out)")
     return Refusal("authorize", "read-only-register",
-                   f"{tool.name} changes every register, and register {hit[0]} is read-only in "
-                   "this device's register map; no call can run it")
+                   f"{tool.name} changes every register, and register {label(hit[0])} is "
+                   "read-only in this device's register map; no call can run it")
 
 
-def ask_approval(registers: RegisterMap, tool: Tool, changed: tuple[int, ...],
+def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...],
                  approve: Approver | None,
-                 request: Callable[[int | None], ApprovalRequest]) -> Refusal | None:
+                 request: Callable[[int | None], ApprovalRequest], *,
+                 every: tuple[int, ...] = EVERY_REGISTER,
+                 label: Callable[[int], str] = _register) -> Refusal | None:
     """Step 5: for a call that changes a protected register, ask ``approve``;
     ``approval-denied`` unless it returns ``True`` (anything else it returns, or an
     ``Exception`` it raises, denies; ``KeyboardInterrupt`` and ``SystemExit`` go on up).
 
     Args:
-        registers: the register map.
+        registers: the read-only and protected registers.
         tool: the tool called.
         changed: the registers the call changes (:func:`changed_registers`).
         approve: the approval hook, or None (every protected write is denied).
         request: builds the :class:`ApprovalRequest` for an address, or None for every
             register (called only when the hook is asked).
+        every: every register of the device.
+        label: how a message names a register.
     """
     hit = sorted(registers.protected.intersection(changed))
     if not hit:
         return None
-    every = len(changed) > 1
-    what = (f"{tool.name} changes every register, and register {hit[0]} is protected"
-            if every else f"register {hit[0]} is protected")
+    whole = len(changed) > 1 and changed == every
+    what = (f"{tool.name} changes every register, and register {label(hit[0])} is protected"
+            if whole else f"register {label(hit[0])} is protected")
     if approve is None:
         return Refusal("authorize", "approval-denied",
                        f"{what}: writing it needs approval, and no approver is configured")
     try:
-        approved = approve(request(None if every else hit[0])) is True
+        approved = approve(request(None if whole else hit[0])) is True
     except Exception:  # the hook's failure is a denial, never an approval
         logger.exception("the approval hook raised; the call is denied")
         approved = False
     if approved:
         return None
     return Refusal("authorize", "approval-denied", f"{what} and the approver denied this "
-                   f"{'call' if every else 'write'}")
+                   f"{'call' if whole else 'write'}")

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..core._errors import DeviceError, SchemaError
+from ..core._observation import Refusal
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, REGISTER_COUNT, Device
 from ._parse import load_json
@@ -30,6 +31,11 @@ __all__ = [
 
 #: A tool's implementation: ``(device, validated arguments) -> result object``.
 Handler = Callable[[Device, dict[str, Any]], dict[str, Any]]
+#: A tool's own checks after the schema's (the register map's rules): ``(bound arguments) ->
+#: a validate-stage Refusal, or None``.
+Rules = Callable[[dict[str, Any]], "Refusal | None"]
+#: Which registers a call changes: ``(bound arguments) -> addresses``, or None for every one.
+Changes = Callable[[dict[str, Any]], "tuple[int, ...] | None"]
 
 
 class Tool:
@@ -50,6 +56,14 @@ class Tool:
         open_world: True when the tool reaches an open set of external entities (the web);
             False for a closed domain such as one device's registers.
         handler: runs the call on a device; None for a tool that is only validated.
+        rules: the tool's own checks, run by the gate after the schema's (after ranges,
+            before authorize) on the bound arguments: a validate-stage :class:`Refusal`, or
+            None. The tools of a register map check its per-register and per-field rules
+            here (``no-register``, ``read-only-field``, ``reserved-bits``, ``field-value``).
+        changes: which registers a call changes, for the policy's read-only and protected
+            registers: ``(arguments) -> addresses``, or None for every register. When not
+            given: none for a read-only tool, else ``arguments["addr"]`` when it is an
+            integer, else every register.
 
     The four flags default to MCP's defaults for tool annotations (MCP specification schema,
     ``ToolAnnotations``, since 2025-03-26: readOnlyHint false, destructiveHint true,
@@ -61,8 +75,8 @@ class Tool:
             supported subset.
     """
 
-    __slots__ = ("_bind_plan", "_schema", "description", "destructive", "handler",
-                 "idempotent", "name", "open_world", "read_only")
+    __slots__ = ("_bind_plan", "_schema", "changes", "description", "destructive", "handler",
+                 "idempotent", "name", "open_world", "read_only", "rules")
 
     name: str
     description: str
@@ -71,6 +85,8 @@ class Tool:
     destructive: bool
     open_world: bool
     handler: Handler | None
+    rules: Rules | None
+    changes: Changes | None
     _schema: dict[str, Any]
     #: What bind() looks at: the top-level property names, and whether any property is an
     #: object schema.
@@ -78,7 +94,8 @@ class Tool:
 
     def __init__(self, name: str, description: str, input_schema: Mapping[str, Any], *,
                  read_only: bool = False, idempotent: bool = False, destructive: bool = True,
-                 open_world: bool = True, handler: Handler | None = None) -> None:
+                 open_world: bool = True, handler: Handler | None = None,
+                 rules: Rules | None = None, changes: Changes | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise SchemaError("a tool name must be a non-empty string", "/name")
         schema: dict[str, Any] = _copy_json(
@@ -92,7 +109,8 @@ class Tool:
         for attribute, value in (
                 ("name", name), ("description", description), ("read_only", read_only),
                 ("idempotent", idempotent), ("destructive", destructive),
-                ("open_world", open_world), ("handler", handler), ("_schema", schema),
+                ("open_world", open_world), ("handler", handler), ("rules", rules),
+                ("changes", changes), ("_schema", schema),
                 ("_bind_plan", (
                     tuple(key for key, sub in properties.items() if isinstance(sub, dict)),
                     any(isinstance(sub, dict)
@@ -118,7 +136,8 @@ class Tool:
                 self.destructive, self.open_world)
 
     def __eq__(self, other: object) -> bool:
-        """Tools are equal when all but their handlers are (as the register tools compare)."""
+        """Tools are equal when all but their handlers, rules and changes are (as the register
+        tools compare)."""
         if type(other) is not type(self):
             return NotImplemented
         assert isinstance(other, Tool)
@@ -137,7 +156,7 @@ class Tool:
     def __reduce__(self) -> tuple[Any, ...]:
         make = functools.partial(Tool, read_only=self.read_only, idempotent=self.idempotent,
                                  destructive=self.destructive, open_world=self.open_world,
-                                 handler=self.handler)
+                                 handler=self.handler, rules=self.rules, changes=self.changes)
         return (make, (self.name, self.description, self._schema))
 
     def __repr__(self) -> str:
