@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ..core._observation import Observation
 
-__all__ = ["DEMO_SCRIPT", "ScriptedProposer"]
+__all__ = ["DEMO_SCRIPT", "SENSOR_DEMO_NAMES", "SENSOR_DEMO_SCRIPT", "ScriptedProposer"]
 
 #: ``(what the model is doing, its raw output)`` in canonical dialect.
 DEMO_SCRIPT: tuple[tuple[str, str], ...] = (
@@ -33,6 +33,38 @@ DEMO_SCRIPT: tuple[tuple[str, str], ...] = (
     ("never sent: the loop stops when the retry is refused",
      '{"tool": "write_register", "arguments": {"addr": 15, "data": 1}}'),
 )
+
+
+#: The demo of a register map: ``regdev demo --map examples/sensor.rdl``. Fields by name, a
+#: wrong enumerated value corrected on its retry, reserved bits, write-1-to-clear, a block
+#: read, and a write to a read-only register, which stops the loop (a final refusal).
+SENSOR_DEMO_SCRIPT: tuple[tuple[str, str], ...] = (
+    ("read the ID register, by name",
+     '{"tool": "read_fields", "arguments": {"register": "ID"}}'),
+    ("set CTRL.MODE to FAST (the sensor has no such mode)",
+     '{"tool": "write_field", "arguments": {"field": "CTRL.MODE", "value": "FAST"}}'),
+    ("retry with CONTINUOUS",
+     '{"tool": "write_field", "arguments": {"field": "CTRL.MODE", "value": "CONTINUOUS"}}'),
+    ("set CTRL.EN to 1: MODE keeps its value (one masked write)",
+     '{"tool": "write_field", "arguments": {"field": "CTRL.EN", "value": 1}}'),
+    ("read STATUS: the power-on flag POR is set",
+     '{"tool": "read_register", "arguments": {"addr": 2}}'),
+    ("clear STATUS.POR by writing 1 (write 1 to clear)",
+     '{"tool": "write_field", "arguments": {"field": "STATUS.POR", "value": 1}}'),
+    ("write 0x2D to CTRL (bit 3 is reserved)",
+     '{"tool": "write_register", "arguments": {"addr": 1, "data": 45}}'),
+    ("retry with 0x25: EN=1, MODE=CONTINUOUS, RATE=HZ16",
+     '{"tool": "write_register", "arguments": {"addr": 1, "data": 37}}'),
+    ("read the four DATA registers at once",
+     '{"tool": "read_registers", "arguments": {"addr": 4, "count": 4}}'),
+    ("write the read-only ID register (refused for good: the loop stops)",
+     '{"tool": "write_register", "arguments": {"addr": 0, "data": 1}}'),
+    ("never sent: the loop stopped",
+     '{"tool": "read_fields", "arguments": {"register": "STATUS"}}'),
+)
+#: The register and field names :data:`SENSOR_DEMO_SCRIPT` uses (a map without them cannot
+#: run it).
+SENSOR_DEMO_NAMES = ("ID", "CTRL.MODE", "CTRL.EN", "STATUS.POR", "DATA[3]")
 
 
 class ScriptedProposer:

@@ -21,23 +21,48 @@ import msgspec
 
 from ..core._observation import Observation
 from ..core._text import escape_text
-from ..devices._device import REGISTER_COUNT, Device
+from ..devices._device import Device
+from ..devices._regmap import RegisterMap
 from ..gate._gate import Gate
 from ..gate._policy import Session
 from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 
-__all__ = ["SHELL_HELP", "describe", "format_registers", "run_shell", "shell_call",
+__all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "run_shell",
+           "shell_call",
            "shell_tools"]
 
 
-def format_registers(values: Sequence[int]) -> str:
-    """The 16 registers as a table of hex bytes: an address row and a data row per 8."""
+def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -> str:
+    """The registers as text: for the default map, a table of hex bytes (an address row and
+    a data row per 8); for a map with names, one line per register: address, name, value and
+    its fields by name.
+
+    Args:
+        values: one value per register of the map, in its address order (as
+            :meth:`Device.snapshot` returns them).
+        regmap: the map; None for the default map.
+    """
+    regmap = regmap if regmap is not None else RegisterMap.default()
+    if regmap.is_default:
+        lines = []
+        for start in range(0, len(values), 8):
+            row = range(start, min(start + 8, len(values)))
+            lines.append("  addr " + " ".join(f"{a:>4}" for a in row))
+            lines.append("  data " + " ".join(f"0x{values[a]:02x}" for a in row))
+        return "\n".join(lines)
+    width = max(len(r.name or "") for r in regmap.registers)
     lines = []
-    for start in range(0, REGISTER_COUNT, 8):
-        row = range(start, start + 8)
-        lines.append("  addr " + " ".join(f"{a:>4}" for a in row))
-        lines.append("  data " + " ".join(f"0x{values[a]:02x}" for a in row))
+    for register, value in zip(regmap.registers, values, strict=True):
+        fields = "  ".join(f"{name}={_field_text(shown)}"
+                           for name, shown in register.decode(value).items())
+        lines.append(f"  0x{register.addr:02X} {register.name or '-':<{width}}  0x{value:02x}"
+                     + (f"  {fields}" if fields else ""))
     return "\n".join(lines)
+
+
+def _field_text(value: object) -> str:
+    """A field's value for display: a name as it is, a number above 9 in hex too."""
+    return f"0x{value:02x}" if type(value) is int and value > 9 else str(value)
 
 
 def describe(observation: Observation) -> str:
@@ -45,9 +70,21 @@ def describe(observation: Observation) -> str:
     replayed = "; replayed (not executed now)" if observation.replay else ""
     if observation.ok:
         result = observation.result or {}
+        if set(result) == {"addr", "data"} and type(result["data"]) is list:
+            values = " ".join(f"0x{v:02x}" for v in result["data"])
+            last = result["addr"] + len(result["data"]) - 1
+            return (f"accepted  {observation.tool}: registers {result['addr']}..{last} = "
+                    f"{values}{replayed}")
         if set(result) == {"addr", "data"}:
             return (f"accepted  {observation.tool}: register {result['addr']} = "
                     f"0x{result['data']:02x} ({result['data']}){replayed}")
+        if {"addr", "data", "register"} <= set(result) and type(result["data"]) is int:
+            field = (f"{result['field']} = {result['value']}; "
+                     if "field" in result else "")
+            fields = "".join(f" {name}={_field_text(value)}"
+                             for name, value in (result.get("fields") or {}).items())
+            return (f"accepted  {observation.tool}: {field}register {result['register']} "
+                    f"(0x{result['addr']:02X}) = 0x{result['data']:02x}{fields}{replayed}")
         return f"accepted  {observation.tool}: {msgspec.json.encode(result).decode()}{replayed}"
     retry = "retryable" if observation.refusal and observation.refusal.retryable else "final"
     return (f"refused   {observation.stage}/{observation.code} ({retry}): "
@@ -60,24 +97,27 @@ def _engineer_tool(name: str, description: str, handler: Handler, *,
     return Tool(name, description, schema, read_only=read_only, handler=handler)
 
 
-def shell_tools(reset: Callable[[Device], None] = Device.reset) -> ToolSet:
-    """The shell's tools: the register tools, and three for engineers (never offered to
-    models).
+def shell_tools(reset: Callable[[Device], None] = Device.reset,
+                tools: ToolSet = REGISTER_TOOLS) -> ToolSet:
+    """The shell's tools: the register tools (of the device's map), and three for engineers
+    (never offered to models).
 
     Args:
         reset: what ``reset_device`` calls with the device its handler is given; pass the
             gate's :meth:`~regdev.Gate.reset_device`, which records the reset in the audit
             log, so that no idempotency key stored before the reset is replayed after it.
+        tools: the register tools to offer (:func:`regdev.map_tools` of the device's map).
     """
     def reset_device(device: Device, arguments: object) -> dict[str, bool]:
         reset(device)
         return {"reset": True}
 
     return ToolSet([
-        *REGISTER_TOOLS.values(),
+        *tools.values(),
         _engineer_tool("identify_device", "The device's identity line.",
                        lambda device, _: {"identity": device.identify()}),
-        _engineer_tool("dump_registers", "All 16 registers, address 0 first.",
+        _engineer_tool("dump_registers", "Every register, in address order, without the "
+                                         "side effects of a read.",
                        lambda device, _: {"registers": device.snapshot()}),
         _engineer_tool("reset_device", "Set every register to its reset value.", reset_device,
                        read_only=False),
@@ -95,6 +135,20 @@ commands (numbers in ASCII decimal or 0x hex: 3, 0x1f):
 every command is a tool call through the gate; its verdict is shown as the model would see it.
 """
 
+#: The help with a register map: registers and fields by name.
+SHELL_MAP_HELP = """\
+commands (numbers in ASCII decimal or 0x hex: 3, 0x1f; names as in `regdev map`):
+  read REG               read_fields (by name) or read_register (ADDR): one register
+  write REG DATA         write_register: DATA 0..255 to register REG (a name or an ADDR)
+  write REG.FIELD VALUE  write_field: one field, by enumerated name or number
+  dump                   every register, with its fields
+  identify               the device's identity line
+  reset                  every register to its reset value
+  help                   this text
+  quit                   leave (or Ctrl-D)
+every command is a tool call through the gate; its verdict is shown as the model would see it.
+"""
+
 #: command -> (the tool it calls, the names of its numeric arguments)
 _COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "read": ("read_register", ("ADDR",)),
@@ -105,21 +159,65 @@ _COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+
 #: A number as the help says: ASCII decimal digits, or 0x and hex digits (not Python's other
 #: forms, which ``int(word, 0)`` would take: ``1_0``, ``0b11``, ``0o7``, fullwidth digits).
 _NUMBER = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]+")
 
 
-def shell_call(words: Sequence[str]) -> str:
+def _number(word: str) -> int | None:
+    if _NUMBER.fullmatch(word) is None:
+        return None
+    return int(word, 16 if word[1:2] in ("x", "X") else 10)
+
+
+def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
+    """The call for ``read NAME``, ``write NAME DATA`` or ``write REG.FIELD VALUE`` with a
+    map; None when the words are the default form (numbers), left to :func:`shell_call`."""
+    command, *rest = words
+    if command not in ("read", "write") or not rest or _number(rest[0]) is not None:
+        return None
+    target = rest[0]
+    if command == "write" and "." in target:
+        if len(rest) != 2:
+            raise ValueError("usage: write REG.FIELD VALUE")
+        number = _number(rest[1])
+        value: int | str = number if number is not None else rest[1]
+        return msgspec.json.encode({"tool": "write_field", "arguments": {
+            "field": target, "value": value}}).decode()
+    register = regmap.named(target)
+    if register is None:
+        names = ", ".join(r.name for r in regmap.registers[:12] if r.name)
+        raise ValueError(f"no register `{escape_text(target)}`; registers: {names}")
+    if command == "read":
+        if len(rest) != 1:
+            raise ValueError("usage: read REG")
+        if register.fields:
+            return msgspec.json.encode({"tool": "read_fields",
+                                        "arguments": {"register": target}}).decode()
+        return shell_call(["read", str(register.addr)])
+    if len(rest) != 2:
+        raise ValueError("usage: write REG DATA")
+    return shell_call(["write", str(register.addr), rest[1]])
+
+
+def shell_call(words: Sequence[str], regmap: RegisterMap | None = None) -> str:
     """The canonical call (JSON text) for one shell line split into words.
 
+    With a register map, registers and fields may be named: ``read STATUS``, ``write CTRL
+    0x03``, ``write CTRL.MODE FAST`` (see :data:`SHELL_MAP_HELP`).
+
     Raises:
-        ValueError: an unknown command, the wrong number of arguments, or an argument that is
-            not a number; the message is meant for the prompt.
+        ValueError: an unknown command or register, the wrong number of arguments, or an
+            argument that is not a number; the message is meant for the prompt.
     """
     command, *rest = words
     if command not in _COMMANDS:
         raise ValueError(f"unknown command `{escape_text(command)}`; type help")
+    if regmap is not None and not regmap.is_default:
+        named = _named_call(words, regmap)
+        if named is not None:
+            return named
     tool, names = _COMMANDS[command]
     if len(rest) != len(names):
         raise ValueError(f"usage: {' '.join([command, *names])}")
@@ -133,10 +231,10 @@ def shell_call(words: Sequence[str]) -> str:
     return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
 
 
-def _show(observation: Observation) -> str:
+def _show(observation: Observation, regmap: RegisterMap | None = None) -> str:
     result = observation.result or {}
     if observation.ok and "registers" in result:
-        return "accepted  dump_registers\n" + format_registers(result["registers"])
+        return "accepted  dump_registers\n" + format_registers(result["registers"], regmap)
     if observation.ok and "identity" in result:
         return f"accepted  identify_device: {result['identity']}"
     if observation.ok and "reset" in result:
@@ -162,6 +260,7 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
     Returns:
         The exit status: 0.
     """
+    regmap = gate.regmap
     out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
     callable_ = [name for name in gate.tools
                  if session.offers(name) and session.check_scope(gate.tools[name]) is None]
@@ -188,15 +287,15 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
         if words[0] in ("quit", "exit"):
             return 0
         if words[0] == "help":
-            out.write(SHELL_HELP)
+            out.write(SHELL_HELP if regmap.is_default else SHELL_MAP_HELP)
             continue
         try:
-            raw = shell_call(words)
+            raw = shell_call(words, regmap)
         except ValueError as error:
             out.write(f"error: {error}\n")
             continue
         try:
-            shown = _show(gate.handle(raw, session=session))
+            shown = _show(gate.handle(raw, session=session), regmap)
         except KeyboardInterrupt:  # Ctrl-C cancels the command, as at the prompt
             shown = ("interrupted" + (" (the write or reset may or may not have happened: "
                                       "read back)" if words[0] in ("write", "reset") else ""))

@@ -8,19 +8,20 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..gate._tools import REGISTER_TOOLS
 from ._common import (
     add_gate_options,
     check_stdin,
     check_tool_choice,
     dialect_options,
     json_line,
+    map_option,
+    map_tools_of,
     open_gate,
 )
 
 
 def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
-    check_tool_choice(args.tool_choice, REGISTER_TOOLS)
+    check_tool_choice(args.tool_choice, map_tools_of(args))
     if args.raw == "-":
         check_stdin()
     gate, session = open_gate(args)
@@ -48,10 +49,11 @@ def _names_a_file(text: str) -> bool:
 def add_parser(sub: Any) -> None:
     """Add ``regdev call`` to the subcommands."""
     call = sub.add_parser(
-        "call", help="run one raw call against a fresh in-process device",
+        "call", help="run one raw call against a fresh in-process device (of --map FILE)",
         description="Print the observation as one line of JSON. Exit 0 when the call was "
                     "accepted, 1 when refused.")
     call.add_argument("raw", metavar="RAW", help="the call as JSON text, or - to read stdin")
     dialect_options(call, "")
+    map_option(call)
     add_gate_options(call)
     call.set_defaults(func=cmd_call)

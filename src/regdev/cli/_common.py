@@ -17,14 +17,17 @@ from ..audit._log import (
     default_audit_path,
     default_audit_root,
 )
-from ..core._errors import AuditError, AuditInUse, PolicyError, RegdevError
+from ..core._errors import AuditError, AuditInUse, MapError, PolicyError, RegdevError
 from ..devices._device import Device, RegisterFile
 from ..devices._modbus import ModbusDevice, is_modbus_url
+from ..devices._rdl import load_map
+from ..devices._regmap import RegisterMap
 from ..devices._serial import MAX_BAUDRATE, SerialDevice
 from ..gate._gate import Gate
+from ..gate._maptools import map_tools
 from ..gate._parse import DIALECTS
 from ..gate._policy import Policy, Session
-from ..gate._tools import REGISTER_TOOLS, ToolSet
+from ..gate._tools import ToolSet
 
 
 class UsageError(Exception):
@@ -55,6 +58,39 @@ def check_tool_choice(tool_choice: str | None, tools: ToolSet) -> None:
     if tool_choice is not None and tool_choice not in tools:
         raise UsageError(f"--tool-choice {tool_choice} is not one of the tools offered: "
                          f"{', '.join(tools)}")
+
+
+def map_option(p: argparse.ArgumentParser) -> None:
+    """Add ``--map FILE``: the device's register map."""
+    p.add_argument("--map", metavar="FILE",
+                   help="the device's register map: SystemRDL (.rdl; needs the rdl extra) or "
+                        "its compiled JSON form (regdev map FILE --json); it gives the "
+                        "registers, the tools and the checks (docs/maps.md). Default: 16 "
+                        "read-write registers, reset 0")
+
+
+def register_map(args: argparse.Namespace) -> RegisterMap:
+    """The map of ``--map`` (read once per run), else the default map.
+
+    Raises:
+        UsageError: the map cannot be read or is not supported (one line, with file:line).
+    """
+    path = getattr(args, "map", None)
+    if path is None:
+        return RegisterMap.default()
+    cached: RegisterMap | None = getattr(args, "_regmap", None)
+    if cached is None:
+        try:
+            cached = load_map(path)
+        except MapError as error:
+            raise UsageError(str(error)) from None
+        args._regmap = cached
+    return cached
+
+
+def map_tools_of(args: argparse.Namespace) -> ToolSet:
+    """The tools of ``--map`` (the two register tools without one)."""
+    return map_tools(register_map(args))
 
 
 def port_options(p: argparse.ArgumentParser) -> None:
@@ -108,9 +144,10 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
 
 
 def open_gate(args: argparse.Namespace, device: Device | None = None,
-              tools: ToolSet = REGISTER_TOOLS) -> tuple[Gate, Session]:
-    """The gate (on ``device``, offering ``tools``) and the session that the options of
-    :func:`add_gate_options` ask for. Close the gate when done: that commits the audit log.
+              tools: ToolSet | None = None) -> tuple[Gate, Session]:
+    """The gate (on ``device``, else an in-process one of ``--map``; offering ``tools``, else
+    the map's) and the session that the options of :func:`add_gate_options` ask for. Close
+    the gate when done: that commits the audit log.
 
     Raises:
         UsageError: the policy file is invalid, the session is not declared, or the audit log
@@ -118,6 +155,8 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
             failing is a warning on stderr, see :func:`open_audit`).
     """
     policy = load_policy(args)
+    if device is None:
+        device = RegisterFile(regmap=register_map(args))
     audit = None if args.no_audit else open_audit(args)
     try:
         gate = Gate(device, tools, policy=policy, audit=audit)
@@ -201,7 +240,8 @@ def audit_note(gate: Gate, out: TextIO) -> None:
 
 
 def port_device(args: argparse.Namespace) -> Device:
-    """The device the command runs on: the serial device at ``--port``, else in process.
+    """The device the command runs on, with the register map of ``--map``: the serial device
+    at ``--port``, else in process.
 
     Raises:
         UsageError: ``--timeout``, ``--baud`` or ``--reset`` without ``--port``, or out of
@@ -215,7 +255,7 @@ def port_device(args: argparse.Namespace) -> Device:
         if given:
             raise UsageError(f"{' and '.join(given)} go{'es' * (len(given) == 1)} with "
                              "--port URL (without --port the device is in process)")
-        return RegisterFile()
+        return RegisterFile(regmap=register_map(args))
     timeout = 0.5 if args.timeout is None else args.timeout
     modbus = is_modbus_url(args.port)
     baudrate = (None if modbus else 115200) if args.baud is None else args.baud
@@ -225,8 +265,13 @@ def port_device(args: argparse.Namespace) -> Device:
         raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {baudrate}")
     try:
         if modbus:
+            if getattr(args, "map", None) is not None:
+                raise UsageError("--map does not go with a Modbus port yet: the Modbus backend "
+                                 "serves plain holding registers (docs/modbus.md); use the "
+                                 "serial protocol's --port, or no --map")
             return ModbusDevice(args.port, baudrate=baudrate, timeout=timeout)
-        return SerialDevice(args.port, baudrate=baudrate or 115200, timeout=timeout)
+        return SerialDevice(args.port, baudrate=baudrate or 115200, timeout=timeout,
+                            regmap=register_map(args))
     except (RegdevError, ValueError) as error:
         raise UsageError(str(error)) from None
 

@@ -14,6 +14,8 @@ from ..gate._tools import REGISTER_TOOLS, ToolSet
 from ._common import (
     UsageError,
     count,
+    map_option,
+    map_tools_of,
 )
 
 
@@ -56,7 +58,9 @@ def _provider_format(data: bytes) -> str | None:
 
 
 def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
-    tools = _load_tools(args.tools)
+    if args.map is not None and args.tools is not None:
+        raise UsageError("give --map FILE or --tools FILE, not both")
+    tools = map_tools_of(args) if args.map is not None else _load_tools(args.tools)
     try:
         source = generate_source(tools)
     except SchemaError as error:  # pragma: no cover - the tool set was checked when loaded
@@ -78,7 +82,8 @@ def add_parser(sub: Any) -> None:
     """Add ``regdev compile`` to the subcommands."""
     compile_ = sub.add_parser(
         "compile", help="write the compiled validator as a standalone Python module",
-        description="Compile tool schemas (the built-in register tools, or --tools FILE) into "
+        description="Compile tool schemas (the built-in register tools, the tools of a "
+                    "register map with --map FILE, or --tools FILE) into "
                     "a Python module that needs only the standard library and defines "
                     "check(call, tool_choice=None): None for a valid canonical call "
                     '{"tool": NAME, "arguments": {...}}, else the verdict code. A schema '
@@ -89,6 +94,7 @@ def add_parser(sub: Any) -> None:
                                'entries ({"name", "inputSchema", ...}) or {"tools": [...]}, '
                                "as `regdev tools > tools.json` writes them (not the openai or "
                                "anthropic format); default: the register tools")
+    map_option(compile_)
     compile_.add_argument("-o", "--output", metavar="OUT",
                           help="write the module to OUT (default: standard output)")
     compile_.set_defaults(func=cmd_compile)

@@ -6,23 +6,47 @@ import argparse
 import contextlib
 from typing import Any, TextIO
 
-from ..agents._demo import DEMO_SCRIPT, ScriptedProposer
+from ..agents._demo import (
+    DEMO_SCRIPT,
+    SENSOR_DEMO_NAMES,
+    SENSOR_DEMO_SCRIPT,
+    ScriptedProposer,
+)
 from ..agents._loop import Step, run_loop
 from ..agents._shell import describe, format_registers
 from ..gate._gate import Gate
 from ..gate._policy import Session
 from ._common import (
+    UsageError,
     add_gate_options,
     audit_note,
     device_call,
     json_line,
+    map_option,
     open_gate,
     port_device,
     port_options,
+    register_map,
 )
 
 
+def _script(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """The default demo, or the register-map demo with ``--map`` (written for
+    examples/sensor.rdl: UsageError for a map without its registers and fields)."""
+    if args.map is None:
+        return DEMO_SCRIPT
+    regmap = register_map(args)
+    missing = [name for name in SENSOR_DEMO_NAMES
+               if regmap.named(name) is None and regmap.find_field(name) is None]
+    if missing:
+        raise UsageError(f"the register-map demo is written for examples/sensor.rdl; "
+                         f"{args.map} has no {missing[0]} (try regdev shell --map "
+                         f"{args.map})")
+    return SENSOR_DEMO_SCRIPT
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    args.script = _script(args)
     with contextlib.closing(port_device(args)) as device:
         gate, session = open_gate(args, device)
         with gate:
@@ -30,12 +54,14 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -> int:
-    notes = [note for note, _ in DEMO_SCRIPT]
-    proposer = ScriptedProposer([raw for _, raw in DEMO_SCRIPT])
+    notes = [note for note, _ in args.script]
+    proposer = ScriptedProposer([raw for _, raw in args.script])
     if not args.json:
         identity = device_call(args, gate.device.identify)
         where = ("the in-process register file" if args.port is None
                  else f"the device on {args.port}")
+        if args.map is not None:
+            where += f" of the register map {args.map}"
         out.write(f"regdev demo: a scripted agent drives {where} through the gate.\n")
         out.write(f"device: {identity}; tools: {', '.join(gate.tools)}; one retry after a "
                   "refusal.\n\n")
@@ -58,7 +84,8 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -
         json_line({"registers": registers}, out)
     else:
         out.write(f"loop stopped: {result.stop} ({result.detail})\n\n")
-        out.write("registers after the session:\n" + format_registers(registers) + "\n")
+        out.write("registers after the session:\n"
+                  + format_registers(registers, gate.regmap) + "\n")
         audit_note(gate, out)
     return 0
 
@@ -71,9 +98,12 @@ def add_parser(sub: Any) -> None:
         description="A scripted agent makes accepted calls, a refused call corrected on its "
                     "retry, and a refusal whose retry is refused too; then the registers are "
                     "dumped. It drives a fresh in-process register file, or the device at "
-                    "--port.")
+                    "--port. With --map examples/sensor.rdl, the register-map demo: fields "
+                    "by name, enumerated values, reserved bits, write-1-to-clear, a block "
+                    "read and a read-only register.")
     demo.add_argument("--json", action="store_true",
                       help="one JSON object per step, then the stop reason and the registers")
+    map_option(demo)
     port_options(demo)
     add_gate_options(demo)
     demo.set_defaults(func=cmd_demo)

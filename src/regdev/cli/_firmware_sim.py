@@ -11,6 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from ..core._errors import MapError
+from ..devices._rdl import load_map
 from ._common import (
     UsageError,
 )
@@ -60,8 +62,27 @@ def cmd_firmware_sim(args: argparse.Namespace, out: TextIO) -> int:
                   "--seed 7 -v\n         regdev firmware-sim --modbus-tcp 127.0.0.1:0 (Modbus; "
                   "docs/modbus.md)\n")
         return 0
-    status: int = module.main(args.args, prog="regdev firmware-sim")
+    regmap = None
+    path = _map_path(args.args)
+    if path is not None:  # read here: SystemRDL too, which the simulator alone cannot
+        try:
+            regmap = load_map(path)
+        except MapError as error:
+            raise UsageError(str(error)) from None
+    status: int = module.main(args.args, prog="regdev firmware-sim", regmap=regmap)
     return status
+
+
+def _map_path(words: list[str]) -> str | None:
+    """The FILE of ``--map FILE`` or ``--map=FILE`` among the simulator's arguments (the
+    last one given), else None."""
+    found = None
+    for index, word in enumerate(words):
+        if word == "--map" and index + 1 < len(words):
+            found = words[index + 1]
+        elif word.startswith("--map="):
+            found = word.removeprefix("--map=")
+    return found
 
 
 def add_parser(sub: Any) -> None:

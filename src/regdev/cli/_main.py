@@ -22,6 +22,7 @@ from . import (
     _compile,
     _demo,
     _firmware_sim,
+    _map,
     _replay,
     _report,
     _serve,
@@ -34,8 +35,8 @@ from ._output import Output, output_failed
 __all__ = ["build_parser", "main"]
 
 #: The commands, in the order ``regdev --help`` lists them: each module adds its parser.
-COMMANDS = (_demo, _replay, _call, _shell, _firmware_sim, _tools, _serve, _agent, _audit,
-            _report, _compile, _bench)
+COMMANDS = (_demo, _replay, _call, _shell, _firmware_sim, _map, _tools, _serve, _agent,
+            _audit, _report, _compile, _bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="regdev",
         description=(
-            "A validating tool backend for a 16-register, 8-bit device driven by "
+            "A validating tool backend for register devices (described by a register "
+            "map; by default 16 registers of 8 bits) driven by "
             "language-model agents. Every tool call is parsed, validated, authorized and only "
             "then executed; a refusal names one stage and one code (see docs/errors.md). "
             "Every call is recorded in an audit log (see docs/safety.md)."

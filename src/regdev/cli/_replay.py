@@ -15,7 +15,6 @@ from ..agents._replay import ReplayFileError, load_replay, parse_replay, run_rep
 from ..agents._shell import describe, format_registers
 from ..gate._gate import Gate
 from ..gate._policy import Session
-from ..gate._tools import REGISTER_TOOLS
 from ._common import (
     UsageError,
     add_gate_options,
@@ -26,6 +25,8 @@ from ._common import (
     device_call,
     dialect_options,
     json_line,
+    map_option,
+    map_tools_of,
     open_gate,
     port_device,
     port_options,
@@ -33,11 +34,12 @@ from ._common import (
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    tools = map_tools_of(args)
     try:
-        records = _stdin_replay() if args.file == "-" else load_replay(args.file)
+        records = _stdin_replay(tools) if args.file == "-" else load_replay(args.file, tools)
     except ReplayFileError as error:
         raise UsageError(str(error)) from None
-    check_tool_choice(args.tool_choice, REGISTER_TOOLS)  # before a port is opened
+    check_tool_choice(args.tool_choice, tools)  # before a port is opened
     with contextlib.closing(port_device(args)) as device:
         gate, session = open_gate(args, device)
         with gate:
@@ -46,14 +48,14 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
             return _replay(args, out, records, gate, session)
 
 
-def _stdin_replay() -> list[tuple[int, Any]]:
+def _stdin_replay(tools: Any) -> list[tuple[int, Any]]:
     """The replay records on standard input (``regdev replay -``), named ``<stdin>``."""
     check_stdin()
     try:
         data = sys.stdin.buffer.read()
     except OSError as error:
         raise UsageError(f"cannot read the standard input: {error.strerror or error}") from None
-    return parse_replay(data, "<stdin>")
+    return parse_replay(data, "<stdin>", tools)
 
 
 def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]], gate: Gate,
@@ -88,7 +90,8 @@ def _replay(args: argparse.Namespace, out: TextIO, records: list[tuple[int, Any]
         out.write(f"\n{count(len(outcomes), 'call')}, {checked} with expectations, {failed} "
                   "not met\n")
         if registers is not None:
-            out.write("registers after the replay:\n" + format_registers(registers) + "\n")
+            out.write("registers after the replay:\n"
+                      + format_registers(registers, gate.regmap) + "\n")
         audit_note(gate, out)
     if unread is not None:
         out.flush()  # the results first, then the error
@@ -119,6 +122,7 @@ def add_parser(sub: Any) -> None:
                              "could not be read after the calls: exit 2). A file error "
                              "(exit 2, nothing run) stays one line of text on stderr, as "
                              "without --json")
+    map_option(replay)
     port_options(replay)
     replay.add_argument("--reset", action="store_true",
                         help="with --port: reset the device before the replay (without "

@@ -16,6 +16,7 @@ from ._common import (
     UsageError,
     add_gate_options,
     device_call,
+    map_option,
     open_gate,
     port_device,
     port_options,
@@ -109,6 +110,7 @@ def add_parser(sub: Any) -> None:
                        default="info",
                        help="regdev's log level on stderr (default: info; debug logs "
                             "each call's verdict)")
+    map_option(serve)
     port_options(serve)
     add_gate_options(serve)
     serve.set_defaults(func=cmd_serve)

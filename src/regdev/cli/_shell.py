@@ -14,6 +14,8 @@ from ..gate._gate import Gate
 from ._common import (
     add_gate_options,
     check_stdin,
+    map_option,
+    map_tools_of,
     open_gate,
     port_device,
     port_options,
@@ -31,7 +33,7 @@ def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
         def reset(runner: Device) -> None:  # the gate is made with the tools: looked up late
             gate.reset_device(runner)  # the reset ends the device's idempotency keys
 
-        gate, session = open_gate(args, device, shell_tools(reset))
+        gate, session = open_gate(args, device, shell_tools(reset, map_tools_of(args)))
         with gate:
             return run_shell(gate, session, out, where=args.port or "the in-process register "
                              "file", interactive=interactive)
@@ -43,6 +45,7 @@ def add_parser(sub: Any) -> None:
         "shell", help="an interactive prompt for engineers: read, write, dump, identify, reset",
         description="Each command is a tool call through the gate, and its verdict is shown. "
                     "Without --port it drives an in-process register file.")
+    map_option(shell)
     port_options(shell)
     add_gate_options(shell)
     shell.set_defaults(func=cmd_shell)

@@ -248,8 +248,9 @@ class Register:
             if not isinstance(each, Field):
                 raise _fail(where, f"{each!r} is not a Field")
             if each.mask & taken:
-                raise _fail(f"{where}, field {each.name}", f"{each.bits()} overlap another "
-                                                           "field")
+                other = next(f for f in fields if f is not each and f.mask & each.mask)
+                raise _fail(f"{where}, field {each.name}",
+                            f"its {each.bits()} overlap field {other.name} ({other.bits()})")
             if each.name in seen:
                 raise _fail(f"{where}, field {each.name}", "two fields have this name")
             taken |= each.mask
@@ -644,12 +645,13 @@ class _Reader:
         protected = data.get("protected", False)
         if type(protected) is not bool:
             raise self.error(f"{where}.protected", "must be true or false")
+        addr = self.integer(data["addr"], f"{where}.addr", 0, 255)
+        description = self.text(data.get("description", ""), f"{where}.description")
         try:
             register = Register(
-                name=name, addr=self.integer(data["addr"], f"{where}.addr", 0, 255),
+                name=name, addr=addr,
                 access=data.get("access"), reset=data.get("reset"),
-                description=self.text(data.get("description", ""), f"{where}.description"),
-                fields=parsed, protected=protected)
+                description=description, fields=parsed, protected=protected)
         except MapError as error:
             raise self.error(where, str(error)) from None
         for key in ("reserved_mask", "woclr_mask", "rclr_mask"):
@@ -663,13 +665,12 @@ class _Reader:
         encode = data.get("encode", {})
         if type(encode) is not dict:
             raise self.error(f"{where}.encode", "must be an object of NAME: value")
+        description = self.text(data.get("description", ""), f"{where}.description")
         try:
             return Field(name=data["name"], lsb=data["lsb"], msb=data["msb"],
                          access=data.get("access", "rw"), reset=data.get("reset", 0),
                          onwrite=data.get("onwrite"), onread=data.get("onread"),
-                         encode=tuple(encode.items()),
-                         description=self.text(data.get("description", ""),
-                                               f"{where}.description"))
+                         encode=tuple(encode.items()), description=description)
         except MapError as error:
             raise self.error(where, str(error).partition(": ")[2] or str(error)) from None
 

@@ -229,14 +229,15 @@ class _MapTools:
 
     # --- rules (validate, after ranges) ---------------------------------------------------
 
-    def _no_register(self, addr: int, what: str) -> Refusal:
+    def _no_register(self, what: str, verb: str = "is") -> Refusal:
         return Refusal("validate", "no-register",
-                       f"{what} is not a register of this device; registers: {self.summary}")
+                       f"{what} {verb} not a register of this device; registers: "
+                       f"{self.summary}")
 
     def addr_rules(self, arguments: dict[str, Any]) -> Refusal | None:
         addr = arguments["addr"]
         if self.map.at(addr) is None:
-            return self._no_register(addr, f"addr {addr}")
+            return self._no_register(f"addr {addr}")
         return None
 
     def read_block_rules(self, arguments: dict[str, Any]) -> Refusal | None:
@@ -248,8 +249,8 @@ class _MapTools:
             return None
         shown = ", ".join(str(a) for a in missing[:4]) + (", ..." if len(missing) > 4 else "")
         return self._no_register(
-            addr, f"the block of {count} register{'s' * (count != 1)} from addr {addr} "
-                  f"reaches {shown}, which")
+            f"the block of {count} register{'s' * (count != 1)} from addr {addr} "
+            f"reaches {shown}, which", "is" if len(missing) == 1 else "are")
 
     def _value_rules(self, register: Register, data: int, what: str) -> Refusal | None:
         """reserved-bits, then field-value, for one byte written to ``register``."""

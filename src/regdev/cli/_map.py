@@ -1,0 +1,101 @@
+"""``regdev map``: a register map as a table, or in its compiled JSON form."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..devices._regmap import Field, Register, RegisterMap
+from ._common import UsageError, register_map
+
+_ACCESS = {"rw": "rw", "r": "r", "w": "w"}
+
+
+def _bits(mask: int) -> str:
+    """The set bits of ``mask`` as ranges, highest first: ``7, 3:1``."""
+    runs: list[str] = []
+    bit = 7
+    while bit >= 0:
+        if mask >> bit & 1:
+            top = bit
+            while bit >= 0 and mask >> bit & 1:
+                bit -= 1
+            runs.append(str(top) if top == bit + 1 else f"{top}:{bit + 1}")
+        else:
+            bit -= 1
+    return ", ".join(runs)
+
+
+def _field_line(field: Field) -> str:
+    span = f"[{field.msb}]" if field.width == 1 else f"[{field.msb}:{field.lsb}]"
+    what = [field.access]
+    if field.onwrite:
+        what.append("write 1 to clear")
+    if field.onread:
+        what.append("clears on read")
+    reset = f"0x{field.reset:02X}" if field.width > 4 else str(field.reset)
+    line = f"      {span:<7} {field.name:<10} {', '.join(what):<22} reset {reset:<5}"
+    if field.encode:
+        line += " " + " ".join(f"{name}={value}" for name, value in field.encode) + ";"
+    if field.description:
+        line += f"  {field.description}"
+    return line.rstrip()
+
+
+def format_map(regmap: RegisterMap) -> str:
+    """The register table of ``regdev map``: a line per register (address, name, access,
+    reset value, protected, description), then a line per field (bits, name, access and
+    behaviour, reset value, enumerated values, description) and the reserved bits."""
+    width = max([len(r.name or "-") for r in regmap.registers] + [4])
+    head = regmap.name or "register map"
+    lines = [f"{head}: {regmap.description}" if regmap.description else head,
+             f"{len(regmap)} register{'s' * (len(regmap) != 1)} of 8 bits"]
+    lines.append(f"{'addr':<6}{'name':<{width + 2}}{'access':<8}{'reset':<7}description")
+    for register in regmap.registers:
+        lines.append(_register_line(register, width))
+        lines.extend(_field_line(field) for field in register.fields)
+        if register.fields and register.reserved_mask:
+            lines.append(f"      [{_bits(register.reserved_mask)}] reserved (read as 0, "
+                         "write as 0)")
+    return "\n".join(lines) + "\n"
+
+
+def _register_line(register: Register, width: int) -> str:
+    notes = " (protected: writes need approval)" if register.protected else ""
+    text = (f"0x{register.addr:02X}  {register.name or '-':<{width + 2}}"
+            f"{_ACCESS[register.access or 'rw']:<8}0x{register.reset or 0:02X}   "
+            f"{register.description}{notes}")
+    return text.rstrip()
+
+
+def cmd_map(args: argparse.Namespace, out: TextIO) -> int:
+    regmap = register_map(args)
+    text = regmap.to_json() if args.json else format_map(regmap)
+    if args.output in (None, "-"):
+        out.write(text)
+        return 0
+    try:
+        Path(args.output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``regdev map`` to the subcommands."""
+    map_ = sub.add_parser(
+        "map", help="print a register map's registers and fields, or its compiled JSON form",
+        description="Read a register map (SystemRDL .rdl, which needs the rdl extra, or the "
+                    "compiled JSON form) and print its register table: address, name, "
+                    "access, reset value, and each field's bits, access, reset value and "
+                    "enumerated values. With --json, write the compiled JSON form instead, "
+                    "which the firmware simulator reads with the standard library alone and "
+                    "which every --map option takes. A map regdev cannot honour is an error "
+                    "naming the construct and its file:line (exit 2). See docs/maps.md.")
+    map_.add_argument("map", metavar="FILE", help="the register map (.rdl or .json)")
+    map_.add_argument("--json", action="store_true",
+                      help="write the compiled JSON form (format regdev-map, version 1)")
+    map_.add_argument("-o", "--output", metavar="OUT",
+                      help="write to OUT (default: standard output)")
+    map_.set_defaults(func=cmd_map)

@@ -1,0 +1,578 @@
+"""Register maps: the model and its JSON form, SystemRDL, the device's behaviour for every
+access kind (in process and over the serial line to the simulator), the map's tools and
+rules, the policy's defaults, atomic field writes, and the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import regdev_firmware_sim as sim
+from conftest import EXAMPLES, ROOT
+from firmware import sim_process, sim_thread
+from regdev import (
+    REGISTER_TOOLS,
+    ApprovalRequest,
+    Device,
+    DeviceRefused,
+    Field,
+    Gate,
+    MapError,
+    Policy,
+    PolicyError,
+    Register,
+    RegisterFile,
+    RegisterMap,
+    RegisterPolicy,
+    RegisterRangeError,
+    SerialDevice,
+    map_tools,
+)
+from regdev.agents._shell import shell_call
+from regdev.cli._main import main
+from regdev.devices._rdl import load_map
+
+SENSOR = EXAMPLES / "sensor.rdl"
+
+
+@pytest.fixture(scope="module")
+def sensor() -> RegisterMap:
+    """The example map, compiled from SystemRDL once."""
+    return load_map(SENSOR)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def handle(gate: Gate, tool: str, **arguments: Any) -> dict[str, Any]:
+    return gate.handle(json.dumps({"tool": tool, "arguments": arguments})).to_dict()
+
+
+# --- the map and its JSON form ----------------------------------------------------------------
+
+
+def test_the_example_map_reads_as_written(sensor: RegisterMap) -> None:
+    """SystemRDL to the model: names, addresses (arrays unrolled, a gap), access, resets,
+    enums, write-1-to-clear, clear-on-read and the protected property."""
+    assert [(r.name, r.addr) for r in sensor] == [
+        ("ID", 0), ("CTRL", 1), ("STATUS", 2), ("CALIB", 3), ("DATA[0]", 4), ("DATA[1]", 5),
+        ("DATA[2]", 6), ("DATA[3]", 7), ("SAMPLE", 8), ("EVENTS", 10)]
+    ident, ctrl, status = sensor.at(0), sensor.at(1), sensor.at(2)
+    assert ident is not None and ctrl is not None and status is not None
+    assert (ident.access, ident.reset, ident.writable_mask) == ("r", 0x5A, 0)
+    assert ctrl.fields[1].encode == (("SLEEP", 0), ("ONESHOT", 1), ("CONTINUOUS", 2))
+    assert (ctrl.reserved_mask, ctrl.writable_mask) == (0b1100_1000, 0b0011_0111)
+    assert (status.reset, status.woclr_mask, status.reserved_mask) == (0x10, 0x70, 0x8E)
+    assert sensor.at(10).rclr_mask == 0xFF  # type: ignore[union-attr]
+    assert sensor.protected() == {3} and sensor.read_only() == {0, 8, 10}
+    assert sensor.at(9) is None and sensor.find_field("CTRL.MODE") == (ctrl, ctrl.fields[1])
+
+
+def test_json_form_round_trips(sensor: RegisterMap, tmp_path: Path) -> None:
+    """to_json, then from_json (and a file through load_map), gives the same map."""
+    text = sensor.to_json()
+    assert RegisterMap.from_json(text) == sensor
+    path = tmp_path / "sensor.json"
+    path.write_text(text)
+    assert load_map(path) == sensor
+    document = json.loads(text)
+    assert document["format"] == "regdev-map" and document["version"] == 1
+    assert document["registers"][1]["reserved_mask"] == 0xC8
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d["registers"][1].update(colour=1),
+     "`registers[1].colour`: unknown key; allowed: "),
+    (lambda d: d["registers"][1].update(woclr_mask=1),
+     "`registers[1].woclr_mask`: is 1, but the fields make it 0"),
+    (lambda d: d["registers"][1]["fields"][0].update(msb=8),
+     "`registers[1].fields[0]`: bits [8:0] are not within 7..0 (msb >= lsb)"),
+    (lambda d: d["registers"][1]["fields"][1].update(reset=5),
+     "`registers[1].fields[1]`: reset 5 does not fit its 2 bit(s) (0..3)"),
+    (lambda d: d["registers"][2].update(addr=1),
+     "register STATUS (0x01): address 0x01 is taken by CTRL (0x01) too"),
+    (lambda d: d["registers"][1]["fields"][0].update(lsb=1, msb=1),
+     "register CTRL, field MODE: its bits 2:1 overlap field EN (bit 1)"),
+    (lambda d: d.update(version=2), 'not a regdev map: expected "format": "regdev-map"'),
+    (lambda d: d["registers"][0].update(addr=True), "`registers[0].addr`: must be an integer"),
+])
+def test_a_bad_json_map_is_one_line_naming_the_place(
+        sensor: RegisterMap, change: Callable[[dict[str, Any]], None], message: str) -> None:
+    """Every key is checked; the message names the file and the place."""
+    document = json.loads(sensor.to_json())
+    change(document)
+    with pytest.raises(MapError) as info:
+        RegisterMap.from_json(json.dumps(document), "m.json")
+    assert str(info.value).startswith("m.json: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_key_given_twice_is_refused() -> None:
+    """A repeated key would let the last one win silently."""
+    text = '{"format": "regdev-map", "version": 1, "version": 1, "registers": []}'
+    with pytest.raises(MapError, match="key 'version' appears twice"):
+        RegisterMap.from_json(text, "m.json")
+
+
+def test_the_default_map_is_todays_device() -> None:
+    """16 unnamed read-write registers, reset 0, and the two seed tools unchanged."""
+    default = RegisterMap.default()
+    assert [r.addr for r in default] == list(range(16)) and default.is_default
+    assert all(r.name is None and r.reset == 0 and r.writable_mask == 0xFF for r in default)
+    assert map_tools(default) is REGISTER_TOOLS
+    assert Gate().tools is REGISTER_TOOLS and RegisterFile().regmap is default
+
+
+# --- SystemRDL errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("addrmap a {\n  reg { field {sw=rw} F[7:0]; } R @ 0;\n};\n",
+     "x.rdl:2:21: missing ';' at '}'"),
+    ("addrmap a {\n  reg { regwidth = 16; field {} F[15:0]; } R @ 0;\n};\n",
+     "x.rdl:2:9: register R: regwidth 16 (regdev registers are 8 bits: set `default regwidth "
+     "= 8;`) is not supported by regdev"),
+    ("addrmap a {\n  default regwidth = 8;\n  reg { field {sw=rw; counter;} F[7:0]; } R @ 0;\n};\n",
+     "x.rdl:3:23: field R.F: counter (counters) is not supported by regdev"),
+    ("addrmap a {\n  default regwidth = 8;\n  reg { field {onwrite = woset;} F[7:0]; } R @ 0;\n"
+     "};\n", "x.rdl:3:16: field R.F: onwrite = woset is not supported by regdev"),
+    ("addrmap a {\n  default regwidth = 8;\n  regfile { reg { field {} F[7:0]; } R @ 0; } B @ 0;"
+     "\n};\n", "x.rdl:3:47: regfile B (regdev maps are one addrmap of registers) is not "
+               "supported by regdev"),
+    ("addrmap a {\n  default regwidth = 8;\n  reg { regdev_protected = true; field {} F[7:0]; } "
+     "R @ 0;\n};\n", "x.rdl:3:9: Unrecognized property 'regdev_protected' (declare it first: "
+                     "property regdev_protected { type = boolean; component = reg; };)"),
+])
+def test_systemrdl_errors_are_one_line_with_file_and_line(tmp_path: Path, text: str,
+                                                          message: str,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The compiler's first error, or the construct regdev refuses, with file:line:column."""
+    monkeypatch.chdir(tmp_path)
+    Path("x.rdl").write_text(text)
+    with pytest.raises(MapError) as info:
+        load_map("x.rdl")
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_without_systemrdl_compiler_the_message_says_how_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rdl extra is imported only to read SystemRDL; its absence is one line."""
+    monkeypatch.setitem(sys.modules, "systemrdl", None)  # `import systemrdl` raises
+    with pytest.raises(MapError, match=r"needs the systemrdl-compiler package: .*\[rdl\]"):
+        load_map(SENSOR)
+
+
+# --- the device: every access kind ----------------------------------------------------------
+
+#: A map with one register of each behaviour, for the device tests.
+KINDS = RegisterMap([
+    Register("RO", 0, fields=(Field("V", 0, 7, "r", reset=0x5A),)),
+    Register("MIX", 1, fields=(Field("A", 0, 1), Field("RDY", 2, 2, "r", reset=1),
+                               Field("W", 4, 5, "w"), Field("ERR", 6, 7, onwrite="woclr",
+                                                           reset=3))),
+    Register("CNT", 2, fields=(Field("N", 0, 7, "r", onread="rclr"),)),
+    Register("RW", 3, fields=(Field("D", 0, 7),)),
+], name="kinds")
+
+
+class Kinds:
+    """The access kinds, checked the same way on any device with the map KINDS."""
+
+    def __init__(self, device: Device, hardware: Callable[[int, int], object]) -> None:
+        self.device = device
+        self.hardware = hardware  # sets bits as the hardware would
+
+    def check_all(self) -> None:
+        device = self.device
+        # reset values, and what a read shows (reserved and write-only bits read 0)
+        assert device.snapshot() == [0x5A, 0xC4, 0x00, 0x00]
+        # a read-only register is refused by the device itself
+        with pytest.raises((RegisterRangeError, DeviceRefused)):
+            device.write(0, 0x01)
+        assert device.read(0) == 0x5A
+        # reserved bit 3 set: refused, nothing written
+        with pytest.raises((RegisterRangeError, DeviceRefused)):
+            device.write(1, 0x08 | 0x01)
+        assert device.read(1) == 0xC4
+        # rw bits stored, read-only RDY kept, write-only W stored but read 0, ERR written 0 kept
+        assert device.write(1, 0x33) == 0xC7
+        # write 1 to clear: ERR bit 6 cleared, bit 7 kept
+        assert device.write(1, 0x43) == 0x87
+        # a masked write changes only its bits
+        assert device.write_masked(1, 0x03, 0x01) == 0x85
+        # clear on read: the hardware counts, a read returns the count and clears it
+        self.hardware(2, 0x05)
+        assert device.snapshot()[2] == 0x05  # a dump does not clear
+        assert device.read(2) == 0x05 and device.read(2) == 0x00
+        # a block write is all or nothing: a read-only register in it writes nothing
+        with pytest.raises((RegisterRangeError, DeviceRefused)):
+            device.write_block(2, [0, 7])
+        assert device.read(3) == 0x00
+        assert device.write_block(3, [0x42]) == [0x42]
+        assert device.read_block(0, 4) == [0x5A, 0x85, 0x00, 0x42]
+        device.reset()
+        assert device.snapshot() == [0x5A, 0xC4, 0x00, 0x00]
+
+
+def test_every_access_kind_in_process() -> None:
+    """The register file honours the map."""
+    registers = RegisterFile(regmap=KINDS)
+    Kinds(registers, registers.hardware_set).check_all()
+
+
+@contextmanager
+def kinds_over_serial() -> Iterator[tuple[SerialDevice, RegisterFile]]:
+    registers = RegisterFile(regmap=KINDS)
+    with sim_thread(sim.Firmware(registers)) as url, \
+            SerialDevice(url, timeout=2, regmap=KINDS) as device:
+        yield device, registers
+
+
+@pytest.mark.timeout(60)
+def test_every_access_kind_over_the_serial_line() -> None:
+    """The same, through the wire protocol to the simulator (e DATA for a refusal)."""
+    with kinds_over_serial() as (device, registers):
+        Kinds(device, registers.hardware_set).check_all()
+
+
+@pytest.mark.timeout(60)
+def test_the_simulator_script_serves_a_json_map(sensor: RegisterMap, tmp_path: Path) -> None:
+    """`python firmware-sim/regdev_firmware_sim.py --map sensor.json` (standard library)."""
+    path = tmp_path / "sensor.json"
+    path.write_text(sensor.to_json())
+    with sim_process("--tcp", "127.0.0.1:0", "--map", str(path)) as (port, _), \
+            SerialDevice(port, timeout=2, regmap=sensor) as device:
+        assert device.read(0) == 0x5A and device.read(2) == 0x10
+        assert device.write_masked(1, 0x06, 0x04) == 0x04
+        assert device.snapshot() == [0x5A, 0x04, 0x10, 0, 0, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.timeout(60)
+def test_regdev_firmware_sim_reads_systemrdl(sensor: RegisterMap) -> None:
+    """`regdev firmware-sim --map examples/sensor.rdl` compiles the map and serves it."""
+    regdev = str(Path(sys.executable).with_name("regdev"))
+    process = subprocess.Popen([regdev, "firmware-sim", "--tcp", "127.0.0.1:0", "--map",
+                                str(SENSOR)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        port = process.stdout.readline().strip()
+        with SerialDevice(port, timeout=2, regmap=sensor) as device:
+            assert device.read_block(0, 3) == [0x5A, 0x00, 0x10]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_a_bad_map_for_the_simulator_is_one_line(tmp_path: Path) -> None:
+    """The script alone: exit 2 and the map's error, nothing served."""
+    path = tmp_path / "bad.json"
+    path.write_text('{"format": "regdev-map", "version": 1, "registers": [{"addr": 300}]}')
+    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" /
+                                               "regdev_firmware_sim.py"),
+                           "--tcp", "127.0.0.1:0", "--map", str(path)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("regdev_firmware_sim.py: error: "
+                           f"{path}: `registers[0].addr`: must be an integer 0..255\n")
+
+
+def test_a_serial_read_of_a_clear_on_read_register_is_sent_once(sensor: RegisterMap) -> None:
+    """A retried read would find the bits cleared: reads of EVENTS are never resent."""
+    faults = sim.Faults({"drop": 1.0}, after=1, count=1)  # the read's reply, not the identify's
+    registers = RegisterFile(regmap=sensor)
+    registers.hardware_set(10, 3)
+    with sim_thread(sim.Firmware(registers), faults) as url, \
+            SerialDevice(url, timeout=0.3, retries=3, regmap=sensor) as device:
+        with pytest.raises(Exception, match="clear-on-read bits, and its value is lost"):
+            device.read(10)
+        assert registers.snapshot()[9] == 0  # it ran once, and cleared the count
+        assert device.read(0) == 0x5A  # an ordinary read after it
+
+
+# --- the tools, the rules and the policy ----------------------------------------------------
+
+
+def test_each_rule_is_one_code_naming_register_and_field(sensor: RegisterMap) -> None:
+    """The rules run after ranges, before authorize, one code each."""
+    gate = Gate(RegisterFile(regmap=sensor))
+    cases = [
+        (("write_register", {"addr": 9, "data": 1}), "no-register",
+         "addr 9 is not a register of this device; registers: ID=0x00 (read-only), CTRL=0x01"),
+        (("read_registers", {"addr": 8, "count": 3}), "no-register",
+         "the block of 3 registers from addr 8 reaches 9, which is not a register"),
+        (("write_field", {"field": "STATUS.READY", "value": 0}), "read-only-field",
+         "STATUS.READY is read-only (the device sets it): read it with read_fields; writable "
+         "fields of STATUS: POR, OVF, CRC"),
+        (("write_register", {"addr": 2, "data": 0x80}), "reserved-bits",
+         "data 0x80 sets reserved bit(s) 0x80 of register STATUS (0x02); send them as 0"),
+        (("write_field", {"field": "CTRL.RATE", "value": "HZ2"}), "field-value",
+         "CTRL.RATE takes one of HZ1=0, HZ4=1, HZ16=2, HZ64=3 (by name or number), got \"HZ2\""),
+        (("write_field", {"field": "CALIB.OFFSET", "value": 256}), "range-value",
+         "value 256 is outside 0..255"),
+        (("write_register", {"addr": 1, "data": 0x06}), "field-value",
+         "data 0x06 would set CTRL.MODE to 3, which is not one of its values: SLEEP=0, "
+         "ONESHOT=1, CONTINUOUS=2"),
+    ]
+    for (tool, arguments), code, message in cases:
+        seen = handle(gate, tool, **arguments)
+        assert (seen["code"], seen["stage"]) == (code, "validate"), seen
+        assert seen["message"].startswith(message), seen["message"]
+    assert RegisterFile(regmap=sensor).snapshot() == gate.device.snapshot()  # nothing ran
+
+
+def test_field_writes_by_name_and_number_change_only_their_field(sensor: RegisterMap) -> None:
+    """write_field: enum name or number, one masked write; read_fields decodes."""
+    gate = Gate(RegisterFile(regmap=sensor))
+    assert handle(gate, "write_register", addr=1, data=0x21)["ok"]  # EN=1, RATE=HZ16
+    result = handle(gate, "write_field", field="CTRL.MODE", value="ONESHOT")["result"]
+    assert result == {"field": "CTRL.MODE", "value": "ONESHOT", "addr": 1, "data": 0x23,
+                      "register": "CTRL",
+                      "fields": {"EN": 1, "MODE": "ONESHOT", "RATE": "HZ16"}}
+    assert handle(gate, "write_field", field="CTRL.MODE", value=2)["result"]["value"] == \
+        "CONTINUOUS"
+    assert handle(gate, "read_fields", register="CTRL")["result"]["fields"] == {
+        "EN": 1, "MODE": "CONTINUOUS", "RATE": "HZ16"}
+    cleared = handle(gate, "write_field", field="STATUS.POR", value=1)["result"]
+    assert cleared["fields"]["POR"] == 0 and cleared["data"] == 0
+
+
+def test_policy_defaults_come_from_the_map_and_the_file_overrides(
+        sensor: RegisterMap, tmp_path: Path) -> None:
+    """Read-only from access; protected from regdev_protected, unless the policy lists
+    protected itself."""
+    def verdict(policy: Policy | None, addr: int) -> str | None:
+        gate = Gate(RegisterFile(regmap=sensor), policy=policy)
+        return handle(gate, "write_register", addr=addr, data=1).get("code")
+
+    assert verdict(None, 0) == "read-only-register"
+    assert verdict(None, 3) == "approval-denied"
+    assert verdict(Policy(registers=RegisterPolicy(protected=frozenset())), 3) is None
+    assert verdict(Policy(registers=RegisterPolicy(protected=frozenset({4}))), 4) == \
+        "approval-denied"
+    assert verdict(Policy(registers=RegisterPolicy(read_only=frozenset({5}))), 5) == \
+        "read-only-register"
+    asked: list[ApprovalRequest] = []
+    approving = Policy(approve=lambda request: asked.append(request) or True)
+    assert verdict(approving, 3) is None and asked[0].addr == 3
+    with pytest.raises(PolicyError, match="register 9 is not a register of the device's map"):
+        Gate(RegisterFile(regmap=sensor),
+             policy=Policy(registers=RegisterPolicy(read_only=frozenset({9}))))
+
+
+def test_field_tools_are_offered_and_described_from_the_map(sensor: RegisterMap) -> None:
+    """The tools name the registers and fields; the field enum is every REG.FIELD."""
+    tools = map_tools(sensor)
+    assert {"write_register", "read_register", "read_registers", "write_field",
+            "read_fields"} <= set(tools)
+    schema = tools["write_field"].input_schema
+    assert schema["properties"]["field"]["enum"][:4] == ["ID.PART", "CTRL.EN", "CTRL.MODE",
+                                                         "CTRL.RATE"]
+    described = tools["write_field"].description
+    assert "CTRL.MODE (bits 2:1, SLEEP=0 ONESHOT=1 CONTINUOUS=2)" in described
+    assert "ID=0x00 (read-only), CTRL=0x01" in tools["write_register"].description
+    assert tools["read_register"].idempotent is False  # EVENTS clears on read
+
+
+# --- atomic field writes ------------------------------------------------------------------------
+
+#: One register of eight one-bit fields.
+BITS = RegisterMap([Register("FLAGS", 0, fields=tuple(Field(f"F{i}", i, i) for i in range(8)))])
+
+
+def set_fields_concurrently(set_field: Callable[[Gate, int, threading.Barrier], None],
+                            rounds: int = 20) -> list[int]:
+    """Eight threads set eight different fields of one register at once; the register's value
+    after each round (all eight set: 0xFF)."""
+    finals = []
+    for _ in range(rounds):
+        gate = Gate(RegisterFile(regmap=BITS))
+        barrier = threading.Barrier(8)
+        threads = [threading.Thread(target=set_field, args=(gate, bit, barrier))
+                   for bit in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        finals.append(gate.device.read(0))
+    return finals
+
+
+def atomic_write_field(gate: Gate, bit: int, barrier: threading.Barrier) -> None:
+    """The tool: write_field, one masked write under the device's lock."""
+    barrier.wait()
+    assert handle(gate, "write_field", field=f"FLAGS.F{bit}", value=1)["ok"]
+
+
+def naive_read_then_write(gate: Gate, bit: int, barrier: threading.Barrier) -> None:
+    """What a model does with write_register alone: read, set its bit, write back. The
+    barrier between the read and the write lets every thread read before any writes, as
+    can happen whenever two calls interleave."""
+    old = handle(gate, "read_register", addr=0)["result"]["data"]
+    barrier.wait()
+    assert handle(gate, "write_register", addr=0, data=old | 1 << bit)["ok"]
+
+
+def test_concurrent_field_writes_all_land() -> None:
+    """With write_field every field is set, in every round."""
+    assert set_fields_concurrently(atomic_write_field) == [0xFF] * 20
+
+
+def test_the_same_check_fails_with_a_naive_read_then_write() -> None:
+    """The check above is not vacuous: the naive helper loses every field but one."""
+    finals = set_fields_concurrently(naive_read_then_write, rounds=3)
+    assert all(bin(value).count("1") == 1 for value in finals), finals
+
+
+@pytest.mark.timeout(60)
+def test_concurrent_field_writes_over_the_serial_line_all_land() -> None:
+    """Over serial each field write is one masked-write frame, done by the device."""
+    registers = RegisterFile(regmap=BITS)
+    with sim_thread(sim.Firmware(registers)) as url, \
+            SerialDevice(url, timeout=2, regmap=BITS) as device:
+        gate = Gate(device)
+        barrier = threading.Barrier(8)
+        threads = [threading.Thread(target=atomic_write_field, args=(gate, bit, barrier))
+                   for bit in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert registers.read(0) == 0xFF
+
+
+def test_a_backend_without_masked_writes_refuses_rather_than_read_and_write() -> None:
+    """The Device default never reads and writes apart: device-error, nothing written."""
+
+    class Plain(Device):
+        def __init__(self) -> None:
+            self._regmap = BITS
+            self.value = 0
+
+        def read(self, addr: int) -> int:
+            return self.value
+
+        def write(self, addr: int, data: int) -> int:
+            self.value = data
+            return data
+
+        def reset(self) -> None:
+            self.value = 0
+
+        def snapshot(self) -> list[int]:
+            return [self.value]
+
+    device = Plain()
+    seen = handle(Gate(device), "write_field", field="FLAGS.F1", value=1)
+    assert seen["code"] == "device-error" and "atomically" in seen["message"]
+    assert device.value == 0
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_regdev_map_prints_the_table_and_the_json(capsys: pytest.CaptureFixture[str],
+                                                  sensor: RegisterMap) -> None:
+    """The register table, and --json that reads back to the same map."""
+    status, out, _ = run(capsys, "map", str(SENSOR))
+    assert status == 0
+    assert "0x01  CTRL     rw      0x00   Control: enable and conversion mode." in out
+    assert ("      [2:1]   MODE       rw                     reset 0     SLEEP=0 ONESHOT=1 "
+            "CONTINUOUS=2;  Conversion mode.") in out
+    assert "      [7:6, 3] reserved (read as 0, write as 0)" in out
+    assert "(protected: writes need approval)" in out
+    status, out, _ = run(capsys, "map", str(SENSOR), "--json")
+    assert status == 0 and RegisterMap.from_json(out) == sensor
+
+
+def test_a_bad_map_on_the_command_line_is_exit_2_and_one_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every command with --map: one line, file:line, no traceback."""
+    bad = tmp_path / "bad.rdl"
+    bad.write_text("addrmap a {\n  reg { field {sw=rw} F[7:0]; } R @ 0;\n};\n")
+    for command in (["map", str(bad)], ["call", "--no-audit", "--map", str(bad), "{}"],
+                    ["tools", "--map", str(bad)], ["compile", "--map", str(bad)]):
+        status, out, err = run(capsys, *command)
+        assert (status, out) == (2, ""), command
+        assert err == (f"regdev {command[0]}: error: {bad}:2:21: missing ';' at '}}'\n")
+
+
+def test_replay_of_the_example_map_meets_every_expectation(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/sensor-calls.jsonl: every access kind and every rule, as expected."""
+    status, out, _ = run(capsys, "replay", "--no-audit", "--map", str(SENSOR),
+                         str(EXAMPLES / "sensor-calls.jsonl"), "--json")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert status == 0
+    assert all(line["expect_met"] for line in lines[:-1])
+    codes = {line["code"] for line in lines[:-1]}
+    assert {"no-register", "read-only-field", "reserved-bits", "field-value",
+            "read-only-register", "approval-denied"} <= codes
+    assert lines[-1]["registers"] == [0x5A, 0x03, 0x00, 0, 200, 0, 0, 0, 0, 0]
+
+
+def test_the_map_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev demo --map examples/sensor.rdl: fields by name, retries, a final refusal."""
+    status, out, _ = run(capsys, "demo", "--no-audit", "--map", str(SENSOR))
+    assert status == 0
+    assert ("accepted  write_field: CTRL.EN = 1; register CTRL (0x01) = 0x05 EN=1 "
+            "MODE=CONTINUOUS RATE=HZ1") in out
+    assert "refused   validate/reserved-bits (retryable)" in out
+    assert "loop stopped: rejected (read-only-register" in out
+    assert "  0x01 CTRL     0x25  EN=1  MODE=CONTINUOUS  RATE=HZ16" in out
+
+
+def test_tools_and_compile_take_the_map(capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev tools --map lists the map's tools in each format; compile compiles them."""
+    for format_ in ("mcp", "openai", "anthropic"):
+        status, out, _ = run(capsys, "tools", "--map", str(SENSOR), "--format", format_)
+        assert status == 0
+        names = [t.get("name") or t["function"]["name"] for t in json.loads(out)]
+        assert "write_field" in names and "read_fields" in names, format_
+    status, out, _ = run(capsys, "compile", "--map", str(SENSOR))
+    namespace: dict[str, Any] = {}
+    exec(compile(out, "compiled", "exec"), namespace)
+    check = namespace["check"]
+    assert check({"tool": "write_field", "arguments": {"field": "CTRL.EN", "value": 1}}) is None
+    assert check({"tool": "write_field", "arguments": {"field": "X.Y", "value": 1}}) == \
+        "range-field"
+
+
+def test_the_shell_takes_names(capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """read STATUS, write CTRL.MODE ONESHOT, write CTRL 0x01, dump with names."""
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(
+        "read STATUS\nwrite CTRL.MODE ONESHOT\nwrite CTRL.MODE FAST\nwrite DATA[1] 0x10\n"
+        "read NOPE\ndump\n"))
+    status, out, _ = run(capsys, "shell", "--no-audit", "--map", str(SENSOR))
+    assert status == 0
+    assert "accepted  read_fields: register STATUS (0x02) = 0x10 READY=0 POR=1" in out
+    assert "accepted  write_field: CTRL.MODE = ONESHOT; register CTRL (0x01) = 0x02" in out
+    assert "refused   validate/field-value (retryable): CTRL.MODE takes one of" in out
+    assert "accepted  write_register: register DATA[1] (0x05) = 0x10 VALUE=0x10" in out
+    assert "error: no register `NOPE`; registers: ID, CTRL, STATUS" in out
+    assert "  0x05 DATA[1]  0x10  VALUE=0x10" in out
+
+
+def test_shell_words_with_and_without_a_map(sensor: RegisterMap) -> None:
+    """Numbers keep their meaning; names need a map."""
+    assert json.loads(shell_call(["read", "2"], sensor)) == {
+        "tool": "read_register", "arguments": {"addr": 2}}
+    assert json.loads(shell_call(["write", "CTRL.RATE", "3"], sensor)) == {
+        "tool": "write_field", "arguments": {"field": "CTRL.RATE", "value": 3}}
+    with pytest.raises(ValueError, match="ADDR must be a number"):
+        shell_call(["read", "STATUS"])
