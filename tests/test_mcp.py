@@ -447,6 +447,26 @@ def test_a_policy_caps_bytes_and_lists_only_the_offered_tools(home: Path, tmp_pa
     assert status == 0 and b"Traceback" not in err
 
 
+def test_serve_with_a_map_lists_and_runs_the_maps_tools(home: Path, tmp_path: Path) -> None:
+    """serve --map: tools/list is the map's tools; a field write runs as in process."""
+    server = RawServer(home, tmp_path / "audit.db", "--map", str(EXAMPLES / "sensor.rdl"))
+    try:
+        server.handshake()
+        listed = server.send('{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}')
+        answer = server.send(tools_call(2, '{"name": "write_field", "arguments": '
+                                           '{"field": "CTRL.MODE", "value": "ONESHOT"}}'))
+    finally:
+        status, _, err = server.close()
+    assert listed is not None and answer is not None
+    assert [t["name"] for t in listed["result"]["tools"]] == [
+        "write_register", "read_register", "read_registers", *(
+            ["write_registers"] if "write_registers" in str(listed) else []),
+        "write_field", "read_fields"]
+    assert answer["result"]["structuredContent"]["result"]["fields"] == {
+        "EN": 0, "MODE": "ONESHOT", "RATE": "HZ1"}
+    assert status == 0 and b"Traceback" not in err
+
+
 @contextmanager
 def spawned_with(number: int, disposition: Any) -> Iterator[None]:
     """Start children with signal ``number`` handled or ignored, whatever this process has.

@@ -95,7 +95,8 @@ def add_parser(sub: Any) -> None:
     """Add ``regdev serve`` to the subcommands."""
     serve = sub.add_parser(
         "serve", help="run the MCP server on stdio (for Claude Desktop and other MCP clients)",
-        description="Serve write_register and read_register over MCP on stdin/stdout, on a "
+        description="Serve the register tools over MCP on stdin/stdout (write_register and "
+                    "read_register; with --map FILE, the tools of that register map), on a "
                     "fresh in-process register file, or on the device at --port. Every "
                     "tools/call goes through the gate: "
                     "a refused call comes back as an isError result with the verdict code "

@@ -138,7 +138,7 @@ class _MapTools:
                  "the register holds after the write.",
                  {"type": "object", "properties": {"addr": self.addr(), "data": data},
                   "required": ["addr", "data"], "additionalProperties": False},
-                 idempotent=False, destructive=True, open_world=False,
+                 idempotent=True, destructive=True, open_world=False,
                  handler=self.write_register, rules=self.write_register_rules,
                  changes=_one_addr),
             Tool("read_register",
@@ -181,7 +181,7 @@ class _MapTools:
                                          "description": "The values to write, lowest "
                                                         "address first."}},
                  "required": ["addr", "data"], "additionalProperties": False},
-                idempotent=False, destructive=True, open_world=False,
+                idempotent=True, destructive=True, open_world=False,
                 handler=self.write_registers, rules=self.write_block_rules,
                 changes=_block_addrs))
         if self.fields:
@@ -210,7 +210,7 @@ class _MapTools:
                                                "enumerated names, or a number within its "
                                                "width."}},
                   "required": ["field", "value"], "additionalProperties": False},
-                 idempotent=False, destructive=True, open_world=False,
+                 idempotent=True, destructive=True, open_world=False,
                  handler=self.write_field, rules=self.write_field_rules,
                  changes=self.field_addr),
             Tool("read_fields",
