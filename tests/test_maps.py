@@ -278,6 +278,24 @@ def test_regdev_firmware_sim_reads_systemrdl(sensor: RegisterMap) -> None:
             process.stdout.close()
 
 
+@pytest.mark.timeout(60)
+def test_the_example_replay_over_the_serial_line_matches_in_process(
+        capsys: pytest.CaptureFixture[str], sensor: RegisterMap, tmp_path: Path) -> None:
+    """examples/sensor-calls.jsonl against the simulator serving the example map: every
+    expectation met, and the same registers after as in process."""
+    path = tmp_path / "sensor.json"
+    path.write_text(sensor.to_json())
+    calls = str(EXAMPLES / "sensor-calls.jsonl")
+    with sim_process("--tcp", "127.0.0.1:0", "--map", str(path)) as (port, _):
+        status, out, err = run(capsys, "replay", "--no-audit", "--json", "--port", port,
+                               "--map", str(path), calls)
+    assert (status, err) == (0, "")
+    over_serial = [json.loads(line) for line in out.splitlines()]
+    status, out, _ = run(capsys, "replay", "--no-audit", "--json", "--map", str(SENSOR), calls)
+    assert over_serial == [json.loads(line) for line in out.splitlines()]
+    assert all(line["expect_met"] for line in over_serial[:-1])
+
+
 def test_a_bad_map_for_the_simulator_is_one_line(tmp_path: Path) -> None:
     """The script alone: exit 2 and the map's error, nothing served."""
     path = tmp_path / "bad.json"

@@ -44,6 +44,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as _dataclass_field
 from typing import Any, Final
 
 from ..core._errors import MapError
@@ -231,6 +232,9 @@ class Register:
     description: str = ""
     fields: tuple[Field, ...] = ()
     protected: bool = False
+    #: The masks, worked out once: field, writable, readable, woclr, rclr.
+    _masks: tuple[int, int, int, int, int] = _dataclass_field(
+        init=False, repr=False, compare=False, default=(0, 0, 0, 0, 0))
 
     def __post_init__(self) -> None:
         where = f"register {self.name}" if isinstance(self.name, str) else \
@@ -283,49 +287,49 @@ class Register:
             raise _fail(where, "the description must be a string")
         if type(self.protected) is not bool:
             raise _fail(where, f"protected must be true or false, got {self.protected!r}")
+        if fields:
+            masks = [0] * 5
+            for each in fields:
+                for index, keep in enumerate((True, each.writable, each.readable,
+                                              each.onwrite == "woclr", each.onread == "rclr")):
+                    if keep:
+                        masks[index] |= each.mask
+            object.__setattr__(self, "_masks", tuple(masks))
+        else:
+            object.__setattr__(self, "_masks", (_FULL, _FULL if self.access != "r" else 0,
+                                                _FULL if self.access != "w" else 0, 0, 0))
 
     # --- the bits, by behaviour -----------------------------------------------------------
-
-    def _mask(self, keep: Any) -> int:
-        mask = 0
-        for each in self.fields:
-            if keep(each):
-                mask |= each.mask
-        return mask
 
     @property
     def field_mask(self) -> int:
         """Bits that belong to a field (every bit, for a register without fields)."""
-        return self._mask(lambda f: True) if self.fields else _FULL
+        return self._masks[0]
 
     @property
     def reserved_mask(self) -> int:
         """Bits in no field: read as 0, never set (0 for a register without fields)."""
-        return _FULL & ~self.field_mask
+        return _FULL & ~self._masks[0]
 
     @property
     def writable_mask(self) -> int:
         """Bits software can write: read-write, write-only and write-1-to-clear bits."""
-        if not self.fields:
-            return _FULL if self.access != "r" else 0
-        return self._mask(lambda f: f.writable)
+        return self._masks[1]
 
     @property
     def readable_mask(self) -> int:
         """Bits a read returns; write-only and reserved bits read as 0."""
-        if not self.fields:
-            return _FULL if self.access != "w" else 0
-        return self._mask(lambda f: f.readable)
+        return self._masks[2]
 
     @property
     def woclr_mask(self) -> int:
         """Write-1-to-clear bits (``onwrite = woclr``)."""
-        return self._mask(lambda f: f.onwrite == "woclr")
+        return self._masks[3]
 
     @property
     def rclr_mask(self) -> int:
         """Clear-on-read bits (``onread = rclr``)."""
-        return self._mask(lambda f: f.onread == "rclr")
+        return self._masks[4]
 
     @property
     def store_mask(self) -> int:

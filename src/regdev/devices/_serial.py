@@ -385,7 +385,9 @@ class SerialDevice(Device):
                 not happen, and may succeed if sent again.
             DeviceRefused: the device answered another error code; the write did not happen.
             DeviceError: the device acknowledged a value other than ``data`` (it executed the
-                write).
+                write). Only with the default map: with another map the register may keep
+                read-only bits or clear write-1-to-clear ones, and the value acknowledged is
+                returned for the caller (the map's ``write_register`` tool) to check.
             TransportError: the write was not sent (the port failed first, or the line could
                 not be synchronised); it did not happen.
         """
