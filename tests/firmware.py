@@ -63,8 +63,8 @@ class CountingFirmware(sim.Firmware):
     A ``busy`` fault answers without executing, so it is not counted.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, registers: sim.RegisterFile | None = None) -> None:
+        super().__init__(registers)
         self.executed: Counter[str] = Counter()
         self._lock = threading.Lock()
 
