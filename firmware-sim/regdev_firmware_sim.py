@@ -160,6 +160,8 @@ class Firmware:
         plain: answer ``I`` with ``identity`` alone, as a device that cannot say its id and
             epoch.
         regmap: the register map of the default register file (the default map when None).
+        extension: answer the protocol extension's frames (``G``, ``P``, ``M`` and ``D AA``);
+            False answers them ``e SYNTAX``, as a device of protocol 1 alone (the C firmware).
 
     Raises:
         LocalProtocolError: the identify text would not fit a frame, or the id is malformed.
@@ -167,7 +169,8 @@ class Firmware:
 
     def __init__(self, registers: RegisterFile | None = None, identity: str = IDENTITY, *,
                  device_id: str | None = None, plain: bool = False,
-                 regmap: RegisterMap | None = None) -> None:
+                 regmap: RegisterMap | None = None, extension: bool = True) -> None:
+        self.extension = extension
         self.registers = registers if registers is not None else RegisterFile(regmap=regmap)
         self.regmap = self.registers.regmap
         self.identity = identity
@@ -189,6 +192,11 @@ class Firmware:
         register (any of a block's); ``e DATA`` for a value the register refuses (a write to
         a read-only register, a reserved bit set). A refused request changes nothing."""
         regs, regmap, seq = self.registers, self.regmap, request.seq
+        if not self.extension and (
+                isinstance(request, (wire.ReadBlockRequest, wire.WriteBlockRequest,
+                                     wire.MaskedWriteRequest))
+                or (isinstance(request, wire.DumpRequest) and request.addr)):
+            return wire.ErrorReply(seq, "SYNTAX")  # a frame protocol 1 alone cannot read
         match request:
             case wire.IdentifyRequest():
                 return wire.IdentifyReply(seq, self.identify_text())
@@ -589,6 +597,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="serve the registers of this register map, in the compiled JSON "
                              "form (regdev map FILE --json); default: 16 read-write registers, "
                              "reset 0")
+    parser.add_argument("--no-extension", action="store_true",
+                        help="answer the block and masked-write frames (G, P, M and D AA) "
+                             "e SYNTAX, as a device of protocol 1 alone (the C firmware)")
     parser.add_argument("--identity", default=IDENTITY, metavar="TEXT",
                         help="the description that starts the identify text, before its id "
                              f"and epoch (default: {IDENTITY!r})")
@@ -642,7 +653,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
         faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
                         delay=args.delay)
         firmware = Firmware(identity=args.identity, device_id=args.device_id,
-                            plain=args.plain_identify, regmap=regmap)
+                            plain=args.plain_identify, regmap=regmap,
+                            extension=not args.no_extension)
     except (ValueError, LocalProtocolError) as error:
         parser.error(str(error))
     if rates.get("disconnect") and args.pty and args.link is None:
@@ -660,7 +672,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
             ("--fault-after", args.fault_after, 0), ("--fault-count", args.fault_count, None),
             ("--identity", args.identity, IDENTITY), ("--device-id", args.device_id, None),
-            ("--plain-identify", args.plain_identify, False), ("--map", args.map, None))
+            ("--plain-identify", args.plain_identify, False), ("--map", args.map, None),
+            ("--no-extension", args.no_extension, False))
             if value != default]
         if given:
             parser.error(f"{', '.join(given)} cannot go with --avr: the C firmware runs as "

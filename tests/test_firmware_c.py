@@ -79,8 +79,13 @@ def test_core_answers_the_protocol_doc_examples(core: CCore) -> None:
     pairs = [(request, reply) for (request, kind), (reply, _) in itertools.pairwise(rows)
              if kind.endswith("Request")]
     assert [request[:5] for request, _ in pairs] == ["$01 I", "$02 R", "$03 W", "$04 D", "$05 Z",
-                                                    "$06 R"]
-    for request, reply in pairs:
+                                                    "$06 R", "$0A G", "$0B P", "$0C M", "$0D D"]
+    extension = pairs[6:]  # the block and masked-write frames: the C core answers e SYNTAX
+    for request, _ in extension:
+        seq = int(request[1:3], 16)
+        assert core.feed(request.encode() + b"\n") == wire.encode(
+            wire.ErrorReply(seq, "SYNTAX")), request
+    for request, reply in pairs[:6]:
         expected = reply.encode() + b"\n"
         if request.startswith("$01 I"):
             expected = wire.encode(wire.IdentifyReply(1, HOST_IDENTITY))
@@ -117,8 +122,9 @@ def python_device(stream: bytes, identity: str, rng: random.Random) -> tuple[byt
         size = rng.randint(1, 256)
         chunks.append(stream[at:at + size])
         at += size
-    # The C firmware's identify text is protocol 1's, without the id and epoch: plain.
-    firmware = sim.Firmware(identity=identity, plain=True)
+    # The C firmware's identify text is protocol 1's, without the id and epoch: plain; and it
+    # does not implement the block and masked-write frames (e SYNTAX): no extension.
+    firmware = sim.Firmware(identity=identity, plain=True, extension=False)
     line = _Chunks(chunks)
     sim.serve(line, firmware, sim.Faults())
     return bytes(line.out), firmware.registers.snapshot()
@@ -548,7 +554,8 @@ def test_damaged_streams_over_the_pty_get_the_python_replies(device_command: lis
     """Random damaged byte streams written to the port (the UART, its interrupt and ring on the
     AVR) are answered byte for byte as the Python firmware simulator answers them."""
     identity = _identity(device_command)
-    firmware = sim.Firmware(identity=identity, plain=True)  # protocol 1's text, as the C one
+    firmware = sim.Firmware(identity=identity, plain=True,  # protocol 1's text, as the C one
+                            extension=False)  # and no block or masked-write frames
     link = wire.Connection(wire.DEVICE)
     rng = random.Random(7)
     streams = [damaged_stream(rng) for _ in range(40)]

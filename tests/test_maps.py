@@ -38,6 +38,7 @@ from regdev import (
 )
 from regdev.agents._shell import shell_call
 from regdev.cli._main import main
+from regdev.devices import _protocol as wire
 from regdev.devices._rdl import load_map
 
 SENSOR = EXAMPLES / "sensor.rdl"
@@ -320,6 +321,28 @@ def test_a_serial_read_of_a_clear_on_read_register_is_sent_once(sensor: Register
             device.read(10)
         assert registers.snapshot()[9] == 0  # it ran once, and cleared the count
         assert device.read(0) == 0x5A  # an ordinary read after it
+
+
+class WithoutExtension(sim.Firmware):
+    """A device that does not implement the block and masked-write frames: e SYNTAX."""
+
+    def answer(self, request: Any) -> Any:
+        if isinstance(request, (wire.ReadBlockRequest, wire.WriteBlockRequest,
+                                wire.MaskedWriteRequest)):
+            return wire.ErrorReply(request.seq, "SYNTAX")
+        return super().answer(request)
+
+
+@pytest.mark.timeout(60)
+def test_a_device_without_the_extension_refuses_field_writes_for_good(
+        sensor: RegisterMap) -> None:
+    """e SYNTAX to an M frame is device-error (final: not executed), not a busy line."""
+    firmware = WithoutExtension(RegisterFile(regmap=sensor))
+    with sim_thread(firmware) as url, SerialDevice(url, timeout=2, regmap=sensor) as device:
+        seen = handle(Gate(device), "write_field", field="CTRL.EN", value=1)
+        assert (seen["code"], seen["retryable"]) == ("device-error", False)
+        assert "does not take the M frame" in seen["message"]
+        assert handle(Gate(device), "write_register", addr=1, data=1)["ok"]
 
 
 # --- the tools, the rules and the policy ----------------------------------------------------

@@ -262,6 +262,22 @@ def port_state_id(url: str) -> str:
     return f"serial:{scheme}://{rest}"
 
 
+@contextlib.contextmanager
+def _extension(letter: str) -> Iterator[None]:
+    """Around a frame of the protocol extension (``G``, ``P``, ``M``): a device that does not
+    implement it answers ``e SYNTAX`` every time, so that answer is a refusal for good
+    (:class:`DeviceRefused`, not executed) rather than a busy line worth retrying."""
+    try:
+        yield
+    except DeviceBusy as error:
+        if error.code != "SYNTAX":
+            raise
+        raise DeviceRefused(f"the device does not take the {letter} frame (block and masked "
+                            "writes are a protocol extension it may not implement), or the "
+                            f"frame was damaged on the line; it was not executed ({error})",
+                            "SYNTAX") from None
+
+
 class SerialDevice(Device):
     """A device of 8-bit registers at the end of a serial line (``docs/protocol.md``).
 
@@ -411,9 +427,10 @@ class SerialDevice(Device):
         regmap = self._regmap
         check_block(addr, count, regmap)
         clears = any(regmap.at(a).rclr_mask for a in range(addr, addr + count))  # type: ignore[union-attr]
-        reply = self._transact(lambda seq: ReadBlockRequest(seq, addr, count), ReadBlockReply,
-                               "clear-on-read read" if clears else "read",
-                               0 if clears else self.retries)
+        with _extension("G"):
+            reply = self._transact(lambda seq: ReadBlockRequest(seq, addr, count),
+                                   ReadBlockReply, "clear-on-read read" if clears else "read",
+                                   0 if clears else self.retries)
         return list(reply.values)
 
     def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
@@ -431,8 +448,9 @@ class SerialDevice(Device):
         check_block(addr, len(values), self._regmap)
         for index, value in enumerate(values):
             check_access(addr + index, value, self._regmap)
-        reply = self._transact(lambda seq: WriteBlockRequest(seq, addr, values),
-                               WriteBlockReply, "block write", 0)
+        with _extension("P"):
+            reply = self._transact(lambda seq: WriteBlockRequest(seq, addr, values),
+                                   WriteBlockReply, "block write", 0)
         return list(reply.values)
 
     def write_masked(self, addr: int, mask: int, data: int) -> int:
@@ -447,8 +465,9 @@ class SerialDevice(Device):
         """
         check_access(addr, data, self._regmap)
         check_access(addr, mask, self._regmap)
-        reply = self._transact(lambda seq: MaskedWriteRequest(seq, addr, mask, data),
-                               MaskedWriteReply, "masked write", 0)
+        with _extension("M"):
+            reply = self._transact(lambda seq: MaskedWriteRequest(seq, addr, mask, data),
+                                   MaskedWriteReply, "masked write", 0)
         return reply.data
 
     def reset(self) -> None:
