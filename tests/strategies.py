@@ -116,7 +116,12 @@ wire_requests = st.one_of(
     st.builds(wire.ReadRequest, wire_seqs, wire_bytes),
     st.builds(wire.WriteRequest, wire_seqs, wire_bytes, wire_bytes),
     st.builds(wire.ResetRequest, wire_seqs),
-    st.builds(wire.DumpRequest, wire_seqs),
+    st.builds(wire.DumpRequest, wire_seqs, wire_bytes),
+    st.builds(wire.ReadBlockRequest, wire_seqs, wire_bytes,
+              st.integers(min_value=1, max_value=wire.MAX_BLOCK)),
+    st.builds(wire.WriteBlockRequest, wire_seqs, wire_bytes, wire_blocks := st.lists(
+        wire_bytes, min_size=1, max_size=wire.MAX_BLOCK).map(tuple)),
+    st.builds(wire.MaskedWriteRequest, wire_seqs, wire_bytes, wire_bytes, wire_bytes),
 )
 #: Every reply frame (an error reply may carry sequence number 0).
 wire_replies = st.one_of(
@@ -125,7 +130,10 @@ wire_replies = st.one_of(
     st.builds(wire.WriteReply, wire_seqs, wire_bytes, wire_bytes),
     st.builds(wire.ResetReply, wire_seqs),
     st.builds(wire.DumpReply, wire_seqs,
-              st.lists(wire_bytes, min_size=16, max_size=16).map(tuple)),
+              st.lists(wire_bytes, min_size=16, max_size=16).map(tuple), wire_bytes),
+    st.builds(wire.ReadBlockReply, wire_seqs, wire_bytes, wire_blocks),
+    st.builds(wire.WriteBlockReply, wire_seqs, wire_bytes, wire_blocks),
+    st.builds(wire.MaskedWriteReply, wire_seqs, wire_bytes, wire_bytes),
     st.builds(wire.ErrorReply, st.integers(min_value=0, max_value=255), error_codes),
 )
 wire_frames = st.one_of(wire_requests, wire_replies)
@@ -572,3 +580,27 @@ def extended_identify_texts(draw: st.DrawFn) -> str:
         ending = ending.lower()
     text = (head + ending)[:wire.MAX_TEXT]
     return text or "x"
+
+
+# --- register maps (regdev.devices._regmap) ----------------------------------------------------
+
+
+@st.composite
+def registers_with_fields(draw: st.DrawFn) -> Any:
+    """One register at address 0 with random non-overlapping fields of every kind (and
+    reserved bits between them)."""
+    from regdev.devices._regmap import Field, Register  # noqa: PLC0415
+
+    fields = []
+    bit = draw(st.integers(min_value=0, max_value=2))
+    index = 0
+    while bit < 8:
+        width = draw(st.integers(min_value=1, max_value=8 - bit))
+        access = draw(st.sampled_from(["rw", "r", "w"]))
+        onwrite = draw(st.sampled_from([None, "woclr"])) if access != "r" else None
+        onread = draw(st.sampled_from([None, "rclr"])) if access != "w" else None
+        reset = draw(st.integers(min_value=0, max_value=(1 << width) - 1))
+        fields.append(Field(f"F{index}", bit, bit + width - 1, access, reset, onwrite, onread))
+        index += 1
+        bit += width + draw(st.integers(min_value=0, max_value=2))
+    return Register("R", 0, fields=tuple(fields))

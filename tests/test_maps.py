@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT
@@ -40,6 +42,7 @@ from regdev.agents._shell import shell_call
 from regdev.cli._main import main
 from regdev.devices import _protocol as wire
 from regdev.devices._rdl import load_map
+from strategies import registers_with_fields
 
 SENSOR = EXAMPLES / "sensor.rdl"
 
@@ -617,3 +620,82 @@ def test_shell_words_with_and_without_a_map(sensor: RegisterMap) -> None:
         "tool": "write_field", "arguments": {"field": "CTRL.RATE", "value": 3}}
     with pytest.raises(ValueError, match="ADDR must be a number"):
         shell_call(["read", "STATUS"])
+
+
+# --- the register's behaviour against a bit-by-bit reference ----------------------------------
+
+
+class BitModel:
+    """What each bit does, written bit by bit from the table in docs/maps.md (independently
+    of Register.written and Register.read_effect)."""
+
+    def __init__(self, register: Register) -> None:
+        self.kind: list[tuple[str, str | None, str | None] | None] = [None] * 8  # None: reserved
+        self.bits = [0] * 8
+        for field in register.fields:
+            for bit in range(field.lsb, field.msb + 1):
+                self.kind[bit] = (field.access, field.onwrite, field.onread)
+                self.bits[bit] = field.reset >> (bit - field.lsb) & 1
+
+    def value(self, readable_only: bool = True) -> int:
+        return sum(bit << i for i, (bit, kind) in enumerate(zip(self.bits, self.kind,
+                                                                  strict=True))
+                   if kind is not None and (kind[0] != "w" or not readable_only))
+
+    def write(self, mask: int, data: int) -> bool:
+        """False when refused (nothing written)."""
+        if all(kind is None or kind[0] == "r" for kind in self.kind):
+            return False
+        if any(self.kind[i] is None and mask >> i & data >> i & 1 for i in range(8)):
+            return False
+        for i, kind in enumerate(self.kind):
+            if kind is None or not mask >> i & 1 or kind[0] == "r":
+                continue
+            if kind[1] == "woclr":
+                if data >> i & 1:
+                    self.bits[i] = 0
+            else:
+                self.bits[i] = data >> i & 1
+        return True
+
+    def read(self) -> int:
+        shown = self.value()
+        for i, kind in enumerate(self.kind):
+            if kind is not None and kind[2] == "rclr":
+                self.bits[i] = 0
+        return shown
+
+    def hardware(self, bits: int) -> None:
+        for i, kind in enumerate(self.kind):
+            if kind is not None and bits >> i & 1:
+                self.bits[i] = 1
+
+
+operations = st.lists(st.tuples(st.sampled_from(["write", "masked", "read", "hardware"]),
+                                st.integers(0, 255), st.integers(0, 255)), max_size=20)
+
+
+@given(registers_with_fields(), operations)
+def test_the_register_file_behaves_bit_by_bit_as_documented(
+        register: Register, steps: list[tuple[str, int, int]]) -> None:
+    """Any register of any fields: every write, masked write, read and hardware event gives
+    what the bit-by-bit reference gives."""
+    device = RegisterFile(regmap=RegisterMap([register]))
+    model = BitModel(register)
+    assert device.snapshot() == [model.value()]
+    for kind, first, second in steps:
+        if kind in ("write", "masked"):
+            mask = 0xFF if kind == "write" else first
+            accepted = model.write(mask, second)
+            try:
+                after = device.write_masked(0, mask, second)
+            except RegisterRangeError:
+                assert not accepted
+            else:
+                assert accepted and after == model.value()
+        elif kind == "read":
+            assert device.read(0) == model.read()
+        else:
+            device.hardware_set(0, first)
+            model.hardware(first)
+        assert device.snapshot() == [model.value()]
