@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT
-from firmware import sim_process, sim_thread
+from firmware import CountingFirmware, sim_process, sim_thread
 from regdev import (
     REGISTER_TOOLS,
     ApprovalRequest,
@@ -565,8 +565,8 @@ def test_replay_of_the_example_map_meets_every_expectation(
     assert all(line["expect_met"] for line in lines[:-1])
     codes = {line["code"] for line in lines[:-1]}
     assert {"no-register", "read-only-field", "reserved-bits", "field-value",
-            "read-only-register", "approval-denied"} <= codes
-    assert lines[-1]["registers"] == [0x5A, 0x03, 0x00, 0, 200, 0, 0, 0, 0, 0]
+            "read-only-register", "approval-denied", "range-data[]"} <= codes
+    assert lines[-1]["registers"] == [0x5A, 0x03, 0x00, 0, 1, 2, 3, 4, 0, 0]
 
 
 def test_the_map_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -699,3 +699,42 @@ def test_the_register_file_behaves_bit_by_bit_as_documented(
             device.hardware_set(0, first)
             model.hardware(first)
         assert device.snapshot() == [model.value()]
+
+
+# --- block writes -----------------------------------------------------------------------------
+
+
+def test_a_block_write_is_all_or_nothing_in_process(sensor: RegisterMap) -> None:
+    """write_registers: every value checked first; one refusal writes nothing."""
+    gate = Gate(RegisterFile(regmap=sensor))
+    before = gate.device.snapshot()
+    for data, code, message in (
+            ([1, 2, 300, 4], "range-data[]", "data[2] 300 is outside 0..255"),
+            ([0x21, 0x80], "reserved-bits", "data[1] 0x80 sets reserved bit(s) 0x80 of register "
+                                           "STATUS (0x02)"),
+            ([0x06], "field-value", "data[0] 0x06 would set CTRL.MODE to 3")):
+        seen = handle(gate, "write_registers", addr=1, data=data)
+        assert (seen["code"], seen["message"][:len(message)]) == (code, message)
+    seen = handle(gate, "write_registers", addr=7, data=[1, 2, 3])
+    assert seen["code"] == "no-register" and seen["message"].startswith(
+        "the block of 3 registers from addr 7 reaches 9, which is not a register")
+    assert handle(gate, "write_registers", addr=6, data=[1, 2, 3])["code"] == \
+        "read-only-register"  # SAMPLE at 8
+    assert gate.device.snapshot() == before
+    result = handle(gate, "write_registers", addr=4, data=[9, 8, 7, 6])["result"]
+    assert result == {"addr": 4, "data": [9, 8, 7, 6]}
+    assert handle(gate, "write_registers", addr=1, data=[1, 0x10])["result"]["data"] == [1, 0]
+
+
+@pytest.mark.timeout(60)
+def test_a_block_write_over_the_serial_line_is_one_frame(sensor: RegisterMap) -> None:
+    """Over serial, write_registers is one P frame and write_field one M frame."""
+    firmware = CountingFirmware(RegisterFile(regmap=sensor))
+    with sim_thread(firmware) as url, SerialDevice(url, timeout=2, regmap=sensor) as device:
+        gate = Gate(device)
+        assert handle(gate, "write_registers", addr=4, data=[1, 2, 3, 4])["ok"]
+        assert handle(gate, "write_field", field="CTRL.EN", value=1)["ok"]
+        assert handle(gate, "read_registers", addr=4, count=4)["result"]["data"] == [1, 2, 3, 4]
+    assert (firmware.executed["P"], firmware.executed["M"], firmware.executed["G"]) == (1, 1, 1)
+    assert firmware.executed["W"] == firmware.executed["R"] == 0
+    assert firmware.registers.snapshot()[:5] == [0x5A, 0x01, 0x10, 0, 1]

@@ -37,7 +37,8 @@ DEMO_SCRIPT: tuple[tuple[str, str], ...] = (
 
 #: The demo of a register map: ``regdev demo --map examples/sensor.rdl``. Fields by name, a
 #: wrong enumerated value corrected on its retry, reserved bits, write-1-to-clear, a block
-#: read, and a write to a read-only register, which stops the loop (a final refusal).
+#: write and read, and a write to a read-only register, which stops the loop (a final
+#: refusal).
 SENSOR_DEMO_SCRIPT: tuple[tuple[str, str], ...] = (
     ("read the ID register, by name",
      '{"tool": "read_fields", "arguments": {"register": "ID"}}'),
@@ -55,7 +56,9 @@ SENSOR_DEMO_SCRIPT: tuple[tuple[str, str], ...] = (
      '{"tool": "write_register", "arguments": {"addr": 1, "data": 45}}'),
     ("retry with 0x25: EN=1, MODE=CONTINUOUS, RATE=HZ16",
      '{"tool": "write_register", "arguments": {"addr": 1, "data": 37}}'),
-    ("read the four DATA registers at once",
+    ("write the four DATA registers at once (all or nothing)",
+     '{"tool": "write_registers", "arguments": {"addr": 4, "data": [16, 32, 48, 64]}}'),
+    ("read them back at once",
      '{"tool": "read_registers", "arguments": {"addr": 4, "count": 4}}'),
     ("write the read-only ID register (refused for good: the loop stops)",
      '{"tool": "write_register", "arguments": {"addr": 0, "data": 1}}'),

@@ -19,12 +19,14 @@ from ..agents._models import (
 from ..agents._shell import describe, format_registers
 from ..core._errors import SchemaError
 from ..core._text import escape_text
+from ..devices._regmap import RegisterMap
 from ._common import (
     UsageError,
     add_gate_options,
     audit_note,
     device_call,
     json_line,
+    map_option,
     open_gate,
     port_device,
     port_options,
@@ -76,7 +78,7 @@ def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
                 raise UsageError(f"the tools cannot be declared to {args.provider}: {error}") \
                     from None
             registers = device_call(args, gate.device.snapshot)
-            _show_end(result, registers, args, out)
+            _show_end(result, registers, args, out, gate.regmap)
             if not args.json:
                 audit_note(gate, out)
     return 0 if result.stop == "done" else 1
@@ -105,14 +107,14 @@ def _show_step(step: AgentStep, args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _show_end(result: AgentResult, registers: list[int], args: argparse.Namespace,
-              out: TextIO) -> None:
+              out: TextIO, regmap: RegisterMap) -> None:
     if args.json:
         json_line({"stop": result.stop, "detail": result.detail, "loop_id": result.loop_id,
                    "proposer": result.proposer}, out)
         json_line({"registers": registers}, out)
         return
     out.write(f"\nloop stopped: {result.stop} ({escape_text(result.detail, 300)})\n\n")
-    out.write("registers after the session:\n" + format_registers(registers) + "\n")
+    out.write("registers after the session:\n" + format_registers(registers, regmap) + "\n")
 
 
 def add_parser(sub: Any) -> None:
@@ -163,6 +165,7 @@ def add_parser(sub: Any) -> None:
     agent.add_argument("--json", action="store_true",
                        help="one JSON object per turn and per call, then the stop and the "
                             "registers")
+    map_option(agent)
     port_options(agent)
     add_gate_options(agent)
     agent.set_defaults(func=cmd_agent)

@@ -100,7 +100,7 @@ def add_parser(sub: Any) -> None:
                     "dumped. It drives a fresh in-process register file, or the device at "
                     "--port. With --map examples/sensor.rdl, the register-map demo: fields "
                     "by name, enumerated values, reserved bits, write-1-to-clear, a block "
-                    "read and a read-only register.")
+                    "write and read, and a read-only register.")
     demo.add_argument("--json", action="store_true",
                       help="one JSON object per step, then the stop reason and the registers")
     map_option(demo)

@@ -53,7 +53,6 @@ from ..core._observation import Refusal
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, MAX_BLOCK, Device
 from ..devices._regmap import Field, Register, RegisterMap
-from ._schema import VALIDATION_KEYWORDS
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
 
 __all__ = ["map_tools", "register_summary"]
@@ -63,8 +62,7 @@ def map_tools(regmap: RegisterMap) -> ToolSet:
     """The tools offered to models for a device with ``regmap`` (see the module's table).
 
     The default map gets :data:`~regdev.REGISTER_TOOLS` (the two seed tools, unchanged).
-    ``write_registers`` needs the validator's array keywords; ``write_field`` and
-    ``read_fields`` are offered when some register has fields.
+    ``write_field`` and ``read_fields`` are offered when some register has fields.
 
     Raises:
         SchemaError: never for a valid map (a bug otherwise).
@@ -163,27 +161,26 @@ class _MapTools:
                  read_only=True, idempotent=not clears, destructive=False, open_world=False,
                  handler=self.read_registers, rules=self.read_block_rules),
         ]
-        if {"items", "minItems", "maxItems"} <= VALIDATION_KEYWORDS:
-            tools.append(Tool(
-                "write_registers",
-                f"Write 1..{MAX_BLOCK} consecutive registers of {self.device} at once, from "
-                f"addr up ({self.where}), all or nothing: every value is checked before any "
-                "is written, and nothing is written if one is refused. data is the values, "
-                f"lowest address first (integers 0..{DATA_MAX}). Returns the first address and "
-                "the values after the write.",
-                {"type": "object",
-                 "properties": {"addr": self.addr(),
-                                "data": {"type": "array",
-                                         "items": {"type": "integer", "minimum": 0,
-                                                   "maximum": DATA_MAX},
-                                         "minItems": 1,
-                                         "maxItems": min(MAX_BLOCK, len(self.map)),
-                                         "description": "The values to write, lowest "
-                                                        "address first."}},
-                 "required": ["addr", "data"], "additionalProperties": False},
-                idempotent=True, destructive=True, open_world=False,
-                handler=self.write_registers, rules=self.write_block_rules,
-                changes=_block_addrs))
+        tools.append(Tool(
+            "write_registers",
+            f"Write 1..{MAX_BLOCK} consecutive registers of {self.device} at once, from "
+            f"addr up ({self.where}), all or nothing: every value is checked before any "
+            "is written, and nothing is written if one is refused. data is the values, "
+            f"lowest address first (integers 0..{DATA_MAX}). Returns the first address and "
+            "the values after the write.",
+            {"type": "object",
+             "properties": {"addr": self.addr(),
+                            "data": {"type": "array",
+                                     "items": {"type": "integer", "minimum": 0,
+                                               "maximum": DATA_MAX},
+                                     "minItems": 1,
+                                     "maxItems": min(MAX_BLOCK, len(self.map)),
+                                     "description": "The values to write, lowest "
+                                                    "address first."}},
+             "required": ["addr", "data"], "additionalProperties": False},
+            idempotent=True, destructive=True, open_world=False,
+            handler=self.write_registers, rules=self.write_block_rules,
+            changes=_block_addrs))
         if self.fields:
             tools.extend(self.field_tools())
         return tools
