@@ -122,11 +122,12 @@ if TYPE_CHECKING or __name__ != "__main__":
         RemoteProtocolError,
     )
     from regdev.devices import _protocol as wire
-    from regdev.devices._device import RegisterFile
+    from regdev.devices._device import REGISTER_COUNT, RegisterFile
     from regdev.devices._regmap import RegisterMap
 else:  # run as a script: regdev need not be installed
     wire, _device, _regmap, _errors = _standalone_modules()
     RegisterFile, RegisterMap = _device.RegisterFile, _regmap.RegisterMap
+    REGISTER_COUNT = _device.REGISTER_COUNT
     LocalProtocolError = _errors.LocalProtocolError
     MapError = _errors.MapError
     RegisterRangeError = _errors.RegisterRangeError
@@ -667,6 +668,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
         parser.error("--modbus-rtu goes with --pty or --tcp")
     if not modbus and (args.registers != REGISTER_COUNT or args.base != 0):
         parser.error("--registers and --base go with --modbus-tcp or --modbus-rtu")
+    if modbus and (args.map is not None or regmap is not None):
+        parser.error("--map goes with regdev's protocol (--pty, --tcp), not --modbus-tcp or "
+                     "--modbus-rtu: the Modbus simulator serves plain holding registers")
     if args.avr:
         given = [option for option, value, default in (
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
