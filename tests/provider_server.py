@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,12 +38,15 @@ class Request:
 class ProviderServer:
     """Serve ``replies`` in order, one per request, whichever API path is asked; a request
     past the last reply gets a 500 naming the fact (a test that asks too much fails loudly).
+    ``replies`` may instead be a function of the request's JSON body (a recorded model that
+    answers by the conversation so far).
 
     Use as a context manager; ``openai_url`` and ``anthropic_url`` are the SDKs' base URLs.
     """
 
-    def __init__(self, replies: list[Reply]) -> None:
-        self.replies = list(replies)
+    def __init__(self, replies: list[Reply] | Callable[[Any], Reply]) -> None:
+        self.responder = replies if callable(replies) else None
+        self.replies = [] if callable(replies) else list(replies)
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         server = self
@@ -51,10 +55,11 @@ class ProviderServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 data = self.rfile.read(length)
+                body = json.loads(data) if data else None
                 with server._lock:
-                    server.requests.append(Request(self.path, dict(self.headers),
-                                                   json.loads(data) if data else None))
-                    reply = server.replies.pop(0) if server.replies else Reply(
+                    server.requests.append(Request(self.path, dict(self.headers), body))
+                    reply = server.responder(body) if server.responder is not None else \
+                        server.replies.pop(0) if server.replies else Reply(
                         {"error": {"message": "the test server has no more recorded "
                                               "replies", "type": "test"}}, 500)
                 if reply.delay:

@@ -11,9 +11,11 @@ Rules of this file:
   outside a loop is always a first try. *First-try validity* is the share of first tries that
   parse and validate accepted (a later refusal by policy or the device does not count against
   the model's schema adherence).
-* *Retry recovery*: each run of refused calls in a loop is one episode; it is recovered on
-  retry k when the k-th call after the first refusal was accepted, and not recovered when the
-  loop went on no further or stopped.
+* *Retry recovery*: each run of refused calls in a loop that begins with a retryable refusal
+  (one the model can fix: not a policy denial or a device error) is one episode; it is
+  recovered on retry k when the k-th call after the first refusal was accepted, and not
+  recovered when the loop went on no further or stopped.
+* *Loops* counts the loops the proposer ran, those that stopped before any call included.
 * Nothing here writes: it reads records that :func:`~regdev.read_audit` returned.
 """
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._version import __version__
+from ..core._observation import Refusal
 from ..core._text import escape_text
 from ._log import AuditRecord
 
@@ -109,9 +112,12 @@ def adherence(records: Iterable[AuditRecord]) -> list[ModelReport]:
     """
     reports: dict[str, ModelReport] = {}
     loops: dict[tuple[str, str], list[AuditRecord]] = defaultdict(list)
+    loop_ids: dict[str, set[str]] = defaultdict(set)
     for record in records:
         name = getattr(record, "proposer", None) or UNKNOWN
         report = reports.get(name) or reports.setdefault(name, ModelReport(name))
+        if record.loop_id is not None:
+            loop_ids[name].add(record.loop_id)
         if record.event == "stop":
             report.stops[record.code or "?"] += 1
             continue
@@ -129,12 +135,13 @@ def adherence(records: Iterable[AuditRecord]) -> list[ModelReport]:
             loops[(name, record.loop_id)].append(record)
     for (name, _), calls in loops.items():
         _loop_figures(reports[name], sorted(calls, key=lambda r: (r.step or 0, r.id)))
+    for name, ids in loop_ids.items():
+        reports[name].loops = len(ids)
     return [reports[name] for name in sorted(reports)]
 
 
 def _loop_figures(report: ModelReport, calls: list[AuditRecord]) -> None:
     """Count one loop's first tries and its refusal episodes into ``report``."""
-    report.loops += 1
     refused_run = 0
     for record in calls:
         if refused_run == 0:
@@ -144,10 +151,11 @@ def _loop_figures(report: ModelReport, calls: list[AuditRecord]) -> None:
             if refused_run:
                 report.recovered[refused_run] += 1
             refused_run = 0
-        else:
-            if refused_run == 0:
-                report.episodes += 1
+        elif refused_run:
             refused_run += 1
+        elif Refusal(record.stage or "internal", record.code or "", "").retryable:  # type: ignore[arg-type]
+            report.episodes += 1
+            refused_run = 1
 
 
 def _percent(value: float | None) -> str:
@@ -198,9 +206,11 @@ PLOT_INSTALL = ("in a clone of regdev: .venv/bin/pip install -e '.[report]' (scr
                 "installs it)")
 
 
-def plot_report(reports: list[ModelReport], path: str) -> None:
-    """Draw the report as a PNG at ``path``: per proposer, first-try validity and retry
-    recovery (left), and each verdict code's share of its calls (right, stacked).
+def plot_report(reports: list[ModelReport], path: str,
+                tasks: dict[str, dict[str, Any]] | None = None) -> None:
+    """Draw the report as a PNG at ``path``: per proposer, first-try validity, retry recovery
+    and (with ``tasks``, regdev eval's pass^k per proposer) the share of tasks passed in every
+    trial (left), and each verdict code's share of its calls (right, stacked).
 
     Raises:
         ImportError: matplotlib is not installed (the message names the install command).
@@ -217,12 +227,20 @@ def plot_report(reports: list[ModelReport], path: str) -> None:
     rows = range(len(reports))
     height = max(2.5, 0.6 * len(reports) + 1.5)
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, height + 0.6), layout="constrained")
-    validity = [r.first_try_validity for r in reports]
-    recovery = [r.recovery_rate for r in reports]
-    for offset, values, label, colour in ((-0.2, validity, "first-try valid", "#2a7"),
-                                          (0.2, recovery, "refusals recovered on retry",
-                                           "#38c")):
-        left.barh([y + offset for y in rows], [100 * (v or 0) for v in values], 0.4,
+    series = [([r.first_try_validity for r in reports], "first-try valid", "#2a7"),
+              ([r.recovery_rate for r in reports], "refusals recovered on retry", "#38c")]
+    if tasks is not None:
+        passed = []
+        for r in reports:
+            entry = tasks.get(r.proposer)
+            passed.append(entry["tasks_passed_every_trial"] / entry["tasks"]
+                          if entry and entry["tasks"] else None)
+        k = min((e["k"] for e in tasks.values()), default=1)
+        series.append((passed, f"tasks passed in every trial (pass^{k})", "#c73"))
+    width = 0.8 / len(series)
+    for index, (values, label, colour) in enumerate(series):
+        offset = (index - (len(series) - 1) / 2) * width
+        left.barh([y + offset for y in rows], [100 * (v or 0) for v in values], width,
                   label=label, color=colour)
         for y, value in enumerate(values):  # None: nothing to measure (no refusal to recover)
             text = "n/a" if value is None else f"{100 * value:.0f}%"

@@ -11,6 +11,7 @@ from ..agents._models import (
     PROVIDERS,
     AgentResult,
     AgentStep,
+    Endpoint,
     ModelError,
     Turn,
     make_endpoint,
@@ -41,12 +42,19 @@ EXIT_HELP = ("Exit status: 0 the model finished (stop: done); 1 the loop stopped
              "device-connection error.")
 
 
-def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
+def endpoint_from(args: argparse.Namespace) -> Endpoint:
+    """The model endpoint the options of :func:`model_options` name.
+
+    Raises:
+        UsageError: an option out of range, the SDK missing, or the API key not set.
+    """
     if args.max_steps < 1 or args.retries < 0:
         raise UsageError("--max-steps must be at least 1 and --retries at least 0")
     if not math.isfinite(args.request_timeout) or args.request_timeout <= 0:
         raise UsageError(f"--request-timeout must be a number of seconds > 0, got "
                          f"{args.request_timeout:g}")
+    if args.max_retries < 0:
+        raise UsageError("--max-retries must be at least 0")
     options: dict[str, Any] = {
         "base_url": args.base_url, "api_key_env": args.api_key_env or KEY_ENV[args.provider],
         "timeout": args.request_timeout, "max_retries": args.max_retries}
@@ -57,9 +65,13 @@ def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
     if args.provider == "anthropic":
         options["strict"] = args.strict
     try:
-        endpoint = make_endpoint(args.provider, args.model, **options)
+        return make_endpoint(args.provider, args.model, **options)
     except ModelError as error:
         raise UsageError(str(error)) from None
+
+
+def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
+    endpoint = endpoint_from(args)
     with contextlib.closing(port_device(args)) as device:
         gate, session = open_gate(args, device)
         with gate:
@@ -117,6 +129,39 @@ def _show_end(result: AgentResult, registers: list[int], args: argparse.Namespac
     out.write("registers after the session:\n" + format_registers(registers, regmap) + "\n")
 
 
+def model_options(p: argparse.ArgumentParser, *, max_steps: int) -> None:
+    """Add the options that name a model endpoint and the loop's budget (agent and eval)."""
+    p.add_argument("--provider", choices=PROVIDERS, default="openai",
+                   help="the API: openai (Chat Completions, any compatible server) or "
+                        "anthropic (Messages); default openai")
+    p.add_argument("--model", required=True, metavar="NAME",
+                   help="the model name, e.g. gpt-4.1-mini, qwen3:8b, claude-sonnet-4-5")
+    p.add_argument("--base-url", metavar="URL",
+                   help="the API's base URL, e.g. http://127.0.0.1:11434/v1 for ollama "
+                        "(a local server needs no API key)")
+    p.add_argument("--api-key-env", metavar="VAR",
+                   help="the environment variable holding the API key (default "
+                        "OPENAI_API_KEY or ANTHROPIC_API_KEY)")
+    p.add_argument("--max-steps", type=int, default=max_steps, metavar="N",
+                   help=f"the most tool calls, retries included (default {max_steps})")
+    p.add_argument("--retries", type=int, default=1, metavar="N",
+                   help="turns with a refused call allowed in a row after the first "
+                        "(default 1)")
+    p.add_argument("--temperature", type=float, metavar="T",
+                   help="sampling temperature (default: 0 for openai; the model's own "
+                        "for anthropic)")
+    p.add_argument("--seed", type=int, metavar="N",
+                   help="sampling seed, where the provider honours one (openai)")
+    p.add_argument("--strict", action="store_true",
+                   help="anthropic: declare the tools with strict: true (openai tools are "
+                        "always strict)")
+    p.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds to wait for one model response (default 60)")
+    p.add_argument("--max-retries", type=int, default=2, metavar="N",
+                   help="the SDK's retries of 429, 5xx and lost connections, with its "
+                        "backoff (default 2)")
+
+
 def add_parser(sub: Any) -> None:
     """Add ``regdev agent`` to the subcommands."""
     agent = sub.add_parser(
@@ -133,35 +178,7 @@ def add_parser(sub: Any) -> None:
                     "(scripts/test installs it; see docs/models.md).",
         epilog=EXIT_HELP)
     agent.add_argument("task", metavar="TASK", help="what the model should do, in words")
-    agent.add_argument("--provider", choices=PROVIDERS, default="openai",
-                       help="the API: openai (Chat Completions, any compatible server) or "
-                            "anthropic (Messages); default openai")
-    agent.add_argument("--model", required=True, metavar="NAME",
-                       help="the model name, e.g. gpt-4.1-mini, qwen3:8b, claude-sonnet-4-5")
-    agent.add_argument("--base-url", metavar="URL",
-                       help="the API's base URL, e.g. http://127.0.0.1:11434/v1 for ollama "
-                            "(a local server needs no API key)")
-    agent.add_argument("--api-key-env", metavar="VAR",
-                       help="the environment variable holding the API key (default "
-                            "OPENAI_API_KEY or ANTHROPIC_API_KEY)")
-    agent.add_argument("--max-steps", type=int, default=16, metavar="N",
-                       help="the most tool calls, retries included (default 16)")
-    agent.add_argument("--retries", type=int, default=1, metavar="N",
-                       help="turns with a refused call allowed in a row after the first "
-                            "(default 1)")
-    agent.add_argument("--temperature", type=float, metavar="T",
-                       help="sampling temperature (default: 0 for openai; the model's own "
-                            "for anthropic)")
-    agent.add_argument("--seed", type=int, metavar="N",
-                       help="sampling seed, where the provider honours one (openai)")
-    agent.add_argument("--strict", action="store_true",
-                       help="anthropic: declare the tools with strict: true (openai tools are "
-                            "always strict)")
-    agent.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
-                       help="seconds to wait for one model response (default 60)")
-    agent.add_argument("--max-retries", type=int, default=2, metavar="N",
-                       help="the SDK's retries of 429, 5xx and lost connections, with its "
-                            "backoff (default 2)")
+    model_options(agent, max_steps=16)
     agent.add_argument("--json", action="store_true",
                        help="one JSON object per turn and per call, then the stop and the "
                             "registers")

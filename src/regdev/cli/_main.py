@@ -21,6 +21,7 @@ from . import (
     _call,
     _compile,
     _demo,
+    _eval,
     _firmware_sim,
     _map,
     _replay,
@@ -36,7 +37,7 @@ __all__ = ["build_parser", "main"]
 
 #: The commands, in the order ``regdev --help`` lists them: each module adds its parser.
 COMMANDS = (_demo, _replay, _call, _shell, _firmware_sim, _map, _tools, _serve, _agent,
-            _audit, _report, _compile, _bench)
+            _eval, _audit, _report, _compile, _bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,9 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..agents._eval import EvalFileError, pass_at_k, read_results
 from ..audit._log import default_audit_path, read_audit
 from ..audit._report import adherence, format_report, plot_report
 from ..core._errors import AuditError
+from ..core._text import escape_text
 from ._audit import _parse_time as parse_time
 from ._common import UsageError, json_line
 
@@ -23,20 +25,39 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     except AuditError as error:
         raise UsageError(str(error)) from None
     reports = adherence(records)
+    tasks = None
+    if args.eval is not None:
+        try:
+            trials = read_results(args.eval)
+        except EvalFileError as error:
+            raise UsageError(str(error)) from None
+        tasks = pass_at_k(t for t in trials if args.model in (None, t["proposer"]))
     if args.plot is not None:
         try:
-            plot_report(reports, args.plot)
+            plot_report(reports, args.plot, tasks)
         except ImportError as error:
             raise UsageError(str(error)) from None
         except OSError as error:
             raise UsageError(f"cannot write {args.plot}: {error.strerror or error}") from None
     if args.json:
-        json_line({"db": str(path), "proposers": [r.to_dict() for r in reports]}, out)
+        json_line({"db": str(path), "proposers": [r.to_dict() for r in reports],
+                   "eval": tasks}, out)
     else:
         out.write(format_report(reports) + "\n")
+        if tasks is not None:
+            out.write(_format_tasks(tasks) + "\n")
         if args.plot is not None:
             out.write(f"chart written to {args.plot}\n")
     return 0
+
+
+def _format_tasks(tasks: dict[str, dict[str, Any]]) -> str:
+    lines = ["", "task success (regdev eval):"]
+    for proposer, entry in sorted(tasks.items()):
+        lines.append(f"  {escape_text(proposer, 40):<40} trials passed {entry['passed']}/"
+                     f"{entry['trials']}; pass^{entry['k']} {entry['tasks_passed_every_trial']}/"
+                     f"{entry['tasks']} tasks")
+    return "\n".join(lines)
 
 
 def add_parser(sub: Any) -> None:
@@ -62,6 +83,9 @@ def add_parser(sub: Any) -> None:
     report.add_argument("--since", metavar="TIME",
                         help="only records at or after TIME: ISO 8601 or Unix seconds")
     report.add_argument("--until", metavar="TIME", help="only records before TIME")
+    report.add_argument("--eval", metavar="RESULTS",
+                        help="also the task success of regdev eval's results file (JSON "
+                             "Lines): trials passed and pass^k per proposer")
     report.add_argument("--json", action="store_true", help="one JSON object")
     report.add_argument("--plot", metavar="FILE.png",
                         help="also draw the report as a PNG chart (needs matplotlib: the "

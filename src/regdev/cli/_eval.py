@@ -1,0 +1,187 @@
+"""``regdev eval``: a model runs the task suite k times; pass^k per task, and its adherence."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..agents._eval import EvalFileError, Trial, load_tasks, pass_at_k, run_eval
+from ..audit._log import read_audit
+from ..audit._report import adherence, format_report
+from ..core._errors import AuditError, SchemaError
+from ..core._text import escape_text
+from ._agent import endpoint_from, model_options
+from ._common import (
+    UsageError,
+    add_gate_options,
+    json_line,
+    load_policy,
+    open_audit,
+    register_map,
+)
+
+#: The shipped suite and its map, beside the package in a clone of regdev.
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+DEFAULT_TASKS = EXAMPLES / "eval-tasks.jsonl"
+DEFAULT_MAP = EXAMPLES / "sensor.rdl"
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
+    if args.k < 1:
+        raise UsageError(f"-k must be at least 1, got {args.k}")
+    if args.policy is not None or args.session != "default":
+        load_policy(args)  # checked, for a clear error; eval runs each trial unprivileged
+        raise UsageError("regdev eval runs the suite without a policy (each trial on a fresh "
+                         "device); leave out --policy and --session")
+    if args.map is None:
+        args.map = str(DEFAULT_MAP)
+    tasks_path = Path(args.tasks) if args.tasks else DEFAULT_TASKS
+    regmap = register_map(args)
+    try:
+        tasks = load_tasks(tasks_path, regmap)
+    except EvalFileError as error:
+        raise UsageError(str(error)) from None
+    endpoint = endpoint_from(args)
+    audit = None if args.no_audit else open_audit(args)
+    results = None
+    if args.output is not None:
+        try:
+            results = Path(args.output).open("a", encoding="utf-8")  # noqa: SIM115
+        except OSError as error:
+            raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
+    total = len(tasks) * args.k
+    progress = _Progress(total, enabled=not args.quiet)
+    try:
+        with contextlib.ExitStack() as stack:
+            if results is not None:
+                stack.enter_context(results)
+
+            def ended(trial: Trial) -> None:
+                if results is not None:
+                    results.write(_line(trial))
+                    results.flush()
+                progress.step(trial)
+
+            try:
+                trials = run_eval(endpoint, tasks, regmap, k=args.k, audit=audit,
+                                  max_steps=args.max_steps, retries=args.retries,
+                                  on_trial=ended)
+            except SchemaError as error:
+                raise UsageError(f"the tools cannot be declared to {args.provider}: "
+                                 f"{error}") from None
+    finally:
+        progress.close()
+        if audit is not None:
+            audit.close()
+    records = [trial.to_dict() for trial in trials]
+    summary = pass_at_k(records)[endpoint.proposer]
+    report = None
+    if audit is not None:
+        loops = {trial.result.loop_id for trial in trials}
+        try:
+            mine = [r for r in read_audit(audit.path, proposer=endpoint.proposer)
+                    if r.loop_id in loops]
+        except AuditError as error:
+            raise UsageError(str(error)) from None
+        report = adherence(mine)
+    if args.json:
+        json_line({"proposer": endpoint.proposer, "k": args.k, "summary": summary,
+                   "tasks": _per_task(records),
+                   "adherence": [r.to_dict() for r in report] if report else None}, out)
+    else:
+        out.write(_format(endpoint.proposer, args.k, records, summary) + "\n")
+        if report:
+            out.write("\n" + format_report(report) + "\n")
+        if args.output is not None:
+            out.write(f"\ntrials appended to {args.output} (regdev report --eval "
+                      f"{args.output} reads them)\n")
+    return 0 if summary["tasks_passed_every_trial"] == summary["tasks"] else 1
+
+
+def _line(trial: Trial) -> str:
+    import msgspec  # noqa: PLC0415
+
+    return msgspec.json.encode(trial.to_dict()).decode() + "\n"
+
+
+def _per_task(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    tasks: dict[str, dict[str, Any]] = {}
+    for record in records:
+        entry = tasks.setdefault(record["task"], {"passed": 0, "trials": 0, "failures": []})
+        entry["trials"] += 1
+        entry["passed"] += record["passed"]
+        entry["failures"] += record["failures"]
+    return tasks
+
+
+def _format(proposer: str, k: int, records: list[dict[str, Any]],
+            summary: dict[str, Any]) -> str:
+    lines = [f"regdev eval: {escape_text(proposer, 80)}, {summary['tasks']} tasks x {k} "
+             "trials", f"{'task':<22} {'passed':>7}  first failure"]
+    for name, entry in _per_task(records).items():
+        why = escape_text(entry["failures"][0], 70) if entry["failures"] else ""
+        lines.append(f"{escape_text(name, 22):<22} {entry['passed']:>3}/{entry['trials']:<3}  "
+                     f"{why}")
+    lines.append(f"trials passed: {summary['passed']}/{summary['trials']}; "
+                 f"pass^{k}: {summary['tasks_passed_every_trial']}/{summary['tasks']} tasks "
+                 "passed every trial")
+    return "\n".join(lines)
+
+
+class _Progress:
+    """A progress bar on stderr (tqdm, from the models extra), one update per trial."""
+
+    def __init__(self, total: int, *, enabled: bool) -> None:
+        self.bar: Any = None
+        if enabled:
+            from tqdm import tqdm  # noqa: PLC0415 - the models extra
+
+            self.bar = tqdm(total=total, unit="trial", file=sys.stderr, dynamic_ncols=True,
+                            desc="regdev eval")
+
+    def step(self, trial: Trial) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{escape_text(trial.task, 24)} "
+                                     f"{'pass' if trial.passed else 'FAIL'}")
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``regdev eval`` to the subcommands."""
+    evaluate = sub.add_parser(
+        "eval", help="run the task suite k times with a model: pass^k per task, and its "
+                     "schema adherence",
+        description="Each task (examples/eval-tasks.jsonl: 21 tasks on the example map "
+                    "examples/sensor.rdl) runs -k times, each on a fresh in-process device, "
+                    "through the gate and the audit log. A trial passes when the registers "
+                    "end as expected (and no other register changed), the registers it must "
+                    "read were read, its answer says what it must, and the loop stopped as "
+                    "expected; a task passes pass^k when every trial passed. Prints a table "
+                    "per task and the adherence report of the run (docs/models.md). Needs the "
+                    "models extra.",
+        epilog="Exit status: 0 every task passed every trial; 1 some did not; 2 usage error.")
+    model_options(evaluate, max_steps=12)
+    evaluate.add_argument("-k", type=int, default=3, metavar="N",
+                          help="trials per task (default 3); pass^k counts the tasks passed "
+                               "in every trial")
+    evaluate.add_argument("--tasks", metavar="FILE",
+                          help="the task suite, JSON Lines (default: examples/eval-tasks.jsonl "
+                               "of this clone)")
+    evaluate.add_argument("--map", metavar="FILE",
+                          help="the device's register map (default: examples/sensor.rdl, the "
+                               "map of the shipped suite)")
+    evaluate.add_argument("--output", metavar="FILE",
+                          help="append one JSON line per trial to FILE (regdev report --eval "
+                               "FILE reads them)")
+    evaluate.add_argument("--json", action="store_true",
+                          help="print the result as one JSON object")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_gate_options(evaluate)
+    evaluate.set_defaults(func=cmd_eval)
