@@ -40,7 +40,7 @@ from typing import Any, Literal, cast, get_args
 import msgspec
 
 from ..core._observation import Refusal
-from ..core._text import escape_text, is_text
+from ..core._text import escape_text, is_text, text_bytes
 from ._schema import a_json_type
 
 __all__ = [
@@ -56,7 +56,6 @@ __all__ = [
     "encode_json_data",
     "load_json",
     "parse",
-    "text_bytes",
 ]
 
 Dialect = Literal["canonical", "mcp", "openai", "anthropic"]
@@ -192,27 +191,6 @@ def _lone_surrogate(text: str) -> str | None:
         elif 0xD800 <= unit <= 0xDBFF:
             high = escape
     return high[0] if high is not None else None
-
-
-def text_bytes(text: str) -> bytes:
-    """The bytes that a str of raw model output stands for: its UTF-8 encoding.
-
-    A str that is not Unicode text holds lone surrogates. U+DC80..U+DCFF are how Python
-    carries bytes that are not UTF-8 in a str (the ``surrogateescape`` error handler of
-    ``sys.argv``, ``os.environ``, file names and streams opened with it): each stands for
-    its byte, 0x80..0xFF, so the bytes received come back exactly. Any other lone surrogate
-    (no bytes decode to one) is written as ``surrogatepass`` writes it, 3 bytes, as is every
-    lone surrogate of a str holding one of those. Either way the result is not UTF-8, and a
-    call made of it is ``not-json``.
-    """
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
 
 
 def _not_utf8(data: bytes) -> str | None:
