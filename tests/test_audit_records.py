@@ -164,6 +164,23 @@ def test_every_record_with_numbers_past_a_float_is_exported_exactly(
         result for _, result in expected]
 
 
+def test_a_stored_observation_keeps_its_numbers_when_replayed(tmp_path: Path) -> None:
+    """An observation stored under an idempotency key (as JSON text, in the audit database)
+    with exact numbers in its result is replayed with the same numbers; the model is sent
+    JSON numbers, never strings."""
+    db = tmp_path / "audit.db"
+    arguments = {"n": Decimal("1E+400"), "m": Decimal("0.10"), "k": [Decimal("-1E-400"), 10**300]}
+    call = to_json({"tool": "echo", "arguments": arguments, "idempotency_key": "k1"})
+    with Gate(tools=ECHO, audit=AuditLog(db)) as gate:
+        first = gate.handle(call)
+        again = gate.handle(call)
+    assert first.ok and again.replay
+    for observation in (first, again):
+        assert exact(observation.result) == exact({"echo": arguments})
+        assert exact(json.loads(observation.to_json(), parse_float=Decimal)["result"]) == \
+            exact({"echo": arguments})
+
+
 def test_a_damaged_record_hides_none_of_the_others(tmp_path: Path) -> None:
     """A record regdev could not have written (its arguments are not JSON: a database changed
     by other means) is named on stderr; every other record is still exported; exit 1."""

@@ -33,6 +33,10 @@ __all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "run_
            "shell_tools"]
 
 
+#: A result's Decimal numbers as the JSON numbers they are, never as strings.
+_encode_json = msgspec.json.Encoder(decimal_format="number").encode
+
+
 def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -> str:
     """The registers as text: for the default map, a table of hex bytes (an address row and
     a data row per 8); for a map with names, one line per register: address, name, value and
@@ -86,7 +90,7 @@ def describe(observation: Observation) -> str:
                              for name, value in (result.get("fields") or {}).items())
             return (f"accepted  {observation.tool}: {field}register {result['register']} "
                     f"(0x{result['addr']:02X}) = 0x{result['data']:02x}{fields}{replayed}")
-        return f"accepted  {observation.tool}: {msgspec.json.encode(result).decode()}{replayed}"
+        return f"accepted  {observation.tool}: {_encode_json(result).decode()}{replayed}"
     retry = "retryable" if observation.refusal and observation.refusal.retryable else "final"
     return (f"refused   {observation.stage}/{observation.code} ({retry}): "
             f"{observation.message}{replayed}")
