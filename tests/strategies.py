@@ -604,3 +604,85 @@ def registers_with_fields(draw: st.DrawFn) -> Any:
         index += 1
         bit += width + draw(st.integers(min_value=0, max_value=2))
     return Register("R", 0, fields=tuple(fields))
+
+
+# --- issue 10: a key repeated anywhere in a document; numbers past any float in the audit ----
+
+#: Keys as JSON text: plain, with a colon, with an escape, and non-ASCII.
+_plain_keys = st.sampled_from(["tool", "arguments", "addr", "a", "k:1", "é", "\U0001f600", ""])
+
+
+def _spellings(key: str) -> list[str]:
+    """Ways to write ``key`` as a JSON string that all decode to it: plain, every character as
+    a ``\\u`` escape (UTF-16 pairs above U+FFFF), and the first character escaped."""
+    def escaped(char: str) -> str:
+        code = ord(char)
+        if code > 0xFFFF:
+            code -= 0x10000
+            return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04X}"
+        return f"\\u{code:04x}"
+
+    plain = to_json(key)
+    every = '"' + "".join(escaped(char) for char in key) + '"'
+    first = '"' + (escaped(key[0]) + to_json(key[1:])[1:-1] if key else "") + '"'
+    return [plain, every, first]
+
+
+@st.composite
+def repeated_key_documents(draw: st.DrawFn) -> tuple[str, str]:
+    """One JSON document, as text, in which one object holds one key twice, at any depth, in
+    arrays and objects, the document itself often an array (``[{"tool": .., "tool": ..}]``);
+    each occurrence spelled its own way (plain or ``\\u`` escapes, so only decoding shows them
+    equal). Returns ``(text, key)``: every parser must refuse it as not-json naming ``key``."""
+    key = draw(_plain_keys)
+    first, second = draw(st.sampled_from(_spellings(key))), draw(st.sampled_from(_spellings(key)))
+    others = draw(st.dictionaries(_plain_keys.filter(lambda other: other != key), json_values,
+                                  max_size=3))
+    pairs = [f"{first}: {to_json(draw(json_values))}", f"{second}: {to_json(draw(json_values))}",
+             *(f"{to_json(name)}: {to_json(value)}" for name, value in others.items())]
+    order = draw(st.permutations(range(len(pairs))))
+    text = "{" + ", ".join(pairs[index] for index in order) + "}"
+    # Wrap it: an array (the item 8 case first), or an object, each with siblings around it.
+    for _ in range(draw(st.integers(0, 4))):
+        siblings = draw(st.lists(json_values, max_size=2))
+        at = draw(st.integers(0, len(siblings)))
+        if draw(st.integers(0, 2)):
+            items = [to_json(value) for value in siblings]
+            items.insert(at, text)
+            text = "[" + ", ".join(items) + "]"
+        else:
+            names = draw(st.lists(_plain_keys, min_size=len(siblings) + 1,
+                                  max_size=len(siblings) + 1, unique=True))
+            items = [f"{to_json(name)}: {to_json(value)}"
+                     for name, value in zip(names, siblings, strict=False)]
+            items.insert(at, f"{to_json(names[-1])}: {text}")
+            text = "{" + ", ".join(items) + "}"
+    if draw(st.booleans()) and not text.startswith("["):
+        text = f"[{text}]"
+    return text, key
+
+
+#: Numbers past what a float holds: huge and tiny exponents (to Decimal's own range, past
+#: the decimal context's), long fractions, integers up to 4300 digits, zeros with exponents,
+#: both signs. As the parser decodes them: Decimal for a fraction or an exponent, else int.
+huge_numbers = st.one_of(
+    st.sampled_from([Decimal("1E+999"), Decimal("-1E+309"), Decimal("2E+308"), Decimal("1E-400"),
+                     Decimal("0.1000000000000000000000000000000000000001"),
+                     Decimal("1E+1000000"), Decimal("-1E+999999999"), Decimal("1E-999999999"),
+                     Decimal("0E+999999"), Decimal("-0E-999999"), Decimal("-0.0"),
+                     Decimal("4.9E-324"), Decimal("2.4703282292062328E-324"),
+                     Decimal("1.7976931348623159E+308"), 10**4299, -(10**400), 2**64]),
+    st.builds(lambda sign, digits, exponent: Decimal((sign, tuple(digits), exponent)),
+              st.integers(0, 1), st.lists(st.integers(0, 9), min_size=1, max_size=60),
+              st.one_of(st.integers(-(10**12), 10**12), st.integers(-400, 400))),
+    st.integers(min_value=-(10**600), max_value=10**600),
+)
+
+#: JSON values holding those numbers, nested in arrays and objects.
+huge_number_values = st.recursive(
+    huge_numbers,
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.sampled_from(["x", "addr", "n", "é"]), inner,
+                                            max_size=3)),
+    max_leaves=6,
+)

@@ -630,6 +630,48 @@ def test_shell_cuts_an_unknown_command_and_a_bad_number_short() -> None:
     assert str(info.value) == f"ADDR must be a number like 3 or 0x1f, got `\\x1b[2J{'9' * 30}...`"
 
 
+@pytest.mark.parametrize("word", ["9" * 4301, "9" * 5000, "1" + "0" * 4300,
+                                  "0x" + "f" * 20000, "0x" + "F" * 3572, "0x1" + "0" * 3572])
+def test_a_number_past_what_a_call_holds_is_the_shells_one_line(word: str) -> None:
+    """A decimal number of more than 4300 digits, or a hex one worth more (20000 hex digits):
+    the shell's error in its own words, for either argument, never int()'s limit advice."""
+    for words, name in ((["read", word], "ADDR"), (["write", "1", word], "DATA")):
+        with pytest.raises(ValueError) as info:
+            shell_call(words)
+        assert str(info.value) == (f"{name} has more than 4300 decimal digits, the most a call "
+                                   "may hold; use a number like 3 or 0x1f")
+
+
+@pytest.mark.parametrize(("word", "value"), [
+    ("9" * 4300, 10**4300 - 1), ("0" * 6000 + "3", 3), ("0x" + "0" * 20000 + "3", 3),
+    ("0x" + "f" * 3571, 16**3571 - 1)])
+def test_a_long_number_the_call_can_hold_goes_to_the_gate(word: str, value: int) -> None:
+    """Leading zeros cost nothing, and a number of up to 4300 digits is sent to the gate
+    (which refuses it as out of range)."""
+    assert json.loads(shell_call(["read", word]))["arguments"]["addr"] == value
+
+
+def test_the_shell_answers_huge_numbers_and_stays_open(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 5000-digit number and a 20000-digit hex number typed at the shell: one line each,
+    no traceback, and the next command runs."""
+    lines = ["read " + "9" * 5000, "write 1 0x" + "f" * 20000, "read 0x" + "f" * 3571,
+             "write 2 7", "read 2", ""]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines)))
+    assert main(["shell", "--no-audit"]) == 0
+    out, err = capsys.readouterr()
+    shown = out.splitlines()[2:]
+    assert err == "" and "Traceback" not in out
+    assert shown[:2] == [
+        "error: ADDR has more than 4300 decimal digits, the most a call may hold; use a number "
+        "like 3 or 0x1f",
+        "error: DATA has more than 4300 decimal digits, the most a call may hold; use a number "
+        "like 3 or 0x1f"]
+    assert shown[2].startswith("refused   validate/range-addr (retryable): addr an integer of ")
+    assert shown[3:] == ["accepted  write_register: register 2 = 0x07 (7)",
+                         "accepted  read_register: register 2 = 0x07 (7)"]
+
+
 def test_replay_json_file_errors_are_text_on_stderr_as_help_says(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """With --json a file error is still one text line on stderr, and --help says so."""

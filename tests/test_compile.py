@@ -23,12 +23,14 @@ from regdev import (
     Gate,
     ReferenceValidator,
     SchemaError,
+    Tool,
     ToolSet,
     compile_validator,
     tool_definitions,
 )
 from regdev.cli._main import main
 from regdev.gate._compile import generate_source
+from regdev.gate._parse import load_json
 from regdev.gate._runtime import RUNTIME_NAMES
 
 check = compile_validator()
@@ -605,3 +607,59 @@ def test_compile_command_names_a_provider_format(tmp_path: Path,
                    "compile reads MCP tools/list entries (regdev tools --format mcp)\n")
     path.write_text(json.dumps(tool_definitions("mcp")))  # the hinted format compiles
     assert main(["compile", "--tools", str(path)]) == 0
+
+
+# --- bounds past Decimal's exponent range (issue 10, item 5) ------------------------------
+
+#: Bounds a JSON file can hold that Decimal's default context cannot (its exponents stop at
+#: 999999): abs() or arithmetic on them raises decimal.Overflow; comparisons are exact.
+HUGE_BOUNDS = ["1e1000000", "-1e1000000", "1e999999999", "-1e999999999999999999",
+               "1e-1000000", "-1e-999999999", "1.5e999999999", "0e999999999"]
+#: Values that meet those bounds at their own scale, and ordinary ones.
+HUGE_VALUES = [Decimal(text) for text in HUGE_BOUNDS] + [
+    Decimal("1E+999999998"), Decimal("1E+1000001"), Decimal("-1E+1000001"), Decimal("0E-5"),
+    Decimal("1E-1000001"), Decimal("2.5"), 0, 1, -1, 10**4000, "x", None]
+
+
+@pytest.mark.parametrize("keyword", ["minimum", "maximum", "exclusiveMinimum",
+                                     "exclusiveMaximum", "const"])
+@pytest.mark.parametrize("kind", ["integer", "number", ["integer", "string"], "string"])
+def test_a_bound_past_decimals_exponent_range_compiles_and_agrees(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], keyword: str, kind: Any) -> None:
+    """Each numeric keyword with a bound past Decimal's exponent range, for every type:
+    `regdev compile` writes the module (no traceback), and the compiled validator, the
+    reference and the written module agree on values at that scale and ordinary ones."""
+    for bound in HUGE_BOUNDS:
+        schema_text = (f'{{"type": "object", "properties": {{"x": {{"type": '
+                       f'{json.dumps(kind)}, "{keyword}": {bound}}}}}}}')
+        tools_file = tmp_path / "tools.json"
+        tools_file.write_text(f'[{{"name": "t", "inputSchema": {schema_text}}}]')
+        out = tmp_path / "checker.py"
+        assert main(["compile", "--tools", str(tools_file), "-o", str(out)]) == 0, bound
+        assert "Traceback" not in capsys.readouterr().err
+        tools = ToolSet([Tool("t", "t", load_json(schema_text), handler=lambda _d, _a: {})])
+        compiled, ref = compile_validator(tools), ReferenceValidator(tools)
+        namespace: dict[str, Any] = {}
+        exec(compile(out.read_text(), str(out), "exec"), namespace)
+        gate = Gate(tools=tools)
+        for value in HUGE_VALUES:
+            call = {"tool": "t", "arguments": {"x": value}}
+            expected = ref.check(call)
+            code = expected.code if expected else None
+            assert compiled(call) == code == namespace["check"](call), (bound, value)
+            observation = gate.handle_call(call)
+            assert observation.code == code or (code is None and observation.ok), observation
+
+
+def test_a_huge_integral_number_is_bound_as_its_exact_decimal() -> None:
+    """An integral number of more than 4300 digits (1e999999999) meets an integer schema
+    without bounds; binding leaves it the exact Decimal (an int would take gigabytes),
+    while one of at most 4300 digits, and zero at any exponent, becomes an int."""
+    seen: list[Any] = []
+    tool = Tool("t", "t", {"type": "object", "properties": {"x": {"type": "integer"}}},
+                handler=lambda _device, arguments: seen.append(arguments["x"]) or {})
+    gate = Gate(tools=ToolSet([tool]))
+    for text, bound in [("1e999999999", Decimal("1E+999999999")), ("-1e4300", Decimal("-1E+4300")),
+                        ("1e4299", 10**4299), ("0e999999999999", 0), ("2.5e1", 25)]:
+        assert gate.handle(f'{{"tool": "t", "arguments": {{"x": {text}}}}}').ok, text
+        assert type(seen[-1]) is type(bound) and seen[-1] == bound

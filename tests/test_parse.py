@@ -6,9 +6,11 @@ import json
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
 
-from regdev import ParsedCall, Refusal, parse
+from regdev import Gate, ParsedCall, Refusal, parse
 from regdev.gate._parse import load_json
+from strategies import repeated_key_documents, to_json
 
 
 def code(result: ParsedCall | Refusal) -> str | None:
@@ -328,3 +330,58 @@ def test_load_json_reads_numbers_exactly_and_skips_a_byte_order_mark() -> None:
         got = load_json(data)
         assert got == expected and type(got["f"]) is Decimal and type(got["n"]) is int
     assert load_json("[]") == [] and load_json("3") == 3
+
+
+# --- parse decides first, inside arrays too (issue 10, item 8) ----------------------------
+
+DIALECT_NAMES = ("canonical", "mcp", "openai", "anthropic")
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ('[{"tool": "read_register", "tool": "x", "arguments": {"addr": 1}}]', "tool"),
+        ('[1, [{"arguments": {"addr": 1, "addr": 2}}]]', "addr"),
+        ('[{"a": [{"b": {"c": 1, "\\u0063": 2}}]}]', "c"),
+        ('[[], {"name": "read_register", "name": "write_register"}]', "name"),
+        ('[{"k:1": 1, "k\\u003a1": 2}]', "k:1"),
+    ],
+)
+def test_a_repeated_key_inside_an_array_is_not_json_before_the_shape(raw: str, key: str) -> None:
+    """A document that is an array holding an object with a repeated key is not-json in every
+    dialect, as str and as bytes: parse decides before the shape step says not-an-object."""
+    for dialect in DIALECT_NAMES:
+        for text in (raw, raw.encode()):
+            result = parse(text, dialect)
+            assert isinstance(result, Refusal), (dialect, text)
+            assert (result.stage, result.code) == ("parse", "not-json")
+            assert f'key "{key}" appears twice in one object' in result.message
+    assert Gate().handle(raw).code == "not-json"
+
+
+@given(repeated_key_documents())
+def test_a_key_repeated_anywhere_is_not_json_in_every_dialect(case: tuple[str, str]) -> None:
+    """Whatever the nesting (arrays, objects) and however each occurrence is spelled (plain,
+    \\u escapes), a repeated key is not-json naming the key, in every dialect, in the gate and
+    in load_json; the same document with the repeat dropped is never refused for it."""
+    text, key = case
+    named = 'appears twice in one object'
+    for dialect in DIALECT_NAMES:
+        for raw in (text, text.encode()):
+            result = parse(raw, dialect)
+            assert isinstance(result, Refusal), (dialect, raw)
+            assert result.code == "not-json" and named in result.message
+            if key.isascii() and key.isprintable():
+                assert f'key "{key}"' in result.message
+    assert Gate().handle(text).code == "not-json"
+    with pytest.raises(ValueError, match=named):
+        load_json(text)
+    # inside OpenAI's function.arguments (JSON text in a string) too
+    wrapped = to_json({"type": "function", "function": {"name": "t", "arguments": text}})
+    refusal = parse(wrapped, "openai")
+    assert isinstance(refusal, ParsedCall) and refusal.refusal is not None
+    assert refusal.refusal.code == "not-json" and named in refusal.refusal.message
+    # the control: the same document as a parser that keeps the last value reads it
+    clean = to_json(json.loads(text, parse_float=Decimal))
+    kept = parse(clean)
+    assert not (isinstance(kept, Refusal) and named in kept.message)

@@ -7,6 +7,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,10 @@ from regdev import (
     Tool,
     ToolSet,
 )
+from regdev.cli._main import main
 from regdev.gate._policy import TokenBucket
 from regdev.gate._tools import READ_REGISTER, WRITE_REGISTER
-from strategies import canonical_calls, to_json
+from strategies import canonical_calls, huge_numbers, to_json
 
 
 def write(addr: int, data: int = 1) -> str:
@@ -413,7 +415,7 @@ def test_json_policy_file(tmp_path: Path) -> None:
         ('[sessions.x]\nscopes = ["admin"]\n',
          "`sessions.x.scopes[0]`: must be 'read' or 'write', got \"admin\""),
         ("[sessions.x]\nscopes = []\n", "`sessions.x.scopes`: needs at least 1 item(s), got []"),
-        ("[rate_limit]\nrate = 0\nburst = 1\n", "`rate_limit.rate`: must be greater than 0, got 0"),
+        ("[rate_limit]\nrate = 0\nburst = 1\n", "`rate_limit.rate`: must be at least 1e-09, got 0"),
         ("[rate_limit]\nrate = nan\nburst = 1\n",
          "`rate_limit.rate`: must be a finite number, got NaN"),
         ('[rate_limit]\nrate = "5"\nburst = 1\n', "`rate_limit.rate`: must be a number, got \"5\""),
@@ -502,7 +504,7 @@ def test_policy_in_python_validates_too() -> None:
     """Policy declared in Python gets the same checks (pydantic)."""
     with pytest.raises(ValueError, match="register 3 is both"):
         RegisterPolicy(read_only=frozenset({3}), protected=frozenset({3}))
-    with pytest.raises(ValueError, match="greater than 0"):
+    with pytest.raises(ValueError, match=r"greater than or equal to 0\.000000001"):
         RateLimit(rate=-1, burst=1)
 
 
@@ -608,3 +610,122 @@ def test_guarded_gate_gives_one_observation_one_record_and_never_runs_a_refusal(
     assert device.accesses == (1 if obs.ok else 0)
     if obs.ok:
         assert obs.stage is None and call["tool"] in {"read_register", "write_register"}
+
+
+# --- huge and tiny numbers in a policy: regdev's words, never a traceback (issue 10, item 5) --
+
+#: Numbers past what the policy's fields hold, as JSON text (TOML writes them the same, but
+#: for the exponent forms, which TOML reads as floats).
+HUGE_POLICY_NUMBERS = ["1" + "0" * 400, "-1" + "0" * 400, "1e400", "-1e400", "1e-400", "5e-324",
+                       "1e2", "1" + "0" * 5000, "0.1000000000000000000000000000000000000001"]
+#: Where a number goes in a policy: (path of tables, field).
+NUMBER_FIELDS = [((), "timeout"), ((), "max_input_bytes"), ((), "max_output_bytes"),
+                 (("rate_limit",), "rate"), (("rate_limit",), "burst"),
+                 (("sessions", "s", "rate_limit"), "rate"),
+                 (("sessions", "s", "rate_limit"), "burst"), (("registers",), "read_only")]
+
+
+def policy_text(tables: tuple[str, ...], field: str, number: str, toml: bool) -> str:
+    """A policy file with ``number`` (as text) at ``tables``.``field``; a rate limit is
+    completed with valid values, a register list holds the number."""
+    value = f"[{number}]" if field == "read_only" else number
+    fields = {"rate": "1.0", "burst": "1"} if tables and tables[-1] == "rate_limit" else {}
+    fields[field] = value
+    session = tables[:1] != ("sessions",)  # the session s is declared (empty) unless set here
+    if toml:
+        text = (f"[{'.'.join(tables)}]\n" if tables else "") + "".join(
+            f"{name} = {value}\n" for name, value in fields.items())
+        return text + ("[sessions.s]\n" if session else "")
+    inner = "{" + ", ".join(f'"{name}": {value}' for name, value in fields.items()) + "}"
+    for name in reversed(tables):
+        inner = f'{{"{name}": {inner}}}'
+    return inner[:-1] + ', "sessions": {"s": {}}}' if session else inner
+
+
+@pytest.mark.parametrize(("tables", "field"), NUMBER_FIELDS)
+@pytest.mark.parametrize("toml", [False, True], ids=["json", "toml"])
+def test_a_huge_or_tiny_number_in_a_policy_is_one_line_in_regdevs_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], tables: tuple[str, ...],
+        field: str, toml: bool) -> None:
+    """Every field, top level or in a session, in JSON and TOML, given a number past what
+    it holds: `regdev call --policy` runs (the number fits) or exits 2 with one line naming
+    the file and the field in regdev's words: no traceback, no Decimal('1E+2'), no advice
+    from Python about its digit limit, never a wait of inf seconds."""
+    numbers = HUGE_POLICY_NUMBERS + (["0x1" + "0" * 20000] if toml else [])
+    for number in numbers:
+        path = tmp_path / ("policy.toml" if toml else "policy.json")
+        path.write_text(policy_text(tables, field, number, toml))
+        status = main(["call", "--policy", str(path), "--session", "s", "--no-audit",
+                       '{"tool": "read_register", "arguments": {"addr": 1}}'])
+        out, err = capsys.readouterr()
+        assert status in (0, 2), (number, err)
+        if status == 0:
+            assert json.loads(out)["ok"] is True
+            continue
+        assert err.startswith(f"regdev call: error: {path}") and err.count("\n") == 1, err
+        for words in ("Traceback", "Decimal(", "sys.set_int_max_str_digits", "inf s",
+                      "Input should", "int too large"):
+            assert words not in err, (number, err)
+        if not number.startswith("0x") and "not valid" not in err:
+            assert f"`{'.'.join((*tables, field))}" in err
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A JSON policy file's path, rewritten by each example of a property."""
+    return tmp_path_factory.mktemp("policy") / "policy.json"
+
+
+@given(st.sampled_from(NUMBER_FIELDS), huge_numbers)
+def test_any_number_in_any_policy_field_is_a_policy_or_one_policy_error(
+        policy_file: Path, place: tuple[tuple[str, ...], str], number: Any) -> None:
+    """A policy given as data or as a JSON file, with any number (huge, tiny, long, exact) in
+    any numeric field: a valid policy whose rate limit words its waits in finite numbers,
+    or one PolicyError line in regdev's words."""
+    tables, field = place
+    data: dict[str, Any] = {"sessions": {"s": {}}}
+    holder = data
+    for name in tables:
+        holder = holder.setdefault(name, {})
+    if tables and tables[-1] == "rate_limit":
+        holder.update({"rate": 1.0, "burst": 1})
+    holder[field] = [number] if field == "read_only" else number
+    policy_file.write_text(to_json(data))
+    for load in (lambda: Policy.from_dict(data), lambda: Policy.from_file(policy_file)):
+        try:
+            policy = load()
+        except PolicyError as error:
+            text = str(error)
+            assert "\n" not in text and "Decimal(" not in text and "Input should" not in text
+            continue
+        session = policy.session("s")
+        refusals = [session.take_token() for _ in range(3)]
+        for refusal in refusals:
+            if refusal is not None:
+                assert refusal.code == "rate-limited"
+                assert "inf" not in refusal.message and "nan" not in refusal.message
+
+
+@pytest.mark.parametrize("rate", ["5e-324", "1e-400", "1e-10", "0", "-1"])
+def test_a_rate_too_slow_to_wait_for_is_refused(tmp_path: Path, rate: str) -> None:
+    """A rate under one call in about 32 years (1e-9 per second) is refused, in regdev's
+    words, whatever its form: a wait of 1/rate seconds would be past any that can be stated
+    (5e-324 gives inf)."""
+    path = tmp_path / "policy.json"
+    path.write_text(f'{{"rate_limit": {{"rate": {rate}, "burst": 1}}}}')
+    with pytest.raises(PolicyError) as info:
+        Policy.from_file(path)
+    assert str(info.value) == (f"{path}: `rate_limit.rate`: must be at least 1e-09, got "
+                               f"{Decimal(rate) if '.' in rate or 'e' in rate else rate}")
+
+
+@pytest.mark.parametrize(("rate", "wait"), [(1e-9, "31.7 years"), (1e-6, "11.6 days"),
+                                           (1e-4, "2.8 h"), (0.005, "3.3 min"),
+                                           (0.02, "50.00 s"), (4.0, "0.25 s")])
+def test_the_wait_for_a_token_is_worded_in_a_unit_that_fits(rate: float, wait: str) -> None:
+    """The rate-limited message says how long to wait in seconds, minutes, hours, days or
+    years, from the fastest rate to the slowest (one call in 1/rate seconds)."""
+    session = Policy(rate_limit=RateLimit(rate=rate, burst=1)).session()
+    assert session.take_token() is None
+    refusal = session.take_token()
+    assert refusal is not None and refusal.message.endswith(f"retry in {wait}")

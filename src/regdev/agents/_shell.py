@@ -24,12 +24,17 @@ from ..core._text import escape_text
 from ..devices._device import Device
 from ..devices._regmap import RegisterMap
 from ..gate._gate import Gate
+from ..gate._parse import MAX_INT_DIGITS
 from ..gate._policy import Session
 from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 
 __all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "run_shell",
            "shell_call",
            "shell_tools"]
+
+
+#: A result's Decimal numbers as the JSON numbers they are, never as strings.
+_encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
 
 def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -> str:
@@ -85,7 +90,7 @@ def describe(observation: Observation) -> str:
                              for name, value in (result.get("fields") or {}).items())
             return (f"accepted  {observation.tool}: {field}register {result['register']} "
                     f"(0x{result['addr']:02X}) = 0x{result['data']:02x}{fields}{replayed}")
-        return f"accepted  {observation.tool}: {msgspec.json.encode(result).decode()}{replayed}"
+        return f"accepted  {observation.tool}: {_encode_json(result).decode()}{replayed}"
     retry = "retryable" if observation.refusal and observation.refusal.retryable else "final"
     return (f"refused   {observation.stage}/{observation.code} ({retry}): "
             f"{observation.message}{replayed}")
@@ -165,10 +170,36 @@ _COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
 _NUMBER = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]+")
 
 
-def _number(word: str) -> int | None:
+def _number(word: str, name: str = "ADDR") -> int | None:
+    """The value of ``word`` when it is a number as the help says, else None.
+
+    Raises:
+        ValueError: it has more digits than a call may hold (in regdev's words, naming the
+            argument ``name``, never int()'s advice on its digit limit).
+    """
     if _NUMBER.fullmatch(word) is None:
         return None
-    return int(word, 16 if word[1:2] in ("x", "X") else 10)
+    hexadecimal = word[1:2] in ("x", "X")
+    digits = (word[2:] if hexadecimal else word).lstrip("0") or "0"  # leading zeros are free
+    if not hexadecimal:
+        if len(digits) > _digit_limit():
+            raise ValueError(_too_long(name))
+        return int(digits)
+    value = int(digits, 16)  # a power-of-two base: no digit limit, linear time
+    if value >= 10 ** _digit_limit():
+        raise ValueError(_too_long(name))
+    return value
+
+
+def _digit_limit() -> int:
+    """The most decimal digits of an integer in a call: regdev's (Python's default), or a
+    lower limit set in this interpreter."""
+    return min(MAX_INT_DIGITS, sys.get_int_max_str_digits() or MAX_INT_DIGITS)
+
+
+def _too_long(name: str) -> str:
+    return (f"{name} has more than {_digit_limit()} decimal digits, the most a call may hold; "
+            "use a number like 3 or 0x1f")
 
 
 def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
@@ -181,7 +212,7 @@ def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
     if command == "write" and "." in target:
         if len(rest) != 2:
             raise ValueError("usage: write REG.FIELD VALUE")
-        number = _number(rest[1])
+        number = _number(rest[1], "VALUE")
         value: int | str = number if number is not None else rest[1]
         return msgspec.json.encode({"tool": "write_field", "arguments": {
             "field": target, "value": value}}).decode()
@@ -223,10 +254,11 @@ def shell_call(words: Sequence[str], regmap: RegisterMap | None = None) -> str:
         raise ValueError(f"usage: {' '.join([command, *names])}")
     values = []
     for name, word in zip(names, rest, strict=True):
-        if _NUMBER.fullmatch(word) is None:
+        value = _number(word, name)
+        if value is None:
             raise ValueError(f"{name} must be a number like 3 or 0x1f, got "
                              f"`{escape_text(word)}`")
-        values.append(int(word, 16 if word[1:2] in ("x", "X") else 10))
+        values.append(value)
     arguments = dict(zip(("addr", "data"), values, strict=False))
     return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
 

@@ -44,6 +44,7 @@ import hashlib
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import msgspec
@@ -129,6 +130,10 @@ def key_scope(device: str, epoch: str | None) -> str:
     ``@``, so the last ``@`` splits the two."""
     return f"{device}@{epoch or ''}"
 
+#: A stored observation's JSON decoded with its numbers exact (a number with a fraction or an
+#: exponent as the Decimal of its text), as the gate decoded the call: a replay gives back the
+#: numbers the first call gave.
+_decode_exact = msgspec.json.Decoder(float_hook=Decimal).decode
 _encode_sorted = msgspec.json.Encoder(order="sorted", decimal_format="number").encode
 
 
@@ -190,7 +195,7 @@ class IdempotencyStore:
                 return _conflict(slot[2])
         if stored[0] != print_:
             return _conflict(slot[2])
-        observation = Observation.from_dict(msgspec.json.decode(stored[1]))
+        observation = Observation.from_dict(_decode_exact(stored[1]))  # numbers exact
         return Observation(observation.tool, observation.result, observation.refusal,
                            replay=True)
 

@@ -40,24 +40,30 @@ Rules of this file:
   (``flock(LOCK_EX | LOCK_NB)``) on the file ``<database>.lock`` beside it from its opening to
   :meth:`AuditLog.close`; a second AuditLog, in another process or in this one (the lock
   belongs to an open file description, not to a process), gets :class:`~regdev.AuditInUse`.
-  The operating system releases the lock when the holder dies, however it dies. Readers
-  (:func:`read_audit`) take no lock. Where ``fcntl`` does not exist (Windows), there is no
+  The operating system releases the lock when the holder dies, however it dies. A path that
+  cannot hold an audit log is refused without a lock file of this writer's making left beside
+  it (:func:`_check_database_file` before the lock; the lock file removed, still locked, after).
+  Readers (:func:`read_audit`) take no lock, and read where they cannot write
+  (:func:`_connect_read_only`). Where ``fcntl`` does not exist (Windows), there is no
   lock: one writer a database is then up to the user.
 """
 
 from __future__ import annotations
 
 import atexit
+import codecs
 import hashlib
 import logging
 import math
 import os
 import sqlite3
+import stat
 import sys
 import threading
 import time as _time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -66,7 +72,7 @@ import msgspec
 
 from ..core._errors import AuditError, AuditInUse
 from ..core._observation import PIPELINE, Observation, Refusal
-from ..core._text import is_text
+from ..core._text import is_text, text_bytes
 from ._idempotency import (
     INSERT_KEY,
     INSERT_RESET,
@@ -258,56 +264,116 @@ def lock_path(path: Path) -> Path:
     return real.with_name(real.name + ".lock")
 
 
-def _lock(path: Path) -> int | None:
+def _lock(path: Path) -> tuple[int | None, bool]:
     """Take the writer's lock of the audit database at ``path`` (its folder exists).
 
     Returns:
         The lock file's descriptor (closing it releases the lock), or None where there is no
-        ``fcntl`` (no lock).
+        ``fcntl`` (no lock); and whether this call created the lock file (then
+        :func:`_unlock` removes it again for a database that is refused).
 
     Raises:
         AuditInUse: another writer holds it; the message names its pid and command line.
         OSError: the lock file cannot be opened or written.
     """
     if sys.platform == "win32":
-        return None
+        return None, False
     where = lock_path(path)
-    fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+    while True:
+        try:
+            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            created = True
+        except FileExistsError:
+            try:
+                fd = os.open(where, os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:  # removed meanwhile by a writer that was refused
+                continue
+            created = False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+            os.close(fd)
+            pid, _, command = holder.partition(" ")
+            if pid == str(os.getpid()):
+                who = f"another AuditLog in this process (pid {pid}: {command})"
+            elif pid:
+                who = f"another regdev process (pid {pid}: {command})"
+            else:
+                who = "another regdev process"
+            raise AuditInUse(f"the audit database {path} is in use by {who}", holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, where):
+            break
+        # A writer that was refused removed the file while holding its lock, after this one
+        # opened it: a lock on that file would lock nothing. Take the new one.
         os.close(fd)
-        pid, _, command = holder.partition(" ")
-        if pid == str(os.getpid()):
-            who = f"another AuditLog in this process (pid {pid}: {command})"
-        elif pid:
-            who = f"another regdev process (pid {pid}: {command})"
-        else:
-            who = "another regdev process"
-        raise AuditInUse(f"the audit database {path} is in use by {who}", holder) from None
-    except BaseException:
-        os.close(fd)
-        raise
     try:
         command = " ".join([os.path.basename(sys.argv[0] or sys.executable), *sys.argv[1:]])
         text = f"{os.getpid()} {command[:200]}\n".encode("utf-8", "replace")
         os.ftruncate(fd, 0)
         os.pwrite(fd, text, 0)
     except BaseException:
-        os.close(fd)
+        _unlock(fd, where if created else None)
         raise
-    return fd
+    return fd, created
 
 
-def _unlock(fd: int | None) -> None:
-    """Release the writer's lock taken by :func:`_lock` (its holder line is cleared first)."""
+def _same_file(fd: int, where: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``where``."""
+    try:
+        now = os.stat(where)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _unlock(fd: int | None, remove: Path | None = None) -> None:
+    """Release the writer's lock taken by :func:`_lock` (its holder line is cleared first);
+    with ``remove``, the lock file this writer created is removed first, while it still holds
+    the lock (a writer that opened it meanwhile sees it gone and takes a new one)."""
     if fd is not None:
+        if remove is not None:
+            with suppress(OSError):
+                os.unlink(remove)
         with suppress(OSError):
             os.ftruncate(fd, 0)
         os.close(fd)
 
+
+#: The first 16 bytes of every SQLite 3 database file ("Database File Format", sqlite.org).
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_database_file(path: Path) -> None:
+    """AuditError, before any lock file is made beside it, when ``path`` exists and cannot
+    be an audit database: not a regular file (a folder, ``/dev/null``, a pipe), or a file
+    with content that is not a SQLite database. (An empty file becomes a new audit log.)"""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(status.st_mode):
+        raise AuditError(f"{path} is a directory, not a database file")
+    if not stat.S_ISREG(status.st_mode):
+        raise AuditError(f"cannot open the audit database {path}: it is not a regular file "
+                         "(a device, a pipe or a socket)")
+    if status.st_size:
+        with open(path, "rb") as file:
+            header = file.read(len(_SQLITE_HEADER))
+        if header != _SQLITE_HEADER:
+            raise AuditError(f"cannot open the audit database {path}: it is not a SQLite "
+                             "database, so not a regdev audit log")
+
+
 _encode_json = msgspec.json.Encoder(decimal_format="number").encode
+#: JSON text decoded as the gate decodes a call: a number with a fraction or an exponent as the
+#: exact Decimal of its text, never rounded through float (the columns are regdev's own JSON,
+#: so the parser's other checks, such as repeated keys, have nothing to find).
+_decode_exact = msgspec.json.Decoder(float_hook=Decimal).decode
 
 
 def default_audit_path() -> Path:
@@ -356,6 +422,15 @@ def _as_text(row: tuple[Any, ...]) -> tuple[Any, ...]:
     that SQLite can store it as UTF-8."""
     return tuple(value.encode("utf-8", "backslashreplace").decode("utf-8")
                  if type(value) is str and not is_text(value) else value for value in row)
+
+
+def _is_utf8(data: bytes, cut: bool) -> bool:
+    """Whether ``data`` is UTF-8 (when ``cut``, its last character may be incomplete)."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=not cut)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def encode_json(value: object) -> str | None:
@@ -439,30 +514,77 @@ class AuditRecord(msgspec.Struct, frozen=True):
         return {stage: ns for stage, ns in zip(PIPELINE, times, strict=True) if ns is not None}
 
     def observation(self) -> Observation | None:
-        """The observation the caller got (None for a stop record)."""
+        """The observation the caller got (None for a stop record); numbers in its result
+        as :meth:`to_dict` gives them (exact).
+
+        Raises:
+            AuditError: the ``result`` column is not JSON text (regdev never writes such a
+                record: the database was changed by other means).
+        """
         if self.event != "call":
             return None
         if self.ok:
-            result = msgspec.json.decode(self.result) if self.result is not None else None
+            result = self._column("result")
             return Observation(self.tool, result, id=self.call_id, replay=self.replay)
         refusal = Refusal(self.stage, self.code or "", self.message or "")  # type: ignore[arg-type]
         return Observation(refusal=refusal, id=self.call_id, replay=self.replay)
 
+    def _column(self, name: str) -> Any:
+        """The JSON column ``name`` decoded exactly, None when NULL."""
+        text = getattr(self, name)
+        if text is None:
+            return None
+        try:
+            return _decode_exact(text)
+        except (msgspec.DecodeError, ValueError, ArithmeticError) as error:
+            raise AuditError(f"record {self.id}: its {name} column is not JSON text ({error})",
+                             "a column is not JSON text") from None
+
     def to_dict(self) -> dict[str, Any]:
-        """The record as one JSON object: ``raw`` as text (invalid UTF-8 replaced),
-        ``raw_sha256`` in hex, ``arguments`` and ``result`` as JSON values, and the
-        ``observation`` the caller got, rebuilt from the columns."""
+        """The record as one JSON object, every value exactly as recorded.
+
+        ``raw`` is text (a character cut by ``max_raw_bytes`` left out); when the bytes
+        received were not UTF-8, it shows U+FFFD for each bad byte, and ``raw_hex`` holds the
+        bytes exactly (that key, after ``raw_sha256``, is there only then). ``raw_sha256`` is
+        in hex. ``arguments`` and ``result`` are JSON values decoded as the gate decodes a
+        call: integers as ``int``, numbers with a fraction or an exponent as exact
+        ``decimal.Decimal`` (``1E-400`` and ``1E+999`` as recorded, never rounded through
+        float; :meth:`to_json` writes them as JSON numbers, as ``regdev audit --json`` does).
+        ``observation`` is the observation the caller got, rebuilt from the columns.
+
+        Raises:
+            AuditError: ``arguments`` or ``result`` is not JSON text (see
+                :meth:`observation`); the message names the record.
+        """
         out = msgspec.structs.asdict(self)
+        raw_hex = None
         if self.raw is not None:
-            out["raw"] = self.raw.decode("utf-8", "replace")
+            # A raw call kept in part may end inside a character: that is no bad byte.
+            cut = self.raw_bytes is not None and self.raw_bytes > len(self.raw)
+            out["raw"] = codecs.getincrementaldecoder("utf-8")("replace").decode(
+                self.raw, final=not cut)
+            if not _is_utf8(self.raw, cut):
+                raw_hex = self.raw.hex()
         if self.raw_sha256 is not None:
             out["raw_sha256"] = self.raw_sha256.hex()
+        if raw_hex is not None:  # beside the other raw columns, after raw_sha256
+            items = list(out.items())
+            at = list(out).index("raw_sha256") + 1
+            out = dict([*items[:at], ("raw_hex", raw_hex), *items[at:]])
         for name in ("arguments", "result"):
-            if out[name] is not None:
-                out[name] = msgspec.json.decode(out[name])
+            out[name] = self._column(name)
         observation = self.observation()
         out["observation"] = observation.to_dict() if observation is not None else None
         return out
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as one line of JSON text, numbers written exactly (what
+        ``regdev audit --json`` prints for each record).
+
+        Raises:
+            AuditError: as :meth:`to_dict`.
+        """
+        return _encode_json(self.to_dict()).decode()
 
 
 class AuditLog:
@@ -508,10 +630,11 @@ class AuditLog:
         self.max_raw_bytes = max_raw_bytes
         self.failure: str | None = None
         with _mapped(f"cannot open the audit database {self.path}"):
-            if self.path.is_dir():  # (is_dir raises for a name too long, a folder not ours)
-                raise AuditError(f"{self.path} is a directory, not a database file")
+            _check_database_file(self.path)  # (raises for a name too long, a folder not ours)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = _lock(self.path)
+            self._lock_fd, created = _lock(self.path)
+        # A database refused below leaves no lock file of this writer's making beside it.
+        made = lock_path(self.path) if created else None
         try:
             self._conn = self._open()
             try:
@@ -521,7 +644,7 @@ class AuditLog:
                 self._conn.close()
                 raise
         except BaseException:
-            _unlock(self._lock_fd)
+            _unlock(self._lock_fd, made)
             raise
         self._frames = 0  # WAL frames written (at least), counted by commits, since a checkpoint
         self._pending: list[_Pending] = []
@@ -581,9 +704,11 @@ class AuditLog:
             time: Unix time, seconds.
             session: the session's name.
             dialect: the call's dialect.
-            raw: the raw call (``bytes``, or ``str`` encoded here as UTF-8); it is cut to
-                ``max_raw_bytes`` and its full size and SHA-256 are computed here. None for
-                a call handed over decoded without text.
+            raw: the raw call as received: ``bytes``, or a ``str`` recorded as the bytes it
+                stands for (:func:`~regdev.core._text.text_bytes`: UTF-8, and an undecodable byte
+                that Python carried as a lone surrogate, as from ``sys.argv``, as that byte);
+                it is cut to ``max_raw_bytes``, and its full size and SHA-256 are those of
+                the bytes recorded. None for a call handed over decoded without text.
             observation: what the caller got.
             tool: the tool name, if the call gave one.
             arguments: the arguments as JSON text.
@@ -600,7 +725,7 @@ class AuditLog:
         kept = raw_size = raw_sha = None
         if raw is not None:
             if type(raw) is not bytes:
-                raw = raw.encode("utf-8", "surrogatepass") if type(raw) is str \
+                raw = text_bytes(raw) if type(raw) is str \
                     else repr(raw).encode("utf-8", "replace")
             raw_size = len(raw)
             raw_sha = bytearray(hashlib.sha256(raw).digest())
@@ -958,10 +1083,47 @@ def _check_exists(path: Path) -> None:
             raise AuditError(f"no audit database at {path}")
 
 
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """Open the database at ``path`` read-only, where it lies, whatever the place allows.
+
+    SQLite's ``mode=ro`` reads a database in WAL mode only when its WAL index (``-shm``)
+    exists or can be made beside it. On a read-only filesystem, or in a folder this user may
+    not write (a log kept by another user), a database closed cleanly has neither ``-wal`` nor
+    ``-shm`` and cannot be opened so; it is then opened ``immutable=1``, which reads the file
+    alone, as a snapshot: right, because every committed record is in the file once its WAL
+    is gone ("Write-Ahead Logging", "Read-Only Databases", sqlite.org). A ``-wal`` that holds
+    records without its ``-shm`` beside it cannot be read in such a place: an AuditError says
+    so (the file alone would silently miss those records).
+
+    Raises:
+        sqlite3.Error, OSError: the database cannot be opened (for :func:`_mapped`).
+        AuditError: the records in its WAL cannot be read where it lies.
+    """
+    uri = path.resolve().as_uri()
+    conn = sqlite3.connect(uri + "?mode=ro", uri=True)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()  # opens the file
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        folder = path.resolve().parent
+        if os.access(folder, os.W_OK) and not os.statvfs(folder).f_flag & os.ST_RDONLY:
+            raise  # not the place: the error is the database's own
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size:
+        raise AuditError(f"cannot read the audit database {path}: its write-ahead log {wal} "
+                         "holds records, which SQLite reads only with the WAL index "
+                         f"{path.name}-shm beside it, and {folder} cannot be written; copy "
+                         f"{path.name} and {wal.name} to a folder you can write and read the "
+                         "copy")
+    return sqlite3.connect(uri + "?immutable=1", uri=True)
+
+
 def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]]:
-    """Run one query on the audit database at ``path``, opened read-only."""
+    """Run one query on the audit database at ``path``, opened read-only (see
+    :func:`_connect_read_only`)."""
     with _mapped(f"cannot read the audit database {path}"):
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        conn = _connect_read_only(path)
         try:
             has_calls = conn.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'table' "
                                      "AND name = 'calls'").fetchone()[0]

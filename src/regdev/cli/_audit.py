@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,7 +19,6 @@ from ..core._errors import AuditError
 from ._common import (
     UsageError,
     count,
-    json_line,
 )
 
 
@@ -85,14 +85,22 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
                              until=until, loop_id=loop_id, last=args.last, device=args.device)
     except AuditError as error:
         raise UsageError(str(error)) from None
+    unreadable = 0
     for record in records:
         if args.json:
-            json_line(record.to_dict(), out)
+            try:
+                line = record.to_json()
+            except AuditError as error:  # one damaged record hides none of the others
+                out.flush()
+                print(f"regdev audit: error: {error}", file=sys.stderr)
+                unreadable += 1
+                continue
+            out.write(line + "\n")
         else:
             out.write(_show_record(record) + "\n")
     if not args.json:
         out.write(f"{count(len(records), 'record')} in {path}\n")
-    return 0
+    return 1 if unreadable else 0
 
 
 def add_parser(sub: Any) -> None:
@@ -127,5 +135,8 @@ def add_parser(sub: Any) -> None:
                        help="only the last N matching records (N >= 1)")
     audit.add_argument("--json", action="store_true",
                        help="one JSON object per record (every column; arguments and "
-                            "observation as JSON values)")
+                            "observation as JSON values, numbers exactly as recorded; a "
+                            "record that cannot be read, in a database changed by other "
+                            "means, is named on stderr, the others are still printed, and "
+                            "the exit status is 1)")
     audit.set_defaults(func=cmd_audit)

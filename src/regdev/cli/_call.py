@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -26,8 +27,12 @@ def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
         check_stdin()
     gate, session = open_gate(args)
     with gate:
-        # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large
-        raw = sys.stdin.buffer.read(gate.max_input_bytes + 1) if args.raw == "-" else args.raw
+        # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large.
+        # RAW is given as the bytes on the command line (os.fsencode undoes the decoding of
+        # sys.argv), so the gate parses and the audit log records what was typed, even bytes
+        # that are not UTF-8.
+        raw = sys.stdin.buffer.read(gate.max_input_bytes + 1) if args.raw == "-" \
+            else os.fsencode(args.raw)
         observation = gate.handle(raw, dialect=args.dialect, tool_choice=args.tool_choice,
                                   session=session)
     json_line(observation.to_dict(), out)

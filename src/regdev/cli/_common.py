@@ -39,8 +39,12 @@ def count(number: int, noun: str) -> str:
     return f"{number} {noun}{'s' * (number != 1)}"
 
 
+#: Decimal numbers (a call's exact numbers) as JSON numbers, never as strings.
+_encode_json = msgspec.json.Encoder(decimal_format="number").encode
+
+
 def json_line(value: Any, out: TextIO) -> None:
-    out.write(msgspec.json.encode(value).decode() + "\n")
+    out.write(_encode_json(value).decode() + "\n")
 
 
 STDOUT_CLOSED = "standard output is closed"

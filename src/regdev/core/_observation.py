@@ -16,6 +16,9 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
+#: Decimal numbers (exact numbers of a result) as JSON numbers, never as strings.
+_encode_json = msgspec.json.Encoder(decimal_format="number").encode
+
 __all__ = ["FIXED_CODES", "NAMED_CODES", "PIPELINE", "Observation", "PipelineStage", "Refusal",
            "Stage"]
 
@@ -165,5 +168,6 @@ class Observation(msgspec.Struct, frozen=True, gc=False):
                    id=value.get("id"), replay=bool(value.get("replay")))
 
     def to_json(self) -> str:
-        """The observation as one line of JSON text."""
-        return msgspec.json.encode(self.to_dict()).decode()
+        """The observation as one line of JSON text (a ``Decimal`` in a result written as the
+        exact JSON number it is, never as a string)."""
+        return _encode_json(self.to_dict()).decode()

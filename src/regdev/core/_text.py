@@ -6,7 +6,7 @@ how such text is escaped and whether a string is Unicode text at all.
 
 from __future__ import annotations
 
-__all__ = ["escape_text", "is_text"]
+__all__ = ["escape_text", "is_text", "text_bytes"]
 
 def escape_text(text: str, limit: int = 40) -> str:
     """Escape untrusted text (control characters, non-ASCII, backticks) and cut it to ``limit``."""
@@ -28,3 +28,24 @@ def is_text(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def text_bytes(text: str) -> bytes:
+    """The bytes that a str of raw model output stands for: its UTF-8 encoding.
+
+    A str that is not Unicode text holds lone surrogates. U+DC80..U+DCFF are how Python
+    carries bytes that are not UTF-8 in a str (the ``surrogateescape`` error handler of
+    ``sys.argv``, ``os.environ``, file names and streams opened with it): each stands for
+    its byte, 0x80..0xFF, so the bytes received come back exactly. Any other lone surrogate
+    (no bytes decode to one) is written as ``surrogatepass`` writes it, 3 bytes, as is every
+    lone surrogate of a str holding one of those. Either way the result is not UTF-8, and a
+    call made of it is ``not-json``.
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")

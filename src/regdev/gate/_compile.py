@@ -143,7 +143,9 @@ def _whole(bound: object, rounding: str) -> int | None:
         return int.__int__(bound)  # the value of an int subclass, by the base method
     if isinstance(bound, float) and abs(bound) < _INT64:
         return math.floor(bound) if rounding == ROUND_FLOOR else math.ceil(bound)
-    if isinstance(bound, Decimal) and bound.is_finite() and abs(bound) < _INT64:
+    # (-_INT64 < bound < _INT64, not abs(): a comparison is exact, while abs() rounds to the
+    # decimal context and overflows past its exponent range, as for Decimal('1E+1000000').)
+    if isinstance(bound, Decimal) and bound.is_finite() and -_INT64 < bound < _INT64:
         return int(bound.to_integral_value(rounding=rounding))
     return None
 

@@ -85,7 +85,9 @@ DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024
 logger = logging.getLogger("regdev")
 
 _now_ns = time.perf_counter_ns
-_encode = msgspec.json.encode
+#: A Decimal of a result as the exact JSON number it is (the output cap measures, and an
+#: idempotency key stores, what goes to the model), never as a string.
+_encode = msgspec.json.Encoder(decimal_format="number").encode
 #: Prefixes of the keys made from provider tool call ids; an explicit key may not take them.
 _DERIVED_KEY_PREFIXES = tuple(f"{dialect}:" for dialect in PROVIDER_DIALECTS)
 

@@ -40,7 +40,7 @@ from typing import Any, Literal, cast, get_args
 import msgspec
 
 from ..core._observation import Refusal
-from ..core._text import escape_text, is_text
+from ..core._text import escape_text, is_text, text_bytes
 from ._schema import a_json_type
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "DIALECTS",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_ID_CHARS",
+    "MAX_INT_DIGITS",
     "Dialect",
     "ParsedCall",
     "check_dialect",
@@ -192,6 +193,15 @@ def _lone_surrogate(text: str) -> str | None:
     return high[0] if high is not None else None
 
 
+def _not_utf8(data: bytes) -> str | None:
+    """Where ``data`` is not UTF-8, in words, or None when it is."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"invalid UTF-8: byte {error.start} is 0x{data[error.start]:02X}"
+    return None
+
+
 def _explain(error: Exception, data: bytes | str) -> str:
     """Word a decoding failure (one of :data:`_NOT_JSON`) of ``data`` for a message: msgspec's
     words, except where they would mislead (a lone surrogate is not truncation) or speak its
@@ -199,6 +209,10 @@ def _explain(error: Exception, data: bytes | str) -> str:
     "truncated")."""
     if isinstance(error, msgspec.DecodeError):
         text = str(error)
+        if text == "Invalid UTF-8 encoded string" and isinstance(data, bytes):
+            where = _not_utf8(data)
+            if where is not None:
+                return where
         if text.startswith("Integer value out of range"):
             limit = min(MAX_INT_DIGITS, sys.get_int_max_str_digits() or MAX_INT_DIGITS)
             return (f"an integer has more than {limit} digits, the most regdev reads (Python's "
@@ -229,9 +243,20 @@ def _repeated(key: str) -> str:
 
 
 def _decode(data: bytes | str) -> tuple[object, str | None]:
-    """Decode one strict JSON document; return ``(value, None)`` or ``(None, error text)``."""
+    """Decode one strict JSON document; return ``(value, None)`` or ``(None, error text)``.
+
+    A str carrying bytes that are not UTF-8 (lone surrogates) is decoded as those bytes
+    (:func:`text_bytes`, the bytes the audit log records), so that it gets the verdict and
+    the words those bytes get.
+    """
     try:
         doc = _decode_json(data)
+    except UnicodeEncodeError:  # (a ValueError) only a str holding a lone surrogate
+        data = text_bytes(cast(str, data))
+        try:
+            doc = _decode_json(data)
+        except _NOT_JSON as error:
+            return None, _explain(error, data)
     except _NOT_JSON as error:
         return None, _explain(error, data)
     try:
@@ -385,9 +410,24 @@ def parse(
             return refusal
     try:
         doc = _decode_json(raw)
+    except UnicodeEncodeError:  # a str carrying bytes that are not UTF-8: decode those bytes
+        raw = text_bytes(cast(str, raw))
+        try:
+            doc = _decode_json(raw)
+        except _NOT_JSON as error:
+            return _not_json(_explain(error, raw))
     except _NOT_JSON as error:
         return _not_json(_explain(error, raw))
     if type(doc) is not dict:
+        # Parse decides first: an array is one JSON document too, and a key repeated in an
+        # object inside it is not-json before the shape step can call it not-an-object.
+        if type(doc) is list:
+            try:
+                duplicate = _duplicate_key(raw, doc)
+            except _TooDeep:
+                return _not_json("JSON is nested too deeply")
+            if duplicate is not None:
+                return _not_json(_repeated(duplicate))
         return ParsedCall(doc)
     # Repeated keys: the usual call is settled by one count, as in _duplicate_key's first
     # step (only "arguments" is looked into, so any other object inside takes the full check).
@@ -416,12 +456,13 @@ def _sized(raw: object, max_bytes: int) -> tuple[str | bytes, Refusal | None]:
     """Check the cap on raw text: ``(text to decode, None)`` or ``("", refusal)``.
 
     A str is measured in UTF-8 bytes: exactly its length when it is ASCII (a flag CPython
-    keeps), else by encoding it (lone surrogates kept, so that msgspec refuses them).
+    keeps), else by encoding it (:func:`text_bytes`: the bytes the audit log records; lone
+    surrogates kept, so that msgspec refuses them).
     """
     if type(raw) is str:
         size = len(raw)
         if size <= max_bytes and not raw.isascii():
-            raw = raw.encode("utf-8", "surrogatepass")
+            raw = text_bytes(raw)
             size = len(raw)
     elif type(raw) is bytes:
         size = len(raw)

@@ -56,14 +56,17 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..core._errors import PolicyError
@@ -72,9 +75,13 @@ from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
 from ._parse import load_json
+from ._schema import a_json_type
 from ._tools import Tool
+from ._validate import show_value
 
 __all__ = [
+    "MAX_BURST",
+    "MIN_RATE",
     "SCOPES",
     "ApprovalRequest",
     "Approver",
@@ -100,7 +107,15 @@ _Address = Annotated[int, Field(strict=True, ge=0, le=MAX_REGISTERS - 1)]
 #: Seconds a thread may wait: finite, > 0, and no longer than the platform's locks allow.
 _Seconds = Annotated[float, Field(strict=True, gt=0, le=threading.TIMEOUT_MAX,
                                   allow_inf_nan=False)]
-_Rate = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+#: The slowest rate limit, calls per second: one call in about 32 years. A slower one would
+#: keep a caller waiting longer than any wait regdev can state or time (a rate of 5e-324
+#: leaves 1/rate = inf seconds to wait).
+MIN_RATE = 1e-9
+#: The largest burst: a float (the bucket's count of tokens) holds every whole number up to
+#: 2**53 exactly; a larger burst is refused rather than rounded (or overflowing to inf).
+MAX_BURST = 2**53
+_Rate = Annotated[float, Field(strict=True, ge=MIN_RATE, allow_inf_nan=False)]
+_Burst = Annotated[int, Field(strict=True, ge=1, le=MAX_BURST)]
 _Bytes = Annotated[int, Field(strict=True, gt=0)]
 
 
@@ -135,12 +150,17 @@ class RateLimit(_Model):
     """A token bucket: ``burst`` calls at once, refilled at ``rate`` calls per second.
 
     Attributes:
-        rate: calls per second (a finite number > 0), refilled continuously.
-        burst: calls allowed at once when the bucket is full (>= 1).
+        rate: calls per second, refilled continuously: a finite number of at least
+            :data:`MIN_RATE` (1e-9, one call in about 32 years).
+        burst: calls allowed at once when the bucket is full: 1..:data:`MAX_BURST` (2**53).
+
+    Raises:
+        pydantic.ValidationError: a field is out of range (a policy file's is a
+            :class:`~regdev.PolicyError`).
     """
 
     rate: _Rate
-    burst: Annotated[int, Field(strict=True, ge=1)]
+    burst: _Burst
 
 
 class RegisterPolicy(_Model):
@@ -297,7 +317,11 @@ class Policy(_Model):
         try:
             data = tomllib.loads(text) if toml else load_json(text)
         except (tomllib.TOMLDecodeError, ValueError) as error:
-            raise PolicyError(f"{path}: not valid {'TOML' if toml else 'JSON'}: {error}") \
+            reason = str(error)
+            if toml and not isinstance(error, tomllib.TOMLDecodeError):  # int() refused it
+                reason = (f"an integer has more than {sys.get_int_max_str_digits()} digits, "
+                          "the most Python reads")
+            raise PolicyError(f"{path}: not valid {'TOML' if toml else 'JSON'}: {reason}") \
                 from None
         return cls.from_dict(data, source=str(path), approve=approve)
 
@@ -343,8 +367,14 @@ def _describe(error: ValidationError) -> str:
         bounds = {name: int(value) if type(value) is float and value.is_integer() else value
                   for name, value in ctx.items()}  # "greater than 0", not "0.0"
         message = _EXPECTED.get(kind, "").format(**bounds) or first["msg"]
+        given = first.get("input")
+        exact = type(given) is int or (isinstance(given, Decimal) and given.is_finite())
+        if kind in ("float_type", "finite_number") and exact:  # a finite number past a float
+            message = "must be a finite number (at most about 1.8e308)"
         if kind != "missing" and "input" in first:
-            message += f", got {_show(first['input'])}"
+            message += f", got {_show(given)}"
+            if kind == "greater_than" and isinstance(given, Decimal) and exact and given > 0:
+                message += " (0 as a 64-bit float)"  # 1E-400 is greater than 0, its float not
     more = error.error_count() - 1
     tail = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
     return f"`{where or '(top)'}`: {message}{tail}"
@@ -378,12 +408,22 @@ _EXPECTED: dict[str, str] = {
 
 
 def _show(value: object) -> str:
-    """A value given in a policy, as TOML or JSON would show it, cut to 40 characters."""
+    """A value given in a policy, as TOML or JSON would show it (a number exactly as decoded,
+    ``1E+2`` for JSON's ``1e2``; an integer too long to write out by its size), cut to 40
+    characters."""
+    if type(value) is int or isinstance(value, Decimal):
+        return show_value(value)
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=True)
-    except (TypeError, ValueError):
-        text = repr(value)
+        if isinstance(value, (list, dict)):
+            text = _encode_json(value).decode()
+        else:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=True)
+    except (TypeError, ValueError):  # not JSON, or an integer too long to write, deep inside
+        text = a_json_type(value)
     return text if len(text) <= 40 else text[:39] + "..."
+
+
+_encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
 
 #: The nested models of a policy file, by field name.
@@ -498,11 +538,27 @@ class Session:
         return Refusal("authorize", "rate-limited",
                        f"session {self.name} is over its rate limit of {limit.rate:g} "
                        f"call{'s' * (limit.rate != 1)} per second (burst {limit.burst}); "
-                       f"retry in {wait:.2f} s")
+                       f"retry in {_duration(wait)}")
 
     def __repr__(self) -> str:
         return (f"Session({self.name!r}, scopes={sorted(self.scopes)!r}, "
                 f"tools={self.tools!r}, rate_limit={self.rate_limit!r})")
+
+
+#: Units for a long wait, largest first: (seconds in one, its name).
+_UNITS = ((365.25 * 86400, "years"), (86400, "days"), (3600, "h"), (60, "min"))
+
+
+def _duration(seconds: float) -> str:
+    """A wait in words: ``0.25 s`` under 100 seconds, else in the largest unit that keeps
+    at least 2 of it (``2.5 h``, ``31.7 years``); finite because a rate is at least
+    :data:`MIN_RATE`."""
+    if seconds < 100:
+        return f"{seconds:.2f} s"
+    for size, unit in _UNITS:
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds / 60:.1f} min"
 
 
 #: Every register address of the default map: what a tool that changes the device without an

@@ -17,7 +17,7 @@ from ..core._errors import DeviceError, SchemaError
 from ..core._observation import Refusal
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, REGISTER_COUNT, Device
-from ._parse import load_json
+from ._parse import MAX_INT_DIGITS, load_json
 from ._schema import check_input_schema, is_integer
 
 __all__ = [
@@ -170,7 +170,11 @@ class Tool:
 
         JSON Schema counts ``3.0`` and ``1e2`` as integers (draft 2020-12 Validation 6.1.1);
         they reach the device as Python ``int``, in nested objects and array elements too
-        (``[3.0, 1e2]`` becomes ``[3, 100]``). Call only on arguments that passed validation.
+        (``[3.0, 1e2]`` becomes ``[3, 100]``). An integral number of more than
+        :data:`~regdev.gate._parse.MAX_INT_DIGITS` (4300) digits, such as ``1e999999999``
+        where a schema sets no bound that refuses it, stays the exact ``decimal.Decimal``
+        it was decoded as: the ``int`` would take gigabytes and minutes to build, and no
+        JSON text regdev reads holds one. Call only on arguments that passed validation.
         The usual call, whose values are all ``int`` (or arrays of ``int``) already, is
         returned as it is (not copied); so is every object and array that needs no change.
         """
@@ -275,7 +279,9 @@ def _bind_value(item: Any, schema: Any) -> Any:
     types = schema.get("type")
     if (types == "integer" or (isinstance(types, list) and "integer" in types)) and is_integer(
             item):
-        return int(item)
+        if type(item) is Decimal and not item.is_zero() and item.adjusted() >= MAX_INT_DIGITS:
+            return item  # an int of 1e999999999 would take gigabytes: the exact Decimal stays
+        return 0 if not item else int(item)  # 0E+999999 is 0, made at once
     return item
 
 
