@@ -26,14 +26,25 @@ import serial
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT
 from firmware import SIM, sim_process
-from firmware_c import C_DIR, CCore, make, need
+from firmware_c import (
+    C_DIR,
+    DEVICE_ID,
+    STARTS,
+    CCore,
+    CEpochs,
+    c_identify_text,
+    make,
+    need,
+)
+from regdev import read_audit
 from regdev.cli._main import main
 from regdev.devices import _protocol as wire
 
 REGDEV = Path(sys.executable).parent / "regdev"
 GEN = C_DIR / "gen_regmap.py"
-HOST_IDENTITY = "regdev C/host, map default, protocol 1"
-UNO_IDENTITY = "regdev C/uno, map default, protocol 1"
+#: The identify texts' descriptions (the id and epoch follow).
+HOST_IDENTITY = "regdev C/host default"
+UNO_IDENTITY = "regdev C/uno default"
 
 
 def frame(payload: bytes) -> bytes:
@@ -73,7 +84,7 @@ def avr_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_core_answers_the_protocol_doc_examples(core: CCore) -> None:
     """Each request of docs/protocol.md's table of examples gets the reply the table shows
-    next to it (identify: the C firmware's own text)."""
+    next to it (identify: the C firmware's own text, its id and epoch)."""
     rows = re.findall(r"^\| `(\$[^`]*)\\n` \| `(\w+)\(",
                       (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8"), re.MULTILINE)
     pairs = [(request, reply) for (request, kind), (reply, _) in itertools.pairwise(rows)
@@ -88,15 +99,83 @@ def test_core_answers_the_protocol_doc_examples(core: CCore) -> None:
     for request, reply in pairs[:6]:
         expected = reply.encode() + b"\n"
         if request.startswith("$01 I"):
-            expected = wire.encode(wire.IdentifyReply(1, HOST_IDENTITY))
+            expected = wire.encode(wire.IdentifyReply(
+                1, f"{HOST_IDENTITY} id={DEVICE_ID} epoch={STARTS:04X}{0:04X}"))
         assert core.feed(request.encode() + b"\n") == expected, request
 
 
 def test_core_identity_is_valid_and_names_platform_and_map(core: CCore) -> None:
-    """The identify text fits the protocol (1..48 printable bytes) and says what it is."""
+    """The identify text fits the protocol (1..48 printable bytes) and says what it is, its id
+    and its epoch: docs/protocol.md's example, the 4th start after 3 resets."""
     assert core.identity == HOST_IDENTITY
-    assert wire.decode(core.feed(b"$2A I*%02X\n" % wire.crc8(b"2A I"))) == wire.IdentifyReply(
-        0x2A, HOST_IDENTITY)
+    for seq in (1, 2, 3):
+        assert ask(core, wire.ResetRequest(seq)) == wire.ResetReply(seq)
+    reply = ask(core, wire.IdentifyRequest(0x2A))
+    assert reply == wire.IdentifyReply(0x2A, "regdev C/host default id=5F3A9C01 epoch=00040003")
+    assert isinstance(reply, wire.IdentifyReply)
+    assert (reply.device_id, reply.epoch) == ("5F3A9C01", "00040003")
+
+
+def identify(core: CCore) -> str:
+    """The core's identify text now."""
+    reply = ask(core, wire.IdentifyRequest(1))
+    assert isinstance(reply, wire.IdentifyReply)
+    return reply.text
+
+
+def test_core_epoch_is_new_at_every_start_and_every_reset(core: CCore) -> None:
+    """BBBBRRRR: the start count the platform gives at start, the resets since; a write or a
+    read leaves it."""
+    seen = set()
+    for starts in (1, 2):
+        core.reset(DEVICE_ID, starts)
+        for resets in range(3):
+            assert identify(core).endswith(f" epoch={starts:04X}{resets:04X}")
+            seen.add(identify(core))
+            ask(core, wire.WriteRequest(2, 3, 9))
+            ask(core, wire.ReadRequest(3, 3))
+            assert identify(core).endswith(f" epoch={starts:04X}{resets:04X}")
+            assert ask(core, wire.ResetRequest(4)) == wire.ResetReply(4)
+    assert len(seen) == 6
+
+
+def test_core_reset_count_past_ffff_takes_the_next_start_count(core: CCore) -> None:
+    """After 65535 resets the epoch is 0004FFFF; the next reset asks the platform for a new
+    start count (once) and says 00050000, an epoch a later start never says (the platform
+    counted that start already)."""
+    core.reset(DEVICE_ID, 4)
+    before = core.next_starts
+    resets = b"".join(wire.encode(wire.ResetRequest(1 + i % 255)) for i in range(0xFFFF))
+    assert core.feed(resets).count(b"\n") == 0xFFFF
+    assert identify(core).endswith(" epoch=0004FFFF") and core.next_starts == before
+    assert ask(core, wire.ResetRequest(9)) == wire.ResetReply(9)
+    assert identify(core).endswith(" epoch=00050000") and core.next_starts == before + 1
+
+
+@pytest.mark.parametrize(("device_id", "text"), [
+    ("5F3A9C01", "regdev C/host default id=5F3A9C01 epoch=00040000"),
+    ("7", "regdev C/host default id=7 epoch=00040000"),
+    # room for 13 bytes of description: cut, and the space the cut leaves dropped
+    ("ABCDEFGHIJKLMNOP", "regdev C/host id=ABCDEFGHIJKLMNOP epoch=00040000"),
+    ("ABCDEFGHIJKL", "regdev C/host def id=ABCDEFGHIJKL epoch=00040000"),
+])
+def test_core_cuts_its_description_to_fit_its_id(core: CCore, device_id: str,
+                                                  text: str) -> None:
+    """The description is cut so that the text fits 48 bytes, as c_identify_text says."""
+    core.reset(device_id, 4)
+    assert identify(core) == text == c_identify_text(HOST_IDENTITY, device_id, 4, 0)
+    assert len(text) <= wire.MAX_TEXT
+    assert wire.split_identify_text(text)[1:] == (device_id, "00040000")
+
+
+@pytest.mark.parametrize("device_id", ["ABCDEFGHIJKLMNOPQ", "5f3a9c01", "5F3A 9C01", "", None])
+def test_core_without_an_id_says_its_description_alone(core: CCore,
+                                                       device_id: str | None) -> None:
+    """An id that is not 1..16 of 0-9 and A-Z (17 characters, lower case, a space, none, a
+    NULL pointer) is no id: the text is the description alone, which says no epoch."""
+    core.reset(device_id, 4)
+    assert identify(core) == HOST_IDENTITY
+    assert wire.split_identify_text(HOST_IDENTITY)[1:] == (None, None)
 
 
 class _Chunks:
@@ -113,7 +192,20 @@ class _Chunks:
         self.out += data
 
 
-def python_device(stream: bytes, identity: str, rng: random.Random) -> tuple[bytes, list[int]]:
+def python_firmware(description: str, device_id: str, starts: int) -> sim.Firmware:
+    """The Python firmware simulator saying what the C firmware says to identify: the
+    description cut as the C one cuts it, the id, and the C firmware's epochs from the start
+    count ``starts`` (:class:`CEpochs`); without an id, the description alone (plain)."""
+    if not device_id:
+        return sim.Firmware(CEpochs(starts), identity=description, plain=True,
+                            extension=False)  # no block or masked-write frames, as the C one
+    text = c_identify_text(description, device_id, starts, 0)
+    return sim.Firmware(CEpochs(starts), identity=wire.split_identify_text(text)[0],
+                        device_id=device_id, extension=False)
+
+
+def python_device(stream: bytes, firmware: sim.Firmware, rng: random.Random
+                  ) -> tuple[bytes, list[int]]:
     """What the Python firmware simulator answers to ``stream`` (read in random chunks of
     1..256 bytes, as from a pty), and its registers after."""
     chunks = []
@@ -122,9 +214,6 @@ def python_device(stream: bytes, identity: str, rng: random.Random) -> tuple[byt
         size = rng.randint(1, 256)
         chunks.append(stream[at:at + size])
         at += size
-    # The C firmware's identify text is protocol 1's, without the id and epoch: plain; and it
-    # does not implement the block and masked-write frames (e SYNTAX): no extension.
-    firmware = sim.Firmware(identity=identity, plain=True, extension=False)
     line = _Chunks(chunks)
     sim.serve(line, firmware, sim.Faults())
     return bytes(line.out), firmware.registers.snapshot()
@@ -235,30 +324,56 @@ FIRST_SEED = int(os.environ.get("REGDEV_DIFF_SEED", "15000"))
 STREAMS = int(os.environ.get("REGDEV_DIFF_COUNT", "10000"))
 
 
+_ID_CHARACTERS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _device_id(rng: random.Random) -> str:
+    """An id as the C core may be given one: 8 hex digits (the Uno's), 1..16 of 0-9 and A-Z,
+    or none (the core then says no epoch)."""
+    kind = rng.randrange(4)
+    if kind == 0:
+        return ""
+    if kind == 1:
+        return "".join(rng.choice("0123456789ABCDEF") for _ in range(8))
+    return "".join(rng.choice(_ID_CHARACTERS) for _ in range(rng.randint(1, 16)))
+
+
 @pytest.mark.timeout(300)
 def test_core_replies_like_the_python_codec_on_random_damaged_streams(core: CCore) -> None:
     """On 10,000 seeded random damaged byte streams the C core sends the very bytes the Python
-    firmware simulator sends (the codec in its device role), and holds the same registers."""
+    firmware simulator sends (the codec in its device role), and holds the same registers; both
+    say the same id (random, of 1..16 characters, or none) and epochs (from a random start
+    count, counting the resets of the stream)."""
     seen: set[bytes] = set()
     silent = 0
+    epochs: set[tuple[str | None, str | None]] = set()
     for seed in range(FIRST_SEED, FIRST_SEED + STREAMS):
         rng = random.Random(seed)
         stream = damaged_stream(rng)
-        expected, registers = python_device(stream, HOST_IDENTITY, rng)
-        core.reset()
+        device_id = _device_id(rng)
+        starts = rng.choice((0, 1, 0xFFFF, rng.randrange(0x10000)))
+        expected, registers = python_device(
+            stream, python_firmware(HOST_IDENTITY, device_id, starts), rng)
+        core.reset(device_id, starts)
         got = core.feed(stream)
         if got != expected or core.registers() != registers:
             pytest.fail(f"seed {seed} (rerun: REGDEV_DIFF_SEED={seed} REGDEV_DIFF_COUNT=1): "
-                        f"stream {stream!r}\nC:      {got!r}\nPython: {expected!r}\n"
+                        f"stream {stream!r}, id {device_id!r}, start count {starts}\n"
+                        f"C:      {got!r}\nPython: {expected!r}\n"
                         f"registers C {core.registers()} Python {registers}")
         replies = [wire.decode(line) for line in expected.splitlines(keepends=True)]
         seen.update(b"e " + r.code.encode() if isinstance(r, wire.ErrorReply)
                     else wire.encode(r)[4:5] for r in replies)
+        epochs.update((r.device_id, r.epoch) for r in replies
+                      if isinstance(r, wire.IdentifyReply))
         silent += stream.count(b"$") > 0 and not expected
     # The streams reached every reply and every error a device sends, and some were answered
-    # by nothing at all (replies heard as echoes, garbage).
+    # by nothing at all (replies heard as echoes, garbage); identify said no epoch, and epochs
+    # after resets.
     assert seen == {b"i", b"r", b"w", b"z", b"d", b"e ADDR", b"e CKSUM", b"e SYNTAX"}
     assert silent > STREAMS // 100
+    assert (None, None) in epochs
+    assert any(epoch is not None and not epoch.endswith("0000") for _, epoch in epochs)
 
 
 # --- register maps --------------------------------------------------------------------------------
@@ -310,7 +425,7 @@ def test_map_reset_values_and_dump(map_core: CCore) -> None:
     assert ask(map_core, wire.WriteRequest(2, 1, 0x02)) == wire.WriteReply(2, 1, 0x02)
     assert ask(map_core, wire.ResetRequest(3)) == wire.ResetReply(3)
     assert ask(map_core, wire.DumpRequest(4)) == wire.DumpReply(4, start)
-    assert map_core.identity == "regdev C/host, map test-map, protocol 1"
+    assert map_core.identity == "regdev C/host test-map"
 
 
 def test_map_absent_register_is_addr(map_core: CCore) -> None:
@@ -410,7 +525,7 @@ def test_generator_cuts_a_long_map_name_to_fit_the_identity(tmp_path: Path) -> N
     assert generate(tmp_path, long).returncode == 0
     name = re.search(r'REGDEV_MAP_NAME "(.*)"', (tmp_path / "regmap.h").read_text())
     assert name is not None
-    assert len(f"regdev C/host, map {name[1]}, protocol 1") == 48
+    assert len(f"regdev C/host {name[1]}") == 48
 
 
 def _register(**changes: object) -> dict[str, object]:
@@ -481,7 +596,14 @@ def device_command(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 
 def _identity(command: list[str]) -> str:
+    """The description the device of ``command`` says."""
     return UNO_IDENTITY if "--avr" in command else HOST_IDENTITY
+
+
+def _first_identity(command: list[str]) -> re.Pattern[str]:
+    """What a new device of ``command`` says to identify before any reset: its description,
+    a random id of 8 hex digits, start count 1, no reset."""
+    return re.compile(re.escape(_identity(command)) + r" id=([0-9A-F]{8}) epoch=00010000")
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -533,11 +655,12 @@ def test_shell_and_serve_drive_the_firmware(device_command: list[str], tmp_path:
             text=True, timeout=60, check=False, env={**os.environ, "HOME": str(tmp_path)})
     assert (shell.returncode, shell.stderr) == (0, "")
     lines = shell.stdout.splitlines()
-    assert lines[1] == f"accepted  identify_device: {_identity(device_command)}"
+    said = lines[1].removeprefix("accepted  identify_device: ")
+    assert _first_identity(device_command).fullmatch(said), lines[1]
     assert lines[2:6] == [
         "accepted  write_register: register 3 = 0xc8 (200)",
         "accepted  read_register: register 3 = 0xc8 (200)",
-        f"accepted  identify_device: {_identity(device_command)}",
+        f"accepted  identify_device: {said}",
         "refused   validate/range-addr (retryable): addr 31 is outside 0..15"]
     assert lines[7:9] == ["  addr    0    1    2    3    4    5    6    7",
                           "  data 0x00 0x00 0x00 0xc8 0x00 0x00 0x00 0x00"]
@@ -552,10 +675,8 @@ def test_shell_and_serve_drive_the_firmware(device_command: list[str], tmp_path:
 @pytest.mark.timeout(120)
 def test_damaged_streams_over_the_pty_get_the_python_replies(device_command: list[str]) -> None:
     """Random damaged byte streams written to the port (the UART, its interrupt and ring on the
-    AVR) are answered byte for byte as the Python firmware simulator answers them."""
-    identity = _identity(device_command)
-    firmware = sim.Firmware(identity=identity, plain=True,  # protocol 1's text, as the C one
-                            extension=False)  # and no block or masked-write frames
+    AVR) are answered byte for byte as the Python firmware simulator answers them, given the
+    device's id (it says it first) and the C firmware's epochs."""
     link = wire.Connection(wire.DEVICE)
     rng = random.Random(7)
     streams = [damaged_stream(rng) for _ in range(40)]
@@ -563,6 +684,12 @@ def test_damaged_streams_over_the_pty_get_the_python_replies(device_command: lis
     # registers too are the same.
     streams.append(b"\n" + wire.encode(wire.DumpRequest(1)))
     with serving(device_command) as port, serial.Serial(port, 115200, timeout=5) as line:
+        line.write(wire.encode(wire.IdentifyRequest(1)))
+        reply = wire.decode(line.read_until(b"\n"))
+        assert isinstance(reply, wire.IdentifyReply)
+        said = _first_identity(device_command).fullmatch(reply.text)
+        assert said is not None, reply
+        firmware = python_firmware(_identity(device_command), said[1], 1)
         for stream in streams:
             # as the simulator's serve() does, on one link that lives across the streams
             link.receive_data(stream)
@@ -691,6 +818,61 @@ def test_harness_refuses_what_it_cannot_run(avr_build: Path, tmp_path: Path) -> 
     assert done.stderr.startswith("usage: regdev-simavr [--link PATH]")
 
 
+@pytest.mark.timeout(120)
+def test_a_board_without_an_id_draws_one_and_keeps_it_in_eeprom(avr_build: Path,
+                                                                tmp_path: Path) -> None:
+    """An erased EEPROM (a new chip): the firmware draws an id at its first start (from the
+    watchdog's jitter: in simavr, which is cycle-exact, always the same one) and writes it,
+    the start count and the magic; the next start says the same id and the next count. A
+    board without --eeprom is a new board each run, with an id of its own."""
+    eeprom = tmp_path / "uno.eeprom"
+    eeprom.write_bytes(b"\xff" * 1024)
+    with harness(avr_build, "--eeprom", str(eeprom)) as (port, _):
+        device_id, epoch = say(port)
+    assert device_id is not None and re.fullmatch(r"[0-9A-F]{8}", device_id)
+    assert epoch == "00010000"
+    kept = eeprom.read_bytes()
+    assert len(kept) == 1024 and kept[10:] == b"\xff" * 1014
+    assert kept[:10] == b"RDv1" + bytes.fromhex(device_id) + b"\x01\x00"
+    with harness(avr_build, "--eeprom", str(eeprom)) as (port, _):
+        assert say(port) == (device_id, "00020000")
+    assert eeprom.read_bytes()[8:10] == b"\x02\x00"
+    ids = set()
+    for _ in range(2):
+        with harness(avr_build) as (port, _):
+            new_id, epoch = say(port)
+            assert epoch == "00010000" and new_id not in (None, device_id)
+            ids.add(new_id)
+    assert len(ids) == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--id", "5F3A9C01"], "--id needs --eeprom FILE (a board that keeps its id keeps its start "
+                           "count, or a restart says old epochs again)"),
+    (["--eeprom", "{new}", "--id", "BENCH7"], "--id: expected 8 hex digits 0-9 A-F (what the "
+                                              "EEPROM keeps), got `BENCH7`"),
+    (["--eeprom", "{kept}", "--id", "12345678"], "the EEPROM file {kept} holds id 5F3A9C01, not "
+                                                 "the --id given"),
+    (["--eeprom", "{short}"], "the EEPROM file {short} is not 1024 bytes (the MCU's EEPROM)"),
+])
+def test_harness_refuses_an_eeprom_it_cannot_keep(avr_build: Path, tmp_path: Path,
+                                                  argv: list[str], message: str) -> None:
+    """One line on stderr, exit 2, nothing run, no file made or changed."""
+    names = {"new": tmp_path / "new.eeprom", "kept": tmp_path / "kept.eeprom",
+             "short": tmp_path / "short.eeprom"}
+    kept = b"RDv1" + bytes.fromhex("5F3A9C01") + b"\x03\x00" + b"\xff" * 1014
+    names["kept"].write_bytes(kept)
+    names["short"].write_bytes(b"\xff" * 512)
+    done = subprocess.run([str(avr_build / "sim" / "regdev-simavr"),
+                           *(arg.format(**names) for arg in argv),
+                           str(avr_build / "avr" / "regdev-uno.elf")],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"regdev-simavr: error: {message.format(**names)}\n"
+    assert not names["new"].exists() and names["kept"].read_bytes() == kept
+    assert names["short"].read_bytes() == b"\xff" * 512
+
+
 def test_host_build_link_and_usage(host_build: Path, tmp_path: Path) -> None:
     """The host build prints --link's path and keeps the link while it serves; an unknown
     argument is a usage error (exit 2)."""
@@ -700,26 +882,172 @@ def test_host_build_link_and_usage(host_build: Path, tmp_path: Path) -> None:
         assert port == str(link) and os.readlink(link).startswith("/dev/pts/")
         with serial.Serial(port, 115200, timeout=5) as line:
             line.write(wire.encode(wire.IdentifyRequest(4)))
-            assert wire.decode(line.read_until(b"\n")) == wire.IdentifyReply(4, HOST_IDENTITY)
+            reply = wire.decode(line.read_until(b"\n"))
+            assert isinstance(reply, wire.IdentifyReply) and reply.seq == 4
+            assert _first_identity([program]).fullmatch(reply.text), reply
     assert not link.is_symlink()
     done = subprocess.run([program, "--fault"], capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.endswith("error: unexpected argument `--fault`\n")
 
 
+def say(port: str) -> tuple[str | None, str | None]:
+    """The id and epoch the device on ``port`` says to identify."""
+    with serial.Serial(port, 115200, timeout=5) as line:
+        line.write(wire.encode(wire.IdentifyRequest(7)))
+        reply = wire.decode(line.read_until(b"\n"))
+    assert isinstance(reply, wire.IdentifyReply), reply
+    return reply.device_id, reply.epoch
+
+
+def test_host_build_keeps_its_id_and_start_count_in_its_state_file(host_build: Path,
+                                                                   tmp_path: Path) -> None:
+    """--state FILE: a new FILE takes --id; each start counts one more in it (a restart is a
+    power cycle: same id, a new epoch); without --state, a random id each run, start count
+    1."""
+    program = str(host_build / "host" / "regdev-firmware-host")
+    state = tmp_path / "uno.state"
+    with serving([program, "--state", str(state), "--id", "BENCH7"]) as port:
+        assert say(port) == ("BENCH7", "00010000")
+    assert state.read_text() == "BENCH7 1\n"
+    with serving([program, "--state", str(state)]) as port:
+        assert say(port) == ("BENCH7", "00020000")
+    with serving([program, "--state", str(state), "--id", "BENCH7"]) as port:
+        assert say(port) == ("BENCH7", "00030000")
+    assert state.read_text() == "BENCH7 3\n"
+    state.write_text("BENCH7 65535\n")
+    with serving([program, "--state", str(state)]) as port:
+        assert say(port) == ("BENCH7", "00000000")  # the 16-bit count wraps
+    ids = set()
+    for _ in range(2):
+        with serving([program]) as port:
+            device_id, epoch = say(port)
+            assert epoch == "00010000" and device_id is not None
+            assert re.fullmatch(r"[0-9A-F]{8}", device_id)
+            ids.add(device_id)
+    assert len(ids) == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--id", "BENCH7"], "--id needs --state FILE (a device that keeps its id keeps its start "
+                         "count, or a restart says old epochs again)"),
+    (["--state", "{state}", "--id", "bench7"],
+     "--id: expected 1..16 characters of 0-9 and A-Z, got `bench7`"),
+    (["--state", "{state}", "--id", "OTHER"], "the state file {state} is device BENCH7's, not "
+                                              "OTHER"),
+    (["--state", "{bad}"], 'the state file {bad} is not "ID COUNT" (an id of 1..16 of 0-9 and '
+                           'A-Z, a count 0..65535)'),
+    (["--state", "{missing}/x"], "cannot write the state file {missing}/x: No such file or "
+                                 "directory"),
+])
+def test_host_build_refuses_a_state_it_cannot_keep(host_build: Path, tmp_path: Path,
+                                                   argv: list[str], message: str) -> None:
+    """One line on stderr, exit 2, nothing served, the state file untouched."""
+    names = {"state": tmp_path / "uno.state", "bad": tmp_path / "bad.state",
+             "missing": tmp_path / "missing"}
+    names["state"].write_text("BENCH7 3\n")
+    names["bad"].write_text("BENCH7 70000\n")
+    done = subprocess.run([str(host_build / "host" / "regdev-firmware-host"),
+                           *(arg.format(**names) for arg in argv)],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"regdev-firmware-host: error: {message.format(**names)}\n"
+    assert names["state"].read_text() == "BENCH7 3\n"
+
+
+@pytest.fixture(params=["host", "avr"])
+def restartable(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+    """The command serving the C firmware as one device across restarts: the host build with
+    a state file, or the Uno image in simavr with an EEPROM file (a restart is a power
+    cycle), id 5F3A9C01."""
+    if request.param == "host":
+        build: Path = request.getfixturevalue("host_build")
+        return [str(build / "host" / "regdev-firmware-host"), "--state",
+                str(tmp_path / "device.state"), "--id", DEVICE_ID]
+    need("avr")
+    return [sys.executable, str(SIM), "--avr", "--eeprom", str(tmp_path / "uno.eeprom"),
+            "--device-id", DEVICE_ID]
+
+
+def replay_keyed(capsys: pytest.CaptureFixture[str], calls: Path, port: str,
+                 *extra: str) -> tuple[dict[str, object], list[int]]:
+    """``regdev replay CALLS --json --port PORT``: the first call's outcome, the registers."""
+    status, out, err = run(capsys, "replay", str(calls), "--json", "--port", port,
+                           "--timeout", "2", *extra)
+    assert status == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    return lines[0], lines[-1]["registers"]
+
+
+@pytest.mark.timeout(180)
+def test_keyed_writes_are_replayed_until_a_reset_or_a_restart(
+        capsys: pytest.CaptureFixture[str], restartable: list[str], tmp_path: Path,
+        audit_path: Path) -> None:
+    """regdev's idempotency keys against the C firmware: a keyed write sent again is answered
+    `replay: true` from the audit log while the device says the same id and epoch; a reset
+    (Z, through regdev) and a restart of the device (a power cycle: the host build's state
+    file, the Uno's EEPROM in simavr) each begin a new epoch, after which the write runs
+    again, and is replayed again after that."""
+    calls = tmp_path / "write.jsonl"
+    calls.write_text(json.dumps({"raw": json.dumps(
+        {"tool": "write_register", "arguments": {"addr": 3, "data": 0xC8},
+         "idempotency_key": "op-1"})}) + "\n")
+    reset = tmp_path / "read.jsonl"
+    reset.write_text(json.dumps({"raw": json.dumps(
+        {"tool": "read_register", "arguments": {"addr": 3}})}) + "\n")
+    ran = ({"ok": True, "replay": False}, 0xC8)
+    replayed = ({"ok": True, "replay": True}, 0xC8)
+
+    def outcome(*extra: str) -> tuple[dict[str, object], int]:
+        first, registers = replay_keyed(capsys, calls, port, *extra)
+        return {key: first[key] for key in ("ok", "replay")}, registers[3]
+
+    with serving(restartable) as port:
+        assert say(port) == (DEVICE_ID, "00010000")
+        assert outcome() == ran
+        assert outcome() == replayed
+        _, registers = replay_keyed(capsys, reset, port, "--reset")
+        assert registers == [0] * 16 and say(port) == (DEVICE_ID, "00010001")
+        assert outcome() == ran
+        assert outcome() == replayed
+    with serving(restartable) as port:  # power cycled: registers 0, the next start count
+        assert say(port) == (DEVICE_ID, "00020000")
+        assert outcome() == ran
+        assert outcome() == replayed
+    epochs = [(record.device, record.device_epoch) for record in read_audit(audit_path)
+              if record.tool == "write_register"]
+    assert epochs == [(DEVICE_ID, "00010000")] * 2 + [(DEVICE_ID, "00010001")] * 2 + [
+        (DEVICE_ID, "00020000")] * 2
+
+
 # --- regdev firmware-sim --avr --------------------------------------------------------------------
 
 
 def test_firmware_sim_avr_refuses_simulator_options(capsys: pytest.CaptureFixture[str]) -> None:
-    """--avr runs the C firmware as built: faults, --seed or --identity with it are a usage
-    error (exit 2), and --avr goes with --pty/--tcp no more than they go together."""
+    """--avr runs the C firmware as built: faults, --seed, --identity or --plain-identify with
+    it are a usage error (exit 2), and --avr goes with --pty/--tcp no more than they go
+    together; --device-id goes with --avr only with --eeprom, and is then 8 hex digits (what
+    the EEPROM keeps); --eeprom goes with --avr only."""
     for extra, named in ((["--fault", "drop=0.5"], "--fault"), (["--seed", "3"], "--seed"),
-                         (["--identity", "x"], "--identity")):
+                         (["--identity", "x"], "--identity"),
+                         (["--plain-identify"], "--plain-identify")):
         with pytest.raises(SystemExit) as info:
             main(["firmware-sim", "--avr", *extra])
         assert info.value.code == 2
         assert (f"{named} cannot go with --avr: the C firmware runs as built, without faults, "
                 "with its own identity") in capsys.readouterr().err
+    for argv, message in (
+            (["--avr", "--device-id", "5F3A9C01"],
+             "--device-id with --avr needs --eeprom FILE: a board that keeps its id keeps its "
+             "start count, or a restart says old epochs again"),
+            (["--avr", "--eeprom", "uno.eeprom", "--device-id", "BENCH7"],
+             "--device-id with --avr: expected 8 hex digits 0-9 A-F (what the Uno keeps in "
+             "EEPROM), got 'BENCH7'"),
+            (["--pty", "--eeprom", "uno.eeprom"], "--eeprom goes with --avr (the Uno's EEPROM)")):
+        with pytest.raises(SystemExit) as info:
+            main(["firmware-sim", *argv])
+        assert info.value.code == 2
+        assert capsys.readouterr().err.endswith(f"error: {message}\n")
     with pytest.raises(SystemExit):
         main(["firmware-sim", "--avr", "--pty"])
     assert "not allowed with argument" in capsys.readouterr().err
@@ -747,7 +1075,9 @@ def test_firmware_sim_avr_rebuilds_after_a_source_change(tmp_path: Path) -> None
     os.utime(source)
     with sim_process("--avr") as (port, _), serial.Serial(port, 115200, timeout=5) as line:
         line.write(wire.encode(wire.IdentifyRequest(1)))
-        assert wire.decode(line.read_until(b"\n")) == wire.IdentifyReply(1, UNO_IDENTITY)
+        reply = wire.decode(line.read_until(b"\n"))
+        assert isinstance(reply, wire.IdentifyReply)
+        assert _first_identity(["--avr"]).fullmatch(reply.text), reply
     assert image.stat().st_mtime_ns > before
     assert harness_path.is_file()
 

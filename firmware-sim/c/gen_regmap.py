@@ -39,11 +39,12 @@ from typing import Any, Final
 
 #: Registers of protocol version 1 (docs/protocol.md): addresses 0x00..0x0F.
 REGISTER_COUNT: Final = 16
-#: Longest identify text (docs/protocol.md) and the parts of it around the map's name
-#: (``regdev C/<platform>, map <name>, protocol 1``; platform names are at most 4 letters).
+#: Longest identify text (docs/protocol.md) and the part of its description before the map's
+#: name (``regdev C/<platform> <name>``; platform names are at most 4 letters). The firmware
+#: cuts the description further to make room for its id and epoch.
 MAX_TEXT: Final = 48
-IDENTITY_OVERHEAD: Final = len("regdev C/host, map , protocol 1")
-#: Longest map name kept in the identity; a longer one is cut to this many characters.
+IDENTITY_OVERHEAD: Final = len("regdev C/host ")
+#: Longest map name kept in the description; a longer one is cut to this many characters.
 MAX_NAME_IN_IDENTITY: Final = MAX_TEXT - IDENTITY_OVERHEAD
 ACCESS: Final = {"rw": 0b111, "r": 0b011, "w": 0b101}  # present | readable | writable
 MASKS: Final = ("reserved_mask", "woclr_mask", "rclr_mask")

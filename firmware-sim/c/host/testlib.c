@@ -5,6 +5,16 @@
 
 #include "regdev_core.h"
 
+/* How many times the core asked for a new start count (regdev_core_next_start). */
+unsigned long regdev_test_next_starts;
+
+/* The platform's new start count after `starts`: one more (a test has no EEPROM). */
+uint16_t regdev_core_next_start(uint16_t starts)
+{
+    regdev_test_next_starts++;
+    return (uint16_t)(starts + 1u);
+}
+
 /* sizeof(regdev_core_t), for a caller that allocates it. */
 size_t regdev_test_core_size(void)
 {
@@ -33,6 +43,7 @@ void regdev_test_registers(const regdev_core_t *core, uint8_t out[REGDEV_REGISTE
     memcpy(out, core->regs, REGDEV_REGISTER_COUNT);
 }
 
+/* The identify text's description, as compiled in. */
 const char *regdev_test_identity(void)
 {
     return regdev_identity;

@@ -13,10 +13,16 @@
 #include "regdev_rom.h"
 #include "regmap.h"
 
-#define ID_TEXT "regdev C/" REGDEV_PLATFORM ", map " REGDEV_MAP_NAME ", protocol 1"
-/* The identify text is 1..48 bytes (docs/protocol.md); a longer one fails to compile. */
-typedef char regdev_identity_fits[(sizeof(ID_TEXT) - 1u <= 48u) ? 1 : -1];
+#define ID_TEXT "regdev C/" REGDEV_PLATFORM " " REGDEV_MAP_NAME
+/* The description alone is a whole identify text, 1..48 bytes (docs/protocol.md); a longer
+ * one fails to compile. */
+typedef char regdev_identity_fits[(sizeof(ID_TEXT) - 1u <= REGDEV_MAX_TEXT) ? 1 : -1];
 const char regdev_identity[] REGDEV_ROM = ID_TEXT;
+static const char TEXT_ID[] REGDEV_ROM = " id=";
+static const char TEXT_EPOCH[] REGDEV_ROM = " epoch=";
+/* The bytes of " id=" and " epoch=", and of the epoch BBBBRRRR. */
+#define EXTENSION_BYTES 11u
+#define EPOCH_DIGITS 8u
 
 static const char CODE_ADDR[] REGDEV_ROM = "ADDR";
 static const char CODE_DATA[] REGDEV_ROM = "DATA";
@@ -182,13 +188,35 @@ static void reset_registers(regdev_core_t *core)
 
 /* --- the requests ---------------------------------------------------------------------- */
 
+/* i <description> id=<ID> epoch=<BBBBRRRR>, the description cut (and stripped of the spaces
+ * the cut leaves at its end) to fit 48 bytes; without an id, the description alone. */
 static uint8_t do_identify(regdev_core_t *core, uint8_t *out, const uint8_t *args)
 {
-    (void)core;
+    const char *text = regdev_identity, *id = core->id;
+    uint8_t *start = out + 2, *end = start, room = REGDEV_MAX_TEXT, c;
     (void)args;
     out[0] = 'i';
     out[1] = ' ';
-    return (uint8_t)(put_text(out + 2, regdev_identity) - out);
+    if (*id) {
+        room = (uint8_t)(REGDEV_MAX_TEXT - EXTENSION_BYTES - EPOCH_DIGITS);
+        while (*id++)
+            room--;
+    }
+    while (room-- && (c = REGDEV_ROM_BYTE(text++)) != 0)
+        *end++ = c;
+    while (end > start + 1 && end[-1] == ' ')
+        end--;
+    if (core->id[0]) {
+        end = put_text(end, TEXT_ID);
+        for (id = core->id; *id; id++)
+            *end++ = (uint8_t)*id;
+        end = put_text(end, TEXT_EPOCH);
+        end = put_hex(end, (uint8_t)(core->starts >> 8));
+        end = put_hex(end, (uint8_t)core->starts);
+        end = put_hex(end, (uint8_t)(core->resets >> 8));
+        end = put_hex(end, (uint8_t)core->resets);
+    }
+    return (uint8_t)(end - out);
 }
 
 static uint8_t do_read(regdev_core_t *core, uint8_t *out, const uint8_t *args)
@@ -223,6 +251,9 @@ static uint8_t do_reset(regdev_core_t *core, uint8_t *out, const uint8_t *args)
 {
     (void)args;
     reset_registers(core);
+    /* a new epoch: one more reset, or past FFFF resets, a new start count */
+    if (++core->resets == 0)
+        core->starts = regdev_core_next_start(core->starts);
     out[0] = 'z';
     return 1;
 }
@@ -321,10 +352,21 @@ static uint8_t on_line(regdev_core_t *core, uint8_t n)
     return finish(core, (uint8_t)seq, kind.handle(core, core->reply + 4, args));
 }
 
-void regdev_core_init(regdev_core_t *core)
+void regdev_core_init(regdev_core_t *core, const char *id, uint16_t starts)
 {
+    uint8_t n = 0;
     reset_registers(core);
     core->len = 0;
+    core->starts = starts;
+    core->resets = 0;
+    while (id && n <= REGDEV_MAX_ID &&
+           ((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'A' && id[n] <= 'Z'))) {
+        core->id[n] = id[n];
+        n++;
+    }
+    if (n > REGDEV_MAX_ID || !id || id[n] != 0)
+        n = 0; /* not an id: say neither id nor epoch */
+    core->id[n] = 0;
 }
 
 uint8_t regdev_core_feed(regdev_core_t *core, uint8_t byte)
