@@ -22,11 +22,12 @@ reads SystemRDL, compiling it first.
 ``--avr`` does not run this simulator: it builds the C firmware of ``firmware-sim/c/`` if
 needed (``make sim``: avr-gcc, avr-libc and simavr's development files) and becomes its simavr
 harness, which runs the ATmega328P image you would flash on an Arduino Uno, in real time, with
-its USART0 on a pty (docs/firmware.md). It takes ``--link``, ``-v``, ``--eeprom FILE`` (the
+its USART0 on a pty (docs/firmware.md). It takes ``--link``, ``-v``, ``--map`` (the image is
+then built with that register map, in a build folder of its own), ``--eeprom FILE`` (the
 board's EEPROM, where the firmware keeps its id and start count, kept in FILE so that a restart
 is a power cycle of the same board) and, with ``--eeprom``, ``--device-id`` (8 hex digits, the
-id a new FILE's board gets; else a random one); faults, ``--map``,
-``--no-extension``, ``--identity`` and ``--plain-identify`` belong to this simulator only.
+id a new FILE's board gets; else a random one); faults, ``--no-extension``, ``--identity`` and
+``--plain-identify`` belong to this simulator only.
 
 The first line of standard output is the port to open (flushed); the simulator then serves
 until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr. When
@@ -72,6 +73,7 @@ reply, such as the device's own echo) are dropped without an answer, by the code
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
 import math
@@ -571,8 +573,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                        help="run the C firmware's ATmega328P (Arduino Uno) image in simavr on a "
                             "new pseudo-terminal instead, building it first if needed (make, "
                             "avr-gcc, simavr: docs/firmware.md); prints the pty's path; takes "
-                            "--link, -v, --eeprom and --device-id, not faults, --identity or "
-                            "--plain-identify")
+                            "--link, -v, --map, --eeprom and --device-id, not faults, "
+                            "--identity, --plain-identify or --no-extension")
     where.add_argument("--modbus-tcp", metavar="HOST:PORT", type=_host_port,
                        help="serve the registers as a Modbus TCP device (pymodbus's server; "
                             "needs pip install 'regdev[modbus]'); prints "
@@ -602,10 +604,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--map", metavar="FILE", type=Path,
                         help="serve the registers of this register map, in the compiled JSON "
                              "form (regdev map FILE --json); default: 16 read-write registers, "
-                             "reset 0")
+                             "reset 0; with --avr, the C firmware is built with it")
     parser.add_argument("--no-extension", action="store_true",
                         help="answer the block and masked-write frames (G, P, M and D AA) "
-                             "e SYNTAX, as a device of protocol 1 alone (the C firmware)")
+                             "e SYNTAX, as a device of protocol 1 alone")
     parser.add_argument("--identity", default=IDENTITY, metavar="TEXT",
                         help="the description that starts the identify text, before its id "
                              f"and epoch (default: {IDENTITY!r})")
@@ -688,7 +690,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
             ("--fault-after", args.fault_after, 0), ("--fault-count", args.fault_count, None),
             ("--identity", args.identity, IDENTITY),
-            ("--plain-identify", args.plain_identify, False), ("--map", args.map, None),
+            ("--plain-identify", args.plain_identify, False),
             ("--no-extension", args.no_extension, False))
             if value != default]
         if given:
@@ -701,7 +703,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
             parser.error("--device-id with --avr: expected 8 hex digits 0-9 A-F (what the "
                          f"Uno keeps in EEPROM), got {args.device_id!r}")
         return run_avr(parser.prog, link=args.link, verbose=args.verbose, eeprom=args.eeprom,
-                       device_id=args.device_id)
+                       device_id=args.device_id, regmap=regmap)
 
     def announce(port: str) -> None:
         """The port on the first line of stdout, flushed: a host waits for it to connect."""
@@ -749,11 +751,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     return 0
 
 
-def avr_build(build: Path | None = None) -> tuple[Path, Path]:
+def avr_build(build: Path | None = None, regmap: RegisterMap | None = None
+              ) -> tuple[Path, Path]:
     """Build the C firmware's Uno image and simavr harness if needed (``make sim``).
 
     Args:
-        build: the build directory (default ``firmware-sim/c/build``).
+        build: the build directory (default ``firmware-sim/c/build``; with a map other than
+            the default, ``firmware-sim/c/build/map-`` and 12 hex digits of its compiled
+            form's SHA-256, where that form is written as ``map.json``).
+        regmap: the register map the image serves (the default map when None).
 
     Returns:
         The harness and the image (ELF) to give it.
@@ -767,9 +773,23 @@ def avr_build(build: Path | None = None) -> tuple[Path, Path]:
         raise CannotServe(f"--avr needs {', '.join(missing)} on PATH (Debian/Ubuntu: apt-get "
                           f"install {AVR_PACKAGES})")
     folder = build if build is not None else FIRMWARE_C / "build"
+    options = []
+    if regmap is not None and not regmap.is_default:
+        text = regmap.to_json()
+        if build is None:
+            digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+            folder = FIRMWARE_C / "build" / f"map-{digest}"
+        compiled = folder / "map.json"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if not compiled.is_file() or compiled.read_text(encoding="utf-8") != text:
+                compiled.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise CannotServe(f"cannot write {compiled}: {_reason(error)}") from None
+        options.append(f"MAP={compiled}")
     try:
         done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}",
-                               f"PYTHON={sys.executable}", "sim"],
+                               f"PYTHON={sys.executable}", *options, "sim"],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace", check=False)
     except OSError as error:
@@ -782,15 +802,16 @@ def avr_build(build: Path | None = None) -> tuple[Path, Path]:
 
 
 def run_avr(prog: str, *, link: Path | None, verbose: bool, eeprom: Path | None = None,
-            device_id: str | None = None) -> int:
+            device_id: str | None = None, regmap: RegisterMap | None = None) -> int:
     """Build if needed, then become the simavr harness running the Uno image (``exec``), with
-    the board's EEPROM in ``eeprom`` (a new one's id ``device_id``, 8 hex digits) if given.
+    the board's EEPROM in ``eeprom`` (a new one's id ``device_id``, 8 hex digits) if given,
+    serving ``regmap`` (the default map when None).
 
     Returns:
         2 (one line on stderr) when it cannot be built or started; else it does not return.
     """
     try:
-        harness, image = avr_build()
+        harness, image = avr_build(regmap=regmap)
     except CannotServe as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from typing import Final
 import pytest
 
 from conftest import ROOT
-from regdev import DeviceIdentity, RegisterFile
+from regdev import DeviceIdentity, RegisterFile, RegisterMap
 from regdev.devices import _protocol as wire
 
 C_DIR: Final = ROOT / "firmware-sim" / "c"
@@ -127,6 +127,7 @@ class CCore:
         lib.regdev_test_identity.restype = ctypes.c_char_p
         lib.regdev_core_init.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16]
         lib.regdev_test_registers.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.regdev_test_register_count.restype = ctypes.c_size_t
         self.lib = lib
         self.state = ctypes.create_string_buffer(lib.regdev_test_core_size())
         #: The identify text's description compiled in.
@@ -152,8 +153,8 @@ class CCore:
         return out.raw[:used]
 
     def registers(self) -> list[int]:
-        """The 16 registers as held (reserved bits included)."""
-        out = ctypes.create_string_buffer(16)
+        """The registers of the map as held, in address order (write-only bits included)."""
+        out = ctypes.create_string_buffer(self.lib.regdev_test_register_count())
         self.lib.regdev_test_registers(self.state, out)
         return list(out.raw)
 
@@ -167,8 +168,8 @@ class CEpochs(RegisterFile):
     is the very one the C core says.
     """
 
-    def __init__(self, starts: int = STARTS) -> None:
-        super().__init__()
+    def __init__(self, starts: int = STARTS, regmap: RegisterMap | None = None) -> None:
+        super().__init__(regmap=regmap)
         self.starts = starts
         self.resets = 0
 

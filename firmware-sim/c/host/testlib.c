@@ -37,7 +37,14 @@ long regdev_test_feed_all(regdev_core_t *core, const uint8_t *in, size_t n, uint
     return (long)used;
 }
 
-/* The register file as it is held (reserved bits included, for white-box checks). */
+/* How many registers the map has. */
+size_t regdev_test_register_count(void)
+{
+    return REGDEV_REGISTER_COUNT;
+}
+
+/* The registers as they are held, in address order (write-only bits included, for
+ * white-box checks). */
 void regdev_test_registers(const regdev_core_t *core, uint8_t out[REGDEV_REGISTER_COUNT])
 {
     memcpy(out, core->regs, REGDEV_REGISTER_COUNT);
