@@ -683,8 +683,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     if not modbus and (args.registers != REGISTER_COUNT or args.base != 0):
         parser.error("--registers and --base go with --modbus-tcp or --modbus-rtu")
     if modbus and (args.map is not None or regmap is not None):
-        parser.error("--map goes with regdev's protocol (--pty, --tcp), not --modbus-tcp or "
-                     "--modbus-rtu: the Modbus simulator serves plain holding registers")
+        parser.error("--map goes with regdev's protocol (--pty, --tcp, --avr), not "
+                     "--modbus-tcp or --modbus-rtu: the Modbus simulator serves plain holding "
+                     "registers")
     if args.avr:
         given = [option for option, value, default in (
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
