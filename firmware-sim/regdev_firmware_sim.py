@@ -22,8 +22,12 @@ reads SystemRDL, compiling it first.
 ``--avr`` does not run this simulator: it builds the C firmware of ``firmware-sim/c/`` if
 needed (``make sim``: avr-gcc, avr-libc and simavr's development files) and becomes its simavr
 harness, which runs the ATmega328P image you would flash on an Arduino Uno, in real time, with
-its USART0 on a pty (docs/firmware.md). It takes ``--link`` and ``-v``; faults, ``--map``,
-``--identity``, ``--device-id`` and ``--plain-identify`` belong to this simulator only.
+its USART0 on a pty (docs/firmware.md). It takes ``--link``, ``-v``, ``--map`` (the image is
+then built with that register map, in a build folder of its own), ``--eeprom FILE`` (the
+board's EEPROM, where the firmware keeps its id and start count, kept in FILE so that a restart
+is a power cycle of the same board) and, with ``--eeprom``, ``--device-id`` (8 hex digits, the
+id a new FILE's board gets; else a random one); faults, ``--no-extension``, ``--identity`` and
+``--plain-identify`` belong to this simulator only.
 
 The first line of standard output is the port to open (flushed); the simulator then serves
 until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr. When
@@ -69,11 +73,13 @@ reply, such as the device's own echo) are dropped without an answer, by the code
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
 import math
 import os
 import random
+import re
 import secrets
 import select
 import shutil
@@ -567,7 +573,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                        help="run the C firmware's ATmega328P (Arduino Uno) image in simavr on a "
                             "new pseudo-terminal instead, building it first if needed (make, "
                             "avr-gcc, simavr: docs/firmware.md); prints the pty's path; takes "
-                            "--link and -v, not faults or the identity options")
+                            "--link, -v, --map, --eeprom and --device-id, not faults, "
+                            "--identity, --plain-identify or --no-extension")
     where.add_argument("--modbus-tcp", metavar="HOST:PORT", type=_host_port,
                        help="serve the registers as a Modbus TCP device (pymodbus's server; "
                             "needs pip install 'regdev[modbus]'); prints "
@@ -597,10 +604,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--map", metavar="FILE", type=Path,
                         help="serve the registers of this register map, in the compiled JSON "
                              "form (regdev map FILE --json); default: 16 read-write registers, "
-                             "reset 0")
+                             "reset 0; with --avr, the C firmware is built with it")
     parser.add_argument("--no-extension", action="store_true",
                         help="answer the block and masked-write frames (G, P, M and D AA) "
-                             "e SYNTAX, as a device of protocol 1 alone (the C firmware)")
+                             "e SYNTAX, as a device of protocol 1 alone")
     parser.add_argument("--identity", default=IDENTITY, metavar="TEXT",
                         help="the description that starts the identify text, before its id "
                              f"and epoch (default: {IDENTITY!r})")
@@ -608,6 +615,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="the id said in the identify reply, 1..16 of 0-9 and A-Z, kept "
                              "across resets; give the same one to a restarted simulator to "
                              "model a power-cycled device (default: 8 random hex digits)")
+    parser.add_argument("--eeprom", metavar="FILE", type=Path,
+                        help="with --avr: keep the board's EEPROM (its id and start count) in "
+                             "FILE, so that a restart is a power cycle of the same board: same "
+                             "id, a new epoch (default: a new board with a random id each "
+                             "run); a new FILE's board gets --device-id, then 8 hex digits")
     parser.add_argument("--plain-identify", action="store_true",
                         help="answer identify with the description alone, as a device that "
                              "cannot say its id and reset epoch (then regdev replays no "
@@ -663,26 +675,36 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
                      "and the host reopens it by the link)")
     if args.link is not None and not (args.pty or args.avr):
         parser.error("--link goes with --pty or --avr")
+    if args.eeprom is not None and not args.avr:
+        parser.error("--eeprom goes with --avr (the Uno's EEPROM)")
     modbus = args.modbus_rtu or args.modbus_tcp is not None
     if args.modbus_rtu and not (args.pty or args.tcp):
         parser.error("--modbus-rtu goes with --pty or --tcp")
     if not modbus and (args.registers != REGISTER_COUNT or args.base != 0):
         parser.error("--registers and --base go with --modbus-tcp or --modbus-rtu")
     if modbus and (args.map is not None or regmap is not None):
-        parser.error("--map goes with regdev's protocol (--pty, --tcp), not --modbus-tcp or "
-                     "--modbus-rtu: the Modbus simulator serves plain holding registers")
+        parser.error("--map goes with regdev's protocol (--pty, --tcp, --avr), not "
+                     "--modbus-tcp or --modbus-rtu: the Modbus simulator serves plain holding "
+                     "registers")
     if args.avr:
         given = [option for option, value, default in (
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
             ("--fault-after", args.fault_after, 0), ("--fault-count", args.fault_count, None),
-            ("--identity", args.identity, IDENTITY), ("--device-id", args.device_id, None),
-            ("--plain-identify", args.plain_identify, False), ("--map", args.map, None),
+            ("--identity", args.identity, IDENTITY),
+            ("--plain-identify", args.plain_identify, False),
             ("--no-extension", args.no_extension, False))
             if value != default]
         if given:
             parser.error(f"{', '.join(given)} cannot go with --avr: the C firmware runs as "
                          "built, without faults, with its own identity")
-        return run_avr(parser.prog, link=args.link, verbose=args.verbose)
+        if args.device_id is not None and args.eeprom is None:
+            parser.error("--device-id with --avr needs --eeprom FILE: a board that keeps its "
+                         "id keeps its start count, or a restart says old epochs again")
+        if args.device_id is not None and not re.fullmatch(r"[0-9A-F]{8}", args.device_id):
+            parser.error("--device-id with --avr: expected 8 hex digits 0-9 A-F (what the "
+                         f"Uno keeps in EEPROM), got {args.device_id!r}")
+        return run_avr(parser.prog, link=args.link, verbose=args.verbose, eeprom=args.eeprom,
+                       device_id=args.device_id, regmap=regmap)
 
     def announce(port: str) -> None:
         """The port on the first line of stdout, flushed: a host waits for it to connect."""
@@ -730,11 +752,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     return 0
 
 
-def avr_build(build: Path | None = None) -> tuple[Path, Path]:
+def avr_build(build: Path | None = None, regmap: RegisterMap | None = None
+              ) -> tuple[Path, Path]:
     """Build the C firmware's Uno image and simavr harness if needed (``make sim``).
 
     Args:
-        build: the build directory (default ``firmware-sim/c/build``).
+        build: the build directory (default ``firmware-sim/c/build``; with a map other than
+            the default, ``firmware-sim/c/build/map-`` and 12 hex digits of its compiled
+            form's SHA-256, where that form is written as ``map.json``).
+        regmap: the register map the image serves (the default map when None).
 
     Returns:
         The harness and the image (ELF) to give it.
@@ -748,9 +774,23 @@ def avr_build(build: Path | None = None) -> tuple[Path, Path]:
         raise CannotServe(f"--avr needs {', '.join(missing)} on PATH (Debian/Ubuntu: apt-get "
                           f"install {AVR_PACKAGES})")
     folder = build if build is not None else FIRMWARE_C / "build"
+    options = []
+    if regmap is not None and not regmap.is_default:
+        text = regmap.to_json()
+        if build is None:
+            digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+            folder = FIRMWARE_C / "build" / f"map-{digest}"
+        compiled = folder / "map.json"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if not compiled.is_file() or compiled.read_text(encoding="utf-8") != text:
+                compiled.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise CannotServe(f"cannot write {compiled}: {_reason(error)}") from None
+        options.append(f"MAP={compiled}")
     try:
         done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}",
-                               f"PYTHON={sys.executable}", "sim"],
+                               f"PYTHON={sys.executable}", *options, "sim"],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace", check=False)
     except OSError as error:
@@ -762,18 +802,23 @@ def avr_build(build: Path | None = None) -> tuple[Path, Path]:
     return folder / "sim" / "regdev-simavr", folder / "avr" / "regdev-uno.elf"
 
 
-def run_avr(prog: str, *, link: Path | None, verbose: bool) -> int:
-    """Build if needed, then become the simavr harness running the Uno image (``exec``).
+def run_avr(prog: str, *, link: Path | None, verbose: bool, eeprom: Path | None = None,
+            device_id: str | None = None, regmap: RegisterMap | None = None) -> int:
+    """Build if needed, then become the simavr harness running the Uno image (``exec``), with
+    the board's EEPROM in ``eeprom`` (a new one's id ``device_id``, 8 hex digits) if given,
+    serving ``regmap`` (the default map when None).
 
     Returns:
         2 (one line on stderr) when it cannot be built or started; else it does not return.
     """
     try:
-        harness, image = avr_build()
+        harness, image = avr_build(regmap=regmap)
     except CannotServe as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     command = [str(harness), *(["--link", str(link)] if link else []),
+               *(["--eeprom", str(eeprom)] if eeprom else []),
+               *(["--id", device_id] if device_id else []),
                *(["-v"] if verbose else []), str(image)]
     sys.stdout.flush()
     try:

@@ -21,6 +21,8 @@ from typing import Final
 import pytest
 
 from conftest import ROOT
+from regdev import DeviceIdentity, RegisterFile, RegisterMap
+from regdev.devices import _protocol as wire
 
 C_DIR: Final = ROOT / "firmware-sim" / "c"
 #: The Debian/Ubuntu packages of the AVR toolchain and simavr (as .ci/run installs them).
@@ -97,6 +99,22 @@ def make(build: Path, *targets: str, regmap: Path | None = None) -> str:
     return done.stdout
 
 
+#: The id and start count a :class:`CCore` starts with unless told otherwise.
+DEVICE_ID: Final = "5F3A9C01"
+STARTS: Final = 4
+
+
+def c_identify_text(description: str, device_id: str, starts: int, resets: int) -> str:
+    """What the C firmware answers to ``I`` (docs/firmware.md): ``description`` cut to leave
+    room for `` id=ID epoch=BBBBRRRR`` in 48 bytes (and the spaces the cut leaves at its end
+    dropped), then that ending; without an id, the description alone."""
+    if not device_id:
+        return description
+    room = wire.MAX_TEXT - len(" id= epoch=") - len(device_id) - 8
+    return wire.identify_text(description[:room].rstrip(" "), device_id,
+                              f"{starts:04X}{resets:04X}")
+
+
 class CCore:
     """The C core (``libregdev_core.so``) through ctypes: byte strings in, replies out."""
 
@@ -107,17 +125,25 @@ class CCore:
         lib.regdev_test_feed_all.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
                                              ctypes.c_void_p, ctypes.c_size_t]
         lib.regdev_test_identity.restype = ctypes.c_char_p
-        lib.regdev_core_init.argtypes = [ctypes.c_void_p]
+        lib.regdev_core_init.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16]
         lib.regdev_test_registers.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.regdev_test_register_count.restype = ctypes.c_size_t
         self.lib = lib
         self.state = ctypes.create_string_buffer(lib.regdev_test_core_size())
-        #: The identify text compiled in.
+        #: The identify text's description compiled in.
         self.identity: str = lib.regdev_test_identity().decode("ascii")
         self.reset()
 
-    def reset(self) -> None:
-        """A core fresh from regdev_core_init: reset values, hunting for a frame."""
-        self.lib.regdev_core_init(self.state)
+    def reset(self, device_id: str | None = DEVICE_ID, starts: int = STARTS) -> None:
+        """A core fresh from regdev_core_init: reset values, hunting for a frame, the id
+        ``device_id`` (None: a NULL pointer) and the start count ``starts``, no reset yet."""
+        self.lib.regdev_core_init(self.state, None if device_id is None else device_id.encode(),
+                                  starts)
+
+    @property
+    def next_starts(self) -> int:
+        """How many times the core has asked the platform for a new start count."""
+        return ctypes.c_ulong.in_dll(self.lib, "regdev_test_next_starts").value
 
     def feed(self, data: bytes) -> bytes:
         """Feed ``data`` byte by byte; return every reply it completed, in order."""
@@ -127,7 +153,37 @@ class CCore:
         return out.raw[:used]
 
     def registers(self) -> list[int]:
-        """The 16 registers as held (reserved bits included)."""
-        out = ctypes.create_string_buffer(16)
+        """The registers of the map as held, in address order (write-only bits included)."""
+        out = ctypes.create_string_buffer(self.lib.regdev_test_register_count())
         self.lib.regdev_test_registers(self.state, out)
         return list(out.raw)
+
+
+class CEpochs(RegisterFile):
+    """A register file whose reset epochs are the C firmware's, ``BBBBRRRR``: the start count
+    and the resets since, 4 hex digits each; past FFFF resets, the next start count and 0000
+    (as the C core asks its platform for one).
+
+    For the Python firmware simulator in the differential tests, so that its identify text
+    is the very one the C core says.
+    """
+
+    def __init__(self, starts: int = STARTS, regmap: RegisterMap | None = None) -> None:
+        super().__init__(regmap=regmap)
+        self.starts = starts
+        self.resets = 0
+
+    def reset(self) -> None:
+        """Reset values, and the next epoch."""
+        super().reset()
+        self.resets = (self.resets + 1) & 0xFFFF
+        if self.resets == 0:
+            self.starts = (self.starts + 1) & 0xFFFF
+
+    def identity(self, *, refresh: bool = False) -> DeviceIdentity:
+        """Its id and ``BBBBRRRR``."""
+        return DeviceIdentity(self.state_id(), f"{self.starts:04X}{self.resets:04X}")
+
+    def known_identity(self) -> DeviceIdentity:
+        """The same as :meth:`identity`."""
+        return self.identity()

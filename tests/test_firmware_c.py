@@ -16,9 +16,10 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple, Protocol
 
 import pytest
 import serial
@@ -26,14 +27,26 @@ import serial
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT
 from firmware import SIM, sim_process
-from firmware_c import C_DIR, CCore, make, need
+from firmware_c import (
+    C_DIR,
+    DEVICE_ID,
+    STARTS,
+    CCore,
+    CEpochs,
+    c_identify_text,
+    make,
+    need,
+)
+from regdev import MapError, RegisterFile, read_audit
 from regdev.cli._main import main
 from regdev.devices import _protocol as wire
+from regdev.devices._regmap import Field, Register, RegisterMap
 
 REGDEV = Path(sys.executable).parent / "regdev"
 GEN = C_DIR / "gen_regmap.py"
-HOST_IDENTITY = "regdev C/host, map default, protocol 1"
-UNO_IDENTITY = "regdev C/uno, map default, protocol 1"
+#: The identify texts' descriptions (the id and epoch follow).
+HOST_IDENTITY = "regdev C/host default"
+UNO_IDENTITY = "regdev C/uno default"
 
 
 def frame(payload: bytes) -> bytes:
@@ -73,30 +86,98 @@ def avr_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_core_answers_the_protocol_doc_examples(core: CCore) -> None:
     """Each request of docs/protocol.md's table of examples gets the reply the table shows
-    next to it (identify: the C firmware's own text)."""
+    next to it (identify: the C firmware's own text, its id and epoch), once the registers
+    hold what the example's reply shows (written first, for G and M)."""
     rows = re.findall(r"^\| `(\$[^`]*)\\n` \| `(\w+)\(",
                       (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8"), re.MULTILINE)
     pairs = [(request, reply) for (request, kind), (reply, _) in itertools.pairwise(rows)
              if kind.endswith("Request")]
     assert [request[:5] for request, _ in pairs] == ["$01 I", "$02 R", "$03 W", "$04 D", "$05 Z",
                                                     "$06 R", "$0A G", "$0B P", "$0C M", "$0D D"]
-    extension = pairs[6:]  # the block and masked-write frames: the C core answers e SYNTAX
-    for request, _ in extension:
-        seq = int(request[1:3], 16)
-        assert core.feed(request.encode() + b"\n") == wire.encode(
-            wire.ErrorReply(seq, "SYNTAX")), request
-    for request, reply in pairs[:6]:
+    before = {"$0A G": [wire.WriteRequest(0x20, 2, 0x10), wire.WriteRequest(0x21, 3, 0x5A)],
+              "$0C M": [wire.WriteRequest(0x22, 1, 0x01)]}
+    for request, reply in pairs:
         expected = reply.encode() + b"\n"
         if request.startswith("$01 I"):
-            expected = wire.encode(wire.IdentifyReply(1, HOST_IDENTITY))
+            expected = wire.encode(wire.IdentifyReply(
+                1, f"{HOST_IDENTITY} id={DEVICE_ID} epoch={STARTS:04X}{0:04X}"))
+        for setup in before.get(request[:5], []):
+            assert isinstance(ask(core, setup), wire.WriteReply)
         assert core.feed(request.encode() + b"\n") == expected, request
 
 
 def test_core_identity_is_valid_and_names_platform_and_map(core: CCore) -> None:
-    """The identify text fits the protocol (1..48 printable bytes) and says what it is."""
+    """The identify text fits the protocol (1..48 printable bytes) and says what it is, its id
+    and its epoch: docs/protocol.md's example, the 4th start after 3 resets."""
     assert core.identity == HOST_IDENTITY
-    assert wire.decode(core.feed(b"$2A I*%02X\n" % wire.crc8(b"2A I"))) == wire.IdentifyReply(
-        0x2A, HOST_IDENTITY)
+    for seq in (1, 2, 3):
+        assert ask(core, wire.ResetRequest(seq)) == wire.ResetReply(seq)
+    reply = ask(core, wire.IdentifyRequest(0x2A))
+    assert reply == wire.IdentifyReply(0x2A, "regdev C/host default id=5F3A9C01 epoch=00040003")
+    assert isinstance(reply, wire.IdentifyReply)
+    assert (reply.device_id, reply.epoch) == ("5F3A9C01", "00040003")
+
+
+def identify(core: CCore) -> str:
+    """The core's identify text now."""
+    reply = ask(core, wire.IdentifyRequest(1))
+    assert isinstance(reply, wire.IdentifyReply)
+    return reply.text
+
+
+def test_core_epoch_is_new_at_every_start_and_every_reset(core: CCore) -> None:
+    """BBBBRRRR: the start count the platform gives at start, the resets since; a write or a
+    read leaves it."""
+    seen = set()
+    for starts in (1, 2):
+        core.reset(DEVICE_ID, starts)
+        for resets in range(3):
+            assert identify(core).endswith(f" epoch={starts:04X}{resets:04X}")
+            seen.add(identify(core))
+            ask(core, wire.WriteRequest(2, 3, 9))
+            ask(core, wire.ReadRequest(3, 3))
+            assert identify(core).endswith(f" epoch={starts:04X}{resets:04X}")
+            assert ask(core, wire.ResetRequest(4)) == wire.ResetReply(4)
+    assert len(seen) == 6
+
+
+def test_core_reset_count_past_ffff_takes_the_next_start_count(core: CCore) -> None:
+    """After 65535 resets the epoch is 0004FFFF; the next reset asks the platform for a new
+    start count (once) and says 00050000, an epoch a later start never says (the platform
+    counted that start already)."""
+    core.reset(DEVICE_ID, 4)
+    before = core.next_starts
+    resets = b"".join(wire.encode(wire.ResetRequest(1 + i % 255)) for i in range(0xFFFF))
+    assert core.feed(resets).count(b"\n") == 0xFFFF
+    assert identify(core).endswith(" epoch=0004FFFF") and core.next_starts == before
+    assert ask(core, wire.ResetRequest(9)) == wire.ResetReply(9)
+    assert identify(core).endswith(" epoch=00050000") and core.next_starts == before + 1
+
+
+@pytest.mark.parametrize(("device_id", "text"), [
+    ("5F3A9C01", "regdev C/host default id=5F3A9C01 epoch=00040000"),
+    ("7", "regdev C/host default id=7 epoch=00040000"),
+    # room for 13 bytes of description: cut, and the space the cut leaves dropped
+    ("ABCDEFGHIJKLMNOP", "regdev C/host id=ABCDEFGHIJKLMNOP epoch=00040000"),
+    ("ABCDEFGHIJKL", "regdev C/host def id=ABCDEFGHIJKL epoch=00040000"),
+])
+def test_core_cuts_its_description_to_fit_its_id(core: CCore, device_id: str,
+                                                  text: str) -> None:
+    """The description is cut so that the text fits 48 bytes, as c_identify_text says."""
+    core.reset(device_id, 4)
+    assert identify(core) == text == c_identify_text(HOST_IDENTITY, device_id, 4, 0)
+    assert len(text) <= wire.MAX_TEXT
+    assert wire.split_identify_text(text)[1:] == (device_id, "00040000")
+
+
+@pytest.mark.parametrize("device_id", ["ABCDEFGHIJKLMNOPQ", "5f3a9c01", "5F3A 9C01", "", None])
+def test_core_without_an_id_says_its_description_alone(core: CCore,
+                                                       device_id: str | None) -> None:
+    """An id that is not 1..16 of 0-9 and A-Z (17 characters, lower case, a space, none, a
+    NULL pointer) is no id: the text is the description alone, which says no epoch."""
+    core.reset(device_id, 4)
+    assert identify(core) == HOST_IDENTITY
+    assert wire.split_identify_text(HOST_IDENTITY)[1:] == (None, None)
 
 
 class _Chunks:
@@ -113,67 +194,98 @@ class _Chunks:
         self.out += data
 
 
-def python_device(stream: bytes, identity: str, rng: random.Random) -> tuple[bytes, list[int]]:
+def python_firmware(description: str, device_id: str, starts: int,
+                    regmap: RegisterMap | None = None) -> sim.Firmware:
+    """The Python firmware simulator saying what the C firmware says to identify: the
+    description cut as the C one cuts it, the id, and the C firmware's epochs from the start
+    count ``starts`` (:class:`CEpochs`); without an id, the description alone (plain). It
+    serves ``regmap`` (the default map when None)."""
+    registers = CEpochs(starts, regmap=regmap)
+    if not device_id:
+        return sim.Firmware(registers, identity=description, plain=True)
+    text = c_identify_text(description, device_id, starts, 0)
+    return sim.Firmware(registers, identity=wire.split_identify_text(text)[0],
+                        device_id=device_id)
+
+
+def python_device(stream: bytes, firmware: sim.Firmware, rng: random.Random
+                  ) -> tuple[bytes, list[int]]:
     """What the Python firmware simulator answers to ``stream`` (read in random chunks of
-    1..256 bytes, as from a pty), and its registers after."""
+    1..256 bytes, as from a pty), and its registers after (as held, in address order)."""
     chunks = []
     at = 0
     while at < len(stream):
         size = rng.randint(1, 256)
         chunks.append(stream[at:at + size])
         at += size
-    # The C firmware's identify text is protocol 1's, without the id and epoch: plain; and it
-    # does not implement the block and masked-write frames (e SYNTAX): no extension.
-    firmware = sim.Firmware(identity=identity, plain=True, extension=False)
     line = _Chunks(chunks)
     sim.serve(line, firmware, sim.Faults())
-    return bytes(line.out), firmware.registers.snapshot()
+    return bytes(line.out), held(firmware.registers)
 
 
-_NOISE = b"$\n\r*0123456789ABCDEFabcdef IRWZDirwzdeQ\x00\x7f\xff"
-_LETTERS = b"IRWZDirwzdeQ$*"
+def held(registers: RegisterFile) -> list[int]:
+    """The registers as the register file holds them, in address order (write-only bits
+    included, as the C core's regdev_test_registers gives them)."""
+    return [registers._registers[addr] for addr in registers.regmap.addresses]
+
+
+_NOISE = b"$\n\r*0123456789ABCDEFabcdef IRWZDGPMirwzdgpmeQ\x00\x7f\xff"
+_LETTERS = b"IRWZDGPMirwzdgpmeQ$*"
 _SPECIAL = b"$\n\r* 0F"
 
 
-def _address(rng: random.Random) -> int:
-    return rng.randrange(16) if rng.random() < 0.8 else rng.randrange(256)
+class _Maker(Protocol):
+    def __call__(self, rng: random.Random, addresses: Sequence[int]) -> bytes: ...
 
 
-def _request(rng: random.Random) -> bytes:
+def _address(rng: random.Random, addresses: Sequence[int]) -> int:
+    """An address of the map mostly; else any, or one near the top (blocks past FF)."""
+    roll = rng.random()
+    if roll < 0.75:
+        return rng.choice(addresses)
+    return rng.randrange(256) if roll < 0.9 else rng.randrange(240, 256)
+
+
+def _values(rng: random.Random) -> tuple[int, ...]:
+    return tuple(rng.randrange(256) for _ in range(rng.randint(1, wire.MAX_BLOCK)))
+
+
+def _request(rng: random.Random, addresses: Sequence[int]) -> bytes:
     seq = rng.randrange(256)
-    kind = rng.randrange(5)
-    if kind == 0:
-        return wire.encode(wire.IdentifyRequest(seq))
-    if kind == 1:
-        return wire.encode(wire.ReadRequest(seq, _address(rng)))
-    if kind == 2:
-        return wire.encode(wire.WriteRequest(seq, _address(rng), rng.randrange(256)))
-    return wire.encode(wire.ResetRequest(seq) if kind == 3 else wire.DumpRequest(seq))
+    addr = _address(rng, addresses)
+    requests: list[wire.Request] = [
+        wire.IdentifyRequest(seq), wire.ReadRequest(seq, addr),
+        wire.WriteRequest(seq, addr, rng.randrange(256)), wire.ResetRequest(seq),
+        wire.DumpRequest(seq), wire.DumpRequest(seq, rng.randrange(1, 256)),
+        wire.ReadBlockRequest(seq, addr, rng.randint(1, wire.MAX_BLOCK)),
+        wire.WriteBlockRequest(seq, addr, _values(rng)),
+        wire.MaskedWriteRequest(seq, addr, rng.randrange(256), rng.randrange(256))]
+    return wire.encode(rng.choice(requests))
 
 
-def _reply(rng: random.Random) -> bytes:
+def _reply(rng: random.Random, addresses: Sequence[int]) -> bytes:
     seq = rng.randrange(256)
-    kind = rng.randrange(6)
-    if kind == 0:
-        text = "".join(rng.choice("abc XYZ-,.019") for _ in range(rng.randint(1, 48)))
-        return wire.encode(wire.IdentifyReply(seq, text))
-    if kind in (1, 2):
-        cls = wire.ReadReply if kind == 1 else wire.WriteReply
-        return wire.encode(cls(seq, rng.randrange(256), rng.randrange(256)))
-    if kind == 3:
-        return wire.encode(wire.ResetReply(seq))
-    if kind == 4:
-        return wire.encode(wire.DumpReply(seq, tuple(rng.randrange(256) for _ in range(16))))
-    return wire.encode(wire.ErrorReply(seq, rng.choice(wire.ERROR_CODES)))
+    addr = _address(rng, addresses)
+    text = "".join(rng.choice("abc XYZ-,.019") for _ in range(rng.randint(1, 48)))
+    dump = tuple(rng.randrange(256) for _ in range(16))
+    replies: list[wire.Reply] = [
+        wire.IdentifyReply(seq, text), wire.ReadReply(seq, addr, rng.randrange(256)),
+        wire.WriteReply(seq, addr, rng.randrange(256)), wire.ResetReply(seq),
+        wire.DumpReply(seq, dump), wire.DumpReply(seq, dump, rng.randrange(1, 256)),
+        wire.ReadBlockReply(seq, addr, _values(rng)),
+        wire.WriteBlockReply(seq, addr, _values(rng)),
+        wire.MaskedWriteReply(seq, addr, rng.randrange(256)),
+        wire.ErrorReply(seq, rng.choice(wire.ERROR_CODES))]
+    return wire.encode(rng.choice(replies))
 
 
-def _crafted(rng: random.Random) -> bytes:
+def _crafted(rng: random.Random, addresses: Sequence[int]) -> bytes:
     """A frame of random parts with a good checksum, so that it reaches the syntax checks."""
     seq = rng.choice([b"%02X" % rng.randrange(256), b"%02x" % rng.randrange(256), b"0",
                       b"G1", b""])
     letter = bytes([rng.choice(_LETTERS)])
-    tokens = [b"03", b"FF", b"0f", b"10", b"", b" ", b"ABC", b"X", b"00" * 16, b"*", b"\r",
-              b"DATA", b"hello world"]
+    tokens = [b"03", b"FF", b"0f", b"10", b"00", b"11", b"", b" ", b"ABC", b"X", b"00" * 16,
+              b"0102", b"00" * 17, b"*", b"\r", b"DATA", b"hello world"]
     fields = b"".join(rng.choice(tokens) + rng.choice([b" ", b"", b"  "])
                       for _ in range(rng.randint(0, 4)))
     payload = seq + rng.choice([b" ", b"", b"  "]) + letter + rng.choice([b" ", b""]) + fields
@@ -185,22 +297,22 @@ def _crafted(rng: random.Random) -> bytes:
     return frame(payload)
 
 
-def _garbage(rng: random.Random) -> bytes:
+def _garbage(rng: random.Random, addresses: Sequence[int]) -> bytes:
     return bytes(rng.choice(_NOISE) for _ in range(rng.randint(1, 80)))
 
 
-def _long_line(rng: random.Random) -> bytes:
-    body = bytes(rng.choice(b"0123456789ABCDEF WR*") for _ in range(rng.randint(55, 140)))
+def _long_line(rng: random.Random, addresses: Sequence[int]) -> bytes:
+    body = bytes(rng.choice(b"0123456789ABCDEF WRP*") for _ in range(rng.randint(55, 140)))
     return b"$" + body + rng.choice([b"\n", b""])
 
 
-def _line_end(rng: random.Random) -> bytes:
-    data = _request(rng)
+def _line_end(rng: random.Random, addresses: Sequence[int]) -> bytes:
+    data = _request(rng, addresses)
     return data[:-1] + rng.choice([b"\r\n", b"\r\r\n", b"\n\n", b"\r"])
 
 
-_MAKERS = (_request, _request, _request, _reply, _crafted, _crafted, _garbage, _long_line,
-           _line_end)
+_MAKERS: tuple[_Maker, ...] = (_request, _request, _request, _reply, _crafted, _crafted,
+                               _garbage, _long_line, _line_end)
 
 
 def _damage(rng: random.Random, stream: bytearray) -> None:
@@ -220,78 +332,168 @@ def _damage(rng: random.Random, stream: bytearray) -> None:
         del stream[at:]
 
 
-def damaged_stream(rng: random.Random) -> bytes:
-    """1..8 frames, replies, crafted frames, garbage and long lines, then 0..5 damages
-    (a byte lost, changed or added, a slice repeated, the tail cut)."""
-    stream = bytearray(b"".join(rng.choice(_MAKERS)(rng) for _ in range(rng.randint(1, 8))))
+def damaged_stream(rng: random.Random, addresses: Sequence[int] = range(16)) -> bytes:
+    """1..8 frames (every request and reply of the protocol, to the map's ``addresses``
+    mostly), crafted frames, garbage and long lines, then 0..5 damages (a byte lost, changed
+    or added, a slice repeated, the tail cut)."""
+    stream = bytearray(b"".join(rng.choice(_MAKERS)(rng, addresses)
+                                for _ in range(rng.randint(1, 8))))
     for _ in range(rng.choice((0, 0, 1, 1, 2, 3, 5))):
         _damage(rng, stream)
     return bytes(stream)
 
 
 #: Seeds of the differential test: stream i uses seed FIRST + i. Rerun one stream with
-#: REGDEV_DIFF_SEED=<seed> REGDEV_DIFF_COUNT=1.
+#: REGDEV_DIFF_SEED=<seed> REGDEV_DIFF_COUNT=1 (and -k default or -k sensor).
 FIRST_SEED = int(os.environ.get("REGDEV_DIFF_SEED", "15000"))
 STREAMS = int(os.environ.get("REGDEV_DIFF_COUNT", "10000"))
 
 
-@pytest.mark.timeout(300)
-def test_core_replies_like_the_python_codec_on_random_damaged_streams(core: CCore) -> None:
-    """On 10,000 seeded random damaged byte streams the C core sends the very bytes the Python
-    firmware simulator sends (the codec in its device role), and holds the same registers."""
+_ID_CHARACTERS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _device_id(rng: random.Random) -> str:
+    """An id as the C core may be given one: 8 hex digits (the Uno's), 1..16 of 0-9 and A-Z,
+    or none (the core then says no epoch)."""
+    kind = rng.randrange(4)
+    if kind == 0:
+        return ""
+    if kind == 1:
+        return "".join(rng.choice("0123456789ABCDEF") for _ in range(8))
+    return "".join(rng.choice(_ID_CHARACTERS) for _ in range(rng.randint(1, 16)))
+
+
+class Mapped(NamedTuple):
+    """A C core built with a register map, the map, and the core's description."""
+
+    core: CCore
+    regmap: RegisterMap
+    description: str
+
+
+@pytest.fixture(params=["default", "sensor"])
+def mapped(request: pytest.FixtureRequest) -> Mapped:
+    """The C core of the default map, or of the example map (examples/sensor.rdl, compiled
+    by `regdev map --json` and generated into C by gen_regmap.py)."""
+    if request.param == "default":
+        core: CCore = request.getfixturevalue("core")
+        return Mapped(core, RegisterMap.default(), HOST_IDENTITY)
+    core = request.getfixturevalue("sensor_core")
+    path: Path = request.getfixturevalue("sensor_json")
+    return Mapped(core, RegisterMap.from_json(path.read_bytes()), "regdev C/host sensor")
+
+
+@pytest.mark.timeout(600)
+def test_core_replies_like_the_python_codec_on_random_damaged_streams(mapped: Mapped) -> None:
+    """On 10,000 seeded random damaged byte streams (each map) the C core sends the very bytes
+    the Python firmware simulator sends (the codec in its device role, serving the same
+    register map), and holds the same registers; both say the same id (random, of 1..16
+    characters, or none) and epochs (from a random start count, counting the resets of the
+    stream)."""
+    core, regmap, description = mapped
+    addresses = regmap.addresses
     seen: set[bytes] = set()
     silent = 0
+    epochs: set[tuple[str | None, str | None]] = set()
     for seed in range(FIRST_SEED, FIRST_SEED + STREAMS):
         rng = random.Random(seed)
-        stream = damaged_stream(rng)
-        expected, registers = python_device(stream, HOST_IDENTITY, rng)
-        core.reset()
+        stream = damaged_stream(rng, addresses)
+        device_id = _device_id(rng)
+        starts = rng.choice((0, 1, 0xFFFF, rng.randrange(0x10000)))
+        expected, registers = python_device(
+            stream, python_firmware(description, device_id, starts, regmap), rng)
+        core.reset(device_id, starts)
         got = core.feed(stream)
         if got != expected or core.registers() != registers:
             pytest.fail(f"seed {seed} (rerun: REGDEV_DIFF_SEED={seed} REGDEV_DIFF_COUNT=1): "
-                        f"stream {stream!r}\nC:      {got!r}\nPython: {expected!r}\n"
+                        f"stream {stream!r}, id {device_id!r}, start count {starts}\n"
+                        f"C:      {got!r}\nPython: {expected!r}\n"
                         f"registers C {core.registers()} Python {registers}")
         replies = [wire.decode(line) for line in expected.splitlines(keepends=True)]
         seen.update(b"e " + r.code.encode() if isinstance(r, wire.ErrorReply)
                     else wire.encode(r)[4:5] for r in replies)
+        epochs.update((r.device_id, r.epoch) for r in replies
+                      if isinstance(r, wire.IdentifyReply))
         silent += stream.count(b"$") > 0 and not expected
-    # The streams reached every reply and every error a device sends, and some were answered
-    # by nothing at all (replies heard as echoes, garbage).
-    assert seen == {b"i", b"r", b"w", b"z", b"d", b"e ADDR", b"e CKSUM", b"e SYNTAX"}
+    # The streams reached every reply and every error a device sends (DATA: a map with
+    # read-only registers and reserved bits), and some were answered by nothing at all
+    # (replies heard as echoes, garbage); identify said no epoch, and epochs after resets.
+    every = {b"i", b"r", b"w", b"z", b"d", b"g", b"p", b"m", b"e ADDR", b"e CKSUM",
+             b"e SYNTAX"}
+    assert seen == (every if regmap.is_default else every | {b"e DATA"})
     assert silent > STREAMS // 100
+    assert (None, None) in epochs
+    assert any(epoch is not None and not epoch.endswith("0000") for _, epoch in epochs)
 
 
 # --- register maps --------------------------------------------------------------------------------
 
-TEST_MAP = {
-    "format": "regdev-map", "version": 1, "name": "test-map",
-    "registers": [
-        {"name": "ID", "addr": 0, "access": "r", "reset": 0xA5, "reserved_mask": 0,
-         "woclr_mask": 0, "rclr_mask": 0, "fields": []},
-        {"name": "CTRL", "addr": 1, "access": "rw", "reset": 0x01, "reserved_mask": 0xF0,
-         "woclr_mask": 0, "rclr_mask": 0, "fields": []},
-        {"name": "STATUS", "addr": 2, "access": "rw", "reset": 0x0F, "reserved_mask": 0,
-         "woclr_mask": 0x0F, "rclr_mask": 0, "fields": []},
-        {"name": "EVENTS", "addr": 3, "access": "r", "reset": 0x3C, "reserved_mask": 0,
-         "woclr_mask": 0, "rclr_mask": 0x0C, "fields": []},
-        {"name": "KEY", "addr": 4, "access": "w", "reset": 0, "reserved_mask": 0x80,
-         "woclr_mask": 0, "rclr_mask": 0, "fields": []},
-        {"name": "LAST", "addr": 15, "access": "rw", "reset": 0x80, "reserved_mask": 0,
-         "woclr_mask": 0, "rclr_mask": 0, "fields": []},
-    ],
-}
+
+@pytest.fixture(scope="module")
+def sensor_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example map, examples/sensor.rdl, in the compiled JSON form (`regdev map --json`)."""
+    path = tmp_path_factory.mktemp("sensor") / "sensor.json"
+    assert main(["map", str(EXAMPLES / "sensor.rdl"), "--json", "-o", str(path)]) == 0
+    return path
 
 
 @pytest.fixture(scope="module")
-def map_core(tmp_path_factory: pytest.TempPathFactory) -> CCore:
-    """The C core built from TEST_MAP (read-only, write-only, reserved, write-1-to-clear and
-    clear-on-read bits, and addresses with no register)."""
+def sensor_core(sensor_json: Path, tmp_path_factory: pytest.TempPathFactory) -> CCore:
+    """The C core built from the example map."""
+    need("host")
+    build = tmp_path_factory.mktemp("c-sensor")
+    make(build, "lib", regmap=sensor_json)
+    return CCore(build / "host" / "libregdev_core.so")
+
+
+#: A map of every kind of bit: a read-only register, reserved bits, write-1-to-clear bits,
+#: clear-on-read bits, a write-only field, addresses with no register, and one at 0x80.
+TEST_MAP = RegisterMap([
+    Register("ID", 0, access="r", reset=0xA5),
+    Register("CTRL", 1, fields=(Field("EN", 0, 0, reset=1), Field("MODE", 1, 3))),
+    Register("STATUS", 2, fields=(Field("FLAGS", 0, 3, onwrite="woclr", reset=0xF),
+                                  Field("CFG", 4, 7))),
+    Register("EVENTS", 3, fields=(Field("COUNT", 2, 3, access="r", onread="rclr", reset=3),
+                                  Field("LEVEL", 4, 5, access="r", reset=3))),
+    Register("KEY", 4, fields=(Field("KEY", 0, 6, access="w"),)),
+    Register("LAST", 0x80, reset=0x80),
+], name="test-map")
+
+
+@pytest.fixture(scope="module")
+def map_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared object of the C core built from TEST_MAP."""
     need("host")
     build = tmp_path_factory.mktemp("c-map")
     regmap = build / "test-map.json"
-    regmap.write_text(json.dumps(TEST_MAP))
+    regmap.write_text(TEST_MAP.to_json())
     make(build, "lib", regmap=regmap)
-    return CCore(build / "host" / "libregdev_core.so")
+    return build
+
+
+class Both:
+    """The C core of TEST_MAP and the Python simulator serving it, asked the same."""
+
+    def __init__(self, build: Path) -> None:
+        self.core = CCore(build / "host" / "libregdev_core.so")
+        self.python = python_firmware("regdev C/host test-map", DEVICE_ID, STARTS, TEST_MAP)
+        self.link = wire.Connection(wire.DEVICE)
+
+    def ask(self, request: wire.Request) -> wire.Frame:
+        """The one reply of the C core, checked to be the Python simulator's too."""
+        sent = wire.encode(request)
+        got = self.core.feed(sent)
+        self.link.receive_data(sent)
+        event = self.link.next_event()
+        assert isinstance(event, wire.Request)
+        assert got == self.link.send(self.python.answer(event)), request
+        assert self.core.registers() == held(self.python.registers)
+        return wire.decode(got)
+
+
+@pytest.fixture
+def both(map_build: Path) -> Both:
+    return Both(map_build)
 
 
 def ask(core: CCore, request: wire.Request) -> wire.Frame:
@@ -301,147 +503,216 @@ def ask(core: CCore, request: wire.Request) -> wire.Frame:
     return wire.decode(reply)
 
 
-def test_map_reset_values_and_dump(map_core: CCore) -> None:
-    """At start and after Z every register holds its reset value; absent and write-only
-    registers dump as 0; the identity names the map."""
-    map_core.reset()
-    start = (0xA5, 0x01, 0x0F, 0x3C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80)
-    assert ask(map_core, wire.DumpRequest(1)) == wire.DumpReply(1, start)
-    assert ask(map_core, wire.WriteRequest(2, 1, 0x02)) == wire.WriteReply(2, 1, 0x02)
-    assert ask(map_core, wire.ResetRequest(3)) == wire.ResetReply(3)
-    assert ask(map_core, wire.DumpRequest(4)) == wire.DumpReply(4, start)
-    assert map_core.identity == "regdev C/host, map test-map, protocol 1"
+START = (0xA5, 0x01, 0x0F, 0x3C) + (0,) * 12
 
 
-def test_map_absent_register_is_addr(map_core: CCore) -> None:
-    """An address with no register in the map answers e ADDR to a read and to a write."""
-    map_core.reset()
-    assert ask(map_core, wire.ReadRequest(1, 5)) == wire.ErrorReply(1, "ADDR")
-    assert ask(map_core, wire.WriteRequest(2, 14, 1)) == wire.ErrorReply(2, "ADDR")
-    assert map_core.registers()[14] == 0
+def test_map_reset_values_and_dump(both: Both) -> None:
+    """At start and after Z every register holds its reset value; a dump shows addresses with
+    no register and write-only bits as 0, D AA the 16 from AA; the identity names the map."""
+    assert both.ask(wire.DumpRequest(1)) == wire.DumpReply(1, START)
+    assert both.ask(wire.DumpRequest(2, 0x7F)) == wire.DumpReply(2, (0, 0x80) + (0,) * 14, 0x7F)
+    assert both.ask(wire.DumpRequest(3, 0xF8)) == wire.DumpReply(3, (0,) * 16, 0xF8)
+    assert both.ask(wire.WriteRequest(4, 1, 0x0E)) == wire.WriteReply(4, 1, 0x0E)
+    assert both.ask(wire.ResetRequest(5)) == wire.ResetReply(5)
+    assert both.ask(wire.DumpRequest(6)) == wire.DumpReply(6, START)
+    assert both.core.identity == "regdev C/host test-map"
 
 
-def test_map_read_only_register_refuses_a_write(map_core: CCore) -> None:
-    """A write to a read-only register is refused with e DATA and not executed."""
-    map_core.reset()
-    assert ask(map_core, wire.WriteRequest(1, 0, 0x00)) == wire.ErrorReply(1, "DATA")
-    assert ask(map_core, wire.ReadRequest(2, 0)) == wire.ReadReply(2, 0, 0xA5)
+def test_map_absent_register_is_addr(both: Both) -> None:
+    """An address with no register answers e ADDR to every request that names it, a block
+    that reaches one too (past FF as well); nothing is written."""
+    for request in (wire.ReadRequest(1, 5), wire.WriteRequest(2, 14, 1),
+                    wire.MaskedWriteRequest(3, 0x81, 1, 1), wire.ReadBlockRequest(4, 3, 3),
+                    wire.WriteBlockRequest(5, 0x7F, (1, 1)),
+                    wire.WriteBlockRequest(6, 1, (1,) * 16), wire.ReadBlockRequest(7, 0xFF, 2)):
+        assert both.ask(request) == wire.ErrorReply(request.seq, "ADDR"), request
+    assert both.ask(wire.DumpRequest(8)) == wire.DumpReply(8, START)
 
 
-def test_map_write_never_sets_reserved_bits(map_core: CCore) -> None:
-    """Reserved bits are never set by a write and read as 0: the w reply shows what was kept."""
-    map_core.reset()
-    assert ask(map_core, wire.WriteRequest(1, 1, 0xFF)) == wire.WriteReply(1, 1, 0x0F)
-    assert ask(map_core, wire.ReadRequest(2, 1)) == wire.ReadReply(2, 1, 0x0F)
-    assert map_core.registers()[1] == 0x0F
+def test_map_read_only_register_refuses_a_write(both: Both) -> None:
+    """A write, a masked write or a block write that reaches a register with no writable bit
+    is refused with e DATA and not executed (all of the block)."""
+    assert both.ask(wire.WriteRequest(1, 0, 0x00)) == wire.ErrorReply(1, "DATA")
+    assert both.ask(wire.MaskedWriteRequest(2, 0, 0x01, 0x00)) == wire.ErrorReply(2, "DATA")
+    assert both.ask(wire.WriteBlockRequest(3, 1, (0x0E, 0, 0))) == wire.ErrorReply(3, "DATA")
+    assert both.ask(wire.DumpRequest(4)) == wire.DumpReply(4, START)
 
 
-def test_map_write_one_to_clear_bits(map_core: CCore) -> None:
+def test_map_reserved_bits_are_refused(both: Both) -> None:
+    """A write that sets a reserved bit is refused (e DATA); a masked write only when the bit
+    is set in both the mask and the data; reserved bits read 0."""
+    assert both.ask(wire.WriteRequest(1, 1, 0xFF)) == wire.ErrorReply(1, "DATA")
+    assert both.ask(wire.WriteRequest(2, 1, 0x0F)) == wire.WriteReply(2, 1, 0x0F)
+    assert both.ask(wire.MaskedWriteRequest(3, 1, 0xF0, 0xF0)) == wire.ErrorReply(3, "DATA")
+    assert both.ask(wire.MaskedWriteRequest(4, 1, 0xF1, 0x00)) == wire.MaskedWriteReply(4, 1, 0x0E)
+    assert both.ask(wire.ReadRequest(5, 1)) == wire.ReadReply(5, 1, 0x0E)
+
+
+def test_map_write_one_to_clear_bits(both: Both) -> None:
     """A 1 written to a write-1-to-clear bit clears it, a 0 leaves it; other bits take the
-    data."""
-    map_core.reset()
-    assert ask(map_core, wire.WriteRequest(1, 2, 0x05)) == wire.WriteReply(1, 2, 0x0A)
-    assert ask(map_core, wire.WriteRequest(2, 2, 0xF0)) == wire.WriteReply(2, 2, 0xFA)
-    assert ask(map_core, wire.WriteRequest(3, 2, 0xFF)) == wire.WriteReply(3, 2, 0xF0)
+    data; a masked write touches only the bits of its mask."""
+    assert both.ask(wire.WriteRequest(1, 2, 0x05)) == wire.WriteReply(1, 2, 0x0A)
+    assert both.ask(wire.WriteRequest(2, 2, 0xF0)) == wire.WriteReply(2, 2, 0xFA)
+    assert both.ask(wire.MaskedWriteRequest(3, 2, 0x32, 0xFF)) == wire.MaskedWriteReply(3, 2, 0xF8)
+    assert both.ask(wire.WriteRequest(4, 2, 0xFF)) == wire.WriteReply(4, 2, 0xF0)
 
 
-def test_map_clear_on_read_bits(map_core: CCore) -> None:
-    """Clear-on-read bits clear after a read (R), not after a dump (D)."""
-    map_core.reset()
-    assert ask(map_core, wire.DumpRequest(1)).values[3] == 0x3C  # type: ignore[union-attr]
-    assert ask(map_core, wire.ReadRequest(2, 3)) == wire.ReadReply(2, 3, 0x3C)
-    assert ask(map_core, wire.ReadRequest(3, 3)) == wire.ReadReply(3, 3, 0x30)
-    assert ask(map_core, wire.DumpRequest(4)).values[3] == 0x30  # type: ignore[union-attr]
+def test_map_clear_on_read_bits(both: Both) -> None:
+    """Clear-on-read bits clear after a read (R, and each read of a G), not after a dump
+    (D)."""
+    assert both.ask(wire.DumpRequest(1)).values[3] == 0x3C  # type: ignore[union-attr]
+    assert both.ask(wire.ReadBlockRequest(2, 2, 2)) == wire.ReadBlockReply(2, 2, (0x0F, 0x3C))
+    assert both.ask(wire.ReadRequest(3, 3)) == wire.ReadReply(3, 3, 0x30)
+    assert both.ask(wire.DumpRequest(4)).values[3] == 0x30  # type: ignore[union-attr]
 
 
-def test_map_write_only_register(map_core: CCore) -> None:
-    """A write-only register takes writes (the w reply shows what it holds) and reads as 0."""
-    map_core.reset()
-    assert ask(map_core, wire.WriteRequest(1, 4, 0xF7)) == wire.WriteReply(1, 4, 0x77)
-    assert ask(map_core, wire.ReadRequest(2, 4)) == wire.ReadReply(2, 4, 0)
-    assert ask(map_core, wire.DumpRequest(3)).values[4] == 0  # type: ignore[union-attr]
-    assert map_core.registers()[4] == 0x77
+def test_map_write_only_bits(both: Both) -> None:
+    """Write-only bits take writes and read as 0, in the w reply too; the register holds them."""
+    assert both.ask(wire.WriteRequest(1, 4, 0x77)) == wire.WriteReply(1, 4, 0)
+    assert both.ask(wire.ReadRequest(2, 4)) == wire.ReadReply(2, 4, 0)
+    assert both.ask(wire.DumpRequest(3)).values[4] == 0  # type: ignore[union-attr]
+    assert both.core.registers()[4] == 0x77
+    assert both.ask(wire.WriteRequest(4, 4, 0xF7)) == wire.ErrorReply(4, "DATA")  # reserved
+
+
+def test_map_block_write_is_all_or_nothing(both: Both) -> None:
+    """P writes every value, or (a value refused) none; its reply has the values after."""
+    assert both.ask(wire.WriteBlockRequest(1, 1, (0x0E, 0x05))) == wire.WriteBlockReply(
+        1, 1, (0x0E, 0x0A))
+    assert both.ask(wire.WriteBlockRequest(2, 1, (0x02, 0x80 | 0x0F, 0))) == wire.ErrorReply(
+        2, "DATA")  # EVENTS, the third, is read-only
+    assert both.ask(wire.WriteBlockRequest(3, 1, (0x10, 0))) == wire.ErrorReply(3, "DATA")
+    assert both.ask(wire.ReadBlockRequest(4, 1, 2)) == wire.ReadBlockReply(4, 1, (0x0E, 0x0A))
+
+
+def test_map_block_count_out_of_range_is_syntax(map_build: Path) -> None:
+    """G with a count of 0 or over 16, and D 00 (spelt D), are not frames: e SYNTAX."""
+    core = CCore(map_build / "host" / "libregdev_core.so")
+    for payload in (b"01 G 01 00", b"02 G 01 11", b"03 D 00"):
+        assert core.feed(frame(payload)) == wire.encode(
+            wire.ErrorReply(int(payload[:2], 16), "SYNTAX")), payload
 
 
 # --- the generator --------------------------------------------------------------------------------
 
 
-def generate(tmp_path: Path, regmap: object | None) -> subprocess.CompletedProcess[str]:
+def generate(tmp_path: Path, regmap: str | None) -> subprocess.CompletedProcess[str]:
+    """Run gen_regmap.py into tmp_path/regmap.h, with the map text ``regmap`` in
+    tmp_path/map.json (or no map)."""
     command = [sys.executable, str(GEN), "-o", str(tmp_path / "regmap.h")]
     if regmap is not None:
         path = tmp_path / "map.json"
-        path.write_text(regmap if isinstance(regmap, str) else json.dumps(regmap))
+        path.write_text(regmap)
         command += ["--map", str(path)]
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
+def _table(header: str) -> dict[str, list[int]]:
+    """The generated table's rows by column: {"addr": [...], ...}."""
+    return {column: [int(value[2:4], 16) for value in values.split(", ")]
+            for values, column in re.findall(r"^    \{(.*)\}, /\* (\w+) \*/$", header,
+                                             re.MULTILINE)}
+
+
 def test_generator_default_is_sixteen_plain_registers(tmp_path: Path) -> None:
-    """Without --map: 16 read-write registers, reset 0, no special bits; the same text from
-    the default map written out as JSON, and no path or date in it."""
+    """Without --map: 16 read-write registers at 0..15, reset 0, no special bits; the same
+    table from the default map written out as JSON; no path or date in it."""
     assert generate(tmp_path, None).returncode == 0
     default = (tmp_path / "regmap.h").read_text()
-    assert default.count("    0x07u, /* 0x") == 16  # present, readable, writable
-    assert default.count("    0x00u, /* 0x") == 16 * 4
+    assert _table(default) == {"addr": list(range(16)), "reset": [0] * 16,
+                               "writable": [0xFF] * 16, "readable": [0xFF] * 16,
+                               "reserved": [0] * 16, "woclr": [0] * 16, "rclr": [0] * 16}
     assert '#define REGDEV_MAP_NAME "default"' in default
+    assert "#define REGDEV_REGISTER_COUNT 16u" in default
     assert str(tmp_path) not in default
-    sys.path.insert(0, str(C_DIR))
-    try:
-        import gen_regmap  # noqa: PLC0415 - a script beside the firmware, not a package
-    finally:
-        sys.path.remove(str(C_DIR))
-    assert generate(tmp_path, gen_regmap.DEFAULT_MAP).returncode == 0
-    assert (tmp_path / "regmap.h").read_text() == default.replace("the default map", "map.json")
+    assert generate(tmp_path, RegisterMap.default().to_json()).returncode == 0
+    again = (tmp_path / "regmap.h").read_text()
+    assert _table(again) == _table(default)
+    assert '#define REGDEV_MAP_NAME "map"' in again  # an unnamed map: the file's name
+
+
+def test_generator_table_is_regdevs_map_model(tmp_path: Path) -> None:
+    """The table holds what regdev's map model works out for each register: TEST_MAP's
+    masks, address order, count and name."""
+    assert generate(tmp_path, TEST_MAP.to_json()).returncode == 0
+    header = (tmp_path / "regmap.h").read_text()
+    registers = TEST_MAP.registers
+    assert _table(header) == {
+        "addr": [0, 1, 2, 3, 4, 0x80], "reset": [r.reset for r in registers],
+        "writable": [r.writable_mask for r in registers],
+        "readable": [r.readable_mask for r in registers],
+        "reserved": [r.reserved_mask for r in registers],
+        "woclr": [r.woclr_mask for r in registers], "rclr": [r.rclr_mask for r in registers]}
+    assert _table(header)["reserved"] == [0, 0xF0, 0, 0xC3, 0x80, 0]
+    assert "#define REGDEV_REGISTER_COUNT 6u" in header
+    assert '#define REGDEV_MAP_NAME "test-map"' in header
 
 
 def test_generator_rewrites_the_header_only_when_it_changes(tmp_path: Path) -> None:
     """The same map leaves the header untouched (make rebuilds nothing); a new map rewrites it."""
-    assert generate(tmp_path, TEST_MAP).returncode == 0
+    assert generate(tmp_path, TEST_MAP.to_json()).returncode == 0
     header = tmp_path / "regmap.h"
     os.utime(header, (1_000_000, 1_000_000))
-    assert generate(tmp_path, TEST_MAP).returncode == 0
+    assert generate(tmp_path, TEST_MAP.to_json()).returncode == 0
     assert header.stat().st_mtime == 1_000_000
     assert generate(tmp_path, None).returncode == 0
     assert header.stat().st_mtime != 1_000_000
 
 
-def test_generator_cuts_a_long_map_name_to_fit_the_identity(tmp_path: Path) -> None:
-    """A map name too long for the 48-byte identify text is cut in the header."""
-    long = {**TEST_MAP, "name": "a-register-map-with-a-very-long-name"}
-    assert generate(tmp_path, long).returncode == 0
-    name = re.search(r'REGDEV_MAP_NAME "(.*)"', (tmp_path / "regmap.h").read_text())
-    assert name is not None
-    assert len(f"regdev C/host, map {name[1]}, protocol 1") == 48
-
-
-def _register(**changes: object) -> dict[str, object]:
-    return {**TEST_MAP, "registers": [{**TEST_MAP["registers"][1], **changes}]}  # type: ignore[dict-item]
-
-
-@pytest.mark.parametrize(("regmap", "message"), [
-    ("{", "not JSON: Expecting property name enclosed in double quotes"),
-    ([], "expected a JSON object, got list"),
-    ({**TEST_MAP, "format": "systemrdl"}, 'expected "format": "regdev-map" and "version": 1'),
-    ({**TEST_MAP, "name": "a b"}, "name: expected 1..64 letters, digits"),
-    ({**TEST_MAP, "registers": []}, "registers: expected a non-empty list"),
-    (_register(addr=16), "registers[0].addr: expected an int 0..15 (protocol 1 has 16 "
-                         "registers), got 16"),
-    (_register(addr=True), "registers[0].addr: expected an int 0..15"),
-    (_register(access="ro"), "registers[0].access: expected one of rw, r, w, got 'ro'"),
-    (_register(reset=256), "registers[0].reset: expected an int 0..255, got 256"),
-    (_register(woclr_mask=-1), "registers[0].woclr_mask: expected an int 0..255, got -1"),
-    (_register(name="x */"), "registers[0].name: expected a C identifier"),
-    (_register(reset=0x11), "registers[0].reset: 0x11 sets reserved bits (reserved_mask 0xF0)"),
-    ({**TEST_MAP, "registers": [TEST_MAP["registers"][0]] * 2},  # type: ignore[index]
-     "registers[1].addr: address 0 is already ID"),
+@pytest.mark.parametrize(("name", "kept"), [
+    ("a-register-map-with-a-very-long-name", "a-register-map-with-a-very-long-na"),
+    ("TS8 temperature sensor", "TS8-temperature-sensor"),
+    ('x"$*\\y', "x-y"),
+    ("", "map"),  # the file's name
 ])
-def test_generator_refuses_a_bad_map_in_one_line(tmp_path: Path, regmap: object,
-                                                 message: str) -> None:
-    """A map the firmware cannot serve: one line naming the place, exit 2, no header."""
+def test_generator_names_the_map_in_the_identity(tmp_path: Path, name: str, kept: str) -> None:
+    """The map's name (else the file's) in the description: letters, digits, `_`, `.` and
+    `-` (others become `-`), cut to fit the 48-byte identify text."""
+    regmap = RegisterMap(TEST_MAP.registers, name=name)
+    assert generate(tmp_path, regmap.to_json()).returncode == 0
+    found = re.search(r'REGDEV_MAP_NAME "(.*)"', (tmp_path / "regmap.h").read_text())
+    assert found is not None and found[1] == kept
+    assert len(f"regdev C/host {found[1]}") <= 48
+
+
+def _map_text(registers: list[dict[str, object]]) -> str:
+    return json.dumps({"format": "regdev-map", "version": 1, "name": "m",
+                       "registers": registers})
+
+
+@pytest.mark.parametrize("regmap", [
+    "{",
+    "[]",
+    json.dumps({"format": "systemrdl", "version": 1, "registers": []}),
+    _map_text([]),
+    _map_text([{"addr": 256}]),
+    _map_text([{"addr": 1, "reserved_mask": 0xF0}]),  # no fields: nothing is reserved
+    _map_text([{"addr": 1}, {"addr": 1}]),
+    _map_text([{"addr": 1, "fields": [{"name": "A", "lsb": 0, "msb": 3},
+                                      {"name": "B", "lsb": 3, "msb": 4}]}]),
+])
+def test_generator_refuses_what_regdev_refuses(tmp_path: Path, regmap: str) -> None:
+    """A map regdev's map model refuses: its message (naming the file and the place) in one
+    line, exit 2, no header."""
+    with pytest.raises(MapError) as refused:
+        RegisterMap.from_json(regmap, str(tmp_path / "map.json"))
     done = generate(tmp_path, regmap)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr.startswith(f"gen_regmap.py: error: {tmp_path / 'map.json'}: {message}")
-    assert done.stderr.count("\n") == 1
+    assert done.stderr == f"gen_regmap.py: error: {refused.value}\n"
     assert not (tmp_path / "regmap.h").exists()
+
+
+def test_generator_refuses_more_registers_than_the_firmware_holds(tmp_path: Path) -> None:
+    """129 registers: one line, exit 2, no header; 128 are generated."""
+    many = RegisterMap([Register(None, addr) for addr in range(129)])
+    done = generate(tmp_path, many.to_json())
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"gen_regmap.py: error: {tmp_path / 'map.json'}: the firmware holds "
+                           "at most 128 registers; this map has 129\n")
+    assert not (tmp_path / "regmap.h").exists()
+    fewer = RegisterMap([Register(None, addr) for addr in range(128)])
+    assert generate(tmp_path, fewer.to_json()).returncode == 0
+    assert "#define REGDEV_REGISTER_COUNT 128u" in (tmp_path / "regmap.h").read_text()
 
 
 # --- on a pty: the host build and the simavr image ------------------------------------------------
@@ -481,7 +752,14 @@ def device_command(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 
 def _identity(command: list[str]) -> str:
+    """The description the device of ``command`` says."""
     return UNO_IDENTITY if "--avr" in command else HOST_IDENTITY
+
+
+def _first_identity(command: list[str]) -> re.Pattern[str]:
+    """What a new device of ``command`` says to identify before any reset: its description,
+    a random id of 8 hex digits, start count 1, no reset."""
+    return re.compile(re.escape(_identity(command)) + r" id=([0-9A-F]{8}) epoch=00010000")
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -533,11 +811,12 @@ def test_shell_and_serve_drive_the_firmware(device_command: list[str], tmp_path:
             text=True, timeout=60, check=False, env={**os.environ, "HOME": str(tmp_path)})
     assert (shell.returncode, shell.stderr) == (0, "")
     lines = shell.stdout.splitlines()
-    assert lines[1] == f"accepted  identify_device: {_identity(device_command)}"
+    said = lines[1].removeprefix("accepted  identify_device: ")
+    assert _first_identity(device_command).fullmatch(said), lines[1]
     assert lines[2:6] == [
         "accepted  write_register: register 3 = 0xc8 (200)",
         "accepted  read_register: register 3 = 0xc8 (200)",
-        f"accepted  identify_device: {_identity(device_command)}",
+        f"accepted  identify_device: {said}",
         "refused   validate/range-addr (retryable): addr 31 is outside 0..15"]
     assert lines[7:9] == ["  addr    0    1    2    3    4    5    6    7",
                           "  data 0x00 0x00 0x00 0xc8 0x00 0x00 0x00 0x00"]
@@ -552,10 +831,8 @@ def test_shell_and_serve_drive_the_firmware(device_command: list[str], tmp_path:
 @pytest.mark.timeout(120)
 def test_damaged_streams_over_the_pty_get_the_python_replies(device_command: list[str]) -> None:
     """Random damaged byte streams written to the port (the UART, its interrupt and ring on the
-    AVR) are answered byte for byte as the Python firmware simulator answers them."""
-    identity = _identity(device_command)
-    firmware = sim.Firmware(identity=identity, plain=True,  # protocol 1's text, as the C one
-                            extension=False)  # and no block or masked-write frames
+    AVR) are answered byte for byte as the Python firmware simulator answers them, given the
+    device's id (it says it first) and the C firmware's epochs."""
     link = wire.Connection(wire.DEVICE)
     rng = random.Random(7)
     streams = [damaged_stream(rng) for _ in range(40)]
@@ -563,6 +840,12 @@ def test_damaged_streams_over_the_pty_get_the_python_replies(device_command: lis
     # registers too are the same.
     streams.append(b"\n" + wire.encode(wire.DumpRequest(1)))
     with serving(device_command) as port, serial.Serial(port, 115200, timeout=5) as line:
+        line.write(wire.encode(wire.IdentifyRequest(1)))
+        reply = wire.decode(line.read_until(b"\n"))
+        assert isinstance(reply, wire.IdentifyReply)
+        said = _first_identity(device_command).fullmatch(reply.text)
+        assert said is not None, reply
+        firmware = python_firmware(_identity(device_command), said[1], 1)
         for stream in streams:
             # as the simulator's serve() does, on one link that lives across the streams
             link.receive_data(stream)
@@ -691,6 +974,61 @@ def test_harness_refuses_what_it_cannot_run(avr_build: Path, tmp_path: Path) -> 
     assert done.stderr.startswith("usage: regdev-simavr [--link PATH]")
 
 
+@pytest.mark.timeout(120)
+def test_a_board_without_an_id_draws_one_and_keeps_it_in_eeprom(avr_build: Path,
+                                                                tmp_path: Path) -> None:
+    """An erased EEPROM (a new chip): the firmware draws an id at its first start (from the
+    watchdog's jitter: in simavr, which is cycle-exact, always the same one) and writes it,
+    the start count and the magic; the next start says the same id and the next count. A
+    board without --eeprom is a new board each run, with an id of its own."""
+    eeprom = tmp_path / "uno.eeprom"
+    eeprom.write_bytes(b"\xff" * 1024)
+    with harness(avr_build, "--eeprom", str(eeprom)) as (port, _):
+        device_id, epoch = say(port)
+    assert device_id is not None and re.fullmatch(r"[0-9A-F]{8}", device_id)
+    assert epoch == "00010000"
+    kept = eeprom.read_bytes()
+    assert len(kept) == 1024 and kept[10:] == b"\xff" * 1014
+    assert kept[:10] == b"RDv1" + bytes.fromhex(device_id) + b"\x01\x00"
+    with harness(avr_build, "--eeprom", str(eeprom)) as (port, _):
+        assert say(port) == (device_id, "00020000")
+    assert eeprom.read_bytes()[8:10] == b"\x02\x00"
+    ids = set()
+    for _ in range(2):
+        with harness(avr_build) as (port, _):
+            new_id, epoch = say(port)
+            assert epoch == "00010000" and new_id not in (None, device_id)
+            ids.add(new_id)
+    assert len(ids) == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--id", "5F3A9C01"], "--id needs --eeprom FILE (a board that keeps its id keeps its start "
+                           "count, or a restart says old epochs again)"),
+    (["--eeprom", "{new}", "--id", "BENCH7"], "--id: expected 8 hex digits 0-9 A-F (what the "
+                                              "EEPROM keeps), got `BENCH7`"),
+    (["--eeprom", "{kept}", "--id", "12345678"], "the EEPROM file {kept} holds id 5F3A9C01, not "
+                                                 "the --id given"),
+    (["--eeprom", "{short}"], "the EEPROM file {short} is not 1024 bytes (the MCU's EEPROM)"),
+])
+def test_harness_refuses_an_eeprom_it_cannot_keep(avr_build: Path, tmp_path: Path,
+                                                  argv: list[str], message: str) -> None:
+    """One line on stderr, exit 2, nothing run, no file made or changed."""
+    names = {"new": tmp_path / "new.eeprom", "kept": tmp_path / "kept.eeprom",
+             "short": tmp_path / "short.eeprom"}
+    kept = b"RDv1" + bytes.fromhex("5F3A9C01") + b"\x03\x00" + b"\xff" * 1014
+    names["kept"].write_bytes(kept)
+    names["short"].write_bytes(b"\xff" * 512)
+    done = subprocess.run([str(avr_build / "sim" / "regdev-simavr"),
+                           *(arg.format(**names) for arg in argv),
+                           str(avr_build / "avr" / "regdev-uno.elf")],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"regdev-simavr: error: {message.format(**names)}\n"
+    assert not names["new"].exists() and names["kept"].read_bytes() == kept
+    assert names["short"].read_bytes() == b"\xff" * 512
+
+
 def test_host_build_link_and_usage(host_build: Path, tmp_path: Path) -> None:
     """The host build prints --link's path and keeps the link while it serves; an unknown
     argument is a usage error (exit 2)."""
@@ -700,26 +1038,172 @@ def test_host_build_link_and_usage(host_build: Path, tmp_path: Path) -> None:
         assert port == str(link) and os.readlink(link).startswith("/dev/pts/")
         with serial.Serial(port, 115200, timeout=5) as line:
             line.write(wire.encode(wire.IdentifyRequest(4)))
-            assert wire.decode(line.read_until(b"\n")) == wire.IdentifyReply(4, HOST_IDENTITY)
+            reply = wire.decode(line.read_until(b"\n"))
+            assert isinstance(reply, wire.IdentifyReply) and reply.seq == 4
+            assert _first_identity([program]).fullmatch(reply.text), reply
     assert not link.is_symlink()
     done = subprocess.run([program, "--fault"], capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.endswith("error: unexpected argument `--fault`\n")
 
 
+def say(port: str) -> tuple[str | None, str | None]:
+    """The id and epoch the device on ``port`` says to identify."""
+    with serial.Serial(port, 115200, timeout=5) as line:
+        line.write(wire.encode(wire.IdentifyRequest(7)))
+        reply = wire.decode(line.read_until(b"\n"))
+    assert isinstance(reply, wire.IdentifyReply), reply
+    return reply.device_id, reply.epoch
+
+
+def test_host_build_keeps_its_id_and_start_count_in_its_state_file(host_build: Path,
+                                                                   tmp_path: Path) -> None:
+    """--state FILE: a new FILE takes --id; each start counts one more in it (a restart is a
+    power cycle: same id, a new epoch); without --state, a random id each run, start count
+    1."""
+    program = str(host_build / "host" / "regdev-firmware-host")
+    state = tmp_path / "uno.state"
+    with serving([program, "--state", str(state), "--id", "BENCH7"]) as port:
+        assert say(port) == ("BENCH7", "00010000")
+    assert state.read_text() == "BENCH7 1\n"
+    with serving([program, "--state", str(state)]) as port:
+        assert say(port) == ("BENCH7", "00020000")
+    with serving([program, "--state", str(state), "--id", "BENCH7"]) as port:
+        assert say(port) == ("BENCH7", "00030000")
+    assert state.read_text() == "BENCH7 3\n"
+    state.write_text("BENCH7 65535\n")
+    with serving([program, "--state", str(state)]) as port:
+        assert say(port) == ("BENCH7", "00000000")  # the 16-bit count wraps
+    ids = set()
+    for _ in range(2):
+        with serving([program]) as port:
+            device_id, epoch = say(port)
+            assert epoch == "00010000" and device_id is not None
+            assert re.fullmatch(r"[0-9A-F]{8}", device_id)
+            ids.add(device_id)
+    assert len(ids) == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--id", "BENCH7"], "--id needs --state FILE (a device that keeps its id keeps its start "
+                         "count, or a restart says old epochs again)"),
+    (["--state", "{state}", "--id", "bench7"],
+     "--id: expected 1..16 characters of 0-9 and A-Z, got `bench7`"),
+    (["--state", "{state}", "--id", "OTHER"], "the state file {state} is device BENCH7's, not "
+                                              "OTHER"),
+    (["--state", "{bad}"], 'the state file {bad} is not "ID COUNT" (an id of 1..16 of 0-9 and '
+                           'A-Z, a count 0..65535)'),
+    (["--state", "{missing}/x"], "cannot write the state file {missing}/x: No such file or "
+                                 "directory"),
+])
+def test_host_build_refuses_a_state_it_cannot_keep(host_build: Path, tmp_path: Path,
+                                                   argv: list[str], message: str) -> None:
+    """One line on stderr, exit 2, nothing served, the state file untouched."""
+    names = {"state": tmp_path / "uno.state", "bad": tmp_path / "bad.state",
+             "missing": tmp_path / "missing"}
+    names["state"].write_text("BENCH7 3\n")
+    names["bad"].write_text("BENCH7 70000\n")
+    done = subprocess.run([str(host_build / "host" / "regdev-firmware-host"),
+                           *(arg.format(**names) for arg in argv)],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"regdev-firmware-host: error: {message.format(**names)}\n"
+    assert names["state"].read_text() == "BENCH7 3\n"
+
+
+@pytest.fixture(params=["host", "avr"])
+def restartable(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+    """The command serving the C firmware as one device across restarts: the host build with
+    a state file, or the Uno image in simavr with an EEPROM file (a restart is a power
+    cycle), id 5F3A9C01."""
+    if request.param == "host":
+        build: Path = request.getfixturevalue("host_build")
+        return [str(build / "host" / "regdev-firmware-host"), "--state",
+                str(tmp_path / "device.state"), "--id", DEVICE_ID]
+    need("avr")
+    return [sys.executable, str(SIM), "--avr", "--eeprom", str(tmp_path / "uno.eeprom"),
+            "--device-id", DEVICE_ID]
+
+
+def replay_keyed(capsys: pytest.CaptureFixture[str], calls: Path, port: str,
+                 *extra: str) -> tuple[dict[str, object], list[int]]:
+    """``regdev replay CALLS --json --port PORT``: the first call's outcome, the registers."""
+    status, out, err = run(capsys, "replay", str(calls), "--json", "--port", port,
+                           "--timeout", "2", *extra)
+    assert status == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    return lines[0], lines[-1]["registers"]
+
+
+@pytest.mark.timeout(180)
+def test_keyed_writes_are_replayed_until_a_reset_or_a_restart(
+        capsys: pytest.CaptureFixture[str], restartable: list[str], tmp_path: Path,
+        audit_path: Path) -> None:
+    """regdev's idempotency keys against the C firmware: a keyed write sent again is answered
+    `replay: true` from the audit log while the device says the same id and epoch; a reset
+    (Z, through regdev) and a restart of the device (a power cycle: the host build's state
+    file, the Uno's EEPROM in simavr) each begin a new epoch, after which the write runs
+    again, and is replayed again after that."""
+    calls = tmp_path / "write.jsonl"
+    calls.write_text(json.dumps({"raw": json.dumps(
+        {"tool": "write_register", "arguments": {"addr": 3, "data": 0xC8},
+         "idempotency_key": "op-1"})}) + "\n")
+    reset = tmp_path / "read.jsonl"
+    reset.write_text(json.dumps({"raw": json.dumps(
+        {"tool": "read_register", "arguments": {"addr": 3}})}) + "\n")
+    ran = ({"ok": True, "replay": False}, 0xC8)
+    replayed = ({"ok": True, "replay": True}, 0xC8)
+
+    def outcome(*extra: str) -> tuple[dict[str, object], int]:
+        first, registers = replay_keyed(capsys, calls, port, *extra)
+        return {key: first[key] for key in ("ok", "replay")}, registers[3]
+
+    with serving(restartable) as port:
+        assert say(port) == (DEVICE_ID, "00010000")
+        assert outcome() == ran
+        assert outcome() == replayed
+        _, registers = replay_keyed(capsys, reset, port, "--reset")
+        assert registers == [0] * 16 and say(port) == (DEVICE_ID, "00010001")
+        assert outcome() == ran
+        assert outcome() == replayed
+    with serving(restartable) as port:  # power cycled: registers 0, the next start count
+        assert say(port) == (DEVICE_ID, "00020000")
+        assert outcome() == ran
+        assert outcome() == replayed
+    epochs = [(record.device, record.device_epoch) for record in read_audit(audit_path)
+              if record.tool == "write_register"]
+    assert epochs == [(DEVICE_ID, "00010000")] * 2 + [(DEVICE_ID, "00010001")] * 2 + [
+        (DEVICE_ID, "00020000")] * 2
+
+
 # --- regdev firmware-sim --avr --------------------------------------------------------------------
 
 
 def test_firmware_sim_avr_refuses_simulator_options(capsys: pytest.CaptureFixture[str]) -> None:
-    """--avr runs the C firmware as built: faults, --seed or --identity with it are a usage
-    error (exit 2), and --avr goes with --pty/--tcp no more than they go together."""
+    """--avr runs the C firmware as built: faults, --seed, --identity or --plain-identify with
+    it are a usage error (exit 2), and --avr goes with --pty/--tcp no more than they go
+    together; --device-id goes with --avr only with --eeprom, and is then 8 hex digits (what
+    the EEPROM keeps); --eeprom goes with --avr only."""
     for extra, named in ((["--fault", "drop=0.5"], "--fault"), (["--seed", "3"], "--seed"),
-                         (["--identity", "x"], "--identity")):
+                         (["--identity", "x"], "--identity"),
+                         (["--plain-identify"], "--plain-identify")):
         with pytest.raises(SystemExit) as info:
             main(["firmware-sim", "--avr", *extra])
         assert info.value.code == 2
         assert (f"{named} cannot go with --avr: the C firmware runs as built, without faults, "
                 "with its own identity") in capsys.readouterr().err
+    for argv, message in (
+            (["--avr", "--device-id", "5F3A9C01"],
+             "--device-id with --avr needs --eeprom FILE: a board that keeps its id keeps its "
+             "start count, or a restart says old epochs again"),
+            (["--avr", "--eeprom", "uno.eeprom", "--device-id", "BENCH7"],
+             "--device-id with --avr: expected 8 hex digits 0-9 A-F (what the Uno keeps in "
+             "EEPROM), got 'BENCH7'"),
+            (["--pty", "--eeprom", "uno.eeprom"], "--eeprom goes with --avr (the Uno's EEPROM)")):
+        with pytest.raises(SystemExit) as info:
+            main(["firmware-sim", *argv])
+        assert info.value.code == 2
+        assert capsys.readouterr().err.endswith(f"error: {message}\n")
     with pytest.raises(SystemExit):
         main(["firmware-sim", "--avr", "--pty"])
     assert "not allowed with argument" in capsys.readouterr().err
@@ -737,6 +1221,32 @@ def test_firmware_sim_avr_names_the_missing_tools(tmp_path: Path) -> None:
         "libelf-dev)\n")
 
 
+@pytest.mark.timeout(240)
+def test_firmware_sim_avr_serves_a_register_map(capsys: pytest.CaptureFixture[str],
+                                               sensor_json: Path) -> None:
+    """`firmware-sim --avr --map FILE` builds the Uno image with that map (in a build folder
+    of its own) and runs it in simavr: examples/sensor-calls.jsonl (every access kind, block
+    and masked writes) replayed through regdev over the pty meets every expectation, as in
+    process, and leaves the registers the in-process replay leaves."""
+    need("avr")
+    calls = str(EXAMPLES / "sensor-calls.jsonl")
+    with sim_process("--avr", "--map", str(sensor_json)) as (port, _):
+        with serial.Serial(port, 115200, timeout=5) as line:
+            line.write(wire.encode(wire.IdentifyRequest(1)))
+            reply = wire.decode(line.read_until(b"\n"))
+        assert isinstance(reply, wire.IdentifyReply)
+        assert wire.split_identify_text(reply.text)[0] == "regdev C/uno sensor"
+        status, out, err = run(capsys, "replay", "--no-audit", "--json", "--port", port,
+                               "--timeout", "2", "--map", str(sensor_json), calls)
+    assert (status, err) == (0, "")
+    on_the_uno = [json.loads(line) for line in out.splitlines()]
+    status, out, _ = run(capsys, "replay", "--no-audit", "--json", "--map", str(sensor_json),
+                         calls)
+    assert on_the_uno == [json.loads(line) for line in out.splitlines()]
+    assert all(line["expect_met"] for line in on_the_uno[:-1])
+    assert len(on_the_uno) > 10
+
+
 @pytest.mark.timeout(120)
 def test_firmware_sim_avr_rebuilds_after_a_source_change(tmp_path: Path) -> None:
     """--avr builds what is out of date before it runs: a touched source is compiled again."""
@@ -747,7 +1257,9 @@ def test_firmware_sim_avr_rebuilds_after_a_source_change(tmp_path: Path) -> None
     os.utime(source)
     with sim_process("--avr") as (port, _), serial.Serial(port, 115200, timeout=5) as line:
         line.write(wire.encode(wire.IdentifyRequest(1)))
-        assert wire.decode(line.read_until(b"\n")) == wire.IdentifyReply(1, UNO_IDENTITY)
+        reply = wire.decode(line.read_until(b"\n"))
+        assert isinstance(reply, wire.IdentifyReply)
+        assert _first_identity(["--avr"]).fullmatch(reply.text), reply
     assert image.stat().st_mtime_ns > before
     assert harness_path.is_file()
 

@@ -3,15 +3,23 @@
  * Bytes are received by the USART's RX interrupt into a ring buffer; the main loop feeds
  * them to the core and sends each reply with the transmitter polled (a reply is at most 64
  * bytes, 5.6 ms at 115200 baud, while the ring keeps receiving). With nothing to do the CPU
- * sleeps in idle mode (the USART runs on; its RX interrupt wakes it). No Arduino core, no
- * timers: flash it with avrdude (docs/firmware.md).
+ * sleeps in idle mode (the USART runs on; its RX interrupt wakes it). No Arduino core: flash
+ * it with avrdude (docs/firmware.md).
+ *
+ * Who it is and when it last started over (docs/protocol.md): its id is kept in EEPROM, and
+ * so is a count of its starts, incremented at every start before the first reply; the core
+ * counts the resets (Z) since. The identify text says "id=<8 hex digits> epoch=BBBBRRRR". A
+ * chip whose EEPROM holds no id (eeprom_layout.h) draws one at its first start, from the
+ * jitter between the watchdog's own oscillator and the crystal (about a second, once).
  */
+#include <avr/eeprom.h>
 #include <avr/interrupt.h>
 #include <avr/io.h>
 #include <avr/sleep.h>
 #include <avr/wdt.h>
 #include <stdint.h>
 
+#include "eeprom_layout.h"
 #include "regdev_core.h"
 
 #define BAUD 115200UL
@@ -41,6 +49,78 @@ ISR(USART_RX_vect)
     }
 }
 
+/* --- who it is: the id and the start count in EEPROM ------------------------------------- */
+
+#define EE_BYTE(at) ((uint8_t *)(uintptr_t)(at))
+#define EE_WORD(at) ((uint16_t *)(uintptr_t)(at))
+
+static volatile uint8_t jitter, jitter_fresh;
+
+ISR(WDT_vect)
+{
+    jitter = TCNT1L;
+    jitter_fresh = 1;
+    /* The chip keeps WDIE in interrupt mode; simavr 1.6 clears it as the interrupt is taken
+     * (as the chip does only in interrupt-and-reset mode): set it again. */
+    WDTCSR |= _BV(WDIE);
+}
+
+/* 4 bytes drawn from Timer 1 (at the CPU clock, from the crystal) read at 64 watchdog
+ * interrupts (every 16 ms, from the watchdog's own 128 kHz RC oscillator): how many cycles
+ * each interval takes jitters, and the low bits of the count with it. Each byte takes 16
+ * samples, rotated one bit between them. */
+static void draw_id(uint8_t id[REGDEV_EE_ID_BYTES])
+{
+    uint8_t i;
+    TCCR1B = _BV(CS10);
+    cli();
+    wdt_reset();
+    WDTCSR = _BV(WDCE) | _BV(WDE);
+    WDTCSR = _BV(WDIE); /* interrupt only, no reset; 16 ms */
+    sei();
+    for (i = 0; i < 64u; i++) {
+        uint8_t *byte = &id[i & (REGDEV_EE_ID_BYTES - 1u)];
+        while (!jitter_fresh)
+            ;
+        jitter_fresh = 0;
+        *byte = (uint8_t)(((*byte << 1) | (*byte >> 7)) ^ jitter);
+    }
+    wdt_disable();
+    TCCR1B = 0;
+}
+
+/* The id (as 8 hex digits into `text`) and this start's count, made new in EEPROM. */
+static uint16_t start_count(char text[2u * REGDEV_EE_ID_BYTES + 1u])
+{
+    uint8_t id[REGDEV_EE_ID_BYTES] = {0, 0, 0, 0}, i;
+    uint16_t starts;
+    if (eeprom_read_dword((const uint32_t *)(uintptr_t)REGDEV_EE_MAGIC_AT) != REGDEV_EE_MAGIC) {
+        draw_id(id);
+        eeprom_update_block(id, EE_BYTE(REGDEV_EE_ID_AT), sizeof id);
+        eeprom_update_word(EE_WORD(REGDEV_EE_STARTS_AT), 0);
+        eeprom_update_dword((uint32_t *)(uintptr_t)REGDEV_EE_MAGIC_AT, REGDEV_EE_MAGIC);
+    }
+    eeprom_read_block(id, EE_BYTE(REGDEV_EE_ID_AT), sizeof id);
+    for (i = 0; i < 2u * REGDEV_EE_ID_BYTES; i++) {
+        uint8_t nibble = (uint8_t)((i & 1u) ? id[i >> 1] & 15u : id[i >> 1] >> 4);
+        text[i] = (char)(nibble < 10u ? '0' + nibble : 'A' - 10 + nibble);
+    }
+    text[2u * REGDEV_EE_ID_BYTES] = 0;
+    starts = (uint16_t)(eeprom_read_word(EE_WORD(REGDEV_EE_STARTS_AT)) + 1u);
+    eeprom_update_word(EE_WORD(REGDEV_EE_STARTS_AT), starts);
+    return starts;
+}
+
+/* The core's new start count, when its reset count passed FFFF. */
+uint16_t regdev_core_next_start(uint16_t starts)
+{
+    starts = (uint16_t)(starts + 1u);
+    eeprom_update_word(EE_WORD(REGDEV_EE_STARTS_AT), starts);
+    return starts;
+}
+
+/* --- the line ------------------------------------------------------------------------------ */
+
 static void usart_init(void)
 {
     /* UCSR0A (U2X0) before UBRR0: simavr 1.6 takes the bit time from U2X0 as it is when UBRR0L
@@ -66,15 +146,18 @@ static void send(const uint8_t *data, uint8_t n)
 
 int main(void)
 {
+    char id[2u * REGDEV_EE_ID_BYTES + 1u];
+    uint16_t starts;
     MCUSR = 0; /* a watchdog reset (a bootloader's way to start the sketch) leaves it on */
     wdt_disable();
-    regdev_core_init(&core);
-    usart_init();
+    usart_init(); /* receiving from now on: a frame sent meanwhile waits in the ring */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wconversion" /* avr-libc's macro, on a uint8_t register */
     set_sleep_mode(SLEEP_MODE_IDLE);
 #pragma GCC diagnostic pop
     sei();
+    starts = start_count(id); /* before the first reply */
+    regdev_core_init(&core, id, starts);
     for (;;) {
         uint8_t byte, n;
         cli();

@@ -1,12 +1,21 @@
 /* The C firmware on a POSIX host: the portable core served on a pseudo-terminal.
  *
- *     regdev-firmware-host [--link PATH] [-v]
+ *     regdev-firmware-host [--link PATH] [--state FILE [--id ID]] [-v]
  *
  * Like `regdev firmware-sim --pty`: the first line of standard output is the port to open
  * (the pty's path, or PATH with --link, a symlink to it), flushed; then it answers requests
  * until interrupted (SIGINT, SIGTERM or SIGHUP: exit 0). -v logs every byte string read and
- * every reply on stderr. When the pty or the link cannot be made, or standard output cannot
- * be written: one line on stderr, exit status 2.
+ * every reply on stderr. When the pty, the link or the state file cannot be made, or standard
+ * output cannot be written: one line on stderr, exit status 2.
+ *
+ * Its identify text ends with "id=ID epoch=BBBBRRRR" (docs/protocol.md): BBBB counts starts,
+ * RRRR resets since. --state FILE keeps what the Uno keeps in EEPROM, the id and the start
+ * count (one line, "ID COUNT", the count as a decimal 0..65535), so that a restart is a power
+ * cycle of the same device: same id, next start count. A new FILE takes --id ID (1..16 of 0-9
+ * and A-Z) or 8 random hex digits; an existing one keeps its id (--id, if given, must match).
+ * Without --state the id is 8 random hex digits and the start count 1: a new device each run
+ * (--id without --state is refused: a fixed id would say the same epochs again after a
+ * restart).
  *
  * It keeps the pty's slave end open itself, so a host may close and reopen the port.
  */
@@ -26,6 +35,8 @@
 
 static volatile sig_atomic_t stop;
 static const char *link_path;
+static const char *state_path;
+static char device_id[REGDEV_MAX_ID + 1];
 
 static void on_signal(int number)
 {
@@ -39,6 +50,119 @@ static int fail(const char *what, const char *detail)
     if (link_path)
         unlink(link_path);
     return 2;
+}
+
+/* A device id: 1..16 characters of 0-9 and A-Z. */
+static int is_id(const char *text)
+{
+    size_t n = strspn(text, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+    return n >= 1 && n <= REGDEV_MAX_ID && text[n] == 0;
+}
+
+/* 8 random upper-case hex digits into device_id; -1 (errno set) when none can be drawn. */
+static int draw_id(void)
+{
+    unsigned char bytes[4];
+    FILE *random;
+    size_t got;
+    errno = 0;
+    random = fopen("/dev/urandom", "rb");
+    got = random ? fread(bytes, 1, sizeof bytes, random) : 0;
+    if (random)
+        fclose(random);
+    if (got != sizeof bytes) {
+        if (!errno)
+            errno = EIO;
+        return -1;
+    }
+    snprintf(device_id, sizeof device_id, "%02X%02X%02X%02X", bytes[0], bytes[1], bytes[2],
+             bytes[3]);
+    return 0;
+}
+
+/* Write "ID COUNT" to the state file (through FILE.new and a rename); -1 with errno set. */
+static int save_state(uint16_t starts)
+{
+    char temporary[4096];
+    FILE *out;
+    if (snprintf(temporary, sizeof temporary, "%s.new", state_path) >= (int)sizeof temporary) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    out = fopen(temporary, "w");
+    if (!out)
+        return -1;
+    if (fprintf(out, "%s %u\n", device_id, (unsigned)starts) < 0 || fclose(out) != 0) {
+        int error = errno;
+        unlink(temporary);
+        errno = error;
+        return -1;
+    }
+    return rename(temporary, state_path);
+}
+
+/* The core's new start count, when its reset count passed FFFF: kept in the state file, or
+ * this device stops (it cannot keep its epochs new). */
+uint16_t regdev_core_next_start(uint16_t starts)
+{
+    starts = (uint16_t)(starts + 1u);
+    if (state_path && save_state(starts) < 0) {
+        fprintf(stderr, "regdev-firmware-host: error: cannot write the state file %s: %s\n",
+                state_path, strerror(errno));
+        if (link_path)
+            unlink(link_path);
+        exit(2);
+    }
+    return starts;
+}
+
+/* This start's count: the state file's plus one (1 for a new file), its id into device_id
+ * (`wanted`, or the file's, or drawn); -1 and a message in `why` on failure. */
+static long load_state(const char *wanted, char *why, size_t size)
+{
+    FILE *in;
+    unsigned long count = 0;
+    char text[64], id[REGDEV_MAX_ID + 2], extra;
+    if (!state_path) {
+        if (draw_id() < 0) {
+            snprintf(why, size, "cannot draw an id from /dev/urandom: %s", strerror(errno));
+            return -1;
+        }
+        return 1;
+    }
+    in = fopen(state_path, "r");
+    if (!in && errno != ENOENT) {
+        snprintf(why, size, "cannot read the state file %s: %s", state_path, strerror(errno));
+        return -1;
+    }
+    if (in) {
+        int fields;
+        char *line = fgets(text, sizeof text, in);
+        fclose(in);
+        fields = line ? sscanf(text, "%17s %lu%c", id, &count, &extra) : 0;
+        if (fields != 3 || extra != '\n' || !is_id(id) || count > 0xFFFFu) {
+            snprintf(why, size, "the state file %s is not \"ID COUNT\" (an id of 1..16 of "
+                     "0-9 and A-Z, a count 0..65535)", state_path);
+            return -1;
+        }
+        if (wanted && strcmp(wanted, id) != 0) {
+            snprintf(why, size, "the state file %s is device %s's, not %s", state_path, id,
+                     wanted);
+            return -1;
+        }
+        memcpy(device_id, id, strlen(id) + 1);
+    } else if (wanted) {
+        memcpy(device_id, wanted, strlen(wanted) + 1);
+    } else if (draw_id() < 0) {
+        snprintf(why, size, "cannot draw an id from /dev/urandom: %s", strerror(errno));
+        return -1;
+    }
+    count = (count + 1u) & 0xFFFFu;
+    if (save_state((uint16_t)count) < 0) {
+        snprintf(why, size, "cannot write the state file %s: %s", state_path, strerror(errno));
+        return -1;
+    }
+    return (long)count;
 }
 
 static void show(const char *arrow, const unsigned char *data, size_t n)
@@ -75,19 +199,42 @@ int main(int argc, char **argv)
     struct sigaction action;
     struct termios tio;
     const char *slave_path;
-    char temporary[4096];
+    char temporary[4096], why[4200];
+    const char *wanted = NULL;
     int verbose = 0, master, slave, i;
+    long starts;
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--link") == 0 && i + 1 < argc) {
             link_path = argv[++i];
+        } else if (strcmp(argv[i], "--state") == 0 && i + 1 < argc) {
+            state_path = argv[++i];
+        } else if (strcmp(argv[i], "--id") == 0 && i + 1 < argc) {
+            wanted = argv[++i];
         } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
             verbose = 1;
         } else {
-            fprintf(stderr, "usage: regdev-firmware-host [--link PATH] [-v]\n"
-                            "regdev-firmware-host: error: unexpected argument `%s`\n", argv[i]);
+            fprintf(stderr, "usage: regdev-firmware-host [--link PATH] [--state FILE [--id ID]] "
+                            "[-v]\nregdev-firmware-host: error: unexpected argument `%s`\n",
+                    argv[i]);
             return 2;
         }
+    }
+    if (wanted && !is_id(wanted)) {
+        fprintf(stderr, "regdev-firmware-host: error: --id: expected 1..16 characters of 0-9 "
+                        "and A-Z, got `%s`\n", wanted);
+        return 2;
+    }
+    if (wanted && !state_path) {
+        fprintf(stderr, "regdev-firmware-host: error: --id needs --state FILE (a device that "
+                        "keeps its id keeps its start count, or a restart says old epochs "
+                        "again)\n");
+        return 2;
+    }
+    starts = load_state(wanted, why, sizeof why);
+    if (starts < 0) {
+        fprintf(stderr, "regdev-firmware-host: error: %s\n", why);
+        return 2;
     }
 
     master = posix_openpt(O_RDWR | O_NOCTTY);
@@ -124,7 +271,7 @@ int main(int argc, char **argv)
     if (printf("%s\n", link_path ? link_path : slave_path) < 0 || fflush(stdout) != 0)
         return fail("cannot write the port to standard output", strerror(errno));
 
-    regdev_core_init(&core);
+    regdev_core_init(&core, device_id, (uint16_t)starts);
     while (!stop) {
         unsigned char buffer[256];
         ssize_t n = read(master, buffer, sizeof buffer);

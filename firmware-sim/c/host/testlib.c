@@ -5,6 +5,16 @@
 
 #include "regdev_core.h"
 
+/* How many times the core asked for a new start count (regdev_core_next_start). */
+unsigned long regdev_test_next_starts;
+
+/* The platform's new start count after `starts`: one more (a test has no EEPROM). */
+uint16_t regdev_core_next_start(uint16_t starts)
+{
+    regdev_test_next_starts++;
+    return (uint16_t)(starts + 1u);
+}
+
 /* sizeof(regdev_core_t), for a caller that allocates it. */
 size_t regdev_test_core_size(void)
 {
@@ -27,12 +37,20 @@ long regdev_test_feed_all(regdev_core_t *core, const uint8_t *in, size_t n, uint
     return (long)used;
 }
 
-/* The register file as it is held (reserved bits included, for white-box checks). */
+/* How many registers the map has. */
+size_t regdev_test_register_count(void)
+{
+    return REGDEV_REGISTER_COUNT;
+}
+
+/* The registers as they are held, in address order (write-only bits included, for
+ * white-box checks). */
 void regdev_test_registers(const regdev_core_t *core, uint8_t out[REGDEV_REGISTER_COUNT])
 {
     memcpy(out, core->regs, REGDEV_REGISTER_COUNT);
 }
 
+/* The identify text's description, as compiled in. */
 const char *regdev_test_identity(void)
 {
     return regdev_identity;

@@ -1,7 +1,7 @@
 /* Run an AVR image in simavr with USART0 bridged to a pseudo-terminal.
  *
- *     regdev-simavr [--link PATH] [--stats] [-v] [--poll-us N] [--mcu NAME] [--freq HZ]
- *                   IMAGE.elf
+ *     regdev-simavr [--link PATH] [--eeprom FILE [--id ID]] [--stats] [-v] [--poll-us N]
+ *                   [--mcu NAME] [--freq HZ] IMAGE.elf
  *
  * Like `regdev firmware-sim --pty`: the first line of standard output is the port to open
  * (the pty's path, or PATH with --link, a symlink to it), flushed; then the image runs, in
@@ -13,6 +13,16 @@
  * .mmcu section when it has one, else from --mcu (atmega328p) and --freq (16000000).
  * Failures: one line on stderr, exit status 2 (cannot start) or 1 (the image crashed or
  * stopped).
+ *
+ * The EEPROM is the board's: the firmware keeps its id and its start count there
+ * (avr/eeprom_layout.h). --eeprom FILE keeps it in FILE (its bytes, as many as the MCU has),
+ * loaded at start and saved whenever the image changed it (checked every simulated
+ * millisecond, and at exit), so that a restart is a power cycle of the same board: same id, next start count,
+ * a new epoch. A FILE that does not exist yet is a new board whose id a programmer wrote:
+ * --id ID (8 hex digits) or 8 random ones; an existing FILE keeps its id (--id must match). A
+ * FILE without an id (an erased chip's FF) is a board the firmware draws its own id on.
+ * Without --eeprom the EEPROM lasts the run, with a random id: a new board each run (--id
+ * without --eeprom is refused: a fixed id would say the same epochs again after a restart).
  *
  * It uses simavr 1.6's uart_pty part (libsimavrparts), minding how that version behaves:
  * - avr_make_mcu_by_name leaves the clock at 1 MHz: the frequency is set before the image runs
@@ -41,7 +51,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "avr_eeprom.h"
 #include "avr_uart.h"
+#include "eeprom_layout.h"
 #include "sim_avr.h"
 #include "sim_elf.h"
 #include "sim_time.h"
@@ -127,6 +139,113 @@ static avr_cycle_count_t poll_bridge(avr_t *avr, avr_cycle_count_t when, void *p
     return when + poll_cycles;
 }
 
+/* --eeprom: the board's EEPROM in a file. */
+static const char *eeprom_path;
+static uint8_t *eeprom_live, *eeprom_saved;
+static uint32_t eeprom_size;
+
+/* Write the EEPROM to its file (through FILE.new and a rename) if it changed since the last
+ * time; -1 with errno set when it cannot be written. */
+static int save_eeprom(int force)
+{
+    char temporary[4096];
+    FILE *out;
+    if (!eeprom_path || (!force && memcmp(eeprom_live, eeprom_saved, eeprom_size) == 0))
+        return 0;
+    if (snprintf(temporary, sizeof temporary, "%s.new", eeprom_path) >= (int)sizeof temporary) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    out = fopen(temporary, "wb");
+    if (!out)
+        return -1;
+    if (fwrite(eeprom_live, 1, eeprom_size, out) != eeprom_size || fclose(out) != 0) {
+        int error = errno;
+        unlink(temporary);
+        errno = error;
+        return -1;
+    }
+    if (rename(temporary, eeprom_path) < 0)
+        return -1;
+    memcpy(eeprom_saved, eeprom_live, eeprom_size);
+    return 0;
+}
+
+static int eeprom_failed;
+static avr_cycle_count_t eeprom_cycles;
+static avr_cycle_count_t poll_eeprom(avr_t *avr, avr_cycle_count_t when, void *param)
+{
+    (void)avr;
+    (void)param;
+    if (save_eeprom(0) < 0) {
+        eeprom_failed = errno ? errno : EIO;
+        stop = 1; /* the board cannot keep its start count: it stops */
+    }
+    return when + eeprom_cycles;
+}
+
+/* 8 upper-case hex digits: an id the EEPROM can hold (4 bytes). */
+static int parse_id(const char *text, uint8_t id[REGDEV_EE_ID_BYTES])
+{
+    unsigned i;
+    if (strlen(text) != 2u * REGDEV_EE_ID_BYTES || strspn(text, "0123456789ABCDEF") != strlen(text))
+        return -1;
+    for (i = 0; i < REGDEV_EE_ID_BYTES; i++) {
+        char pair[3] = {text[2 * i], text[2 * i + 1], 0};
+        id[i] = (uint8_t)strtoul(pair, NULL, 16);
+    }
+    return 0;
+}
+
+/* Load the EEPROM (`ee`, `size` bytes, erased) from --eeprom's file (0), or program a new
+ * board: the magic, `id` (or random bytes when `wanted` is 0), start count 0 (1); -1 and
+ * `why` when it cannot. */
+static int setup_eeprom(uint8_t *ee, uint32_t size, int wanted, const uint8_t *id, char *why,
+                        size_t why_size)
+{
+    uint8_t drawn[REGDEV_EE_ID_BYTES];
+    uint32_t magic = REGDEV_EE_MAGIC;
+    FILE *in = eeprom_path ? fopen(eeprom_path, "rb") : NULL;
+    if (in) {
+        size_t got = fread(ee, 1, size, in);
+        int more = fgetc(in) != EOF;
+        fclose(in);
+        if (got != size || more) {
+            snprintf(why, why_size, "the EEPROM file %s is not %lu bytes (the %s's EEPROM)",
+                     eeprom_path, (unsigned long)size, "MCU");
+            return -1;
+        }
+        if (wanted && memcmp(ee + REGDEV_EE_MAGIC_AT, &magic, 4) == 0 &&
+            memcmp(ee + REGDEV_EE_ID_AT, id, REGDEV_EE_ID_BYTES) != 0) {
+            snprintf(why, why_size, "the EEPROM file %s holds id %02X%02X%02X%02X, not the "
+                     "--id given", eeprom_path, ee[REGDEV_EE_ID_AT], ee[REGDEV_EE_ID_AT + 1],
+                     ee[REGDEV_EE_ID_AT + 2], ee[REGDEV_EE_ID_AT + 3]);
+            return -1;
+        }
+        return 0;
+    }
+    if (eeprom_path && errno != ENOENT) {
+        snprintf(why, why_size, "cannot read the EEPROM file %s: %s", eeprom_path,
+                 strerror(errno));
+        return -1;
+    }
+    if (!wanted) {
+        FILE *random = fopen("/dev/urandom", "rb");
+        size_t got = random ? fread(drawn, 1, sizeof drawn, random) : 0;
+        if (random)
+            fclose(random);
+        if (got != sizeof drawn) {
+            snprintf(why, why_size, "cannot draw an id from /dev/urandom");
+            return -1;
+        }
+        id = drawn;
+    }
+    memcpy(ee + REGDEV_EE_MAGIC_AT, &magic, 4); /* little-endian, as the AVR reads it */
+    memcpy(ee + REGDEV_EE_ID_AT, id, REGDEV_EE_ID_BYTES);
+    ee[REGDEV_EE_STARTS_AT] = ee[REGDEV_EE_STARTS_AT + 1] = 0;
+    return 1;
+}
+
 static double seconds(clockid_t clock)
 {
     struct timespec now;
@@ -147,12 +266,24 @@ int main(int argc, char **argv)
     char temporary[4096];
     double wall0, cpu0;
     uint64_t cycle0;
-    int state = cpu_Running;
+    int state = cpu_Running, wanted = 0;
+    uint8_t id[REGDEV_EE_ID_BYTES];
+    avr_eeprom_desc_t eeprom;
+    char why[4300];
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--link") == 0 && i + 1 < argc)
             link_path = argv[++i];
-        else if (strcmp(argv[i], "--mcu") == 0 && i + 1 < argc)
+        else if (strcmp(argv[i], "--eeprom") == 0 && i + 1 < argc)
+            eeprom_path = argv[++i];
+        else if (strcmp(argv[i], "--id") == 0 && i + 1 < argc) {
+            if (parse_id(argv[++i], id) < 0) {
+                fprintf(stderr, PROG ": error: --id: expected 8 hex digits 0-9 A-F (what the "
+                                "EEPROM keeps), got `%s`\n", argv[i]);
+                return 2;
+            }
+            wanted = 1;
+        } else if (strcmp(argv[i], "--mcu") == 0 && i + 1 < argc)
             mcu = argv[++i];
         else if (strcmp(argv[i], "--freq") == 0 && i + 1 < argc)
             freq = strtoul(argv[++i], NULL, 10);
@@ -168,8 +299,13 @@ int main(int argc, char **argv)
             path = NULL, i = argc + 1;
     }
     if (!path || i > argc || freq == 0 || poll_us > 1000000UL) {
-        fprintf(stderr, "usage: " PROG " [--link PATH] [--stats] [-v] [--poll-us N] "
-                        "[--mcu NAME] [--freq HZ] IMAGE.elf\n");
+        fprintf(stderr, "usage: " PROG " [--link PATH] [--eeprom FILE [--id ID]] [--stats] "
+                        "[-v] [--poll-us N] [--mcu NAME] [--freq HZ] IMAGE.elf\n");
+        return 2;
+    }
+    if (wanted && !eeprom_path) {
+        fprintf(stderr, PROG ": error: --id needs --eeprom FILE (a board that keeps its id "
+                        "keeps its start count, or a restart says old epochs again)\n");
         return 2;
     }
 
@@ -218,6 +354,34 @@ int main(int argc, char **argv)
     avr->log = verbose ? LOG_WARNING : LOG_ERROR;
     avr_load_firmware(avr, &image);
     avr->frequency = image.frequency;
+    memset(&eeprom, 0, sizeof eeprom);
+    eeprom_size = avr->e2end + 1u;
+    avr_ioctl(avr, AVR_IOCTL_EEPROM_GET, &eeprom); /* simavr 1.6 returns -1 even when done */
+    if (!eeprom.ee || eeprom_size < 16u)
+        return fail("cannot reach the EEPROM", image.mmcu);
+    eeprom_live = eeprom.ee;
+    eeprom_saved = malloc(eeprom_size);
+    if (!eeprom_saved)
+        return fail("cannot set up the EEPROM", strerror(errno));
+    switch (setup_eeprom(eeprom_live, eeprom_size, wanted, id, why, sizeof why)) {
+    case -1:
+        fprintf(stderr, PROG ": error: %s\n", why);
+        return 2;
+    case 1: /* a new board: its file is written now */
+        if (save_eeprom(1) < 0) {
+            snprintf(why, sizeof why, "cannot write the EEPROM file %s", eeprom_path);
+            return fail(why, strerror(errno));
+        }
+        break;
+    default:
+        memcpy(eeprom_saved, eeprom_live, eeprom_size);
+    }
+    if (eeprom_path) {
+        /* every simulated millisecond: the start count the image writes at start is kept
+         * before a host can have learnt the epoch it makes */
+        eeprom_cycles = avr_usec_to_cycles(avr, 1000);
+        avr_cycle_timer_register(avr, eeprom_cycles, poll_eeprom, NULL);
+    }
 
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -279,6 +443,13 @@ int main(int argc, char **argv)
             break;
     }
     cleanup_links();
+    if (!eeprom_failed && save_eeprom(0) < 0)
+        eeprom_failed = errno ? errno : EIO;
+    if (eeprom_failed) {
+        fprintf(stderr, PROG ": error: cannot write the EEPROM file %s: %s\n", eeprom_path,
+                strerror(eeprom_failed));
+        _exit(1);
+    }
     if (stats) {
         double wall = seconds(CLOCK_MONOTONIC) - wall0;
         double cpu = seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;

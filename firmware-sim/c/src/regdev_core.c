@@ -8,15 +8,29 @@
  * - The checks run in the order of the Python codec (src/regdev/devices/_protocol.py, decode), so a
  *   broken frame gets the same error code and sequence number as there.
  */
+#define REGDEV_MAP_TABLE /* regmap.h's table, for this file only */
 #include "regdev_core.h"
 
 #include "regdev_rom.h"
 #include "regmap.h"
 
-#define ID_TEXT "regdev C/" REGDEV_PLATFORM ", map " REGDEV_MAP_NAME ", protocol 1"
-/* The identify text is 1..48 bytes (docs/protocol.md); a longer one fails to compile. */
-typedef char regdev_identity_fits[(sizeof(ID_TEXT) - 1u <= 48u) ? 1 : -1];
+/* The columns of a register's row in regmap.h's regdev_map. */
+enum { COL_ADDR, COL_RESET, COL_WRITABLE, COL_READABLE, COL_RESERVED, COL_WOCLR, COL_RCLR };
+#define COLUMN(index, column) REGDEV_ROM_BYTE(&regdev_map[column][index])
+/* What find() returns for an address with no register. */
+#define NO_REGISTER 0xFFu
+typedef char regdev_map_fits[(REGDEV_REGISTER_COUNT < NO_REGISTER) ? 1 : -1];
+
+#define ID_TEXT "regdev C/" REGDEV_PLATFORM " " REGDEV_MAP_NAME
+/* The description alone is a whole identify text, 1..48 bytes (docs/protocol.md); a longer
+ * one fails to compile. */
+typedef char regdev_identity_fits[(sizeof(ID_TEXT) - 1u <= REGDEV_MAX_TEXT) ? 1 : -1];
 const char regdev_identity[] REGDEV_ROM = ID_TEXT;
+static const char TEXT_ID[] REGDEV_ROM = " id=";
+static const char TEXT_EPOCH[] REGDEV_ROM = " epoch=";
+/* The bytes of " id=" and " epoch=", and of the epoch BBBBRRRR. */
+#define EXTENSION_BYTES 11u
+#define EPOCH_DIGITS 8u
 
 static const char CODE_ADDR[] REGDEV_ROM = "ADDR";
 static const char CODE_DATA[] REGDEV_ROM = "DATA";
@@ -28,42 +42,55 @@ static const char CODE_SYNTAX[] REGDEV_ROM = "SYNTAX";
 enum {
     SHAPE_NONE,   /* no fields: the frame is "SS L" exactly */
     SHAPE_HEX,    /* min..max bytes as hex pairs, one space apart: "03 FF" */
-    SHAPE_HEXRUN, /* min..max bytes as hex pairs, no spaces: the dump's 32 digits */
+    SHAPE_BLOCK,  /* an address, a space, then min..max bytes as hex pairs, no spaces */
+    SHAPE_DUMP,   /* 16 bytes as hex pairs, no spaces, after an address not 00 and a space
+                     or not: the dump's "0011..FF" or "10 0011..FF" */
     SHAPE_TEXT,   /* min..max printable ASCII bytes other than '$' and '*' */
     SHAPE_CODE    /* min..max letters A-Z (an error code) */
 };
 
-/* Most hex bytes a request carries (W: address and data). */
-#define MAX_ARGS 2u
+/* Most hex bytes a request carries (P: an address and 16 values). */
+#define MAX_ARGS (1u + REGDEV_MAX_BLOCK)
 
-/* Writes a reply's letter and fields at `out`; returns how many bytes it wrote. */
-typedef uint8_t (*handler_t)(regdev_core_t *core, uint8_t *out, const uint8_t *args);
+/* Writes a reply's letter and fields at `out`, from the request's hex bytes (`args`, `count`
+ * of them: for a block, the values after the address); returns how many bytes it wrote. */
+typedef uint8_t (*handler_t)(regdev_core_t *core, uint8_t *out, const uint8_t *args,
+                             uint8_t count);
 
 typedef struct {
     uint8_t letter;
     uint8_t shape;
-    uint8_t min, max; /* counts of bytes (hex shapes) or characters (text, code) */
+    uint8_t min, max; /* counts of bytes (hex shapes, a block's values) or characters (text,
+                         code); min 0: the fields may be left out */
     handler_t handle; /* 0 for a reply frame: dropped without an answer */
 } kind_t;
 
-static uint8_t do_identify(regdev_core_t *core, uint8_t *out, const uint8_t *args);
-static uint8_t do_read(regdev_core_t *core, uint8_t *out, const uint8_t *args);
-static uint8_t do_write(regdev_core_t *core, uint8_t *out, const uint8_t *args);
-static uint8_t do_reset(regdev_core_t *core, uint8_t *out, const uint8_t *args);
-static uint8_t do_dump(regdev_core_t *core, uint8_t *out, const uint8_t *args);
+#define HANDLER(name) \
+    static uint8_t name(regdev_core_t *core, uint8_t *out, const uint8_t *args, uint8_t count)
+HANDLER(do_identify);
+HANDLER(do_register);
+HANDLER(do_reset);
+HANDLER(do_dump);
+HANDLER(do_block);
 
 /* Every frame of docs/protocol.md, "The frames". */
 static const kind_t KINDS[] REGDEV_ROM = {
     {'I', SHAPE_NONE, 0, 0, do_identify},
-    {'R', SHAPE_HEX, 1, 1, do_read},
-    {'W', SHAPE_HEX, 2, 2, do_write},
+    {'R', SHAPE_HEX, 1, 1, do_register},              /* R AA */
+    {'W', SHAPE_HEX, 2, 2, do_register},              /* W AA DD */
     {'Z', SHAPE_NONE, 0, 0, do_reset},
-    {'D', SHAPE_NONE, 0, 0, do_dump},
+    {'D', SHAPE_HEX, 0, 1, do_dump},                  /* D, or D AA */
+    {'G', SHAPE_HEX, 2, 2, do_block},                 /* G AA NN */
+    {'P', SHAPE_BLOCK, 1, REGDEV_MAX_BLOCK, do_block}, /* P AA DD... */
+    {'M', SHAPE_HEX, 3, 3, do_register},              /* M AA MM DD */
     {'i', SHAPE_TEXT, 1, 48, 0},
     {'r', SHAPE_HEX, 2, 2, 0},
     {'w', SHAPE_HEX, 2, 2, 0},
     {'z', SHAPE_NONE, 0, 0, 0},
-    {'d', SHAPE_HEXRUN, REGDEV_REGISTER_COUNT, REGDEV_REGISTER_COUNT, 0},
+    {'d', SHAPE_DUMP, 16, 16, 0},
+    {'g', SHAPE_BLOCK, 1, REGDEV_MAX_BLOCK, 0},
+    {'p', SHAPE_BLOCK, 1, REGDEV_MAX_BLOCK, 0},
+    {'m', SHAPE_HEX, 2, 2, 0},
     {'e', SHAPE_CODE, 1, 8, 0},
 };
 #define KIND_COUNT ((uint8_t)(sizeof(KINDS) / sizeof(KINDS[0])))
@@ -146,7 +173,7 @@ static uint8_t error_reply(regdev_core_t *core, int16_t seq, const char *code)
     return finish(core, seq < 0 ? 0u : (uint8_t)seq, put_error(core->reply + 4, code));
 }
 
-/* r/w AA DD */
+/* r/w/m AA DD */
 static uint8_t put_register(uint8_t *out, uint8_t letter, uint8_t addr, uint8_t value)
 {
     out[0] = letter;
@@ -157,131 +184,245 @@ static uint8_t put_register(uint8_t *out, uint8_t letter, uint8_t addr, uint8_t 
     return 7;
 }
 
-/* --- the register file (regmap.h) ----------------------------------------------------- */
+/* --- the register file (regmap.h), as src/regdev/devices/_regmap.py says ---------------- */
 
-/* What a read (or dump) of `addr` shows: reserved bits 0, a write-only register 0. */
-static uint8_t visible(const regdev_core_t *core, uint8_t addr)
+/* The index of the register at `addr` (0..255; more is no register), or NO_REGISTER. */
+static uint8_t find(uint16_t addr)
 {
-    if (!(REGDEV_ROM_BYTE(&regdev_map_access[addr]) & REGDEV_READABLE))
-        return 0;
-    return (uint8_t)(core->regs[addr] & ~REGDEV_ROM_BYTE(&regdev_map_reserved[addr]));
+    uint8_t index;
+    for (index = 0; index < REGDEV_REGISTER_COUNT; index++)
+        if (COLUMN(index, COL_ADDR) == addr)
+            return index;
+    return NO_REGISTER;
 }
 
-static uint8_t present(uint8_t addr)
+/* What a dump shows of register `index`: its readable bits, without side effects. */
+static uint8_t shown(const regdev_core_t *core, uint8_t index)
 {
-    return addr < REGDEV_REGISTER_COUNT &&
-           (REGDEV_ROM_BYTE(&regdev_map_access[addr]) & REGDEV_PRESENT);
+    return (uint8_t)(core->regs[index] & COLUMN(index, COL_READABLE));
+}
+
+/* A read (Register.read_effect): the readable bits, then the clear-on-read bits cleared. */
+static uint8_t read_register(regdev_core_t *core, uint8_t index)
+{
+    uint8_t value = shown(core, index);
+    core->regs[index] &= (uint8_t)~COLUMN(index, COL_RCLR);
+    return value;
+}
+
+/* Whether the register refuses the bits `mask` of `data` (Register.refuse_write): it has no
+ * writable bit, or a reserved bit would be set. */
+static uint8_t refuses(uint8_t index, uint8_t data, uint8_t mask)
+{
+    return !COLUMN(index, COL_WRITABLE) || (data & mask & COLUMN(index, COL_RESERVED));
+}
+
+/* A write of the bits `mask` of `data` (Register.written): writable bits take the data,
+ * write-1-to-clear bits clear where it has a 1, the others keep their value. Returns what
+ * a read would show after, without clearing anything. */
+static uint8_t write_register(regdev_core_t *core, uint8_t index, uint8_t data, uint8_t mask)
+{
+    uint8_t woclr = COLUMN(index, COL_WOCLR);
+    uint8_t store = (uint8_t)(COLUMN(index, COL_WRITABLE) & ~woclr & mask);
+    uint8_t old = core->regs[index];
+    core->regs[index] = (uint8_t)(((old & ~store) | (data & store)) & ~(woclr & mask & data));
+    return shown(core, index);
 }
 
 static void reset_registers(regdev_core_t *core)
 {
-    uint8_t addr;
-    for (addr = 0; addr < REGDEV_REGISTER_COUNT; addr++)
-        core->regs[addr] = REGDEV_ROM_BYTE(&regdev_map_reset[addr]);
+    uint8_t index;
+    for (index = 0; index < REGDEV_REGISTER_COUNT; index++)
+        core->regs[index] = COLUMN(index, COL_RESET);
 }
 
 /* --- the requests ---------------------------------------------------------------------- */
 
-static uint8_t do_identify(regdev_core_t *core, uint8_t *out, const uint8_t *args)
+/* i <description> id=<ID> epoch=<BBBBRRRR>, the description cut (and stripped of the spaces
+ * the cut leaves at its end) to fit 48 bytes; without an id, the description alone. */
+HANDLER(do_identify)
 {
-    (void)core;
+    const char *text = regdev_identity, *id = core->id;
+    uint8_t *start = out + 2, *end = start, room = REGDEV_MAX_TEXT, c;
     (void)args;
+    (void)count;
     out[0] = 'i';
     out[1] = ' ';
-    return (uint8_t)(put_text(out + 2, regdev_identity) - out);
+    if (*id) {
+        room = (uint8_t)(REGDEV_MAX_TEXT - EXTENSION_BYTES - EPOCH_DIGITS);
+        while (*id++)
+            room--;
+    }
+    while (room-- && (c = REGDEV_ROM_BYTE(text++)) != 0)
+        *end++ = c;
+    while (end > start + 1 && end[-1] == ' ')
+        end--;
+    if (core->id[0]) {
+        end = put_text(end, TEXT_ID);
+        for (id = core->id; *id; id++)
+            *end++ = (uint8_t)*id;
+        end = put_text(end, TEXT_EPOCH);
+        end = put_hex(end, (uint8_t)(core->starts >> 8));
+        end = put_hex(end, (uint8_t)core->starts);
+        end = put_hex(end, (uint8_t)(core->resets >> 8));
+        end = put_hex(end, (uint8_t)core->resets);
+    }
+    return (uint8_t)(end - out);
 }
 
-static uint8_t do_read(regdev_core_t *core, uint8_t *out, const uint8_t *args)
+/* R AA, W AA DD and M AA MM DD (one handler: the count of bytes tells them apart). A masked
+ * write is one read-modify-write, between two frames; a write is one of mask FF. */
+HANDLER(do_register)
 {
-    uint8_t addr = args[0], value;
-    if (!present(addr))
+    static const char replies[] REGDEV_ROM = "rwm";
+    uint8_t index = find(args[0]), mask = count == 3u ? args[1] : 0xFFu;
+    uint8_t data = args[count - 1u], value;
+    if (index == NO_REGISTER)
         return put_error(out, CODE_ADDR);
-    value = visible(core, addr);
-    if (REGDEV_ROM_BYTE(&regdev_map_access[addr]) & REGDEV_READABLE)
-        core->regs[addr] &= (uint8_t)~REGDEV_ROM_BYTE(&regdev_map_rclr[addr]);
-    return put_register(out, 'r', addr, value);
+    if (count == 1u) {
+        value = read_register(core, index);
+    } else {
+        if (refuses(index, data, mask))
+            return put_error(out, CODE_DATA); /* refused, not executed */
+        value = write_register(core, index, data, mask);
+    }
+    return put_register(out, REGDEV_ROM_BYTE(&replies[count - 1u]), args[0], value);
 }
 
-static uint8_t do_write(regdev_core_t *core, uint8_t *out, const uint8_t *args)
-{
-    uint8_t addr = args[0], data = args[1], woclr, keep;
-    if (!present(addr))
-        return put_error(out, CODE_ADDR);
-    if (!(REGDEV_ROM_BYTE(&regdev_map_access[addr]) & REGDEV_WRITABLE))
-        return put_error(out, CODE_DATA); /* read-only: refused, not executed */
-    woclr = REGDEV_ROM_BYTE(&regdev_map_woclr[addr]);
-    /* write-1-to-clear bits keep their value where a 0 is written and clear where a 1 is;
-     * every other bit takes the data; reserved bits are never set */
-    keep = (uint8_t)(core->regs[addr] & woclr & (uint8_t)~data);
-    core->regs[addr] = (uint8_t)((keep | (data & (uint8_t)~woclr)) &
-                                 (uint8_t)~REGDEV_ROM_BYTE(&regdev_map_reserved[addr]));
-    /* the w reply carries what the register holds now (a write-only one too) */
-    return put_register(out, 'w', addr, core->regs[addr]);
-}
-
-static uint8_t do_reset(regdev_core_t *core, uint8_t *out, const uint8_t *args)
+HANDLER(do_reset)
 {
     (void)args;
+    (void)count;
     reset_registers(core);
+    /* a new epoch: one more reset, or past FFFF resets, a new start count */
+    if (++core->resets == 0)
+        core->starts = regdev_core_next_start(core->starts);
     out[0] = 'z';
     return 1;
 }
 
-static uint8_t do_dump(regdev_core_t *core, uint8_t *out, const uint8_t *args)
+/* `letter`, a space, `addr` and a space: the head of a d AA, g or p reply. */
+static uint8_t *put_head(uint8_t *out, uint8_t letter, uint8_t addr)
 {
-    uint8_t addr, *end = out + 2;
-    (void)args;
+    out[0] = letter;
+    out[1] = ' ';
+    put_hex(out + 2, addr);
+    out[4] = ' ';
+    return out + 5;
+}
+
+HANDLER(do_dump) /* D, or D AA: the 16 addresses from AA as a read shows them, unchanged */
+{
+    uint8_t start = count ? args[0] : 0, i, *end = out + 2;
+    if (count && !start)
+        return put_error(out, CODE_SYNTAX); /* `D 00` is spelt `D` */
     out[0] = 'd';
     out[1] = ' ';
-    for (addr = 0; addr < REGDEV_REGISTER_COUNT; addr++)
-        end = put_hex(end, visible(core, addr));
+    if (start)
+        end = put_head(out, 'd', start);
+    for (i = 0; i < 16u; i++) {
+        uint8_t index = find((uint16_t)start + i);
+        end = put_hex(end, index == NO_REGISTER ? 0u : shown(core, index));
+    }
+    return (uint8_t)(end - out);
+}
+
+/* G AA NN (NN reads from AA up) and P AA DD... (writes, all or nothing: every address and
+ * value is checked before any is written). One handler: the request's letter tells them
+ * apart (it is still in core->line). */
+HANDLER(do_block)
+{
+    uint8_t addr = args[0], write = core->line[4] == 'P', n = write ? count : args[1], i, *end;
+    if (n < 1u || n > REGDEV_MAX_BLOCK)
+        return put_error(out, CODE_SYNTAX); /* G with NN 00 or over 10 */
+    for (i = 0; i < n; i++)
+        if (find((uint16_t)addr + i) == NO_REGISTER)
+            return put_error(out, CODE_ADDR);
+    for (i = 0; write && i < n; i++)
+        if (refuses(find((uint16_t)addr + i), args[1u + i], 0xFFu))
+            return put_error(out, CODE_DATA);
+    end = put_head(out, write ? 'p' : 'g', addr);
+    for (i = 0; i < n; i++) {
+        uint8_t index = find((uint16_t)addr + i);
+        end = put_hex(end, write ? write_register(core, index, args[1u + i], 0xFFu)
+                                 : read_register(core, index));
+    }
     return (uint8_t)(end - out);
 }
 
 /* --- frames ---------------------------------------------------------------------------- */
 
-/* Whether `fields` (n bytes) have the shape of `kind`; hex bytes go to args (the first
- * MAX_ARGS of them). */
+/* What fields_fit() returns for fields of another shape. */
+#define NO_FIT 0xFFu
+
+/* `n` digits as hex pairs, no spaces, into args (those of them that fit MAX_ARGS from
+ * `at`); their count, or NO_FIT when n is odd or a pair is not hex. */
+static uint8_t hex_run(const uint8_t *digits, uint8_t n, uint8_t *args, uint8_t at)
+{
+    uint8_t i;
+    if (n % 2u)
+        return NO_FIT;
+    for (i = 0; i < n / 2u; i++) {
+        int16_t value = hex2(digits + 2u * i);
+        if (value < 0)
+            return NO_FIT;
+        if (at + i < MAX_ARGS)
+            args[at + i] = (uint8_t)value;
+    }
+    return (uint8_t)(n / 2u);
+}
+
+/* Whether `fields` (n >= 1 bytes) have the shape of `kind`: the count (of hex bytes; of a
+ * block's values; of characters), or NO_FIT. Hex bytes go to args (the first MAX_ARGS). */
 static uint8_t fields_fit(const kind_t *kind, const uint8_t *fields, uint8_t n, uint8_t *args)
 {
     uint8_t i, count;
     switch (kind->shape) {
     case SHAPE_HEX:
         if ((uint8_t)(n + 1u) % 3u)
-            return 0;
+            return NO_FIT;
         count = (uint8_t)((n + 1u) / 3u);
         for (i = 0; i < count; i++) {
             int16_t value = hex2(fields + 3u * i);
             if (value < 0 || (i + 1u < count && fields[3u * i + 2u] != ' '))
-                return 0;
+                return NO_FIT;
             if (i < MAX_ARGS)
                 args[i] = (uint8_t)value;
         }
         break;
-    case SHAPE_HEXRUN:
-        if (n % 2u)
-            return 0;
-        count = (uint8_t)(n / 2u);
-        for (i = 0; i < count; i++)
-            if (hex2(fields + 2u * i) < 0)
-                return 0;
+    case SHAPE_BLOCK: {
+        int16_t addr = n >= 3u ? hex2(fields) : -1;
+        if (addr < 0 || fields[2] != ' ')
+            return NO_FIT;
+        args[0] = (uint8_t)addr;
+        count = hex_run(fields + 3, (uint8_t)(n - 3u), args, 1);
+        break;
+    }
+    case SHAPE_DUMP:
+        if (n == 35u && fields[2] == ' ') { /* d AA and 32 digits: AA is not 00 */
+            if (hex2(fields) <= 0)
+                return NO_FIT;
+            fields += 3;
+            n = 32;
+        }
+        count = n == 32u ? hex_run(fields, n, args, MAX_ARGS) : NO_FIT;
         break;
     case SHAPE_TEXT:
         count = n;
         for (i = 0; i < n; i++)
             if (fields[i] < 0x20u || fields[i] > 0x7Eu || fields[i] == '$' || fields[i] == '*')
-                return 0;
+                return NO_FIT;
         break;
     case SHAPE_CODE:
         count = n;
         for (i = 0; i < n; i++)
             if (fields[i] < 'A' || fields[i] > 'Z')
-                return 0;
+                return NO_FIT;
         break;
     default:
-        return 0;
+        return NO_FIT;
     }
-    return count >= kind->min && count <= kind->max;
+    return count >= kind->min && count <= kind->max ? count : NO_FIT;
 }
 
 /* A whole line, '$' through the checksum (its LF taken off): check it in the order of
@@ -290,7 +431,7 @@ static uint8_t on_line(regdev_core_t *core, uint8_t n)
 {
     const uint8_t *line = core->line, *payload = line + 1;
     int16_t seq, check;
-    uint8_t plen, i, args[MAX_ARGS] = {0, 0};
+    uint8_t plen, i, count = 0, args[MAX_ARGS] = {0};
     kind_t kind;
 
     if (n > 1u && line[n - 1u] == '\r') /* a receiver ignores one CR before the LF */
@@ -313,18 +454,31 @@ static uint8_t on_line(regdev_core_t *core, uint8_t n)
     }
     if (i == KIND_COUNT)
         return error_reply(core, seq, CODE_SYNTAX);
-    if (kind.shape == SHAPE_NONE ? plen != 4u
-                                 : plen <= 4u || !fields_fit(&kind, payload + 5, (uint8_t)(plen - 5u), args))
+    if (plen == 4u ? kind.min != 0u /* no fields: only for a kind that may have none */
+                   : kind.shape == SHAPE_NONE ||
+                         (count = fields_fit(&kind, payload + 5, (uint8_t)(plen - 5u), args)) ==
+                             NO_FIT)
         return error_reply(core, seq, CODE_SYNTAX);
     if (!kind.handle) /* a reply (maybe this device's own echo): never answered */
         return 0;
-    return finish(core, (uint8_t)seq, kind.handle(core, core->reply + 4, args));
+    return finish(core, (uint8_t)seq, kind.handle(core, core->reply + 4, args, count));
 }
 
-void regdev_core_init(regdev_core_t *core)
+void regdev_core_init(regdev_core_t *core, const char *id, uint16_t starts)
 {
+    uint8_t n = 0;
     reset_registers(core);
     core->len = 0;
+    core->starts = starts;
+    core->resets = 0;
+    while (id && n <= REGDEV_MAX_ID &&
+           ((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'A' && id[n] <= 'Z'))) {
+        core->id[n] = id[n];
+        n++;
+    }
+    if (n > REGDEV_MAX_ID || !id || id[n] != 0)
+        n = 0; /* not an id: say neither id nor epoch */
+    core->id[n] = 0;
 }
 
 uint8_t regdev_core_feed(regdev_core_t *core, uint8_t byte)
