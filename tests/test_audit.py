@@ -23,6 +23,7 @@ import pytest
 
 from conftest import EXAMPLES, CountingDevice
 from regdev import (
+    Approval,
     AuditError,
     AuditInUse,
     AuditLog,
@@ -32,11 +33,13 @@ from regdev import (
     Policy,
     Refusal,
     ScriptedProposer,
+    Session,
     read_audit,
     run_loop,
 )
 from regdev.audit._idempotency import KeyRow
 from regdev.audit._log import (
+    _ADDED_COLUMNS,
     _COLUMNS,
     _SCHEMA,
     BACKSTOP_CHECKPOINT_FRAMES,
@@ -93,8 +96,9 @@ def test_the_stage_names_come_from_one_tuple(db: Path) -> None:
     assert typing.get_args(Stage) == (*PIPELINE, "internal")
     assert [name for name, _ in _STAGES] == list(PIPELINE)
     assert AuditRecord.__struct_fields__ == ("id", *_COLUMNS)
-    start = _COLUMNS.index("replay") + 1
-    assert _COLUMNS[start:start + len(PIPELINE)] == tuple(f"{stage}_ns" for stage in PIPELINE)
+    times = _COLUMNS.index("replay") + 1
+    assert _COLUMNS[times:times + len(PIPELINE)] == tuple(f"{stage}_ns" for stage in PIPELINE)
+    assert _COLUMNS[times + len(PIPELINE):] == tuple(name for name, _ in _ADDED_COLUMNS)
     with AuditLog(db):
         pass
     with sqlite3.connect(db) as conn:
@@ -895,3 +899,31 @@ def test_a_filter_that_is_not_unicode_text_is_an_audit_error(tmp_path: Path) -> 
     with pytest.raises(AuditError, match="a filter holds text that is not Unicode"):
         read_audit(path, session="\udcff")
     assert read_audit(path, session="default") == []
+
+
+def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path) -> None:
+    """A log written before the caller/approver/approval columns existed: readers see None
+    in them without changing the file; the next writer adds them, keeping the old records,
+    and its own records fill them."""
+    with Gate(audit=AuditLog(db)) as gate:
+        gate.handle(WRITE)
+    conn = sqlite3.connect(db)  # as the regdev before them wrote it
+    for name, _ in _ADDED_COLUMNS:
+        conn.execute(f"ALTER TABLE calls DROP COLUMN {name}")
+    conn.commit()
+    conn.close()
+    (old,) = read_audit(db)
+    assert (old.ok, old.caller, old.approver, old.approval) == (True, None, None, None)
+    policy = Policy.from_dict({"registers": {"protected": [3]}},
+                              approve=lambda request: Approval(True, "token:bob", "url"))
+    with Gate(policy=policy, audit=AuditLog(db)) as gate:
+        gate.handle(WRITE, session=Session("default", caller="token:alice"))
+    conn = sqlite3.connect(db)
+    names = [row[1] for row in conn.execute("PRAGMA table_info(calls)")]
+    conn.close()
+    assert names[-len(_ADDED_COLUMNS):] == [name for name, _ in _ADDED_COLUMNS]
+    first, second = read_audit(db)
+    assert first == old
+    assert (second.ok, second.caller, second.approver, second.approval) == (
+        True, "token:alice", "token:bob", "url")
+    assert second.to_dict()["caller"] == "token:alice"

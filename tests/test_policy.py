@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import EXAMPLES, CountingDevice
 from regdev import (
+    Approval,
     ApprovalRequest,
     AuditLog,
     Gate,
@@ -187,6 +188,41 @@ def test_approval_hook_approves_only_with_true(answer: Any, ok: bool) -> None:
     if not ok:
         assert (obs.stage, obs.code) == ("authorize", "approval-denied")
         assert obs.message == "register 15 is protected and the approver denied this write"
+
+
+@pytest.mark.parametrize(
+    ("answer", "ok", "why"),
+    [(Approval(True, "token:bob", "url"), True, None),
+     (Approval(False, "token:bob", "url", "declined on the approval page"), False,
+      " (declined on the approval page)"),
+     (Approval(False, None, "elicitation", "no answer within 5 s"), False,
+      " (no answer within 5 s)"),
+     (Approval(False), False, "")],
+)
+def test_an_approval_answer_says_who_and_how_in_the_audit_log(
+        tmp_path: Path, answer: Approval, ok: bool, why: str | None) -> None:
+    """A hook may answer with an Approval: it approves only with approved=True; the audit
+    record names the caller, the approver and how it was asked, and a denial says why."""
+    asked: list[ApprovalRequest] = []
+
+    def approve(request: ApprovalRequest) -> Approval:
+        asked.append(request)
+        return answer
+
+    device = CountingDevice()
+    policy = Policy(registers=RegisterMap(protected=frozenset({15})), approve=approve)
+    with Gate(device, policy=policy, audit=AuditLog(tmp_path / "audit.db")) as gate:
+        obs = gate.handle(write(15, 3), session=Session(caller="oauth:alice"))
+        records = gate.audit.records()  # type: ignore[union-attr]
+    assert asked == [ApprovalRequest("default", "write_register", {"addr": 15, "data": 3}, 15,
+                                     "oauth:alice")]
+    assert obs.ok is ok and device.accesses == (1 if ok else 0)
+    if not ok:
+        assert obs.message == ("register 15 is protected and the approver denied this write"
+                               f"{why}")
+    (record,) = records
+    assert (record.caller, record.approver, record.approval) == (
+        "oauth:alice", answer.approver, answer.via)
 
 
 def test_approval_hook_that_raises_denies_and_is_logged(

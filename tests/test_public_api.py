@@ -16,7 +16,7 @@ EXPECTED = {
     "PROVIDER_FORMATS", "tool_definitions", "mcp_result", "openai_result", "anthropic_result",
     "openai_tool_results", "anthropic_tool_results",
     # the safety issue: policy, sessions, timeout, audit log
-    "ApprovalRequest", "AuditError", "AuditInUse", "AuditLog", "AuditRecord", "Policy",
+    "Approval", "ApprovalRequest", "AuditError", "AuditInUse", "AuditLog", "AuditRecord", "Policy",
     "PolicyError", "RateLimit", "RegisterMap", "Session", "SessionPolicy", "TimeoutDevice",
     "read_audit",
     # the Modbus issue

@@ -71,6 +71,7 @@ from .gate._gate import Gate
 from .gate._maptools import map_tools
 from .gate._parse import DIALECTS, ParsedCall, parse
 from .gate._policy import (
+    Approval,
     ApprovalRequest,
     Policy,
     RateLimit,
@@ -89,6 +90,7 @@ __all__ = [
     "REGISTER_COUNT",
     "REGISTER_TOOLS",
     "WRITE_REGISTER",
+    "Approval",
     "ApprovalRequest",
     "AuditError",
     "AuditInUse",

@@ -147,11 +147,16 @@ DROP TABLE idempotency_keys_v2;
 #: Columns added to ``calls`` since version 1 are added by :data:`_ADDED_COLUMNS` instead.
 _MIGRATIONS = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2, 3: ""}
 #: Columns of ``calls`` added after its creation (at the end, as ``ALTER TABLE ... ADD
-#: COLUMN`` puts them): added to an older database that lacks them when it is opened.
+#: COLUMN`` puts them): added, NULL in the older records, to an older database that lacks
+#: them when it is opened. The last three need no schema version of their own: a regdev that
+#: does not know them names the columns it writes and reads, so it leaves them NULL.
 _ADDED_COLUMNS = (
     ("device", "TEXT"),        # version 4: the device's id (DeviceIdentity.device)
     ("device_epoch", "TEXT"),  # version 4: its reset epoch then, NULL when it cannot say
     ("proposer", "TEXT"),      # version 5: who proposed the call
+    ("caller", "TEXT"),        # who sent the call, when authenticated (regdev serve --http)
+    ("approver", "TEXT"),      # who answered a protected write's approval question
+    ("approval", "TEXT"),      # how it was asked: hook, elicitation, url
 )
 
 #: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
@@ -183,7 +188,10 @@ CREATE TABLE IF NOT EXISTS calls (
 """ + _STAGE_COLUMNS + """,
     device          TEXT,                 -- the id of the device the call reached
     device_epoch    TEXT,                 -- its reset epoch then (NULL: it cannot say)
-    proposer        TEXT                  -- who proposed the call: provider:model, mcp:NAME ...
+    proposer        TEXT,                 -- who proposed the call: provider:model, mcp:NAME ...
+    caller          TEXT,                 -- who sent it: token:NAME, oauth:SUBJECT (HTTP)
+    approver        TEXT,                 -- who answered the approval question
+    approval        TEXT                  -- how it was asked: hook, elicitation, url
 );
 CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -197,8 +205,11 @@ _COLUMNS = (
     "idempotency_key", "replay", *_STAGE_TIMES, *(name for name, _ in _ADDED_COLUMNS),
 )
 _INSERT_INTO = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
-#: A record's stage times and device when it has none (a loop's stop; the proposer follows).
-_NO_TIMES = (None,) * (len(_STAGE_TIMES) + len(_ADDED_COLUMNS) - 1)
+#: A record's stage times and device when it has none (a loop's stop; the proposer follows,
+#: then :data:`_NO_CALLER`).
+_NO_TIMES = (None,) * (len(_STAGE_TIMES) + 2)
+#: A loop stop's caller, approver and approval: none.
+_NO_CALLER = (None,) * 3
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
@@ -475,6 +486,15 @@ class AuditRecord(msgspec.Struct, frozen=True):
         device_epoch: the device's reset epoch then, or None (it cannot say, or as above).
         proposer: who proposed the call (``provider:model`` for ``regdev agent``,
             ``mcp:NAME VERSION`` for an MCP client, ``replay:FILE``), or None when unknown.
+        caller: who sent the call, when the transport authenticated it (``regdev serve
+            --http``: ``token:NAME`` for a lab token, ``oauth:SUBJECT`` for an OAuth access
+            token); never the token itself. None in process and over stdio.
+        approver: who answered the approval question of a write to a protected register
+            (``token:NAME``, ``oauth:SUBJECT``), when known; None otherwise.
+        approval: how that question was asked: ``hook`` (a Python approval hook),
+            ``elicitation`` (the caller's MCP client asked its user), ``url`` (a page the
+            server serves); None when no question was asked (or the hook said only
+            True/False).
     """
 
     id: int
@@ -505,6 +525,9 @@ class AuditRecord(msgspec.Struct, frozen=True):
     device: str | None = None
     device_epoch: str | None = None
     proposer: str | None = None
+    caller: str | None = None
+    approver: str | None = None
+    approval: str | None = None
 
     @property
     def timings(self) -> dict[str, int]:
@@ -697,7 +720,9 @@ class AuditLog:
             loop_id: str | None = None, step: int | None = None,
             idempotency_key: str | None = None,
             timings: Mapping[str, int] | None = None,
-            device: tuple[str, str | None] | None = None, proposer: str | None = None) -> Row:
+            device: tuple[str, str | None] | None = None, proposer: str | None = None,
+            caller: str | None = None, approver: str | None = None,
+            approval: str | None = None) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -721,6 +746,9 @@ class AuditLog:
                 :class:`~regdev.DeviceIdentity`), if known.
             proposer: who proposed the call (``provider:model``, ``mcp:NAME VERSION``), or
                 None.
+            caller: who sent the call, when authenticated (see :class:`AuditRecord`).
+            approver: who answered its approval question, if known.
+            approval: how that question was asked.
         """
         kept = raw_size = raw_sha = None
         if raw is not None:
@@ -740,7 +768,8 @@ class AuditLog:
                 0 if refusal else 1, stage, code, message, tool, arguments, result,
                 observation.id, idempotency_key, 1 if observation.replay else 0,
                 *map((timings or {}).get, PIPELINE),
-                *(device if device is not None else (None, None)), proposer)
+                *(device if device is not None else (None, None)), proposer,
+                caller, approver, approval)
 
     @staticmethod
     def stop_row(*, time: float, session: str, loop_id: str, stop: str, detail: str,
@@ -749,7 +778,7 @@ class AuditLog:
         ``message``, the number of steps in ``step``; ``ok`` when the loop stopped ``done``."""
         return (time, "stop", session, None, loop_id, steps, None, None, None,
                 1 if stop == "done" else 0, None, stop, detail, None, None, None, None, None, 0,
-                *_NO_TIMES, proposer)
+                *_NO_TIMES, proposer, *_NO_CALLER)
 
     def append(self, row: Row, key_row: KeyRow | None = None, *,
                durable: bool = False) -> None:
@@ -1028,7 +1057,7 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     if until is not None:
         where.append("time < ?")
         params.append(until)
-    query = f"SELECT id, {', '.join(_COLUMNS)} FROM calls"
+    query = "SELECT id, {columns} FROM calls"  # the columns this database has (_query)
     if where:
         query += " WHERE " + " AND ".join(where)
     if last is not None:
@@ -1129,6 +1158,10 @@ def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]
                                      "AND name = 'calls'").fetchone()[0]
             if not has_calls:
                 raise AuditError(f"{path} is not a regdev audit log")
+            if "{columns}" in query:  # an added column a database not yet upgraded lacks: NULL
+                have = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+                query = query.replace("{columns}", ", ".join(
+                    name if name in have else f"NULL AS {name}" for name in _COLUMNS))
             rows: list[tuple[Any, ...]] = conn.execute(query, params).fetchall()
         finally:
             conn.close()

@@ -66,6 +66,7 @@ from ._parse import (
     parse,
 )
 from ._policy import (
+    Approval,
     ApprovalRequest,
     Policy,
     RegisterPolicy,
@@ -428,8 +429,9 @@ class Gate:
         return ask_approval(registers, tool, changed,
                             self.policy.approve if self.policy is not None else None,
                             lambda addr: ApprovalRequest(session.name, tool.name,
-                                                         dict(arguments), addr),
-                            every=every, label=self._label)
+                                                         dict(arguments), addr,
+                                                         session.caller),
+                            every=every, label=self._label, answered=call.answered)
 
     def _begin_key(self, call: _Call) -> _End:
         """Reserve the call's idempotency key in the scope of the device's identity and reset
@@ -519,7 +521,9 @@ class Gate:
             else None if call.not_json else _arguments_text(call.call, audit.max_raw_bytes),
             loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
             timings=call.timings, device=self._runner.known_identity(),
-            proposer=call.proposer)
+            proposer=call.proposer, caller=call.session.caller,
+            approver=call.approval.approver if call.approval is not None else None,
+            approval=call.approval.via if call.approval is not None else None)
         try:
             audit.append(row, key_row, durable=durable)
         except AuditError as error:
@@ -668,6 +672,7 @@ class _Call:
     reserved = False  #: this call holds the reservation of its key
     not_json = False  #: handle_call's call holds Python data JSON cannot (nothing to record)
     stored: str | None = None  #: the observation JSON stored under the key
+    approval: Approval | None = None  #: the approval hook's answer, when it gave an Approval
     #: For the audit log only: when the call arrived (Unix seconds), and the nanoseconds
     #: spent in each stage it reached, by name.
     time = 0.0
@@ -683,6 +688,10 @@ class _Call:
         self.loop_id = loop_id
         self.step = step
         self.proposer = proposer  #: who proposed the call (for the audit log)
+
+    def answered(self, approval: Approval) -> None:
+        """Keep the approval hook's answer for the audit record."""
+        self.approval = approval
 
 
 def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:

@@ -83,6 +83,7 @@ __all__ = [
     "MAX_BURST",
     "MIN_RATE",
     "SCOPES",
+    "Approval",
     "ApprovalRequest",
     "Approver",
     "Policy",
@@ -130,16 +131,45 @@ class ApprovalRequest:
         addr: the protected register address (a register of the device's map; the first
             protected one of a block), or None for a tool that changes every register (such as
             the shell's ``reset_device``).
+        caller: who sent the call, as the session's :attr:`Session.caller` names it (over
+            ``regdev serve --http``, the bearer token's identity: ``token:NAME`` or
+            ``oauth:SUBJECT``); None when the caller is not authenticated (in process, stdio).
     """
 
     session: str
     tool: str
     arguments: Mapping[str, Any]
     addr: int | None
+    caller: str | None = None
 
 
-#: ``approve(request) -> True`` approves; False, anything else, or an exception denies.
-Approver = Callable[[ApprovalRequest], bool]
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """An approval hook's answer, when it says more than True or False: who answered and how.
+
+    The gate records :attr:`approver` and :attr:`via` in the audit log (columns ``approver``
+    and ``approval``) whatever the answer, and a denial's :attr:`reason` in the refusal's
+    message.
+
+    Attributes:
+        approved: True lets the write run; False denies it (``approval-denied``).
+        approver: who answered, e.g. ``"token:bob"``; None when not known (or nobody
+            answered: a timeout).
+        via: how the question was asked, e.g. ``"hook"``, ``"elicitation"`` (the caller's MCP
+            client asked its user), ``"url"`` (a page the server serves).
+        reason: for a denial, why, in a few words for the model ("declined", "no answer
+            within 120 s"); None says only that the approver denied it.
+    """
+
+    approved: bool
+    approver: str | None = None
+    via: str = "hook"
+    reason: str | None = None
+
+
+#: ``approve(request) -> True`` (or an :class:`Approval` with ``approved``) approves; False,
+#: anything else, or an exception denies.
+Approver = Callable[[ApprovalRequest], bool | Approval]
 
 
 class _Model(BaseModel):
@@ -338,18 +368,20 @@ class Policy(_Model):
         known = ", ".join(sorted(self.sessions)) or "none"
         raise PolicyError(f"the policy declares no session `{name}`; sessions: {known}")
 
-    def session(self, name: str = "default") -> Session:
+    def session(self, name: str = "default", *, caller: str | None = None) -> Session:
         """A new live session (with its own full rate-limit bucket) declared as ``name``.
 
         :meth:`Gate.session <regdev.Gate.session>` keeps one per name, so that a named
         session's rate limit holds across calls; use that one for calls through a gate.
+        ``regdev serve --http`` makes one per authenticated caller (``caller``), so that each
+        caller has its own rate limit whatever connections it uses.
 
         Raises:
             PolicyError: no session of that name is declared.
         """
         spec = self.session_policy(name)
         return Session(name, scopes=spec.scopes, tools=spec.tools,
-                       rate_limit=spec.rate_limit or self.rate_limit)
+                       rate_limit=spec.rate_limit or self.rate_limit, caller=caller)
 
 
 def _describe(error: ValidationError) -> str:
@@ -489,17 +521,23 @@ class Session:
             for full access.
         tools: the tool names offered to this session; None offers every tool of the gate.
         rate_limit: calls per second and burst; None: no limit.
+        caller: who the caller is, when it was authenticated (``regdev serve --http`` makes
+            one session per bearer token's identity, e.g. ``"token:alice"``); recorded with
+            each call in the audit log (column ``caller``) and named in approval questions.
+            None: not authenticated (in process, stdio).
 
     Raises:
         ValueError: no scope, or a scope other than ``read`` and ``write``.
     """
 
-    __slots__ = ("_bucket", "_can", "limited", "name", "rate_limit", "scopes", "tools")
+    __slots__ = ("_bucket", "_can", "caller", "limited", "name", "rate_limit", "scopes",
+                 "tools")
 
     def __init__(self, name: str = "default", *, scopes: Iterable[str] = SCOPES,
                  tools: Iterable[str] | None = None,
-                 rate_limit: RateLimit | None = None) -> None:
+                 rate_limit: RateLimit | None = None, caller: str | None = None) -> None:
         self.name = name
+        self.caller = caller
         self.scopes = frozenset(scopes)
         if not self.scopes or not self.scopes <= set(SCOPES):
             raise ValueError(f"scopes must be a non-empty subset of {SCOPES}, "
@@ -541,8 +579,9 @@ class Session:
                        f"retry in {_duration(wait)}")
 
     def __repr__(self) -> str:
+        caller = f", caller={self.caller!r}" if self.caller is not None else ""
         return (f"Session({self.name!r}, scopes={sorted(self.scopes)!r}, "
-                f"tools={self.tools!r}, rate_limit={self.rate_limit!r})")
+                f"tools={self.tools!r}, rate_limit={self.rate_limit!r}{caller})")
 
 
 #: Units for a long wait, largest first: (seconds in one, its name).
@@ -617,10 +656,12 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
                  approve: Approver | None,
                  request: Callable[[int | None], ApprovalRequest], *,
                  every: tuple[int, ...] = EVERY_REGISTER,
-                 label: Callable[[int], str] = _register) -> Refusal | None:
+                 label: Callable[[int], str] = _register,
+                 answered: Callable[[Approval], None] | None = None) -> Refusal | None:
     """Step 5: for a call that changes a protected register, ask ``approve``;
-    ``approval-denied`` unless it returns ``True`` (anything else it returns, or an
-    ``Exception`` it raises, denies; ``KeyboardInterrupt`` and ``SystemExit`` go on up).
+    ``approval-denied`` unless it returns ``True`` or an :class:`Approval` that approves
+    (anything else it returns, or an ``Exception`` it raises, denies; ``KeyboardInterrupt``
+    and ``SystemExit`` go on up).
 
     Args:
         registers: the read-only and protected registers.
@@ -631,6 +672,8 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
             register (called only when the hook is asked).
         every: every register of the device.
         label: how a message names a register.
+        answered: called with the hook's :class:`Approval` when it returned one (the gate
+            records who answered, and how).
     """
     hit = sorted(registers.protected.intersection(changed))
     if not hit:
@@ -641,12 +684,20 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
     if approve is None:
         return Refusal("authorize", "approval-denied",
                        f"{what}: writing it needs approval, and no approver is configured")
+    reason = None
     try:
-        approved = approve(request(None if whole else hit[0])) is True
+        answer = approve(request(None if whole else hit[0]))
     except Exception:  # the hook's failure is a denial, never an approval
         logger.exception("the approval hook raised; the call is denied")
-        approved = False
+        answer = False
+    if type(answer) is Approval:
+        if answered is not None:
+            answered(answer)
+        approved, reason = answer.approved is True, answer.reason
+    else:
+        approved = answer is True
     if approved:
         return None
+    why = f" ({reason})" if reason else ""
     return Refusal("authorize", "approval-denied", f"{what} and the approver denied this "
-                   f"{'call' if whole else 'write'}")
+                   f"{'call' if whole else 'write'}{why}")
