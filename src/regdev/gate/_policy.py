@@ -74,6 +74,7 @@ from ..core._observation import Refusal
 from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
+from ._access import ApprovalPolicy, HttpAccess, LabToken, OAuthTokens
 from ._parse import load_json
 from ._schema import a_json_type
 from ._tools import Tool
@@ -279,6 +280,13 @@ class Policy(_Model):
             correlation ids, and calls in those dialects carry no key.
         approve: the approval hook for protected registers (Python only, never in a file);
             None denies every protected write.
+        http: who may call ``regdev serve --http`` (bearer tokens and the sessions their
+            scopes choose, browser origins); see :class:`~regdev.gate._access.HttpAccess`.
+            None: ``regdev serve --http`` refuses to start (it serves no caller it cannot
+            name).
+        approval: how ``regdev serve`` asks a person to approve a protected write
+            (elicitation through the MCP client, or a page it serves); see
+            :class:`~regdev.gate._access.ApprovalPolicy`.
 
     Raises:
         pydantic.ValidationError: a field is invalid (:meth:`from_file` and :meth:`from_dict`
@@ -292,7 +300,18 @@ class Policy(_Model):
     rate_limit: RateLimit | None = None
     sessions: dict[str, SessionPolicy] = Field(default_factory=dict)
     tool_call_ids_as_keys: Annotated[bool, Field(strict=True)] = False
+    http: HttpAccess | None = None
+    approval: ApprovalPolicy = ApprovalPolicy()
     approve: Approver | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _scopes_name_sessions(self) -> Policy:
+        for scope, session in (self.http.scopes.items() if self.http is not None else ()):
+            if session != "default" and session not in self.sessions:
+                known = ", ".join(sorted({"default", *self.sessions}))
+                raise ValueError(f"http.scopes: scope {scope!r} names session {session!r}, "
+                                 f"which the policy does not declare; sessions: {known}")
+        return self
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "policy",
@@ -389,7 +408,7 @@ def _describe(error: ValidationError) -> str:
     what was given."""
     first = error.errors()[0]
     where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}"
-                    for part in first["loc"]).lstrip(".")
+                    for part in first["loc"] if part != "[key]").lstrip(".")
     kind, ctx = first["type"], first.get("ctx") or {}
     if kind == "extra_forbidden":
         message = f"unknown field; allowed here: {', '.join(_fields_at(first['loc'][:-1]))}"
@@ -409,6 +428,8 @@ def _describe(error: ValidationError) -> str:
                 message += " (0 as a 64-bit float)"  # 1E-400 is greater than 0, its float not
     more = error.error_count() - 1
     tail = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
+    if not where and kind == "value_error":  # a check across fields: its message names them
+        return f"{message}{tail}"
     return f"`{where or '(top)'}`: {message}{tail}"
 
 
@@ -436,6 +457,7 @@ _EXPECTED: dict[str, str] = {
     "set_type": "must be an array",
     "frozen_set_type": "must be an array",
     "callable_type": "must be a callable",
+    "string_pattern_mismatch": "must match the pattern {pattern}",
 }
 
 
@@ -459,7 +481,11 @@ _encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
 
 #: The nested models of a policy file, by field name.
-_NESTED: dict[str, type[BaseModel]] = {"registers": RegisterPolicy, "rate_limit": RateLimit}
+_NESTED: dict[str, type[BaseModel]] = {
+    "registers": RegisterPolicy, "rate_limit": RateLimit, "http": HttpAccess,
+    "approval": ApprovalPolicy, "oauth": OAuthTokens}
+#: The tables of named entries, by field name, and the model of each entry.
+_NAMED: dict[str, type[BaseModel]] = {"sessions": SessionPolicy, "tokens": LabToken}
 
 
 def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
@@ -468,9 +494,9 @@ def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
     parts = list(loc)
     while parts:
         part = parts.pop(0)
-        if part == "sessions" and model is Policy and parts:
-            parts.pop(0)  # the session's name
-            model = SessionPolicy
+        if part in _NAMED and parts:
+            parts.pop(0)  # the entry's name
+            model = _NAMED[str(part)]
             continue
         nested = _NESTED.get(str(part))
         if nested is None:
