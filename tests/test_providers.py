@@ -49,6 +49,33 @@ def test_mcp_definitions_carry_schema_and_honest_annotations() -> None:
     assert read["inputSchema"] == READ_REGISTER.input_schema
     assert read["annotations"] == {"readOnlyHint": True, "destructiveHint": False,
                                    "idempotentHint": True, "openWorldHint": False}
+    assert write["outputSchema"]["properties"]["tool"] == {"const": "write_register"}
+    assert read["outputSchema"]["properties"]["tool"] == {"const": "read_register"}
+
+
+def test_results_and_refusals_fit_the_output_schema() -> None:
+    """Every observation the gate gives a call fits the tool's outputSchema (checked with
+    jsonschema's Draft 2020-12 validator, as the SDK's client checks it); a result missing
+    its tool, a refusal missing its code, or one saying both do not."""
+    from jsonschema import Draft202012Validator  # noqa: PLC0415
+
+    gate = Gate(policy=Policy.from_dict({"registers": {"read_only": [0]}}))
+    for tool in tool_definitions("mcp"):
+        Draft202012Validator.check_schema(tool["outputSchema"])
+    write, read = (Draft202012Validator(tool["outputSchema"]) for tool in tool_definitions("mcp"))
+    for raw in ('{"tool": "write_register", "arguments": {"addr": 3, "data": 7}, "id": "a"}',
+                '{"tool": "write_register", "arguments": {"addr": 16, "data": 7}}',
+                '{"tool": "write_register", "arguments": {"addr": 0, "data": 7}}',
+                '{"tool": "write_register"', '{"tool": "nope", "arguments": {}}'):
+        observation = gate.handle(raw).to_dict()
+        assert not list(write.iter_errors(observation)), observation
+    assert not list(read.iter_errors(gate.handle(
+        '{"tool": "read_register", "arguments": {"addr": 3}}').to_dict()))
+    for wrong in ({"ok": True, "result": {}}, {"ok": False, "stage": "parse", "message": "m",
+                                               "retryable": True},
+                  {"ok": True, "tool": "write_register", "result": {}, "code": "x"},
+                  {"ok": True, "tool": "read_register", "result": {}}):
+        assert list(write.iter_errors(wrong)), wrong
 
 
 def test_openai_definitions_are_strict_chat_completions_tools() -> None:

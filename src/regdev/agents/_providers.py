@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 from ..core._errors import SchemaError
-from ..core._observation import Observation
+from ..core._observation import PIPELINE, Observation
 from ..core._text import escape_text, is_text
 from ..gate._gate import Gate
 from ..gate._parse import encode_json_data
@@ -37,11 +37,13 @@ from ..gate._policy import Session
 from ..gate._tools import REGISTER_TOOLS, Tool, ToolSet
 
 __all__ = [
+    "OBSERVATION_STAGES",
     "PROVIDER_FORMATS",
     "ProviderFormat",
     "anthropic_result",
     "anthropic_tool_results",
     "mcp_result",
+    "observation_schema",
     "openai_result",
     "openai_tool_results",
     "tool_definitions",
@@ -75,7 +77,8 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
     Formats:
 
     * ``mcp``: MCP ``tools/list`` entries ``{"name", "description", "inputSchema",
-      "annotations"}`` (see :meth:`Tool.definition`).
+      "annotations", "outputSchema"}`` (see :meth:`Tool.definition`;
+      ``outputSchema`` is :func:`observation_schema`: results and refusals both fit it).
     * ``openai``: Chat Completions tools in strict mode, ``{"type": "function", "function":
       {"name", "description", "parameters", "strict": true}}``. Strict mode constrains the
       model's decoding to the schema, and only accepts a subset of JSON Schema: every object
@@ -112,12 +115,52 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
     offered = list(tools.values()) if session is None or session.tools is None else [
         tools[name] for name in session.tools if name in tools]
     if format == "mcp":
-        return [tool.definition() for tool in offered]
+        return [{**tool.definition(), "outputSchema": observation_schema(tool)}
+                for tool in offered]
     if format == "openai":
         return [_openai_tool(tool, index) for index, tool in enumerate(offered)]
     if format == "anthropic":
         return [_anthropic_tool(tool, index) for index, tool in enumerate(offered)]
     raise ValueError(f"unknown format {format!r}; expected one of {', '.join(PROVIDER_FORMATS)}")
+
+
+#: The stages a refusal can name: the pipeline's, and ``internal``.
+OBSERVATION_STAGES: tuple[str, ...] = (*PIPELINE, "internal")
+
+
+def observation_schema(tool: Tool) -> dict[str, Any]:
+    """The JSON Schema of the observation a call of ``tool`` gets back (MCP ``outputSchema``:
+    the ``structuredContent`` of every ``CallToolResult``, a result or a refusal).
+
+    ``{"ok": true, "tool": NAME, "result": {...}}`` or ``{"ok": false, "stage", "code",
+    "message", "retryable"}``, either with an optional ``id`` (string) and ``replay`` (true).
+    The result object's members are the tool's own (the registry does not declare them).
+    """
+    return {
+        "type": "object",
+        "description": "The observation: the tool's result when ok is true; else the refusal, "
+                       "naming one stage and one code, with a message saying what is allowed.",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "tool": {"const": tool.name},
+            "result": {"type": "object"},
+            "stage": {"enum": list(OBSERVATION_STAGES)},
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "retryable": {"type": "boolean"},
+            "id": {"type": "string"},
+            "replay": {"const": True},
+        },
+        "required": ["ok"],
+        "additionalProperties": False,
+        "oneOf": [
+            {"properties": {"ok": {"const": True}, "stage": False, "code": False,
+                            "message": False, "retryable": False},
+             "required": ["tool", "result"]},
+            {"properties": {"ok": {"const": False}, "tool": False, "result": False},
+             "required": ["stage", "code", "message", "retryable"]},
+        ],
+    }
 
 
 def _check_name(tool: Tool, index: int, provider: str) -> None:

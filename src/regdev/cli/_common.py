@@ -26,7 +26,7 @@ from ..devices._serial import MAX_BAUDRATE, SerialDevice
 from ..gate._gate import Gate
 from ..gate._maptools import map_tools
 from ..gate._parse import DIALECTS
-from ..gate._policy import Policy, Session
+from ..gate._policy import Approver, Policy, Session
 from ..gate._tools import ToolSet
 
 
@@ -148,17 +148,28 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
 
 
 def open_gate(args: argparse.Namespace, device: Device | None = None,
-              tools: ToolSet | None = None) -> tuple[Gate, Session]:
+              tools: ToolSet | None = None, *, policy: Policy | None = None,
+              approve: Approver | None = None) -> tuple[Gate, Session]:
     """The gate (on ``device``, else an in-process one of ``--map``; offering ``tools``, else
     the map's) and the session that the options of :func:`add_gate_options` ask for. Close
     the gate when done: that commits the audit log.
+
+    Args:
+        args: the parsed options.
+        device: the device; a fresh in-process register file of ``--map`` when None.
+        tools: the tools offered; the map's when None.
+        policy: the policy, when the caller loaded it already (:func:`load_policy`); else
+            the one ``--policy`` names.
+        approve: the approval hook the policy gets (a policy file cannot declare one).
 
     Raises:
         UsageError: the policy file is invalid, the session is not declared, or the audit log
             the user named (``--audit``, ``$REGDEV_AUDIT``) cannot be opened (the default one
             failing is a warning on stderr, see :func:`open_audit`).
     """
-    policy = load_policy(args)
+    policy = policy if policy is not None else load_policy(args)
+    if approve is not None and policy is not None:
+        policy = policy.model_copy(update={"approve": approve})
     if device is None:
         device = RegisterFile(regmap=register_map(args))
     audit = None if args.no_audit else open_audit(args)

@@ -1,4 +1,4 @@
-"""``regdev serve``: the MCP server on stdio."""
+"""``regdev serve``: the MCP server on stdio, or over Streamable HTTP (``--http``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ._common import (
     UsageError,
     add_gate_options,
     device_call,
+    load_policy,
     map_option,
     open_gate,
     port_device,
@@ -45,7 +46,10 @@ def _stop_now(number: int, frame: FrameType | None) -> None:
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
-    if sys.stdout is None:  # file descriptor 1 closed: there is nowhere to answer the client
+    if args.http is None and (args.stateless or args.state_key_file is not None):
+        raise UsageError(f"{'--stateless' if args.stateless else '--state-key-file'} goes "
+                         "with --http [HOST:]PORT")
+    if args.http is None and sys.stdout is None:  # fd 1 closed: nowhere to answer the client
         raise UsageError(f"cannot write the output: {STDOUT_CLOSED}")
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="regdev serve: %(levelname)s %(name)s: %(message)s")
@@ -71,6 +75,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
 
 def _serve(args: argparse.Namespace, log: logging.Logger,
            stop_signals: list[signal.Signals]) -> None:
+    if args.http is not None:
+        _serve_http(args, log, stop_signals)
+        return
     try:
         # the optional `mcp` extra, imported lazily
         from ..agents._mcp import serve_stdio  # noqa: PLC0415
@@ -91,6 +98,76 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
                 signal.signal(number, signal.SIG_IGN)
 
 
+def _serve_http(args: argparse.Namespace, log: logging.Logger,
+                stop_signals: list[signal.Signals]) -> None:
+    try:
+        # the optional `mcp` extra, imported lazily
+        from ..agents._http import approvals_for, parse_address, serve_http  # noqa: PLC0415
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in ("mcp", "anyio", "jwt", "uvicorn",
+                                                    "starlette"):
+            raise
+        raise UsageError(f"the MCP server needs the `mcp` extra: {MCP_INSTALL}") from None
+    try:
+        host, port = parse_address(args.http)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.session != "default":
+        raise UsageError("--session is for stdio: over HTTP each bearer token's scopes choose "
+                         "its session (the policy's http.scopes)")
+    policy = load_policy(args)
+    if policy is None or policy.http is None:
+        raise UsageError("--http needs --policy FILE with an [http] table: the bearer tokens "
+                         "(or the OAuth server) of the callers it serves, and the sessions "
+                         "their scopes choose (see docs/agents.md)")
+    state_key = _state_key(args.state_key_file)
+    with contextlib.closing(port_device(args)) as device:
+        identity = device_call(args, device.identify)  # a silent device fails here, at once
+        approvals = approvals_for(policy, device, state_key)
+        gate, _ = open_gate(args, device, policy=policy, approve=approvals)
+        with gate:  # closing it commits the last audit records
+            assert gate.policy is not None
+
+            def ready(url: str) -> None:
+                log.info("serving MCP over HTTP at %s (%s): tools %s on %s, audit log %s",
+                         url, "stateless" if args.stateless else "sessions",
+                         ", ".join(gate.tools), identity,
+                         gate.audit.path if gate.audit is not None else "off")
+                if not _is_loopback(host):
+                    log.warning("listening on %s, beyond this machine, in plain HTTP: put a "
+                                "reverse proxy with TLS in front (docs/agents.md)", host)
+
+            try:
+                serve_http(gate, gate.policy, approvals, host=host, port=port,
+                           stateless=args.stateless, stop_signals=stop_signals, ready=ready)
+            except OSError as error:
+                raise UsageError(f"cannot listen on {args.http}: "
+                                 f"{error.strerror or error}") from None
+            for number in stop_signals:  # a second signal must not cut the audit flush short
+                signal.signal(number, signal.SIG_IGN)
+
+
+def _is_loopback(host: str) -> bool:
+    from ..agents._http import is_loopback  # noqa: PLC0415
+    return is_loopback(host)
+
+
+def _state_key(path: str | None) -> bytes | None:
+    """The secret of ``--state-key-file``: the file's bytes, surrounding whitespace cut."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as file:
+            key = file.read(4097).strip()
+    except OSError as error:
+        raise UsageError(f"cannot read the state key {path}: {error.strerror or error}") \
+            from None
+    if not 32 <= len(key) <= 4096:
+        raise UsageError(f"the state key {path} must hold 32..4096 bytes (e.g. head -c 32 "
+                         f"/dev/urandom | base64 > {path}), it holds {len(key)}")
+    return key
+
+
 def add_parser(sub: Any) -> None:
     """Add ``regdev serve`` to the subcommands."""
     serve = sub.add_parser(
@@ -107,6 +184,20 @@ def add_parser(sub: Any) -> None:
                     "environment (no $REGDEV_AUDIT): name the audit log with --audit PATH in "
                     "the client's config. Needs the mcp extra: scripts/serve, in a clone, "
                     "sets it up and runs this command (see README.md).")
+    http = serve.add_argument_group("over HTTP")
+    http.add_argument("--http", metavar="[HOST:]PORT",
+                      help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp instead of "
+                           "stdio (HOST 127.0.0.1 by default; port 0 picks one and logs it); "
+                           "needs a --policy with an [http] table naming the callers' bearer "
+                           "tokens (see docs/agents.md)")
+    http.add_argument("--stateless", action="store_true",
+                      help="with --http: no sessions, so several server processes can sit "
+                           "behind one load balancer (a 2026-07-28 client is served "
+                           "statelessly either way)")
+    http.add_argument("--state-key-file", metavar="FILE",
+                      help="with --http: the secret (32 bytes or more) that seals approval "
+                           "questions for a client's second request; give every process "
+                           "behind one load balancer the same (default: a random one)")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        default="info",
                        help="regdev's log level on stderr (default: info; debug logs "

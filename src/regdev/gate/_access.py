@@ -27,8 +27,8 @@ from ..core._text import escape_text
 __all__ = [
     "JWT_ALGORITHMS",
     "ApprovalPolicy",
-    "JwtAlgorithm",
     "HttpAccess",
+    "JwtAlgorithm",
     "LabToken",
     "OAuthTokens",
     "caller_name",

@@ -1,0 +1,698 @@
+"""The MCP server over Streamable HTTP: ``regdev serve --http``, with bearer tokens.
+
+Rules of this file:
+
+* Every request to ``/mcp`` passes :class:`McpFront` before the SDK sees it, in this order,
+  and the first check that fails answers it: the ``Host`` header (DNS rebinding, 421), the
+  ``Origin`` header (403), the bearer token (401 with ``WWW-Authenticate: Bearer ...
+  resource_metadata=...``; a token whose scopes choose no session, 403), the method, then for
+  a POST the body: its declared size against the cap before any of it is read (413), read in
+  full within :data:`BODY_SECONDS` (408), and judged by the same strict reader as stdio
+  (``_mcp.py``'s :class:`~regdev.agents._mcp.MessageReader`): the same bytes get the same
+  answer, and a ``tools/call`` the same verdict and audit record, over both transports. So
+  nothing unauthenticated reaches the gate, and nothing the strict parser refuses reaches
+  the SDK but as the stand-in that has the gate refuse it, as on stdio.
+* The SDK's session manager serves what passes: stateful sessions (``Mcp-Session-Id``, bound
+  to the token that opened them), or ``stateless`` (no session: any of several server
+  processes behind a load balancer can take any request); a request in the 2026-07-28 era is
+  stateless either way. Only bodies the strict reader accepted reach it, byte for byte.
+* A token's scopes choose its session (``gate/_access.py``); each caller gets its own live
+  :class:`~regdev.Session` (its own rate-limit bucket), named in the audit log's ``caller``
+  column. ``tools/list`` lists the tools of the caller's session.
+* Calls run concurrently, each in a worker thread (the gate and the devices are
+  thread-safe; a device takes one request at a time under its own lock). Nothing waits for
+  a client while holding the device: a body is read whole before the gate sees it, an
+  answer is written after the gate is done, and an approval question is asked without any
+  lock held (``_approval.py``), with a deadline.
+* Answers in regdev's words: a refusal before the SDK is a JSON-RPC error object (id null)
+  with the HTTP status, or an OAuth error (RFC 6750) for 401 and 403; nothing here answers
+  500 with a traceback (an unexpected failure is logged and answered -32603).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import msgspec
+import uvicorn
+from mcp import types
+from mcp.server import Server
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.routes import build_resource_metadata_url
+from mcp.server.context import ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, decode_header_value
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .._version import __version__
+from ..devices._device import Device
+from ..gate._access import HttpAccess
+from ..gate._gate import Gate
+from ..gate._policy import Policy, Session
+from ._approval import ASKING, Approvals, Asking, StateSeal
+from ._auth import Caller, TokenCheck
+from ._mcp import _INSTRUCTIONS, ENVELOPE_BYTES, MessageReader, Received, _explain_the_sdk
+from ._providers import mcp_result, tool_definitions
+
+__all__ = [
+    "BODY_SECONDS",
+    "MCP_PATH",
+    "HttpServer",
+    "McpFront",
+    "approvals_for",
+    "build_http_app",
+    "build_http_server",
+    "parse_address",
+    "serve_http",
+]
+
+logger = logging.getLogger("regdev")
+
+#: Where the MCP endpoint is served.
+MCP_PATH = "/mcp"
+#: Where the approval pages are served (``/approve/<question id>``).
+APPROVE_PATH = "/approve/"
+#: Seconds a client has to send a request's whole body once its headers are in; a slower
+#: client gets 408 and its connection is closed.
+BODY_SECONDS = 10.0
+#: Most bytes of an approval page's form (a token and a decision).
+PAGE_FORM_BYTES = 32 * 1024
+#: Calls running at once beyond the approval questions that may be open (worker threads).
+WORKERS = 16
+#: Open connections beyond which new ones get 503 (uvicorn's ``limit_concurrency``).
+MAX_CONNECTIONS = 512
+#: The scope keys the front leaves for the handlers.
+CALLER_KEY = "regdev.caller"
+RECEIVED_KEY = "regdev.received"
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+# --- addresses ---------------------------------------------------------------------------------
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` -> (host, port); the host is ``127.0.0.1`` when left out, an IPv6
+    address is written in brackets (``[::1]:8000``), port 0 picks a free one.
+
+    Raises:
+        ValueError: not of that form, or the port is outside 0..65535 (the message repeats the
+            expected form).
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    host = host or "127.0.0.1"
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535 or not host or (
+            ":" in host and not _is_ip(host)):
+        raise ValueError(f"--http takes [HOST:]PORT (127.0.0.1:8000, [::1]:8000, 8000), "
+                         f"got {text!r}")
+    return host, int(port_text)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+# --- answers made before the SDK ------------------------------------------------------------
+
+
+def _json_rpc_error(status: int, code: int, message: str, *,
+                    headers: dict[str, str] | None = None) -> Response:
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return Response(json.dumps(body), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def _oauth_error(status: int, error: str | None, description: str,
+                 challenge: str) -> Response:
+    body = {"error": error or "invalid_token", "error_description": description}
+    return Response(json.dumps(body), status_code=status, media_type="application/json",
+                    headers={"WWW-Authenticate": challenge})
+
+
+class _Refused(Exception):
+    """A request refused before the SDK: the response says why."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The ``Host`` and ``Origin`` checks (MCP Streamable HTTP: servers must validate
+    ``Origin``, against DNS rebinding).
+
+    Attributes:
+        hosts: the ``Host`` values accepted (``host:port``, lowercase); empty accepts any.
+        origins: the ``Origin`` values accepted besides the request's own (``scheme://host
+            [:port]``, lowercase).
+    """
+
+    hosts: frozenset[str]
+    origins: frozenset[str]
+
+    @classmethod
+    def for_server(cls, access: HttpAccess, host: str, port: int) -> Guard:
+        hosts = {value.lower() for value in access.allowed_hosts}
+        if is_loopback(host):  # a DNS-rebinding page would send its own name as Host
+            hosts.update(f"{name}:{port}" for name in _LOOPBACK_NAMES)
+        return cls(frozenset(hosts), frozenset(o.lower() for o in access.allowed_origins))
+
+    def check(self, scope: Scope) -> Response | None:
+        """None when the request may go on, else the refusal."""
+        for name in (b"host", b"origin"):
+            if len(_one_header(scope, name)) > 1:
+                return _json_rpc_error(400, types.INVALID_REQUEST,
+                                       f"the {name.decode().title()} header is given twice")
+        headers = _headers(scope)
+        host = headers.get("host")
+        if self.hosts and (host is None or host.lower() not in self.hosts):
+            return _json_rpc_error(421, types.INVALID_REQUEST,
+                                   f"this server does not answer for the host "
+                                   f"{_shown(host)}")
+        origin = headers.get("origin")
+        if origin is None:
+            return None  # not a browser's request (or a same-origin GET)
+        lowered = origin.lower()
+        own = self.hosts and host is not None and lowered in (f"http://{host.lower()}",
+                                                              f"https://{host.lower()}")
+        if lowered in self.origins or own:
+            return None
+        logger.warning("refused a request from the origin %s", _shown(origin))
+        return _json_rpc_error(403, types.INVALID_REQUEST,
+                               f"requests from the origin {_shown(origin)} are not allowed "
+                               "(the policy's http.allowed_origins)")
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """The request's headers by lowercase name (the last one of a name sent twice)."""
+    return {name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers", ())}
+
+
+def _one_header(scope: Scope, name: bytes) -> list[str]:
+    """Every value of header ``name`` (lowercase), in order."""
+    return [value.decode("latin-1") for key, value in scope.get("headers", ())
+            if key.lower() == name]
+
+
+def _shown(text: str | None) -> str:
+    if text is None:
+        return "(none)"
+    shown = text.encode("unicode_escape").decode("ascii")
+    return repr(shown if len(shown) <= 80 else shown[:77] + "...")
+
+
+# --- the front of /mcp ------------------------------------------------------------------------
+
+
+class McpFront:
+    """The ASGI app of ``/mcp``: the checks of the module docstring, then the SDK.
+
+    Args:
+        inner: the SDK's Streamable HTTP app.
+        tokens: the bearer tokens accepted.
+        guard: the Host and Origin checks.
+        metadata_url: the protected-resource metadata's URL (RFC 9728), for
+            ``WWW-Authenticate``.
+        max_body_bytes: the body cap (the stdio line cap: the gate's byte cap + 1 MiB).
+        body_seconds: seconds a client has to send a body.
+    """
+
+    def __init__(self, inner: ASGIApp, *, tokens: TokenCheck, guard: Guard,
+                 metadata_url: str, max_body_bytes: int,
+                 body_seconds: float = BODY_SECONDS) -> None:
+        self.inner = AuthContextMiddleware(inner)
+        self.tokens = tokens
+        self.guard = guard
+        self.metadata_url = metadata_url
+        self.max_body_bytes = max_body_bytes
+        self.body_seconds = body_seconds
+        self.reader = MessageReader(max_body_bytes)
+        self._scopes = " ".join(tokens.access.scopes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._serve(scope, receive, tracked)
+        except _Refused as refused:
+            if not started:
+                await refused.response(scope, receive, send)
+        except Exception:  # a defect here: logged, answered without a traceback
+            logger.exception("regdev: failed to serve an HTTP request")
+            if not started:
+                await _json_rpc_error(500, types.INTERNAL_ERROR, "Internal error: the server "
+                                      "failed to handle this request")(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = self.guard.check(scope)
+        if refused is not None:
+            raise _Refused(refused)
+        caller = await self._authenticate(scope)
+        scope[CALLER_KEY] = caller
+        method = scope.get("method", "")
+        if method in ("GET", "DELETE"):
+            await self.inner(scope, receive, send)
+            return
+        if method != "POST":
+            raise _Refused(_json_rpc_error(405, types.INVALID_REQUEST,
+                                           f"{method} is not served here: POST a JSON-RPC "
+                                           "message (GET opens a stream, DELETE ends a session)",
+                                           headers={"Allow": "GET, POST, DELETE"}))
+        body = await self._read_body(scope, receive)
+        forwarded = self._judge(scope, body)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": forwarded, "more_body": False}
+            return await receive()
+
+        await self.inner(scope, replay, send)
+
+    async def _authenticate(self, scope: Scope) -> Caller:
+        values = _one_header(scope, b"authorization")
+        challenge = f'Bearer resource_metadata="{self.metadata_url}", scope="{self._scopes}"'
+        if not values:
+            raise _Refused(_oauth_error(401, None, "this server needs a bearer token "
+                                        "(Authorization: Bearer TOKEN)", challenge))
+        scheme, _, token = values[0].partition(" ")
+        access = None
+        if len(values) == 1 and scheme.lower() == "bearer":
+            access = await self.tokens.verify_token(token.strip())
+        if access is not None and access.expires_at is not None \
+                and access.expires_at < int(time.time()):
+            access = None
+        if access is None:
+            raise _Refused(_oauth_error(
+                401, "invalid_token", "the bearer token is not valid here (unknown, expired, "
+                "or issued for another server)",
+                f'Bearer error="invalid_token", resource_metadata="{self.metadata_url}"'))
+        caller = self.tokens.caller(access)
+        if caller.session is None:
+            logger.warning("refused %s: its scopes choose no session", caller.name)
+            raise _Refused(_oauth_error(
+                403, "insufficient_scope", "the token holds none of the scopes this server "
+                f"serves ({self._scopes})",
+                f'Bearer error="insufficient_scope", scope="{self._scopes}", '
+                f'resource_metadata="{self.metadata_url}"'))
+        user = AuthenticatedUser(access)
+        scope["user"], scope["auth"] = user, AuthCredentials(access.scopes)
+        return caller
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        cap = self.max_body_bytes
+        too_large = _json_rpc_error(413, types.INVALID_REQUEST,
+                                    f"Invalid Request: the body is over the cap of {cap} bytes")
+        lengths = _one_header(scope, b"content-length")
+        if len(lengths) > 1 or (lengths and not lengths[0].strip().isdigit()):
+            raise _Refused(_json_rpc_error(400, types.INVALID_REQUEST,
+                                           "Invalid Request: Content-Length is not one number"))
+        if lengths and int(lengths[0]) > cap:
+            raise _Refused(too_large)
+        body = bytearray()
+        with anyio.move_on_after(self.body_seconds) as deadline:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Refused(Response(status_code=400))  # nobody reads it
+                body += message.get("body", b"")
+                if len(body) > cap:
+                    raise _Refused(too_large)
+                if not message.get("more_body", False):
+                    break
+        if deadline.cancelled_caught:
+            raise _Refused(_json_rpc_error(408, types.INVALID_REQUEST,
+                                           f"Invalid Request: the body did not arrive within "
+                                           f"{self.body_seconds:g} s",
+                                           headers={"Connection": "close"}))
+        return bytes(body)
+
+    def _judge(self, scope: Scope, body: bytes) -> bytes:
+        """The strict reader's verdict on the body: the bytes the SDK gets, or a refusal."""
+        if not body.strip():
+            raise _Refused(_json_rpc_error(400, types.PARSE_ERROR,
+                                           "Parse error: the body is empty; POST one JSON-RPC "
+                                           "message"))
+        verdict = self.reader.judge(body)
+        if verdict is None:  # a notification or response that cannot be read
+            raise _Refused(_json_rpc_error(400, types.INVALID_REQUEST,
+                                           "Invalid Request: not a JSON-RPC 2.0 notification "
+                                           "or response"))
+        if not isinstance(verdict, SessionMessage):
+            error = verdict.error
+            payload = verdict.model_dump(mode="json", by_alias=True, exclude_none=True)
+            payload["id"] = verdict.id
+            logger.debug("refused a body before the SDK: %s", error.message)
+            raise _Refused(Response(json.dumps(payload), status_code=400,
+                                    media_type="application/json"))
+        metadata = verdict.metadata
+        received = metadata.request_context if isinstance(metadata, ServerMessageMetadata) \
+            else None
+        if not isinstance(received, Received):
+            return body  # strict JSON: the SDK reads the very bytes the reader accepted
+        scope[RECEIVED_KEY] = received
+        if received.text != body:
+            return body  # a tools/call the reader accepted: its params are in Received
+        # The stand-in of a tools/call the strict parser refused (see _mcp.py): the SDK gets
+        # it instead, under the request's id, and the handler has the gate refuse the body.
+        message = verdict.message
+        assert isinstance(message, types.JSONRPCRequest)
+        params = dict(message.params or {})
+        if _headers(scope).get(MCP_PROTOCOL_VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
+            name = _headers(scope).get(MCP_NAME_HEADER)  # 2026-07-28 checks it against the body
+            decoded = decode_header_value(name) if name is not None else None
+            params["name"] = decoded if isinstance(decoded, str) else ""
+        message = message.model_copy(update={"params": params})
+        return message.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+# --- the MCP server ---------------------------------------------------------------------------
+
+
+class CallerSessions:
+    """One live :class:`~regdev.Session` per caller and policy session (each with its own
+    rate-limit bucket), and the tool list of each policy session."""
+
+    def __init__(self, gate: Gate, policy: Policy) -> None:
+        self.gate = gate
+        self.policy = policy
+        self._sessions: dict[tuple[str, str], Session] = {}
+        self._listings: dict[str, types.ListToolsResult] = {}
+
+    def session(self, caller: Caller) -> Session:
+        assert caller.session is not None
+        key = (caller.name, caller.session)
+        found = self._sessions.get(key)
+        if found is None:
+            found = self._sessions.setdefault(
+                key, self.policy.session(caller.session, caller=caller.name))
+        return found
+
+    def listing(self, session: Session) -> types.ListToolsResult:
+        found = self._listings.get(session.name)
+        if found is None:
+            found = self._listings.setdefault(session.name, types.ListToolsResult(tools=[
+                types.Tool.model_validate(d)
+                for d in tool_definitions("mcp", self.gate.tools, session=session)]))
+        return found
+
+
+def _scope_of(ctx: ServerRequestContext[Any, Any]) -> Scope:
+    request = ctx.request
+    return request.scope if isinstance(request, Request) else {}
+
+
+def build_http_server(gate: Gate, sessions: CallerSessions,
+                      limiter: anyio.CapacityLimiter) -> Server[Any]:
+    """The low-level SDK ``Server`` behind :class:`McpFront`: ``tools/list`` of the caller's
+    session, and ``tools/call`` through the gate in the caller's session, on the text the
+    front received (``Received``), with the request named for approval questions."""
+
+    def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
+        caller = _scope_of(ctx).get(CALLER_KEY)
+        if not isinstance(caller, Caller):  # only McpFront serves this server
+            raise RuntimeError("a request reached the MCP server without its caller")
+        return caller
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any],
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return sessions.listing(sessions.session(caller_of(ctx)))
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+                        ) -> types.CallToolResult | types.InputRequiredResult:
+        caller = caller_of(ctx)
+        session = sessions.session(caller)
+        received = _scope_of(ctx).get(RECEIVED_KEY)
+        text = received.text if isinstance(received, Received) else msgspec.json.encode(
+            ctx.params)
+        asking = Asking(ctx, caller.name, input_responses=params.input_responses,
+                        request_state=params.request_state)
+        reset = ASKING.set(asking)
+        try:
+            observation = await anyio.to_thread.run_sync(
+                partial(gate.handle, text, dialect="mcp", session=session), limiter=limiter)
+        finally:
+            ASKING.reset(reset)
+        logger.debug("tools/call %s by %s: %s", observation.tool or params.name or "?",
+                     caller.name, "ok" if observation.ok else observation.code)
+        if asking.ask_back is not None:
+            return asking.ask_back
+        return types.CallToolResult.model_validate(mcp_result(observation))
+
+    server: Server[Any] = Server(
+        "regdev", version=__version__, instructions=_INSTRUCTIONS,
+        on_list_tools=list_tools, on_call_tool=call_tool,
+        get_tool_input_schema=lambda name: None)  # no tool declares x-mcp-header
+    server.middleware.append(_explain_the_sdk)
+    return server
+
+
+@dataclass
+class HttpServer:
+    """The ASGI app of ``regdev serve --http`` and what it holds.
+
+    Attributes:
+        app: the Starlette app (``/mcp``, the protected-resource metadata, the approval
+            pages).
+        url: the MCP endpoint's URL.
+        approvals: the approval hook (also the gate's ``policy.approve``).
+    """
+
+    app: Starlette
+    url: str
+    approvals: Approvals
+
+
+def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, port: int,
+                   stateless: bool = False, body_seconds: float = BODY_SECONDS) -> HttpServer:
+    """The app serving ``gate`` at ``http://HOST:PORT/mcp`` under ``policy.http``.
+
+    Args:
+        gate: the gate every call goes through (its policy's ``approve`` should be
+            ``approvals``, for protected registers).
+        policy: the policy (its ``http`` table must be set).
+        approvals: the approval hook and pages.
+        host, port: where the server listens (the port it actually got, for the URLs).
+        stateless: no sessions (see the module docstring).
+        body_seconds: seconds a client has to send a body.
+
+    Raises:
+        ValueError: the policy has no ``[http]`` table.
+    """
+    access = policy.http
+    if access is None:
+        raise ValueError("the policy has no [http] table: no caller could be named")
+    base = f"http://{_url_host(host)}:{port}"
+    url = access.resource_url or f"{base}{MCP_PATH}"
+    metadata_url = str(build_resource_metadata_url(AnyHttpUrl(url)))
+    tokens = TokenCheck(access)
+    sessions = CallerSessions(gate, policy)
+    limiter = anyio.CapacityLimiter(WORKERS + policy.approval.max_pending)
+    server = build_http_server(gate, sessions, limiter)
+    manager = StreamableHTTPSessionManager(app=server, stateless=stateless,
+                                           max_request_body_size=gate.max_input_bytes
+                                           + ENVELOPE_BYTES)
+    front = McpFront(manager.handle_request, tokens=tokens,
+                     guard=Guard.for_server(access, host, port), metadata_url=metadata_url,
+                     max_body_bytes=gate.max_input_bytes + ENVELOPE_BYTES,
+                     body_seconds=body_seconds)
+    guard = front.guard
+
+    async def verify_approver(token: str) -> tuple[str, frozenset[str]] | None:
+        found = await tokens.verify_token(token)
+        if found is None or (found.expires_at is not None
+                             and found.expires_at < int(time.time())):
+            return None
+        return found.client_id, frozenset(found.scopes)
+
+    approvals.verify_approver = verify_approver
+    approvals.page_url = f"{url.removesuffix(MCP_PATH)}{APPROVE_PATH}"
+
+    async def approval_page(request: Request) -> Response:
+        refused = guard.check(request.scope)
+        if refused is not None:
+            return refused
+        question_id = request.path_params["question"]
+        headers = {"Cache-Control": "no-store", "X-Frame-Options": "DENY",
+                   "Content-Security-Policy": "default-src 'none'; form-action 'self'",
+                   "Referrer-Policy": "no-referrer"}
+        if request.method == "GET":
+            status, page = approvals.page(question_id)
+            return HTMLResponse(page, status_code=status, headers=headers)
+        body = bytearray()
+        with anyio.move_on_after(body_seconds):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > PAGE_FORM_BYTES:
+                    return HTMLResponse("<p>Too large.</p>", status_code=413, headers=headers)
+        status, page = await approvals.answer_page(question_id, bytes(body))
+        return HTMLResponse(page, status_code=status, headers=headers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    metadata: dict[str, Any] = {  # RFC 9728 (authorization_servers: only with OAuth)
+        "resource": url, "scopes_supported": list(access.scopes),
+        "bearer_methods_supported": ["header"], "resource_name": "regdev"}
+    if access.oauth is not None:
+        metadata["authorization_servers"] = [access.oauth.issuer]
+
+    async def resource_metadata(request: Request) -> Response:
+        return Response(json.dumps(metadata), media_type="application/json",
+                        headers={"Cache-Control": "public, max-age=3600"})
+
+    routes: list[Any] = [
+        Route(MCP_PATH, endpoint=front),
+        Route(APPROVE_PATH + "{question}", endpoint=approval_page, methods=["GET", "POST"]),
+        Route(urlsplit(metadata_url).path, endpoint=resource_metadata, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    return HttpServer(app, url, approvals)
+
+
+# --- running it ------------------------------------------------------------------------------
+
+
+def approvals_for(policy: Policy, device: Device, state_key: bytes | None = None) -> Approvals:
+    """The approval hook of an HTTP server on ``device`` under ``policy`` (pass it as the
+    policy's ``approve`` to the gate, and to :func:`serve_http`).
+
+    Args:
+        policy: the policy (its ``[approval]`` table).
+        device: the device, read for the questions.
+        state_key: the secret sealing approval questions' ``requestState`` (32 bytes or
+            more), the same in every process behind one load balancer; random by default.
+
+    Raises:
+        ValueError: the state key is shorter than 32 bytes.
+    """
+    return Approvals(policy.approval, device, StateSeal(state_key))
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own signal handlers: the caller stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+
+def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, port: int,
+               stateless: bool = False, stop_signals: Collection[signal.Signals] = (),
+               ready: Callable[[str], None] | None = None) -> None:
+    """Serve ``gate`` over MCP Streamable HTTP at ``http://HOST:PORT/mcp`` until a stop signal.
+
+    Blocks. Returns on one of ``stop_signals`` (open approval questions are denied, running
+    calls finish, connections get a few seconds to close); the caller then closes the gate.
+
+    Args:
+        gate: the gate and device to serve; its policy must be ``policy``, with ``approvals``
+            as its approval hook.
+        policy: the policy, with its ``[http]`` table (who may call).
+        approvals: the approval hook (see :func:`approvals_for`); its pages are served here.
+        host: the address to listen on (``127.0.0.1``, ``::1``, ``0.0.0.0``...).
+        port: the TCP port; 0 picks a free one (``ready`` is told which).
+        stateless: serve without sessions (several processes behind one load balancer).
+        stop_signals: signals that stop the server.
+        ready: called with the endpoint's URL once the server listens.
+
+    Raises:
+        OSError: the address cannot be listened on.
+        ValueError: the policy has no ``[http]`` table.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, port), family=family, backlog=256)
+    try:
+        actual_port = listener.getsockname()[1]
+        served = build_http_app(gate, policy, approvals, host=host, port=actual_port,
+                                stateless=stateless)
+        config = uvicorn.Config(served.app, log_config=None, access_log=False,
+                                lifespan="on", timeout_keep_alive=5,
+                                timeout_graceful_shutdown=5,
+                                limit_concurrency=MAX_CONNECTIONS,
+                                h11_max_incomplete_event_size=16 * 1024)
+        server = _Server(config)
+
+        async def stop_on_signals(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            wanted = [s for s in stop_signals if signal.getsignal(s) != signal.SIG_IGN]
+            try:
+                receiver = anyio.open_signal_receiver(*wanted) if wanted else None
+            except (NotImplementedError, RuntimeError):
+                receiver = None
+            if receiver is None:
+                task_status.started()
+                return
+            with receiver as signals:
+                task_status.started()
+                async for number in signals:
+                    logger.info("stopping on %s", signal.Signals(number).name)
+                    approvals.stop()
+                    server.should_exit = True
+                    return
+
+        async def run() -> None:
+            async with anyio.create_task_group() as group:
+                await group.start(stop_on_signals)
+                if ready is not None:
+                    ready(served.url)
+                await server.serve(sockets=[listener])
+                group.cancel_scope.cancel()
+
+        anyio.run(run)
+    finally:
+        listener.close()
