@@ -59,7 +59,7 @@ from ..core._errors import RegdevError
 from ..core._text import escape_text
 from ..devices._device import Device
 from ..gate._access import ApprovalPolicy
-from ..gate._policy import Approval, ApprovalRequest
+from ..gate._policy import Approval, ApprovalRequest, Policy
 
 __all__ = [
     "ANSWER_KEY",
@@ -68,6 +68,7 @@ __all__ = [
     "Asking",
     "Question",
     "StateSeal",
+    "approvals_for",
 ]
 
 logger = logging.getLogger("regdev")
@@ -248,6 +249,9 @@ class Approvals:
             return Approval(False, via=via, reason="no MCP request to ask through")
         if self._stopping:
             return Approval(False, via=via, reason="the server is stopping")
+        if via == "url" and self.page_url is None:
+            return Approval(False, via=via, reason="approval by URL needs the pages of "
+                            "regdev serve --http")
         ctx = asking.ctx
         if is_modern(ctx) and (asking.request_state is not None
                                or asking.input_responses is not None):
@@ -539,6 +543,22 @@ class Approvals:
                     "approve" if approved else "deny")
         return 200, _html("Answer recorded", f"<p>{'Approved' if approved else 'Denied'}. "
                           "The caller's write goes on accordingly.</p>")
+
+
+def approvals_for(policy: Policy, device: Device, state_key: bytes | None = None) -> Approvals:
+    """The approval hook of an MCP server on ``device`` under ``policy`` (pass it as the
+    policy's ``approve`` to the gate, and, over HTTP, to :func:`~regdev.agents._http.serve_http`).
+
+    Args:
+        policy: the policy (its ``[approval]`` table).
+        device: the device, read for the questions.
+        state_key: the secret sealing approval questions' ``requestState`` (32 bytes or
+            more), the same in every process behind one load balancer; random by default.
+
+    Raises:
+        ValueError: the state key is shorter than 32 bytes.
+    """
+    return Approvals(policy.approval, device, StateSeal(state_key))
 
 
 def describe(request: ApprovalRequest, old: int | None) -> str:

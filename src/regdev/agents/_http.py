@@ -68,11 +68,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._version import __version__
-from ..devices._device import Device
 from ..gate._access import HttpAccess
 from ..gate._gate import Gate
 from ..gate._policy import Policy, Session
-from ._approval import ASKING, Approvals, Asking, StateSeal
+from ._approval import ASKING, Approvals, Asking
 from ._auth import Caller, TokenCheck
 from ._mcp import _INSTRUCTIONS, ENVELOPE_BYTES, MessageReader, Received, _explain_the_sdk
 from ._providers import mcp_result, tool_definitions
@@ -82,7 +81,6 @@ __all__ = [
     "MCP_PATH",
     "HttpServer",
     "McpFront",
-    "approvals_for",
     "build_http_app",
     "build_http_server",
     "parse_address",
@@ -126,10 +124,11 @@ def parse_address(text: str) -> tuple[str, int]:
     if not sep:
         host, port_text = "", text
     host = host or "127.0.0.1"
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535 or not host or (
-            ":" in host and not _is_ip(host)):
+            ":" in host and not (bracketed and _is_ip(host))):
         raise ValueError(f"--http takes [HOST:]PORT (127.0.0.1:8000, [::1]:8000, 8000), "
                          f"got {text!r}")
     return host, int(port_text)
@@ -608,22 +607,6 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
 # --- running it ------------------------------------------------------------------------------
 
 
-def approvals_for(policy: Policy, device: Device, state_key: bytes | None = None) -> Approvals:
-    """The approval hook of an HTTP server on ``device`` under ``policy`` (pass it as the
-    policy's ``approve`` to the gate, and to :func:`serve_http`).
-
-    Args:
-        policy: the policy (its ``[approval]`` table).
-        device: the device, read for the questions.
-        state_key: the secret sealing approval questions' ``requestState`` (32 bytes or
-            more), the same in every process behind one load balancer; random by default.
-
-    Raises:
-        ValueError: the state key is shorter than 32 bytes.
-    """
-    return Approvals(policy.approval, device, StateSeal(state_key))
-
-
 class _Server(uvicorn.Server):
     """uvicorn's server without its own signal handlers: the caller stops it."""
 
@@ -644,7 +627,8 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
         gate: the gate and device to serve; its policy must be ``policy``, with ``approvals``
             as its approval hook.
         policy: the policy, with its ``[http]`` table (who may call).
-        approvals: the approval hook (see :func:`approvals_for`); its pages are served here.
+        approvals: the approval hook (:func:`~regdev.agents._approval.approvals_for`); its
+            pages are served here.
         host: the address to listen on (``127.0.0.1``, ``::1``, ``0.0.0.0``...).
         port: the TCP port; 0 picks a free one (``ready`` is told which).
         stateless: serve without sessions (several processes behind one load balancer).

@@ -83,6 +83,7 @@ from ..gate._gate import Gate
 from ..gate._parse import parse
 from ..gate._policy import Session
 from ..gate._schema import a_json_type
+from ._approval import ASKING, Asking
 from ._providers import mcp_result, tool_definitions
 
 __all__ = [
@@ -437,7 +438,7 @@ def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         received = ctx.request
         if isinstance(received, Received):
             text = received.text
@@ -446,12 +447,21 @@ def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
                 text = msgspec.json.encode(ctx.params)
             except (TypeError, ValueError):
                 text = b""  # not JSON data: the gate refuses it as not-json
-        observation = await anyio.to_thread.run_sync(
-            partial(gate.handle, text, dialect="mcp", session=session),
-            limiter=one_at_a_time,
-        )
+        # an approval question about a protected write is asked through this request
+        asking = Asking(ctx, session.caller if session is not None else None,
+                        params.input_responses, params.request_state)
+        reset = ASKING.set(asking)
+        try:
+            observation = await anyio.to_thread.run_sync(
+                partial(gate.handle, text, dialect="mcp", session=session),
+                limiter=one_at_a_time,
+            )
+        finally:
+            ASKING.reset(reset)
         logger.debug("tools/call %s: %s", observation.tool or params.name or "?",
                      "ok" if observation.ok else observation.code)
+        if asking.ask_back is not None:  # 2026-07-28: the question, answered in a new call
+            return asking.ask_back
         return types.CallToolResult.model_validate(mcp_result(observation))
 
     server: Server[Any] = Server(

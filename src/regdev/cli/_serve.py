@@ -80,6 +80,7 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
         return
     try:
         # the optional `mcp` extra, imported lazily
+        from ..agents._approval import approvals_for  # noqa: PLC0415
         from ..agents._mcp import serve_stdio  # noqa: PLC0415
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("mcp", "anyio"):
@@ -87,7 +88,9 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
         raise UsageError(f"the MCP server needs the `mcp` package: {MCP_INSTALL}") from None
     with contextlib.closing(port_device(args)) as device:
         identity = device_call(args, device.identify)  # a silent device fails here, at once
-        gate, session = open_gate(args, device)
+        policy = load_policy(args)
+        approve = approvals_for(policy, device) if policy is not None else None
+        gate, session = open_gate(args, device, policy=policy, approve=approve)
         with gate:  # closing it commits the last audit records
             log.info("serving MCP on stdio: tools %s on %s, session %s, audit log %s",
                      ", ".join(t for t in gate.tools if session.offers(t)), identity,
@@ -102,7 +105,8 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
                 stop_signals: list[signal.Signals]) -> None:
     try:
         # the optional `mcp` extra, imported lazily
-        from ..agents._http import approvals_for, parse_address, serve_http  # noqa: PLC0415
+        from ..agents._approval import approvals_for  # noqa: PLC0415
+        from ..agents._http import parse_address, serve_http  # noqa: PLC0415
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("mcp", "anyio", "jwt", "uvicorn",
                                                     "starlette"):

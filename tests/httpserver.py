@@ -1,0 +1,306 @@
+"""`regdev serve --http` for the tests: the policy with its lab tokens, an OAuth key set served
+on 127.0.0.1, the server as a subprocess, the SDK's own HTTP client, and raw HTTP requests.
+
+Everything talks to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import jwt
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from cryptography.hazmat.primitives.asymmetric import rsa
+from mcp import Client, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+REGDEV = str(Path(sys.executable).with_name("regdev"))
+
+#: Lab tokens by caller name: (the token, its scopes).
+TOKENS: dict[str, tuple[str, list[str]]] = {
+    "alice": ("alice-0123456789abcdef0123456789abcdef", ["regdev:operate"]),
+    "victor": ("victor-0123456789abcdef0123456789abcdef", ["regdev:read"]),
+    "bob": ("bob-0123456789abcdef0123456789abcdef", ["regdev:approve"]),
+    "carol": ("carol-0123456789abcdef0123456789abcdef", ["regdev:operate", "regdev:approve"]),
+    "nobody": ("nobody-0123456789abcdef0123456789abcdef", ["something:else"]),
+}
+ISSUER = "https://auth.test.invalid/"
+AUDIENCE = "regdev-bench-7"
+KID = "test-key-1"
+
+
+def token(name: str) -> str:
+    return TOKENS[name][0]
+
+
+class KeySet:
+    """An RSA signing key and its JWKS, served on 127.0.0.1 (the OAuth server's keys)."""
+
+    def __init__(self) -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
+        self.jwks = json.dumps({"keys": [{**public, "kid": KID, "use": "sig", "alg": "RS256"}]})
+        self.fetches = 0
+        keys = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                keys.fetches += 1
+                body = keys.jwks.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def sign(self, claims: dict[str, Any] | None = None, *, kid: str = KID,
+             key: Any = None, algorithm: str = "RS256") -> str:
+        """An access token: sub alice@lab, scope regdev:operate, valid for 5 minutes, unless
+        ``claims`` say otherwise (a None value removes the claim)."""
+        now = int(time.time())
+        body: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice@lab",
+                                "scope": "regdev:operate", "iat": now, "exp": now + 300}
+        for name, value in (claims or {}).items():
+            if value is None:
+                body.pop(name, None)
+            else:
+                body[name] = value
+        return jwt.encode(body, key if key is not None else self.key, algorithm=algorithm,
+                          headers={"kid": kid})
+
+    def forged_hs256(self) -> str:
+        """The algorithm-confusion attack: a token "signed" HS256 with the public key's PEM
+        text as the secret (pyjwt refuses to make one, so it is made by hand)."""
+        import hmac  # noqa: PLC0415
+
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
+        def b64(data: bytes) -> bytes:
+            return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+        secret = self.key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        now = int(time.time())
+        head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": KID}).encode())
+        body = b64(json.dumps({"iss": ISSUER, "aud": AUDIENCE, "sub": "mallory",
+                               "scope": "regdev:operate", "exp": now + 300}).encode())
+        tag = hmac.new(secret, head + b"." + body, hashlib.sha256).digest()
+        return (head + b"." + body + b"." + b64(tag)).decode()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def policy_text(*, jwks_url: str | None = None, via: str = "elicitation",
+                timeout: float = 20.0, extra: str = "") -> str:
+    """The tests' policy: register 0 read-only, 15 protected; session viewer may read."""
+    lines = [
+        "[registers]", "read_only = [0]", "protected = [15]", "",
+        "[sessions.viewer]", 'scopes = ["read"]', "",
+        "[approval]", f'via = "{via}"', f"timeout = {timeout}", "",
+        "[http]", 'allowed_origins = ["https://console.test.invalid"]', "",
+        "[http.scopes]", '"regdev:operate" = "default"', '"regdev:read" = "viewer"', "",
+    ]
+    for name, (secret, scopes) in TOKENS.items():
+        digest = hashlib.sha256(secret.encode()).hexdigest()
+        lines += [f"[http.tokens.{name}]", f'sha256 = "{digest}"', f"scopes = {json.dumps(scopes)}",
+                  ""]
+    if jwks_url is not None:
+        lines += ["[http.oauth]", f'issuer = "{ISSUER}"', f'audience = "{AUDIENCE}"',
+                  f'jwks_url = "{jwks_url}"', ""]
+    return "\n".join(lines) + extra
+
+
+@dataclass
+class Served:
+    """A running `regdev serve --http`."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    audit: Path
+    stderr: list[str] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+    @property
+    def base(self) -> str:
+        return self.url.removesuffix("/mcp")
+
+    def log(self) -> str:
+        return "".join(self.stderr)
+
+
+def server_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("REGDEV_AUDIT", "XDG_STATE_HOME")}
+    return {**env, "HOME": str(home), "PYTHONUNBUFFERED": "1"}
+
+
+@contextmanager
+def http_server(folder: Path, policy: str, *options: str,
+                log_level: str = "info") -> Iterator[Served]:
+    """`regdev serve --http 127.0.0.1:0` on ``policy`` (TOML text), audit log in ``folder``;
+    stopped with SIGTERM at the end, which must end it with status 0 and no traceback."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "home").mkdir(exist_ok=True)
+    policy_path = folder / "policy.toml"
+    policy_path.write_text(policy)
+    audit = folder / "audit.db"
+    process = subprocess.Popen(
+        [REGDEV, "serve", "--http", "127.0.0.1:0", "--policy", str(policy_path),
+         "--audit", str(audit), "--log-level", log_level, *options],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=server_env(folder / "home"))
+    lines: list[str] = []
+    found = threading.Event()
+    url: list[str] = []
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            line = raw.decode("utf-8", "replace")
+            lines.append(line)
+            if "serving MCP over HTTP at " in line and not url:
+                url.append(line.split("serving MCP over HTTP at ")[1].split()[0])
+                found.set()
+        found.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        assert found.wait(60) and url, "".join(lines)
+        yield Served(url[0], process, audit, lines)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise AssertionError("regdev serve --http did not stop on SIGTERM") from None
+        reader.join(10)
+        assert process.returncode == 0, "".join(lines)
+        assert "Traceback" not in "".join(lines), "".join(lines)
+
+
+# --- the SDK's own HTTP client, synchronously ---------------------------------------------------
+
+Elicit = Callable[[Any, types.ElicitRequestParams], Any]
+
+
+class SdkClient:
+    """The SDK's ``Client`` over Streamable HTTP, with a bearer token, for plain tests."""
+
+    def __init__(self, portal: BlockingPortal, client: Client) -> None:
+        self.portal = portal
+        self.client = client
+
+    def call(self, name: str, arguments: dict[str, Any] | None,
+             meta: dict[str, Any] | None = None) -> types.CallToolResult:
+        result: types.CallToolResult = self.portal.call(
+            lambda: self.client.call_tool(name, arguments, meta=meta))
+        return result
+
+    def list_tools(self) -> types.ListToolsResult:
+        result: types.ListToolsResult = self.portal.call(self.client.list_tools)
+        return result
+
+    @property
+    def protocol_version(self) -> str:
+        return str(self.client.session.protocol_version)
+
+
+@contextmanager
+def sdk_client(url: str, bearer: str | None, *, mode: str = "legacy",
+               elicit: Elicit | None = None) -> Iterator[SdkClient]:
+    """The SDK's client on ``url``: ``mode`` legacy (initialize, 2025-11-25) or 2026-07-28."""
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer is not None else {}
+
+    async def open_client() -> Any:
+        return create_mcp_http_client(headers=headers)
+
+    with start_blocking_portal() as portal:
+        http = portal.call(open_client)
+        with portal.wrap_async_context_manager(http), portal.wrap_async_context_manager(
+            Client(streamable_http_client(url, http_client=http), mode=mode,  # type: ignore[arg-type]
+                   read_timeout_seconds=30, elicitation_callback=elicit)
+        ) as client:
+            yield SdkClient(portal, client)
+
+
+# --- raw HTTP ----------------------------------------------------------------------------------
+
+MCP_HEADERS = {"Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream"}
+
+
+def post(url: str, body: bytes | str, *, bearer: str | None = None,
+         headers: dict[str, str] | None = None, timeout: float = 30) -> httpx2.Response:
+    """One POST to ``url`` (no session: the server must be --stateless for a tools/call)."""
+    sent = {**MCP_HEADERS, **({"Authorization": f"Bearer {bearer}"} if bearer else {}),
+            **(headers or {})}
+    with httpx2.Client(timeout=timeout) as client:
+        return client.post(url, content=body.encode() if isinstance(body, str) else body,
+                           headers=sent)
+
+
+def answer(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC message of a response: the JSON body, or the SSE stream's one message."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines()
+                if line.startswith("data:") and line[5:].strip()]
+        assert len(data) == 1, response.text
+        message: dict[str, Any] = json.loads(data[0])
+        return message
+    message = json.loads(response.content)
+    return message
+
+
+def raw_request(port: int, data: bytes, *, read: bool = True,
+                timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
+    """Send ``data`` (a whole HTTP request, as bytes) on a new connection to 127.0.0.1:port;
+    the status, headers and body of the answer (status 0: the connection was closed first)."""
+    import socket  # noqa: PLC0415
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        if not read:
+            return 0, {}, b""
+        response = http.client.HTTPResponse(sock)
+        try:
+            response.begin()
+        except (http.client.RemoteDisconnected, ConnectionResetError):
+            return 0, {}, b""
+        body = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+
+
+def basic(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

@@ -1,0 +1,559 @@
+"""`regdev serve --http`: MCP over Streamable HTTP with bearer tokens, driven by the SDK's own
+HTTP client and by raw requests, on 127.0.0.1 only. The same bytes get the same verdict and
+audit record as over stdio; who may call is the policy's; a protected write asks a person.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import types
+
+from conftest import EXAMPLES
+from httpserver import (
+    ISSUER,
+    KeySet,
+    Served,
+    answer,
+    http_server,
+    policy_text,
+    post,
+    sdk_client,
+    server_env,
+    token,
+)
+from regdev import Gate, Policy, read_audit
+from regdev.agents._replay import load_replay
+
+MODERN = "2026-07-28"
+
+
+@pytest.fixture(scope="module")
+def keys() -> Iterator[KeySet]:
+    keyset = KeySet()
+    yield keyset
+    keyset.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, keys: KeySet) -> Iterator[Served]:
+    """One server with sessions for the module: elicitation approval, 3 s to answer."""
+    with http_server(tmp_path_factory.mktemp("http"),
+                     policy_text(jwks_url=keys.url, timeout=3.0)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stateless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A --stateless server: raw tools/call requests need no session."""
+    with http_server(tmp_path_factory.mktemp("stateless"), policy_text(),
+                     "--stateless") as server:
+        yield server
+
+
+def records(served: Served) -> list[Any]:
+    """The server's audit records so far (it commits reads and refusals within 0.05 s)."""
+    time.sleep(0.2)
+    return read_audit(served.audit)
+
+
+def call_text(request_id: int, params: bytes | str) -> bytes:
+    params = params.encode() if isinstance(params, str) else params
+    return (b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": ' % request_id
+            + params + b"}")
+
+
+# --- list and call with the SDK's client --------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+def test_lists_and_calls_with_the_sdk_client(served: Served, mode: str) -> None:
+    """Both protocol eras: tools/list gives the tools with outputSchema; a write and a read
+    run; a refusal is an isError result; the SDK's client checks every structuredContent
+    against the outputSchema; each call is recorded with the caller's name, never its token."""
+    with sdk_client(served.url, token("alice"), mode=mode) as client:
+        assert client.protocol_version == ("2025-11-25" if mode == "legacy" else MODERN)
+        listed = client.list_tools().tools
+        assert [tool.name for tool in listed] == ["write_register", "read_register"]
+        assert all(tool.output_schema and tool.output_schema["type"] == "object"
+                   for tool in listed)
+        written = client.call("write_register", {"addr": 5, "data": 0x5A})
+        read = client.call("read_register", {"addr": 5})
+        refused = client.call("write_register", {"addr": 16, "data": 1})
+    assert written.structured_content == {"ok": True, "tool": "write_register",
+                                          "result": {"addr": 5, "data": 0x5A}}
+    assert read.structured_content == {"ok": True, "tool": "read_register",
+                                       "result": {"addr": 5, "data": 0x5A}}
+    assert refused.is_error is True
+    assert refused.structured_content == Gate().handle(
+        '{"name": "write_register", "arguments": {"addr": 16, "data": 1}}',
+        dialect="mcp").to_dict()
+    last = records(served)[-3:]
+    assert [(r.tool, r.code, r.caller, r.session, r.dialect) for r in last] == [
+        ("write_register", None, "token:alice", "default", "mcp"),
+        ("read_register", None, "token:alice", "default", "mcp"),
+        ("write_register", "range-addr", "token:alice", "default", "mcp")]
+    assert token("alice").encode() not in served.audit.read_bytes()
+    assert token("alice") not in served.log()
+
+
+def test_an_oauth_access_token_is_a_caller(served: Served, keys: KeySet) -> None:
+    """A JWT signed by the authorization server's key, for this audience: the caller is
+    oauth:SUBJECT and its scope chooses the session; a read-only scope is the viewer."""
+    with sdk_client(served.url, keys.sign(), mode=MODERN) as client:
+        assert client.call("write_register", {"addr": 6, "data": 1}).is_error is False
+    viewer = keys.sign({"sub": "vera@lab", "scp": ["regdev:read"], "scope": None})
+    with sdk_client(served.url, viewer) as client:
+        denied = client.call("write_register", {"addr": 6, "data": 2})
+        assert client.call("read_register", {"addr": 6}).structured_content["result"] == {
+            "addr": 6, "data": 1}
+    assert denied.structured_content["code"] == "denied-write_register"
+    got = [(r.caller, r.session, r.code) for r in records(served)[-3:]]
+    assert got == [("oauth:alice@lab", "default", None),
+                   ("oauth:vera@lab", "viewer", "denied-write_register"),
+                   ("oauth:vera@lab", "viewer", None)]
+
+
+@pytest.mark.parametrize("case", ["expired", "audience", "issuer", "kid", "hs256", "key",
+                                  "no-sub", "garbage"])
+def test_bad_oauth_tokens_get_401(served: Served, keys: KeySet, case: str) -> None:
+    """Expired, for another audience or issuer, an unknown key, HS256 signed with the public
+    key set, another key, no subject, not a JWT: 401, and nothing reaches the gate."""
+    from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
+
+    now = int(time.time())
+    bad = {
+        "expired": lambda: keys.sign({"exp": now - 3600, "iat": now - 7200}),
+        "audience": lambda: keys.sign({"aud": "another-server"}),
+        "issuer": lambda: keys.sign({"iss": "https://evil.test.invalid/"}),
+        "kid": lambda: keys.sign(kid="unknown-key"),
+        "hs256": keys.forged_hs256,
+        "key": lambda: keys.sign(key=rsa.generate_private_key(public_exponent=65537,
+                                                              key_size=2048)),
+        "no-sub": lambda: keys.sign({"sub": None}),
+        "garbage": lambda: "a.b.c",
+    }[case]()
+    before = len(records(served))
+    response = post(served.url, call_text(1, '{"name": "read_register", '
+                                             '"arguments": {"addr": 1}}'), bearer=bad)
+    assert response.status_code == 401
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+    assert len(records(served)) == before
+
+
+# --- who may call -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bearer", [None, "not-a-token", "Basic " + "x" * 20, "Bearer"])
+def test_401_without_or_with_a_bad_token_points_at_the_metadata(served: Served,
+                                                                bearer: str | None) -> None:
+    """No token, an unknown one, another scheme: 401 with WWW-Authenticate naming the
+    protected-resource metadata, which is served (RFC 9728); nothing is recorded."""
+    before = len(records(served))
+    headers = {}
+    if bearer is not None:
+        headers["Authorization"] = bearer if bearer.startswith(("Basic", "Bearer")) \
+            else f"Bearer {bearer}"
+    response = post(served.url, call_text(1, '{"name": "read_register", '
+                                             '"arguments": {"addr": 1}}'), headers=headers)
+    assert response.status_code == 401
+    challenge = response.headers["www-authenticate"]
+    metadata_url = f"{served.base}/.well-known/oauth-protected-resource/mcp"
+    assert challenge.startswith("Bearer ") and f'resource_metadata="{metadata_url}"' in challenge
+    assert response.json()["error"] == "invalid_token"
+    import httpx2  # noqa: PLC0415
+
+    metadata = httpx2.get(metadata_url).json()
+    assert metadata == {"resource": served.url, "authorization_servers": [ISSUER],
+                        "scopes_supported": ["regdev:operate", "regdev:read"],
+                        "bearer_methods_supported": ["header"], "resource_name": "regdev"}
+    with pytest.raises(Exception) as caught, \
+            sdk_client(served.url, None if bearer is None else "not-a-token") as client:
+        client.list_tools()
+    assert "MCPError: Server returned an error response" in _messages(caught.value)
+    assert len(records(served)) == before
+
+
+def _messages(error: BaseException) -> str:
+    """The messages of an exception and of those it groups or was raised from."""
+    found = [f"{type(error).__name__}: {error}"]
+    for inner in getattr(error, "exceptions", ()):
+        found.append(_messages(inner))
+    if error.__cause__ is not None:
+        found.append(_messages(error.__cause__))
+    return "\n".join(found)
+
+
+def test_a_read_only_token_is_refused_a_write_and_recorded(served: Served) -> None:
+    """victor's token holds regdev:read: session viewer. Its write is denied-write_register,
+    recorded with its name; its read runs; the device is not touched by the write."""
+    with sdk_client(served.url, token("alice")) as client:
+        client.call("write_register", {"addr": 9, "data": 33})
+    with sdk_client(served.url, token("victor"), mode=MODERN) as client:
+        listed = [tool.name for tool in client.list_tools().tools]
+        denied = client.call("write_register", {"addr": 9, "data": 44})
+        read = client.call("read_register", {"addr": 9})
+    assert listed == ["write_register", "read_register"]  # viewer is offered both
+    assert denied.structured_content == {
+        "ok": False, "stage": "authorize", "code": "denied-write_register",
+        "message": "session viewer holds the read scope; write_register needs the write "
+                   "scope, so this session cannot call it", "retryable": False}
+    assert read.structured_content["result"] == {"addr": 9, "data": 33}
+    denial, reading = records(served)[-2:]
+    assert (denial.caller, denial.session, denial.code, denial.ok) == (
+        "token:victor", "viewer", "denied-write_register", False)
+    assert (reading.caller, reading.ok) == ("token:victor", True)
+
+
+def test_a_token_whose_scopes_choose_no_session_gets_403(served: Served) -> None:
+    """A valid token without any scope the server serves: 403 insufficient_scope, naming
+    the scopes; bob (only regdev:approve) may approve on a page but not call."""
+    for name in ("nobody", "bob"):
+        response = post(served.url, call_text(1, '{"name": "read_register", '
+                                                 '"arguments": {"addr": 1}}'),
+                        bearer=token(name))
+        assert response.status_code == 403
+        challenge = response.headers["www-authenticate"]
+        assert 'error="insufficient_scope"' in challenge
+        assert 'scope="regdev:operate regdev:read"' in challenge
+
+
+@pytest.mark.parametrize(("origin", "status"), [
+    ("https://evil.test.invalid", 403), ("http://127.0.0.1:1", 403), ("null", 403),
+    ("https://console.test.invalid", 200), (None, 200)])
+def test_origin_is_validated(stateless: Served, origin: str | None, status: int) -> None:
+    """A browser's Origin must be allowed (the policy's list, or the server's own origin):
+    another one gets 403 before the token is even looked at, and nothing is recorded."""
+    before = len(records(stateless))
+    headers = {"Origin": origin} if origin is not None else {}
+    response = post(stateless.url, call_text(7, '{"name": "read_register", '
+                                                '"arguments": {"addr": 2}}'),
+                    bearer=token("alice"), headers=headers)
+    assert response.status_code == status, response.text
+    assert len(records(stateless)) == before + (status == 200)
+    own = post(stateless.url, call_text(8, '{"name": "read_register", "arguments": {"addr": 2}}'),
+               bearer=token("alice"), headers={"Origin": f"http://127.0.0.1:{stateless.port}"})
+    assert own.status_code == 200
+
+
+@pytest.mark.parametrize("host", ["evil.test.invalid", "127.0.0.1:1", "localhost"])
+def test_a_foreign_host_header_is_refused(stateless: Served, host: str) -> None:
+    """Bound to 127.0.0.1, the server answers only for its loopback names with its port
+    (DNS rebinding): another Host gets 421."""
+    response = post(stateless.url, call_text(1, '{"name": "read_register", '
+                                                '"arguments": {"addr": 2}}'),
+                    bearer=token("alice"), headers={"Host": host})
+    assert response.status_code == 421
+
+
+# --- the same bytes as over stdio ----------------------------------------------------------------
+
+#: Audit columns that differ between two runs of one call by nature.
+VOLATILE = {"id", "time", "parse_ns", "validate_ns", "authorize_ns", "execute_ns",
+            "observe_ns", "caller"}
+
+
+def _stdio_replies(home: Path, audit: Path, lines: list[bytes]) -> list[dict[str, Any]]:
+    """The answers of `regdev serve` on stdio to ``lines`` (after the handshake), sent one
+    at a time, each after the answer to the one before (as the HTTP requests are)."""
+    regdev = str(Path(__import__("sys").executable).with_name("regdev"))
+    process = subprocess.Popen(
+        [regdev, "serve", "--audit", str(audit), "--log-level", "warning", "--policy",
+         str(home / "policy.toml")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=server_env(home))
+    assert process.stdin is not None and process.stdout is not None
+    handshake = [b'{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": '
+                 b'{"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": '
+                 b'{"name": "t", "version": "0"}}}',
+                 b'{"jsonrpc": "2.0", "method": "notifications/initialized"}']
+    replies = []
+    for number, line in enumerate([*handshake, *lines]):
+        process.stdin.write(line + b"\n")
+        process.stdin.flush()
+        if number != 1:  # the notification gets no answer
+            replies.append(json.loads(process.stdout.readline()))
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0 and b"Traceback" not in err, err
+    return replies[1:]
+
+
+def test_wild_calls_get_the_same_verdicts_and_records_as_over_stdio(
+        stateless: Served, tmp_path: Path) -> None:
+    """Every wild call of examples/wild-calls.jsonl, and calls that are not strict JSON, as
+    the same bytes over HTTP and over stdio: the same answer (result or JSON-RPC error) and
+    the same audit record, but for the caller and the times."""
+    params: list[bytes] = [record.raw.encode() for _, record in
+                           load_replay(EXAMPLES / "wild-calls.jsonl")]
+    params += [b'{"name": "write_register", "arguments": {"addr": 3, "addr": 4, "data": 1}}',
+               b'{"name": "write_register", "arguments": {"addr": NaN, "data": 1}}',
+               b'{"name": "write_register", "arguments": {"addr": 3.0000000000000001, '
+               b'"data": 1}}',
+               b'{"name": "write_register", "arguments": {"addr": 2, "data": 7}, '
+               b'"_meta": {"idempotency_key": "k-1"}}',
+               b'{"name": "write_register", "arguments": "{\\"addr\\": 3}"}',
+               b'{"name": "write_register", "arguments": {"addr": 15, "data": 1}}',
+               b'{"name": "write_register", "arguments": {"addr": 0, "data": 1}}']
+    bodies = [call_text(1000 + number, text) for number, text in enumerate(params)]
+    before = len(records(stateless))
+    over_http = [answer(post(stateless.url, body, bearer=token("alice"))) for body in bodies]
+    home = tmp_path / "stdio"
+    home.mkdir()
+    (home / "policy.toml").write_text((stateless.audit.parent / "policy.toml").read_text())
+    over_stdio = _stdio_replies(home, tmp_path / "stdio.db", bodies)
+    assert over_http == over_stdio
+    http_records = records(stateless)[before:]
+    stdio_records = read_audit(tmp_path / "stdio.db")
+    results = sum("result" in reply for reply in over_http)  # the rest are JSON-RPC errors
+    assert len(http_records) == len(stdio_records) == results >= len(params) - 6
+    for got, expected in zip(http_records, stdio_records, strict=True):
+        mine = {k: v for k, v in got.to_dict().items() if k not in VOLATILE}
+        theirs = {k: v for k, v in expected.to_dict().items() if k not in VOLATILE}
+        assert mine == theirs
+        assert (got.caller, expected.caller) == ("token:alice", None)
+
+
+# --- approval by a person --------------------------------------------------------------------
+
+
+def _answering(action: str, content: dict[str, Any] | None = None,
+               delay: float = 0.0, asked: list[str] | None = None) -> Any:
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        if asked is not None:
+            asked.append(params.message)
+        if delay:
+            await anyio.sleep(delay)
+        return types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+    return elicit
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+@pytest.mark.parametrize("case", [
+    ("accept", {"approve": True}, 0.0, True, None),
+    ("accept", {"approve": False}, 0.0, False, "answered no"),
+    ("decline", None, 0.0, False, "declined"),
+    ("cancel", None, 0.0, False, "dismissed without an answer"),
+    ("accept", {"approve": "yes"}, 0.0, False, "the answer does not fit the question's form"),
+    ("accept", {"approve": True}, 4.0, False, "no answer within 3 s"),
+])
+def test_a_protected_write_asks_the_callers_client(
+        served: Served, mode: str, case: tuple[str, dict[str, Any] | None, float, bool, str]
+) -> None:
+    """Register 15 is protected: the client is asked, with the caller, the register, its value
+    now and the value to write; only accept with approve true runs the write; decline,
+    cancel, a wrong answer and no answer within 3 s are approval-denied saying which. The
+    audit record names the approver and how it was asked."""
+    action, content, delay, ok, why = case
+    asked: list[str] = []
+    with sdk_client(served.url, token("alice"), mode=mode,
+                    elicit=_answering(action, content, delay, asked)) as client:
+        before = client.call("read_register", {"addr": 15}).structured_content["result"]["data"]
+        value = (before + 1) % 256
+        got = client.call("write_register", {"addr": 15, "data": value}).structured_content
+        after = client.call("read_register", {"addr": 15}).structured_content["result"]["data"]
+    assert asked == [f"token:alice asks to write {value} (0x{value:02X}) to protected "
+                     f"register 15, which holds {before} (0x{before:02X}). Approve this write?"]
+    assert got["ok"] is ok
+    assert after == (value if ok else before)
+    record = next(r for r in reversed(records(served)) if r.tool == "write_register")
+    assert (record.caller, record.approval) == ("token:alice", "elicitation")
+    if ok:
+        assert record.approver == "token:alice" and record.code is None
+    else:
+        assert got["code"] == "approval-denied"
+        assert got["message"] == ("register 15 is protected and the approver denied this "
+                                  f"write ({why})")
+        assert record.code == "approval-denied" and record.message == got["message"]
+
+
+def test_a_client_that_cannot_be_asked_is_denied(served: Served) -> None:
+    """A client without the elicitation capability: approval-denied saying so, at once."""
+    with sdk_client(served.url, token("alice")) as client:
+        got = client.call("write_register", {"addr": 15, "data": 200}).structured_content
+    assert got["code"] == "approval-denied"
+    assert "did not declare elicitation" in got["message"]
+
+
+def test_a_2026_answer_with_a_tampered_or_reused_state_is_denied(served: Served) -> None:
+    """2026-07-28: the question comes back as an InputRequiredResult with a sealed
+    requestState. A state with one byte changed, a state for another call, and a state used
+    twice are approval-denied; the untouched state with a yes runs the write once."""
+    with sdk_client(served.url, token("alice"), mode=MODERN,
+                    elicit=_answering("accept", {"approve": True})) as client:
+        session = client.client.session
+
+        def call(data: int, **extra: Any) -> Any:
+            return client.portal.call(lambda: session.call_tool(
+                "write_register", {"addr": 15, "data": data}, allow_input_required=True,
+                **extra))
+
+        first = call(77)
+        assert isinstance(first, types.InputRequiredResult) and first.request_state
+        (key,) = first.input_requests or {}
+        yes = {key: types.ElicitResult(action="accept", content={"approve": True})}
+        state = first.request_state
+        flipped = state[:10] + ("A" if state[10] != "A" else "B") + state[11:]
+        tampered = call(77, input_responses=yes, request_state=flipped)
+        other = call(78, input_responses=yes, request_state=state)
+        good = call(77, input_responses=yes, request_state=state)
+        again = call(77, input_responses=yes, request_state=state)
+    prefix = "register 15 is protected and the approver denied this write ("
+    reasons = [result.structured_content["message"].removeprefix(prefix) for result in
+               (tampered, other, again)]
+    assert reasons == ["the answer's requestState is not one this server sealed "
+                       "(tampered, or from another server))",
+                       "the answer is to a question about another call or caller)",
+                       "this question was answered already)"]
+    assert good.structured_content["ok"] is True
+
+
+def test_a_pending_question_does_not_hold_the_device(served: Served) -> None:
+    """While alice's client takes its time answering a question about register 15, carol's
+    writes and reads of other registers run at once; then alice's yes runs her write."""
+    answered = threading.Event()
+
+    async def slow(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        await anyio.to_thread.run_sync(answered.wait, 10)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    results: list[Any] = []
+    with sdk_client(served.url, token("alice"), elicit=slow) as alice:
+        worker = threading.Thread(target=lambda: results.append(
+            alice.call("write_register", {"addr": 15, "data": 123})))
+        worker.start()
+        with sdk_client(served.url, token("carol")) as carol:
+            for data in range(5):
+                assert carol.call("write_register", {"addr": 4, "data": data}).is_error is False
+            assert carol.call("read_register", {"addr": 4}).structured_content["result"][
+                "data"] == 4
+        assert not results  # alice's call is still waiting for its answer
+        answered.set()
+        worker.join(20)
+    assert results[0].structured_content["ok"] is True
+
+
+@pytest.fixture(scope="module")
+def by_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with http_server(tmp_path_factory.mktemp("url"), policy_text(via="url", timeout=15.0)) \
+            as server:
+        yield server
+
+
+def _page_url(served: Served, after: int) -> str:
+    """The approval page the server logged after ``after`` lines of its log."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for line in served.stderr[after:]:
+            if "approval needed:" in line:
+                return line.split("answer at ")[1].split()[0]
+        time.sleep(0.05)
+    raise AssertionError(served.log())
+
+
+def _answer_page(url: str, bearer: str, decision: str) -> tuple[int, str]:
+    import httpx2  # noqa: PLC0415
+
+    origin = url.split("/approve/", maxsplit=1)[0]
+    response = httpx2.post(url, data={"token": bearer, "decision": decision},
+                           headers={"Origin": origin})
+    return response.status_code, response.text
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+def test_a_url_approval_is_signed_by_another_person(by_url: Served, mode: str) -> None:
+    """via = url: the question is a page the server serves. The caller's own token cannot
+    answer it, nor a token without regdev:approve; bob's yes runs alice's write, and the
+    audit record says bob approved it on the page."""
+    after = len(by_url.stderr)
+    results: list[Any] = []
+    shown: list[str] = []
+
+    async def open_page(context: Any, params: Any) -> types.ElicitResult:
+        shown.append(params.url)
+        return types.ElicitResult(action="accept")
+
+    with sdk_client(by_url.url, token("alice"), mode=mode, elicit=open_page) as alice:
+        worker = threading.Thread(target=lambda: results.append(
+            alice.call("write_register", {"addr": 15, "data": 99})))
+        worker.start()
+        url = _page_url(by_url, after)
+        import httpx2  # noqa: PLC0415
+
+        page = httpx2.get(url)
+        assert page.status_code == 200 and "token:alice asks to write 99 (0x63)" in page.text
+        assert page.headers["x-frame-options"] == "DENY"
+        assert _answer_page(url, token("alice"), "approve")[0] == 403  # the caller
+        assert _answer_page(url, token("victor"), "approve")[0] == 403  # no regdev:approve
+        assert _answer_page(url, "not-a-token", "approve")[0] == 403
+        assert _answer_page(url, token("bob"), "approve")[0] == 200
+        assert _answer_page(url, token("bob"), "deny")[0] == 404  # answered: closed
+        worker.join(30)
+    assert shown == [url]
+    assert results[0].structured_content["ok"] is True
+    record = next(r for r in reversed(records(by_url)) if r.tool == "write_register")
+    assert (record.ok, record.caller, record.approver, record.approval) == (
+        True, "token:alice", "token:bob", "url")
+
+
+def test_a_denied_or_unanswered_url_approval_is_approval_denied(
+        tmp_path: Path) -> None:
+    """bob's deny on the page, and no answer within the timeout: approval-denied, and the
+    write does not run."""
+    with http_server(tmp_path, policy_text(via="url", timeout=2.0)) as server:
+        after = len(server.stderr)
+        results: list[Any] = []
+        with sdk_client(server.url, token("alice")) as alice:
+            worker = threading.Thread(target=lambda: results.append(
+                alice.call("write_register", {"addr": 15, "data": 5})))
+            worker.start()
+            assert _answer_page(_page_url(server, after), token("bob"), "deny")[0] == 200
+            worker.join(30)
+            timed_out = alice.call("write_register", {"addr": 15, "data": 6})
+            read = alice.call("read_register", {"addr": 15})
+        assert results[0].structured_content["message"].endswith(
+            "(denied on the approval page)")
+        assert timed_out.structured_content["message"].endswith("(no answer within 2 s)")
+        assert read.structured_content["result"]["data"] == 0
+        denied, unanswered = [r for r in records(server) if r.tool == "write_register"]
+        assert (denied.approver, denied.approval) == ("token:bob", "url")
+        assert (unanswered.approver, unanswered.approval) == (None, "url")
+
+
+# --- the policy and the command line -----------------------------------------------------------
+
+
+def test_serve_http_needs_a_policy_with_callers(tmp_path: Path) -> None:
+    """Without --policy, or with a policy lacking [http], --http refuses to start (exit 2,
+    one line): it serves no caller it cannot name."""
+    regdev = str(Path(__import__("sys").executable).with_name("regdev"))
+    bare = tmp_path / "bare.toml"
+    bare.write_text("timeout = 1.0\n")
+    for options in ([], ["--policy", str(bare)]):
+        done = subprocess.run([regdev, "serve", "--http", "127.0.0.1:0", "--no-audit",
+                               *options], capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2
+        assert done.stderr.startswith("regdev serve: error: --http needs --policy FILE with "
+                                      "an [http] table"), done.stderr
+    for bad in ("127.0.0.1:99999", "host:port", "::1:80"):
+        done = subprocess.run([regdev, "serve", "--http", bad, "--no-audit"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2 and "--http takes [HOST:]PORT" in done.stderr, done.stderr
+
+
+def test_policy_scopes_must_name_declared_sessions() -> None:
+    """http.scopes naming a session the policy does not declare is refused when loaded."""
+    from regdev import PolicyError  # noqa: PLC0415
+
+    with pytest.raises(PolicyError, match="names session 'operators', which the policy "
+                                          "does not declare"):
+        Policy.from_dict({"http": {"scopes": {"regdev:operate": "operators"}}})
+    policy = Policy.from_dict({"sessions": {"ops": {}},
+                               "http": {"scopes": {"regdev:operate": "ops"}}})
+    assert policy.http is not None and policy.http.scopes == {"regdev:operate": "ops"}
