@@ -11,6 +11,7 @@ import hashlib
 import http.client
 import http.server
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -138,10 +139,11 @@ def policy_text(*, jwks_url: str | None = None, via: str = "elicitation",
 
 @dataclass
 class Served:
-    """A running `regdev serve --http`."""
+    """A running `regdev serve --http` (a subprocess), or the same server in this process
+    (``process`` None; ``stderr`` then holds regdev's log lines)."""
 
     url: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None
     audit: Path
     stderr: list[str] = field(default_factory=list)
 
@@ -208,6 +210,65 @@ def http_server(folder: Path, policy: str, *options: str,
         reader.join(10)
         assert process.returncode == 0, "".join(lines)
         assert "Traceback" not in "".join(lines), "".join(lines)
+
+
+class _Lines(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"regdev serve: {record.levelname} {record.getMessage()}\n")
+
+
+@contextmanager
+def inprocess_server(folder: Path, policy: str, *, stateless: bool = False) -> Iterator[Served]:
+    """The server of `regdev serve --http 127.0.0.1:0` run in a thread of this process (the
+    same functions the command runs, without the second of importing the SDK again):
+    on a fresh register file, recording to ``folder/audit.db``."""
+    from regdev import AuditLog, Gate, Policy, RegisterFile  # noqa: PLC0415
+    from regdev.agents._approval import approvals_for  # noqa: PLC0415
+    from regdev.agents._http import serve_http  # noqa: PLC0415
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "policy.toml").write_text(policy)
+    loaded = Policy.from_file(folder / "policy.toml")
+    device = RegisterFile()
+    approvals = approvals_for(loaded, device)
+    gate = Gate(device, policy=loaded.model_copy(update={"approve": approvals}),
+                audit=AuditLog(folder / "audit.db"))
+    assert gate.policy is not None
+    lines: list[str] = []
+    handler = _Lines(lines)
+    logger = logging.getLogger("regdev")
+    logger.addHandler(handler)
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    urls: list[str] = []
+    listening, stop = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            serve_http(gate, gate.policy, approvals, host="127.0.0.1", port=0,  # type: ignore[arg-type]
+                       stateless=stateless, ready=lambda url: (urls.append(url),
+                                                               listening.set()), stop=stop)
+        except BaseException as error:  # shown by the assertion below
+            failure.append(error)
+            listening.set()
+
+    thread = threading.Thread(target=run, name="regdev serve --http", daemon=True)
+    thread.start()
+    try:
+        assert listening.wait(30) and urls, failure
+        yield Served(urls[0], None, folder / "audit.db", lines)
+    finally:
+        stop.set()
+        thread.join(30)
+        gate.close()
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+        assert not thread.is_alive() and not failure, failure
 
 
 # --- the SDK's own HTTP client, synchronously ---------------------------------------------------

@@ -24,6 +24,7 @@ from httpserver import (
     Served,
     answer,
     http_server,
+    inprocess_server,
     policy_text,
     post,
     sdk_client,
@@ -45,9 +46,17 @@ def keys() -> Iterator[KeySet]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, keys: KeySet) -> Iterator[Served]:
-    """One server with sessions for the module: elicitation approval, 3 s to answer."""
-    with http_server(tmp_path_factory.mktemp("http"),
-                     policy_text(jwks_url=keys.url, timeout=3.0)) as server:
+    """One server with sessions for the module: elicitation approval, 30 s to answer."""
+    with inprocess_server(tmp_path_factory.mktemp("http"),
+                          policy_text(jwks_url=keys.url, timeout=30.0)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def hurried(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A server whose questions expire after 1.5 s (the clients here take 4 s to answer)."""
+    with inprocess_server(tmp_path_factory.mktemp("hurried"), policy_text(timeout=1.5)) \
+            as server:
         yield server
 
 
@@ -323,7 +332,7 @@ def test_wild_calls_get_the_same_verdicts_and_records_as_over_stdio(
 # --- approval by a person --------------------------------------------------------------------
 
 
-def _answering(action: str, content: dict[str, Any] | None = None,
+def _answering(action: str, content: dict[str, Any] | None = None, *,
                delay: float = 0.0, asked: list[str] | None = None) -> Any:
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         if asked is not None:
@@ -336,24 +345,22 @@ def _answering(action: str, content: dict[str, Any] | None = None,
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
 @pytest.mark.parametrize("case", [
-    ("accept", {"approve": True}, 0.0, True, None),
-    ("accept", {"approve": False}, 0.0, False, "answered no"),
-    ("decline", None, 0.0, False, "declined"),
-    ("cancel", None, 0.0, False, "dismissed without an answer"),
-    ("accept", {"approve": "yes"}, 0.0, False, "the answer does not fit the question's form"),
-    ("accept", {"approve": True}, 4.0, False, "no answer within 3 s"),
+    ("accept", {"approve": True}, True, None),
+    ("accept", {"approve": False}, False, "answered no"),
+    ("decline", None, False, "declined"),
+    ("cancel", None, False, "dismissed without an answer"),
+    ("accept", {"approve": "yes"}, False, "the answer does not fit the question's form"),
 ])
 def test_a_protected_write_asks_the_callers_client(
-        served: Served, mode: str, case: tuple[str, dict[str, Any] | None, float, bool, str]
-) -> None:
+        served: Served, mode: str, case: tuple[str, dict[str, Any] | None, bool, str]) -> None:
     """Register 15 is protected: the client is asked, with the caller, the register, its value
     now and the value to write; only accept with approve true runs the write; decline,
-    cancel, a wrong answer and no answer within 3 s are approval-denied saying which. The
-    audit record names the approver and how it was asked."""
-    action, content, delay, ok, why = case
+    cancel and a wrong answer are approval-denied saying which. The audit record names the
+    approver and how it was asked."""
+    action, content, ok, why = case
     asked: list[str] = []
     with sdk_client(served.url, token("alice"), mode=mode,
-                    elicit=_answering(action, content, delay, asked)) as client:
+                    elicit=_answering(action, content, asked=asked)) as client:
         before = client.call("read_register", {"addr": 15}).structured_content["result"]["data"]
         value = (before + 1) % 256
         got = client.call("write_register", {"addr": 15, "data": value}).structured_content
@@ -371,6 +378,19 @@ def test_a_protected_write_asks_the_callers_client(
         assert got["message"] == ("register 15 is protected and the approver denied this "
                                   f"write ({why})")
         assert record.code == "approval-denied" and record.message == got["message"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+def test_a_question_not_answered_in_time_is_denied(hurried: Served, mode: str) -> None:
+    """A yes that comes after the 1.5 s the policy allows does not run the write: the server
+    stopped waiting (before 2026-07-28), or the sealed question expired (2026-07-28)."""
+    with sdk_client(hurried.url, token("alice"), mode=mode,
+                    elicit=_answering("accept", {"approve": True}, delay=4.0)) as client:
+        got = client.call("write_register", {"addr": 15, "data": 42}).structured_content
+        assert client.call("read_register", {"addr": 15}).structured_content["result"] == {
+            "addr": 15, "data": 0}
+    assert got["message"] == ("register 15 is protected and the approver denied this write "
+                              "(no answer within 1.5 s)")
 
 
 def test_a_client_that_cannot_be_asked_is_denied(served: Served) -> None:
@@ -441,8 +461,8 @@ def test_a_pending_question_does_not_hold_the_device(served: Served) -> None:
 
 @pytest.fixture(scope="module")
 def by_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    with http_server(tmp_path_factory.mktemp("url"), policy_text(via="url", timeout=15.0)) \
-            as server:
+    with inprocess_server(tmp_path_factory.mktemp("url"),
+                          policy_text(via="url", timeout=30.0)) as server:
         yield server
 
 
@@ -502,49 +522,60 @@ def test_a_url_approval_is_signed_by_another_person(by_url: Served, mode: str) -
         True, "token:alice", "token:bob", "url")
 
 
+@pytest.fixture(scope="module")
+def by_url_hurried(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with inprocess_server(tmp_path_factory.mktemp("url-hurried"),
+                          policy_text(via="url", timeout=1.5)) as server:
+        yield server
+
+
 def test_a_denied_or_unanswered_url_approval_is_approval_denied(
-        tmp_path: Path) -> None:
+        by_url: Served, by_url_hurried: Served) -> None:
     """bob's deny on the page, and no answer within the timeout: approval-denied, and the
-    write does not run."""
-    with http_server(tmp_path, policy_text(via="url", timeout=2.0)) as server:
-        after = len(server.stderr)
-        results: list[Any] = []
-        with sdk_client(server.url, token("alice")) as alice:
-            worker = threading.Thread(target=lambda: results.append(
-                alice.call("write_register", {"addr": 15, "data": 5})))
-            worker.start()
-            assert _answer_page(_page_url(server, after), token("bob"), "deny")[0] == 200
-            worker.join(30)
-            timed_out = alice.call("write_register", {"addr": 15, "data": 6})
-            read = alice.call("read_register", {"addr": 15})
-        assert results[0].structured_content["message"].endswith(
-            "(denied on the approval page)")
-        assert timed_out.structured_content["message"].endswith("(no answer within 2 s)")
-        assert read.structured_content["result"]["data"] == 0
-        denied, unanswered = [r for r in records(server) if r.tool == "write_register"]
-        assert (denied.approver, denied.approval) == ("token:bob", "url")
-        assert (unanswered.approver, unanswered.approval) == (None, "url")
+    write does not run; the records say who denied, and that nobody answered."""
+    after = len(by_url.stderr)
+    results: list[Any] = []
+    with sdk_client(by_url.url, token("alice")) as alice:
+        worker = threading.Thread(target=lambda: results.append(
+            alice.call("write_register", {"addr": 15, "data": 5})))
+        worker.start()
+        assert _answer_page(_page_url(by_url, after), token("bob"), "deny")[0] == 200
+        worker.join(30)
+    with sdk_client(by_url_hurried.url, token("alice")) as alice:
+        timed_out = alice.call("write_register", {"addr": 15, "data": 6})
+        read = alice.call("read_register", {"addr": 15})
+    assert results[0].structured_content["message"].endswith("(denied on the approval page)")
+    assert timed_out.structured_content["message"].endswith("(no answer within 1.5 s)")
+    assert read.structured_content["result"]["data"] == 0
+    denied = next(r for r in reversed(records(by_url)) if r.tool == "write_register")
+    unanswered = next(r for r in reversed(records(by_url_hurried)) if r.tool == "write_register")
+    assert (denied.approver, denied.approval, denied.ok) == ("token:bob", "url", False)
+    assert (unanswered.approver, unanswered.approval, unanswered.ok) == (None, "url", False)
 
 
 # --- the policy and the command line -----------------------------------------------------------
 
 
-def test_serve_http_needs_a_policy_with_callers(tmp_path: Path) -> None:
+def test_serve_http_needs_a_policy_with_callers(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Without --policy, or with a policy lacking [http], --http refuses to start (exit 2,
-    one line): it serves no caller it cannot name."""
-    regdev = str(Path(__import__("sys").executable).with_name("regdev"))
+    one line): it serves no caller it cannot name. A bad address repeats the form."""
+    from regdev.cli._main import main  # noqa: PLC0415
+
     bare = tmp_path / "bare.toml"
     bare.write_text("timeout = 1.0\n")
     for options in ([], ["--policy", str(bare)]):
-        done = subprocess.run([regdev, "serve", "--http", "127.0.0.1:0", "--no-audit",
-                               *options], capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 2
-        assert done.stderr.startswith("regdev serve: error: --http needs --policy FILE with "
-                                      "an [http] table"), done.stderr
-    for bad in ("127.0.0.1:99999", "host:port", "::1:80"):
-        done = subprocess.run([regdev, "serve", "--http", bad, "--no-audit"],
-                              capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 2 and "--http takes [HOST:]PORT" in done.stderr, done.stderr
+        assert main(["serve", "--http", "127.0.0.1:0", "--no-audit", *options]) == 2
+        assert capsys.readouterr().err.startswith(
+            "regdev serve: error: --http needs --policy FILE with an [http] table")
+    for bad in ("127.0.0.1:99999", "host:port", "::1:80", ""):
+        assert main(["serve", "--http", bad, "--no-audit"]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"regdev serve: error: --http takes [HOST:]PORT (127.0.0.1:8000, "
+                       f"[::1]:8000, 8000), got {bad!r}\n")
+    assert main(["serve", "--stateless"]) == 2
+    assert capsys.readouterr().err == ("regdev serve: error: --stateless goes with --http "
+                                       "[HOST:]PORT\n")
 
 
 def test_policy_scopes_must_name_declared_sessions() -> None:

@@ -32,11 +32,11 @@ Rules of this file:
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import logging
 import signal
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
@@ -71,6 +71,7 @@ from .._version import __version__
 from ..gate._access import HttpAccess
 from ..gate._gate import Gate
 from ..gate._policy import Policy, Session
+from ._address import is_loopback
 from ._approval import ASKING, Approvals, Asking
 from ._auth import Caller, TokenCheck
 from ._mcp import _INSTRUCTIONS, ENVELOPE_BYTES, MessageReader, Received, _explain_the_sdk
@@ -83,7 +84,6 @@ __all__ = [
     "McpFront",
     "build_http_app",
     "build_http_server",
-    "parse_address",
     "serve_http",
 ]
 
@@ -107,49 +107,6 @@ CALLER_KEY = "regdev.caller"
 RECEIVED_KEY = "regdev.received"
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-
-
-# --- addresses ---------------------------------------------------------------------------------
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``[HOST:]PORT`` -> (host, port); the host is ``127.0.0.1`` when left out, an IPv6
-    address is written in brackets (``[::1]:8000``), port 0 picks a free one.
-
-    Raises:
-        ValueError: not of that form, or the port is outside 0..65535 (the message repeats the
-            expected form).
-    """
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "", text
-    host = host or "127.0.0.1"
-    bracketed = host.startswith("[") and host.endswith("]")
-    if bracketed:
-        host = host[1:-1]
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535 or not host or (
-            ":" in host and not (bracketed and _is_ip(host))):
-        raise ValueError(f"--http takes [HOST:]PORT (127.0.0.1:8000, [::1]:8000, 8000), "
-                         f"got {text!r}")
-    return host, int(port_text)
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _url_host(host: str) -> str:
@@ -617,7 +574,8 @@ class _Server(uvicorn.Server):
 
 def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, port: int,
                stateless: bool = False, stop_signals: Collection[signal.Signals] = (),
-               ready: Callable[[str], None] | None = None) -> None:
+               ready: Callable[[str], None] | None = None,
+               stop: threading.Event | None = None) -> None:
     """Serve ``gate`` over MCP Streamable HTTP at ``http://HOST:PORT/mcp`` until a stop signal.
 
     Blocks. Returns on one of ``stop_signals`` (open approval questions are denied, running
@@ -632,8 +590,9 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
         host: the address to listen on (``127.0.0.1``, ``::1``, ``0.0.0.0``...).
         port: the TCP port; 0 picks a free one (``ready`` is told which).
         stateless: serve without sessions (several processes behind one load balancer).
-        stop_signals: signals that stop the server.
+        stop_signals: signals that stop the server (only the main thread can catch them).
         ready: called with the endpoint's URL once the server listens.
+        stop: setting it stops the server as a stop signal does (from any thread).
 
     Raises:
         OSError: the address cannot be listened on.
@@ -669,9 +628,17 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
                     server.should_exit = True
                     return
 
+        async def stop_on_event(event: threading.Event) -> None:
+            await anyio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
+            logger.info("stopping")
+            approvals.stop()
+            server.should_exit = True
+
         async def run() -> None:
             async with anyio.create_task_group() as group:
                 await group.start(stop_on_signals)
+                if stop is not None:
+                    group.start_soon(stop_on_event, stop)
                 if ready is not None:
                     ready(served.url)
                 await server.serve(sockets=[listener])

@@ -11,6 +11,7 @@ import threading
 from types import FrameType
 from typing import Any, TextIO
 
+from ..agents._address import is_loopback, parse_address
 from ._common import (
     STDOUT_CLOSED,
     UsageError,
@@ -104,15 +105,6 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
 def _serve_http(args: argparse.Namespace, log: logging.Logger,
                 stop_signals: list[signal.Signals]) -> None:
     try:
-        # the optional `mcp` extra, imported lazily
-        from ..agents._approval import approvals_for  # noqa: PLC0415
-        from ..agents._http import parse_address, serve_http  # noqa: PLC0415
-    except ImportError as error:
-        if (error.name or "").split(".")[0] not in ("mcp", "anyio", "jwt", "uvicorn",
-                                                    "starlette"):
-            raise
-        raise UsageError(f"the MCP server needs the `mcp` extra: {MCP_INSTALL}") from None
-    try:
         host, port = parse_address(args.http)
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -125,6 +117,15 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
                          "(or the OAuth server) of the callers it serves, and the sessions "
                          "their scopes choose (see docs/agents.md)")
     state_key = _state_key(args.state_key_file)
+    try:
+        # the optional `mcp` extra, imported lazily
+        from ..agents._approval import approvals_for  # noqa: PLC0415
+        from ..agents._http import serve_http  # noqa: PLC0415
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in ("mcp", "anyio", "jwt", "uvicorn",
+                                                    "starlette"):
+            raise
+        raise UsageError(f"the MCP server needs the `mcp` extra: {MCP_INSTALL}") from None
     with contextlib.closing(port_device(args)) as device:
         identity = device_call(args, device.identify)  # a silent device fails here, at once
         approvals = approvals_for(policy, device, state_key)
@@ -137,7 +138,7 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
                          url, "stateless" if args.stateless else "sessions",
                          ", ".join(gate.tools), identity,
                          gate.audit.path if gate.audit is not None else "off")
-                if not _is_loopback(host):
+                if not is_loopback(host):
                     log.warning("listening on %s, beyond this machine, in plain HTTP: put a "
                                 "reverse proxy with TLS in front (docs/agents.md)", host)
 
@@ -149,11 +150,6 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
                                  f"{error.strerror or error}") from None
             for number in stop_signals:  # a second signal must not cut the audit flush short
                 signal.signal(number, signal.SIG_IGN)
-
-
-def _is_loopback(host: str) -> bool:
-    from ..agents._http import is_loopback  # noqa: PLC0415
-    return is_loopback(host)
 
 
 def _state_key(path: str | None) -> bytes | None:
