@@ -213,16 +213,26 @@ def http_server(folder: Path, policy: str, *options: str,
 
 
 class _Lines(logging.Handler):
+    """Log records as the lines `regdev serve` writes on stderr, tracebacks included."""
+
     def __init__(self, lines: list[str]) -> None:
         super().__init__(logging.INFO)
         self.lines = lines
+        self.setFormatter(logging.Formatter("regdev serve: %(levelname)s %(name)s: "
+                                            "%(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"regdev serve: {record.levelname} {record.getMessage()}\n")
+        self.lines.append(self.format(record) + "\n")
+
+
+#: The loggers whose records an in-process server keeps (regdev's, and the errors of the
+#: layers under it: a traceback anywhere shows in ``Served.log()``).
+_WATCHED = ("regdev", "uvicorn", "uvicorn.error", "mcp", "starlette", "sse_starlette")
 
 
 @contextmanager
-def inprocess_server(folder: Path, policy: str, *, stateless: bool = False) -> Iterator[Served]:
+def inprocess_server(folder: Path, policy: str, *, stateless: bool = False,
+                     device: Any = None, body_seconds: float = 10.0) -> Iterator[Served]:
     """The server of `regdev serve --http 127.0.0.1:0` run in a thread of this process (the
     same functions the command runs, without the second of importing the SDK again):
     on a fresh register file, recording to ``folder/audit.db``."""
@@ -233,15 +243,16 @@ def inprocess_server(folder: Path, policy: str, *, stateless: bool = False) -> I
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "policy.toml").write_text(policy)
     loaded = Policy.from_file(folder / "policy.toml")
-    device = RegisterFile()
+    device = device if device is not None else RegisterFile()
     approvals = approvals_for(loaded, device)
     gate = Gate(device, policy=loaded.model_copy(update={"approve": approvals}),
                 audit=AuditLog(folder / "audit.db"))
     assert gate.policy is not None
     lines: list[str] = []
     handler = _Lines(lines)
+    for name in _WATCHED:
+        logging.getLogger(name).addHandler(handler)
     logger = logging.getLogger("regdev")
-    logger.addHandler(handler)
     previous = logger.level
     logger.setLevel(logging.INFO)
     urls: list[str] = []
@@ -252,7 +263,8 @@ def inprocess_server(folder: Path, policy: str, *, stateless: bool = False) -> I
         try:
             serve_http(gate, gate.policy, approvals, host="127.0.0.1", port=0,  # type: ignore[arg-type]
                        stateless=stateless, ready=lambda url: (urls.append(url),
-                                                               listening.set()), stop=stop)
+                                                               listening.set()), stop=stop,
+                       body_seconds=body_seconds)
         except BaseException as error:  # shown by the assertion below
             failure.append(error)
             listening.set()
@@ -266,7 +278,8 @@ def inprocess_server(folder: Path, policy: str, *, stateless: bool = False) -> I
         stop.set()
         thread.join(30)
         gate.close()
-        logger.removeHandler(handler)
+        for name in _WATCHED:
+            logging.getLogger(name).removeHandler(handler)
         logger.setLevel(previous)
         assert not thread.is_alive() and not failure, failure
 
@@ -354,7 +367,7 @@ def raw_request(port: int, data: bytes, *, read: bool = True,
         sock.sendall(data)
         if not read:
             return 0, {}, b""
-        response = http.client.HTTPResponse(sock)
+        response = http.client.HTTPResponse(sock, method=data.split(b" ", 1)[0].decode())
         try:
             response.begin()
         except (http.client.RemoteDisconnected, ConnectionResetError):

@@ -440,7 +440,7 @@ def test_a_pending_question_does_not_hold_the_device(served: Served) -> None:
     answered = threading.Event()
 
     async def slow(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        await anyio.to_thread.run_sync(answered.wait, 10)
+        await anyio.to_thread.run_sync(answered.wait, 120)
         return types.ElicitResult(action="accept", content={"approve": True})
 
     results: list[Any] = []

@@ -313,6 +313,11 @@ class McpFront:
         too_large = _json_rpc_error(413, types.INVALID_REQUEST,
                                     f"Invalid Request: the body is over the cap of {cap} bytes")
         lengths = _one_header(scope, b"content-length")
+        if lengths and _one_header(scope, b"transfer-encoding"):  # RFC 9112 6.3: may refuse
+            raise _Refused(_json_rpc_error(400, types.INVALID_REQUEST,
+                                           "Invalid Request: Content-Length and "
+                                           "Transfer-Encoding together",
+                                           headers={"Connection": "close"}))
         if len(lengths) > 1 or (lengths and not lengths[0].strip().isdigit()):
             raise _Refused(_json_rpc_error(400, types.INVALID_REQUEST,
                                            "Invalid Request: Content-Length is not one number"))
@@ -575,7 +580,8 @@ class _Server(uvicorn.Server):
 def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, port: int,
                stateless: bool = False, stop_signals: Collection[signal.Signals] = (),
                ready: Callable[[str], None] | None = None,
-               stop: threading.Event | None = None) -> None:
+               stop: threading.Event | None = None,
+               body_seconds: float = BODY_SECONDS) -> None:
     """Serve ``gate`` over MCP Streamable HTTP at ``http://HOST:PORT/mcp`` until a stop signal.
 
     Blocks. Returns on one of ``stop_signals`` (open approval questions are denied, running
@@ -593,6 +599,7 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
         stop_signals: signals that stop the server (only the main thread can catch them).
         ready: called with the endpoint's URL once the server listens.
         stop: setting it stops the server as a stop signal does (from any thread).
+        body_seconds: seconds a client has to send a request's body (408 after).
 
     Raises:
         OSError: the address cannot be listened on.
@@ -603,7 +610,7 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
     try:
         actual_port = listener.getsockname()[1]
         served = build_http_app(gate, policy, approvals, host=host, port=actual_port,
-                                stateless=stateless)
+                                stateless=stateless, body_seconds=body_seconds)
         config = uvicorn.Config(served.app, log_config=None, access_log=False,
                                 lifespan="on", timeout_keep_alive=5,
                                 timeout_graceful_shutdown=5,
