@@ -588,3 +588,20 @@ def test_policy_scopes_must_name_declared_sessions() -> None:
     policy = Policy.from_dict({"sessions": {"ops": {}},
                                "http": {"scopes": {"regdev:operate": "ops"}}})
     assert policy.http is not None and policy.http.scopes == {"regdev:operate": "ops"}
+
+
+def test_the_example_policy_loads_and_its_tokens_are_what_it_says() -> None:
+    """examples/http-policy.toml is valid, and each example token written in its comments is
+    the one whose SHA-256 it declares, with the scopes the comments say."""
+    import hashlib  # noqa: PLC0415
+
+    policy = Policy.from_file(EXAMPLES / "http-policy.toml")
+    assert policy.http is not None and policy.approval.via == "url"
+    text = (EXAMPLES / "http-policy.toml").read_text()
+    for name, scopes in (("alice", ("regdev:operate",)), ("viewer", ("regdev:read",)),
+                         ("bob", ("regdev:approve",))):
+        secret = text.split(f"#   {name}:")[1].split()[0]
+        declared = policy.http.tokens[name]
+        assert declared.sha256 == hashlib.sha256(secret.encode()).hexdigest()
+        assert declared.scopes == scopes
+
