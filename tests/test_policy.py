@@ -210,7 +210,7 @@ def test_an_approval_answer_says_who_and_how_in_the_audit_log(
         return answer
 
     device = CountingDevice()
-    policy = Policy(registers=RegisterMap(protected=frozenset({15})), approve=approve)
+    policy = Policy(registers=RegisterPolicy(protected=frozenset({15})), approve=approve)
     with Gate(device, policy=policy, audit=AuditLog(tmp_path / "audit.db")) as gate:
         obs = gate.handle(write(15, 3), session=Session(caller="oauth:alice"))
         records = gate.audit.records()  # type: ignore[union-attr]
