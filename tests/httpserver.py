@@ -146,6 +146,17 @@ class Served:
     process: subprocess.Popen[bytes] | None
     audit: Path
     stderr: list[str] = field(default_factory=list)
+    #: Commits the audit records still pending (in process only; a subprocess commits them
+    #: when it stops).
+    flush: Callable[[], None] | None = None
+
+    def records(self) -> list[Any]:
+        """The audit records so far, every pending one committed first (in process)."""
+        from regdev import read_audit  # noqa: PLC0415
+
+        assert self.flush is not None, "a subprocess's records are complete once it stopped"
+        self.flush()
+        return read_audit(self.audit)
 
     @property
     def port(self) -> int:
@@ -273,7 +284,8 @@ def inprocess_server(folder: Path, policy: str, *, stateless: bool = False,
     thread.start()
     try:
         assert listening.wait(30) and urls, failure
-        yield Served(urls[0], None, folder / "audit.db", lines)
+        assert gate.audit is not None
+        yield Served(urls[0], None, folder / "audit.db", lines, gate.audit.flush)
     finally:
         stop.set()
         thread.join(30)

@@ -63,15 +63,14 @@ def hurried(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 @pytest.fixture(scope="module")
 def stateless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A --stateless server: raw tools/call requests need no session."""
-    with http_server(tmp_path_factory.mktemp("stateless"), policy_text(),
-                     "--stateless") as server:
+    with inprocess_server(tmp_path_factory.mktemp("stateless"), policy_text(),
+                          stateless=True) as server:
         yield server
 
 
 def records(served: Served) -> list[Any]:
-    """The server's audit records so far (it commits reads and refusals within 0.05 s)."""
-    time.sleep(0.2)
-    return read_audit(served.audit)
+    """The server's audit records so far, every pending one committed first."""
+    return served.records()
 
 
 def call_text(request_id: int, params: bytes | str) -> bytes:
@@ -555,6 +554,21 @@ def test_a_denied_or_unanswered_url_approval_is_approval_denied(
 
 
 # --- the policy and the command line -----------------------------------------------------------
+
+
+def test_the_command_serves_and_stops_cleanly(tmp_path: Path) -> None:
+    """`regdev serve --http 127.0.0.1:0` as a process: it logs its URL, serves a caller, and
+    SIGTERM ends it with status 0, no traceback, and the caller's calls in the audit log."""
+    with http_server(tmp_path, policy_text(), "--stateless") as served:
+        assert served.url.startswith("http://127.0.0.1:") and served.url.endswith("/mcp")
+        with sdk_client(served.url, token("alice"), mode=MODERN) as client:
+            assert client.call("write_register", {"addr": 2, "data": 9}).is_error is False
+            assert client.call("read_register", {"addr": 2}).structured_content["result"] == {
+                "addr": 2, "data": 9}
+    assert "stopping on SIGTERM" in served.log() and "stopped" in served.log()
+    assert [(r.tool, r.ok, r.caller) for r in read_audit(served.audit)] == [
+        ("write_register", True, "token:alice"), ("read_register", True, "token:alice")]
+
 
 
 def test_serve_http_needs_a_policy_with_callers(tmp_path: Path,

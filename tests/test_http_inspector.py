@@ -20,7 +20,6 @@ import pytest
 
 from conftest import ROOT
 from httpserver import Served, inprocess_server, policy_text, token
-from regdev import read_audit
 
 #: The Inspector CLI version the tests use, and where .ci/run installs it.
 INSPECTOR = "0.15.0"
@@ -107,7 +106,7 @@ def test_the_inspector_calls_and_gets_refusals(served: Served) -> None:
         {"ok": False, "stage": "validate", "code": "range-addr",
          "message": "addr 16 is outside 0..15", "retryable": True}]
     assert [r["isError"] for r in results] == [False, False, True]
-    tail = [(r.tool, r.code, r.caller) for r in read_audit(served.audit)][-3:]
+    tail = [(r.tool, r.code, r.caller) for r in served.records()][-3:]
     assert tail == [("write_register", None, "token:alice"), ("read_register", None,
                                                               "token:alice"),
                     ("write_register", "range-addr", "token:alice")]
