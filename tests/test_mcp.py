@@ -282,6 +282,40 @@ def test_tools_calls_that_are_not_strict_json_are_refused_under_their_id(raw: Ra
     assert after["result"]["structuredContent"] == before["result"]["structuredContent"]
 
 
+#: Bytes that are not JSON, as a model or a client may put them before or inside a value: a
+#: no-break space, a byte order mark, a zero-width space, a word, a NaN, a control character.
+NOT_JSON_BYTES = ["\u00a0", "\ufeff", "\u200b", "x", "NaN ", "\u0007"]
+
+
+@pytest.mark.parametrize("junk", NOT_JSON_BYTES)
+def test_a_call_with_bytes_that_are_not_json_is_answered_under_its_own_id(
+        raw: RawServer, junk: str) -> None:
+    """Bytes that are not JSON before the params, after them, between members or before the
+    whole message, with ids inside the params: each request is answered under its own id
+    (never null, never an inner one), not-json, and nothing runs."""
+    inner = '{"name": "write_register", "arguments": {"addr": 5, "data": 9}, "id": "inner"}'
+    before = raw.send(tools_call(40, '{"name": "read_register", "arguments": {"addr": 5}}'))
+    assert before is not None
+    lines = [
+        tools_call(41, junk + inner),
+        tools_call(42, inner + junk),
+        tools_call(43, "[" + junk + inner + "]"),
+        junk + tools_call(44, junk + inner),
+        f'{{"jsonrpc": "2.0", "params": {junk}{inner}, "id": 45,{junk} "method": "tools/call"}}',
+        f'{{"jsonrpc": "2.0", "id": 46, "method": "tools/call", "params": {junk}[{inner}]}}',
+    ]
+    for request_id, line in enumerate(lines, start=41):
+        reply = raw.send(line.encode())
+        assert reply is not None and reply["id"] == request_id, (line, reply)
+        if "result" in reply:  # the gate refused the line
+            assert reply["result"]["structuredContent"]["code"] == "not-json"
+        else:  # the SDK's envelope check (params an array)
+            assert reply["error"]["code"] in (-32602, -32700), reply
+    after = raw.send(tools_call(47, '{"name": "read_register", "arguments": {"addr": 5}}'))
+    assert after is not None
+    assert after["result"]["structuredContent"] == before["result"]["structuredContent"]
+
+
 def test_a_deeply_nested_call_is_judged_not_fatal(raw: RawServer) -> None:
     """The 912-byte call nested 400 deep that crashed the server: type-addr, and the server
     goes on answering."""
@@ -674,6 +708,20 @@ def test_reader_refuses_a_line_the_parser_fails_on(monkeypatch: pytest.MonkeyPat
      Envelope(True, 1, None, False, {"v": "x"})),
     (b'{"id": 1, "params": {"_meta": {"v": NaN}}}', Envelope(True, 1, None, False)),
     (b"not json", Envelope(False, None, None, False)),
+    # bytes that are not JSON (a no-break space, a BOM, a word) before, after or between
+    # values: they stay inside the value they touch, so an inner id is never the message's
+    (b'{"id": 5, "method": "tools/call", "params": \xc2\xa0{"name": "w", "id": "in"}}',
+     Envelope(True, 5, "tools/call", False)),
+    (b'{"id":5,"method":"tools/call","params":\xc2\xa0{"name":"w","arguments":{},"id":"in"}}',
+     Envelope(True, 5, "tools/call", False)),
+    (b'{"params": \xef\xbb\xbf{"id": "in", "method": "m2"}, "id": 5, "method": "m"}',
+     Envelope(True, 5, "m", False)),
+    (b'{"params": x{"id": "in"}y, "id": 5}', Envelope(True, 5, None, False)),
+    (b'{"params": NaN[{"id": "in"}], "id": 5}', Envelope(True, 5, None, False)),
+    (b'\xef\xbb\xbf{"id": 5,\xc2\xa0"method": "m", "params": {"a": NaN}}',
+     Envelope(True, 5, "m", False)),
+    (b'{"id": \xc2\xa05, "method": "m"}', Envelope(True, None, "m", False)),  # not strict
+    (b'{"id": 5 6, "method": "m"}', Envelope(True, None, "m", False)),
     # a string that never closes, inside a container: the scan ends there, once (it was
     # quadratic when every escaped quote restarted a string match)
     (b'{"id": 2, "params": ["' + b'\\"' * 200000, Envelope(True, 2, None, False)),

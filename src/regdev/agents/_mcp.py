@@ -123,8 +123,10 @@ class Received:
 
 _SPACE = re.compile(rb"[ \t\r\n]*")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_SCALAR = re.compile(rb"[^\s,\]}]+")
-_SPECIAL = re.compile(rb'["\[\]{}]')  # where a string starts, or a bracket
+# Bytes that cannot change the structure of a top-level scan (no quote, bracket, comma or
+# colon): spaces, and bytes that are not JSON at all (a no-break space, a BOM, a letter).
+_JUNK = re.compile(rb'[^"{}\[\],:]*')
+_SPECIAL = re.compile(rb'["\[\]{},]')  # where a string starts, a bracket, or a comma
 
 
 class Envelope(NamedTuple):
@@ -149,64 +151,66 @@ class Envelope(NamedTuple):
     meta: dict[str, Any] | None = None
 
 
-def _skip_value(text: bytes, pos: int) -> int:
-    """The end of the JSON value starting at ``pos``, read leniently; -1 if the text ends.
+def _value_end(text: bytes, pos: int) -> int:
+    """The end of the member value starting at ``pos``, read leniently; -1 if the text ends.
 
-    Linear in the text: each string is matched once, from its opening quote (a string that
-    never closes ends the scan), and between strings only brackets are counted.
+    The value runs to the first comma, ``}`` or ``]`` outside its strings and brackets,
+    whatever else it holds: bytes that are not JSON (a no-break space or a BOM before an
+    object, ``NaN``) stay inside the value, so the members of an object that follows them
+    are never read as the message's own. Linear in the text: each string is matched once,
+    from its opening quote (a string that never closes ends the scan), and between strings
+    only brackets and commas are looked at.
     """
-    first = text[pos : pos + 1]
-    if first == b'"':
-        match = _STRING.match(text, pos)
-        return match.end() if match else -1
-    if first in (b"{", b"["):
-        depth = 0
-        while (match := _SPECIAL.search(text, pos)) is not None:
-            if match.group() == b'"':
-                string = _STRING.match(text, match.start())
-                if string is None:
-                    return -1
-                pos = string.end()
-                continue
-            depth += 1 if match.group() in (b"[", b"{") else -1
-            pos = match.end()
-            if depth == 0:
-                return pos
-        return -1
-    match = _SCALAR.match(text, pos)
-    # a number that runs to the end of the text may have been cut short there
-    return match.end() if match and match.end() < len(text) else -1
-
-
-def _space_end(text: bytes, pos: int) -> int:
-    match = _SPACE.match(text, pos)
-    return match.end() if match else pos
+    depth = 0
+    while (match := _SPECIAL.search(text, pos)) is not None:
+        found = match.group()
+        if found == b'"':
+            string = _STRING.match(text, match.start())
+            if string is None:
+                return -1
+            pos = string.end()
+            continue
+        if depth == 0 and found in (b",", b"}", b"]"):
+            return match.start()
+        depth += 1 if found in (b"[", b"{") else -1 if found in (b"]", b"}") else 0
+        pos = match.end()
+    return -1
 
 
 def _members(text: bytes) -> dict[str, list[bytes]]:
     """The top-level members of a JSON object read leniently: name -> the texts of its
-    values (a repeated name has several). Stops where the text stops looking like JSON."""
+    values (a repeated name has several). Bytes that are not JSON before the object, or
+    between its members, are skipped; the scan stops where the text stops looking like an
+    object (a bracket where a name should be, a name without a colon, the end)."""
     found: dict[str, list[bytes]] = {}
-    pos = _space_end(text, 0)
+    pos = _skip(_JUNK, text, 0)
     if text[pos : pos + 1] != b"{":
         return found
     pos += 1
-    while (key := _STRING.match(text, _space_end(text, pos))) is not None:
-        pos = _space_end(text, key.end())
+    while True:
+        pos = _skip(_JUNK, text, pos)
+        key = _STRING.match(text, pos)
+        if key is None:
+            break
+        pos = _skip(_JUNK, text, key.end())
         if text[pos : pos + 1] != b":":
             break
-        start = _space_end(text, pos + 1)
-        end = _skip_value(text, start)
+        start = _skip(_SPACE, text, pos + 1)
+        end = _value_end(text, start)
         name = _strict(key.group())
         if type(name) is str:  # a value cut short is kept as b"", which is no JSON value
-            found.setdefault(name, []).append(text[start:end] if end >= 0 else b"")
-        if end < 0:
+            found.setdefault(name, []).append(text[start:end].rstrip(b" \t\r\n")
+                                              if end >= 0 else b"")
+        if end < 0 or text[end : end + 1] != b",":
             break
-        pos = _space_end(text, end)
-        if text[pos : pos + 1] != b",":
-            break
-        pos += 1
+        pos = end + 1
     return found
+
+
+def _skip(pattern: re.Pattern[bytes], text: bytes, pos: int) -> int:
+    """Where the run of ``pattern`` (one that matches the empty text) starting at ``pos`` ends."""
+    match = pattern.match(text, pos)
+    return match.end() if match else pos
 
 
 def _strict(text: bytes) -> object:
@@ -229,9 +233,11 @@ def read_envelope(text: bytes) -> Envelope:
     """Read a message's ``id`` and ``method`` leniently, for a line the strict parser refused.
 
     The top level is scanned flat (strings and brackets matched by regular expressions, no
-    recursion), so a repeated key, a NaN or an over-long integer inside ``params``, or text
-    cut short after the ``id``, still lets the request be answered under its own id. The
-    ``id`` and ``method`` values themselves must be strict JSON. Never raises.
+    recursion), so a repeated key, a NaN or an over-long integer inside ``params``, bytes
+    that are not JSON before or inside a value (a no-break space, a BOM: they stay inside
+    the value, see :func:`_value_end`), or text cut short after the ``id``, still lets the
+    request be answered under its own id, and an ``id`` inside ``params`` is never taken for
+    it. The ``id`` and ``method`` values themselves must be strict JSON. Never raises.
 
     Args:
         text: the line as read (UTF-8 bytes, possibly invalid or cut short).
