@@ -9,13 +9,15 @@ user's own ~/.local/state/regdev/audit.db.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,10 +29,17 @@ from mcp.shared.message import SessionMessage
 from mcp.types import CallToolResult
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES
+from conftest import EXAMPLES, default_signals
 from firmware import sim_thread
 from regdev import Gate, RegisterFile, read_audit, tool_definitions
-from regdev.agents._mcp import NOT_INITIALIZED, Envelope, MessageReader, Received, read_envelope
+from regdev.agents._mcp import (
+    NOT_INITIALIZED,
+    SERVER_STOPPING,
+    Envelope,
+    MessageReader,
+    Received,
+    read_envelope,
+)
 from regdev.agents._replay import load_replay
 
 REGDEV = str(Path(sys.executable).with_name("regdev"))
@@ -180,11 +189,15 @@ HANDSHAKE_TEXT = "".join(json.dumps(message) + "\n" for message in HANDSHAKE)
 class RawServer:
     """`regdev serve` spoken to line by line: one JSON-RPC request out, its answer back."""
 
-    def __init__(self, home: Path, audit: Path | None, *options: str) -> None:
+    def __init__(self, home: Path, audit: Path | None, *options: str,
+                 ignored: Sequence[str] = ()) -> None:
+        """Start the server with the stop signals at their defaults, but for those named in
+        ``ignored`` (see :func:`conftest.default_signals`)."""
         audit_options = ["--audit", str(audit)] if audit is not None else []
         self.process = subprocess.Popen(
-            [*SERVE, *audit_options, *options], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env(home))
+            default_signals([*SERVE, *audit_options, *options], ignored=ignored),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=server_env(home))
         self.lines: list[bytes] = []
 
     def handshake(self) -> None:
@@ -500,21 +513,6 @@ def test_serve_with_a_map_lists_and_runs_the_maps_tools(home: Path, tmp_path: Pa
     assert status == 0 and b"Traceback" not in err
 
 
-@contextmanager
-def spawned_with(number: int, disposition: Any) -> Iterator[None]:
-    """Start children with signal ``number`` handled or ignored, whatever this process has.
-
-    An ignored signal stays ignored across exec, and a handled one is reset to its default
-    there, so setting it here for the moment of the spawn is enough. (A shell's background
-    job runs with SIGINT ignored, which would hide the server's own handling of it.)
-    """
-    previous = signal.signal(number, disposition)
-    try:
-        yield
-    finally:
-        signal.signal(number, previous)
-
-
 @pytest.mark.skipif(os.name != "posix", reason="sends POSIX signals")
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", 1)],
                          ids=["SIGINT", "SIGTERM", "SIGHUP"])
@@ -523,9 +521,8 @@ def test_a_signal_ends_the_server_cleanly_with_every_call_recorded(
     """SIGINT, SIGTERM or SIGHUP while the client keeps stdin open: exit 0 at once, no trace,
     and every answered call is in the audit log (the SDK's client itself sends SIGTERM)."""
     db = tmp_path / "audit.db"
-    with spawned_with(signal.SIGINT, signal.default_int_handler):
-        server = RawServer(home, db, "--log-level", "info")
-    server.handshake()
+    server = RawServer(home, db, "--log-level", "info")  # the signals at their defaults,
+    server.handshake()  # even when the tests run under nohup or as a background job
     for n in range(1, 21):
         server.send(tools_call(n, '{"name": "read_register", "arguments": {"addr": 1}}'))
     server.process.send_signal(number)
@@ -543,11 +540,81 @@ def test_a_signal_ends_the_server_cleanly_with_every_call_recorded(
     assert len(read_audit(db)) == 20
 
 
+@pytest.mark.skipif(os.name != "posix", reason="sends POSIX signals")
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP", "end of input"])
+def test_a_stop_mid_stream_answers_every_call_that_ran(
+        home: Path, tmp_path: Path, stop: str) -> None:
+    """A client streams writes without waiting for answers and the server is stopped while
+    they pour in: every call the audit log holds (every call that ran) was answered with its
+    result under its id; every other answer is SERVER_STOPPING (not run, not recorded); no id
+    is answered twice; exit 0, nothing on stderr but the server's own log lines. At end of
+    input every call runs and is answered."""
+    count = 1200  # (addr, data) = (n % 16, n // 16) tells the calls apart in the audit log
+    db = tmp_path / "audit.db"
+    server = RawServer(home, db, "--log-level", "info")
+    server.handshake()
+    process = server.process
+    assert process.stdin is not None and process.stdout is not None
+    answers: list[dict[str, Any]] = []
+    got_some = threading.Event()
+
+    def read_answers() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            answers.append(json.loads(line))
+            if len(answers) == 100:
+                got_some.set()
+        got_some.set()
+
+    def write_calls() -> None:
+        assert process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # the server stopped reading and left
+            for n in range(1, count + 1):
+                params = (f'{{"name": "write_register", "arguments": {{"addr": {n % 16}, '
+                          f'"data": {n // 16}}}}}')
+                process.stdin.write(tools_call(n, params).encode() + b"\n")
+            process.stdin.flush()
+            if stop == "end of input":
+                process.stdin.close()
+
+    reader = threading.Thread(target=read_answers)
+    writer = threading.Thread(target=write_calls)
+    reader.start()
+    writer.start()
+    try:
+        assert got_some.wait(30), "no answers came"
+        if stop != "end of input":
+            process.send_signal(getattr(signal, stop))
+        status = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        writer.join(timeout=30)
+        reader.join(timeout=30)
+    assert process.stderr is not None
+    err = process.stderr.read().decode()
+    assert status == 0
+    assert all(line.startswith("regdev serve: INFO regdev: ") for line in err.splitlines()), err
+    ran = {addr + 16 * data for addr, data in (
+        (arguments["addr"], arguments["data"])
+        for arguments in (json.loads(record.raw or b"")["arguments"] for record in
+                          read_audit(db)))}
+    ids = [answer["id"] for answer in answers]
+    assert len(ids) == len(set(ids))
+    results = {answer["id"] for answer in answers if "result" in answer}
+    assert results == ran
+    assert all(answer["result"]["isError"] is False for answer in answers if "result" in answer)
+    not_run = [answer for answer in answers if "result" not in answer]
+    assert {answer["error"]["code"] for answer in not_run} <= {SERVER_STOPPING}
+    if stop == "end of input":
+        assert ran == set(range(1, count + 1)) and not not_run
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="sends a POSIX SIGHUP")
 def test_a_signal_ignored_at_start_stays_ignored(home: Path, tmp_path: Path) -> None:
     """Under nohup (SIGHUP ignored when the server starts) SIGHUP does not stop it."""
-    with spawned_with(signal.SIGHUP, signal.SIG_IGN):
-        server = RawServer(home, tmp_path / "audit.db")
+    server = RawServer(home, tmp_path / "audit.db", ignored=["SIGHUP"])
     server.handshake()
     server.process.send_signal(signal.SIGHUP)
     assert server.send('{"jsonrpc": "2.0", "id": 1, "method": "ping"}') == {
@@ -582,7 +649,7 @@ def test_a_home_without_room_for_the_audit_log_warns_and_serves(tmp_path: Path) 
 def test_sigterm_while_starting_stops_cleanly() -> None:
     """SIGTERM while the server is still importing the SDK (a client giving up early) ends
     it with status 0, not the signal's 143."""
-    process = subprocess.Popen([*SERVE, "--no-audit", "--log-level", "info"],
+    process = subprocess.Popen(default_signals([*SERVE, "--no-audit", "--log-level", "info"]),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     status_file = Path(f"/proc/{process.pid}/status")
