@@ -61,7 +61,7 @@ def test_demo_text_names_the_port_and_the_device(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(
     ("port", "detail"),
     [("/dev/regdev-no-such-port", "No such file or directory"),
-     ("bogus://x", "invalid URL, protocol 'bogus' not known")],
+     ("bogus://x", "unknown URL scheme")],
 )
 def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[str],
                                                    port: str, detail: str) -> None:
