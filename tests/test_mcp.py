@@ -280,10 +280,10 @@ def test_tools_calls_that_are_not_strict_json_are_refused_under_their_id(raw: Ra
     assert before is not None
     for request_id, arguments, words in [
         (21, '{"addr": 3, "addr": 4, "data": 1}', 'key "addr" appears twice'),
-        (22, '{"addr": NaN, "data": 1}', "JSON is malformed"),
+        (22, '{"addr": NaN, "data": 1}', "is not a JSON number (JSON has no NaN or Infinity)"),
         (23, '{"addr": 4, "data": ' + "9" * 5000 + "}", "an integer has more than 4300 digits"),
         (24, '{"addr": ' + "[" * 2000 + "]" * 2000 + ', "data": 1}', "nested too deeply"),
-        (25, '{"addr": 4, "data": 1}}', "trailing characters"),
+        (25, '{"addr": 4, "data": 1}}', "more text after the end of the JSON document"),
     ]:
         line = tools_call(request_id, f'{{"name": "write_register", "arguments": {arguments}}}')
         got = _observation(raw.send(line))
