@@ -645,26 +645,49 @@ def test_a_home_without_room_for_the_audit_log_warns_and_serves(tmp_path: Path) 
     assert others[0].endswith("session default, audit log off")
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
-def test_sigterm_while_starting_stops_cleanly() -> None:
+#: A sitecustomize for a server under test: its import of the mcp SDK waits until the file
+#: $REGDEV_TEST_RELEASE exists, after creating $REGDEV_TEST_REACHED, so a test knows the
+#: server is importing the SDK (and has its stop signals caught: `regdev serve` catches them
+#: first) for as long as it wants, however slow the machine.
+IMPORT_GATE = """\
+import os, sys, time
+
+
+class _WaitBeforeTheSDK:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mcp":
+            sys.meta_path.remove(self)
+            open(os.environ["REGDEV_TEST_REACHED"], "w").close()
+            while not os.path.exists(os.environ["REGDEV_TEST_RELEASE"]):
+                time.sleep(0.01)
+        return None
+
+
+sys.meta_path.insert(0, _WaitBeforeTheSDK())
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="sends a POSIX SIGTERM")
+@pytest.mark.timeout(60)
+def test_sigterm_while_starting_stops_cleanly(tmp_path: Path) -> None:
     """SIGTERM while the server is still importing the SDK (a client giving up early) ends
-    it with status 0, not the signal's 143."""
+    it with status 0, not the signal's 143. The server is held in that import until the
+    signal is sent (a sitecustomize), so the signal lands there on any machine."""
+    (tmp_path / "sitecustomize.py").write_text(IMPORT_GATE)
+    reached, release = tmp_path / "reached", tmp_path / "release"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "REGDEV_TEST_REACHED": str(reached),
+           "REGDEV_TEST_RELEASE": str(release)}
     process = subprocess.Popen(default_signals([*SERVE, "--no-audit", "--log-level", "info"]),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-    status_file = Path(f"/proc/{process.pid}/status")
-    bit = 1 << (signal.SIGTERM - 1)
+                               stderr=subprocess.PIPE, env=env)
     try:
-        # wait until the server catches SIGTERM (the first thing `regdev serve` does)
-        while process.poll() is None:
-            caught = next(line for line in status_file.read_text().splitlines()
-                          if line.startswith("SigCgt:"))
-            if int(caught.split()[1], 16) & bit:
-                break
-            time.sleep(0.005)
+        while not reached.exists():
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.01)
         process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=20)
+        out, err = process.communicate(timeout=30)
     finally:
+        release.touch()
         if process.poll() is None:
             process.kill()
     assert (process.returncode, out) == (0, b"")
