@@ -21,7 +21,7 @@ from pathlib import Path
 import pip
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, default_signals
 
 pytestmark = [pytest.mark.skipif(os.name != "posix" or shutil.which("bash") is None,
                                  reason="the scripts are bash"),
@@ -133,14 +133,17 @@ def project(tmp_path: Path) -> Path:
 
 def setup(project: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Source _env.sh as scripts/demo does, in its own session (so a Ctrl-C it gets goes
-    nowhere else), offline, with the stand-in python; then print the installed module's
+    nowhere else), with the stop signals at their defaults (as from a terminal, whatever this
+    process has), offline, with the stand-in python; then print the installed module's
     value."""
     command = '. scripts/_env.sh ""; "$VENV/bin/python" -c "import tiny; print(tiny.VALUE)"'
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VIRTUAL"))}
     environment.update(PIP_NO_INDEX="1", PYTHON=str(project.parent / "python3"),
                        PIP_FOLDER=str(project.parent / "pip-only"), **env)
-    return subprocess.run(["bash", "-c", command], cwd=project, env=environment, text=True,
-                          capture_output=True, timeout=200, start_new_session=True,
+    bash = shutil.which("bash") or "/bin/bash"
+    # SIGINT at its default (ignored as a background job's, bash could not trap it)
+    return subprocess.run(default_signals([bash, "-c", command]), cwd=project, env=environment,
+                          text=True, capture_output=True, timeout=200, start_new_session=True,
                           check=False)
 
 
