@@ -144,7 +144,7 @@ def test_a_call_argument_that_is_not_utf8_is_said_as_the_byte(
     assert main(["call", "--no-audit", raw]) == 1
     out = capsys.readouterr().out
     no_library_words(out)
-    assert "byte 0xFF" in out and "is not UTF-8" in out
+    assert f"invalid UTF-8: byte {raw.index(chr(0xDCFF))} is 0xFF" in out
 
 
 # --- serial ports -----------------------------------------------------------------------------

@@ -73,7 +73,7 @@ import msgspec
 from ..core._errors import AuditError, AuditInUse
 from ..core._observation import PIPELINE, Observation, Refusal
 from ..core._text import is_text, text_bytes
-from ..core._wording import sqlite_problem
+from ..core._wording import json_problem, sqlite_problem
 from ._idempotency import (
     INSERT_KEY,
     INSERT_RESET,
@@ -538,7 +538,8 @@ class AuditRecord(msgspec.Struct, frozen=True):
         try:
             return _decode_exact(text)
         except (msgspec.DecodeError, ValueError, ArithmeticError) as error:
-            raise AuditError(f"record {self.id}: its {name} column is not JSON text ({error})",
+            raise AuditError(f"record {self.id}: its {name} column is not JSON text "
+                             f"({json_problem(error, text)})",
                              "a column is not JSON text") from None
 
     def to_dict(self) -> dict[str, Any]:

@@ -112,7 +112,9 @@ def _character_at(raw: bytes, at: int) -> str:
     code = ord(piece)
     if 0x21 <= code <= 0x7E:
         return f"`{piece}`"
-    return f"U+{code:04X}" if code != 0xFFFD else f"byte 0x{raw[at]:02X}"
+    if code == 0xFFFD and not raw.startswith(b"\xef\xbf\xbd", at):  # no UTF-8 character
+        return f"byte 0x{raw[at]:02X}"
+    return f"U+{code:04X}"
 
 
 def _invalid_character(raw: bytes, at: int) -> str:
@@ -128,7 +130,10 @@ def _invalid_character(raw: bytes, at: int) -> str:
                 f"it must be escaped (\\u{rest[0]:04x})")
     if rest.startswith(b"'"):
         return f"a single quote at byte {at}: JSON strings and keys take double quotes"
-    return f"unexpected {_character_at(raw, at)} at byte {at}"
+    shown = _character_at(raw, at)
+    if shown.startswith("byte 0x"):  # not a UTF-8 character there
+        return f"invalid UTF-8: byte {at} is 0x{raw[at]:02X}"
+    return f"unexpected {shown} at byte {at}"
 
 
 def unicode_problem(error: UnicodeError) -> str:
@@ -141,19 +146,18 @@ def unicode_problem(error: UnicodeError) -> str:
         error: a ``UnicodeDecodeError`` or ``UnicodeEncodeError``.
 
     Returns:
-        e.g. ``byte 0xFF at byte 7 is not UTF-8`` or ``character 3 is a lone surrogate
-        (U+D800), which is not Unicode text``.
+        e.g. ``invalid UTF-8: byte 7 is 0xFF`` (the offset counted in bytes from 0) or
+        ``character 3 is a lone surrogate (U+D800), which is not Unicode text``.
     """
     start = getattr(error, "start", 0)
     subject = getattr(error, "object", b"")
     if isinstance(subject, (bytes, bytearray)):
         byte = subject[start] if start < len(subject) else 0
-        return f"byte 0x{byte:02X} at byte {start} is not UTF-8 (the text must be UTF-8)"
+        return f"invalid UTF-8: byte {start} is 0x{byte:02X}"
     if isinstance(subject, str) and start < len(subject):
         code = ord(subject[start])
         if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, carried in a str
-            return (f"byte 0x{code - 0xDC00:02X} at character {start} is not UTF-8 (the text "
-                    "must be UTF-8)")
+            return f"invalid UTF-8: character {start} is the byte 0x{code - 0xDC00:02X}"
         return (f"character {start} is a lone surrogate (U+{code:04X}), which is not Unicode "
                 "text")
     return "the text is not UTF-8"
@@ -309,6 +313,8 @@ def serial_problem(error: BaseException) -> str:
     """
     if isinstance(error, serial.SerialTimeoutException):
         return "writing timed out (is the line blocked by flow control?)"
+    if isinstance(error, TimeoutError) and not error.strerror:  # a socket's, "timed out"
+        return "no answer in time"
     if "exclusively lock" in str(error):
         return "it is in use (could not lock it exclusively)"
     outer = error
