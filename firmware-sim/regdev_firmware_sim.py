@@ -32,8 +32,9 @@ id a new FILE's board gets; else a random one); faults, ``--no-extension``, ``--
 The first line of standard output is the port to open (flushed); the simulator then serves
 until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr. When
 the port cannot be set up (an address that cannot be listened on, a ``--link`` that cannot be
-made) or its line cannot be written (standard output full or closed), it serves nothing: one
-line on stderr and exit status 2.
+made, or whose path something already holds: the simulator replaces or removes only the link
+it made itself) or its line cannot be written (standard output full or closed), it serves
+nothing: one line on stderr and exit status 2.
 
 It runs without regdev installed: the codec, errors and register modules import only the
 standard library, so when run as a script it loads them from the ``src/regdev`` beside it,
@@ -73,6 +74,7 @@ reply, such as the device's own echo) are dropped without an answer, by the code
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -85,6 +87,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -436,10 +439,120 @@ class _SocketLine:
         self.sock.sendall(data)
 
 
+def _what_is(st: os.stat_result, path: Path) -> str:
+    """What the file at ``path`` is, in words: ``a regular file``, ``a symlink to /dev/pts/3``."""
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            return f"a symlink to {os.readlink(path)}"
+        except OSError:
+            return "a symlink"
+    kinds = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")]
+    return next((words for test, words in kinds if test(mode)), "a file")
+
+
+class _Link:
+    """The symlink at ``--link PATH``: made by this simulator, and only then touched by it.
+
+    The simulator never deletes or replaces what it did not create. The link is made only
+    where nothing is (an existing file, device node, directory or symlink, a stale link of
+    an earlier run included, is refused with :class:`CannotServe`). It knows its own link
+    by what it made: the link's device and inode numbers and its target, the pty this
+    simulator opened (a symlink to that same pty that someone else put there under the same
+    inode number cannot be told apart, and is harmless to remove: the pty closes with the
+    simulator). A new pty (the ``disconnect`` fault) replaces the link only while
+    that is still what is at PATH, and at exit the link is removed only then; anything put
+    there meanwhile is left alone. The new link is made under a fresh name beside PATH
+    (``os.symlink`` refuses an existing name, so nothing is overwritten) and renamed over
+    the old one, so a host opening PATH always finds a link.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._made: tuple[int, int, str] | None = None  # (st_dev, st_ino, target)
+
+    def point_at(self, target: str) -> None:
+        """Make the link to ``target``, or move this simulator's own link there.
+
+        Raises:
+            CannotServe: something this simulator did not make is at PATH, or the link
+                cannot be made (the OS's reason).
+        """
+        if self._made is not None and self._is_ours():
+            self._replace(target)
+        else:  # where nothing is: the first time, or the link was removed meanwhile
+            self._make(target)
+        st = os.lstat(self.path)
+        self._made = (st.st_dev, st.st_ino, target)
+
+    def remove(self) -> None:
+        """Remove the link if it is still the one this simulator made; else leave PATH be."""
+        if self._made is not None and self._is_ours():
+            with contextlib.suppress(OSError):  # gone meanwhile, or the folder is read-only
+                os.unlink(self.path)
+        self._made = None
+
+    def _make(self, target: str) -> None:
+        try:
+            os.symlink(target, self.path)
+        except FileExistsError:
+            try:
+                there = _what_is(os.lstat(self.path), self.path)
+            except OSError:
+                there = "a file"
+            if self._made is not None:
+                raise CannotServe(f"the link {self.path} was replaced while serving ({there} "
+                                  "is there now); the simulator leaves it alone") from None
+            raise CannotServe(
+                f"cannot make the link {self.path}: {there} is already there (the simulator "
+                "replaces only a link it made itself; remove it or choose another path)"
+            ) from None
+        except OSError as error:
+            raise CannotServe(f"cannot make the link {self.path}: {_reason(error)}") from None
+
+    def _replace(self, target: str) -> None:
+        temporary = self._fresh_link(target)
+        try:
+            if not self._is_ours():  # something else was put at PATH since the last check
+                raise CannotServe(f"the link {self.path} was replaced while serving; the "
+                                  "simulator leaves it alone")
+            os.replace(temporary, self.path)
+        except OSError as error:
+            raise CannotServe(f"cannot move the link {self.path}: {_reason(error)}") from None
+        finally:
+            if os.path.lexists(temporary):
+                os.unlink(temporary)  # ours: made just above, under a name nobody had
+
+    def _fresh_link(self, target: str) -> Path:
+        """A new symlink to ``target`` beside PATH, under a name nothing had."""
+        for attempt in range(100):
+            candidate = self.path.with_name(f".{self.path.name}.{os.getpid()}.{attempt}.new")
+            try:
+                os.symlink(target, candidate)
+            except FileExistsError:
+                continue
+            except OSError as error:
+                raise CannotServe(f"cannot move the link {self.path}: "
+                                  f"{_reason(error)}") from None
+            return candidate
+        raise CannotServe(f"cannot move the link {self.path}: no free name beside it")
+
+    def _is_ours(self) -> bool:
+        """PATH is still the link this simulator made."""
+        try:
+            st = os.lstat(self.path)
+            target = os.readlink(self.path) if stat.S_ISLNK(st.st_mode) else None
+        except OSError:
+            return False
+        return self._made == (st.st_dev, st.st_ino, target)
+
+
 class _Pty:
     """A pseudo-terminal in raw mode; its slave end is the port the host opens."""
 
-    def __init__(self, link: Path | None) -> None:
+    def __init__(self, link: _Link | None) -> None:
         import tty  # noqa: PLC0415 - POSIX only; imported here so --tcp works everywhere
 
         try:
@@ -449,15 +562,8 @@ class _Pty:
         try:
             tty.setraw(self.slave)  # no echo, no CR/LF translation, whoever opens it
             self.path = os.ttyname(self.slave)
-            self.link = link
             if link is not None:
-                temporary = link.with_name(link.name + ".new")
-                try:
-                    temporary.unlink(missing_ok=True)
-                    temporary.symlink_to(self.path)
-                    temporary.replace(link)
-                except OSError as error:
-                    raise CannotServe(f"cannot make the link {link}: {_reason(error)}") from None
+                link.point_at(self.path)
         except BaseException:
             self.close()
             raise
@@ -471,10 +577,16 @@ def serve_pty(firmware: Firmware, faults: Faults, *, link: Path | None,
               announce: Callable[[str], None], log: Callable[[str], None] | None) -> None:
     """Serve on a new pty until interrupted; announce its path (or ``link``) first.
 
+    ``link`` is made only where nothing is, and replaced or removed only while it is still
+    the link made here (see :class:`_Link`): the simulator never deletes what it did not
+    create.
+
     Raises:
-        CannotServe: no pty, or the link cannot be made (``announce`` may raise it too).
+        CannotServe: no pty, or the link cannot be made: something is already at ``link``
+            (``announce`` may raise it too).
     """
-    pty = _Pty(link)
+    own_link = _Link(link) if link is not None else None
+    pty = _Pty(own_link)
     try:
         announce(str(link) if link is not None else pty.path)
         while True:
@@ -484,12 +596,12 @@ def serve_pty(firmware: Firmware, faults: Faults, *, link: Path | None,
             except Disconnect:
                 # Like a USB adapter unplugged and plugged back: the old port dies, a new
                 # one appears under the same stable name (the link), registers intact.
-                old, pty = pty, _Pty(link)
+                old, pty = pty, _Pty(own_link)
                 old.close()
     finally:
         pty.close()
-        if link is not None:
-            link.unlink(missing_ok=True)
+        if own_link is not None:
+            own_link.remove()
 
 
 def serve_tcp(firmware: Firmware, faults: Faults, *, host: str, port: int,
@@ -589,8 +701,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="with --modbus-*: the holding register of register 0 (0)")
     parser.add_argument("--link", metavar="PATH", type=Path,
                         help="with --pty or --avr: keep a symlink to the pty at PATH and print "
-                             "PATH; "
-                             "needed for the disconnect fault, which replaces the pty")
+                             "PATH; needed for the disconnect fault, which replaces the pty. "
+                             "Nothing may be at PATH: the simulator replaces or removes only "
+                             "the link it made")
     parser.add_argument("--fault", metavar="KIND=RATE", type=_fault_rates, action="append",
                         default=[], help="inject a fault in this fraction (0..1) of replies; "
                                          "repeat or separate with commas")

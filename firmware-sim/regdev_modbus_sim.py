@@ -42,7 +42,7 @@ from pymodbus.server.requesthandler import ServerRequestHandler
 from pymodbus.simulator import DataType, SimData, SimDevice
 from pymodbus.transaction import TransactionManager
 
-from regdev_firmware_sim import CannotServe, Faults, _Pty
+from regdev_firmware_sim import CannotServe, Faults, _Link, _Pty
 
 __all__ = ["Background", "ModbusModel", "run_modbus", "serve_modbus", "serve_modbus_pty"]
 
@@ -200,8 +200,11 @@ async def serve_modbus_pty(model: ModbusModel, faults: Faults, *, link: Path | N
     (or ``link``) first. The pty is pumped to the server's RTU listener on a private port; a
     ``disconnect`` fault (the server closing that connection) replaces the pty.
 
+    ``link`` is made only where nothing is, and moved or removed only while it is still the
+    link made here (the serial simulator's ``_Link``): nothing this did not create is deleted.
+
     Raises:
-        CannotServe: no pty, or the link cannot be made.
+        CannotServe: no pty, or the link cannot be made: something is already at ``link``.
     """
     loop = asyncio.get_running_loop()
     listening: asyncio.Future[str] = loop.create_future()
@@ -215,18 +218,19 @@ async def serve_modbus_pty(model: ModbusModel, faults: Faults, *, link: Path | N
         server.result()  # raises why it could not listen
     _, _, address = listening.result().partition("://")
     host, _, port = address.rpartition(":")
-    pty = _Pty(link)
+    own_link = _Link(link) if link is not None else None
+    pty = _Pty(own_link)
     try:
         announce(str(link) if link is not None else pty.path)
         while not done.is_set():
             cut = await _pump(pty.master, host, int(port), done)
             if cut:  # the server closed the connection: a disconnect fault
-                old, pty = pty, _Pty(link)
+                old, pty = pty, _Pty(own_link)
                 old.close()
     finally:
         pty.close()
-        if link is not None:
-            link.unlink(missing_ok=True)
+        if own_link is not None:
+            own_link.remove()
         done.set()
         await server
 

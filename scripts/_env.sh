@@ -1,6 +1,9 @@
 # Sourced by the scripts in this folder: makes .venv with regdev and the extras asked for.
 # Usage: . scripts/_env.sh EXTRAS   (EXTRAS e.g. "dev"; "" for the runtime only)
-# Re-installs only when pyproject.toml changed or new extras are asked for.
+# Re-installs only when pyproject.toml changed or new extras are asked for. A .venv that
+# cannot install (no python, or no pip: an earlier setup was interrupted, or the system's
+# venv module is incomplete) is removed and made again. Ctrl-C during setup prints one line,
+# not a traceback, and the next run takes the setup up again.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -15,16 +18,43 @@ pick_python() {
             echo "$candidate"; return 0
         fi
     done
-    echo "regdev needs Python 3.11 or newer on PATH (or set PYTHON=/path/to/python3.11)" >&2
+    echo "regdev: needs Python 3.11 or newer on PATH (or set PYTHON=/path/to/python3.11)" >&2
     return 1
 }
 
+setup_interrupted() {
+    trap - INT TERM HUP
+    echo "regdev: setup interrupted; the next run takes it up again" >&2
+    exit 130
+}
+
+# A usable environment: its python runs and has pip. `python -m venv` installs pip last
+# (ensurepip), so a setup interrupted there leaves a .venv without it.
+venv_works() {
+    "$VENV/bin/python" -m pip --version >/dev/null 2>&1
+}
+
 stamp_file="$VENV/.regdev-installed${extras:+-$extras}"
-want="$(cat "$ROOT/pyproject.toml" | cksum)"
+want="$(cksum < "$ROOT/pyproject.toml")"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp_file" 2>/dev/null)" != "$want" ]; then
+    # Ctrl-C (or a hang-up) reaches the tools below too; they die with a traceback that
+    # their captured output keeps from the terminal, and this says what happened instead.
+    trap setup_interrupted INT TERM HUP
     python="$(pick_python)"
-    echo "regdev: setting up $VENV with $("$python" --version) (first run takes a minute)..." >&2
-    [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+    if { [ -e "$VENV" ] || [ -L "$VENV" ]; } && ! venv_works; then
+        echo "regdev: $VENV is incomplete (no working pip: an earlier setup was interrupted?);" \
+             "making it again" >&2
+        rm -rf "$VENV"
+    fi
+    echo "regdev: setting up $VENV with $("$python" --version 2>&1) (first run takes a minute)..." >&2
+    if [ ! -e "$VENV" ]; then
+        if ! made="$("$python" -m venv "$VENV" 2>&1)"; then
+            printf '%s\n' "$made" | tail -n 30 >&2
+            rm -rf "$VENV"  # half made: the next run starts afresh
+            echo "regdev: could not create $VENV with $python (its output is above)" >&2
+            exit 2
+        fi
+    fi
     if ! "$VENV/bin/python" -m pip install --disable-pip-version-check \
             -e "$ROOT${extras:+[$extras]}" >"$VENV/pip.log" 2>&1; then
         tail -n 30 "$VENV/pip.log" >&2
@@ -32,5 +62,6 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp_file" 2>/dev/null)" != "$want
         exit 2
     fi
     echo "$want" > "$stamp_file"
+    trap - INT TERM HUP
     echo "regdev: environment ready." >&2
 fi

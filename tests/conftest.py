@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 
@@ -70,6 +71,41 @@ ARRAYS = Tool(
         "additionalProperties": False,
     },
 )
+
+
+#: The signals a test may send a child to stop it.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+_EXEC_WITH_SIGNALS = """\
+import os, signal, sys
+for name in sys.argv[1].split(","):
+    if name and hasattr(signal, name):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+for name in sys.argv[2].split(","):
+    if name and hasattr(signal, name):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
+def default_signals(argv: Sequence[str], *, ignored: Sequence[str] = ()) -> list[str]:
+    """``argv`` run with the stop signals at their defaults, whatever this process has.
+
+    A child inherits ignored signals: under ``nohup`` SIGHUP is ignored, and a shell's
+    background job ignores SIGINT, so a test that sends one would find it ignored. The
+    returned command puts SIGINT, SIGTERM and SIGHUP back to ``SIG_DFL`` (a Python child
+    then installs its usual SIGINT handler) and execs ``argv`` (same process id). It is a
+    small Python program rather than a ``preexec_fn``, which is unsafe in a process with
+    threads (a lock held by another thread at the fork would never be released).
+
+    Args:
+        argv: the command; ``argv[0]`` is a path (it is not looked up on PATH).
+        ignored: names of signals to start ignored instead (``["SIGHUP"]``, as ``nohup``).
+    """
+    reset = [name for name in STOP_SIGNALS if name not in ignored]
+    return [sys.executable, "-c", _EXEC_WITH_SIGNALS, ",".join(reset), ",".join(ignored),
+            *argv]
+
 
 # ci, the default: derandomized, so a failure in CI repeats on the next run and on any
 # machine. HYPOTHESIS_PROFILE=dev draws new examples each run, to explore.

@@ -226,7 +226,9 @@ class BrokenConnection:
     in_transaction = False
 
     def execute(self, *args: Any) -> None:
-        raise sqlite3.OperationalError("disk I/O error")
+        error = sqlite3.OperationalError("disk I/O error")  # as SQLite raises it
+        error.sqlite_errorcode, error.sqlite_errorname = 10, "SQLITE_IOERR"
+        raise error
 
     executemany = execute
 

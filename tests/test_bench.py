@@ -1,16 +1,24 @@
-"""regdev bench: the report, every peer's verdicts and the agreement check (never a time)."""
+"""regdev bench: the report, every peer's verdicts and the agreement check (never a time).
+
+The tests that run the bench give it a :class:`FakeStopwatch`: each contender's call "takes"
+a fixed number of nanoseconds and nothing is timed, so the figures, the ratios and the
+table's shape are the same on an idle machine and on a loaded one.
+"""
 
 from __future__ import annotations
 
 import json
 import platform
 import sys
+from collections.abc import Callable
 from importlib import metadata
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import regdev.gate._bench as bench
 from regdev.cli._main import main
 from regdev.core._observation import Refusal
 from regdev.gate._bench import (
@@ -18,6 +26,7 @@ from regdev.gate._bench import (
     CASES,
     INSTALL_HINT,
     Contender,
+    Stopwatch,
     all_agree,
     contenders,
     floor_valid,
@@ -36,6 +45,34 @@ TITLES = ["write", "read", "type", "range", "missing", "extra arg", "bad tool", 
           "block range", "long arg", "padded"]
 
 
+#: ns per call of each contender in the fake stopwatch, on the first case (each later case
+#: costs 1 ns more per column); the empty loop costs 1 ns per iteration.
+COSTS = {"regdev-compiled": 201, "regdev-explain": 301, "regdev-reference": 901, "floor": 101,
+         "pydantic": 501, "fastjsonschema": 251, "jsonschema": 5001, "msgspec-convert": 151,
+         "regdev-gate": 1001, "pydantic-json": 1501, "msgspec-decode": 401,
+         "yes-man": 51, "raw-yes-man": 2001}
+
+
+def fake_stopwatch(rows: list[Contender]) -> Stopwatch:
+    """Batches of ``rows`` that take COSTS[key] + case index ns per call, timing nothing."""
+    row_of_run = {id(row.run): row for row in rows}
+    case_of_value: dict[tuple[bool, int], int] = {}
+    for index, case in enumerate(CASES):  # a raw-only case may share its call object
+        case_of_value.setdefault((False, id(case.call)), index)
+        case_of_value[True, id(case.raw)] = index
+
+    def batch(run: Callable[[Any], Any], value: Any, number: int) -> int:
+        row = row_of_run[id(run)]
+        return (COSTS[row.key] + case_of_value[row.raw, id(value)]) * number
+
+    return Stopwatch(batch=batch, empty=lambda number: number)
+
+
+def expected_ns(key: str, title: str) -> float:
+    """What the fake stopwatch makes of a cell: its cost less the empty loop's 1 ns."""
+    return COSTS[key] + [case.title for case in CASES].index(title) - 1.0
+
+
 def _accept_all(key: str, raw: bool) -> Contender:
     """A peer that says valid to everything (so it disagrees on every refusal)."""
     return Contender(key, f"{key} 9.9 (accepts anything)", raw=raw, on_refusal="bool",
@@ -43,18 +80,26 @@ def _accept_all(key: str, raw: bool) -> Contender:
 
 
 def test_bench_json_has_every_row_and_column_and_all_agree(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """--json: one object, every contender x every case timed, every verdict agreeing."""
-    assert main(["bench", "--json", "--rounds", "1"]) == 0
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--json: one object, every contender x every case timed, every verdict agreeing, each
+    figure the stopwatch's less the empty loop, each ratio over its section's first row."""
+    rows = contenders()
+    monkeypatch.setattr(bench, "contenders", lambda: rows)
+    monkeypatch.setattr(bench, "STOPWATCH", fake_stopwatch(rows))
+    assert main(["bench", "--json", "--rounds", "3"]) == 0
     out, err = capsys.readouterr()
     result = json.loads(out)
     assert [case["title"] for case in result["cases"]] == TITLES
     assert [row["key"] for row in result["rows"]] == CALL_KEYS + RAW_KEYS
+    assert result["loop_ns_subtracted"] == 1.0
     for row in result["rows"]:
         expected = set(TITLES) if row["raw"] else set(TITLES) - {"padded"}
+        base = "regdev-gate" if row["raw"] else "regdev-compiled"
         assert row["note"] == "", row["name"]
         assert set(row["ns"]) == expected == set(row["agrees"]) == set(row["ratio"])
-        assert all(ns >= 0 for ns in row["ns"].values())
+        assert row["ns"] == {title: expected_ns(row["key"], title) for title in expected}
+        assert row["ratio"] == {title: expected_ns(row["key"], title) / expected_ns(base, title)
+                                for title in expected}
         assert all(row["agrees"].values()) and row["disagreements"] == [], row["name"]
     for base in ("regdev-compiled", "regdev-gate"):
         ours = next(r for r in result["rows"] if r["key"] == base)
@@ -62,7 +107,7 @@ def test_bench_json_has_every_row_and_column_and_all_agree(
     assert result["environment"]["python"] == (
         f"{platform.python_implementation()} {platform.python_version()}")
     assert result["environment"]["machine"] == platform.machine()
-    assert "round 1/1" in err
+    assert "round 3/3" in err
 
 
 def test_rows_name_library_version_and_api() -> None:
@@ -83,8 +128,11 @@ def test_rows_name_library_version_and_api() -> None:
 
 
 def test_bench_table_shape() -> None:
-    """The text report: environment, cases, both sections, ns and ratio lines per row."""
-    table = format_table(run_bench(rounds=1, batch_seconds=1e-5))
+    """The text report: environment, cases, both sections, ns and ratio lines per row, each
+    cell the figure the stopwatch gave, each ratio in words."""
+    rows = contenders()
+    table = format_table(run_bench(rounds=1, batch_seconds=1e-5, rows=rows,
+                                   stopwatch=fake_stopwatch(rows)))
     lines = table.splitlines()
     assert f"CPython {platform.python_version()} on {platform.platform()}" in lines[1]
     headers = [line.split() for line in lines if " ".join(line.split()).startswith("write read")]
@@ -99,6 +147,13 @@ def test_bench_table_shape() -> None:
         words = line.split()[2:]
         assert len(words) in (2 * (len(TITLES) - 1), 2 * len(TITLES)), line
         assert set(words[1::2]) <= {"slower", "faster"}, line
+    for line, key in zip(ns_lines, CALL_KEYS + RAW_KEYS, strict=True):
+        titles = TITLES if key in RAW_KEYS else TITLES[:-1]
+        assert line.split()[3:] == [f"{expected_ns(key, t):.0f}" for t in titles], key
+    floor = ratio_lines[CALL_KEYS.index("floor") - 1].split()[2:]
+    assert floor[:4] == ["2.00x", "faster", "1.99x", "faster"]  # 100, 101 ns against 200, 201
+    jsonschema = ratio_lines[CALL_KEYS.index("jsonschema") - 1].split()[2:]
+    assert jsonschema[:2] == ["25.0x", "slower"]  # 5000 ns against 200
     assert "decoded call object -> verdict (ratios against the first row)" in lines
     assert "raw JSON text -> verdict (ratios against the first row)" in lines
     assert "every contender agreed with regdev's verdict on every case" in lines
@@ -109,19 +164,20 @@ def test_disagreeing_peer_is_not_timed_and_is_named() -> None:
     """A peer that accepts what regdev refuses gets no time and no ratio on those cases."""
     rows = [contenders()[0], _accept_all("yes-man", raw=False),
             _accept_all("raw-yes-man", raw=True)]
-    result = run_bench(rounds=1, batch_seconds=1e-5, rows=rows)
+    result = run_bench(rounds=1, batch_seconds=1e-5, rows=rows, stopwatch=fake_stopwatch(rows))
     peer = result.rows[1]
     refusals = [case.title for case in CASES if case.code is not None]
-    assert set(peer["ns"]) == set(peer["ratio"]) == {"write", "read", "block write"}
+    agreed = ["write", "read", "block write"]
+    assert peer["ns"] == {title: expected_ns("yes-man", title) for title in agreed}
+    assert peer["ratio"] == {title: expected_ns("yes-man", title)
+                             / expected_ns("regdev-compiled", title) for title in agreed}
     assert [title for title, ok in peer["agrees"].items() if not ok] == refusals
     assert peer["disagreements"][0] == (
         "disagrees on case 'type': regdev refuses, yes-man accepts")
     raw_peer = result.rows[2]  # the first raw row is the baseline: nothing to divide by
-    assert set(raw_peer["ns"]) == {"write", "read", "block write", "padded"}
-    # its own time over itself; None where a do-nothing peer's time rounds to 0 (the empty
-    # loop's cost is subtracted), which a loaded machine can make happen
-    assert raw_peer["ratio"] == {title: 1.0 if ns else None
-                                 for title, ns in raw_peer["ns"].items()}
+    assert raw_peer["ns"] == {title: expected_ns("raw-yes-man", title)
+                              for title in ["write", "read", "block write", "padded"]}
+    assert set(raw_peer["ratio"].values()) == {1.0}  # its own time over itself
     assert not all_agree(result)
     table = format_table(result)
     assert "! not timed, because the contender does not do the same work there:" in table
@@ -159,7 +215,8 @@ def test_missing_peer_is_reported_not_a_crash(monkeypatch: pytest.MonkeyPatch) -
     """A peer that cannot be imported is a row that says how to install it."""
     monkeypatch.setitem(sys.modules, "fastjsonschema", None)
     monkeypatch.setitem(sys.modules, "jsonschema", None)
-    result = run_bench(rounds=1, batch_seconds=1e-5)
+    rows = contenders()
+    result = run_bench(rounds=1, batch_seconds=1e-5, rows=rows, stopwatch=fake_stopwatch(rows))
     notes = {row["key"]: row["note"] for row in result.rows}
     assert notes["fastjsonschema"] == notes["jsonschema"] == INSTALL_HINT
     lines = format_table(result).splitlines()

@@ -304,7 +304,8 @@ def test_serve_port_that_cannot_open_is_one_line_exit_2(
         (["replay"], "calls.jsonl", '{"raw": "{}", "expect": "ok", "expect": "not-json"}\n',
          'calls.jsonl:1: not a replay record: key "expect" appears twice in one object'),
         (["replay"], "calls.jsonl", '{"raw": "{}", "result": {"addr": NaN}}\n',
-         "calls.jsonl:1: not a replay record: JSON is malformed: invalid character"),
+         "calls.jsonl:1: not a replay record: NaN, at byte 33, is not a JSON number (JSON has "
+         "no NaN or Infinity)"),
     ],
     ids=["compile-tools", "policy", "replay", "replay-nan"])
 def test_every_json_file_is_read_strictly(capsys: pytest.CaptureFixture[str], tmp_path: Path,

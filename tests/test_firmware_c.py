@@ -16,7 +16,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -1174,6 +1174,67 @@ def test_keyed_writes_are_replayed_until_a_reset_or_a_restart(
               if record.tool == "write_register"]
     assert epochs == [(DEVICE_ID, "00010000")] * 2 + [(DEVICE_ID, "00010001")] * 2 + [
         (DEVICE_ID, "00020000")] * 2
+
+
+#: What a user may have at the --link path (each must survive, refused in one line).
+TAKEN: dict[str, Callable[[Path], object]] = {
+    "a regular file": lambda path: path.write_text("the user's notes\n"),
+    "a directory": lambda path: path.mkdir(),
+    "a symlink": lambda path: path.symlink_to(path.with_name("elsewhere")),
+    "a named pipe": os.mkfifo,
+}
+
+
+@pytest.mark.parametrize("what", list(TAKEN))
+def test_host_build_refuses_a_link_path_that_is_taken(host_build: Path, tmp_path: Path,
+                                                      what: str) -> None:
+    """Whatever is at --link PATH (a file, a directory, a symlink: a stale link of an earlier
+    run too, a pipe) is refused in one line, exit 2, and left exactly as it was; so is a
+    file at PATH.new, the name the link was once made under."""
+    _refuses_a_taken_link([str(host_build / "host" / "regdev-firmware-host")],
+                          "regdev-firmware-host", tmp_path, what)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("what", list(TAKEN))
+def test_harness_refuses_a_link_path_that_is_taken(avr_build: Path, tmp_path: Path,
+                                                   what: str) -> None:
+    """The same for the simavr harness (`regdev firmware-sim --avr --link PATH`)."""
+    _refuses_a_taken_link([str(avr_build / "sim" / "regdev-simavr")], "regdev-simavr",
+                          tmp_path, what, str(avr_build / "avr" / "regdev-uno.elf"))
+
+
+def _fingerprint(path: Path) -> tuple[int, int, str | None]:
+    st = path.lstat()
+    content = (os.readlink(path) if path.is_symlink()
+               else path.read_text() if path.is_file() else None)
+    return st.st_mode, st.st_ino, content
+
+
+def _refuses_a_taken_link(command: list[str], prog: str, tmp_path: Path, what: str,
+                          *after: str) -> None:
+    link = tmp_path / "port"
+    TAKEN[what](link)
+    beside = tmp_path / "port.new"
+    beside.write_text("also the user's\n")
+    before = _fingerprint(link), _fingerprint(beside)
+    done = subprocess.run([*command, "--link", str(link), *after], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"{prog}: error: cannot make the link {link}: {what} is already there (the simulator "
+        "replaces only a link it made itself; remove it or choose another path)\n")
+    assert (_fingerprint(link), _fingerprint(beside)) == before
+
+
+def test_host_build_leaves_a_link_replaced_while_serving(host_build: Path,
+                                                         tmp_path: Path) -> None:
+    """The user puts a file where the host build's link was: at exit it is left alone."""
+    link = tmp_path / "port"
+    with serving([str(host_build / "host" / "regdev-firmware-host"), "--link", str(link)]):
+        link.unlink()
+        link.write_text("the user's file now\n")
+    assert link.read_text() == "the user's file now\n"
 
 
 # --- regdev firmware-sim --avr --------------------------------------------------------------------

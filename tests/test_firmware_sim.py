@@ -94,6 +94,109 @@ def test_pty_link_is_printed_and_removed(tmp_path: Path) -> None:
     assert not link.exists()
 
 
+def _make_fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _make_socket(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as unix:
+        unix.bind(str(path))
+
+
+#: What a user may have at the --link path, and how to make it there (each must survive).
+TAKEN = {
+    "a regular file": lambda path: path.write_text("the user's notes\n"),
+    "a directory": lambda path: path.mkdir(),
+    "a symlink to ": lambda path: path.symlink_to(path.with_name("elsewhere")),
+    "a named pipe": _make_fifo,
+    "a socket": _make_socket,
+}
+
+
+def _fingerprint(path: Path) -> tuple[int, int, int, str | None]:
+    st = path.lstat()
+    content = (path.read_text() if path.is_file() and not path.is_symlink()
+               else os.readlink(path) if path.is_symlink() else None)
+    return st.st_mode, st.st_ino, st.st_size, content
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="--pty is POSIX only")
+@pytest.mark.parametrize("what", list(TAKEN))
+def test_a_link_path_that_is_taken_is_refused_and_left_alone(tmp_path: Path, what: str) -> None:
+    """Whatever is at the --link path (a file, a directory, a symlink: a stale link of an
+    earlier run too, a pipe, a socket) is refused in one line, exit 2, and left exactly as
+    it was; so is a user's file at the name the old code made its new link under."""
+    link = tmp_path / "port"
+    TAKEN[what](link)
+    beside = link.with_name("port.new")
+    beside.write_text("also the user's\n")
+    before = _fingerprint(link), _fingerprint(beside)
+    status, err = _sim_exit([*REGDEV_SIM, "--pty", "--link", str(link)])
+    assert status == 2
+    assert err.startswith(f"regdev firmware-sim: error: cannot make the link {link}: {what}")
+    assert err.endswith(" is already there (the simulator replaces only a link it made itself; "
+                        "remove it or choose another path)\n") and err.count("\n") == 1
+    assert (_fingerprint(link), _fingerprint(beside)) == before
+
+
+@pytest.mark.skipif(not Path("/dev/null").is_char_device(), reason="needs /dev/null")
+def test_a_device_node_at_the_link_path_is_refused_and_left_alone() -> None:
+    """--link /dev/null (a device node; as root the old code replaced it): refused, intact."""
+    before = os.lstat("/dev/null")
+    assert _sim_exit([*REGDEV_SIM, "--pty", "--link", "/dev/null"]) == (
+        2, "regdev firmware-sim: error: cannot make the link /dev/null: a character device "
+           "is already there (the simulator replaces only a link it made itself; remove it or "
+           "choose another path)\n")
+    after = os.lstat("/dev/null")
+    assert (after.st_mode, after.st_ino, after.st_rdev) == (
+        before.st_mode, before.st_ino, before.st_rdev)
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="--pty is POSIX only")
+@pytest.mark.timeout(30)
+def test_a_link_replaced_while_serving_is_left_alone_at_exit(tmp_path: Path) -> None:
+    """The user puts a file where the simulator's link was: at exit it is not removed."""
+    link = tmp_path / "port"
+    with sim_process("--pty", "--link", str(link)) as (_, process):
+        link.unlink()
+        link.write_text("the user's file now\n")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    assert link.read_text() == "the user's file now\n"
+
+
+def test_the_link_moves_only_while_it_is_the_simulators_own(tmp_path: Path) -> None:
+    """In process: the link is made, moved to a new target (a new pty after a disconnect)
+    without touching the names beside it, and removed; once something else is at the path,
+    moving the link is refused and removing it leaves that thing be."""
+    folder = tmp_path / "links"
+    folder.mkdir()
+    path = folder / "port"
+    beside = [folder / f".port.{os.getpid()}.0.new", folder / "port.new"]
+    for each in beside:
+        each.write_text("the user's\n")
+    link = sim._Link(path)
+    link.point_at("/dev/pts/first")
+    link.point_at("/dev/pts/second")
+    assert os.readlink(path) == "/dev/pts/second"
+    assert [each.read_text() for each in beside] == ["the user's\n"] * 2
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["port", *(each.name for each in beside)])  # no new link left behind
+    link.remove()
+    assert not os.path.lexists(path)
+    link.point_at("/dev/pts/third")  # made afresh where nothing is
+    path.unlink()
+    path.symlink_to("/dev/pts/users")  # a link, but not the one it made
+    with pytest.raises(sim.CannotServe, match="was replaced while serving"):
+        link.point_at("/dev/pts/fourth")
+    link.remove()
+    assert os.readlink(path) == "/dev/pts/users"
+    path.unlink()
+    path.write_text("a file")  # maybe under the inode number the link had
+    link.remove()
+    assert path.read_text() == "a file"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -9,13 +9,15 @@ user's own ~/.local/state/regdev/audit.db.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,10 +29,17 @@ from mcp.shared.message import SessionMessage
 from mcp.types import CallToolResult
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES
+from conftest import EXAMPLES, default_signals
 from firmware import sim_thread
 from regdev import Gate, RegisterFile, read_audit, tool_definitions
-from regdev.agents._mcp import NOT_INITIALIZED, Envelope, MessageReader, Received, read_envelope
+from regdev.agents._mcp import (
+    NOT_INITIALIZED,
+    SERVER_STOPPING,
+    Envelope,
+    MessageReader,
+    Received,
+    read_envelope,
+)
 from regdev.agents._replay import load_replay
 
 REGDEV = str(Path(sys.executable).with_name("regdev"))
@@ -180,11 +189,15 @@ HANDSHAKE_TEXT = "".join(json.dumps(message) + "\n" for message in HANDSHAKE)
 class RawServer:
     """`regdev serve` spoken to line by line: one JSON-RPC request out, its answer back."""
 
-    def __init__(self, home: Path, audit: Path | None, *options: str) -> None:
+    def __init__(self, home: Path, audit: Path | None, *options: str,
+                 ignored: Sequence[str] = ()) -> None:
+        """Start the server with the stop signals at their defaults, but for those named in
+        ``ignored`` (see :func:`conftest.default_signals`)."""
         audit_options = ["--audit", str(audit)] if audit is not None else []
         self.process = subprocess.Popen(
-            [*SERVE, *audit_options, *options], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env(home))
+            default_signals([*SERVE, *audit_options, *options], ignored=ignored),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=server_env(home))
         self.lines: list[bytes] = []
 
     def handshake(self) -> None:
@@ -267,10 +280,10 @@ def test_tools_calls_that_are_not_strict_json_are_refused_under_their_id(raw: Ra
     assert before is not None
     for request_id, arguments, words in [
         (21, '{"addr": 3, "addr": 4, "data": 1}', 'key "addr" appears twice'),
-        (22, '{"addr": NaN, "data": 1}', "JSON is malformed"),
+        (22, '{"addr": NaN, "data": 1}', "is not a JSON number (JSON has no NaN or Infinity)"),
         (23, '{"addr": 4, "data": ' + "9" * 5000 + "}", "an integer has more than 4300 digits"),
         (24, '{"addr": ' + "[" * 2000 + "]" * 2000 + ', "data": 1}', "nested too deeply"),
-        (25, '{"addr": 4, "data": 1}}', "trailing characters"),
+        (25, '{"addr": 4, "data": 1}}', "more text after the end of the JSON document"),
     ]:
         line = tools_call(request_id, f'{{"name": "write_register", "arguments": {arguments}}}')
         got = _observation(raw.send(line))
@@ -278,6 +291,40 @@ def test_tools_calls_that_are_not_strict_json_are_refused_under_their_id(raw: Ra
         assert got["code"] == "not-json" and words in got["message"], got
         assert got == Gate().handle(line, dialect="mcp").to_dict()  # the line, refused
     after = raw.send(tools_call(26, '{"name": "read_register", "arguments": {"addr": 4}}'))
+    assert after is not None
+    assert after["result"]["structuredContent"] == before["result"]["structuredContent"]
+
+
+#: Bytes that are not JSON, as a model or a client may put them before or inside a value: a
+#: no-break space, a byte order mark, a zero-width space, a word, a NaN, a control character.
+NOT_JSON_BYTES = ["\u00a0", "\ufeff", "\u200b", "x", "NaN ", "\u0007"]
+
+
+@pytest.mark.parametrize("junk", NOT_JSON_BYTES)
+def test_a_call_with_bytes_that_are_not_json_is_answered_under_its_own_id(
+        raw: RawServer, junk: str) -> None:
+    """Bytes that are not JSON before the params, after them, between members or before the
+    whole message, with ids inside the params: each request is answered under its own id
+    (never null, never an inner one), not-json, and nothing runs."""
+    inner = '{"name": "write_register", "arguments": {"addr": 5, "data": 9}, "id": "inner"}'
+    before = raw.send(tools_call(40, '{"name": "read_register", "arguments": {"addr": 5}}'))
+    assert before is not None
+    lines = [
+        tools_call(41, junk + inner),
+        tools_call(42, inner + junk),
+        tools_call(43, "[" + junk + inner + "]"),
+        junk + tools_call(44, junk + inner),
+        f'{{"jsonrpc": "2.0", "params": {junk}{inner}, "id": 45,{junk} "method": "tools/call"}}',
+        f'{{"jsonrpc": "2.0", "id": 46, "method": "tools/call", "params": {junk}[{inner}]}}',
+    ]
+    for request_id, line in enumerate(lines, start=41):
+        reply = raw.send(line.encode())
+        assert reply is not None and reply["id"] == request_id, (line, reply)
+        if "result" in reply:  # the gate refused the line
+            assert reply["result"]["structuredContent"]["code"] == "not-json"
+        else:  # the SDK's envelope check (params an array)
+            assert reply["error"]["code"] in (-32602, -32700), reply
+    after = raw.send(tools_call(47, '{"name": "read_register", "arguments": {"addr": 5}}'))
     assert after is not None
     assert after["result"]["structuredContent"] == before["result"]["structuredContent"]
 
@@ -466,21 +513,6 @@ def test_serve_with_a_map_lists_and_runs_the_maps_tools(home: Path, tmp_path: Pa
     assert status == 0 and b"Traceback" not in err
 
 
-@contextmanager
-def spawned_with(number: int, disposition: Any) -> Iterator[None]:
-    """Start children with signal ``number`` handled or ignored, whatever this process has.
-
-    An ignored signal stays ignored across exec, and a handled one is reset to its default
-    there, so setting it here for the moment of the spawn is enough. (A shell's background
-    job runs with SIGINT ignored, which would hide the server's own handling of it.)
-    """
-    previous = signal.signal(number, disposition)
-    try:
-        yield
-    finally:
-        signal.signal(number, previous)
-
-
 @pytest.mark.skipif(os.name != "posix", reason="sends POSIX signals")
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", 1)],
                          ids=["SIGINT", "SIGTERM", "SIGHUP"])
@@ -489,9 +521,8 @@ def test_a_signal_ends_the_server_cleanly_with_every_call_recorded(
     """SIGINT, SIGTERM or SIGHUP while the client keeps stdin open: exit 0 at once, no trace,
     and every answered call is in the audit log (the SDK's client itself sends SIGTERM)."""
     db = tmp_path / "audit.db"
-    with spawned_with(signal.SIGINT, signal.default_int_handler):
-        server = RawServer(home, db, "--log-level", "info")
-    server.handshake()
+    server = RawServer(home, db, "--log-level", "info")  # the signals at their defaults,
+    server.handshake()  # even when the tests run under nohup or as a background job
     for n in range(1, 21):
         server.send(tools_call(n, '{"name": "read_register", "arguments": {"addr": 1}}'))
     server.process.send_signal(number)
@@ -509,11 +540,81 @@ def test_a_signal_ends_the_server_cleanly_with_every_call_recorded(
     assert len(read_audit(db)) == 20
 
 
+@pytest.mark.skipif(os.name != "posix", reason="sends POSIX signals")
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP", "end of input"])
+def test_a_stop_mid_stream_answers_every_call_that_ran(
+        home: Path, tmp_path: Path, stop: str) -> None:
+    """A client streams writes without waiting for answers and the server is stopped while
+    they pour in: every call the audit log holds (every call that ran) was answered with its
+    result under its id; every other answer is SERVER_STOPPING (not run, not recorded); no id
+    is answered twice; exit 0, nothing on stderr but the server's own log lines. At end of
+    input every call runs and is answered."""
+    count = 1200  # (addr, data) = (n % 16, n // 16) tells the calls apart in the audit log
+    db = tmp_path / "audit.db"
+    server = RawServer(home, db, "--log-level", "info")
+    server.handshake()
+    process = server.process
+    assert process.stdin is not None and process.stdout is not None
+    answers: list[dict[str, Any]] = []
+    got_some = threading.Event()
+
+    def read_answers() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            answers.append(json.loads(line))
+            if len(answers) == 100:
+                got_some.set()
+        got_some.set()
+
+    def write_calls() -> None:
+        assert process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # the server stopped reading and left
+            for n in range(1, count + 1):
+                params = (f'{{"name": "write_register", "arguments": {{"addr": {n % 16}, '
+                          f'"data": {n // 16}}}}}')
+                process.stdin.write(tools_call(n, params).encode() + b"\n")
+            process.stdin.flush()
+            if stop == "end of input":
+                process.stdin.close()
+
+    reader = threading.Thread(target=read_answers)
+    writer = threading.Thread(target=write_calls)
+    reader.start()
+    writer.start()
+    try:
+        assert got_some.wait(30), "no answers came"
+        if stop != "end of input":
+            process.send_signal(getattr(signal, stop))
+        status = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        writer.join(timeout=30)
+        reader.join(timeout=30)
+    assert process.stderr is not None
+    err = process.stderr.read().decode()
+    assert status == 0
+    assert all(line.startswith("regdev serve: INFO regdev: ") for line in err.splitlines()), err
+    ran = {addr + 16 * data for addr, data in (
+        (arguments["addr"], arguments["data"])
+        for arguments in (json.loads(record.raw or b"")["arguments"] for record in
+                          read_audit(db)))}
+    ids = [answer["id"] for answer in answers]
+    assert len(ids) == len(set(ids))
+    results = {answer["id"] for answer in answers if "result" in answer}
+    assert results == ran
+    assert all(answer["result"]["isError"] is False for answer in answers if "result" in answer)
+    not_run = [answer for answer in answers if "result" not in answer]
+    assert {answer["error"]["code"] for answer in not_run} <= {SERVER_STOPPING}
+    if stop == "end of input":
+        assert ran == set(range(1, count + 1)) and not not_run
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="sends a POSIX SIGHUP")
 def test_a_signal_ignored_at_start_stays_ignored(home: Path, tmp_path: Path) -> None:
     """Under nohup (SIGHUP ignored when the server starts) SIGHUP does not stop it."""
-    with spawned_with(signal.SIGHUP, signal.SIG_IGN):
-        server = RawServer(home, tmp_path / "audit.db")
+    server = RawServer(home, tmp_path / "audit.db", ignored=["SIGHUP"])
     server.handshake()
     server.process.send_signal(signal.SIGHUP)
     assert server.send('{"jsonrpc": "2.0", "id": 1, "method": "ping"}') == {
@@ -544,26 +645,49 @@ def test_a_home_without_room_for_the_audit_log_warns_and_serves(tmp_path: Path) 
     assert others[0].endswith("session default, audit log off")
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
-def test_sigterm_while_starting_stops_cleanly() -> None:
+#: A sitecustomize for a server under test: its import of the mcp SDK waits until the file
+#: $REGDEV_TEST_RELEASE exists, after creating $REGDEV_TEST_REACHED, so a test knows the
+#: server is importing the SDK (and has its stop signals caught: `regdev serve` catches them
+#: first) for as long as it wants, however slow the machine.
+IMPORT_GATE = """\
+import os, sys, time
+
+
+class _WaitBeforeTheSDK:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mcp":
+            sys.meta_path.remove(self)
+            open(os.environ["REGDEV_TEST_REACHED"], "w").close()
+            while not os.path.exists(os.environ["REGDEV_TEST_RELEASE"]):
+                time.sleep(0.01)
+        return None
+
+
+sys.meta_path.insert(0, _WaitBeforeTheSDK())
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="sends a POSIX SIGTERM")
+@pytest.mark.timeout(60)
+def test_sigterm_while_starting_stops_cleanly(tmp_path: Path) -> None:
     """SIGTERM while the server is still importing the SDK (a client giving up early) ends
-    it with status 0, not the signal's 143."""
-    process = subprocess.Popen([*SERVE, "--no-audit", "--log-level", "info"],
+    it with status 0, not the signal's 143. The server is held in that import until the
+    signal is sent (a sitecustomize), so the signal lands there on any machine."""
+    (tmp_path / "sitecustomize.py").write_text(IMPORT_GATE)
+    reached, release = tmp_path / "reached", tmp_path / "release"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "REGDEV_TEST_REACHED": str(reached),
+           "REGDEV_TEST_RELEASE": str(release)}
+    process = subprocess.Popen(default_signals([*SERVE, "--no-audit", "--log-level", "info"]),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-    status_file = Path(f"/proc/{process.pid}/status")
-    bit = 1 << (signal.SIGTERM - 1)
+                               stderr=subprocess.PIPE, env=env)
     try:
-        # wait until the server catches SIGTERM (the first thing `regdev serve` does)
-        while process.poll() is None:
-            caught = next(line for line in status_file.read_text().splitlines()
-                          if line.startswith("SigCgt:"))
-            if int(caught.split()[1], 16) & bit:
-                break
-            time.sleep(0.005)
+        while not reached.exists():
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.01)
         process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=20)
+        out, err = process.communicate(timeout=30)
     finally:
+        release.touch()
         if process.poll() is None:
             process.kill()
     assert (process.returncode, out) == (0, b"")
@@ -674,6 +798,20 @@ def test_reader_refuses_a_line_the_parser_fails_on(monkeypatch: pytest.MonkeyPat
      Envelope(True, 1, None, False, {"v": "x"})),
     (b'{"id": 1, "params": {"_meta": {"v": NaN}}}', Envelope(True, 1, None, False)),
     (b"not json", Envelope(False, None, None, False)),
+    # bytes that are not JSON (a no-break space, a BOM, a word) before, after or between
+    # values: they stay inside the value they touch, so an inner id is never the message's
+    (b'{"id": 5, "method": "tools/call", "params": \xc2\xa0{"name": "w", "id": "in"}}',
+     Envelope(True, 5, "tools/call", False)),
+    (b'{"id":5,"method":"tools/call","params":\xc2\xa0{"name":"w","arguments":{},"id":"in"}}',
+     Envelope(True, 5, "tools/call", False)),
+    (b'{"params": \xef\xbb\xbf{"id": "in", "method": "m2"}, "id": 5, "method": "m"}',
+     Envelope(True, 5, "m", False)),
+    (b'{"params": x{"id": "in"}y, "id": 5}', Envelope(True, 5, None, False)),
+    (b'{"params": NaN[{"id": "in"}], "id": 5}', Envelope(True, 5, None, False)),
+    (b'\xef\xbb\xbf{"id": 5,\xc2\xa0"method": "m", "params": {"a": NaN}}',
+     Envelope(True, 5, "m", False)),
+    (b'{"id": \xc2\xa05, "method": "m"}', Envelope(True, None, "m", False)),  # not strict
+    (b'{"id": 5 6, "method": "m"}', Envelope(True, None, "m", False)),
     # a string that never closes, inside a container: the scan ends there, once (it was
     # quadratic when every escaped quote restarted a string match)
     (b'{"id": 2, "params": ["' + b'\\"' * 200000, Envelope(True, 2, None, False)),

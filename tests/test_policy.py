@@ -463,10 +463,14 @@ def test_json_policy_file(tmp_path: Path) -> None:
         ("max_output_bytes = 1.5\n", "`max_output_bytes`: must be an integer, got 1.5"),
         ("tool_call_ids_as_keys = 1\n", "`tool_call_ids_as_keys`: must be true or false, got 1"),
         ("registers = 5\n", "`registers`: must be a table (a JSON object), got 5"),
-        ("[registers]\nread_only = [1]\n[registers]\nprotected = [2]\n", "not valid TOML"),
-        ("timeout = 1\ntimeout = 2\n", "not valid TOML"),
+        ("[registers]\nread_only = [1]\n[registers]\nprotected = [2]\n",
+         "not valid TOML: a table is declared twice, at line 3, column 11"),
+        ("timeout = 1\ntimeout = 2\n", "not valid TOML: a key is given a value twice, at "),
         ('approve = "yes"\n', "`approve` is a Python callable"),
-        ("registers = [\n", "not valid TOML"),
+        ("registers = [\n", "not valid TOML: the text ends where a value should be"),
+        ("registers = [1\n", "not valid TOML: an array is not closed, at end of document"),
+        ("timeout = 1 2\n",
+         "not valid TOML: more text after a value on the same line, at line 1, column 13"),
     ],
 )
 def test_bad_policy_file_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
@@ -506,8 +510,11 @@ def load_error(path: Path, text: str) -> str:
          'key "registers" appears twice in one object'),
         ('{"registers": {"read_only": [0], "read_only": []}}',
          'key "read_only" appears twice in one object'),
-        ('{"timeout": NaN}', "not valid JSON: JSON is malformed: invalid character"),
-        ('{"timeout": Infinity}', "not valid JSON: JSON is malformed: invalid character"),
+        ('{"timeout": NaN}', "not valid JSON: NaN, at byte 12, is not a JSON number (JSON "
+                             "has no NaN or Infinity)"),
+        ('{"timeout": Infinity}', "not valid JSON: Infinity, at byte 12, is not a JSON number"),
+        ('{"timeout": 1,}', "not valid JSON: a comma with no member after it before `}`, at "
+                            "byte 14"),
         ("[1]", "a policy must be an object"),
     ],
 )

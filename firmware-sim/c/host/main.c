@@ -5,8 +5,9 @@
  * Like `regdev firmware-sim --pty`: the first line of standard output is the port to open
  * (the pty's path, or PATH with --link, a symlink to it), flushed; then it answers requests
  * until interrupted (SIGINT, SIGTERM or SIGHUP: exit 0). -v logs every byte string read and
- * every reply on stderr. When the pty, the link or the state file cannot be made, or standard
- * output cannot be written: one line on stderr, exit status 2.
+ * every reply on stderr. When the pty, the link or the state file cannot be made (something
+ * already at the link's PATH is never replaced, see own_link.h), or standard output cannot be
+ * written: one line on stderr, exit status 2.
  *
  * Its identify text ends with "id=ID epoch=BBBBRRRR" (docs/protocol.md): BBBB counts starts,
  * RRRR resets since. --state FILE keeps what the Uno keeps in EEPROM, the id and the start
@@ -31,12 +32,14 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "own_link.h"
 #include "regdev_core.h"
 
 static volatile sig_atomic_t stop;
 static const char *link_path;
 static const char *state_path;
 static char device_id[REGDEV_MAX_ID + 1];
+static own_link_t link_made;
 
 static void on_signal(int number)
 {
@@ -47,8 +50,7 @@ static void on_signal(int number)
 static int fail(const char *what, const char *detail)
 {
     fprintf(stderr, "regdev-firmware-host: error: %s: %s\n", what, detail);
-    if (link_path)
-        unlink(link_path);
+    own_link_remove(&link_made);
     return 2;
 }
 
@@ -109,8 +111,7 @@ uint16_t regdev_core_next_start(uint16_t starts)
     if (state_path && save_state(starts) < 0) {
         fprintf(stderr, "regdev-firmware-host: error: cannot write the state file %s: %s\n",
                 state_path, strerror(errno));
-        if (link_path)
-            unlink(link_path);
+        own_link_remove(&link_made);
         exit(2);
     }
     return starts;
@@ -199,7 +200,7 @@ int main(int argc, char **argv)
     struct sigaction action;
     struct termios tio;
     const char *slave_path;
-    char temporary[4096], why[4200];
+    char why[4200], what[4200];
     const char *wanted = NULL;
     int verbose = 0, master, slave, i;
     long starts;
@@ -249,15 +250,9 @@ int main(int argc, char **argv)
     cfmakeraw(&tio); /* no echo, no CR/LF translation, whoever opens it */
     if (tcsetattr(slave, TCSANOW, &tio) < 0)
         return fail("cannot set the pseudo-terminal raw", strerror(errno));
-    if (link_path) {
-        if (snprintf(temporary, sizeof temporary, "%s.new", link_path) >= (int)sizeof temporary)
-            return fail("cannot make the link", "the path is too long");
-        unlink(temporary);
-        if (symlink(slave_path, temporary) < 0 || rename(temporary, link_path) < 0) {
-            int error = errno;
-            link_path = NULL; /* not ours to remove */
-            return fail("cannot make the link", strerror(error));
-        }
+    if (link_path && own_link_make(&link_made, link_path, slave_path, why, sizeof why) < 0) {
+        snprintf(what, sizeof what, "cannot make the link %s", link_path);
+        return fail(what, why);
     }
 
     memset(&action, 0, sizeof action);
@@ -293,8 +288,7 @@ int main(int argc, char **argv)
                 return fail("cannot write the pseudo-terminal", strerror(errno));
         }
     }
-    if (link_path)
-        unlink(link_path);
+    own_link_remove(&link_made);
     close(slave);
     close(master);
     return 0;

@@ -59,6 +59,8 @@
 #include "sim_time.h"
 #include "uart_pty.h"
 
+#include "../host/own_link.h"
+
 #define PROG "regdev-simavr"
 #define SIMAVR_LINK "/tmp/simavr-uart0"
 
@@ -66,6 +68,7 @@ static volatile sig_atomic_t stop;
 static int verbose;
 static uart_pty_t bridge;
 static const char *link_path;
+static own_link_t link_made;
 
 static void on_signal(int number)
 {
@@ -91,8 +94,7 @@ static void cleanup_links(void)
         if (strcmp(target, bridge.pty.slavename) == 0)
             unlink(SIMAVR_LINK);
     }
-    if (link_path)
-        unlink(link_path);
+    own_link_remove(&link_made);
 }
 
 static int fail(const char *what, const char *detail)
@@ -263,7 +265,7 @@ int main(int argc, char **argv)
     struct sigaction action;
     avr_t *avr;
     uint32_t flags = 0;
-    char temporary[4096];
+    char what[4200];
     double wall0, cpu0;
     uint64_t cycle0;
     int state = cpu_Running, wanted = 0;
@@ -402,17 +404,11 @@ int main(int argc, char **argv)
         avr_irq_register_notify(bridge.irq + IRQ_UART_PTY_BYTE_OUT, log_byte, &log_in);
         avr_irq_register_notify(bridge.irq + IRQ_UART_PTY_BYTE_IN, log_byte, &log_out);
     }
-    if (link_path) {
-        if (snprintf(temporary, sizeof temporary, "%s.new", link_path) >= (int)sizeof temporary)
-            return fail("cannot make the link", "the path is too long");
-        unlink(temporary);
-        if (symlink(bridge.pty.slavename, temporary) < 0 ||
-            rename(temporary, link_path) < 0) {
-            int error = errno;
-            link_path = NULL;
-            cleanup_links();
-            return fail("cannot make the link", strerror(error));
-        }
+    if (link_path &&
+        own_link_make(&link_made, link_path, bridge.pty.slavename, why, sizeof why) < 0) {
+        cleanup_links();
+        snprintf(what, sizeof what, "cannot make the link %s", link_path);
+        return fail(what, why);
     }
 
     memset(&action, 0, sizeof action);

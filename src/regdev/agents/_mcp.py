@@ -38,10 +38,13 @@ Rules of this file:
 * Device calls run one at a time in a worker thread: a slow device never stalls the protocol
   loop, and two concurrent calls never interleave on the device.
 * The stop signals the caller names (``regdev serve``: SIGINT, SIGTERM and SIGHUP) stop the
-  server as end of file does: a call running on the device finishes, and
-  :func:`serve_stdio` returns so that the caller closes the gate (committing the audit
-  log). The SDK's stdio client itself sends SIGTERM to a server that has not exited 2 s
-  after it closed stdin.
+  server as end of file does, except that queued calls do not run: nothing more is read,
+  the call running on the device finishes, every call that ran is answered, each
+  ``tools/call`` not yet started is answered with JSON-RPC error :data:`SERVER_STOPPING`
+  without running, and :func:`serve_stdio` returns once those answers are written, so that
+  the caller closes the gate (committing the audit log). Later stop signals are ignored.
+  The SDK's stdio client itself sends SIGTERM to a server that has not exited 2 s after it
+  closed stdin.
 * A request sent before the handshake gets the SDK's -32602, with a message that says to
   send ``initialize`` first; a ``tools/call`` whose params fail the SDK's envelope check
   (params null or absent, no string ``name``, ``arguments`` a string or an array) gets its
@@ -51,6 +54,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -78,7 +82,7 @@ from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from pydantic import ValidationError
 
 from .._version import __version__
-from ..core._observation import Refusal
+from ..core._observation import Observation, Refusal
 from ..gate._gate import Gate
 from ..gate._parse import parse
 from ..gate._policy import Session
@@ -88,6 +92,7 @@ from ._providers import mcp_result, tool_definitions
 
 __all__ = [
     "ENVELOPE_BYTES",
+    "SERVER_STOPPING",
     "Envelope",
     "MessageReader",
     "Received",
@@ -101,6 +106,14 @@ logger = logging.getLogger("regdev")
 #: Bytes a line may hold beyond the gate's byte cap: the JSON-RPC envelope around a
 #: ``tools/call``'s params, and requests other than ``tools/call`` (1 MiB).
 ENVELOPE_BYTES = 1024 * 1024
+
+#: The JSON-RPC error code of a ``tools/call`` that a stop signal kept from running (in the
+#: band -32000..-32019 that MCP leaves to implementations; the SDK uses -32000 and -32001).
+SERVER_STOPPING = -32010
+
+#: Its message: the call did not reach the gate, the device or the audit log.
+SERVER_STOPPING_MESSAGE = ("Server stopping: the server was told to stop before this call "
+                           "ran; it did not reach the device and is not in the audit log")
 
 _decode_json = msgspec.json.decode
 # The top-level members of a message that the strict parser accepted, each as its exact text.
@@ -124,8 +137,10 @@ class Received:
 
 _SPACE = re.compile(rb"[ \t\r\n]*")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_SCALAR = re.compile(rb"[^\s,\]}]+")
-_SPECIAL = re.compile(rb'["\[\]{}]')  # where a string starts, or a bracket
+# Bytes that cannot change the structure of a top-level scan (no quote, bracket, comma or
+# colon): spaces, and bytes that are not JSON at all (a no-break space, a BOM, a letter).
+_JUNK = re.compile(rb'[^"{}\[\],:]*')
+_SPECIAL = re.compile(rb'["\[\]{},]')  # where a string starts, a bracket, or a comma
 
 
 class Envelope(NamedTuple):
@@ -150,64 +165,66 @@ class Envelope(NamedTuple):
     meta: dict[str, Any] | None = None
 
 
-def _skip_value(text: bytes, pos: int) -> int:
-    """The end of the JSON value starting at ``pos``, read leniently; -1 if the text ends.
+def _value_end(text: bytes, pos: int) -> int:
+    """The end of the member value starting at ``pos``, read leniently; -1 if the text ends.
 
-    Linear in the text: each string is matched once, from its opening quote (a string that
-    never closes ends the scan), and between strings only brackets are counted.
+    The value runs to the first comma, ``}`` or ``]`` outside its strings and brackets,
+    whatever else it holds: bytes that are not JSON (a no-break space or a BOM before an
+    object, ``NaN``) stay inside the value, so the members of an object that follows them
+    are never read as the message's own. Linear in the text: each string is matched once,
+    from its opening quote (a string that never closes ends the scan), and between strings
+    only brackets and commas are looked at.
     """
-    first = text[pos : pos + 1]
-    if first == b'"':
-        match = _STRING.match(text, pos)
-        return match.end() if match else -1
-    if first in (b"{", b"["):
-        depth = 0
-        while (match := _SPECIAL.search(text, pos)) is not None:
-            if match.group() == b'"':
-                string = _STRING.match(text, match.start())
-                if string is None:
-                    return -1
-                pos = string.end()
-                continue
-            depth += 1 if match.group() in (b"[", b"{") else -1
-            pos = match.end()
-            if depth == 0:
-                return pos
-        return -1
-    match = _SCALAR.match(text, pos)
-    # a number that runs to the end of the text may have been cut short there
-    return match.end() if match and match.end() < len(text) else -1
-
-
-def _space_end(text: bytes, pos: int) -> int:
-    match = _SPACE.match(text, pos)
-    return match.end() if match else pos
+    depth = 0
+    while (match := _SPECIAL.search(text, pos)) is not None:
+        found = match.group()
+        if found == b'"':
+            string = _STRING.match(text, match.start())
+            if string is None:
+                return -1
+            pos = string.end()
+            continue
+        if depth == 0 and found in (b",", b"}", b"]"):
+            return match.start()
+        depth += 1 if found in (b"[", b"{") else -1 if found in (b"]", b"}") else 0
+        pos = match.end()
+    return -1
 
 
 def _members(text: bytes) -> dict[str, list[bytes]]:
     """The top-level members of a JSON object read leniently: name -> the texts of its
-    values (a repeated name has several). Stops where the text stops looking like JSON."""
+    values (a repeated name has several). Bytes that are not JSON before the object, or
+    between its members, are skipped; the scan stops where the text stops looking like an
+    object (a bracket where a name should be, a name without a colon, the end)."""
     found: dict[str, list[bytes]] = {}
-    pos = _space_end(text, 0)
+    pos = _skip(_JUNK, text, 0)
     if text[pos : pos + 1] != b"{":
         return found
     pos += 1
-    while (key := _STRING.match(text, _space_end(text, pos))) is not None:
-        pos = _space_end(text, key.end())
+    while True:
+        pos = _skip(_JUNK, text, pos)
+        key = _STRING.match(text, pos)
+        if key is None:
+            break
+        pos = _skip(_JUNK, text, key.end())
         if text[pos : pos + 1] != b":":
             break
-        start = _space_end(text, pos + 1)
-        end = _skip_value(text, start)
+        start = _skip(_SPACE, text, pos + 1)
+        end = _value_end(text, start)
         name = _strict(key.group())
         if type(name) is str:  # a value cut short is kept as b"", which is no JSON value
-            found.setdefault(name, []).append(text[start:end] if end >= 0 else b"")
-        if end < 0:
+            found.setdefault(name, []).append(text[start:end].rstrip(b" \t\r\n")
+                                              if end >= 0 else b"")
+        if end < 0 or text[end : end + 1] != b",":
             break
-        pos = _space_end(text, end)
-        if text[pos : pos + 1] != b",":
-            break
-        pos += 1
+        pos = end + 1
     return found
+
+
+def _skip(pattern: re.Pattern[bytes], text: bytes, pos: int) -> int:
+    """Where the run of ``pattern`` (one that matches the empty text) starting at ``pos`` ends."""
+    match = pattern.match(text, pos)
+    return match.end() if match else pos
 
 
 def _strict(text: bytes) -> object:
@@ -230,9 +247,11 @@ def read_envelope(text: bytes) -> Envelope:
     """Read a message's ``id`` and ``method`` leniently, for a line the strict parser refused.
 
     The top level is scanned flat (strings and brackets matched by regular expressions, no
-    recursion), so a repeated key, a NaN or an over-long integer inside ``params``, or text
-    cut short after the ``id``, still lets the request be answered under its own id. The
-    ``id`` and ``method`` values themselves must be strict JSON. Never raises.
+    recursion), so a repeated key, a NaN or an over-long integer inside ``params``, bytes
+    that are not JSON before or inside a value (a no-break space, a BOM: they stay inside
+    the value, see :func:`_value_end`), or text cut short after the ``id``, still lets the
+    request be answered under its own id, and an ``id`` inside ``params`` is never taken for
+    it. The ``id`` and ``method`` values themselves must be strict JSON. Never raises.
 
     Args:
         text: the line as read (UTF-8 bytes, possibly invalid or cut short).
@@ -408,7 +427,8 @@ _INSTRUCTIONS = (
 )
 
 
-def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
+def build_server(gate: Gate, session: Session | None = None, *,
+                 stopping: threading.Event | None = None) -> Server[Any]:
     """An MCP server (low-level SDK ``Server``) offering ``gate.tools``, calls through ``gate``.
 
     ``tools/list`` lists the tools the session is offered. Each ``tools/call`` runs
@@ -421,6 +441,9 @@ def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
         gate: the gate every ``tools/call`` goes through; its device is used one call at a time.
         session: the session every call is made in, and whose tools are listed; the gate's
             default when None.
+        stopping: once set, a ``tools/call`` that has not started is answered with JSON-RPC
+            error :data:`SERVER_STOPPING` and does not run (it is checked when the call's turn
+            on the device comes, so a call either runs whole or not at all).
 
     Returns:
         The server, ready for ``server.run(read_stream, write_stream, options)``.
@@ -430,6 +453,12 @@ def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
         for d in tool_definitions("mcp", gate.tools, session=session)
     ])
     one_at_a_time = anyio.CapacityLimiter(1)
+
+    def run_call(text: bytes) -> Observation | None:
+        """The call's observation, or None when the server is stopping and it did not run."""
+        if stopping is not None and stopping.is_set():
+            return None
+        return gate.handle(text, dialect="mcp", session=session)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -453,11 +482,11 @@ def build_server(gate: Gate, session: Session | None = None) -> Server[Any]:
         reset = ASKING.set(asking)
         try:
             observation = await anyio.to_thread.run_sync(
-                partial(gate.handle, text, dialect="mcp", session=session),
-                limiter=one_at_a_time,
-            )
+                partial(run_call, text), limiter=one_at_a_time)
         finally:
             ASKING.reset(reset)
+        if observation is None:
+            raise MCPError(SERVER_STOPPING, SERVER_STOPPING_MESSAGE)
         logger.debug("tools/call %s: %s", observation.tool or params.name or "?",
                      "ok" if observation.ok else observation.code)
         if asking.ask_back is not None:  # 2026-07-28: the question, answered in a new call
@@ -552,9 +581,12 @@ class _Transport:
         self._unanswered: Counter[int | str] = Counter()
         self._answered = anyio.Event()
         self._answered.set()
+        self._stopped = False
 
     async def deliver(self, verdict: Verdict) -> None:
-        """Hand a message to the SDK, or an answer to the client."""
+        """Hand a message to the SDK, or an answer to the client (nothing once stopped)."""
+        if self._stopped:
+            return
         if not isinstance(verdict, SessionMessage):
             await self._to_client.send(SessionMessage(verdict))
             return
@@ -572,6 +604,11 @@ class _Transport:
         """End of file: wait for the answers still due, then end the SDK's input."""
         await self._answered.wait()
         self._to_server.close()
+
+    async def stop(self) -> None:
+        """A stop signal: read nothing more, then end as at end of file."""
+        self._stopped = True
+        await self.end()
 
     def _settle(self, request_id: object) -> None:
         key = _request_id(request_id)
@@ -600,28 +637,51 @@ class _Transport:
 
 
 def _pump(fd: int, reader: MessageReader, transport: _Transport,
-          token: anyio.lowlevel.EventLoopToken) -> None:
+          token: anyio.lowlevel.EventLoopToken, stopped: threading.Event) -> None:
     """Read ``fd`` until end of file in this thread; hand each verdict to the event loop.
+
+    Once ``stopped`` is set (a stop signal, or the server has ended), nothing more is handed
+    over: the event loop may be closing, and work handed to it then would never run.
 
     A daemon thread does the blocking reads with ``os.read``, so a signal ends the server at
     once instead of waiting for the client's next line, and no Python lock is held at exit.
+    Nothing escapes this thread: the fd failing or the event loop ending (or cancelling
+    what the thread handed it) ends the reading quietly, and anything else is logged in one
+    line (with its traceback only at ``--log-level debug``).
     """
+    def hand_over(verdicts: list[Verdict]) -> bool:
+        for verdict in verdicts:
+            if stopped.is_set():
+                return False
+            anyio.from_thread.run(transport.deliver, verdict, token=token)
+        return not stopped.is_set()
+
     try:
         while chunk := os.read(fd, 65536):
-            for verdict in reader.feed(chunk):
-                anyio.from_thread.run(transport.deliver, verdict, token=token)
-        for verdict in reader.close():
-            anyio.from_thread.run(transport.deliver, verdict, token=token)
-    except (OSError, RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            if not hand_over(reader.feed(chunk)):
+                return
+        hand_over(reader.close())
+    except _LOOP_GONE:
         pass  # the fd failed, or the loop has ended: nobody is left to read
+    except Exception as error:  # a defect: the server goes on answering what it has read
+        logger.error("regdev: stopped reading stdin after an internal error (%s)",
+                     type(error).__name__, exc_info=logger.isEnabledFor(logging.DEBUG))
     finally:
-        with contextlib.suppress(RuntimeError, anyio.BrokenResourceError,
-                                 anyio.ClosedResourceError):
-            anyio.from_thread.run(transport.end, token=token)
+        if not stopped.is_set():
+            with contextlib.suppress(*_LOOP_GONE):
+                anyio.from_thread.run(transport.end, token=token)
 
 
-async def _stop_on_signals(scope: anyio.CancelScope, stop_signals: Collection[signal.Signals], *,
+#: What the stdin thread meets when the fd fails or the event loop has ended, or cancelled
+#: the work the thread handed it (a stop): no one is left to read for.
+_LOOP_GONE = (OSError, RuntimeError, concurrent.futures.CancelledError,
+              anyio.BrokenResourceError, anyio.ClosedResourceError)
+
+
+async def _stop_on_signals(stop: anyio.Event, stop_signals: Collection[signal.Signals], *,
                            task_status: anyio.abc.TaskStatus[None]) -> None:
+    """The first stop signal sets ``stop`` (the server answers what ran, then ends); later
+    ones are ignored, so that nothing cuts the answers or the audit log's commit short."""
     # A signal ignored when the process started stays ignored (nohup's SIGHUP, SIGINT in a
     # shell's background job), as POSIX programs do.
     wanted = [number for number in stop_signals if signal.getsignal(number) != signal.SIG_IGN]
@@ -636,20 +696,23 @@ async def _stop_on_signals(scope: anyio.CancelScope, stop_signals: Collection[si
             return
         task_status.started()
         async for number in signals:
-            logger.info("stopping on %s", signal.Signals(number).name)
-            scope.cancel()
-            return
+            if not stop.is_set():
+                logger.info("stopping on %s", signal.Signals(number).name)
+                stop.set()
 
 
 def serve_stdio(gate: Gate, session: Session | None = None, *,
                 stop_signals: Collection[signal.Signals] = ()) -> None:
     """Serve ``gate`` over MCP on this process's stdin and stdout until stdin ends.
 
-    Blocks. Returns when the client closes stdin (end of file), or on one of
-    ``stop_signals`` that is not ignored (after a call running on the device has finished);
-    the caller then closes the gate, which commits the audit log. Where the event loop cannot
-    handle signals (Windows, or not the main thread), they are not caught here, and Ctrl-C
-    raises ``KeyboardInterrupt`` to the caller instead.
+    Blocks. Returns when the client closes stdin (end of file) and every request read is
+    answered, or on one of ``stop_signals`` that is not ignored: then nothing more is read,
+    the call running on the device finishes, the calls that ran are answered, a
+    ``tools/call`` not yet started is answered with :data:`SERVER_STOPPING` without running,
+    and it returns once those answers are written (later stop signals are ignored). The
+    caller then closes the gate, which commits the audit log. Where the event loop
+    cannot handle signals (Windows, or not the main thread), they are not caught here, and
+    Ctrl-C raises ``KeyboardInterrupt`` to the caller instead.
 
     Args:
         gate: the gate (and device) to serve; a line may be up to ``gate.max_input_bytes +``
@@ -659,10 +722,11 @@ def serve_stdio(gate: Gate, session: Session | None = None, *,
             serve`` passes SIGINT, SIGTERM and SIGHUP); a signal ignored when the process
             started stays ignored.
     """
-    server = build_server(gate, session)
+    stopping = threading.Event()  # the handlers' view of a stop: start no more calls
+    server = build_server(gate, session, stopping=stopping)
     reader = MessageReader(gate.max_input_bytes + ENVELOPE_BYTES)
 
-    async def serve() -> None:
+    async def serve(stop: anyio.Event) -> None:
         done = anyio.Event()
         stdin = cast("anyio.AsyncFile[str]", _NoInput(done))
         async with stdio_server(stdin=stdin) as (_, to_client):
@@ -670,17 +734,29 @@ def serve_stdio(gate: Gate, session: Session | None = None, *,
                 SessionMessage | Exception](0)
             transport = _Transport(to_server, to_client)
             token = anyio.lowlevel.current_token()
-            threading.Thread(target=_pump, args=(0, reader, transport, token),
+            threading.Thread(target=_pump, args=(0, reader, transport, token, stopping),
                              name="regdev stdin", daemon=True).start()
-            try:
-                await server.run(from_client, transport, server.create_initialization_options())
-            finally:
-                done.set()
+
+            async def drain_on_stop() -> None:
+                await stop.wait()
+                stopping.set()
+                await transport.stop()
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(drain_on_stop)
+                try:
+                    await server.run(from_client, transport,
+                                     server.create_initialization_options())
+                finally:
+                    stopping.set()  # the stdin thread hands nothing more to this loop
+                    done.set()
+                    tasks.cancel_scope.cancel()
 
     async def run() -> None:
+        stop = anyio.Event()
         async with anyio.create_task_group() as group:
-            await group.start(_stop_on_signals, group.cancel_scope, stop_signals)
-            await serve()
+            await group.start(_stop_on_signals, stop, stop_signals)
+            await serve(stop)
             group.cancel_scope.cancel()
 
     anyio.run(run)

@@ -294,6 +294,7 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
     """
     regmap = gate.regmap
     out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
+    out.flush()  # before the device is asked who it is, which may take --timeout seconds
     callable_ = [name for name in gate.tools
                  if session.offers(name) and session.check_scope(gate.tools[name]) is None]
     if "identify_device" in callable_:
@@ -302,6 +303,7 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
         out.write(f"session {session.name} may call {', '.join(callable_) or 'no tool'}; "
                   "other commands are refused\n")
     while True:
+        out.flush()  # what was shown is seen before the shell waits (a pipe buffers it)
         try:
             line = input("regdev> ") if interactive else sys.stdin.readline()
         except KeyboardInterrupt:
@@ -332,4 +334,3 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
             shown = ("interrupted" + (" (the write or reset may or may not have happened: "
                                       "read back)" if words[0] in ("write", "reset") else ""))
         out.write(shown + "\n")
-        out.flush()

@@ -73,6 +73,7 @@ import msgspec
 from ..core._errors import AuditError, AuditInUse
 from ..core._observation import PIPELINE, Observation, Refusal
 from ..core._text import is_text, text_bytes
+from ..core._wording import json_problem, sqlite_problem
 from ._idempotency import (
     INSERT_KEY,
     INSERT_RESET,
@@ -424,8 +425,8 @@ def _mapped(what: str) -> Iterator[None]:
         raise AuditError(f"{what}: {error.filename} is a directory") from None
     except OSError as error:  # the OS's words, without errno number or file name repeated
         raise AuditError(f"{what}: {error.strerror or error}") from None
-    except sqlite3.Error as error:
-        raise AuditError(f"{what}: {error}") from None
+    except sqlite3.Error as error:  # regdev's words for SQLite's result code
+        raise AuditError(f"{what}: {sqlite_problem(error)}") from None
 
 
 def _as_text(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -560,7 +561,8 @@ class AuditRecord(msgspec.Struct, frozen=True):
         try:
             return _decode_exact(text)
         except (msgspec.DecodeError, ValueError, ArithmeticError) as error:
-            raise AuditError(f"record {self.id}: its {name} column is not JSON text ({error})",
+            raise AuditError(f"record {self.id}: its {name} column is not JSON text "
+                             f"({json_problem(error, text)})",
                              "a column is not JSON text") from None
 
     def to_dict(self) -> dict[str, Any]:
@@ -867,7 +869,7 @@ class AuditLog:
                 self._conn.execute(INSERT_RESET, (device, epoch, _time.time()))
                 self.failure = None
             except sqlite3.Error as error:
-                outcome = self.failure = str(error) or type(error).__name__
+                outcome = self.failure = sqlite_problem(error)
                 logger.error("the reset of %s was not recorded: could not commit to the "
                              "audit database %s: %s", device, self.path, outcome)
         if outcome is not True:
@@ -899,7 +901,7 @@ class AuditLog:
                              [KeyRow(*_as_text(key)) for key in keys])
             self.failure = None
         except Exception as error:  # sqlite3.Error, or a value SQLite cannot bind: never
-            outcome = self.failure = str(error) or type(error).__name__  # kills the flusher
+            outcome = self.failure = sqlite_problem(error)  # nothing here kills the flusher
             logger.error("%d audit record(s) lost: could not commit to the audit database "
                          "%s: %s", len(batch), self.path, outcome)
             if conn.in_transaction:

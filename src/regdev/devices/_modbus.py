@@ -60,6 +60,7 @@ from ..core._errors import (
     ReplyLost,
     TransportError,
 )
+from ..core._wording import serial_problem
 from ._device import DATA_MAX, REGISTER_COUNT, Device, check_access
 from ._modbus_codec import (
     NEED_DATA,
@@ -327,7 +328,8 @@ class _Link:
 
 
 def _reason(error: OSError) -> str:
-    return error.strerror or str(error) or type(error).__name__
+    """Why a connection or port failed, in regdev's words (or the OS's)."""
+    return serial_problem(error)
 
 
 class ModbusDevice(Device):

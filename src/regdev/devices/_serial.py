@@ -61,6 +61,7 @@ from ..core._errors import (
     ReplyLost,
     TransportError,
 )
+from ..core._wording import serial_problem
 from ._device import Device, DeviceIdentity, check_access, check_block
 from ._protocol import (
     HOST,
@@ -162,29 +163,10 @@ class _NoReply(Exception):
         self.dropped = f" ({bad} bad frame{'s' * (bad != 1)} dropped)" if bad else ""
 
 
-def _cause(error: BaseException) -> str:
-    """What went wrong, in the fewest words: the innermost exception's text (pyserial wraps
-    the OS's error, sometimes twice: ``read failed: [Errno 5] Input/output error``)."""
-    if isinstance(error, serial.SerialTimeoutException):
-        return "writing timed out (is the line blocked by flow control?)"
-    if "exclusively lock" in str(error):
-        return "it is in use (could not lock it exclusively)"
-    while (inner := error.__cause__ or error.__context__) is not None:
-        error = inner
-    # The OS's (errno, text): an OSError's, or termios.error's, whose args are that pair.
-    code, text = error.args if len(error.args) == 2 else (None, None)
-    text = text if isinstance(code, int) and isinstance(text, str) else None
-    if code == errno.ENOTTY and text:  # a file, not a terminal: the port settings cannot be applied
-        return f"not a serial port ({text})"
-    if text and not isinstance(error, serial.SerialException):
-        return text
-    return str(error) or "no reason given"
-
-
 def _open_message(url: str, error: BaseException) -> str:
     """One line for a port that cannot be opened; the accepted forms when the name is at
     fault (an unknown scheme, or no such device path), not when the port is busy or refuses."""
-    text = f"cannot open port {url}: {_cause(error)}"
+    text = f"cannot open port {url}: {serial_problem(error)}"
     named_wrongly = (str(error).startswith("invalid URL")
                      or getattr(error, "errno", None) == errno.ENOENT)
     return f"{text}; expected {URL_FORMS}" if named_wrongly else text
@@ -210,7 +192,8 @@ def map_exceptions(url: str, *, opening: bool = False) -> Iterator[None]:
     try:
         yield
     except _PORT_ERRORS as error:
-        message = _open_message(url, error) if opening else f"port {url} failed: {_cause(error)}"
+        message = (_open_message(url, error) if opening
+                   else f"port {url} failed: {serial_problem(error)}")
         raise TransportError(message) from error
     except (ValueError, OverflowError, NotImplementedError) as error:
         if not opening:

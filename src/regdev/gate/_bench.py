@@ -21,8 +21,10 @@ Rules of this file:
   each cell reports the median over rounds of ns per call, less the cost of the empty loop
   (measured in the same run). Ratios are peer time / regdev time in the same section, case
   and run.
-* No test asserts a time: the tests run this with tiny batches and check the table's shape,
-  the verdicts and the agreement check only.
+* No test asserts a time, and no test depends on one: the tests give :func:`run_bench` a
+  :class:`Stopwatch` whose batches take a known number of nanoseconds without timing
+  anything, and check the table's shape, the figures that follow from those nanoseconds,
+  the verdicts and the agreement check.
 """
 
 from __future__ import annotations
@@ -52,9 +54,11 @@ __all__ = [
     "BENCH_TOOLS",
     "BLOCK_WRITE",
     "CASES",
+    "STOPWATCH",
     "BenchResult",
     "Case",
     "Contender",
+    "Stopwatch",
     "all_agree",
     "contenders",
     "floor_valid",
@@ -518,6 +522,25 @@ def _empty_batch(number: int) -> int:
     return time.perf_counter_ns() - start
 
 
+@dataclass(frozen=True)
+class Stopwatch:
+    """How :func:`run_bench` times a batch: the real clock, or a test's stand-in.
+
+    Attributes:
+        batch: ``batch(run, value, number)``: nanoseconds for ``number`` calls of
+            ``run(value)`` (a refusal may raise; it is caught), an int >= 0.
+        empty: ``empty(number)``: nanoseconds for the same loop with nothing in it,
+            subtracted from every cell (per call).
+    """
+
+    batch: Callable[[Callable[[Any], Any], Any, int], int] = _batch
+    empty: Callable[[int], int] = _empty_batch
+
+
+#: The stopwatch :func:`run_bench` uses unless it is given one: ``time.perf_counter_ns``.
+STOPWATCH = Stopwatch()
+
+
 def _verdict(valid: bool) -> str:
     return "accepts" if valid else "refuses"
 
@@ -566,7 +589,8 @@ def _environment() -> dict[str, str]:
 def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
               progress: TextIO | None = None,
               rows: list[Contender] | None = None,
-              cases: tuple[Case, ...] = CASES) -> BenchResult:
+              cases: tuple[Case, ...] = CASES,
+              stopwatch: Stopwatch | None = None) -> BenchResult:
     """Check every contender's verdicts, then time it on every case it agrees on.
 
     Args:
@@ -577,11 +601,13 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
         rows: the contenders (default :func:`contenders`); the first of each section
             (call objects, raw text) is the baseline the ratios divide by.
         cases: the inputs (default :data:`CASES`), in column order.
+        stopwatch: how batches are timed (default :data:`STOPWATCH`, the real clock).
 
     Returns:
         The :class:`BenchResult`.
     """
     began = time.perf_counter()
+    watch = stopwatch or STOPWATCH
 
     def say(text: str) -> None:
         if progress is not None:
@@ -614,7 +640,8 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
                     f"{row.key} {_verdict(theirs)}")
                 continue
             number = 1
-            while _batch(row.run, value, number) < batch_seconds * 1e9 / 4 and number < 10**7:
+            while (watch.batch(row.run, value, number) < batch_seconds * 1e9 / 4
+                   and number < 10**7):
                 number *= 4
             cells.append((index, number_of_case, number))
     samples: dict[tuple[int, int], list[float]] = {(i, c): [] for i, c, _ in cells}
@@ -629,8 +656,8 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
                 assert run is not None
                 case = cases[case_index]
                 value = case.raw if rows[index].raw else case.call
-                samples[index, case_index].append(_batch(run, value, number) / number)
-            empty.append(_empty_batch(100_000) / 100_000)
+                samples[index, case_index].append(watch.batch(run, value, number) / number)
+            empty.append(watch.empty(100_000) / 100_000)
     finally:
         if enabled:
             gc.enable()

@@ -11,6 +11,8 @@ Rules of this file:
   applies); a longer one is ``not-json``. Numbers with a fraction or an exponent are
   decoded to ``decimal.Decimal``, so ``3.0`` and ``1e2`` stay exact and can be recognised as
   integers, and no value is rounded through ``float``.
+* A ``not-json`` message says what is wrong and where in regdev's words
+  (:func:`regdev.core._wording.json_problem`), never msgspec's or Python's codec's.
 * Duplicate object keys are refused (``not-json``): RFC 8259 section 4 leaves them to the
   parser, and parsers disagree, so an approver, the audit log and the device could each see a
   different call. I-JSON (RFC 7493 section 2.3) forbids them; so do we.
@@ -32,8 +34,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import sys
 from decimal import Decimal, DecimalException
 from typing import Any, Literal, cast, get_args
 
@@ -41,6 +41,7 @@ import msgspec
 
 from ..core._observation import Refusal
 from ..core._text import escape_text, is_text, text_bytes
+from ..core._wording import MAX_INT_DIGITS, json_problem
 from ._schema import a_json_type
 
 __all__ = [
@@ -164,78 +165,9 @@ def _duplicate_key(data: bytes | str, doc: object) -> str | None:
 _NOT_JSON = (msgspec.DecodeError, RecursionError, DecimalException, ValueError, TypeError)
 
 
-#: The most digits msgspec decodes in one JSON integer (measured on msgspec 0.23: it
-#: caps them at 4300, CPython's default ``sys.get_int_max_str_digits()``, whatever that is set
-#: to above it; a lower setting applies).
-MAX_INT_DIGITS = 4300
 #: Integers of more bits than this have more than MAX_INT_DIGITS digits (4300 x log2(10) is
 #: 14284.4; at the edge, msgspec's own refusal decides).
 _MAX_INT_BITS = 14286
-#: One escape in JSON text: ``\\uXXXX`` (the code unit in group 1) or a backslash and a character.
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
-
-
-def _lone_surrogate(text: str) -> str | None:
-    """The first ``\\uXXXX`` escape in ``text`` that is half of a UTF-16 surrogate pair
-    without its other half (RFC 8259 section 7), or None."""
-    high: re.Match[str] | None = None  # a high surrogate waiting for its low half
-    for escape in _ESCAPE.finditer(text):
-        unit = int(escape[1], 16) if escape[1] else -1
-        is_low = 0xDC00 <= unit <= 0xDFFF
-        if high is not None:
-            if not (is_low and escape.start() == high.end()):
-                return high[0]
-            high = None
-        elif is_low:
-            return escape[0]
-        elif 0xD800 <= unit <= 0xDBFF:
-            high = escape
-    return high[0] if high is not None else None
-
-
-def _not_utf8(data: bytes) -> str | None:
-    """Where ``data`` is not UTF-8, in words, or None when it is."""
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return f"invalid UTF-8: byte {error.start} is 0x{data[error.start]:02X}"
-    return None
-
-
-def _explain(error: Exception, data: bytes | str) -> str:
-    """Word a decoding failure (one of :data:`_NOT_JSON`) of ``data`` for a message: msgspec's
-    words, except where they would mislead (a lone surrogate is not truncation) or speak its
-    own jargon (a JSON path such as ``$[...][0]``), or say nothing plain (empty input is not
-    "truncated")."""
-    if isinstance(error, msgspec.DecodeError):
-        text = str(error)
-        if text == "Invalid UTF-8 encoded string" and isinstance(data, bytes):
-            where = _not_utf8(data)
-            if where is not None:
-                return where
-        if text.startswith("Integer value out of range"):
-            limit = min(MAX_INT_DIGITS, sys.get_int_max_str_digits() or MAX_INT_DIGITS)
-            return (f"an integer has more than {limit} digits, the most regdev reads (Python's "
-                    "limit for converting text to int)")
-        blank = (not data.strip(" \t\n\r") if isinstance(data, str)  # JSON's whitespace
-                 else not data.strip(b" \t\n\r"))
-        if text == "Input data was truncated" and blank:
-            return "the input is empty"
-        if text == "Input data was truncated" or "surrogate" in text:
-            lone = _lone_surrogate(data if isinstance(data, str) else data.decode("latin-1"))
-            if lone is not None:
-                return (f"invalid \\u escape {lone}: a lone surrogate (half of a UTF-16 pair) "
-                        "is not a character")
-        bom = (data.startswith("\ufeff") if isinstance(data, str)
-               else data.startswith(b"\xef\xbb\xbf"))
-        if bom and text.endswith("(byte 0)"):
-            return "a byte-order mark (U+FEFF) before the JSON is not allowed"
-        return text
-    if isinstance(error, RecursionError):
-        return "JSON is nested too deeply"
-    if isinstance(error, DecimalException):
-        return "a number's exponent is out of range"
-    return f"JSON could not be decoded: {error}"  # e.g. an integer past Python's digit limit
 
 
 def _repeated(key: str) -> str:
@@ -256,9 +188,9 @@ def _decode(data: bytes | str) -> tuple[object, str | None]:
         try:
             doc = _decode_json(data)
         except _NOT_JSON as error:
-            return None, _explain(error, data)
+            return None, json_problem(error, data)
     except _NOT_JSON as error:
-        return None, _explain(error, data)
+        return None, json_problem(error, data)
     try:
         duplicate = _duplicate_key(data, doc)
     except _TooDeep:
@@ -415,9 +347,9 @@ def parse(
         try:
             doc = _decode_json(raw)
         except _NOT_JSON as error:
-            return _not_json(_explain(error, raw))
+            return _not_json(json_problem(error, raw))
     except _NOT_JSON as error:
-        return _not_json(_explain(error, raw))
+        return _not_json(json_problem(error, raw))
     if type(doc) is not dict:
         # Parse decides first: an array is one JSON document too, and a key repeated in an
         # object inside it is not-json before the shape step can call it not-an-object.
@@ -505,7 +437,9 @@ def encode_json_data(value: object, max_bytes: int) -> bytes | str:
     except (TypeError, ValueError, RecursionError) as error:  # e.g. a complex, a cycle
         return _not_json_data(value, max_bytes) or (
             "a container that holds itself, or nesting deeper than regdev reads"
-            if isinstance(error, RecursionError) else escape_text(str(error), 80))
+            if isinstance(error, RecursionError)
+            else f"a value JSON cannot hold (Python type {type(value).__name__} at the top, "
+                 "or past the first values looked at)")
     # Over the cap, the gate says too-large before looking inside (as for raw text).
     problem = _not_json_data(value, len(raw)) if len(raw) <= max_bytes else None
     return raw if problem is None else problem

@@ -71,6 +71,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..core._errors import PolicyError
 from ..core._observation import Refusal
+from ..core._wording import toml_problem
 from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
@@ -365,13 +366,15 @@ class Policy(_Model):
         toml = path.suffix.lower() == ".toml"
         try:
             data = tomllib.loads(text) if toml else load_json(text)
-        except (tomllib.TOMLDecodeError, ValueError) as error:
-            reason = str(error)
-            if toml and not isinstance(error, tomllib.TOMLDecodeError):  # int() refused it
+        except tomllib.TOMLDecodeError as error:
+            raise PolicyError(f"{path}: not valid TOML: {toml_problem(error)}") from None
+        except ValueError as error:
+            if toml:  # int() refused a number tomllib read
                 reason = (f"an integer has more than {sys.get_int_max_str_digits()} digits, "
                           "the most Python reads")
-            raise PolicyError(f"{path}: not valid {'TOML' if toml else 'JSON'}: {reason}") \
-                from None
+                raise PolicyError(f"{path}: not valid TOML: {reason}") from None
+            # load_json's message is in regdev's words already
+            raise PolicyError(f"{path}: not valid JSON: {error}") from None
         return cls.from_dict(data, source=str(path), approve=approve)
 
     def session_policy(self, name: str = "default") -> SessionPolicy:
