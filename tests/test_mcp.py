@@ -467,6 +467,22 @@ def test_audit_records_the_text_as_received(home: Path, tmp_path: Path) -> None:
         ("mcp", "not-json", None, False)]
     assert [r.raw for r in records] == [text.encode() for text in params] + [lines[4].encode()]
     assert records[2].arguments == '{"addr":3.0000000000000001,"data":7}'
+    assert {r.proposer for r in records} == {"mcp"}  # no clientInfo in these requests
+
+
+def test_each_call_records_the_mcp_client_as_its_proposer(home: Path, tmp_path: Path) -> None:
+    """A client that says who it is (clientInfo) is each call's proposer in the audit log:
+    mcp:NAME VERSION, kept as sent (regdev report escapes it when it shows it)."""
+    db = tmp_path / "audit.db"
+    meta = MODERN_META.replace(
+        '"_meta": {', '"_meta": {"io.modelcontextprotocol/clientInfo": '
+                      '{"name": "probe\\nclient", "version": "1.2"}, ')
+    line = tools_call(1, f'{{"name": "read_register", "arguments": {{"addr": 1}}, {meta}}}')
+    process = subprocess.run(
+        [*SERVE, "--audit", str(db)], input=f"{line}\n".encode(), capture_output=True,
+        timeout=30, env=server_env(home), check=False)
+    assert process.returncode == 0, process.stderr
+    assert [r.proposer for r in read_audit(db)] == ["mcp:probe\nclient 1.2"]
 
 
 def test_a_policy_caps_bytes_and_lists_only_the_offered_tools(home: Path, tmp_path: Path) -> None:

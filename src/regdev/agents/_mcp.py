@@ -427,6 +427,19 @@ _INSTRUCTIONS = (
 )
 
 
+def client_name(ctx: Any) -> str:
+    """Who proposes a ``tools/call``, for the audit log: ``mcp:NAME VERSION`` from the
+    client's ``clientInfo`` at ``initialize``, or ``mcp`` when it gave none (the stateless
+    2026-07-28 protocol has no ``initialize``). The text is the client's: it is stored as
+    sent and escaped wherever it is shown."""
+    params = getattr(getattr(ctx, "session", None), "client_params", None)
+    info = getattr(params, "clientInfo", None) or getattr(params, "client_info", None)
+    name, version = getattr(info, "name", None), getattr(info, "version", None)
+    if not isinstance(name, str) or not name:
+        return "mcp"
+    return f"mcp:{name} {version}" if isinstance(version, str) and version else f"mcp:{name}"
+
+
 def build_server(gate: Gate, session: Session | None = None, *,
                  stopping: threading.Event | None = None) -> Server[Any]:
     """An MCP server (low-level SDK ``Server``) offering ``gate.tools``, calls through ``gate``.
@@ -454,11 +467,11 @@ def build_server(gate: Gate, session: Session | None = None, *,
     ])
     one_at_a_time = anyio.CapacityLimiter(1)
 
-    def run_call(text: bytes) -> Observation | None:
+    def run_call(text: bytes, proposer: str) -> Observation | None:
         """The call's observation, or None when the server is stopping and it did not run."""
         if stopping is not None and stopping.is_set():
             return None
-        return gate.handle(text, dialect="mcp", session=session)
+        return gate.handle(text, dialect="mcp", session=session, proposer=proposer)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -482,7 +495,7 @@ def build_server(gate: Gate, session: Session | None = None, *,
         reset = ASKING.set(asking)
         try:
             observation = await anyio.to_thread.run_sync(
-                partial(run_call, text), limiter=one_at_a_time)
+                partial(run_call, text, client_name(ctx)), limiter=one_at_a_time)
         finally:
             ASKING.reset(reset)
         if observation is None:
