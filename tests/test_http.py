@@ -266,8 +266,11 @@ def test_a_foreign_host_header_is_refused(stateless: Served, host: str) -> None:
 
 #: Audit columns that differ between two runs of one call by nature (two servers have two
 #: in-process devices; only HTTP authenticates its caller).
+#: Columns that differ between the transports by design: times, the device's identity, who
+#: the caller is (a token over HTTP) and the client's own name (the stdio test client says
+#: clientInfo at initialize; the stateless HTTP requests here carry none).
 VOLATILE = {"id", "time", "parse_ns", "validate_ns", "authorize_ns", "execute_ns",
-            "observe_ns", "device", "device_epoch", "caller"}
+            "observe_ns", "device", "device_epoch", "caller", "proposer"}
 
 
 def _stdio_replies(home: Path, audit: Path, lines: list[bytes]) -> list[dict[str, Any]]:
@@ -327,6 +330,7 @@ def test_wild_calls_get_the_same_verdicts_and_records_as_over_stdio(
         theirs = {k: v for k, v in expected.to_dict().items() if k not in VOLATILE}
         assert mine == theirs
         assert (got.caller, expected.caller) == ("token:alice", None)
+        assert (got.proposer, expected.proposer) == ("mcp", "mcp:t 0")
 
 
 # --- approval by a person --------------------------------------------------------------------

@@ -75,7 +75,14 @@ from ..gate._policy import Policy, Session
 from ._address import is_loopback
 from ._approval import ASKING, Approvals, Asking
 from ._auth import Caller, TokenCheck
-from ._mcp import _INSTRUCTIONS, ENVELOPE_BYTES, MessageReader, Received, _explain_the_sdk
+from ._mcp import (
+    _INSTRUCTIONS,
+    ENVELOPE_BYTES,
+    MessageReader,
+    Received,
+    _explain_the_sdk,
+    client_name,
+)
 from ._providers import mcp_result, tool_definitions
 
 __all__ = [
@@ -445,7 +452,8 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
         reset = ASKING.set(asking)
         try:
             observation = await anyio.to_thread.run_sync(
-                partial(gate.handle, text, dialect="mcp", session=session), limiter=limiter)
+                partial(gate.handle, text, dialect="mcp", session=session,
+                        proposer=client_name(ctx)), limiter=limiter)
         finally:
             ASKING.reset(reset)
         logger.debug("tools/call %s by %s: %s", observation.tool or params.name or "?",
