@@ -43,7 +43,7 @@ def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "demo", "--json")
     lines = [json.loads(line) for line in out.splitlines()]
     assert status == 0
-    assert lines[-2] == {"stop": "rejected", "detail": lines[-2]["detail"]}
+    assert lines[-2] == {"stop": "rejected", "detail": lines[-2]["detail"], "as_scripted": True}
     assert lines[-1] == {"registers": [165, 255, 66] + [0] * 13}
     codes = [line["observation"].get("code") for line in lines[:-2]]
     assert codes == [None, None, "range-data", None, None, None, "type-addr", "range-addr"]

@@ -181,7 +181,7 @@ class Gate:
             for name, spec in policy.sessions.items():
                 missing = [tool for tool in spec.tools or () if tool not in tools]
                 if missing:
-                    raise PolicyError(f"the policy offers session `{name}` the tool "
+                    raise PolicyError(f"the policy offers session `{escape_text(name)}` the tool "
                                       f"`{escape_text(missing[0])}`, which this gate does not "
                                       f"have; tools: {', '.join(tools)}")
                 self._validators_for(spec.tools)
@@ -203,8 +203,8 @@ class Gate:
             elif name == "default":
                 session = Session()
             else:
-                raise PolicyError(f"session `{name}` needs a policy that declares it; this "
-                                  "gate has no policy")
+                raise PolicyError(f"session `{escape_text(name)}` needs a policy that "
+                                  "declares it; this gate has no policy")
             session = self._sessions.setdefault(name, session)  # one per name, even in a race
         return session
 

@@ -71,6 +71,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..core._errors import PolicyError
 from ..core._observation import Refusal
+from ..core._text import escape_text
 from ..core._wording import toml_problem
 from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
@@ -388,7 +389,8 @@ class Policy(_Model):
         if name == "default":
             return SessionPolicy()
         known = ", ".join(sorted(self.sessions)) or "none"
-        raise PolicyError(f"the policy declares no session `{name}`; sessions: {known}")
+        raise PolicyError(f"the policy declares no session `{escape_text(name)}`; sessions: "
+                          f"{known}")
 
     def session(self, name: str = "default", *, caller: str | None = None) -> Session:
         """A new live session (with its own full rate-limit bucket) declared as ``name``.
@@ -591,8 +593,8 @@ class Session:
         needed = "read" if tool.read_only else "write"
         held = " and ".join(sorted(self.scopes))
         return Refusal("authorize", f"denied-{tool.name}",
-                       f"session {self.name} holds the {held} scope; {tool.name} needs the "
-                       f"{needed} scope, so this session cannot call it")
+                       f"session {escape_text(self.name)} holds the {held} scope; {tool.name} "
+                       f"needs the {needed} scope, so this session cannot call it")
 
     def take_token(self) -> Refusal | None:
         """Step 4: spend one call of the rate limit; ``rate-limited`` when none is left."""
@@ -603,7 +605,7 @@ class Session:
             return None
         limit = self._bucket
         return Refusal("authorize", "rate-limited",
-                       f"session {self.name} is over its rate limit of {limit.rate:g} "
+                       f"session {escape_text(self.name)} is over its rate limit of {limit.rate:g} "
                        f"call{'s' * (limit.rate != 1)} per second (burst {limit.burst}); "
                        f"retry in {_duration(wait)}")
 
