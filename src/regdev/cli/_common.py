@@ -221,7 +221,7 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
     """Add ``--policy``, ``--session``, ``--audit``, ``--no-audit`` and ``--durability``."""
     group = p.add_argument_group("policy and audit")
     group.add_argument("--policy", metavar="FILE",
-                       help="a policy file (TOML, or JSON for other suffixes): sessions, "
+                       help="a policy file, TOML (.toml) or JSON (.json): sessions, "
                             "read-only and protected registers, rate limits, timeout; see "
                             "docs/safety.md")
     group.add_argument("--session", metavar="NAME", default="default",
@@ -234,7 +234,8 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
                             "created, a warning and no audit log; one process writes a "
                             "database at a time)")
     where.add_argument("--no-audit", action="store_true",
-                       help="record nothing (idempotency keys are then ignored too)")
+                       help="record nothing (idempotency keys are then ignored too: the first "
+                            "call that carries one is followed by a warning on stderr)")
     group.add_argument("--durability", choices=("crash", "power-loss"), default="crash",
                        help="crash: a recorded write survives the process being killed "
                             "(default); power-loss: it survives power loss too (slower: one "
@@ -269,6 +270,8 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
     audit = None if args.no_audit else open_audit(args)
     try:
         gate = Gate(device, tools, policy=policy, audit=audit)
+        if args.command != "serve":  # serve's warnings go to its log, as every other line
+            gate.warn = lambda text: tell(args.command, "warning", text)
         return gate, gate.session(args.session)
     except PolicyError as error:  # the policy names a session or a tool that is not there
         if audit is not None:

@@ -43,7 +43,8 @@ nothing about tools it is not offered (``Gate`` validates each call against the 
 session is offered).
 
 A policy is declared in Python (:class:`Policy`) or in a TOML or JSON file
-(:meth:`Policy.from_file`), validated by pydantic. The file format is in ``docs/safety.md``.
+(:meth:`Policy.from_file`, by the suffix ``.toml`` or ``.json``), validated by pydantic. The
+file format is in ``docs/safety.md``.
 
 The registers a policy marks are merged with the device's register map
 (:meth:`RegisterPolicy.for_map`): the map's read-only registers are read-only whatever the
@@ -106,6 +107,9 @@ Scope = Literal["read", "write"]
 SCOPES: tuple[Scope, ...] = ("read", "write")
 
 logger = logging.getLogger("regdev")
+
+#: The policy file formats :meth:`Policy.from_file` reads, by suffix (in any case).
+POLICY_SUFFIXES = (".toml", ".json")
 
 _Address = Annotated[int, Field(strict=True, ge=0, le=MAX_REGISTERS - 1)]
 #: Seconds a thread may wait: finite, > 0, and no longer than the platform's locks allow.
@@ -277,8 +281,12 @@ class Policy(_Model):
             every scope and tool when not declared).
         tool_call_ids_as_keys: when True, the tool call id that OpenAI and Anthropic give each
             tool call (``call_...``, ``toolu_...``) is the call's idempotency key, as
-            ``"openai:<id>"`` or ``"anthropic:<id>"``; a runtime that re-sends an assistant
-            turn then gets replays, not second writes. False (the default): those ids are only
+            ``"openai:<id>"`` or ``"anthropic:<id>"`` (scoped to the call's loop when it has
+            one: ``"openai@<n>:<loop id>:<id>"``); a runtime that re-sends an assistant
+            turn then gets replays, not second writes. Only for ids unique per call: a
+            repeated id (Kimi K2's ``functions.NAME:0`` restarts each turn; models copy
+            ``call_3`` from the history) is answered as a replay of the earlier call, not run
+            (docs/safety.md, "Ids that repeat"). False (the default): those ids are only
             correlation ids, and calls in those dialects carry no key.
         approve: the approval hook for protected registers (Python only, never in a file);
             None denies every protected write.
@@ -341,7 +349,10 @@ class Policy(_Model):
 
     @classmethod
     def from_file(cls, path: str | Path, *, approve: Approver | None = None) -> Policy:
-        """Load a policy from a TOML (``.toml``, any case) or JSON (any other suffix) file.
+        """Load a policy from a TOML (``.toml``) or JSON (``.json``) file, the suffix in any
+        case. Any other suffix is refused, before the file is read: a policy in Python (one
+        with an approval hook, say) is built in your own program, as ``Policy(...)``, never
+        loaded from a file.
 
         A key given twice in one table or object is an error in both formats (TOML 1.0
         forbids it; for JSON, RFC 8259 leaves it to the parser, and a silent "last one wins"
@@ -352,11 +363,19 @@ class Policy(_Model):
             approve: the approval hook for protected registers.
 
         Raises:
-            PolicyError: the file cannot be read, is not TOML or strict JSON (no repeated
-                keys, no NaN or Infinity), or is not a valid policy; one line naming the file
-                and the field.
+            PolicyError: the file's suffix is not ``.toml`` nor ``.json``, the file cannot be
+                read, is not TOML or strict JSON (no repeated keys, no NaN or Infinity), or is
+                not a valid policy; one line naming the file and the field.
         """
         path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in POLICY_SUFFIXES:
+            got = f"the suffix {path.suffix}" if path.suffix else "no suffix"
+            python = (" (a policy in Python is built in your own program as regdev.Policy(...) "
+                      "and given to Gate(policy=...); a file is data only)"
+                      if suffix in (".py", ".pyw") else "")
+            raise PolicyError(f"{path}: a policy file is TOML (.toml) or JSON (.json), by its "
+                              f"suffix; this one has {got}{python}")
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
@@ -364,7 +383,7 @@ class Policy(_Model):
         except UnicodeDecodeError as error:
             raise PolicyError(f"cannot read {path}: not UTF-8 text (byte {error.start})"
                               ) from None
-        toml = path.suffix.lower() == ".toml"
+        toml = suffix == ".toml"
         try:
             data = tomllib.loads(text) if toml else load_json(text)
         except tomllib.TOMLDecodeError as error:
