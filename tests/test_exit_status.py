@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, ROOT
+from firmware import SIM
+from firmware_c import make, need
 from regdev import AuditLog, Gate, RegisterFile
 from regdev.cli._common import EXIT_STATUS
 from regdev.cli._main import COMMANDS, build_parser, main
@@ -211,6 +213,35 @@ def _sim_stopped(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) 
         if process.poll() is None:
             process.kill()
         process.communicate()
+
+
+#: An AVR program that sleeps with interrupts off: simavr stops it at once (cpu_Done).
+_STOPPING_IMAGE = ".global main\nmain:\n  cli\n  sleep\n  rjmp main\n"
+
+
+@case("firmware-sim", 1)
+def _sim_image_stopped(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
+    """`regdev firmware-sim --avr` whose image stops: the harness's 1 is the command's."""
+    need("avr")
+    make(t / "build", "sim")
+    source = t / "stop.S"
+    source.write_text(_STOPPING_IMAGE)
+    subprocess.run(["avr-gcc", "-mmcu=atmega328p", "-o", str(t / "stop.elf"), str(source)],
+                   check=True)
+    script = (  # the simulator module loaded first, its build pointed at the stopping image
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('regdev_firmware_sim', {str(SIM)!r})\n"
+        "sim = importlib.util.module_from_spec(spec)\n"
+        "sys.modules[spec.name] = sim\n"
+        "spec.loader.exec_module(sim)\n"
+        f"sim.avr_build = lambda build=None: ({str(t / 'build' / 'sim' / 'regdev-simavr')!r}, "
+        f"{str(t / 'stop.elf')!r})\n"
+        "from regdev.cli._main import main\n"
+        "raise SystemExit(main(['firmware-sim', '--avr']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert "the image stopped (slept with interrupts off)" in done.stderr
+    return done.returncode
 
 
 case("firmware-sim", 2)(lambda c, m, t: subprocess.run(

@@ -95,9 +95,10 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (130, "interrupted (Ctrl-C) outside a prompt and a command"),
     ),
     "firmware-sim": (
-        (0, "stopped by Ctrl-C (SIGINT) or SIGTERM"),
+        (0, "stopped by Ctrl-C (SIGINT) or SIGTERM (with --avr, SIGHUP too)"),
+        (1, "with --avr: the firmware image stopped or crashed in simavr"),
         (2, "a usage error, or the port cannot be served (the pty, the TCP address, the "
-            "link path, standard output)"),
+            "link path, standard output); with --avr, the firmware cannot be built or run"),
     ),
     "tools": (
         (0, "the definitions were printed"),
