@@ -18,6 +18,7 @@ import pytest
 from conftest import EXAMPLES, ROOT
 from firmware import SIM
 from firmware_c import make, need
+from provider_server import ProviderServer, Reply, error_reply, openai_turn
 from regdev import AuditLog, Gate, RegisterFile
 from regdev.cli._common import EXIT_STATUS
 from regdev.cli._main import COMMANDS, build_parser, main
@@ -304,6 +305,39 @@ def _compile_interrupted(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch,
                          t: Path) -> int:
     _interrupt(m, "regdev.cli._compile.generate_source")
     return _run(c, "compile")
+
+
+# agent (a local stand-in for the provider's API)
+def _agent(c: pytest.CaptureFixture[str], replies: list[Reply], *argv: str) -> int:
+    with ProviderServer(replies) as server:
+        return _run(c, "agent", "--model", "recorded", "--base-url", server.openai_url,
+                    "--max-retries", "0", "--no-audit", *argv, "Read register 1.")
+
+
+case("agent", 0)(lambda c, m, t: _agent(c, [
+    openai_turn([("c1", "read_register", '{"addr": 1}')]), openai_turn(content="It is 0.")]))
+case("agent", 1)(lambda c, m, t: _agent(c, [error_reply(401, "bad key")]))
+case("agent", 1)(lambda c, m, t: _agent(c, [
+    openai_turn([("c1", "read_register", '{"addr": 1}')])] * 2, "--max-steps", "2"))
+case("agent", 2)(lambda c, m, t: _agent(c, [], "--max-steps", "0"))
+
+
+@case("agent", 130)
+def _agent_interrupted(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
+    _interrupt(m, "regdev.cli._agent.run_agent")
+    return _agent(c, [])
+
+
+# report
+case("report", 0)(lambda c, m, t: _run(c, "report", "--db", _db(t)))
+case("report", 1)(lambda c, m, t: _closed_stdout("report", "--db", _db(t)))
+case("report", 2)(lambda c, m, t: _run(c, "report", "--db", str(t / "none.db")))
+
+
+@case("report", 130)
+def _report_interrupted(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
+    _interrupt(m, "regdev.cli._report.read_audit")
+    return _run(c, "report", "--db", _db(t))
 
 
 # bench

@@ -112,10 +112,24 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (2, "a usage, policy or audit-log error, the mcp package missing, standard output "
             "closed, or the device cannot be opened or does not identify"),
     ),
+    "agent": (
+        (0, "the model finished (stop: done)"),
+        (1, "the loop stopped for another reason (budget, rejected, truncated, "
+            "model-refusal, provider-error); or the output could not be written"),
+        (2, "a usage, policy or audit-log error, the models extra missing, or the device "
+            "cannot be opened or failed outside a call"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
     "audit": (
         (0, "the records were printed (none matching is no error)"),
         (1, "the output could not be written"),
         (2, "a usage error, or the audit log cannot be read"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "report": (
+        (0, "the report was written (no record matching is no error)"),
+        (1, "the output could not be written"),
+        (2, "a usage error, the audit log cannot be read, or the chart cannot be written"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "compile": (
