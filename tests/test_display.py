@@ -383,3 +383,23 @@ def test_policy_example_still_loads() -> None:
     """The example policy (TOML) is untouched by the escaping: its sessions keep their names."""
     assert set(Policy.from_file(EXAMPLES / "policy.toml").sessions) == {
         "default", "viewer", "reader"}
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS, ids=range(len(HOSTILE_TEXTS)))
+def test_map_table_shows_hostile_descriptions_on_their_lines(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str) -> None:
+    """`regdev map`: a map whose descriptions (a vendor's file) hold hostile text keeps one
+    printable line per map, register and field."""
+    status, plain, _ = run(capsys, "map", str(EXAMPLES / "sensor.rdl"))
+    status, compiled, _ = run(capsys, "map", str(EXAMPLES / "sensor.rdl"), "--json")
+    doc = json.loads(compiled)
+    doc["description"] = text
+    for register in doc["registers"]:
+        register["description"] = text
+        for field in register["fields"]:
+            field["description"] = text
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(doc))
+    status, out, err = run(capsys, "map", str(path))
+    assert (status, err) == (0, "")
+    assert len(safe_lines(out)) == len(plain.splitlines())

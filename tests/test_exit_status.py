@@ -250,6 +250,20 @@ case("firmware-sim", 2)(lambda c, m, t: subprocess.run(
     check=False).returncode)
 
 
+# map
+case("map", 0)(lambda c, m, t: _run(c, "map", str(EXAMPLES / "sensor.rdl")))
+case("map", 1)(lambda c, m, t: _closed_stdout("map", str(EXAMPLES / "sensor.rdl")))
+case("map", 2)(lambda c, m, t: _run(c, "map", str(t / "missing.json")))
+case("map", 2)(lambda c, m, t: _run(c, "map", str(EXAMPLES / "sensor.rdl"), "-o",
+                                    str(t / "no" / "such" / "dir.json")))
+
+
+@case("map", 130)
+def _map_interrupted(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
+    _interrupt(m, "regdev.cli._map.format_map")
+    return _run(c, "map", str(EXAMPLES / "sensor.rdl"))
+
+
 # tools
 case("tools", 0)(lambda c, m, t: _run(c, "tools"))
 case("tools", 1)(lambda c, m, t: _closed_stdout("tools"))

@@ -100,6 +100,13 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (2, "a usage error, or the port cannot be served (the pty, the TCP address, the "
             "link path, standard output); with --avr, the firmware cannot be built or run"),
     ),
+    "map": (
+        (0, "the register table or the compiled JSON form was written"),
+        (1, "the output could not be written to standard output"),
+        (2, "a usage error, a map that cannot be read or that regdev cannot honour (its "
+            "file:line named), or -o OUT cannot be written"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
     "tools": (
         (0, "the definitions were printed"),
         (1, "the output could not be written"),
