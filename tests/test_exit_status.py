@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from conftest import EXAMPLES, ROOT
 from firmware import SIM
 from firmware_c import make, need
 from provider_server import ProviderServer, Reply, error_reply, openai_turn
+from recorded_models import responder
 from regdev import AuditLog, Gate, RegisterFile
 from regdev.cli._common import EXIT_STATUS
 from regdev.cli._main import COMMANDS, build_parser, main
@@ -298,6 +300,16 @@ def _db(tmp_path: Path) -> str:
 case("audit", 0)(lambda c, m, t: _run(c, "audit", "--db", _db(t)))
 case("audit", 0)(lambda c, m, t: _run(c, "audit", "--db", _db(t), "--code", "range-addr"))
 case("audit", 1)(lambda c, m, t: _closed_stdout("audit", "--db", _db(t)))
+@case("audit", 1)
+def _audit_damaged(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
+    """A record another program wrote (its arguments not JSON) cannot be exported."""
+    db = _db(t)
+    with sqlite3.connect(db) as conn:  # an INSERT: the append-only triggers allow it
+        conn.execute("INSERT INTO calls (time, event, session, ok, replay, tool, arguments) "
+                     "VALUES (1.0, 'call', 'x', 0, 0, 'read_register', '{\"addr\": 1e')")
+    return _run(c, "audit", "--db", db, "--json")
+
+
 case("audit", 2)(lambda c, m, t: _run(c, "audit", "--last", "0"))
 case("audit", 2)(lambda c, m, t: _run(c, "audit", "--db", str(t / "none.db")))
 
@@ -340,6 +352,27 @@ case("agent", 2)(lambda c, m, t: _agent(c, [], "--max-steps", "0"))
 def _agent_interrupted(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
     _interrupt(m, "regdev.cli._agent.run_agent")
     return _agent(c, [])
+
+
+# eval (recorded models through a local stand-in for the provider's API)
+def _eval(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, sloppy: bool,
+          *argv: str) -> int:
+    pytest.importorskip("openai", reason="the models extra is not installed")
+    m.setenv("OPENAI_API_KEY", "sk-test")
+    with ProviderServer(responder(sloppy=sloppy)) as server:
+        return _run(c, "eval", "--model", "m", "--base-url", server.openai_url,
+                    "--max-retries", "0", "-k", "1", "--no-audit", "--quiet", *argv)
+
+
+case("eval", 0)(lambda c, m, t: _eval(c, m, False))
+case("eval", 1)(lambda c, m, t: _eval(c, m, True))
+case("eval", 2)(lambda c, m, t: _eval(c, m, False, "--policy", str(EXAMPLES / "policy.toml")))
+
+
+@case("eval", 130)
+def _eval_interrupted(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
+    _interrupt(m, "regdev.cli._eval.run_eval")
+    return _eval(c, m, False)
 
 
 # report

@@ -127,9 +127,17 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
             "cannot be opened or failed outside a call"),
         (130, "interrupted (Ctrl-C)"),
     ),
+    "eval": (
+        (0, "every task passed every trial"),
+        (1, "some task failed a trial; or the output could not be written"),
+        (2, "a usage, map, task-file or audit-log error, a policy given (eval runs without "
+            "one), the models extra missing, or --output cannot be written"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
     "audit": (
         (0, "the records were printed (none matching is no error)"),
-        (1, "the output could not be written"),
+        (1, "with --json, a record could not be exported (the others were, each error on "
+            "stderr); or the output could not be written"),
         (2, "a usage error, or the audit log cannot be read"),
         (130, "interrupted (Ctrl-C)"),
     ),
