@@ -237,7 +237,7 @@ def _sim_image_stopped(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: 
         "sim = importlib.util.module_from_spec(spec)\n"
         "sys.modules[spec.name] = sim\n"
         "spec.loader.exec_module(sim)\n"
-        f"sim.avr_build = lambda build=None: ({str(t / 'build' / 'sim' / 'regdev-simavr')!r}, "
+        f"sim.avr_build = lambda *a, **k: ({str(t / 'build' / 'sim' / 'regdev-simavr')!r}, "
         f"{str(t / 'stop.elf')!r})\n"
         "from regdev.cli._main import main\n"
         "raise SystemExit(main(['firmware-sim', '--avr']))\n")
