@@ -114,10 +114,11 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (130, "interrupted (Ctrl-C)"),
     ),
     "serve": (
-        (0, "stopped by end of input, SIGINT (Ctrl-C), SIGTERM or SIGHUP, every call "
-            "answered and recorded"),
-        (2, "a usage, policy or audit-log error, the mcp package missing, standard output "
-            "closed, or the device cannot be opened or does not identify"),
+        (0, "stopped by end of input (stdio), SIGINT (Ctrl-C), SIGTERM or SIGHUP, every "
+            "call answered and recorded"),
+        (2, "a usage, policy or audit-log error, the mcp extra missing, standard output "
+            "closed (stdio), the --http address cannot be listened on, or the device cannot "
+            "be opened or does not identify"),
     ),
     "agent": (
         (0, "the model finished (stop: done)"),
