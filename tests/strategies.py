@@ -686,3 +686,33 @@ huge_number_values = st.recursive(
                                             max_size=3)),
     max_leaves=6,
 )
+
+
+#: Text meant to forge what a person reads: a second line that looks like a record or a
+#: verdict, a carriage return and terminal escapes that redraw the line (CSI, OSC, the C1
+#: CSI), a bidirectional override, the Unicode line separators, NUL, backspace and DEL, a
+#: zero-width space, a tab.
+HOSTILE_TEXTS = (
+    "x\n     2  2026-01-01 00:00:00.000Z  default     canonical  accepted  write_register "
+    '{"addr":3,"data":255}  (5 us)\x1b[2K',
+    "y\r\x1b[2Kaccepted  write_register: register 3 = 0xff (255)",
+    "\x1b]0;owned\x07\x1b[1A\x1b[31mrefused",
+    "\x9b2J\x9bHaccepted",
+    "abc\u202edcba\u2066x\u2069",
+    "one\u2028two\u2029three\x85four",
+    "nul\x00bs\x08del\x7f",
+    "zero\u200bwidth\ufeff",
+    "tab\there\x0bvt\x0cff",
+    "line 1\nline    2  met      accepted  write_register: register 0 = 0x00 (0)",
+)
+
+#: Untrusted text in any form: the samples above, or characters from the classes that can act
+#: on a terminal or a line (controls, formats, separators), mixed with ordinary ones.
+hostile_text = st.one_of(
+    st.sampled_from(HOSTILE_TEXTS),
+    st.text(st.one_of(
+        st.characters(categories=["Cc", "Cf", "Zl", "Zp", "Zs", "Mn", "Co"]),
+        st.sampled_from("\n\r\x1b[]0;\x07\x9bmaccepted\\`\"'"),
+        st.characters(),
+    ), min_size=1, max_size=30),
+)

@@ -584,7 +584,7 @@ def test_shell_is_authorized_and_recorded(capsys: pytest.CaptureFixture[str],
     monkeypatch.setattr("sys.stdin", io.StringIO("read 1\nwrite 1 2\n"))
     status, out, _ = run(capsys, "shell", "--policy", str(EXAMPLES / "policy.toml"),
                          "--session", "viewer")
-    assert status == 0
+    assert status == 1  # a command was refused (docs/cli.md)
     assert "refused   authorize/denied-write_register (final)" in out
     monkeypatch.setattr("sys.stdin", io.StringIO("reset\n"))
     _, out, _ = run(capsys, "shell", "--policy", str(EXAMPLES / "policy.toml"), "--no-audit")

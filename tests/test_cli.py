@@ -43,7 +43,7 @@ def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "demo", "--json")
     lines = [json.loads(line) for line in out.splitlines()]
     assert status == 0
-    assert lines[-2] == {"stop": "rejected", "detail": lines[-2]["detail"]}
+    assert lines[-2] == {"stop": "rejected", "detail": lines[-2]["detail"], "as_scripted": True}
     assert lines[-1] == {"registers": [165, 255, 66] + [0] * 13}
     codes = [line["observation"].get("code") for line in lines[:-2]]
     assert codes == [None, None, "range-data", None, None, None, "type-addr", "range-addr"]
@@ -659,7 +659,7 @@ def test_the_shell_answers_huge_numbers_and_stays_open(
     lines = ["read " + "9" * 5000, "write 1 0x" + "f" * 20000, "read 0x" + "f" * 3571,
              "write 2 7", "read 2", ""]
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines)))
-    assert main(["shell", "--no-audit"]) == 0
+    assert main(["shell", "--no-audit"]) == 1  # 1: three commands were refused (docs/cli.md)
     out, err = capsys.readouterr()
     shown = out.splitlines()[2:]
     assert err == "" and "Traceback" not in out

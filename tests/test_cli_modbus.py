@@ -52,7 +52,7 @@ def test_shell_over_modbus_tcp_against_pymodbus() -> None:
                                "--no-audit"], input=script, capture_output=True, text=True,
                               timeout=60, check=False)
         executed = dict(plain.executed)
-    assert (done.returncode, done.stderr) == (0, "")
+    assert (done.returncode, done.stderr) == (1, "")  # 1: write 3 300 was refused
     lines = done.stdout.splitlines()
     port = plain.url.split("//")[1].split("?")[0]
     assert lines[0] == f"regdev shell on {plain.url}. Type help for the commands, quit to leave."

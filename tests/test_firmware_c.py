@@ -809,7 +809,7 @@ def test_shell_and_serve_drive_the_firmware(device_command: list[str], tmp_path:
              "--audit", str(tmp_path / "audit.db")],
             input="".join(json.dumps(call) + "\n" for call in calls), capture_output=True,
             text=True, timeout=60, check=False, env={**os.environ, "HOME": str(tmp_path)})
-    assert (shell.returncode, shell.stderr) == (0, "")
+    assert (shell.returncode, shell.stderr) == (1, "")  # 1: write 0x1f 1 was refused
     lines = shell.stdout.splitlines()
     said = lines[1].removeprefix("accepted  identify_device: ")
     assert _first_identity(device_command).fullmatch(said), lines[1]

@@ -530,12 +530,55 @@ def test_toml_suffix_is_case_insensitive(tmp_path: Path) -> None:
     assert Policy.from_file(path).registers.read_only == frozenset({2})
 
 
+@pytest.mark.parametrize("name", ["policy.Json", "policy.JSON", "policy.toml", "p.TOML"])
+def test_toml_and_json_suffixes_in_any_case_are_read(tmp_path: Path, name: str) -> None:
+    """.toml and .json, in any case, are read as what they name."""
+    path = tmp_path / name
+    path.write_text('{"registers": {"read_only": [2]}}' if name.lower().endswith(".json")
+                    else "[registers]\nread_only = [2]\n")
+    assert Policy.from_file(path).registers.read_only == frozenset({2})
+
+
+@pytest.mark.parametrize(("name", "got"), [
+    ("policy.py", "the suffix .py (a policy in Python is built in your own program as "
+                  "regdev.Policy(...) and given to Gate(policy=...); a file is data only)"),
+    ("policy.PY", "the suffix .PY (a policy in Python is built in your own program as "
+                  "regdev.Policy(...) and given to Gate(policy=...); a file is data only)"),
+    ("policy.yaml", "the suffix .yaml"),
+    ("policy.toml.bak", "the suffix .bak"),
+    ("policy.jsonl", "the suffix .jsonl"),
+    ("policy", "no suffix"),
+    (".toml", "no suffix"),
+])
+def test_a_policy_file_of_another_suffix_is_refused_in_words(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, got: str) -> None:
+    """Any suffix but .toml and .json is refused before the file is read (a .py policy is
+    never run, nor read as JSON), with one line naming the file and what is allowed; the
+    command line exits 2 and runs nothing."""
+    path = tmp_path / name
+    path.write_text("{}")  # valid JSON: the refusal is the suffix's, not the content's
+    expected = (f"{path}: a policy file is TOML (.toml) or JSON (.json), by its suffix; this "
+                f"one has {got}")
+    with pytest.raises(PolicyError) as info:
+        Policy.from_file(path)
+    assert str(info.value) == expected
+    with pytest.raises(PolicyError) as info:
+        Policy.from_file(tmp_path / "missing" / name)  # not read: the suffix decides first
+    assert "a policy file is TOML (.toml) or JSON (.json)" in str(info.value)
+    from regdev.cli._main import main  # noqa: PLC0415
+    status = main(["call", '{"tool": "read_register", "arguments": {"addr": 1}}', "--policy",
+                   str(path)])
+    out, err = capsys.readouterr()
+    assert (status, out, err) == (2, "", f"regdev call: error: {expected}\n")
+
+
 def test_policy_file_that_cannot_be_read(tmp_path: Path) -> None:
     """A missing file, a directory or bytes that are not UTF-8: the path and the OS's reason
     in words (no errno, no Python class)."""
     cases = [(tmp_path / "nope.toml", "No such file or directory"),
-             (tmp_path, "Is a directory"),
+             (tmp_path / "folder.json", "Is a directory"),
              (tmp_path / "latin1.toml", "not UTF-8 text (byte 2)")]
+    cases[1][0].mkdir()
     cases[2][0].write_bytes(b"# \xe9\n")
     for path, reason in cases:
         with pytest.raises(PolicyError) as info:

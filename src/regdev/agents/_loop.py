@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..core._observation import Observation
+from ..core._text import escape_text
 from ..gate._gate import Gate, check_loop_id
 from ..gate._policy import Session
 
@@ -139,7 +140,9 @@ def _interruption(error: BaseException) -> str:
         return f"the output could not be written: {error.strerror}"
     if isinstance(error, SystemExit):
         return "the program was asked to exit"
-    return f"the loop was stopped by an error: {error}" if str(error) else "the loop was stopped"
+    text = str(error)
+    return (f"the loop was stopped by an error: {escape_text(text, 200)}" if text
+            else "the loop was stopped")
 
 
 def _drive(result: LoopResult, proposer: Proposer, gate: Gate, *, dialect: str,
@@ -152,7 +155,9 @@ def _drive(result: LoopResult, proposer: Proposer, gate: Gate, *, dialect: str,
             raw = proposer(result.observations)
         except Exception as error:
             result.stop = "error"
-            result.detail = f"the proposer failed: {error}" if str(error) else "the proposer failed"
+            text = str(error)  # an endpoint's error may quote the model: escaped
+            result.detail = (f"the proposer failed: {escape_text(text, 200)}" if text
+                             else "the proposer failed")
             return
         if raw is None:
             result.stop, result.detail = "done", "the proposer is done"

@@ -31,7 +31,7 @@ from typing import Any, Literal, get_args
 from ..core._errors import SchemaError
 from ..core._observation import PIPELINE, Observation
 from ..core._text import escape_text, is_text
-from ..gate._gate import Gate
+from ..gate._gate import Gate, check_loop_id
 from ..gate._parse import encode_json_data
 from ..gate._policy import Session
 from ..gate._tools import REGISTER_TOOLS, Tool, ToolSet
@@ -313,7 +313,8 @@ def anthropic_result(observation: Observation, tool_use_id: str) -> dict[str, An
 
 
 def openai_tool_results(
-    message: object, gate: Gate, *, tool_choice: str | None = None
+    message: object, gate: Gate, *, tool_choice: str | None = None,
+    conversation: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run every tool call of an OpenAI assistant message through ``gate``; answer each.
 
@@ -324,6 +325,11 @@ def openai_tool_results(
             (anything with pydantic's ``model_dump``).
         gate: the gate the calls run through, in order, each on its own.
         tool_choice: when set, every call must name this tool (others get ``wrong-tool``).
+        conversation: the conversation's id (a string of Unicode text), the same for every
+            turn of it, a restart included: recorded as each call's ``loop_id``, and with the
+            policy's ``tool_call_ids_as_keys`` it scopes the keys made from the tool call ids
+            to this conversation, so that ids another conversation repeats (open-weight
+            stacks do, docs/safety.md) are never taken for its calls.
 
     Returns:
         One ``role: tool`` message per tool call, in the calls' order (see
@@ -333,10 +339,12 @@ def openai_tool_results(
     Raises:
         ValueError: ``message`` is not an assistant message (or its ``model_dump`` fails), its
             ``tool_calls`` is not a list, a tool call is not an object with a non-empty
-            string ``id``, or ``tool_choice`` is not one of the gate's tools. Checked before
-            any call runs.
+            string ``id``, ``tool_choice`` is not one of the gate's tools, or
+            ``conversation`` is not a string of Unicode text. Checked before any call runs.
     """
     gate.check_options("openai", tool_choice)
+    if conversation is not None:
+        check_loop_id(conversation)
     data = _assistant_message(message, "OpenAI")
     calls = data.get("tool_calls")
     if calls is None:
@@ -345,13 +353,16 @@ def openai_tool_results(
         raise ValueError(f"`tool_calls` must be a list, got {type(calls).__name__}")
     ids = _call_ids(calls, "OpenAI", "tool_calls")
     return [
-        openai_result(_gate_one(gate, call, call_id, "openai", tool_choice), call_id)
+        openai_result(_gate_one(gate, call, call_id, "openai", tool_choice,
+                                conversation=conversation),
+                      call_id)
         for call, call_id in zip(calls, ids, strict=True)
     ]
 
 
 def anthropic_tool_results(
-    message: object, gate: Gate, *, tool_choice: str | None = None
+    message: object, gate: Gate, *, tool_choice: str | None = None,
+    conversation: str | None = None,
 ) -> dict[str, Any] | None:
     """Run every ``tool_use`` block of an Anthropic assistant message through ``gate``.
 
@@ -362,6 +373,11 @@ def anthropic_tool_results(
             pydantic's ``model_dump``). Blocks other than ``tool_use`` are skipped.
         gate: the gate the calls run through, in order, each on its own.
         tool_choice: when set, every call must name this tool (others get ``wrong-tool``).
+        conversation: the conversation's id (a string of Unicode text), the same for every
+            turn of it, a restart included: recorded as each call's ``loop_id``, and with the
+            policy's ``tool_call_ids_as_keys`` it scopes the keys made from the tool call ids
+            to this conversation, so that ids another conversation repeats (open-weight
+            stacks do, docs/safety.md) are never taken for its calls.
 
     Returns:
         The one user message that answers the turn, ``{"role": "user", "content":
@@ -370,10 +386,13 @@ def anthropic_tool_results(
 
     Raises:
         ValueError: ``message`` is not an assistant message (or its ``model_dump`` fails), a
-            ``tool_use`` block has no non-empty string ``id``, or ``tool_choice`` is not one
-            of the gate's tools. Checked before any call runs.
+            ``tool_use`` block has no non-empty string ``id``, ``tool_choice`` is not one
+            of the gate's tools, or ``conversation`` is not a string of Unicode text. Checked
+            before any call runs.
     """
     gate.check_options("anthropic", tool_choice)
+    if conversation is not None:
+        check_loop_id(conversation)
     data = _assistant_message(message, "Anthropic")
     content = data.get("content")
     blocks = [
@@ -386,8 +405,8 @@ def anthropic_tool_results(
     return {
         "role": "user",
         "content": [
-            anthropic_result(_gate_one(gate, block, block_id, "anthropic", tool_choice),
-                             block_id)
+            anthropic_result(_gate_one(gate, block, block_id, "anthropic", tool_choice,
+                                       conversation=conversation), block_id)
             for block, block_id in zip(blocks, ids, strict=True)
         ],
     }
@@ -431,10 +450,11 @@ def _call_ids(calls: list[Any], provider: str, what: str) -> list[str]:
 
 
 def _gate_one(gate: Gate, call: object, call_id: str, dialect: str,
-              tool_choice: str | None) -> Observation:
+              tool_choice: str | None, *, conversation: str | None) -> Observation:
     raw = encode_json_data(call, gate.max_input_bytes)
     if isinstance(raw, str):  # not JSON data: handle_call refuses it by the same check, and
         # records it in the audit log (without its text; as a canonical call, having none)
-        return gate.handle_call(call, call_id=call_id, tool_choice=tool_choice)
-    return gate.handle(raw, dialect=dialect, tool_choice=tool_choice)
+        return gate.handle_call(call, call_id=call_id, tool_choice=tool_choice,
+                                loop_id=conversation)
+    return gate.handle(raw, dialect=dialect, tool_choice=tool_choice, loop_id=conversation)
 

@@ -20,7 +20,7 @@ from typing import TextIO
 import msgspec
 
 from ..core._observation import Observation
-from ..core._text import escape_text
+from ..core._text import display_text, escape_text
 from ..devices._device import Device
 from ..devices._regmap import RegisterMap
 from ..gate._gate import Gate
@@ -60,8 +60,8 @@ def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -
     for register, value in zip(regmap.registers, values, strict=True):
         fields = "  ".join(f"{name}={_field_text(shown)}"
                            for name, shown in register.decode(value).items())
-        lines.append(f"  0x{register.addr:02X} {register.name or '-':<{width}}  0x{value:02x}"
-                     + (f"  {fields}" if fields else ""))
+        lines.append(display_text(f"  0x{register.addr:02X} {register.name or '-':<{width}}  "
+                                  f"0x{value:02x}" + (f"  {fields}" if fields else "")))
     return "\n".join(lines)
 
 
@@ -71,7 +71,13 @@ def _field_text(value: object) -> str:
 
 
 def describe(observation: Observation) -> str:
-    """One observation as one line: ``accepted  TOOL: ...`` or ``refused   STAGE/CODE ...``."""
+    """One observation as one line: ``accepted  TOOL: ...`` or ``refused   STAGE/CODE ...``,
+    shown through :func:`~regdev.core._text.display_text` (a result or a message holds no
+    line break or control character as it is)."""
+    return display_text(_describe(observation))
+
+
+def _describe(observation: Observation) -> str:
     replayed = "; replayed (not executed now)" if observation.replay else ""
     if observation.ok:
         result = observation.result or {}
@@ -267,8 +273,8 @@ def _show(observation: Observation, regmap: RegisterMap | None = None) -> str:
     result = observation.result or {}
     if observation.ok and "registers" in result:
         return "accepted  dump_registers\n" + format_registers(result["registers"], regmap)
-    if observation.ok and "identity" in result:
-        return f"accepted  identify_device: {result['identity']}"
+    if observation.ok and "identity" in result:  # the device's words: shown escaped
+        return display_text(f"accepted  identify_device: {result['identity']}")
     if observation.ok and "reset" in result:
         return "accepted  reset_device: every register holds its reset value"
     return describe(observation)
@@ -279,29 +285,35 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
     """Read commands until ``quit`` or end of input; run each through ``gate``.
 
     The greeting identifies the device when the session may call ``identify_device``, and
-    otherwise names the tools the session may call.
+    otherwise names the tools the session may call. An empty line (or one of blanks) is
+    skipped: only ``quit``, ``exit`` or the end of input (Ctrl-D) leave.
 
     Args:
         gate: a gate offering :func:`shell_tools`.
         session: the session every command runs in.
-        out: where the verdicts go.
+        out: where the verdicts go; each line is shown through
+            :func:`~regdev.core._text.display_text`.
         where: the device's name for the greeting (a port, or the in-process register file).
         interactive: read with ``input()`` (line editing; Ctrl-C at the prompt clears the
             line) rather than from ``sys.stdin`` line by line.
 
     Returns:
-        The exit status: 0.
+        The exit status: 0 when every command was accepted (or none was given), 1 when some
+        command was refused, failed, was interrupted or was not understood.
     """
     regmap = gate.regmap
-    out.write(f"regdev shell on {where}. Type help for the commands, quit to leave.\n")
+    out.write(display_text(f"regdev shell on {where}. Type help for the commands, quit to "
+                           "leave.") + "\n")
     out.flush()  # before the device is asked who it is, which may take --timeout seconds
     callable_ = [name for name in gate.tools
                  if session.offers(name) and session.check_scope(gate.tools[name]) is None]
     if "identify_device" in callable_:
         out.write(_show(gate.handle(shell_call(["identify"]), session=session)) + "\n")
     else:  # a greeting the session would be refused is no greeting
-        out.write(f"session {session.name} may call {', '.join(callable_) or 'no tool'}; "
-                  "other commands are refused\n")
+        out.write(display_text(f"session {session.name} may call "
+                               f"{', '.join(callable_) or 'no tool'}; other commands are "
+                               "refused") + "\n")
+    status = 0
     while True:
         out.flush()  # what was shown is seen before the shell waits (a pipe buffers it)
         try:
@@ -309,28 +321,31 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
         except KeyboardInterrupt:
             out.write("\n")
             continue
-        except EOFError:
-            line = ""
-        if not line:
-            if interactive:
-                out.write("\n")
-            return 0
+        except EOFError:  # Ctrl-D at the prompt
+            out.write("\n")
+            return status
+        if not interactive and not line:  # end of input (an empty line is "\n")
+            return status
         words = line.split()
-        if not words:
+        if not words:  # an empty line: the prompt again
             continue
         if words[0] in ("quit", "exit"):
-            return 0
+            return status
         if words[0] == "help":
             out.write(SHELL_HELP if regmap.is_default else SHELL_MAP_HELP)
             continue
         try:
             raw = shell_call(words, regmap)
         except ValueError as error:
-            out.write(f"error: {error}\n")
+            out.write(display_text(f"error: {error}") + "\n")
+            status = 1
             continue
         try:
-            shown = _show(gate.handle(raw, session=session), regmap)
+            observation = gate.handle(raw, session=session)
+            shown = _show(observation, regmap)
+            status |= not observation.ok
         except KeyboardInterrupt:  # Ctrl-C cancels the command, as at the prompt
             shown = ("interrupted" + (" (the write or reset may or may not have happened: "
                                       "read back)" if words[0] in ("write", "reset") else ""))
+            status = 1
         out.write(shown + "\n")

@@ -15,8 +15,9 @@ Rules of this file:
   (well-formed) key is ignored.
 * Where a key travels in each dialect is in ``_parse.py`` and ``docs/safety.md``. Explicit keys
   (canonical, MCP) are used as sent; a provider's tool call id is a key only when the policy
-  says so (``tool_call_ids_as_keys``), prefixed with its dialect (``"openai:call_..."``), and an
-  explicit key may not take those prefixes, so the two kinds never collide.
+  says so (``tool_call_ids_as_keys``), prefixed with its dialect (``"openai:call_..."``, or
+  ``"openai@<n>:<loop id>:call_..."`` for a call in a loop, so that two conversations' ids
+  never meet), and an explicit key may not take those prefixes, so the two kinds never collide.
 * The first call with a key reserves it. Once the call has *executed* (the device call started)
   its observation is stored under the key with the SHA-256 fingerprint of the tool name and the
   validated arguments, whatever the outcome, with three exceptions that release the key so the
@@ -117,7 +118,8 @@ INSERT_KEY = (f"INSERT OR IGNORE INTO idempotency_keys ({', '.join(KeyRow._field
               f"VALUES ({', '.join('?' * len(KeyRow._fields))})")
 
 #: The dialects whose tool call id can be a key (``Policy.tool_call_ids_as_keys``); such a key
-#: is ``"<dialect>:<id>"``, a form an explicit key may not take.
+#: is ``"<dialect>:<id>"`` (or ``"<dialect>@..."`` in a loop), a form an explicit key may not
+#: take.
 PROVIDER_DIALECTS = ("openai", "anthropic")
 
 #: Where a key lives: (scope, session name, key); the scope is :func:`key_scope`'s.

@@ -19,7 +19,7 @@ from ..agents._models import (
 )
 from ..agents._shell import describe, format_registers
 from ..core._errors import SchemaError
-from ..core._text import escape_text
+from ..core._text import display_text, escape_text
 from ..devices._regmap import RegisterMap
 from ._common import (
     UsageError,
@@ -31,15 +31,11 @@ from ._common import (
     open_gate,
     port_device,
     port_options,
+    write_line,
 )
 
 #: Each provider's default environment variable for the API key.
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-
-#: Exit statuses of ``regdev agent``.
-EXIT_HELP = ("Exit status: 0 the model finished (stop: done); 1 the loop stopped for another "
-             "reason (budget, rejected, truncated, model-refusal, provider-error); 2 usage or "
-             "device-connection error.")
 
 
 def endpoint_from(args: argparse.Namespace) -> Endpoint:
@@ -76,11 +72,12 @@ def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
         gate, session = open_gate(args, device)
         with gate:
             if not args.json:
-                out.write(f"regdev agent: {escape_text(endpoint.proposer, 120)} drives "
-                          f"{'the in-process register file' if args.port is None else args.port}"
-                          f" through the gate; at most {args.max_steps} calls, "
-                          f"{args.retries} retry after a refusal.\n")
-                out.write(f"task: {escape_text(args.task, 400)}\n\n")
+                where = "the in-process register file" if args.port is None else args.port
+                write_line(out, f"regdev agent: {escape_text(endpoint.proposer, 120)} drives "
+                                f"{where} through the gate; at most {args.max_steps} calls, "
+                                f"{args.retries} retry after a refusal.")
+                write_line(out, f"task: {escape_text(args.task, 400)}")
+                write_line(out)
             try:
                 result = run_agent(endpoint, gate, args.task, session=session,
                                    max_steps=args.max_steps, retries=args.retries,
@@ -112,9 +109,9 @@ def _show_step(step: AgentStep, args: argparse.Namespace, out: TextIO) -> None:
                    "observation": step.observation.to_dict()}, out)
     else:
         label = f"turn {step.turn}" + (" (retry)" if step.retry else "")
-        out.write(f"{label:<16}calls {escape_text(step.call.name, 60)} "
-                  f"{escape_text(step.call.raw.decode('utf-8', 'replace'), 200)}\n")
-        out.write(f"{'':<16}{escape_text(describe(step.observation), 300)}\n")
+        write_line(out, f"{label:<16}calls {escape_text(step.call.name, 60)} "
+                        f"{escape_text(step.call.raw.decode('utf-8', 'replace'), 200)}")
+        write_line(out, f"{'':<16}{display_text(describe(step.observation), 300)}")
     out.flush()
 
 
@@ -175,8 +172,7 @@ def add_parser(sub: Any) -> None:
                     "Studio, OpenRouter) are reached with --base-url. The API key is read "
                     "from the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, or "
                     "--api-key-env) and never shown or recorded. Needs the models extra "
-                    "(scripts/test installs it; see docs/models.md).",
-        epilog=EXIT_HELP)
+                    "(scripts/test installs it; see docs/models.md).")
     agent.add_argument("task", metavar="TASK", help="what the model should do, in words")
     model_options(agent, max_steps=16)
     agent.add_argument("--json", action="store_true",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -16,9 +15,11 @@ from ..audit._log import (
     read_audit,
 )
 from ..core._errors import AuditError
+from ..core._text import display_text
 from ._common import (
     UsageError,
     count,
+    tell,
 )
 
 
@@ -45,6 +46,12 @@ def _parse_time(text: str, option: str) -> float:
 
 
 def _show_record(record: AuditRecord) -> str:
+    """One record as one line of text, every field a model or a client controls (tool,
+    arguments, session, key, message, ...) shown through :func:`display_text`."""
+    return display_text(_record_line(record))
+
+
+def _record_line(record: AuditRecord) -> str:
     when = datetime.fromtimestamp(record.time, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     head = f"{record.id:>6}  {when}Z  {record.session:<10}"
     loop = f"  loop {record.loop_id[:8]}" if record.loop_id else ""
@@ -92,14 +99,14 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
                 line = record.to_json()
             except AuditError as error:  # one damaged record hides none of the others
                 out.flush()
-                print(f"regdev audit: error: {error}", file=sys.stderr)
+                tell("audit", "error", str(error))
                 unreadable += 1
                 continue
             out.write(line + "\n")
         else:
             out.write(_show_record(record) + "\n")
     if not args.json:
-        out.write(f"{count(len(records), 'record')} in {path}\n")
+        out.write(display_text(f"{count(len(records), 'record')} in {path}") + "\n")
     return 1 if unreadable else 0
 
 

@@ -50,9 +50,7 @@ def add_parser(sub: Any) -> None:
                     "every case; a case it disagrees on is not timed and is named below the "
                     "table. Peers that are not installed are listed as such (scripts/test "
                     "installs them; or, in a clone, .venv/bin/pip install -e '.[bench]'). "
-                    "Progress goes to stderr.",
-        epilog="Exit status: 0 ok; 1 a contender disagreed with regdev's verdict on a case; "
-               "2 usage error.")
+                    "Progress goes to stderr.")
     bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
     bench.add_argument("--quick", action="store_true",
                        help="a short run for a first look or CI: 3 rounds of 2 ms batches per "

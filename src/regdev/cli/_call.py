@@ -18,6 +18,7 @@ from ._common import (
     map_option,
     map_tools_of,
     open_gate,
+    tell,
 )
 
 
@@ -37,8 +38,8 @@ def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
                                   session=session)
     json_line(observation.to_dict(), out)
     if observation.code == "not-json" and args.raw != "-" and _names_a_file(args.raw):
-        print(f"regdev call: hint: RAW is the call's JSON text; to send a file's contents "
-              f"use: regdev call - < {shlex.quote(args.raw)}", file=sys.stderr)
+        tell("call", "hint", "RAW is the call's JSON text; to send a file's contents use: "
+                             f"regdev call - < {shlex.quote(args.raw)}")
     return 0 if observation.ok else 1
 
 
@@ -55,8 +56,7 @@ def add_parser(sub: Any) -> None:
     """Add ``regdev call`` to the subcommands."""
     call = sub.add_parser(
         "call", help="run one raw call against a fresh in-process device (of --map FILE)",
-        description="Print the observation as one line of JSON. Exit 0 when the call was "
-                    "accepted, 1 when refused.")
+        description="Print the observation as one line of JSON.")
     call.add_argument("raw", metavar="RAW", help="the call as JSON text, or - to read stdin")
     dialect_options(call, "")
     map_option(call)

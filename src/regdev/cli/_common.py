@@ -18,6 +18,7 @@ from ..audit._log import (
     default_audit_root,
 )
 from ..core._errors import AuditError, AuditInUse, MapError, PolicyError, RegdevError
+from ..core._text import display_text
 from ..devices._device import Device, RegisterFile
 from ..devices._modbus import ModbusDevice, is_modbus_url
 from ..devices._rdl import load_map
@@ -45,6 +46,130 @@ _encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
 def json_line(value: Any, out: TextIO) -> None:
     out.write(_encode_json(value).decode() + "\n")
+
+
+def write_line(out: TextIO, text: str = "") -> None:
+    """Write ``text`` for a person as one line: through :func:`display_text`, so nothing a
+    model, a client or a device sent can break the line or act on the terminal."""
+    out.write(display_text(text) + "\n")
+
+
+def tell(command: str, kind: str, text: str) -> None:
+    """One line on stderr, ``regdev COMMAND: KIND: TEXT``, shown through :func:`display_text`
+    (``kind``: error, warning, hint)."""
+    print(display_text(f"regdev {command}: {kind}: {text}"), file=sys.stderr)
+
+
+#: What each exit status means, per command: the one source of ``regdev COMMAND --help``'s
+#: epilog and of docs/cli.md (tests/test_exit_status.py checks the page against it).
+EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
+    "demo": (
+        (0, "every step got the verdict the script shows, and the loop stopped as scripted"),
+        (1, "a step got another verdict (a policy denial, a device failure), so the session "
+            "went otherwise than scripted; or the output could not be written"),
+        (2, "a usage, policy or audit-log error, or the device cannot be opened or failed "
+            "outside a call (identify, the register dump)"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "replay": (
+        (0, "every expectation was met"),
+        (1, "some expectation was not met; or the output could not be written"),
+        (2, "a file error (nothing run; with -, the lines before it ran), a usage, policy or "
+            "audit-log error, or a device error; when only the register dump after the last "
+            "line failed, the results and the summary are printed first"),
+        (130, "interrupted (Ctrl-C): the results so far and the summary of what ran are "
+              "printed first"),
+    ),
+    "call": (
+        (0, "the call was accepted"),
+        (1, "the call was refused (the observation says why); or the output could not be "
+            "written"),
+        (2, "a usage, policy or audit-log error"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "shell": (
+        (0, "every command was accepted (or none was given) until quit or end of input"),
+        (1, "some command was refused, failed, was interrupted or was not understood (the "
+            "shell went on to the end); or the output could not be written"),
+        (2, "a usage, policy or audit-log error, or the device cannot be opened"),
+        (130, "interrupted (Ctrl-C) outside a prompt and a command"),
+    ),
+    "firmware-sim": (
+        (0, "stopped by Ctrl-C (SIGINT) or SIGTERM (with --avr, SIGHUP too)"),
+        (1, "with --avr: the firmware image stopped or crashed in simavr"),
+        (2, "a usage error, or the port cannot be served (the pty, the TCP address, the "
+            "link path, standard output); with --avr, the firmware cannot be built or run"),
+    ),
+    "map": (
+        (0, "the register table or the compiled JSON form was written"),
+        (1, "the output could not be written to standard output"),
+        (2, "a usage error, a map that cannot be read or that regdev cannot honour (its "
+            "file:line named), or -o OUT cannot be written"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "tools": (
+        (0, "the definitions were printed"),
+        (1, "the output could not be written"),
+        (2, "a usage or policy error"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "serve": (
+        (0, "stopped by end of input (stdio), SIGINT (Ctrl-C), SIGTERM or SIGHUP, every "
+            "call answered and recorded"),
+        (2, "a usage, policy or audit-log error, the mcp extra missing, standard output "
+            "closed (stdio), the --http address cannot be listened on, or the device cannot "
+            "be opened or does not identify"),
+    ),
+    "agent": (
+        (0, "the model finished (stop: done)"),
+        (1, "the loop stopped for another reason (budget, rejected, truncated, "
+            "model-refusal, provider-error); or the output could not be written"),
+        (2, "a usage, policy or audit-log error, the models extra missing, or the device "
+            "cannot be opened or failed outside a call"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "eval": (
+        (0, "every task passed every trial"),
+        (1, "some task failed a trial; or the output could not be written"),
+        (2, "a usage, map, task-file or audit-log error, a policy given (eval runs without "
+            "one), the models extra missing, or --output cannot be written"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "audit": (
+        (0, "the records were printed (none matching is no error)"),
+        (1, "with --json, a record could not be exported (the others were, each error on "
+            "stderr); or the output could not be written"),
+        (2, "a usage error, or the audit log cannot be read"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "report": (
+        (0, "the report was written (no record matching is no error)"),
+        (1, "the output could not be written"),
+        (2, "a usage error, the audit log cannot be read, or the chart cannot be written"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "compile": (
+        (0, "the validator was written"),
+        (1, "the output could not be written to standard output"),
+        (2, "a usage error, a tools file that cannot be read or compiled, or -o OUT cannot "
+            "be written"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+    "bench": (
+        (0, "the report was printed, every contender agreeing with regdev's verdicts"),
+        (1, "a contender disagreed with regdev's verdict on a case (it is named below the "
+            "table); or the output could not be written"),
+        (2, "a usage error"),
+        (130, "interrupted (Ctrl-C)"),
+    ),
+}
+
+
+def exit_status_epilog(command: str) -> str:
+    """``regdev COMMAND --help``'s epilog: the exit statuses of :data:`EXIT_STATUS`."""
+    return "Exit status: " + "; ".join(
+        f"{status} {meaning}" for status, meaning in EXIT_STATUS[command]
+    ) + ". (All commands: docs/cli.md.)"
 
 
 STDOUT_CLOSED = "standard output is closed"
@@ -127,7 +252,7 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
     """Add ``--policy``, ``--session``, ``--audit``, ``--no-audit`` and ``--durability``."""
     group = p.add_argument_group("policy and audit")
     group.add_argument("--policy", metavar="FILE",
-                       help="a policy file (TOML, or JSON for other suffixes): sessions, "
+                       help="a policy file, TOML (.toml) or JSON (.json): sessions, "
                             "read-only and protected registers, rate limits, timeout; see "
                             "docs/safety.md")
     group.add_argument("--session", metavar="NAME", default="default",
@@ -140,7 +265,8 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
                             "created, a warning and no audit log; one process writes a "
                             "database at a time)")
     where.add_argument("--no-audit", action="store_true",
-                       help="record nothing (idempotency keys are then ignored too)")
+                       help="record nothing (idempotency keys are then ignored too: the first "
+                            "call that carries one is followed by a warning on stderr)")
     group.add_argument("--durability", choices=("crash", "power-loss"), default="crash",
                        help="crash: a recorded write survives the process being killed "
                             "(default); power-loss: it survives power loss too (slower: one "
@@ -175,6 +301,8 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
     audit = None if args.no_audit else open_audit(args)
     try:
         gate = Gate(device, tools, policy=policy, audit=audit)
+        if args.command != "serve":  # serve's warnings go to its log, as every other line
+            gate.warn = lambda text: tell(args.command, "warning", text)
         return gate, gate.session(args.session)
     except PolicyError as error:  # the policy names a session or a tool that is not there
         if audit is not None:
@@ -243,15 +371,16 @@ def open_audit(args: argparse.Namespace) -> AuditLog | None:
     except AuditError as error:
         if given:
             raise UsageError(f"{error} ({advice})") from None
-        print(f"regdev {args.command}: warning: {error}; going on without an audit log "
-              "(--audit PATH to record one elsewhere, --no-audit to say so)", file=sys.stderr)
+        tell(args.command, "warning", f"{error}; going on without an audit log (--audit "
+             "PATH to record one elsewhere, --no-audit to say so)")
         return None
 
 
 def audit_note(gate: Gate, out: TextIO) -> None:
     if gate.audit is not None:
-        out.write(f"\nrecorded in the audit log {gate.audit.path} "
-                  f"(regdev audit --db {gate.audit.path})\n")
+        write_line(out)
+        write_line(out, f"recorded in the audit log {gate.audit.path} "
+                        f"(regdev audit --db {gate.audit.path})")
 
 
 def port_device(args: argparse.Namespace) -> Device:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..core._errors import SchemaError
+from ..core._text import display_text
 from ..gate._compile import generate_source
 from ..gate._parse import load_json
 from ..gate._tools import REGISTER_TOOLS, ToolSet
@@ -72,9 +73,9 @@ def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
         Path(args.output).write_text(source, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
-    print(f"regdev compile: wrote {args.output} ({count(len(tools), 'tool')}: "
-          f"{', '.join(tools)}); it needs only the standard library: "
-          "check(call, tool_choice=None)", file=sys.stderr)
+    print(display_text(f"regdev compile: wrote {args.output} ({count(len(tools), 'tool')}: "
+                       f"{', '.join(tools)}); it needs only the standard library: "
+                       "check(call, tool_choice=None)"), file=sys.stderr)
     return 0
 
 

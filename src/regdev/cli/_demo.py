@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 from ..agents._demo import (
     DEMO_SCRIPT,
+    DEMO_STOP,
     SENSOR_DEMO_NAMES,
     SENSOR_DEMO_SCRIPT,
     ScriptedProposer,
@@ -27,10 +28,11 @@ from ._common import (
     port_device,
     port_options,
     register_map,
+    write_line,
 )
 
 
-def _script(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+def _script(args: argparse.Namespace) -> tuple[tuple[str, str, str | None], ...]:
     """The default demo, or the register-map demo with ``--map`` (written for
     examples/sensor.rdl: UsageError for a map without its registers and fields)."""
     if args.map is None:
@@ -54,40 +56,65 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -> int:
-    notes = [note for note, _ in args.script]
-    proposer = ScriptedProposer([raw for _, raw in args.script])
+    notes = [note for note, _, _ in args.script]
+    proposer = ScriptedProposer([raw for _, raw, _ in args.script])
     if not args.json:
         identity = device_call(args, gate.device.identify)
         where = ("the in-process register file" if args.port is None
                  else f"the device on {args.port}")
         if args.map is not None:
             where += f" of the register map {args.map}"
-        out.write(f"regdev demo: a scripted agent drives {where} through the gate.\n")
-        out.write(f"device: {identity}; tools: {', '.join(gate.tools)}; one retry after a "
-                  "refusal.\n\n")
+        write_line(out, f"regdev demo: a scripted agent drives {where} through the gate.")
+        write_line(out, f"device: {identity}; tools: {', '.join(gate.tools)}; one retry after "
+                        "a refusal.")
+        write_line(out)
+    verdicts: list[str | None] = []
 
     def show(step: Step) -> None:
         index = proposer.calls
+        verdicts.append("ok" if step.observation.ok else step.observation.code)
         if args.json:
             json_line({"step": index, "retry": step.retry, "raw": step.raw,
                         "observation": step.observation.to_dict()}, out)
             return
         label = f"step {index}" + (" (retry)" if step.retry else "")
-        out.write(f"{label:<16}model: {notes[index - 1]}\n")
-        out.write(f"{'':<16}sends {step.raw!s}\n")
-        out.write(f"{'':<16}{describe(step.observation)}\n\n")
+        write_line(out, f"{label:<16}model: {notes[index - 1]}")
+        raw = step.raw if isinstance(step.raw, str) else step.raw.decode(errors="replace")
+        write_line(out, f"{'':<16}sends {raw}")
+        write_line(out, f"{'':<16}{describe(step.observation)}")
+        write_line(out)
+        out.flush()  # each step as it runs
 
     result = run_loop(proposer, gate, on_step=show, session=session)
     registers = device_call(args, gate.device.snapshot)
+    expected = [verdict for _, _, verdict in args.script if verdict is not None]
+    differs = _first_difference(verdicts, expected)
+    if differs is None and result.stop != DEMO_STOP:
+        differs = f"the loop stopped with {result.stop}, the script with {DEMO_STOP}"
     if args.json:
-        json_line({"stop": result.stop, "detail": result.detail}, out)
+        json_line({"stop": result.stop, "detail": result.detail,
+                   "as_scripted": differs is None}, out)
         json_line({"registers": registers}, out)
     else:
-        out.write(f"loop stopped: {result.stop} ({result.detail})\n\n")
+        write_line(out, f"loop stopped: {result.stop} ({result.detail})")
+        if differs is not None:
+            write_line(out, f"not as scripted: {differs}")
+        write_line(out)
         out.write("registers after the session:\n"
                   + format_registers(registers, gate.regmap) + "\n")
         audit_note(gate, out)
-    return 0
+    return 0 if differs is None else 1
+
+
+def _first_difference(verdicts: list[str | None], expected: list[str]) -> str | None:
+    """Where the verdicts the steps got first differ from the script's, in words; or None."""
+    for number, (got, want) in enumerate(zip(verdicts, expected, strict=False), start=1):
+        if got != want:
+            return f"step {number} got {got}, the script shows {want}"
+    if len(verdicts) < len(expected):
+        return (f"the loop stopped after step {len(verdicts)}; the script runs "
+                f"{len(expected)} steps")
+    return None
 
 
 def add_parser(sub: Any) -> None:

@@ -21,6 +21,7 @@ from ._common import (
     load_policy,
     open_audit,
     register_map,
+    write_line,
 )
 
 #: The shipped suite and its map, beside the package in a clone of regdev.
@@ -92,12 +93,14 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                    "tasks": _per_task(records),
                    "adherence": [r.to_dict() for r in report] if report else None}, out)
     else:
-        out.write(_format(endpoint.proposer, args.k, records, summary) + "\n")
+        text = _format(endpoint.proposer, args.k, records, summary)
         if report:
-            out.write("\n" + format_report(report) + "\n")
+            text += "\n\n" + format_report(report)
         if args.output is not None:
-            out.write(f"\ntrials appended to {args.output} (regdev report --eval "
-                      f"{args.output} reads them)\n")
+            text += (f"\n\ntrials appended to {args.output} (regdev report --eval "
+                     f"{args.output} reads them)")
+        for line in text.split("\n"):  # the names in it escaped already
+            write_line(out, line)
     return 0 if summary["tasks_passed_every_trial"] == summary["tasks"] else 1
 
 
@@ -165,8 +168,7 @@ def add_parser(sub: Any) -> None:
                     "read were read, its answer says what it must, and the loop stopped as "
                     "expected; a task passes pass^k when every trial passed. Prints a table "
                     "per task and the adherence report of the run (docs/models.md). Needs the "
-                    "models extra.",
-        epilog="Exit status: 0 every task passed every trial; 1 some did not; 2 usage error.")
+                    "models extra.")
     model_options(evaluate, max_steps=12)
     evaluate.add_argument("-k", type=int, default=3, metavar="N",
                           help="trials per task (default 3); pass^k counts the tasks passed "

@@ -15,6 +15,7 @@ from ..core._errors import MapError
 from ..devices._rdl import load_map
 from ._common import (
     UsageError,
+    exit_status_epilog,
 )
 
 
@@ -60,7 +61,8 @@ def cmd_firmware_sim(args: argparse.Namespace, out: TextIO) -> int:
                                     subsequent_indent=" " * 14) + "\n")
         out.write("\nexample: regdev firmware-sim --pty --fault drop=0.05,corrupt=0.02 "
                   "--seed 7 -v\n         regdev firmware-sim --modbus-tcp 127.0.0.1:0 (Modbus; "
-                  "docs/modbus.md)\n")
+                  "docs/modbus.md)\n\n" + textwrap.fill(exit_status_epilog("firmware-sim"), width)
+                  + "\n")
         return 0
     regmap = None
     path = _map_path(args.args)

@@ -1,7 +1,8 @@
 """The ``regdev`` command line.
 
-Exit codes: 0 success; 1 a call was refused or an expectation was not met; 2 a usage, file or
-device-connection error (with a one-line message on stderr, never a traceback).
+Exit statuses are per command, declared once in :data:`~regdev.cli._common.EXIT_STATUS`
+(each command's ``--help`` epilog, and docs/cli.md). For all of them 2 is a usage,
+file or device-connection error, with a one-line message on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from typing import TextIO, cast
 
 from .._version import __version__
+from ..core._text import display_text
 from . import (
     _agent,
     _audit,
@@ -30,7 +32,7 @@ from . import (
     _shell,
     _tools,
 )
-from ._common import UsageError
+from ._common import UsageError, exit_status_epilog
 from ._output import Output, output_failed
 
 __all__ = ["build_parser", "main"]
@@ -51,13 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
             "then executed; a refusal names one stage and one code (see docs/errors.md). "
             "Every call is recorded in an audit log (see docs/safety.md)."
         ),
-        epilog="Exit status: 0 ok; 1 a call refused or an expectation not met; 2 usage, "
-               "file or device-connection error.",
+        epilog="Exit status: 0 ok; 1 the command ran, but not as hoped (call, shell: a call "
+               "refused; replay, demo: a verdict other than the one expected; bench: a peer "
+               "disagreed), or its output could not be written; 2 a usage, file or "
+               "device-connection error; 130 interrupted (Ctrl-C). Each command's --help "
+               "says what its statuses mean; all in docs/cli.md.",
     )
     parser.add_argument("--version", action="version", version=f"regdev {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
+    for name, command_parser in sub.choices.items():  # the exit statuses, from one table
+        command_parser.epilog = exit_status_epilog(name)
     return parser
 
 
@@ -83,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.func(args, cast(TextIO, out))
         out.flush()  # here, not at exit: a write that fails is this command's failure
     except UsageError as error:
-        print(f"regdev {args.command}: error: {error}", file=sys.stderr)
+        print(display_text(f"regdev {args.command}: error: {error}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"regdev {args.command}: interrupted", file=sys.stderr)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..core._text import display_text
 from ..devices._regmap import Field, Register, RegisterMap
 from ._common import UsageError, register_map
 
@@ -40,7 +41,7 @@ def _field_line(field: Field) -> str:
         line += " " + " ".join(f"{name}={value}" for name, value in field.encode) + ";"
     if field.description:
         line += f"  {field.description}"
-    return line.rstrip()
+    return display_text(line.rstrip())  # a description is the map file's text
 
 
 def format_map(regmap: RegisterMap) -> str:
@@ -49,7 +50,7 @@ def format_map(regmap: RegisterMap) -> str:
     behaviour, reset value, enumerated values, description) and the reserved bits."""
     width = max([len(r.name or "-") for r in regmap.registers] + [4])
     head = regmap.name or "register map"
-    lines = [f"{head}: {regmap.description}" if regmap.description else head,
+    lines = [display_text(f"{head}: {regmap.description}" if regmap.description else head),
              f"{len(regmap)} register{'s' * (len(regmap) != 1)} of 8 bits"]
     lines.append(f"{'addr':<6}{'name':<{width + 2}}{'access':<8}{'reset':<7}description")
     for register in regmap.registers:
@@ -66,7 +67,7 @@ def _register_line(register: Register, width: int) -> str:
     text = (f"0x{register.addr:02X}  {register.name or '-':<{width + 2}}"
             f"{_ACCESS[register.access or 'rw']:<8}0x{register.reset or 0:02X}   "
             f"{register.description}{notes}")
-    return text.rstrip()
+    return display_text(text.rstrip())
 
 
 def cmd_map(args: argparse.Namespace, out: TextIO) -> int:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import errno
 import io
+import logging
 import os
 import sys
 from typing import TextIO
 
+from ..core._text import display_text
 from ._common import STDOUT_CLOSED
 
 
@@ -77,3 +79,23 @@ def drop_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, fd)
     os.close(devnull)
+
+
+class LogFormatter(logging.Formatter):
+    """A log record as one line for a person: its message (which may quote a client's tool
+    name, or a library's words about what a client sent) shown through
+    :func:`~regdev.core._text.display_text`. A traceback or stack that goes with it follows on
+    lines of its own, each escaped and indented by four spaces, so that no line of it can pass
+    for a record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = display_text(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        lines = [display_text(self.formatMessage(record))]
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        for extra in (record.exc_text, record.stack_info and self.formatStack(record.stack_info)):
+            if extra:
+                lines.extend("    " + display_text(line) for line in extra.splitlines())
+        return "\n".join(lines)

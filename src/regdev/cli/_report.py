@@ -12,7 +12,7 @@ from ..audit._report import adherence, format_report, plot_report
 from ..core._errors import AuditError
 from ..core._text import escape_text
 from ._audit import _parse_time as parse_time
-from ._common import UsageError, json_line
+from ._common import UsageError, json_line, write_line
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
@@ -43,11 +43,11 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         json_line({"db": str(path), "proposers": [r.to_dict() for r in reports],
                    "eval": tasks}, out)
     else:
-        out.write(format_report(reports) + "\n")
-        if tasks is not None:
-            out.write(_format_tasks(tasks) + "\n")
+        text = format_report(reports) + ("\n" + _format_tasks(tasks) if tasks is not None else "")
+        for line in text.split("\n"):  # its names escaped already
+            write_line(out, line)
         if args.plot is not None:
-            out.write(f"chart written to {args.plot}\n")
+            write_line(out, f"chart written to {args.plot}")
     return 0
 
 
@@ -70,8 +70,7 @@ def add_parser(sub: Any) -> None:
                     "parse and validate accepted), each verdict code's and stage's share, "
                     "retry recovery (refusal episodes recovered on retry k), proposals per "
                     "accepted call, and loop stop reasons. Filters combine. docs/models.md "
-                    "explains how to read it.",
-        epilog="Exit status: 0 the report was written; 2 usage error or unreadable audit log.")
+                    "explains how to read it.")
     report.add_argument("--db", metavar="PATH", type=Path,
                         help="the audit database (default: $REGDEV_AUDIT, else "
                              "~/.local/state/regdev/audit.db)")

@@ -23,6 +23,7 @@ from ._common import (
     port_device,
     port_options,
 )
+from ._output import LogFormatter
 
 #: How to get the ``mcp`` extra (regdev is not on PyPI yet: from a clone).
 MCP_INSTALL = ("in a clone of regdev, scripts/serve installs it into .venv and runs the "
@@ -52,8 +53,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
                          "with --http [HOST:]PORT")
     if args.http is None and sys.stdout is None:  # fd 1 closed: nowhere to answer the client
         raise UsageError(f"cannot write the output: {STDOUT_CLOSED}")
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
-                        format="regdev serve: %(levelname)s %(name)s: %(message)s")
+    stderr = logging.StreamHandler(sys.stderr)  # each record one line, text escaped
+    stderr.setFormatter(LogFormatter("regdev serve: %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[stderr])
     log = logging.getLogger("regdev")
     log.setLevel(args.log_level.upper())
     # Stop signals are caught from the start: importing the SDK alone takes a second or two,

@@ -50,7 +50,7 @@ def add_parser(sub: Any) -> None:
                        help="which provider's shape (default: mcp)")
     map_option(tools)
     tools.add_argument("--policy", metavar="FILE",
-                       help="a policy file (TOML, or JSON for other suffixes); see "
+                       help="a policy file, TOML (.toml) or JSON (.json); see "
                             "docs/safety.md")
     tools.add_argument("--session", metavar="NAME", default="default",
                        help="list only the tools this session of the policy is offered "

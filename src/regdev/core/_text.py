@@ -1,20 +1,74 @@
 """Text that an untrusted party controls, made safe to show and to store.
 
-Model output reaches messages, logs and terminals; these helpers are the one place that decides
+Model output reaches messages, logs and terminals; this module is the one place that decides
 how such text is escaped and whether a string is Unicode text at all.
+
+Two uses, one rule (what is shown is printable ASCII, ``" "`` to ``"~"``):
+
+- :func:`escape_text` quotes a piece of untrusted text inside a message (a tool name, an
+  argument name, a string value): every character outside printable ASCII, and the backslash
+  and backtick, escaped, and the result cut short. Done once, where the message is composed.
+- :func:`display_text` is the last step before a line is written for a person (the text
+  output of ``regdev audit``, ``replay``, ``demo``, ``shell``, ``serve``'s log, the error
+  lines on stderr): every character outside printable ASCII escaped, so that nothing a model
+  sent can end the line, start a forged one, or reach the terminal as a control or escape
+  sequence (ESC, CSI, OSC, a carriage return, a backspace, a bidirectional override). Text
+  that is printable ASCII already (a message made with :func:`escape_text`) is shown as it is.
 """
 
 from __future__ import annotations
 
-__all__ = ["escape_text", "is_text", "text_bytes"]
+import re
 
-def escape_text(text: str, limit: int = 40) -> str:
-    """Escape untrusted text (control characters, non-ASCII, backticks) and cut it to ``limit``."""
+__all__ = ["display_text", "escape_text", "is_text", "text_bytes"]
+
+
+def escape_text(text: str, limit: int | None = 40) -> str:
+    """Untrusted text as a piece of a message: escaped, and cut to ``limit`` characters.
+
+    Control characters, every non-ASCII character, the backslash and the backtick are written
+    as Python escapes (``\\n``, ``\\x1b``, ``\\u202e``, ``\\\\``, ``\\x60``), so the result is
+    printable ASCII and says exactly what was sent. Longer than ``limit`` characters (None:
+    no limit), it is cut to ``limit - 3`` and ends in ``...``.
+    """
     if text.isascii() and text.isprintable() and "`" not in text and "\\" not in text:
         shown = text  # nothing to escape (the usual name): no codec lookup
     else:
         shown = text.encode("unicode_escape").decode("ascii").replace("`", "\\x60")
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+    return shown if limit is None or len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+#: A character a line for a person may not hold as it is: anything but printable ASCII.
+_UNSHOWABLE = re.compile(r"[^\x20-\x7e]")
+#: The short escapes JSON and Python share; any other character is ``\\uXXXX``.
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    short = _SHORT.get(char)
+    if short is not None:
+        return short
+    code = ord(char)
+    if code > 0xFFFF:  # a UTF-16 surrogate pair, as JSON writes it
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def display_text(text: str, limit: int | None = None) -> str:
+    """``text`` made safe to write for a person as (part of) one line.
+
+    Every character outside printable ASCII (``" "`` to ``"~"``) is escaped: ``\\n``,
+    ``\\r``, ``\\t``, ``\\b``, ``\\f``, else ``\\uXXXX`` (a UTF-16 surrogate pair above
+    U+FFFF), the forms JSON and Python share. Printable ASCII, the backslash included, is kept
+    as it is, so text that is safe already (a message, JSON text from an encoder) is shown
+    unchanged, and JSON text stays the same JSON. The result holds no line break, control
+    character or escape sequence. Longer than ``limit`` characters (None: no limit), it is cut
+    to ``limit - 3`` and ends in ``...``.
+    """
+    shown = text if text.isascii() and text.isprintable() else _UNSHOWABLE.sub(_escape, text)
+    return shown if limit is None or len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def is_text(value: str) -> bool:

@@ -34,6 +34,7 @@ Rules of this file:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -89,8 +90,12 @@ _now_ns = time.perf_counter_ns
 #: A Decimal of a result as the exact JSON number it is (the output cap measures, and an
 #: idempotency key stores, what goes to the model), never as a string.
 _encode = msgspec.json.Encoder(decimal_format="number").encode
-#: Prefixes of the keys made from provider tool call ids; an explicit key may not take them.
-_DERIVED_KEY_PREFIXES = tuple(f"{dialect}:" for dialect in PROVIDER_DIALECTS)
+#: Prefixes of the keys made from provider tool call ids: ``openai:ID``, and ``openai@...``
+#: for one scoped to a loop (:meth:`Gate._take_key`); an explicit key may not take them.
+_DERIVED_KEY_PREFIXES = tuple(f"{dialect}{mark}" for mark in ":@" for dialect in PROVIDER_DIALECTS)
+#: What :attr:`Gate.warn` is told, once, when a gate without an audit log drops a key.
+KEYS_IGNORED = ("an idempotency key was ignored: there is no audit log to keep keys in, so a "
+                "call sent again with the same key runs again (said once)")
 
 #: What a stage returns: None (go on), a refusal, or (authorize) a replayed observation.
 _End = Refusal | Observation | None
@@ -176,12 +181,17 @@ class Gate:
         self._every = regmap.addresses
         self._label = regmap.label
         self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
+        #: Told once, in words, when a call's idempotency key is ignored because the gate has
+        #: no audit log (the command line prints it on stderr); the ``regdev`` logger's
+        #: warning by default.
+        self.warn: Callable[[str], None] = logger.warning
+        self._keys_ignored = threading.Lock()  # held for good once the warning was given
         self._sessions: dict[str, Session] = {}
         if policy is not None:
             for name, spec in policy.sessions.items():
                 missing = [tool for tool in spec.tools or () if tool not in tools]
                 if missing:
-                    raise PolicyError(f"the policy offers session `{name}` the tool "
+                    raise PolicyError(f"the policy offers session `{escape_text(name)}` the tool "
                                       f"`{escape_text(missing[0])}`, which this gate does not "
                                       f"have; tools: {', '.join(tools)}")
                 self._validators_for(spec.tools)
@@ -203,8 +213,8 @@ class Gate:
             elif name == "default":
                 session = Session()
             else:
-                raise PolicyError(f"session `{name}` needs a policy that declares it; this "
-                                  "gate has no policy")
+                raise PolicyError(f"session `{escape_text(name)}` needs a policy that "
+                                  "declares it; this gate has no policy")
             session = self._sessions.setdefault(name, session)  # one per name, even in a race
         return session
 
@@ -370,16 +380,19 @@ class Gate:
         """Keep the call's idempotency key (see ``_idempotency.py`` for which count)."""
         if call.dialect in PROVIDER_DIALECTS:  # the provider's tool call id
             if self._tool_call_ids_as_keys:
-                call.key = f"{call.dialect}:{key}"
+                call.key = _derived_key(call.dialect, key, call.loop_id)
         elif key.startswith(_DERIVED_KEY_PREFIXES):
             return Refusal("validate", "bad-idempotency-key",
                            f"an idempotency key may not start with "
-                           f"{' or '.join(_DERIVED_KEY_PREFIXES)} (those name provider tool "
+                           f"{' or '.join(_DERIVED_KEY_PREFIXES[:2])} (nor "
+                           f"{', '.join(_DERIVED_KEY_PREFIXES[2:])}: those name provider tool "
                            f'call ids), got "{escape_text(key, 40)}"')
         else:
             call.key = key
-        if self.audit is None:  # keys live in the audit log: without one they are ignored
-            call.key = None
+        if self.audit is None and call.key is not None:  # keys live in the audit log:
+            call.key = None  # without one they are ignored, and the caller is told once
+            if self._keys_ignored.acquire(blocking=False):
+                self.warn(KEYS_IGNORED)
         return None
 
     def _validate(self, call: _Call) -> Refusal | None:
@@ -758,6 +771,16 @@ def _keeps_key(observation: Observation) -> bool:
 def _stored(observation: Observation) -> str:
     """The observation as stored under an idempotency key: JSON without id and replay."""
     return _encode(replace(observation, id=None, replay=False).to_dict()).decode()
+
+
+def _derived_key(dialect: str, call_id: str, loop_id: str | None) -> str:
+    """The idempotency key made from a provider's tool call id: ``"openai:ID"``; in a loop,
+    ``"openai@N:LOOP:ID"`` (N the length of the loop id, so that no two (loop, id) pairs give
+    one key), so that the ids of two conversations never meet (open-weight stacks repeat them:
+    docs/safety.md)."""
+    if loop_id is None:
+        return f"{dialect}:{call_id}"
+    return f"{dialect}@{len(loop_id)}:{loop_id}:{call_id}"
 
 
 def check_loop_id(loop_id: object) -> None:

@@ -43,7 +43,8 @@ nothing about tools it is not offered (``Gate`` validates each call against the 
 session is offered).
 
 A policy is declared in Python (:class:`Policy`) or in a TOML or JSON file
-(:meth:`Policy.from_file`), validated by pydantic. The file format is in ``docs/safety.md``.
+(:meth:`Policy.from_file`, by the suffix ``.toml`` or ``.json``), validated by pydantic. The
+file format is in ``docs/safety.md``.
 
 The registers a policy marks are merged with the device's register map
 (:meth:`RegisterPolicy.for_map`): the map's read-only registers are read-only whatever the
@@ -71,6 +72,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..core._errors import PolicyError
 from ..core._observation import Refusal
+from ..core._text import escape_text
 from ..core._wording import toml_problem
 from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
@@ -105,6 +107,9 @@ Scope = Literal["read", "write"]
 SCOPES: tuple[Scope, ...] = ("read", "write")
 
 logger = logging.getLogger("regdev")
+
+#: The policy file formats :meth:`Policy.from_file` reads, by suffix (in any case).
+POLICY_SUFFIXES = (".toml", ".json")
 
 _Address = Annotated[int, Field(strict=True, ge=0, le=MAX_REGISTERS - 1)]
 #: Seconds a thread may wait: finite, > 0, and no longer than the platform's locks allow.
@@ -276,8 +281,12 @@ class Policy(_Model):
             every scope and tool when not declared).
         tool_call_ids_as_keys: when True, the tool call id that OpenAI and Anthropic give each
             tool call (``call_...``, ``toolu_...``) is the call's idempotency key, as
-            ``"openai:<id>"`` or ``"anthropic:<id>"``; a runtime that re-sends an assistant
-            turn then gets replays, not second writes. False (the default): those ids are only
+            ``"openai:<id>"`` or ``"anthropic:<id>"`` (scoped to the call's loop when it has
+            one: ``"openai@<n>:<loop id>:<id>"``); a runtime that re-sends an assistant
+            turn then gets replays, not second writes. Only for ids unique per call: a
+            repeated id (Kimi K2's ``functions.NAME:0`` restarts each turn; models copy
+            ``call_3`` from the history) is answered as a replay of the earlier call, not run
+            (docs/safety.md, "Ids that repeat"). False (the default): those ids are only
             correlation ids, and calls in those dialects carry no key.
         approve: the approval hook for protected registers (Python only, never in a file);
             None denies every protected write.
@@ -340,7 +349,10 @@ class Policy(_Model):
 
     @classmethod
     def from_file(cls, path: str | Path, *, approve: Approver | None = None) -> Policy:
-        """Load a policy from a TOML (``.toml``, any case) or JSON (any other suffix) file.
+        """Load a policy from a TOML (``.toml``) or JSON (``.json``) file, the suffix in any
+        case. Any other suffix is refused, before the file is read: a policy in Python (one
+        with an approval hook, say) is built in your own program, as ``Policy(...)``, never
+        loaded from a file.
 
         A key given twice in one table or object is an error in both formats (TOML 1.0
         forbids it; for JSON, RFC 8259 leaves it to the parser, and a silent "last one wins"
@@ -351,11 +363,19 @@ class Policy(_Model):
             approve: the approval hook for protected registers.
 
         Raises:
-            PolicyError: the file cannot be read, is not TOML or strict JSON (no repeated
-                keys, no NaN or Infinity), or is not a valid policy; one line naming the file
-                and the field.
+            PolicyError: the file's suffix is not ``.toml`` nor ``.json``, the file cannot be
+                read, is not TOML or strict JSON (no repeated keys, no NaN or Infinity), or is
+                not a valid policy; one line naming the file and the field.
         """
         path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in POLICY_SUFFIXES:
+            got = f"the suffix {path.suffix}" if path.suffix else "no suffix"
+            python = (" (a policy in Python is built in your own program as regdev.Policy(...) "
+                      "and given to Gate(policy=...); a file is data only)"
+                      if suffix in (".py", ".pyw") else "")
+            raise PolicyError(f"{path}: a policy file is TOML (.toml) or JSON (.json), by its "
+                              f"suffix; this one has {got}{python}")
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
@@ -363,7 +383,7 @@ class Policy(_Model):
         except UnicodeDecodeError as error:
             raise PolicyError(f"cannot read {path}: not UTF-8 text (byte {error.start})"
                               ) from None
-        toml = path.suffix.lower() == ".toml"
+        toml = suffix == ".toml"
         try:
             data = tomllib.loads(text) if toml else load_json(text)
         except tomllib.TOMLDecodeError as error:
@@ -388,7 +408,8 @@ class Policy(_Model):
         if name == "default":
             return SessionPolicy()
         known = ", ".join(sorted(self.sessions)) or "none"
-        raise PolicyError(f"the policy declares no session `{name}`; sessions: {known}")
+        raise PolicyError(f"the policy declares no session `{escape_text(name)}`; sessions: "
+                          f"{known}")
 
     def session(self, name: str = "default", *, caller: str | None = None) -> Session:
         """A new live session (with its own full rate-limit bucket) declared as ``name``.
@@ -591,8 +612,8 @@ class Session:
         needed = "read" if tool.read_only else "write"
         held = " and ".join(sorted(self.scopes))
         return Refusal("authorize", f"denied-{tool.name}",
-                       f"session {self.name} holds the {held} scope; {tool.name} needs the "
-                       f"{needed} scope, so this session cannot call it")
+                       f"session {escape_text(self.name)} holds the {held} scope; {tool.name} "
+                       f"needs the {needed} scope, so this session cannot call it")
 
     def take_token(self) -> Refusal | None:
         """Step 4: spend one call of the rate limit; ``rate-limited`` when none is left."""
@@ -603,7 +624,7 @@ class Session:
             return None
         limit = self._bucket
         return Refusal("authorize", "rate-limited",
-                       f"session {self.name} is over its rate limit of {limit.rate:g} "
+                       f"session {escape_text(self.name)} is over its rate limit of {limit.rate:g} "
                        f"call{'s' * (limit.rate != 1)} per second (burst {limit.burst}); "
                        f"retry in {_duration(wait)}")
 
