@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from conftest import ARRAYS, CONFIGURE
+from conftest import ARRAYS, CONFIGURE, ROOT
 from regdev import (
     REGISTER_TOOLS,
     Gate,
@@ -663,3 +663,16 @@ def test_a_huge_integral_number_is_bound_as_its_exact_decimal() -> None:
                         ("1e4299", 10**4299), ("0e999999999999", 0), ("2.5e1", 25)]:
         assert gate.handle(f'{{"tool": "t", "arguments": {{"x": {text}}}}}').ok, text
         assert type(seen[-1]) is type(bound) and seen[-1] == bound
+
+
+def test_validator_doc_shows_the_generated_code() -> None:
+    """docs/validator.md's listing of the register tools' check is the generated code, line
+    for line, up to the ``...`` that stands for the rest."""
+    text = (ROOT / "docs" / "validator.md").read_text(encoding="utf-8")
+    start = text.index("def check(call, tool_choice=None):")
+    shown = text[start:text.index("\n```", start)].splitlines()
+    shown = shown[:[line.strip() for line in shown].index("...")]
+    generated = generate_source()
+    lines = generated[generated.index("def check(call"):].splitlines()
+    assert len(shown) > 30
+    assert shown == lines[:len(shown)]

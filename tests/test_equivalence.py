@@ -12,11 +12,13 @@ import jsonschema
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from regdev import ReferenceValidator, ToolSet, compile_validator
+from regdev import REGISTER_TOOLS, ReferenceValidator, ToolSet, compile_validator
 from regdev.gate._bench import BLOCK_WRITE
+from regdev.gate._compile import BIND, RefusalCheck, compile_refusals
 from strategies import (
     array_tool_calls,
     block_calls,
+    python_calls,
     register_calls,
     schemas_and_calls,
     tool_choices,
@@ -24,6 +26,7 @@ from strategies import (
 
 compiled = compile_validator()
 reference = ReferenceValidator()
+refusals = compile_refusals()
 
 
 def _same_refusal(reference: ReferenceValidator, code: str | None, call: Any,
@@ -35,17 +38,44 @@ def _same_refusal(reference: ReferenceValidator, code: str | None, call: Any,
         assert reference.explain(call, code, choice) == refusal
 
 
+def _worded_as_reference(check: RefusalCheck, tools: ToolSet, call: Any,
+                         choice: str | None) -> None:
+    """The gate's compiled check (refusals worded in it) gives the very refusal the reference's
+    full check gives; on a valid call it says BIND exactly when Tool.bind would change the
+    arguments (None: bind would return them as they are)."""
+    verdict = check(call, choice)
+    expected = check.reference.check(call, choice)
+    if verdict is None or verdict is BIND:
+        assert expected is None, expected
+        arguments = call["arguments"]
+        bound = tools[call["tool"]].bind(arguments)
+        if verdict is None:
+            assert bound is arguments
+    else:
+        assert verdict == expected
+
+
 @given(register_calls(), tool_choices)
 def test_register_tools_compiled_equals_reference(call: Any, choice: str | None) -> None:
     """On calls biased to every edge, the compiled validator returns the reference's code,
-    and the reference explains that code with the refusal its own check gives."""
+    and the reference explains that code with the refusal its own check gives; the gate's
+    compiled check words the same refusal itself."""
     code = compiled(call, tool_choice=choice)
     _same_refusal(reference, code, call, choice)
+    _worded_as_reference(refusals, REGISTER_TOOLS, call, choice)
+
+
+@given(python_calls(), st.sampled_from([None, "write_register"]))
+def test_gate_check_words_python_data_as_the_reference(call: Any, choice: str | None) -> None:
+    """Python values that are not JSON data: the gate's compiled check gives the reference's
+    refusal (its helpers show any value), never an exception."""
+    _worded_as_reference(refusals, REGISTER_TOOLS, call, choice)
 
 
 block_tools = ToolSet([BLOCK_WRITE])
 block_compiled = compile_validator(block_tools)
 block_reference = ReferenceValidator(block_tools)
+block_refusals = compile_refusals(block_tools)
 
 
 @given(block_calls(), st.sampled_from([None, None, "write_registers", "write_register"]))
@@ -53,6 +83,7 @@ def test_block_writes_compiled_equals_reference(call: Any, choice: str | None) -
     """write_registers(addr, data) with 0 to 17 values at every edge: the same code, and the
     reference explains it with the refusal its own check gives."""
     _same_refusal(block_reference, block_compiled(call, tool_choice=choice), call, choice)
+    _worded_as_reference(block_refusals, block_tools, call, choice)
 
 
 def _finite(value: object) -> bool:
@@ -123,8 +154,12 @@ def _all_agree(case: tuple[list[dict[str, Any]], Any, str | None]) -> None:
     check = compile_validator(tools)
     note(check.source)
     code = check(call, tool_choice=choice)
-    _same_refusal(ReferenceValidator(ToolSet.from_definitions(tools)), code, call, choice)
+    tool_set = ToolSet.from_definitions(tools)
+    _same_refusal(ReferenceValidator(tool_set), code, call, choice)
     assert (code is None) == _peer_valid(tools, call, choice)
+    gate_check = compile_refusals(tool_set)
+    note(gate_check.source)
+    _worded_as_reference(gate_check, tool_set, call, choice)
 
 
 @given(array_tool_calls())
@@ -152,5 +187,8 @@ def test_many_tools_dispatch_by_dict(cases: list[Any], count: int) -> None:
     check = compile_validator(padded)
     assert "_TOOLS.get(name)" in check.source
     note(check.source)
-    _same_refusal(ReferenceValidator(ToolSet.from_definitions(padded)),
-                  check(call, tool_choice=choice), call, choice)
+    tool_set = ToolSet.from_definitions(padded)
+    _same_refusal(ReferenceValidator(tool_set), check(call, tool_choice=choice), call, choice)
+    gate_check = compile_refusals(tool_set)
+    assert "_TOOLS.get(name)" in gate_check.source
+    _worded_as_reference(gate_check, tool_set, call, choice)

@@ -40,6 +40,7 @@ from typing import Any, Protocol, cast
 
 from .._version import __version__
 from ..core._errors import SchemaError
+from ..core._observation import Refusal
 from ..core._text import escape_text
 from ._runtime import RUNTIME_SOURCE
 from ._schema import (
@@ -52,8 +53,20 @@ from ._schema import (
     json_pointer,
 )
 from ._tools import REGISTER_TOOLS, ToolSet
+from ._validate import (
+    ReferenceValidator,
+    _Level,
+    got_value,
+    missing_refusal,
+    out_of_range,
+    range_parts,
+    show_value,
+    type_prefix,
+    unknown_argument,
+)
 
-__all__ = ["INLINE_TOOLS", "CompiledValidator", "compile_validator", "generate_source"]
+__all__ = ["BIND", "INLINE_TOOLS", "CompiledValidator", "RefusalCheck", "compile_refusals",
+           "compile_validator", "generate_source"]
 
 #: Up to this many tools, ``check`` compares the name with each tool's name in turn and runs
 #: its checks inline; above it, one dict lookup finds a per-tool function (measured: a
@@ -240,9 +253,25 @@ class _Property:
 
 
 class _Compiler:
-    """Writes the source of one validator module for a tool set."""
+    """Writes the source of one validator module for a tool set.
 
-    def __init__(self) -> None:
+    Args:
+        wording: None for the module of :func:`generate_source` (verdict codes only, standard
+            library only); the tools' reference validator for the gate's module
+            (:func:`compile_refusals`), whose failures return refusals worded from its parts.
+    """
+
+    def __init__(self, wording: ReferenceValidator | None = None) -> None:
+        self.wording = wording
+        #: Objects the gate's module refers to by name (refusals, message parts, schema
+        #: nodes): given to it in its namespace, never written into its source.
+        self.objects: dict[str, object] = {}
+        self.shared: dict[tuple[str, ...], str] = {}  # names of objects used twice
+        #: True while writing the lines of a tool's arguments object in the gate's module,
+        #: where ``name``, ``a`` and ``tool_choice`` are in scope and a failure returns a
+        #: refusal; nested levels (their own functions) return codes there too.
+        self.top = False
+        self.level_of: _Level | None = None  # the reference's reading of that object
         self.constants: list[str] = []  # "_K0 = ..." lines
         self.functions: list[list[str]] = []  # nested levels and per-tool functions
         self.levels = 0
@@ -284,6 +313,57 @@ class _Compiler:
         name = f"_K{len(self.constants)}"
         self.constants.append(f"{name} = {expression}")
         return name
+
+    def obj(self, value: object, what: str) -> str:
+        """The name of an object given to the gate's module (``what`` describes it in a
+        comment, as a repr: one line, whatever a schema holds)."""
+        name = f"_W{len(self.objects)}"
+        self.objects[name] = value
+        self.constants.append(f"# {name}: {_str(what)}")
+        return name
+
+    # -- what a failure returns: a code, or in the gate's module a refusal --
+
+    def fail(self, code: str) -> str:
+        """``return`` of a failure worded elsewhere: the code; at a tool's top level in the
+        gate's module, the reference's refusal for it (:meth:`ReferenceValidator.explain`:
+        a nested object's or an array element's place, found again)."""
+        if self.top:
+            return f"return _explain(name, a, {_str(code)}, tool_choice)"
+        return f"return {_str(code)}"
+
+    def fail_missing(self, name: str, label: str) -> str:
+        if self.top and self.level_of is not None:
+            key = ("missing", self.level_of.tool, name)
+            if key not in self.shared:
+                refusal = missing_refusal(self.level_of, name)
+                self.shared[key] = self.obj(refusal, refusal.code)
+            return f"return {self.shared[key]}"
+        return f"return {_str('missing-' + _child(label, name))}"
+
+    def fail_unknown(self) -> str:
+        if self.top and self.level_of is not None:
+            return f"return _unknown_argument({self.obj(self.level_of, 'the arguments')}, a)"
+        return "return 'unknown-argument'"
+
+    def fail_type(self, prop: _Property, value: str) -> str:
+        code = f"type-{prop.label}"
+        if self.top and self.level_of is not None:
+            before = self.obj(type_prefix(self.level_of.fields[prop.name]), code)
+            return f"return _Refusal('validate', {_str(code)}, {before} + _got({value}))"
+        return f"return {_str(code)}"
+
+    def fail_range(self, prop: _Property) -> str:
+        code = f"range-{prop.label}"
+        if self.top and self.level_of is not None:
+            node = self.level_of.fields[prop.name]
+            parts = range_parts(node)
+            if parts is None:
+                return f"return _out_of_range({self.obj(node, code)}, {prop.var})"
+            before, after = (self.obj(part, code) for part in parts)
+            return (f"return _Refusal('validate', {_str(code)}, "
+                    f"{before} + _show({prop.var}) + {after})")
+        return f"return {_str(code)}"
 
     # -- keyword generators: each checks its value, then returns failure conditions --
 
@@ -439,9 +519,10 @@ class _Compiler:
         if prop.may_be("object"):
             nested = self.function(prop.schema, prop.label, pointer)
             if nested is not None:
+                back = ("return _explain(name, a, failed, tool_choice)" if self.top
+                        else "return failed")
                 prop.contents += self._when(prop, "object", [
-                    f"failed = {nested}({prop.var})", "if failed is not None:",
-                    "    return failed"])
+                    f"failed = {nested}({prop.var})", "if failed is not None:", f"    {back}"])
         if prop.may_be("array"):
             elements = self.elements(prop, pointer)
             if elements:
@@ -474,7 +555,7 @@ class _Compiler:
         items = schema.get("items", True)
         if items is False:
             lines += [f"if len({v}) > {len(prefix)}:",
-                      f"    return {_str(f'type-{prop.label}[]')}"]
+                      f"    {self.fail(f'type-{prop.label}[]')}"]
         elif items is not True:
             var, body = self.element(items, f"{prop.label}[]", f"{pointer}/items")
             if body:
@@ -489,12 +570,12 @@ class _Compiler:
         prop = _Property(label, schema, var, True, label)
         self.slot(prop, pointer)
         if prop.type_fail == "":
-            return var, [f"return {_str(f'type-{label}')}"]  # the false schema: none allowed
+            return var, [self.fail(f"type-{label}")]  # the false schema: none allowed
         body = []
         if prop.type_fail:
-            body += [f"if {prop.type_fail}:", f"    return {_str(f'type-{label}')}"]
+            body += [f"if {prop.type_fail}:", f"    {self.fail(f'type-{label}')}"]
         if prop.range_fails:
-            body += [f"if {_join(prop.range_fails)}:", f"    return {_str(f'range-{label}')}"]
+            body += [f"if {_join(prop.range_fails)}:", f"    {self.fail(f'range-{label}')}"]
         return var, body + prop.contents
 
     # -- one object level --
@@ -518,18 +599,23 @@ class _Compiler:
                               pointer + "/additionalProperties")
         if closed is False and any(name not in properties for name in required):
             # a required name outside the properties is present by now, and is extra
-            return [*self._missing(required, label), "return 'unknown-argument'"]
+            return [*self._missing(required, label), self.fail_unknown()]
 
         props = [_Property(name, sub, f"v{i}", name in required, _child(label, name))
                  for i, (name, sub) in enumerate(properties.items())]
         for prop in props:
             self.slot(prop, f"{pointer}/properties/{json_pointer((prop.name,))[1:]}")
 
-        # step 3: fields. The required values checked later are fetched at once, in a try
-        # (free on the way through: one dict lookup per field where `in` then [] is two);
-        # only when one is missing is each name tested, in `required` order.
+        # step 3: fields. A dict shorter than the required names lacks one: each name is
+        # tested, in `required` order (a model's usual mistake costs a len() and an `in` or
+        # two, no KeyError). Else the required values checked later are fetched at once, in
+        # a try (free on the way through: one dict lookup per field where `in` then [] is
+        # two); a KeyError there (a name missing and an unknown one in its place) tests them.
         body: list[str] = []
         fetched = [prop for prop in props if prop.required and prop.fetched]
+        if required:
+            body += [f"if len(a) < {len(required)}:",
+                     *_indent(self._missing(required, label, short=True))]
         if fetched:
             body += ["try:",
                      *(f"    {prop.var} = a[{_str(prop.name)}]" for prop in fetched),
@@ -548,39 +634,44 @@ class _Compiler:
 
         # step 4: types, then step 5: ranges, in the order of properties
         for prop in props:
-            code = _str(f"type-{prop.label}")
             if prop.type_fail == "":
-                body += [f"if {_str(prop.name)} in a:", f"    return {code}"]
+                body += [f"if {_str(prop.name)} in a:",
+                         f"    {self.fail_type(prop, f'a[{_str(prop.name)}]')}"]
             elif prop.type_fail:
-                body += self._if(prop, prop.type_fail, code)
+                body += self._if(prop, prop.type_fail, self.fail_type(prop, prop.var))
         for prop in props:
             if prop.range_fails:
-                body += self._if(prop, _join(prop.range_fails), _str(f"range-{prop.label}"))
+                body += self._if(prop, _join(prop.range_fails), self.fail_range(prop))
 
         # then what each property holds: a nested object level by level, an array's elements
         for prop in props:
             body += prop.contents
+        if self.top:
+            body += self._bind(props)
         if not body:
             return None
         return [*body, "return None"]
 
-    @staticmethod
-    def _missing(names: list[str], label: str) -> list[str]:
-        """Lines returning ``missing-<name>`` for the first of ``names`` not in ``a``."""
-        return [line for name in names for line in (
-            f"if {_str(name)} not in a:", f"    return {_str('missing-' + _child(label, name))}")]
+    def _missing(self, names: list[str], label: str, *, short: bool = False) -> list[str]:
+        """Lines returning ``missing-<name>`` for the first of ``names`` not in ``a``; when
+        ``short`` (``a`` is known to lack one of them), the last is not tested."""
+        lines = [line for name in names for line in (
+            f"if {_str(name)} not in a:", f"    {self.fail_missing(name, label)}")]
+        if short and lines:
+            lines[-2:] = [lines[-1][4:]]
+        return lines
 
     @staticmethod
-    def _if(prop: _Property, condition: str, code: str) -> list[str]:
+    def _if(prop: _Property, condition: str, fail: str) -> list[str]:
         if not prop.required:
             if " or " in condition:
                 condition = f"({condition})"
             condition = f"{prop.var} is not _MISSING and {condition}"
-        return [f"if {condition}:", f"    return {code}"]
+        return [f"if {condition}:", f"    {fail}"]
 
     def _extras(self, properties: dict[str, Any], required: list[str]) -> list[str]:
         """Lines for ``additionalProperties: false``: any key outside ``properties``."""
-        fail = ["    return 'unknown-argument'"]
+        fail = [f"    {self.fail_unknown()}"]
         if not properties:
             return ["if a:", *fail]
         if len(required) == len(properties):
@@ -589,9 +680,31 @@ class _Compiler:
         names = self.named("frozenset({" + ", ".join(map(_str, properties)) + "})")
         return [f"if len(a) != {len(required)} and not a.keys() <= {names}:", *fail]
 
+    @staticmethod
+    def _bind(props: list[_Property]) -> list[str]:
+        """In the gate's module, at the end of a valid tool call: ``return _BIND`` when
+        :meth:`Tool.bind` may change the arguments (an integral number that is not an
+        ``int``, or a value that holds numbers), so the gate binds only then."""
+        tests = []
+        for prop in props:
+            if prop.types is not None and prop.types.isdisjoint(("integer", "object", "array")):
+                continue  # bind leaves these as they are
+            if prop.types != frozenset({"integer"}):
+                if isinstance(prop.schema, dict):
+                    return ["return _BIND"]  # a number, an object or an array: bind looks
+                continue  # true or false: nothing to bind by
+            test = f"type({prop.var}) is not int"
+            tests.append(test if prop.required else f"({prop.var} is not _MISSING and {test})")
+        return [f"if {' or '.join(tests)}:", "    return _BIND"] if tests else []
+
     def function(self, schema: Mapping[str, Any], label: str, pointer: str) -> str | None:
-        """Write a nested level as a function; its name, or None when it checks nothing."""
-        body = self.level(schema, label, pointer)
+        """Write a nested level as a function; its name, or None when it checks nothing.
+        (Its failures return codes, in the gate's module too.)"""
+        top, self.top = self.top, False
+        try:
+            body = self.level(schema, label, pointer)
+        finally:
+            self.top = top
         if body is None:
             return None
         self.levels += 1
@@ -643,6 +756,56 @@ class _Compiler:
         return "\n\n\n".join(section.strip("\n") for section in sections) + "\n"
 
 
+    def refusal_module(self, tools: ToolSet) -> str:
+        """The gate's module: ``refusal(name, a, tool_choice=None)`` over a call's tool name
+        and arguments, its failures worded (see :func:`compile_refusals`)."""
+        assert self.wording is not None
+        names = list(tools)
+        inline = len(names) <= INLINE_TOOLS
+        dispatch: list[str] = []
+        table: list[str] = []
+        for index, name in enumerate(names):
+            pointer = f"/{index}/inputSchema"
+            schema = tools[name].input_schema
+            check_input_schema(schema, pointer)
+            self.top, self.level_of = True, self.wording.level(name)
+            try:
+                body = self.level(schema, "", pointer) or ["return None"]
+            finally:
+                self.top, self.level_of = False, None
+            if inline:
+                dispatch += [f"    if name == {_str(name)}:",
+                             *("        " + line for line in body)]
+            else:
+                self.functions.append([f"def _T{index}(name, a, tool_choice):",
+                                       f"    # the tool {_str(name)}",
+                                       *("    " + line for line in body)])
+                table.append(f"    {_str(name)}: _T{index},")
+        if inline:
+            dispatch.append("    return _name_refusal(name, a, tool_choice)")
+        else:
+            dispatch = ["    tool = _TOOLS.get(name)",
+                        "    if tool is None:",
+                        "        return _name_refusal(name, a, tool_choice)",
+                        "    return tool(name, a, tool_choice)"]
+        constants = ["_MISSING = object()",
+                     "_NOT_NUMBERS = frozenset({str, bool, type(None), list, dict})",
+                     "TOOL_NAMES = (" + "".join(_str(n) + ", " for n in names) + ")",
+                     *self.constants]
+        sections = [_GATE_HEADER.format(version=__version__, count=len(names)),
+                    RUNTIME_SOURCE,
+                    "# --- constants from the schemas, and the wording's parts ---\n\n"
+                    + "\n".join(constants)]
+        if self.functions:
+            sections.append("# --- nested objects" + (" and tools" if not inline else "")
+                            + " (their failures return codes) ---")
+            sections += ["\n".join(f) for f in self.functions]
+        if not inline:
+            sections.append("_TOOLS = {\n" + "\n".join(table) + "\n}")
+        sections.append(_REFUSAL_HEAD + "\n".join(dispatch))
+        return "\n\n\n".join(section.strip("\n") for section in sections) + "\n"
+
+
 _HEADER = '''\
 """A tool-call validator generated by regdev {version} for {count} tool(s); do not edit.
 
@@ -676,6 +839,34 @@ def check(call, tool_choice=None):
         return 'bad-arguments'
     if tool_choice is not None and name != tool_choice:
         return 'wrong-tool'
+'''
+
+
+_GATE_HEADER = '''\
+"""The gate's check, generated by regdev {version} for {count} tool(s); do not edit.
+
+``refusal(name, a, tool_choice=None)`` checks the arguments ``a`` (a dict) of a call of tool
+``name`` (a str) in the order of ``check`` (regdev's docs/validator.md) and returns None when
+the call is valid, ``_BIND`` when it is valid and ``Tool.bind`` may change its arguments, else
+the first failure's Refusal. A failure of the arguments themselves is worded here, from parts
+regdev's reference validator worked out (``_W`` names, given in the namespace); any other
+(the tool name, a nested object, an array's elements) is worded by the reference validator
+(``_explain``, ``_name_refusal``). Not standalone: the names above come from regdev.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+# --- JSON semantics (copied from regdev.gate._runtime) ---
+'''
+
+_REFUSAL_HEAD = '''\
+def refusal(name, a, tool_choice=None):
+    """None when the call is valid, _BIND when valid but to bind, else its Refusal."""
+    if tool_choice is not None and name != tool_choice:
+        return _name_refusal(name, a, tool_choice)
 '''
 
 
@@ -737,18 +928,123 @@ def compile_validator(
     """
     tool_set = _tool_set(tools)
     source = _Compiler().module(tool_set)
-    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    filename = f"<regdev compiled validator {digest}>"
     namespace: dict[str, Any] = {"__name__": "regdev_compiled_validator"}
-    try:
-        code = compile(source, filename, "exec")
-    except (SyntaxError, RecursionError, MemoryError) as error:  # pragma: no cover - a bug
-        raise SchemaError(f"the schemas could not be compiled: {error}", "") from None
-    exec(code, namespace)
-    # Register the source so tracebacks and debuggers show the generated lines (as attrs does).
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    filename = _load(source, "regdev compiled validator", namespace)
     check = namespace["check"]
     check.source = source
     check.filename = filename
     check.tool_names = tuple(tool_set)
     return cast(CompiledValidator, check)
+
+
+class _Bind:
+    """The type of :data:`BIND`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BIND"
+
+
+#: What the gate's check returns for a valid call whose arguments :meth:`Tool.bind` may change
+#: (an integral number that is not an ``int``, or a value that holds numbers).
+BIND = _Bind()
+
+#: What the gate's check returns: None (valid, as it is), :data:`BIND` (valid, bind it) or the
+#: first failure's refusal.
+Verdict = Refusal | _Bind | None
+
+
+class RefusalCheck:
+    """The gate's validate stage for one tool set: :func:`compile_refusals` makes it.
+
+    Attributes:
+        refusal: the generated ``refusal(name, arguments, tool_choice=None) -> Verdict`` over a
+            call whose tool name is a str and whose arguments are a dict (``name`` any str:
+            an unknown tool is refused).
+        source: its module's source (also shown in tracebacks).
+        filename: the fake file name the source is registered under in :mod:`linecache`.
+        reference: the reference validator its refusals are worded by (and as).
+    """
+
+    def __init__(self, refusal: Any, source: str, filename: str,
+                 reference: ReferenceValidator) -> None:
+        self.refusal = refusal
+        self.source = source
+        self.filename = filename
+        self.reference = reference
+
+    def __call__(self, call: object, tool_choice: str | None = None) -> Verdict:
+        """The verdict on a decoded canonical call (any value): the shape step here (a call
+        that is not an object with a string ``tool`` and object ``arguments`` is worded by the
+        reference), then :attr:`refusal`."""
+        if type(call) is dict:
+            name, arguments = call.get("tool"), call.get("arguments")
+            if type(name) is str and type(arguments) is dict:
+                verdict: Verdict = self.refusal(name, arguments, tool_choice)
+                return verdict
+        return self.reference.check(call, tool_choice)
+
+
+def compile_refusals(
+    tools: ToolSet | Iterable[Mapping[str, Any]] | None = None,
+    reference: ReferenceValidator | None = None,
+) -> RefusalCheck:
+    """Compile the gate's validate stage: the compiled check with its refusals worded.
+
+    The generated function checks as :func:`compile_validator`'s ``check`` does, in the same
+    order, and returns the first failure as the very :class:`Refusal` that
+    :meth:`ReferenceValidator.check` gives (the reference stays the oracle the tests compare
+    with). The refusals of a tool's own arguments (missing, unknown, type, range) are worded
+    in the generated code, from constant parts the reference worked out; the others by the
+    reference (:meth:`~ReferenceValidator.explain`).
+
+    Args:
+        tools: as for :func:`compile_validator`.
+        reference: the reference validator of the same tools (made when None).
+
+    Returns:
+        The :class:`RefusalCheck`.
+
+    Raises:
+        SchemaError: a schema is outside the supported subset (as for
+            :func:`compile_validator`).
+        TypeError: ``tools`` is neither a ToolSet nor a list of definitions.
+    """
+    tool_set = _tool_set(tools)
+    if reference is None:
+        reference = ReferenceValidator(tool_set)
+    compiler = _Compiler(reference)
+    source = compiler.refusal_module(tool_set)
+    check = reference.check
+    explain = reference.explain
+
+    def explain_at(name: str, arguments: dict[str, Any], code: str,
+                   tool_choice: str | None) -> Refusal:
+        return explain({"tool": name, "arguments": arguments}, code, tool_choice)
+
+    def name_refusal(name: str, arguments: dict[str, Any],
+                     tool_choice: str | None) -> Refusal | None:
+        return check({"tool": name, "arguments": arguments}, tool_choice)
+
+    namespace: dict[str, Any] = {
+        "__name__": "regdev_gate_check", **compiler.objects, "_BIND": BIND,
+        "_Refusal": Refusal, "_got": got_value, "_show": show_value,
+        "_out_of_range": out_of_range, "_unknown_argument": unknown_argument,
+        "_explain": explain_at, "_name_refusal": name_refusal}
+    filename = _load(source, "regdev gate check", namespace)
+    return RefusalCheck(namespace["refusal"], source, filename, reference)
+
+
+def _load(source: str, what: str, namespace: dict[str, Any]) -> str:
+    """Execute a generated module's source in ``namespace`` and register it in
+    :mod:`linecache` under a readable fake file name (as attrs does); return that name."""
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    filename = f"<{what} {digest}>"
+    try:
+        code = compile(source, filename, "exec")
+    except (SyntaxError, RecursionError, MemoryError) as error:  # pragma: no cover - a bug
+        raise SchemaError(f"the schemas could not be compiled: {error}", "") from None
+    exec(code, namespace)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return filename

@@ -444,6 +444,59 @@ def _first_extra_in(node: _Node, value: object, where: str) -> Refusal | None:
     return None
 
 
+# --- wording for the compiled check ------------------------------------------------------------
+# The gate's compiled check (``_compile.py``, message mode) words the refusals of a tool's own
+# arguments where it finds them, from these parts worked out here once, so both validators
+# say the same words by construction; every other refusal it hands to :meth:`explain`.
+
+
+def missing_refusal(level: _Level, name: str) -> Refusal:
+    """The refusal of a tool call whose argument ``name`` (required at ``level``, the
+    arguments object) is absent: a constant."""
+    return _missing(level, name, "")
+
+
+def type_prefix(node: _Node) -> str:
+    """What the type refusal of an argument says before the value: ``"addr must be an
+    integer 0..15, got "`` (then :func:`got_value` of the value)."""
+    return f"{node.label} must be {node.allowed}, got "
+
+
+def got_value(value: object) -> str:
+    """A wrong value as a type refusal shows it: ``string "3"``, ``boolean true``."""
+    return _got(value)
+
+
+#: Range keywords whose refusal reads ``<where> <value> is outside <bounds>``.
+_BOUNDS_WORDED = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                            "enum", "const"})
+
+
+def range_parts(node: _Node) -> tuple[str, str] | None:
+    """``(before, after)`` the value in the range refusal of an argument whose range keywords
+    are all bounds (``"addr "``, ``" is outside 0..15"``), else None (:func:`out_of_range`
+    words it: the message depends on the keyword that failed)."""
+    if not node.ranged or not _RANGE_KEYWORDS.intersection(node.schema) <= _BOUNDS_WORDED:
+        return None
+    return f"{node.label} ", f" is outside {node.bounds}"
+
+
+def out_of_range(node: _Node, value: object) -> Refusal:
+    """The range refusal of argument ``node`` holding ``value`` (which fails its ranges)."""
+    refusal = _out_of_range(node, value, node.label)
+    assert refusal is not None
+    return refusal
+
+
+def unknown_argument(level: _Level, arguments: dict[Any, Any]) -> Refusal:
+    """The refusal of arguments that hold a name ``level`` (the arguments object, closed)
+    does not declare: the first such name."""
+    for key in arguments:
+        if key not in level.fields:
+            return _unknown(level, key, "")
+    raise ValueError("no unknown argument")  # pragma: no cover - the check found one
+
+
 #: A route from the arguments to a place: property names, and prefixItems positions (ints).
 _Route = tuple[str | int, ...]
 
@@ -537,6 +590,15 @@ class ReferenceValidator:
     def tools(self) -> ToolSet:
         """The tools it validates against."""
         return self._tools
+
+    def level(self, tool: str) -> _Level:
+        """The arguments object of ``tool`` as read (its properties' nodes and the fixed parts
+        of their messages), for the compiled check to word refusals from.
+
+        Raises:
+            KeyError: no such tool.
+        """
+        return self._levels[tool]
 
     def check(self, call: object, tool_choice: str | None = None) -> Refusal | None:
         """Validate one canonical call ``{"tool": NAME, "arguments": {...}}``.
