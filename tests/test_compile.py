@@ -29,6 +29,7 @@ from regdev import (
     tool_definitions,
 )
 from regdev.cli._main import main
+from regdev.gate._bench import BENCH_TOOLS
 from regdev.gate._compile import generate_source
 from regdev.gate._parse import load_json
 from regdev.gate._runtime import RUNTIME_NAMES
@@ -449,14 +450,15 @@ def test_tools_argument_forms() -> None:
 # --- the gate uses it -------------------------------------------------------------------------
 
 
-def test_gate_asks_the_reference_only_to_explain_a_refusal(
+def test_gate_asks_the_reference_only_to_word_what_the_compiled_check_does_not(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A valid call never reaches the reference validator; a refused one is explained from
-    the compiled validator's code, without the reference checking the call again."""
-    gate = Gate()
+    """A valid call never reaches the reference validator; a refusal of a tool's own
+    arguments is worded by the compiled check itself; an element's is explained from its code,
+    without the reference checking the call again."""
+    gate = Gate(tools=BENCH_TOOLS)
     asked: list[Any] = []
     checked: list[Any] = []
-    reference = gate._validators[None][1]  # the default session's: every tool
+    reference = gate._validators[None].reference  # the default session's: every tool
     explain, check = reference.explain, reference.check
     monkeypatch.setattr(reference, "explain", lambda call, code, choice=None: asked.append(
         code) or explain(call, code, choice))
@@ -466,7 +468,11 @@ def test_gate_asks_the_reference_only_to_explain_a_refusal(
     assert ok.ok and asked == [] and checked == []
     bad = gate.handle('{"tool": "write_register", "arguments": {"addr": 16, "data": 7}}')
     assert bad.code == "range-addr" and bad.message == "addr 16 is outside 0..15"
-    assert asked == ["range-addr"] and checked == []
+    assert asked == [] and checked == []
+    block = gate.handle('{"tool": "write_registers", "arguments": {"addr": 0, '
+                        '"data": [1, 2, 300]}}')
+    assert block.code == "range-data[]" and block.message == "data[2] 300 is outside 0..255"
+    assert asked == ["range-data[]"] and checked == []
 
 
 # --- standalone modules -----------------------------------------------------------------------

@@ -1016,16 +1016,14 @@ def compile_refusals(
         reference = ReferenceValidator(tool_set)
     compiler = _Compiler(reference)
     source = compiler.refusal_module(tool_set)
-    check = reference.check
-    explain = reference.explain
 
     def explain_at(name: str, arguments: dict[str, Any], code: str,
                    tool_choice: str | None) -> Refusal:
-        return explain({"tool": name, "arguments": arguments}, code, tool_choice)
+        return reference.explain({"tool": name, "arguments": arguments}, code, tool_choice)
 
     def name_refusal(name: str, arguments: dict[str, Any],
                      tool_choice: str | None) -> Refusal | None:
-        return check({"tool": name, "arguments": arguments}, tool_choice)
+        return reference.check({"tool": name, "arguments": arguments}, tool_choice)
 
     namespace: dict[str, Any] = {
         "__name__": "regdev_gate_check", **compiler.objects, "_BIND": BIND,

@@ -9,10 +9,19 @@ Rules of this file:
   stage passed. Then :meth:`Gate._finish` records the call in the audit log, when there is one,
   and settles its idempotency key. What the stages learn about the call is kept in one
   :class:`_Call`.
-* Validation runs the compiled validator (``_compile.py``) of the tools the caller's session is
-  offered; only when it refuses is the reference validator of the same tools asked for the
-  refusal's message (both give the same code). So a tool the session is not offered is
-  ``unknown-tool`` exactly where a tool that does not exist is, listing the session's tools.
+* Validation runs the gate's compiled check (``_compile.py``, :func:`compile_refusals`) of the
+  tools the caller's session is offered: it returns the first failure as the refusal the
+  reference validator gives, worded in the generated code (the reference words the rest). So
+  a tool the session is not offered is ``unknown-tool`` exactly where a tool that does not
+  exist is, listing the session's tools.
+* Two ways through, one pipeline. :meth:`Gate._plain` is the pipeline of a gate with nothing
+  to authorize (no policy, no audit log, no read-only or protected register), written out top
+  to bottom for the usual canonical call (the one :func:`decode_canonical` takes): parse,
+  validate, (authorize: nothing), execute, observe. Every other call, and every call of any
+  other gate, goes through :meth:`Gate._run`, the same stages as methods over one
+  :class:`_Call`, where the authorize checks, the stage times and the audit record join.
+  Both give the same observation for the same call (``tests/test_gate.py`` compares them on
+  generated raw calls).
 * ``_Call.executed`` is set immediately before the device call: from then on the device may
   have changed. A call that executed a tool changing the device is recorded durably (committed
   before its observation is returned) and keeps its idempotency key, whatever happens after
@@ -27,8 +36,8 @@ Rules of this file:
   ``internal-error`` observation (and is logged), so no stack trace reaches a model. A
   ``KeyboardInterrupt`` or ``SystemExit`` from inside (the approval hook, a device) is recorded
   as ``internal-error`` in the audit log and then raised again: the program is being stopped.
-* Stage times are taken only when there is an audit log to keep them, and a gate without a
-  policy or an audit log checks nothing at authorize: the plain gate pays for neither.
+* Stage times are taken only when there is an audit log to keep them, and the plain path
+  builds no :class:`_Call`: the plain gate pays for neither.
 """
 
 from __future__ import annotations
@@ -56,13 +65,14 @@ from ..core._errors import (
 from ..core._observation import PIPELINE, Observation, Refusal
 from ..core._text import escape_text, is_text
 from ..devices._device import Device, DeviceIdentity, RegisterFile, TimeoutDevice
-from ._compile import CompiledValidator, compile_validator
+from ._compile import BIND, RefusalCheck, compile_refusals
 from ._maptools import map_tools
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_ID_CHARS,
     check_dialect,
     check_idempotency_key,
+    decode_canonical,
     encode_json_data,
     parse,
 )
@@ -167,11 +177,11 @@ class Gate:
         self.timeout = timeout
         self._runner = TimeoutDevice(self.device, timeout) if timeout is not None else self.device
         self._tool_by_name: dict[str, Tool] = dict(tools.items())
-        #: The validators of each offered tool list (None: every tool): the compiled one
-        #: decides, the reference one words a refusal.
-        self._validators: dict[tuple[str, ...] | None,
-                               tuple[CompiledValidator, ReferenceValidator]] = {
-            None: (compile_validator(tools), ReferenceValidator(tools))}
+        #: The compiled check of each offered tool list (None: every tool), its refusals
+        #: worded as the reference validator of the same tools words them.
+        self._validators: dict[tuple[str, ...] | None, RefusalCheck] = {
+            None: compile_refusals(tools, ReferenceValidator(tools))}
+        self._check = self._validators[None].refusal  # every tool's, bound once
         #: The read-only and protected registers, of the policy and the device's map, when
         #: there are any (else the checks are skipped).
         registers = (policy.registers if policy is not None else RegisterPolicy()).for_map(
@@ -180,6 +190,9 @@ class Gate:
         #: Every register's address (what a reset changes), and how messages name them.
         self._every = regmap.addresses
         self._label = regmap.label
+        #: The plain path (:meth:`_plain`) is taken by a gate with nothing to authorize: no
+        #: policy, no audit log, no read-only or protected register.
+        self._plain_path = policy is None and audit is None and self._registers is None
         self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
         #: Told once, in words, when a call's idempotency key is ignored because the gate has
         #: no audit log (the command line prints it on stderr); the ``regdev`` logger's
@@ -255,6 +268,9 @@ class Gate:
             self.check_options(dialect, tool_choice)
         if loop_id is not None:
             check_loop_id(loop_id)
+        if self._plain_path and dialect == "canonical" and (
+                session is None or session is self.default_session):
+            return self._plain(raw, tool_choice)
         call = _Call(session or self.default_session, dialect, tool_choice, raw,
                      loop_id=loop_id, step=step, proposer=proposer)
         if self.audit is None:
@@ -330,6 +346,49 @@ class Gate:
 
     # --- the pipeline --------------------------------------------------------------------
 
+    def _plain(self, raw: str | bytes, tool_choice: str | None) -> Observation:
+        """The pipeline of a gate with nothing to authorize, top to bottom: the stages
+        of :meth:`_run`, in its order, written out for the usual canonical call. A call it
+        does not take at parse goes to :meth:`_run`, which says what it is."""
+        try:
+            # parse: the byte cap, then one typed decode of the top level, repeated keys
+            # ruled out by a colon count (decode_canonical); else the general parse decides
+            decoded = decode_canonical(raw, self.max_input_bytes)
+            if decoded is None:
+                return self._run(_Call(self.default_session, "canonical", tool_choice, raw,
+                                       loop_id=None, step=None))
+            name, arguments, call_id = decoded
+            # validate: the first failure, worded; BIND for a valid call with a number to
+            # make an int (3.0) or an array or object that may hold one; then the register
+            # map's rules, after the schema's ranges
+            verdict = self._check(name, arguments, tool_choice)
+            if verdict is not None and verdict is not BIND:
+                return Observation(refusal=verdict, id=call_id)
+            tool = self._tool_by_name[name]  # valid: the tool is offered
+            if verdict is BIND:
+                arguments = tool.bind(arguments)
+            if tool.rules is not None:
+                refusal = tool.rules(arguments)
+                if refusal is not None:
+                    return Observation(refusal=refusal, id=call_id)
+            # authorize: nothing to check (no policy, no audit log, no protected register)
+            # execute
+            handler = tool.handler
+            if handler is None:
+                return Observation(refusal=_no_handler(tool), id=call_id)
+            try:
+                result = handler(self._runner, arguments)
+            except RegdevError as error:
+                return Observation(refusal=_device_failure(error), id=call_id)
+            # observe
+            size = len(_encode(result))
+            if size > self.max_output_bytes:
+                return Observation(refusal=_too_large(tool, size, self.max_output_bytes),
+                                   id=call_id)
+            return Observation(name, result, id=call_id)
+        except Exception:  # the gate's promise: one observation, never an exception
+            return _internal_error()
+
     def _run(self, call: _Call) -> Observation:
         """parse -> validate -> authorize -> execute -> observe: the first stage that ends
         the call decides its observation; if none does, the call succeeded."""
@@ -396,15 +455,17 @@ class Gate:
         return None
 
     def _validate(self, call: _Call) -> Refusal | None:
-        """The call against the schemas of the tools its session is offered."""
+        """The call against the schemas of the tools its session is offered; a valid call's
+        tool and bound arguments."""
         tools = call.session.tools
-        check, reference = self._validators.get(tools) or self._validators_for(tools)
-        code = check(call.call, call.tool_choice)
-        if code is not None:
-            return reference.explain(call.call, code, call.tool_choice)
+        check = self._validators.get(tools) or self._validators_for(tools)
+        verdict = check(call.call, call.tool_choice)
+        if isinstance(verdict, Refusal):
+            return verdict
         canonical: dict[str, Any] = call.call  # type: ignore[assignment]
         tool = call.tool = self._tool_by_name[canonical["tool"]]
-        arguments = call.arguments = tool.bind(canonical["arguments"])
+        arguments = canonical["arguments"]
+        arguments = call.arguments = tool.bind(arguments) if verdict is BIND else arguments
         if tool.rules is not None:  # the register map's rules, after the schema's ranges
             return tool.rules(arguments)
         return None
@@ -479,8 +540,7 @@ class Gate:
         tool = call.tool
         assert tool is not None and call.arguments is not None
         if tool.handler is None:
-            return Refusal("execute", "device-error",
-                           f"tool {tool.name} has no implementation here")
+            return _no_handler(tool)
         call.executed = True  # from here on the device may have changed
         try:
             call.result = tool.handler(self._runner, call.arguments)
@@ -494,10 +554,7 @@ class Gate:
         if size <= self.max_output_bytes:
             return None
         assert call.tool is not None
-        ran = "ran" if call.tool.read_only else "ran and its effect stands"
-        return Refusal("observe", "output-too-large",
-                       f"{call.tool.name} {ran}, but its result is {size} bytes, over the cap "
-                       f"of {self.max_output_bytes} bytes")
+        return _too_large(call.tool, size, self.max_output_bytes)
 
     # --- after the pipeline: the audit record and the idempotency key --------------------
 
@@ -563,15 +620,14 @@ class Gate:
         else:
             self.audit.release_key(slot)
 
-    def _validators_for(self, tools: tuple[str, ...] | None
-                        ) -> tuple[CompiledValidator, ReferenceValidator]:
-        """The validators of the tools in ``tools`` (None: every tool), compiled once."""
+    def _validators_for(self, tools: tuple[str, ...] | None) -> RefusalCheck:
+        """The compiled check of the tools in ``tools`` (None: every tool), compiled once."""
         found = self._validators.get(tools)
         if found is None:
             offered = ToolSet(self.tools[name] for name in dict.fromkeys(tools or ())
                               if name in self.tools)
             found = self._validators.setdefault(
-                tools, (compile_validator(offered), ReferenceValidator(offered)))
+                tools, compile_refusals(offered, ReferenceValidator(offered)))
         return found
 
     # --- outside the pipeline ------------------------------------------------------------
@@ -743,6 +799,19 @@ def _device_failure(error: RegdevError) -> Refusal:
     if isinstance(error, DeviceRefused):
         return Refusal("execute", "device-error", f"the device refused: {text}")
     return Refusal("execute", "device-error", f"the device failed: {text}")
+
+
+def _no_handler(tool: Tool) -> Refusal:
+    """The execute stage's refusal of a tool that is only validated (no handler)."""
+    return Refusal("execute", "device-error", f"tool {tool.name} has no implementation here")
+
+
+def _too_large(tool: Tool, size: int, cap: int) -> Refusal:
+    """The observe stage's refusal of a result of ``size`` bytes, over the ``cap``."""
+    ran = "ran" if tool.read_only else "ran and its effect stands"
+    return Refusal("observe", "output-too-large",
+                   f"{tool.name} {ran}, but its result is {size} bytes, over the cap "
+                   f"of {cap} bytes")
 
 
 def _unidentified(error: RegdevError) -> Refusal:
