@@ -716,3 +716,73 @@ hostile_text = st.one_of(
         st.characters(),
     ), min_size=1, max_size=30),
 )
+
+
+# --- raw calls for the gate's two paths (tests/test_gate.py) ---------------------------------
+
+#: Number texts, mostly plain small integers, sometimes at the edges of what decoders hold.
+_number_texts = st.one_of(st.integers(-2, 300).map(str), st.integers(-2, 300).map(str),
+                          number_literals)
+#: Value texts an argument may hold: numbers, wrong types, arrays and objects, repeated keys
+#: inside them, strings holding colons, escapes and lone surrogates.
+_argument_texts = st.one_of(
+    _number_texts,
+    st.sampled_from(['"3"', "true", "null", "[]", "{}", "[1, 2, 300]", "[0, 17, 255]", "[3.0]",
+                     '{"x": 1}', '{"x": 1, "x": 2}', '[{"a": 1, "a": 2}]', '"a:b"', '"\\u003a"',
+                     '{"deep": {"x": 1.0}}', '"\\ud800"', '"caf\\u00e9"', '"\u00e9"']),
+    json_values_small.map(to_json),
+)
+#: Key texts, as written in the JSON text: plain, escaped, or near a known name.
+_key_texts = st.sampled_from(['"addr"', '"data"', '"note"', '"Addr"', '"\\u0061ddr"', '"n"',
+                              '"v"', '"s"', '"o"', '"a:b"'])
+_spaces = st.sampled_from(["", " ", " ", "\n  ", "\t"])
+
+
+@st.composite
+def raw_gate_calls(draw: st.DrawFn) -> str | bytes:
+    """Raw text of tool calls as a model may send them, the usual canonical call most often:
+    tools offered or not, arguments of every kind (numbers at the edges, wrong types, arrays,
+    objects, strings with colons), ids, idempotency keys, unknown and repeated keys at each
+    level (inside arrays too), escaped key names, odd whitespace; sometimes cut short, padded,
+    wrapped in an array, or not JSON at all; as str or UTF-8 bytes."""
+    space = draw(_spaces)
+    tool = draw(st.sampled_from(["write_register", "write_register", "read_register", "echo",
+                                 "blocks", "erase_chip", "Write_register"]))
+    members = [(draw(_key_texts), draw(_argument_texts))
+               for _ in range(draw(st.integers(0, 3)))]
+    if draw(st.integers(0, 3)):  # the arguments of a valid call of the tool, and maybe more
+        members = {"write_register": [('"addr"', draw(_number_texts)),
+                                      ('"data"', draw(_number_texts))],
+                   "read_register": [('"addr"', draw(_number_texts))],
+                   "echo": [('"n"', draw(_number_texts)),
+                            *([('"o"', '{"x": 2.0}')] if draw(st.booleans()) else [])],
+                   "blocks": [('"v"', draw(st.sampled_from(["[1, 2]", "[3.0, 255]", "[]"])))],
+                   }.get(tool, members) + members[:draw(st.sampled_from([0, 0, 0, 1]))]
+        members = draw(st.permutations(members))
+    arguments = "{" + f",{space}".join(f"{k}:{space}{v}" for k, v in members) + "}"
+    if draw(st.integers(0, 9)) == 0:
+        arguments = draw(_argument_texts)  # not an object
+    top = [('"tool"', to_json(tool)), ('"arguments"', arguments)]
+    if draw(st.booleans()):
+        top.append(('"id"', to_json(draw(ids))))
+    extra = draw(st.sampled_from([None] * 12 + ['"idempotency_key"', '"tool"', '"arguments"',
+                                                '"x"', '"\\u0074ool"', '"id"']))
+    if extra is not None:
+        top.append((extra, draw(st.one_of(_argument_texts, st.just('"op:1"')))))
+    if draw(st.integers(0, 9)) == 0:
+        top.pop(draw(st.integers(0, len(top) - 1)))
+    order = draw(st.permutations(top))
+    text = "{" + f",{space}".join(f"{k}:{space}{v}" for k, v in order) + "}"
+    shape = draw(st.integers(0, 29))
+    if shape == 0:
+        text = text[:draw(st.integers(0, len(text)))]  # cut short
+    elif shape == 1:
+        text = f"[{text}]"
+    elif shape == 2:
+        text = text + draw(st.sampled_from(["x", " ", "\n", "}", " " * 300]))
+    elif shape == 3:
+        text = draw(st.sampled_from(["", "null", "{'tool': 'write_register'}", "\ufeff{}",
+                                     text.replace('"', "'")]))
+    if draw(st.booleans()):
+        return text.encode("utf-8", "surrogatepass")
+    return text

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from conftest import CountingDevice
 from regdev import (
+    REGISTER_TOOLS,
     AuditLog,
     AuditRecord,
     Device,
@@ -36,7 +37,15 @@ from regdev import (
     read_audit,
     run_loop,
 )
-from strategies import canonical_calls, json_values, python_calls, raw_register_calls, to_json
+from regdev.gate._parse import decode_canonical
+from strategies import (
+    canonical_calls,
+    json_values,
+    python_calls,
+    raw_gate_calls,
+    raw_register_calls,
+    to_json,
+)
 
 
 def test_accepted_write_reaches_device_and_reports_the_value(gate: Gate,
@@ -570,3 +579,68 @@ def test_python_data_messages_name_huge_integers_and_cycles() -> None:
     assert looped.code == "not-json" and looped.message == (
         "the tool call is not JSON data: a container that holds itself, or nesting deeper "
         "than regdev reads")
+
+
+# --- the plain path and the general path give the same observations ---------------------------
+
+_ECHO = Tool("echo", "Echo the bound arguments.", {
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 255},
+                   "s": {"type": "string", "maxLength": 3},
+                   "o": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+    "required": ["n"], "additionalProperties": False},
+    handler=lambda device, arguments: {"arguments": arguments})
+_BLOCKS = Tool("blocks", "Echo an array of bytes.", {
+    "type": "object",
+    "properties": {"v": {"type": "array", "maxItems": 3,
+                         "items": {"type": "integer", "minimum": 0, "maximum": 255}}},
+    "required": ["v"], "additionalProperties": False},
+    handler=lambda device, arguments: {"v": arguments["v"]})
+_PATH_TOOLS = ToolSet([*REGISTER_TOOLS.values(), _ECHO, _BLOCKS])
+
+
+@pytest.fixture(scope="module")
+def four_gates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gate]]:
+    """The same tools on four gates: the plain one (its plain path), the same forced through
+    the general path, one with an empty policy, one with an audit log. Small caps, so that
+    both ways past each cap are drawn."""
+    caps = {"max_input_bytes": 400, "max_output_bytes": 25}
+    plain = Gate(RegisterFile(), _PATH_TOOLS, **caps)
+    general = Gate(RegisterFile(), _PATH_TOOLS, **caps)
+    general._plain_path = False
+    policed = Gate(RegisterFile(), _PATH_TOOLS, policy=Policy(), **caps)
+    audited = Gate(RegisterFile(), _PATH_TOOLS, **caps,
+                   audit=AuditLog(tmp_path_factory.mktemp("paths") / "audit.db"))
+    assert plain._plain_path and not policed._plain_path and not audited._plain_path
+    yield [plain, general, policed, audited]
+    audited.close()
+
+
+@settings(max_examples=1000)
+@given(raw=raw_gate_calls(),
+       tool_choice=st.sampled_from([None, None, None, "write_register", "echo"]))
+def test_plain_path_observes_as_the_general_path(four_gates: list[Gate], raw: str | bytes,
+                                                  tool_choice: str | None) -> None:
+    """Generated raw calls: the plain gate's straight-line path gives exactly the observation
+    (values, their types, key order, id) that the stage methods give, with a policy and with
+    an audit log too (idempotency keys aside, which only an audit log keeps), and the devices
+    agree."""
+    keyed = (b"idempotency_key" if type(raw) is bytes else "idempotency_key") in raw
+    gates = four_gates[:3] if keyed else four_gates
+    seen = [gate.handle(raw, tool_choice=tool_choice) for gate in gates]
+    decoded = decode_canonical(raw, gates[0].max_input_bytes)
+    event("decoded in one step" if type(decoded) is tuple else "not-json in one step"
+          if decoded is not None else "the general parse")
+    event(f"observed {seen[0].code or 'ok'}")
+    for observation in seen[1:]:
+        assert observation == seen[0]
+        assert repr(observation) == repr(seen[0])
+    assert len({tuple(gate.device.snapshot()) for gate in gates}) == 1
+
+
+def test_plain_path_is_taken_only_by_a_gate_with_nothing_to_authorize(tmp_path: Path) -> None:
+    """A policy, an audit log or a read-only register send every call the general way."""
+    assert Gate()._plain_path
+    assert not Gate(policy=Policy())._plain_path
+    with Gate(audit=AuditLog(tmp_path / "a.db")) as audited:
+        assert not audited._plain_path

@@ -46,7 +46,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from msgspec.structs import replace
@@ -347,27 +347,40 @@ class Gate:
     # --- the pipeline --------------------------------------------------------------------
 
     def _plain(self, raw: str | bytes, tool_choice: str | None) -> Observation:
-        """The pipeline of a gate with nothing to authorize, top to bottom: the stages
-        of :meth:`_run`, in its order, written out for the usual canonical call. A call it
-        does not take at parse goes to :meth:`_run`, which says what it is."""
+        """The pipeline of a gate with nothing to authorize, top to bottom, for a canonical
+        call of the default session: the stages of :meth:`_run`, in its order, written out."""
         try:
-            # parse: the byte cap, then one typed decode of the top level, repeated keys
-            # ruled out by a colon count (decode_canonical); else the general parse decides
+            # parse, and validate: the usual call is decoded (its repeated keys ruled out by a
+            # colon count) and its arguments checked; any other text goes through the
+            # general parse, and its document through the shape step first. The
+            # check returns the first failure, worded; or BIND for a valid call with a number
+            # to make an int (3.0), or an array or object that may hold one.
             decoded = decode_canonical(raw, self.max_input_bytes)
-            if decoded is None:
-                return self._run(_Call(self.default_session, "canonical", tool_choice, raw,
-                                       loop_id=None, step=None))
-            name, arguments, call_id = decoded
-            # validate: the first failure, worded; BIND for a valid call with a number to
-            # make an int (3.0) or an array or object that may hold one; then the register
-            # map's rules, after the schema's ranges
-            verdict = self._check(name, arguments, tool_choice)
+            if type(decoded) is tuple:
+                name, arguments, call_id = decoded
+                verdict = self._check(name, arguments, tool_choice)
+            elif decoded is not None:  # not-json
+                return Observation(refusal=cast(Refusal, decoded))
+            else:
+                parsed = parse(raw, max_bytes=self.max_input_bytes)
+                if isinstance(parsed, Refusal):  # too-large, not-json
+                    return Observation(refusal=parsed)
+                call_id, key = parsed.id, parsed.idempotency_key
+                refusal = parsed.refusal or (_prefixed_key(key) if key is not None and
+                                             key.startswith(_DERIVED_KEY_PREFIXES) else None)
+                if refusal is not None:  # a bad idempotency key (else it is not kept here)
+                    return Observation(refusal=refusal, id=call_id)
+                verdict = self._validators[None](parsed.call, tool_choice)
+                if isinstance(verdict, Refusal):
+                    return Observation(refusal=verdict, id=call_id)
+                call: dict[str, Any] = parsed.call  # type: ignore[assignment]
+                name, arguments = call["tool"], call["arguments"]
             if verdict is not None and verdict is not BIND:
                 return Observation(refusal=verdict, id=call_id)
             tool = self._tool_by_name[name]  # valid: the tool is offered
             if verdict is BIND:
                 arguments = tool.bind(arguments)
-            if tool.rules is not None:
+            if tool.rules is not None:  # the register map's rules, after the schema's ranges
                 refusal = tool.rules(arguments)
                 if refusal is not None:
                     return Observation(refusal=refusal, id=call_id)
@@ -441,11 +454,7 @@ class Gate:
             if self._tool_call_ids_as_keys:
                 call.key = _derived_key(call.dialect, key, call.loop_id)
         elif key.startswith(_DERIVED_KEY_PREFIXES):
-            return Refusal("validate", "bad-idempotency-key",
-                           f"an idempotency key may not start with "
-                           f"{' or '.join(_DERIVED_KEY_PREFIXES[:2])} (nor "
-                           f"{', '.join(_DERIVED_KEY_PREFIXES[2:])}: those name provider tool "
-                           f'call ids), got "{escape_text(key, 40)}"')
+            return _prefixed_key(key)
         else:
             call.key = key
         if self.audit is None and call.key is not None:  # keys live in the audit log:
@@ -799,6 +808,15 @@ def _device_failure(error: RegdevError) -> Refusal:
     if isinstance(error, DeviceRefused):
         return Refusal("execute", "device-error", f"the device refused: {text}")
     return Refusal("execute", "device-error", f"the device failed: {text}")
+
+
+def _prefixed_key(key: str) -> Refusal:
+    """The refusal of an explicit idempotency key that takes a provider's prefix."""
+    return Refusal("validate", "bad-idempotency-key",
+                   f"an idempotency key may not start with "
+                   f"{' or '.join(_DERIVED_KEY_PREFIXES[:2])} (nor "
+                   f"{', '.join(_DERIVED_KEY_PREFIXES[2:])}: those name provider tool "
+                   f'call ids), got "{escape_text(key, 40)}"')
 
 
 def _no_handler(tool: Tool) -> Refusal:

@@ -380,43 +380,27 @@ def parse(
     return _adapt(doc, dialect)
 
 
-class _Envelope(msgspec.Struct, gc=False):
-    """The canonical call's top level as :func:`decode_canonical` decodes it: every field
-    optional and of any type, so that no well-formed call fails to decode (a field it does not
-    name is skipped, and then found by the colon count)."""
-
-    tool: Any = msgspec.UNSET
-    arguments: Any = msgspec.UNSET
-    id: Any = msgspec.UNSET
-    idempotency_key: Any = msgspec.UNSET
-
-
-_decode_envelope = msgspec.json.Decoder(_Envelope, float_hook=Decimal).decode
-_UNSET = msgspec.UNSET
-
-
-def decode_canonical(raw: object,
-                     max_bytes: int) -> tuple[str, dict[str, Any], str | None] | None:
-    """The usual canonical call, decoded in one typed step: ``(tool, arguments, id)``, or None
-    for :func:`parse` to decide (it gives the same answer as this whenever this gives one).
+def decode_canonical(raw: object, max_bytes: int
+                     ) -> tuple[str, dict[str, Any], str | None] | Refusal | None:
+    """The usual canonical call, decoded and its repeated keys ruled out in the fewest steps:
+    ``(tool, arguments, id)``; a ``not-json`` refusal for text that is not JSON; else None for
+    :func:`parse` to decide. Whenever this answers, :func:`parse` gives the same answer.
 
     The usual call is a str or bytes within the cap (a str of at most a quarter of it, so
     that its UTF-8 size needs no counting), one JSON object with a string ``tool``, object
-    ``arguments``, maybe an ``id`` and no idempotency key. It is decoded into a Struct of
-    those fields (a quarter faster than into a dict) and its repeated keys are ruled out by
-    one colon count, as :func:`parse` does first: each key occurrence in the text is followed
-    by one colon outside strings, so when the text holds exactly as many colons as the top
-    level and ``arguments`` kept keys, no key repeats, there is no other key at any depth
-    (a field the Struct does not name, or an object inside the arguments) and no colon in a
-    string. Anything else, a document that is not such an object or not JSON at all included,
-    is None.
+    ``arguments``, maybe an ``id`` and no idempotency key, and no other object inside.
+    Repeated keys are ruled out by one colon count, the first step of :func:`parse`'s: each
+    key occurrence in the text is followed by one colon outside strings, so when the text
+    holds exactly as many colons as the top level and ``arguments`` kept keys, no key repeats
+    (nor is there a deeper object, or a colon in a string). Anything else is None.
 
     Args:
         raw: the raw call, as :meth:`Gate.handle` takes it.
         max_bytes: the cap on its size in bytes.
 
     Returns:
-        ``(tool name, arguments, correlation id or None)``, or None.
+        ``(tool name, arguments, correlation id or None)``, a parse-stage :class:`Refusal`,
+        or None.
     """
     kind = type(raw)
     if kind is str:
@@ -430,16 +414,19 @@ def decode_canonical(raw: object,
     else:
         return None
     try:
-        doc = _decode_envelope(raw)  # type: ignore[arg-type]
-    except _NOT_JSON:  # not such an object (a ValidationError), or not JSON: parse() says
+        doc = _decode_json(raw)  # type: ignore[arg-type]
+    except UnicodeEncodeError:  # a str holding a lone surrogate: parse() decides
         return None
-    name, arguments, call_id = doc.tool, doc.arguments, doc.id
-    if type(name) is not str or type(arguments) is not dict or (
-            doc.idempotency_key is not _UNSET):
+    except _NOT_JSON as error:
+        return _not_json(_explain(error, raw))  # type: ignore[arg-type]
+    if type(doc) is not dict:
         return None
-    kept = len(arguments) + (2 if call_id is _UNSET else 3)
-    if raw.count(colon) != kept:  # type: ignore[attr-defined]
+    name, arguments = doc.get("tool"), doc.get("arguments")
+    if type(name) is not str or type(arguments) is not dict or "idempotency_key" in doc:
         return None
+    if raw.count(colon) != len(doc) + len(arguments):  # type: ignore[attr-defined]
+        return None
+    call_id = doc.get("id")
     if type(call_id) is not str or len(call_id) > MAX_ID_CHARS:
         call_id = None
     return name, arguments, call_id
