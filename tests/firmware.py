@@ -4,6 +4,7 @@ and an RFC 2217 server in front of it."""
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import re
 import socket
@@ -94,6 +95,27 @@ def sim_thread(firmware: sim.Firmware | None = None,
         servers[0].shutdown(socket.SHUT_RDWR)
         servers[0].close()
         thread.join(timeout=5)
+
+
+@contextmanager
+def sim_pty_thread(firmware: sim.Firmware | None = None,
+                   faults: sim.Faults | None = None) -> Iterator[str]:
+    """Serve the simulator on a pseudo-terminal in a thread of this process; yield its path
+    (a POSIX port: ``SerialDevice`` reads its replies with ``select`` and ``os.read``)."""
+    pty = sim._Pty(None)
+
+    def run() -> None:
+        with contextlib.suppress(OSError, sim.Disconnect):  # the pty closed: the test is over
+            sim.serve(sim._FdLine(pty.master), firmware or sim.Firmware(), faults or sim.Faults())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield pty.path
+    finally:
+        os.close(pty.slave)  # with the host's port closed too, the master's read ends (EIO)
+        thread.join(timeout=5)
+        os.close(pty.master)
 
 
 class _Network:

@@ -27,7 +27,7 @@ from regdev.devices._protocol import (
     decode,
     encode,
 )
-from strategies import wire_frames, wire_noise, wire_replies, wire_requests
+from strategies import wire_bytes, wire_frames, wire_noise, wire_replies, wire_requests
 
 PROTOCOL_DOC = ROOT / "docs" / "protocol.md"
 SOURCE = ROOT / "src" / "regdev" / "devices" / "_protocol.py"
@@ -521,3 +521,84 @@ def test_protocol_errors_are_regdev_errors() -> None:
     """Both protocol errors sit under ProtocolError, so one except catches the codec's errors."""
     assert issubclass(RemoteProtocolError, ProtocolError)
     assert issubclass(LocalProtocolError, ProtocolError)
+
+
+# --- the host's shortcut: take_reply ----------------------------------------------------------
+
+_SHORT = {ReadRequest: wire.ReadReply, WriteRequest: wire.WriteReply,
+          wire.MaskedWriteRequest: wire.MaskedWriteReply}
+
+
+@st.composite
+def lines_for(draw: st.DrawFn, request: wire.Request) -> bytes:
+    """Bytes a host may read while it awaits the reply to ``request``: the awaited reply
+    itself most often (any data), or another reply, an error reply, a CR before the LF, one
+    byte changed, two frames, a frame cut short, noise."""
+    reply_type = _SHORT.get(type(request))
+    addr = getattr(request, "addr", 0)
+    awaited = (encode(reply_type(request.seq, addr, draw(wire_bytes))) if reply_type
+               else encode(draw(wire_replies)))
+    other = encode(draw(wire_replies))
+    line = draw(st.sampled_from([awaited, awaited, awaited, other,
+                                 awaited[:-1] + b"\r\n", awaited + other, other + awaited,
+                                 encode(ErrorReply(request.seq, "BUSY")),
+                                 awaited[:draw(st.integers(0, len(awaited)))]]))
+    if line and draw(st.integers(0, 3)) == 0:
+        at = draw(st.integers(0, len(line) - 1))
+        line = line[:at] + bytes([draw(st.integers(0, 255))]) + line[at + 1:]
+    return line
+
+
+def _drain(link: Connection) -> list[object]:
+    """Every event the buffered bytes give, an error as its type and code."""
+    out: list[object] = []
+    while True:
+        try:
+            event = link.next_event()
+        except RemoteProtocolError as error:
+            out.append(("error", error.code))
+            continue
+        if event is wire.NEED_DATA:
+            return out
+        out.append(event)
+
+
+@given(wire_requests, st.data())
+def test_take_reply_takes_what_the_codec_would_and_nothing_else(
+        request: wire.Request, data: st.DataObject) -> None:
+    """A line given to take_reply: taken, it is the reply the buffer and decoder give for the
+    same bytes, with the same state after; not taken, nothing changed, and the bytes then go
+    the general way exactly as they would have. The exact awaited reply to a read, a write or
+    a masked write is always taken."""
+    line = data.draw(lines_for(request))
+    fast, slow = Connection(HOST), Connection(HOST)
+    fast.send(request)
+    slow.send(request)
+    taken = fast.take_reply(line)
+    slow.receive_data(line)
+    if taken is not None:
+        assert _drain(slow) == [taken]
+        assert fast.state is slow.state is State.IDLE and fast.pending is slow.pending is None
+        assert type(request) in _SHORT
+    else:
+        assert fast.state is State.AWAITING_REPLY and fast.pending == request
+        fast.receive_data(line)
+        assert _drain(fast) == _drain(slow)
+        assert (fast.state, fast.pending, fast.stale) == (slow.state, slow.pending, slow.stale)
+    reply_type = _SHORT.get(type(request))
+    if reply_type is not None:
+        exact = reply_type(request.seq, request.addr, 0x5A)  # type: ignore[attr-defined]
+        host = Connection(HOST)
+        host.send(request)
+        assert host.take_reply(encode(exact)) == exact and host.state is State.IDLE
+
+
+def test_take_reply_needs_an_awaited_reply_and_an_empty_buffer() -> None:
+    """Nothing is taken by a host awaiting nothing, a device, or with bytes still buffered."""
+    reply = encode(wire.ReadReply(5, 3, 7))
+    assert Connection(HOST).take_reply(reply) is None
+    assert Connection(DEVICE).take_reply(reply) is None
+    host = Connection(HOST)
+    host.send(ReadRequest(5, 3))
+    host.receive_data(b"$0")
+    assert host.take_reply(reply) is None and host.state is State.AWAITING_REPLY

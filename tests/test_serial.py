@@ -19,7 +19,14 @@ import serial
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES
-from firmware import CountingFirmware, is_sim_identity, rfc2217_server, sim_process, sim_thread
+from firmware import (
+    CountingFirmware,
+    is_sim_identity,
+    rfc2217_server,
+    sim_process,
+    sim_pty_thread,
+    sim_thread,
+)
 from regdev import (
     AuditLog,
     DeviceBusy,
@@ -56,15 +63,22 @@ def call(gate: Gate, tool: str, **arguments: int) -> dict[str, Any]:
 
 
 @contextmanager
-def faulted(kind: str, *, after: int, retries: int = 3
+def faulted(kind: str, *, after: int, retries: int = 3, line: str = "tcp"
             ) -> Iterator[tuple[CountingFirmware, SerialDevice]]:
-    """A SerialDevice on the simulator (a thread, over TCP) whose firmware counts what it
-    executes; the reply after the first ``after`` clean ones gets one fault of ``kind``."""
+    """A SerialDevice on the simulator (a thread, over TCP or a pty) whose firmware counts
+    what it executes; the reply after the first ``after`` clean ones gets one fault of
+    ``kind``. Over a pty the backend reads replies with ``select`` and ``os.read`` and takes
+    the exact awaited reply at once; over TCP through pyserial and the codec."""
     firmware = CountingFirmware()
     faults = sim.Faults({kind: 1.0}, after=after, count=1, delay=DELAY)
-    with sim_thread(firmware, faults) as url, SerialDevice(url, timeout=PATIENT,
-                                                           retries=retries) as device:
+    serving = sim_thread if line == "tcp" else sim_pty_thread
+    with serving(firmware, faults) as url, SerialDevice(url, timeout=PATIENT,
+                                                        retries=retries) as device:
         yield firmware, device
+
+
+#: The two ways a reply is read: through pyserial (TCP), and the POSIX fast path (a pty).
+LINES = pytest.mark.parametrize("line", ["tcp", "pty"])
 
 
 def wait_for_input(device: SerialDevice) -> None:
@@ -325,9 +339,10 @@ def test_random_faults_never_report_an_unacknowledged_write() -> None:
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("kind", ["drop", "delay"])
-def test_a_write_is_sent_exactly_once_even_with_retries(kind: str) -> None:
+@LINES
+def test_a_write_is_sent_exactly_once_even_with_retries(kind: str, line: str) -> None:
     """With retries=3, a write whose acknowledgement is lost reaches the device once."""
-    with faulted(kind, after=1) as (firmware, device):
+    with faulted(kind, after=1, line=line) as (firmware, device):
         device.timeout = TIMEOUT
         with pytest.raises(DeviceTimeout, match="the write may or may not have happened"):
             device.write(2, 0x22)
@@ -337,9 +352,10 @@ def test_a_write_is_sent_exactly_once_even_with_retries(kind: str) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_reset_is_sent_exactly_once_even_with_retries() -> None:
+@LINES
+def test_a_reset_is_sent_exactly_once_even_with_retries(line: str) -> None:
     """With retries=3, a reset whose acknowledgement is lost reaches the device once."""
-    with faulted("drop", after=2) as (firmware, device):
+    with faulted("drop", after=2, line=line) as (firmware, device):
         assert device.write(3, 3) == 3
         device.timeout = TIMEOUT
         with pytest.raises(DeviceTimeout, match="the reset may or may not have happened"):
@@ -350,9 +366,10 @@ def test_a_reset_is_sent_exactly_once_even_with_retries() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_read_is_sent_again_after_a_lost_reply() -> None:
+@LINES
+def test_a_read_is_sent_again_after_a_lost_reply(line: str) -> None:
     """With retries=3, a read whose reply is lost is sent a second time, and no more."""
-    with faulted("drop", after=1) as (firmware, device):
+    with faulted("drop", after=1, line=line) as (firmware, device):
         device.timeout = 1.0  # the lost reply's wait; the second attempt has as long
         assert device.read(7) == 0
         assert device.timeouts == 1
@@ -376,9 +393,10 @@ def test_failure_after_retries_says_the_real_time_spent() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_late_reply_is_flushed_before_the_next_request() -> None:
+@LINES
+def test_late_reply_is_flushed_before_the_next_request(line: str) -> None:
     """After a timeout the input is flushed: a late reply already in is never even decoded."""
-    with faulted("delay", after=1, retries=0) as (_, device):
+    with faulted("delay", after=1, retries=0, line=line) as (_, device):
         device.timeout = TIMEOUT
         with pytest.raises(DeviceTimeout):
             device.read(3)
@@ -457,7 +475,8 @@ def test_write_acknowledged_with_another_value_is_an_error() -> None:
 
 
 @pytest.mark.timeout(20)
-def test_device_refusal_is_typed_and_not_retried() -> None:
+@LINES
+def test_device_refusal_is_typed_and_not_retried(line: str) -> None:
     """An `e ADDR` answer is DeviceRefused with its code, and sent once despite retries."""
 
     class Refusing(CountingFirmware):
@@ -466,7 +485,8 @@ def test_device_refusal_is_typed_and_not_retried() -> None:
             return wire.ErrorReply(request.seq, "ADDR")
 
     firmware = Refusing()
-    with sim_thread(firmware) as url, SerialDevice(url, retries=3) as device:
+    with (sim_thread if line == "tcp" else sim_pty_thread)(firmware) as url, SerialDevice(
+            url, retries=3) as device:
         with pytest.raises(DeviceRefused, match=r"^no such register address \(ADDR\)$") as info:
             device.read(9)
         assert info.value.code == "ADDR" and not isinstance(info.value, DeviceBusy)
@@ -474,9 +494,10 @@ def test_device_refusal_is_typed_and_not_retried() -> None:
 
 
 @pytest.mark.timeout(20)
-def test_busy_is_device_busy() -> None:
+@LINES
+def test_busy_is_device_busy(line: str) -> None:
     """`e BUSY` to a write is DeviceBusy, not a refusal: not executed, worth sending again."""
-    with faulted("busy", after=1) as (firmware, device):
+    with faulted("busy", after=1, line=line) as (firmware, device):
         with pytest.raises(DeviceBusy) as info:
             device.write(4, 4)
         assert info.value.code == "BUSY" and not isinstance(info.value, DeviceRefused)
@@ -723,3 +744,76 @@ def test_a_reset_through_the_pty_ends_the_keys_of_its_link(tmp_path: Path) -> No
             assert again == {"ok": True, "tool": "write_register",
                              "result": {"addr": 3, "data": 7}}  # run, not "replay": true
             assert device.read(3) == 7
+
+
+# --- the POSIX fast path: select and os.read up to the line feed ----------------------------------
+
+
+def _counting_select(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record the timeout of every select() the backend makes."""
+    import regdev.devices._serial as backend  # noqa: PLC0415
+
+    waits: list[float] = []
+    real = backend.select.select
+
+    def spy(read: Any, write: Any, error: Any, timeout: float) -> Any:
+        waits.append(timeout)
+        return real(read, write, error, timeout)
+
+    monkeypatch.setattr(backend.select, "select", spy)
+    return waits
+
+
+def test_a_reply_is_read_up_to_its_line_feed_not_a_fixed_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply of any length ends the wait at its LF: a short error reply is read by one
+    select and one read (a read of the awaited reply's length would wait out the poll)."""
+    from regdev.devices._serial import _read_line  # noqa: PLC0415
+
+    waits = _counting_select(monkeypatch)
+    reading, writing = os.pipe()
+    try:
+        os.set_blocking(reading, False)
+        busy = wire.encode(wire.ErrorReply(5, "BUSY"))
+        os.write(writing, busy)
+        assert _read_line(reading, time.monotonic() + 60) == busy
+        assert len(waits) == 1
+        # In pieces: each piece is waited for, up to the LF, and nothing past the deadline.
+        reply = wire.encode(wire.ReadReply(5, 3, 7))
+        os.write(writing, reply[:4])
+        threading.Timer(0.05, os.write, (writing, reply[4:])).start()
+        assert _read_line(reading, time.monotonic() + 60) == reply
+        os.write(writing, b"$05 r")
+        assert _read_line(reading, time.monotonic() + 0.05) == b"$05 r"
+    finally:
+        os.close(writing)
+    try:
+        with pytest.raises(serial.SerialException, match="returned no data"):
+            _read_line(reading, time.monotonic() + 60)  # the other end closed
+    finally:
+        os.close(reading)
+
+
+def test_replies_over_a_pty_are_taken_at_once_and_others_go_to_the_codec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over a pty, the exact replies to reads and writes are taken by take_reply; an error
+    reply and an identify go through the codec; the results are the same either way."""
+    taken: list[object] = []
+    take = wire.Connection.take_reply
+
+    def spy(self: wire.Connection, line: bytes) -> wire.Reply | None:
+        reply = take(self, line)
+        taken.append(reply)
+        return reply
+
+    monkeypatch.setattr(wire.Connection, "take_reply", spy)
+    firmware = CountingFirmware()
+    faults = sim.Faults({"busy": 1.0}, after=3, count=1)
+    with sim_pty_thread(firmware, faults) as path, SerialDevice(path, timeout=PATIENT,
+                                                                retries=0) as device:
+        assert device.write(3, 0x33) == 0x33  # replies 1 (the identify) and 2
+        assert device.read(3) == 0x33  # reply 3
+        with pytest.raises(DeviceBusy):
+            device.read(3)  # reply 4: e BUSY
+    assert [type(reply).__name__ for reply in taken] == [
+        "NoneType", "WriteReply", "ReadReply", "NoneType"]

@@ -23,6 +23,10 @@ Rules of this file:
   echoing line, and must not answer it); a host drops replies it is not awaiting (stale).
 * The receive buffer is bounded (``max_buffer_size`` bytes); a frame is at most
   :data:`MAX_FRAME` bytes.
+* One shortcut, for a host that reads a line at a time: :meth:`Connection.take_reply` takes a
+  line that is exactly the awaited reply to a read or a write (sequence number, letter,
+  address, two hex digits, checksum, LF) without the buffer and the general decoder, and
+  moves the state as they would; anything else it leaves alone, for the general way.
 """
 
 from __future__ import annotations
@@ -609,6 +613,36 @@ def _block_size(frame: Frame) -> int | None:
     return None
 
 
+# --- the awaited reply's form, for Connection.take_reply ----------------------------------------
+
+#: A reply of the form ``LETTER AA DD``.
+_ShortReply: TypeAlias = ReadReply | WriteReply | MaskedWriteReply
+#: What a host's awaited reply looks like when only its last field is unknown: the bytes from
+#: ``$`` up to that field (two hex digits), the CRC-8 of those after ``$``, the reply's type,
+#: its sequence number and address.
+_Template: TypeAlias = tuple[bytes, int, type[_ShortReply], int, int]
+
+
+def _template(request: Request) -> _Template | None:
+    """The form of the reply to ``request`` when it is a read (``r AA DD``), a write
+    (``w AA DD``) or a masked write (``m AA DD``), else None."""
+    kind = _SHORT_REPLIES.get(type(request))
+    if kind is None:
+        return None
+    letter, reply = kind
+    seq, addr = request.seq, request.addr  # type: ignore[union-attr]
+    prefix = f"${seq:02X} {letter} {addr:02X} ".encode("ascii")
+    return prefix, crc8(prefix[1:]), reply, seq, addr
+
+
+#: The requests whose reply is ``LETTER AA DD``: that letter and the reply's type.
+_SHORT_REPLIES: Final[dict[type[Request], tuple[str, type[_ShortReply]]]] = {
+    ReadRequest: ("r", ReadReply),
+    WriteRequest: ("w", WriteReply),
+    MaskedWriteRequest: ("m", MaskedWriteReply),
+}
+
+
 # --- the state machine ------------------------------------------------------------------------
 
 
@@ -698,6 +732,7 @@ class Connection:
         self._state = State.IDLE
         self._buffer = bytearray()
         self._pending: Request | None = None  # the request awaiting (host) or owed (device)
+        self._expected: _Template | None = None  # the awaited reply's form (take_reply)
         self._last_seq = first_seq - 1  # new_seq() counts up from here, skipping 0
         self.discarded = 0
         self.stale = 0
@@ -761,6 +796,8 @@ class Connection:
         data = encode(frame)
         self._move(action, local=True)
         self._pending = request
+        self._expected = _template(request) if request is not None and self.role is HOST \
+            else None
         return data
 
     def abandon(self) -> None:
@@ -772,7 +809,7 @@ class Connection:
             LocalProtocolError: no reply is awaited.
         """
         self._move(Action.ABANDON, local=True)
-        self._pending = None
+        self._pending = self._expected = None
         self.discard_buffer()
 
     def discard_buffer(self) -> None:
@@ -879,8 +916,41 @@ class Connection:
         if not answers:
             raise _syntax(line, f"does not answer the request {encode(pending)!r}", frame.seq)
         self._move(Action.RECEIVE_REPLY, local=False)
-        self._pending = None
+        self._pending = self._expected = None
         return True
+
+    def take_reply(self, line: bytes) -> Reply | None:
+        """Host: take ``line`` as the awaited reply when it is exactly that reply to a read,
+        a write or a masked write: ``$``, the request's sequence number, the reply's letter,
+        the request's address, two upper-case hex digits, ``*``, the checksum of it all, LF,
+        and nothing else, with no byte still buffered. The state then moves as
+        :meth:`receive_data` and :meth:`next_event` would move it, for the same frame.
+
+        A shortcut for a host that reads the line a line at a time (``SerialDevice`` on a
+        POSIX port): anything else (another request's reply, an error reply, a CR before the
+        LF, two frames, a frame in pieces) is None, nothing changes, and the caller gives the
+        bytes to :meth:`receive_data`.
+
+        Args:
+            line: bytes read from the line.
+
+        Returns:
+            The reply, or None.
+        """
+        expected = self._expected
+        if expected is None or self._buffer:
+            return None
+        prefix, crc, reply, seq, addr = expected
+        at = len(prefix)
+        if len(line) != at + 6 or line[at + 2] != 0x2A or line[at + 5] != 0x0A or (
+                not line.startswith(prefix)):  # "*" after the two digits, LF last
+            return None
+        value, check = _HEX2.get(line[at:at + 2]), _HEX2.get(line[at + 3:at + 5])
+        if value is None or check != _CRC8[_CRC8[crc ^ line[at]] ^ line[at + 1]]:
+            return None
+        self._move(Action.RECEIVE_REPLY, local=False)
+        self._pending = self._expected = None
+        return reply(seq, addr, value)
 
     def __repr__(self) -> str:
         return (f"Connection({self.role.value}, state={self._state.value}, "

@@ -29,6 +29,11 @@ Rules of this file:
 * A port that failed is set aside and closed when the next transaction reopens it, outside
   any reply's deadline (pyserial's close of a network port sleeps 0.3 s).
 * pyserial and OS exceptions are mapped to regdev's in one place, :func:`map_exceptions`.
+* On a POSIX port a reply is read with ``select`` and ``os.read`` up to its line feed (the
+  bytes there are, never a fixed count: a short error reply must not wait out the poll), and
+  taken at once when it is exactly the awaited reply (:meth:`Connection.take_reply`); any other
+  bytes go to the codec, as on every other port. ``socket://`` and ``rfc2217://`` ports read
+  through pyserial.
 * Who the device is comes from its identify reply (``docs/protocol.md``, the ``id=`` and
   ``epoch=`` ending), learnt from every identify reply, the synchronising one included, and
   asked again after every reset sent: :meth:`SerialDevice.identity`. A device that does not
@@ -42,6 +47,7 @@ import errno
 import math
 import os
 import secrets
+import select
 import sys
 import threading
 import time
@@ -65,6 +71,7 @@ from ..core._wording import serial_problem
 from ._device import Device, DeviceIdentity, check_access, check_block
 from ._protocol import (
     HOST,
+    MAX_FRAME,
     NEED_DATA,
     Connection,
     DumpReply,
@@ -259,6 +266,52 @@ def _extension(letter: str) -> Iterator[None]:
                             "writes are a protocol extension it may not implement), or the "
                             f"frame was damaged on the line; it was not executed ({error})",
                             "SYNTAX") from None
+
+
+def _posix_port_type() -> type[serial.Serial] | None:
+    """pyserial's class of a port opened by its device path on POSIX, else None."""
+    try:
+        from serial.serialposix import Serial  # noqa: PLC0415 - POSIX only
+    except ImportError:  # pragma: no cover - not POSIX: every port reads through pyserial
+        return None
+    return Serial
+
+
+#: The ports whose replies are read with ``select`` and ``os.read`` (:func:`_read_line`).
+_POSIX_PORT = _posix_port_type()
+#: What ``os.read`` on a port may fail with that is no failure: try again (as pyserial does).
+_AGAIN = frozenset({errno.EAGAIN, errno.EALREADY, errno.EWOULDBLOCK, errno.EINPROGRESS,
+                    errno.EINTR})
+
+
+def _read_line(fd: int, deadline: float) -> bytes:
+    """Bytes from a POSIX port's file descriptor (non-blocking, as pyserial opens it) up to a
+    line feed, or what came by ``deadline`` (``time.monotonic()`` seconds): ``select`` waits
+    for bytes, ``os.read`` takes what is there (up to a frame's worth at a time), so a reply
+    of any length ends the wait as soon as its LF arrives.
+
+    Raises:
+        serial.SerialException: the port says bytes are ready and gives none (a device
+            unplugged), as pyserial's own read raises it; OSError: the port failed.
+    """
+    received = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select((fd,), (), (), left)[0]:
+            return received
+        try:
+            chunk = os.read(fd, MAX_FRAME)
+        except OSError as error:
+            if error.errno in _AGAIN:
+                continue
+            raise
+        if not chunk:
+            raise serial.SerialException(
+                "device reports readiness to read but returned no data (device disconnected "
+                "or multiple access on port?)")
+        received += chunk
+        if b"\n" in chunk or len(received) >= MAX_FRAME:
+            return received
 
 
 class SerialDevice(Device):
@@ -675,8 +728,15 @@ class SerialDevice(Device):
                 self._flush = True
 
     def _await_reply(self, port: serial.Serial) -> Reply:
+        """The reply to the request just written, read until ``timeout`` seconds passed.
+
+        Raises:
+            _NoReply: no valid reply in time.
+            serial.SerialException, OSError: the port failed (the caller maps them).
+        """
         link = self._link
         deadline = time.monotonic() + self.timeout
+        fd = port.fd if type(port) is _POSIX_PORT else None  # read lines with os.read
         bad = 0
         while True:
             try:
@@ -691,12 +751,18 @@ class SerialDevice(Device):
             if time.monotonic() >= deadline:
                 self.timeouts += 1
                 raise _NoReply(bad)
-            chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
+            if fd is not None:
+                chunk = _read_line(fd, deadline)
+                reply = link.take_reply(chunk)  # exactly the awaited reply, else None
+                if reply is not None:
+                    return reply
+            else:
+                chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
+                waiting = port.in_waiting if chunk else 0
+                if waiting:
+                    chunk += port.read(min(waiting, _READ_CHUNK))
             if not chunk:
                 continue
-            waiting = port.in_waiting
-            if waiting:
-                chunk += port.read(min(waiting, _READ_CHUNK))
             try:
                 link.receive_data(chunk)
             except RemoteProtocolError:
