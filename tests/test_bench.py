@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -25,9 +26,13 @@ from regdev.gate._bench import (
     BENCH_TOOLS,
     CASES,
     INSTALL_HINT,
+    NOISE_RATIO,
+    NOISE_SPREAD,
     Contender,
+    MinimalPipeline,
     Stopwatch,
     all_agree,
+    bench_gate,
     contenders,
     floor_valid,
     format_ratio,
@@ -38,18 +43,20 @@ from regdev.gate._parse import parse
 from regdev.gate._validate import ReferenceValidator
 from strategies import block_calls, register_calls
 
-CALL_KEYS = ["regdev-compiled", "regdev-explain", "regdev-reference", "floor", "pydantic",
+CALL_KEYS = ["regdev-compiled", "regdev-refusal", "regdev-reference", "floor", "pydantic",
              "fastjsonschema", "jsonschema", "msgspec-convert"]
 RAW_KEYS = ["regdev-gate", "pydantic-json", "msgspec-decode"]
+GATE_KEYS = ["regdev-handle", "minimal"]
 TITLES = ["write", "read", "type", "range", "missing", "extra arg", "bad tool", "block write",
           "block range", "long arg", "padded"]
 
 
 #: ns per call of each contender in the fake stopwatch, on the first case (each later case
 #: costs 1 ns more per column); the empty loop costs 1 ns per iteration.
-COSTS = {"regdev-compiled": 201, "regdev-explain": 301, "regdev-reference": 901, "floor": 101,
+COSTS = {"regdev-compiled": 201, "regdev-refusal": 301, "regdev-reference": 901, "floor": 101,
          "pydantic": 501, "fastjsonschema": 251, "jsonschema": 5001, "msgspec-convert": 151,
          "regdev-gate": 1001, "pydantic-json": 1501, "msgspec-decode": 401,
+         "regdev-handle": 3001, "minimal": 1201,
          "yes-man": 51, "raw-yes-man": 2001}
 
 
@@ -90,18 +97,26 @@ def test_bench_json_has_every_row_and_column_and_all_agree(
     out, err = capsys.readouterr()
     result = json.loads(out)
     assert [case["title"] for case in result["cases"]] == TITLES
-    assert [row["key"] for row in result["rows"]] == CALL_KEYS + RAW_KEYS
+    assert [row["key"] for row in result["rows"]] == CALL_KEYS + RAW_KEYS + GATE_KEYS
+    assert [row["section"] for row in result["rows"]] == (
+        ["object"] * len(CALL_KEYS) + ["text"] * len(RAW_KEYS) + ["gate"] * len(GATE_KEYS))
     assert result["loop_ns_subtracted"] == 1.0
     for row in result["rows"]:
         expected = set(TITLES) if row["raw"] else set(TITLES) - {"padded"}
-        base = "regdev-gate" if row["raw"] else "regdev-compiled"
+        base = {"object": "regdev-compiled", "text": "regdev-gate",
+                "gate": "regdev-handle"}[row["section"]]
         assert row["note"] == "", row["name"]
         assert set(row["ns"]) == expected == set(row["agrees"]) == set(row["ratio"])
         assert row["ns"] == {title: expected_ns(row["key"], title) for title in expected}
         assert row["ratio"] == {title: expected_ns(row["key"], title) / expected_ns(base, title)
                                 for title in expected}
+        assert row["spread"] == {title: 0.0 for title in expected}  # every round the same
         assert all(row["agrees"].values()) and row["disagreements"] == [], row["name"]
-    for base in ("regdev-compiled", "regdev-gate"):
+    # the control (the floor timed twice) and every cell as steady as the stopwatch
+    assert result["control"] == 1.0 and result["typical_spread"] == 0.0
+    assert result["noisy"] is False
+    assert len(result["load"]) == 2
+    for base in ("regdev-compiled", "regdev-gate", "regdev-handle"):
         ours = next(r for r in result["rows"] if r["key"] == base)
         assert set(ours["ratio"].values()) == {1.0}
     assert result["environment"]["python"] == (
@@ -123,13 +138,17 @@ def test_rows_name_library_version_and_api() -> None:
     assert names["jsonschema"].startswith(
         f"jsonschema {metadata.version('jsonschema')} (Draft202012Validator.is_valid")
     assert names["regdev-gate"].startswith(
-        f"regdev {metadata.version('regdev')}: parse + compiled check + explain on refusal")
+        f"regdev {metadata.version('regdev')}: parse + the gate's compiled check")
+    assert names["regdev-handle"] == (
+        f"regdev {metadata.version('regdev')}: Gate.handle (regdev.gate._bench.bench_gate)")
+    assert names["minimal"].startswith("minimal pipeline: msgspec decode, hand-written check")
     assert names["floor"].startswith("floor: hand-written valid-or-not test")
 
 
 def test_bench_table_shape() -> None:
-    """The text report: environment, cases, both sections, ns and ratio lines per row, each
-    cell the figure the stopwatch gave, each ratio in words."""
+    """The text report: environment, cases, the three sections, ns, spread and ratio lines
+    per row, each cell the figure the stopwatch gave, each ratio in words, and the noise
+    line."""
     rows = contenders()
     table = format_table(run_bench(rounds=1, batch_seconds=1e-5, rows=rows,
                                    stopwatch=fake_stopwatch(rows)))
@@ -138,11 +157,15 @@ def test_bench_table_shape() -> None:
     headers = [line.split() for line in lines if " ".join(line.split()).startswith("write read")]
     columns = ["write", "read", "type", "range", "missing", "extra", "arg", "bad", "tool",
                "block", "write", "block", "range", "long", "arg"]
-    assert headers == [columns, [*columns, "padded"]]
+    assert headers == [columns, [*columns, "padded"], [*columns, "padded"]]
     ns_lines = [line for line in lines if line.startswith("    ns per call")]
+    spread_lines = [line for line in lines if line.startswith("    spread")]
     ratio_lines = [line for line in lines if line.startswith("    than regdev")]
-    assert len(ns_lines) == len(CALL_KEYS) + len(RAW_KEYS)
-    assert len(ratio_lines) == len(CALL_KEYS) + len(RAW_KEYS) - 2  # not the two baselines
+    rows = len(CALL_KEYS) + len(RAW_KEYS) + len(GATE_KEYS)
+    assert len(ns_lines) == len(spread_lines) == rows
+    assert len(ratio_lines) == rows - 3  # not the three baselines
+    for line in spread_lines:
+        assert all(re.fullmatch(r"\u00b1\d+%", word) for word in line.split()[1:]), line
     for line in ratio_lines:
         words = line.split()[2:]
         assert len(words) in (2 * (len(TITLES) - 1), 2 * len(TITLES)), line
@@ -156,8 +179,13 @@ def test_bench_table_shape() -> None:
     assert jsonschema[:2] == ["25.0x", "slower"]  # 5000 ns against 200
     assert "decoded call object -> verdict (ratios against the first row)" in lines
     assert "raw JSON text -> verdict (ratios against the first row)" in lines
+    assert ("raw JSON text -> observation, the whole gate (no policy, no audit log; an "
+            "in-process register file) (ratios against the first row)") in lines
     assert "every contender agreed with regdev's verdict on every case" in lines
-    assert table.count("on refusal: builds the refusal message") == 3  # explain, reference, gate
+    assert table.count("on refusal: builds the refusal message") == 3  # refusal, reference, gate
+    assert table.count("on refusal: returns the observation with its one-line message") == 2
+    noise = next(line for line in lines if line.startswith(("noise: ", "! the machine was")))
+    assert "the floor timed twice came out " in noise and " on " in noise
 
 
 def test_disagreeing_peer_is_not_timed_and_is_named() -> None:
@@ -242,13 +270,47 @@ def test_cases_cover_each_verdict_kind() -> None:
 
 
 def test_raw_baseline_builds_the_gates_message() -> None:
-    """The raw-text baseline returns the very refusal the gate words (explain), not a code."""
-    gate = next(row for row in contenders() if row.key == "regdev-gate")
-    assert gate.run is not None
-    refusal = gate.run(CASES[3].raw)
+    """The raw-text baseline returns the very refusal the gate's observation carries, for
+    every case, and None for the valid ones."""
+    rows = {row.key: row for row in contenders()}
+    stages, handle = rows["regdev-gate"].run, bench_gate().handle
+    assert stages is not None
+    for case in CASES:
+        observation = handle(case.raw)
+        assert stages(case.raw) == observation.refusal, case.title
+        assert observation.ok == (case.code is None)
+    refusal = stages(CASES[3].raw)
     assert refusal.code == "range-data"
     assert refusal.message == ReferenceValidator().check(CASES[3].call).message  # type: ignore[union-attr]
-    assert gate.run(CASES[0].raw) is None
+
+
+def test_minimal_pipeline_observes_like_the_gate() -> None:
+    """The gate row's anchor does the same job: it accepts exactly what the gate accepts (the
+    same result) and refuses with the gate's code, on every case."""
+    minimal, handle = MinimalPipeline(), bench_gate().handle
+    for case in CASES:
+        theirs, ours = minimal(case.raw), handle(case.raw)
+        assert theirs["ok"] == ours.ok, case.title
+        if ours.ok:
+            assert theirs["result"] == ours.result
+        else:
+            assert theirs["code"] == ours.code and "\n" not in theirs["message"]
+
+
+def test_noise_is_said_when_the_same_code_times_far_apart() -> None:
+    """The control's two timings or the cells' spread past their limits: the table says the
+    figures mean nothing; within them, it gives the facts."""
+    result = run_bench(rounds=3, batch_seconds=1e-5)
+    result.control, result.spread = NOISE_RATIO + 0.5, 0.0
+    assert result.noisy
+    assert "! the machine was too noisy for these figures to mean anything: the floor timed " \
+           "twice came out 1.60x apart" in format_table(result)
+    result.control, result.spread = 1.0, NOISE_SPREAD + 0.01
+    assert result.noisy and "cells spread \u00b111% typically" in format_table(result)
+    result.control, result.spread = 1.01, 0.02
+    assert not result.noisy
+    assert "noise: the floor timed twice came out 1.01x apart, cells spread \u00b11% " \
+           "typically, load average" in format_table(result)
 
 
 @pytest.mark.parametrize(("ratio", "words"), [

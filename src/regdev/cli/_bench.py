@@ -38,8 +38,10 @@ def add_parser(sub: Any) -> None:
         "bench", help="time the compiled validator against the reference, a hand-written "
                       "floor and the peers (pydantic, fastjsonschema, jsonschema, msgspec)",
         description="Print one report measured in one run: ns per call (median of batches "
-                    "interleaved round by round) of regdev's validator and of each peer, on "
-                    "decoded call objects and on raw JSON text, for 11 cases (valid write and "
+                    "interleaved round by round, with the spread of the batches) of regdev's "
+                    "validator and of each peer, on decoded call objects and on raw JSON "
+                    "text, and of the whole gate (Gate.handle, raw text to observation) "
+                    "against a minimal hand-written pipeline, for 11 cases (valid write and "
                     "read, wrong type, out of range, missing field, unknown argument, unknown "
                     "tool, a block write of 16 values valid and with one value out of range, "
                     "a long unknown argument, a call padded with whitespace). Each row "
@@ -48,7 +50,9 @@ def add_parser(sub: Any) -> None:
                     "'8.3x slower' or '2.0x faster' than regdev. Before timing, every "
                     "contender's verdict (valid or refused) is checked against regdev's on "
                     "every case; a case it disagrees on is not timed and is named below the "
-                    "table. Peers that are not installed are listed as such (scripts/test "
+                    "table. The last line says how noisy the machine was (the floor timed "
+                    "twice, the typical spread, the load average) and when the figures mean "
+                    "nothing. Peers that are not installed are listed as such (scripts/test "
                     "installs them; or, in a clone, .venv/bin/pip install -e '.[bench]'). "
                     "Progress goes to stderr.")
     bench.add_argument("--json", action="store_true", help="print the result as one JSON object")

@@ -21,6 +21,14 @@ Rules of this file:
   each cell reports the median over rounds of ns per call, less the cost of the empty loop
   (measured in the same run). Ratios are peer time / regdev time in the same section, case
   and run.
+* Each figure comes with its spread (the interquartile range of its rounds, as a share of
+  the median), and the run says when the machine was too noisy for the figures to mean
+  anything: a control times the hand-written floor twice, as two cells, and when the two
+  come out more than :data:`NOISE_RATIO` apart, or the cells' typical spread is over
+  :data:`NOISE_SPREAD`, the table says so (with the load average before and after).
+* Three sections, each with its own baseline (its first row): decoded call objects, raw JSON
+  text to a verdict, and raw JSON text to an observation through the whole gate, against the
+  minimal pipeline (:class:`MinimalPipeline`).
 * No test asserts a time, and no test depends on one: the tests give :func:`run_bench` a
   :class:`Stopwatch` whose batches take a known number of nanoseconds without timing
   anything, and check the table's shape, the figures that follow from those nanoseconds,
@@ -29,10 +37,12 @@ Rules of this file:
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,8 +55,10 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from ..core._observation import Refusal
-from ._compile import compile_validator
-from ._parse import parse
+from ..devices._device import Device, RegisterFile
+from ._compile import BIND, compile_refusals, compile_validator
+from ._gate import Gate
+from ._parse import DEFAULT_MAX_INPUT_BYTES, decode_canonical, parse
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
 from ._validate import ReferenceValidator
 
@@ -54,18 +66,28 @@ __all__ = [
     "BENCH_TOOLS",
     "BLOCK_WRITE",
     "CASES",
+    "CPU_STOPWATCH",
+    "NOISE_RATIO",
+    "NOISE_SPREAD",
     "STOPWATCH",
     "BenchResult",
     "Case",
     "Contender",
+    "MinimalPipeline",
     "Stopwatch",
     "all_agree",
+    "bench_gate",
     "contenders",
     "floor_valid",
     "format_ratio",
     "format_table",
     "run_bench",
 ]
+
+#: The control's two timings of one cell further apart than this: the machine is too noisy.
+NOISE_RATIO = 1.10
+#: A typical cell spread (interquartile range / median) over this: the machine is too noisy.
+NOISE_SPREAD = 0.20
 
 
 @dataclass(frozen=True)
@@ -161,6 +183,7 @@ INSTALL_HINT = "not installed: pip install 'regdev[bench]'"
 ON_REFUSAL = {
     "code": "returns a verdict code, builds no message",
     "message": "builds the refusal message",
+    "observation": "returns the observation with its one-line message",
     "error": "raises an error object; its text is formatted only when read",
     "exception": "raises an exception with its message text",
     "bool": "returns False, builds nothing",
@@ -233,6 +256,102 @@ def floor_valid(call: object) -> bool:
     return False
 
 
+# --- the gate row's anchor: the least a pipeline from text to observation can do --------------
+
+_decode_plain = msgspec.json.Decoder().decode
+
+
+class MinimalPipeline:
+    """The anchor of the gate row: the least a tool-call pipeline can do from raw text to an
+    observation for :data:`BENCH_TOOLS`, written by hand. msgspec decodes the text (no exact
+    decimals, no repeated-key check, no correlation id), a hand-written check tells valid
+    from refused in no fixed order, a refusal gets a one-line message, a valid call writes or
+    reads a ``bytearray`` of 16 registers under a lock, and the observation is a dict.
+
+    The distance between it and :meth:`Gate.handle` is what the gate's guarantees and its
+    generality cost (the first failure in a fixed order, exact numbers, repeated keys
+    refused, the device's own checks, any tool set).
+    """
+
+    def __init__(self) -> None:
+        self.registers = bytearray(16)
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _refused(code: str, message: str) -> dict[str, Any]:
+        return {"ok": False, "stage": "validate", "code": code, "message": message}
+
+    def __call__(self, raw: str | bytes) -> dict[str, Any]:
+        refused = self._refused
+        try:
+            call = _decode_plain(raw)
+        except msgspec.DecodeError as error:
+            return {"ok": False, "stage": "parse", "code": "not-json", "message": str(error)}
+        if type(call) is not dict:
+            return refused("not-an-object", "a tool call must be a JSON object")
+        name, a = call.get("tool"), call.get("arguments")
+        if type(a) is not dict:
+            return refused("bad-arguments", "arguments must be a JSON object")
+        if name in ("write_register", "write_registers"):  # a tuple: name may be a list
+            if "addr" not in a:
+                return refused("missing-addr", "missing required argument addr (an integer "
+                                               "0..15)")
+            if "data" not in a:
+                return refused("missing-data", "missing required argument data")
+            if len(a) != 2:
+                return refused("unknown-argument", "unknown argument; takes: addr, data")
+            addr, data = a["addr"], a["data"]
+            if type(addr) is not int:
+                return refused("type-addr", f"addr must be an integer 0..15, got {addr!r}")
+            if not 0 <= addr <= 15:
+                return refused("range-addr", f"addr {addr} is outside 0..15")
+            if name == "write_register":
+                if type(data) is not int:
+                    return refused("type-data", f"data must be an integer 0..255, got {data!r}")
+                if not 0 <= data <= 255:
+                    return refused("range-data", f"data {data} is outside 0..255")
+                with self.lock:
+                    self.registers[addr] = data
+                return {"ok": True, "tool": name, "result": {"addr": addr, "data": data}}
+            if type(data) is not list or not 1 <= len(data) <= 16 or addr + len(data) > 16:
+                return refused("range-data", "data must be 1..16 integers 0..255")
+            for index, value in enumerate(data):
+                if type(value) is not int or not 0 <= value <= 255:
+                    return refused("range-data[]", f"data[{index}] {value!r} is outside 0..255")
+            with self.lock:
+                self.registers[addr:addr + len(data)] = bytes(data)
+            return {"ok": True, "tool": name, "result": {"addr": addr, "data": data}}
+        if name == "read_register":
+            if "addr" not in a:
+                return refused("missing-addr", "missing required argument addr (an integer "
+                                               "0..15)")
+            if len(a) != 1:
+                return refused("unknown-argument", "unknown argument; takes: addr")
+            addr = a["addr"]
+            if type(addr) is not int:
+                return refused("type-addr", f"addr must be an integer 0..15, got {addr!r}")
+            if not 0 <= addr <= 15:
+                return refused("range-addr", f"addr {addr} is outside 0..15")
+            with self.lock:
+                data = self.registers[addr]
+            return {"ok": True, "tool": name, "result": {"addr": addr, "data": data}}
+        return refused("unknown-tool", f"unknown tool {name!r}")
+
+
+def _write_block(device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The bench's handler of ``write_registers``: the device's block write."""
+    return {"addr": arguments["addr"],
+            "data": device.write_block(arguments["addr"], arguments["data"])}
+
+
+def bench_gate() -> Gate:
+    """The gate the gate row times: :data:`BENCH_TOOLS` (the block write with a handler), an
+    in-process :class:`RegisterFile`, no policy, no audit log."""
+    block = Tool(BLOCK_WRITE.name, BLOCK_WRITE.description, BLOCK_WRITE.input_schema,
+                 handler=_write_block)
+    return Gate(RegisterFile(), ToolSet([*REGISTER_TOOLS.values(), block]))
+
+
 # --- contenders ---------------------------------------------------------------------------------
 
 
@@ -249,6 +368,9 @@ class Contender:
         valid: its verdict on one input, True for valid (used to check agreement).
         note: why it could not run (a missing peer), else "".
         version: the library's installed version ("" for the hand-written floor).
+        section: ``"object"`` (a decoded call to a verdict), ``"text"`` (raw text to a
+            verdict) or ``"gate"`` (raw text to an observation); by default ``"text"`` when
+            ``raw``, else ``"object"``.
     """
 
     key: str
@@ -259,6 +381,20 @@ class Contender:
     valid: Callable[[Any], bool] | None = None
     note: str = ""
     version: str = ""
+    section: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.section:
+            self.section = "text" if self.raw else "object"
+
+
+#: The sections of the table, in order, with their headings.
+SECTIONS = {
+    "object": "decoded call object -> verdict",
+    "text": "raw JSON text -> verdict",
+    "gate": "raw JSON text -> observation, the whole gate (no policy, no audit log; "
+            "an in-process register file)",
+}
 
 
 def _version(package: str) -> str:
@@ -426,19 +562,21 @@ def contenders() -> list[Contender]:
     """
     compiled = compile_validator(BENCH_TOOLS)
     reference = ReferenceValidator(BENCH_TOOLS)
+    refusals = compile_refusals(BENCH_TOOLS, reference)
+    refusal = refusals.refusal
     ours = f"regdev {_version('regdev')}"
 
-    def explained(call: Any) -> Refusal | None:  # what Gate._validate does
-        code = compiled(call)
-        return None if code is None else reference.explain(call, code)
+    def worded(call: Any) -> Refusal | None:  # what Gate's validate stage does
+        verdict = refusals(call)
+        return verdict if isinstance(verdict, Refusal) else None
 
     rows = [
         Contender("regdev-compiled", f"{ours}: compiled validator, check(call)", raw=False,
                   on_refusal="code", run=compiled, valid=lambda call: compiled(call) is None,
                   version=_version("regdev")),
-        Contender("regdev-explain", f"{ours}: compiled check + ReferenceValidator.explain on "
-                  "refusal (the gate's validate stage)", raw=False, on_refusal="message",
-                  run=explained, valid=lambda call: explained(call) is None,
+        Contender("regdev-refusal", f"{ours}: the gate's compiled check, its refusal worded "
+                  "(the gate's validate stage)", raw=False, on_refusal="message",
+                  run=refusals, valid=lambda call: worded(call) is None,
                   version=_version("regdev")),
         Contender("regdev-reference", f"{ours}: ReferenceValidator.check (the reference, "
                   "not on the gate's path)", raw=False, on_refusal="message",
@@ -474,18 +612,26 @@ def contenders() -> list[Contender]:
                           version=_version("msgspec")))
 
     def gate(raw: str) -> Refusal | None:  # what Gate.handle does before authorizing
+        decoded = decode_canonical(raw, DEFAULT_MAX_INPUT_BYTES)
+        if type(decoded) is tuple:
+            verdict = refusal(decoded[0], decoded[1])
+            return None if verdict is None or verdict is BIND else verdict
+        if decoded is not None:
+            return decoded  # type: ignore[return-value]
         parsed = parse(raw)
         if isinstance(parsed, Refusal):
             return parsed
         if parsed.refusal is not None:
             return parsed.refusal
-        return explained(parsed.call)
+        return worded(parsed.call)
 
     validate_json = PydanticCall.model_validate_json
     decode = msgspec.json.Decoder(MsgspecCall).decode
+    handle = bench_gate().handle
+    minimal = MinimalPipeline()
     rows += [
-        Contender("regdev-gate", f"{ours}: parse + compiled check + explain on refusal (the "
-                  "gate's parse and validate stages)", raw=True, on_refusal="message",
+        Contender("regdev-gate", f"{ours}: parse + the gate's compiled check, refusal worded "
+                  "(the gate's parse and validate stages)", raw=True, on_refusal="message",
                   run=gate, valid=lambda raw: gate(raw) is None, version=_version("regdev")),
         Contender("pydantic-json", f"{pydantic} (strict model, model_validate_json)",
                   raw=True, on_refusal="error", run=validate_json,
@@ -493,6 +639,14 @@ def contenders() -> list[Contender]:
         Contender("msgspec-decode", f"{msgspec_name} (json.Decoder of the tagged Structs, "
                   "decode)", raw=True, on_refusal="exception", run=decode,
                   valid=_raises_means_invalid(decode), version=_version("msgspec")),
+        Contender("regdev-handle", f"{ours}: Gate.handle (regdev.gate._bench.bench_gate)",
+                  raw=True, on_refusal="observation", run=handle,
+                  valid=lambda raw: handle(raw).ok, version=_version("regdev"),
+                  section="gate"),
+        Contender("minimal", "minimal pipeline: msgspec decode, hand-written check, locked "
+                  "bytearray write, observation dict (regdev.gate._bench.MinimalPipeline)",
+                  raw=True, on_refusal="observation", run=minimal,
+                  valid=lambda raw: minimal(raw)["ok"], section="gate"),
     ]
     return rows
 
@@ -500,26 +654,31 @@ def contenders() -> list[Contender]:
 # --- timing ------------------------------------------------------------------------------------
 
 
-def _batch(run: Callable[[Any], Any], value: Any, number: int) -> int:
+#: What a batch is timed with: nanoseconds from some fixed point.
+Clock = Callable[[], int]
+
+
+def _batch(run: Callable[[Any], Any], value: Any, number: int,
+           clock: Clock = time.perf_counter_ns) -> int:
     """Nanoseconds for ``number`` calls of ``run(value)`` (a refusal may raise)."""
-    start = time.perf_counter_ns()
+    start = clock()
     for _ in repeat(None, number):
         try:  # noqa: SIM105 - contextlib.suppress would cost more than a refusal
             run(value)
         except Exception:
             pass
-    return time.perf_counter_ns() - start
+    return clock() - start
 
 
-def _empty_batch(number: int) -> int:
+def _empty_batch(number: int, clock: Clock = time.perf_counter_ns) -> int:
     """Nanoseconds for the same loop with nothing in it (subtracted from every cell)."""
-    start = time.perf_counter_ns()
+    start = clock()
     for _ in repeat(None, number):
         try:  # noqa: SIM105 - the same loop as _batch, with nothing in it
             pass
         except Exception:
             pass
-    return time.perf_counter_ns() - start
+    return clock() - start
 
 
 @dataclass(frozen=True)
@@ -535,10 +694,16 @@ class Stopwatch:
 
     batch: Callable[[Callable[[Any], Any], Any, int], int] = _batch
     empty: Callable[[int], int] = _empty_batch
+    name: str = "wall clock"  #: what it times with, for the report
 
 
 #: The stopwatch :func:`run_bench` uses unless it is given one: ``time.perf_counter_ns``.
 STOPWATCH = Stopwatch()
+#: One that times the CPU this thread spent (``time.thread_time_ns``): steadier on a shared
+#: machine, since it does not count the time the thread waits for a CPU.
+CPU_STOPWATCH = Stopwatch(functools.partial(_batch, clock=time.thread_time_ns),
+                          functools.partial(_empty_batch, clock=time.thread_time_ns),
+                          "CPU time of this thread")
 
 
 def _verdict(valid: bool) -> str:
@@ -551,15 +716,21 @@ class BenchResult:
 
     Attributes:
         cases: the inputs, in column order.
-        rows: per contender: key, name, raw, on_refusal, note, version, ``ns`` (median ns per
-            call per case title), ``ratio`` (that over regdev's baseline in the same section
-            and case: peer time / regdev time), ``agrees`` (its verdict matched regdev's, per
-            case title), ``disagreements`` (one sentence per case where it did not; those
-            cases are not timed).
+        rows: per contender: key, name, raw, section, on_refusal, note, version, ``ns``
+            (median ns per call per case title), ``spread`` (the interquartile range of its
+            rounds over that median, per case title), ``ratio`` (that over regdev's baseline
+            in the same section and case: peer time / regdev time), ``agrees`` (its verdict
+            matched regdev's, per case title), ``disagreements`` (one sentence per case where
+            it did not; those cases are not timed).
         rounds: batches per cell.
         loop_ns: the empty loop's cost per call, already subtracted.
         seconds: how long the whole run took.
         environment: Python's version and implementation, the platform, the CPU count.
+        load: the load average over one minute before and after the run (None where the
+            platform has none).
+        control: the hand-written floor on the first case timed as two cells: the larger of
+            their medians over the smaller (1.0 on a quiet machine); None when not measured.
+        spread: the median of every cell's spread.
     """
 
     cases: list[Case]
@@ -568,13 +739,27 @@ class BenchResult:
     loop_ns: float = 0.0
     seconds: float = 0.0
     environment: dict[str, str] = field(default_factory=dict)
+    load: tuple[float | None, float | None] = (None, None)
+    control: float | None = None
+    spread: float = 0.0
+
+    @property
+    def noisy(self) -> bool:
+        """True when the figures cannot be trusted: the control's two timings of the same
+        code are more than :data:`NOISE_RATIO` apart, or the cells' typical spread is over
+        :data:`NOISE_SPREAD`."""
+        return (self.control is not None and self.control > NOISE_RATIO) or (
+            self.spread > NOISE_SPREAD)
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready values (``regdev bench --json``)."""
         return {"unit": "ns per call", "statistic": "median", "rounds": self.rounds,
                 "ratio": "peer time / regdev time (the first row of the same section)",
+                "spread": "interquartile range of the rounds / median",
                 "loop_ns_subtracted": round(self.loop_ns, 1), "seconds": round(self.seconds, 1),
-                "environment": self.environment,
+                "environment": self.environment, "load": list(self.load),
+                "control": None if self.control is None else round(self.control, 3),
+                "typical_spread": round(self.spread, 3), "noisy": self.noisy,
                 "cases": [{"title": c.title, "about": c.about, "code": c.code,
                            "raw_only": c.raw_only} for c in self.cases],
                 "rows": self.rows}
@@ -586,10 +771,28 @@ def _environment() -> dict[str, str]:
             "cpus": str(os.cpu_count())}
 
 
+def _load() -> float | None:
+    """The load average over the last minute, or None where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return None
+
+
+def _spread(values: list[float]) -> float:
+    """The interquartile range of ``values`` over their median (0 for fewer than 2)."""
+    if len(values) < 2:
+        return 0.0
+    low, _, high = statistics.quantiles(values, n=4, method="inclusive")
+    middle = statistics.median(values)
+    return (high - low) / middle if middle > 0 else 0.0
+
+
 def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
               progress: TextIO | None = None,
               rows: list[Contender] | None = None,
               cases: tuple[Case, ...] = CASES,
+              control: Contender | None = None,
               stopwatch: Stopwatch | None = None) -> BenchResult:
     """Check every contender's verdicts, then time it on every case it agrees on.
 
@@ -598,10 +801,15 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
         batch_seconds: the target length of one batch, in seconds (the number of calls per
             batch is calibrated per cell to reach it).
         progress: where to report progress (e.g. ``sys.stderr``), or None.
-        rows: the contenders (default :func:`contenders`); the first of each section
-            (call objects, raw text) is the baseline the ratios divide by.
+        rows: the contenders (default :func:`contenders`); the first of each section is the
+            baseline the ratios divide by.
         cases: the inputs (default :data:`CASES`), in column order.
-        stopwatch: how batches are timed (default :data:`STOPWATCH`, the real clock).
+        control: what is timed twice, on the first case, as two cells interleaved with the
+            others, to show how far apart noise alone puts the same code (default: the
+            floor row of ``rows``, when there is one).
+        stopwatch: how batches are timed (default :data:`STOPWATCH`, the wall clock;
+            :data:`CPU_STOPWATCH` times the CPU this thread spent: steadier on a shared
+            machine, blind to waiting).
 
     Returns:
         The :class:`BenchResult`.
@@ -615,16 +823,20 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
             progress.flush()
 
     rows = contenders() if rows is None else rows
+    if control is None:
+        control = next((row for row in rows if row.key == "floor"), None)
     result = BenchResult(cases=list(cases), rounds=rounds, environment=_environment())
-    cells: list[tuple[int, int, int]] = []  # (row, case, number)
+    result.load = (_load(), None)
+    cells: list[tuple[Contender, int, int, int]] = []  # (row, its index, case, number)
     say(f"checking verdicts, then calibrating {sum(r.run is not None for r in rows)} "
         f"contenders x {len(cases)} cases")
     records: list[dict[str, Any]] = []
     for index, row in enumerate(rows):
         record: dict[str, Any] = {"key": row.key, "name": row.name, "raw": row.raw,
-                                  "on_refusal": row.on_refusal, "note": row.note,
-                                  "version": row.version, "ns": {}, "ratio": {},
-                                  "agrees": {}, "disagreements": []}
+                                  "section": row.section, "on_refusal": row.on_refusal,
+                                  "note": row.note, "version": row.version, "ns": {},
+                                  "spread": {}, "ratio": {}, "agrees": {},
+                                  "disagreements": []}
         records.append(record)
         if row.run is None or row.valid is None:
             continue
@@ -639,44 +851,64 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
                     f"disagrees on case {case.title!r}: regdev {_verdict(expected)}, "
                     f"{row.key} {_verdict(theirs)}")
                 continue
-            number = 1
-            while (watch.batch(row.run, value, number) < batch_seconds * 1e9 / 4
-                   and number < 10**7):
-                number *= 4
-            cells.append((index, number_of_case, number))
-    samples: dict[tuple[int, int], list[float]] = {(i, c): [] for i, c, _ in cells}
+            cells.append((row, index, number_of_case,
+                          _calibrate(watch, row, value, batch_seconds)))
+    if control is not None and control.run is not None and cases:
+        value = cases[0].raw if control.raw else cases[0].call
+        number = _calibrate(watch, control, value, batch_seconds)
+        cells += [(control, -1, 0, number), (control, -2, 0, number)]
+    samples: dict[tuple[int, int], list[float]] = {(i, c): [] for _, i, c, _ in cells}
     empty: list[float] = []
     enabled = gc.isenabled()
     gc.disable()
     try:
         for done in range(rounds):
             say(f"round {done + 1}/{rounds}")
-            for index, case_index, number in cells:
-                run = rows[index].run
+            for row, index, case_index, number in cells:
+                run = row.run
                 assert run is not None
                 case = cases[case_index]
-                value = case.raw if rows[index].raw else case.call
+                value = case.raw if row.raw else case.call
                 samples[index, case_index].append(watch.batch(run, value, number) / number)
             empty.append(watch.empty(100_000) / 100_000)
     finally:
         if enabled:
             gc.enable()
     result.loop_ns = statistics.median(empty) if empty else 0.0
+    spreads = []
     for (index, case_index), values in samples.items():
-        records[index]["ns"][cases[case_index].title] = max(
-            statistics.median(values) - result.loop_ns, 0.0)
-    for raw in (False, True):
-        section = [r for r in records if r["raw"] is raw]
-        if not section:
+        spreads.append(_spread(values))
+        if index < 0:
             continue
-        base = section[0]
-        for record in section:
+        title = cases[case_index].title
+        records[index]["ns"][title] = max(statistics.median(values) - result.loop_ns, 0.0)
+        records[index]["spread"][title] = spreads[-1]
+    if (-1, 0) in samples:
+        first, second = (statistics.median(samples[i, 0]) for i in (-1, -2))
+        result.control = max(first, second) / min(first, second) if min(first, second) else None
+    result.spread = statistics.median(spreads) if spreads else 0.0
+    for section in SECTIONS:
+        members = [r for r in records if r["section"] == section]
+        if not members:
+            continue
+        base = members[0]
+        for record in members:
             for title, ns in record["ns"].items():
                 ours = base["ns"].get(title)
                 record["ratio"][title] = ns / ours if ours else None
     result.rows = records
+    result.load = (result.load[0], _load())
     result.seconds = time.perf_counter() - began
     return result
+
+
+def _calibrate(watch: Stopwatch, row: Contender, value: Any, batch_seconds: float) -> int:
+    """Calls of ``row`` on ``value`` per batch: enough to take ``batch_seconds``."""
+    assert row.run is not None
+    number = 1
+    while watch.batch(row.run, value, number) < batch_seconds * 1e9 / 4 and number < 10**7:
+        number *= 4
+    return number
 
 
 def format_ratio(ratio: float | None) -> str:
@@ -694,13 +926,35 @@ def format_ratio(ratio: float | None) -> str:
     return f"{times:.{digits}f}x {'slower' if ratio > 1 else 'faster'}"
 
 
+def format_spread(spread: float | None) -> str:
+    """A cell's spread (interquartile range over median) as ``±6%`` (half the range each
+    side)."""
+    return "-" if spread is None else f"\u00b1{spread * 50:.0f}%"
+
+
+def noise_line(result: BenchResult) -> str:
+    """One line on how far the run's figures can be trusted, saying so when they cannot."""
+    load = " ".join(f"{value:.1f}" if value is not None else "?" for value in result.load)
+    cpus = result.environment.get("cpus", "?")
+    control = ("" if result.control is None else
+               f"the floor timed twice came out {result.control:.2f}x apart, ")
+    facts = (f"{control}cells spread {format_spread(result.spread)} typically, load average "
+             f"{load} (before, after) on {cpus} CPUs")
+    if result.noisy:
+        return (f"! the machine was too noisy for these figures to mean anything: {facts}; "
+                "a ratio that close to 1 is noise: run again on a quiet machine")
+    return f"noise: {facts}"
+
+
 def format_table(result: BenchResult) -> str:
-    """The result as text: a header, the cases, then per section one block per contender."""
+    """The result as text: a header, the cases, then per section one block per contender
+    (its figures, their spread, its ratios), then the agreement and the noise."""
     column, label = 14, 24
     env = result.environment
     lines = [
         f"regdev bench: ns per call, median of {result.rounds} interleaved batches per cell "
-        f"(an empty loop's {result.loop_ns:.1f} ns subtracted, garbage collector off)",
+        f"(an empty loop's {result.loop_ns:.1f} ns subtracted, garbage collector off); "
+        "spread: the interquartile range of the batches, half each side of the median",
         f"{env['python']} on {env['platform']} ({env['machine']}, {env['cpus']} CPUs)",
         "ratios are peer time / regdev time (same section, case and run), in words: \"8.3x "
         "slower\" means the row took",
@@ -710,34 +964,40 @@ def format_table(result: BenchResult) -> str:
         "cases (columns):",
     ]
     lines += [f"  {case.title:<12} {case.about}" for case in result.cases]
-    for raw, heading in ((False, "decoded call object -> verdict"),
-                         (True, "raw JSON text -> verdict")):
-        section = [r for r in result.rows if r["raw"] is raw]
-        if not section:
+    for section, heading in SECTIONS.items():
+        members = [r for r in result.rows if r.get("section", "text" if r["raw"] else "object")
+                   == section]
+        if not members:
             continue
+        raw = members[0]["raw"]
         titles = [c.title for c in result.cases if raw or not c.raw_only]
         lines += ["", f"{heading} (ratios against the first row)",
                   " " * label + "".join(f"{t:>{column}}" for t in titles)]
-        for record in section:
+        for record in members:
             lines.append(f"  {record['name']}")
             if record["note"]:
                 lines.append(f"    {record['note']}")
                 continue
             lines.append(f"    on refusal: {ON_REFUSAL[record['on_refusal']]}")
-            ns_cells, ratio_cells = [], []
+            ns_cells, spread_cells, ratio_cells = [], [], []
             for title in titles:
                 if not record["agrees"].get(title, True):
                     ns_cells.append("disagrees")
+                    spread_cells.append("")
                     ratio_cells.append("disagrees")
                 elif title in record["ns"]:
                     ns_cells.append(f"{record['ns'][title]:.0f}")
+                    spread_cells.append(format_spread(record.get("spread", {}).get(title)))
                     ratio_cells.append(format_ratio(record["ratio"].get(title)))
                 else:
                     ns_cells.append("-")
+                    spread_cells.append("")
                     ratio_cells.append("-")
             lines.append(f"{'    ns per call':<{label}}"
                          + "".join(f"{c:>{column}}" for c in ns_cells))
-            if record is not section[0]:
+            lines.append(f"{'    spread':<{label}}"
+                         + "".join(f"{c:>{column}}" for c in spread_cells))
+            if record is not members[0]:
                 lines.append(f"{'    than regdev':<{label}}"
                              + "".join(f"{c:>{column}}" for c in ratio_cells))
     wrong = [f"  {r['name']}: {d}" for r in result.rows for d in r["disagreements"]]
@@ -747,6 +1007,7 @@ def format_table(result: BenchResult) -> str:
         lines += wrong
     else:
         lines.append("every contender agreed with regdev's verdict on every case")
+    lines.append(noise_line(result))
     lines.append(f"measured in {result.seconds:.1f} s")
     return "\n".join(lines)
 

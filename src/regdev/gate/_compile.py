@@ -632,11 +632,24 @@ class _Compiler:
             if prop.fetched and not prop.required:
                 body.append(f"{prop.var} = a.get({_str(prop.name)}, _MISSING)")
 
-        # step 4: types, then step 5: ranges, in the order of properties
+        # step 4: types, then step 5: ranges, in the order of properties. In the gate's
+        # module an integer that is not an int (3.0) sets `rebind` on its way past the type
+        # test (BIND at the end: Tool.bind makes it an int), at no cost for an int.
+        integers = [prop for prop in props if self.top and prop.types == frozenset({"integer"})
+                    and prop.type_fail]
+        if integers:
+            body.append("rebind = False")
         for prop in props:
             if prop.type_fail == "":
                 body += [f"if {_str(prop.name)} in a:",
                          f"    {self.fail_type(prop, f'a[{_str(prop.name)}]')}"]
+            elif prop in integers:
+                v = prop.var
+                test = f"type({v}) is not int"
+                body += [f"if {test if prop.required else f'{v} is not _MISSING and {test}'}:",
+                         f"    if type({v}) in _NOT_NUMBERS or not is_integer({v}):",
+                         f"        {self.fail_type(prop, v)}",
+                         "    rebind = True"]
             elif prop.type_fail:
                 body += self._if(prop, prop.type_fail, self.fail_type(prop, prop.var))
         for prop in props:
@@ -647,7 +660,7 @@ class _Compiler:
         for prop in props:
             body += prop.contents
         if self.top:
-            body += self._bind(props)
+            body += self._bind(props, bool(integers))
         if not body:
             return None
         return [*body, "return None"]
@@ -681,21 +694,17 @@ class _Compiler:
         return [f"if len(a) != {len(required)} and not a.keys() <= {names}:", *fail]
 
     @staticmethod
-    def _bind(props: list[_Property]) -> list[str]:
+    def _bind(props: list[_Property], integers: bool) -> list[str]:
         """In the gate's module, at the end of a valid tool call: ``return _BIND`` when
         :meth:`Tool.bind` may change the arguments (an integral number that is not an
-        ``int``, or a value that holds numbers), so the gate binds only then."""
-        tests = []
+        ``int``, which set ``rebind``, or a value that may hold numbers), so the gate binds
+        only then."""
         for prop in props:
             if prop.types is not None and prop.types.isdisjoint(("integer", "object", "array")):
                 continue  # bind leaves these as they are
-            if prop.types != frozenset({"integer"}):
-                if isinstance(prop.schema, dict):
-                    return ["return _BIND"]  # a number, an object or an array: bind looks
-                continue  # true or false: nothing to bind by
-            test = f"type({prop.var}) is not int"
-            tests.append(test if prop.required else f"({prop.var} is not _MISSING and {test})")
-        return [f"if {' or '.join(tests)}:", "    return _BIND"] if tests else []
+            if prop.types != frozenset({"integer"}) and isinstance(prop.schema, dict):
+                return ["return _BIND"]  # a number, an object or an array: bind looks
+        return ["if rebind:", "    return _BIND"] if integers else []
 
     def function(self, schema: Mapping[str, Any], label: str, pointer: str) -> str | None:
         """Write a nested level as a function; its name, or None when it checks nothing.

@@ -14,12 +14,14 @@ Rules of this file:
   reference validator gives, worded in the generated code (the reference words the rest). So
   a tool the session is not offered is ``unknown-tool`` exactly where a tool that does not
   exist is, listing the session's tools.
-* Two ways through, one pipeline. :meth:`Gate._plain` is the pipeline of a gate with nothing
-  to authorize (no policy, no audit log, no read-only or protected register), written out top
-  to bottom for the usual canonical call (the one :func:`decode_canonical` takes): parse,
-  validate, (authorize: nothing), execute, observe. Every other call, and every call of any
-  other gate, goes through :meth:`Gate._run`, the same stages as methods over one
-  :class:`_Call`, where the authorize checks, the stage times and the audit record join.
+* Two ways through, one pipeline. :meth:`Gate.handle` runs the pipeline itself, written out top
+  to bottom (the plain path), for a canonical call of the default session on a gate with
+  nothing to authorize (no policy, no audit log, no read-only or protected register): parse
+  (the usual call in one decode and one colon count, :func:`decode_canonical`; any other text
+  through :func:`parse`), validate, (authorize: nothing), execute, observe. Every other call,
+  and every call of any other gate, goes through :meth:`Gate._run`, the same stages as
+  methods over one :class:`_Call`, where the authorize checks, the stage times and the audit
+  record join.
   Both give the same observation for the same call (``tests/test_gate.py`` compares them on
   generated raw calls).
 * ``_Call.executed`` is set immediately before the device call: from then on the device may
@@ -46,7 +48,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 from msgspec.structs import replace
@@ -70,10 +72,13 @@ from ._maptools import map_tools
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_ID_CHARS,
+    NOT_JSON,
     check_dialect,
     check_idempotency_key,
     decode_canonical,
+    decode_json,
     encode_json_data,
+    not_json,
     parse,
 )
 from ._policy import (
@@ -177,11 +182,17 @@ class Gate:
         self.timeout = timeout
         self._runner = TimeoutDevice(self.device, timeout) if timeout is not None else self.device
         self._tool_by_name: dict[str, Tool] = dict(tools.items())
+        #: The tools whose results are measured against the output cap: those whose result
+        #: has no declared bound within it (Tool.result_bytes).
+        self._measured = frozenset(
+            name for name, tool in tools.items()
+            if tool.result_bytes is None or tool.result_bytes > max_output_bytes)
         #: The compiled check of each offered tool list (None: every tool), its refusals
         #: worded as the reference validator of the same tools words them.
         self._validators: dict[tuple[str, ...] | None, RefusalCheck] = {
             None: compile_refusals(tools, ReferenceValidator(tools))}
         self._check = self._validators[None].refusal  # every tool's, bound once
+        self._str_cap = max_input_bytes >> 2  # a str this long is within the cap in UTF-8
         #: The read-only and protected registers, of the policy and the device's map, when
         #: there are any (else the checks are skipped).
         registers = (policy.registers if policy is not None else RegisterPolicy()).for_map(
@@ -190,7 +201,7 @@ class Gate:
         #: Every register's address (what a reset changes), and how messages name them.
         self._every = regmap.addresses
         self._label = regmap.label
-        #: The plain path (:meth:`_plain`) is taken by a gate with nothing to authorize: no
+        #: The plain path (in :meth:`handle`) is taken by a gate with nothing to authorize: no
         #: policy, no audit log, no read-only or protected register.
         self._plain_path = policy is None and audit is None and self._registers is None
         self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
@@ -268,15 +279,95 @@ class Gate:
             self.check_options(dialect, tool_choice)
         if loop_id is not None:
             check_loop_id(loop_id)
-        if self._plain_path and dialect == "canonical" and (
-                session is None or session is self.default_session):
-            return self._plain(raw, tool_choice)
-        call = _Call(session or self.default_session, dialect, tool_choice, raw,
-                     loop_id=loop_id, step=step, proposer=proposer)
-        if self.audit is None:
-            return self._run(call)
-        call.time, call.timings = time.time(), {}
-        return self._finish(call, self._run(call))
+        if not self._plain_path or dialect != "canonical" or (
+                session is not None and session is not self.default_session):
+            # A policy, an audit log, protected registers, another dialect or session: the
+            # stages as methods over one _Call (_run), then the audit record (_finish).
+            call = _Call(session or self.default_session, dialect, tool_choice, raw,
+                         loop_id=loop_id, step=step, proposer=proposer)
+            if self.audit is None:
+                return self._run(call)
+            call.time, call.timings = time.time(), {}
+            return self._finish(call, self._run(call))
+        # The plain path: the stages of _run, in its order, written out.
+        try:
+            # parse and validate: the usual call, one object holding a string tool, object
+            # arguments and maybe an id, is decoded, its repeated keys ruled out by one colon
+            # count (decode_canonical's steps, inline for a str), and its arguments checked by
+            # the compiled check: the first failure worded, None, or BIND (valid, with a
+            # number to make an int, or an array or object that may hold one). Any other text
+            # goes through the general parse, and its document through the shape step first.
+            name: str | None = None  # the usual call's tool, once it is known to be one
+            arguments: Any
+            if type(raw) is str and len(raw) <= self._str_cap:
+                doc: Any
+                try:
+                    doc = decode_json(raw)
+                except NOT_JSON as error:
+                    refused = not_json(error, raw)  # None: a lone surrogate, parse() decides
+                    if refused is not None:
+                        return Observation(refusal=refused)
+                    doc = None
+                if (type(doc) is dict and type(tool_name := doc.get("tool")) is str
+                        and type(arguments := doc.get("arguments")) is dict
+                        and ((kept := len(doc)) == 2 or (kept == 3 and "id" in doc))
+                        and raw.count(":") == kept + len(arguments)):
+                    name, call_id = tool_name, None
+                    if kept == 3:
+                        call_id = doc["id"]
+                        if type(call_id) is not str or len(call_id) > MAX_ID_CHARS:
+                            call_id = None
+            else:  # bytes, or a long str
+                decoded = decode_canonical(raw, self.max_input_bytes)
+                if type(decoded) is tuple:
+                    name, arguments, call_id = decoded
+                elif decoded is not None:  # not-json
+                    return Observation(refusal=decoded)  # type: ignore[arg-type]
+            if name is not None:
+                verdict = self._check(name, arguments, tool_choice)
+            else:
+                parsed = parse(raw, max_bytes=self.max_input_bytes)
+                if isinstance(parsed, Refusal):  # too-large, not-json
+                    return Observation(refusal=parsed)
+                call_id, key = parsed.id, parsed.idempotency_key
+                refusal = parsed.refusal or (_prefixed_key(key) if key is not None and
+                                             key.startswith(_DERIVED_KEY_PREFIXES) else None)
+                if refusal is not None:  # a bad idempotency key (else it is not kept here)
+                    return Observation(refusal=refusal, id=call_id)
+                verdict = self._validators[None](parsed.call, tool_choice)
+                if isinstance(verdict, Refusal):
+                    return Observation(refusal=verdict, id=call_id)
+                document: dict[str, Any] = parsed.call  # type: ignore[assignment]
+                name, arguments = document["tool"], document["arguments"]
+            if verdict is None:
+                tool = self._tool_by_name[name]  # valid: the tool is offered
+            elif verdict is BIND:
+                tool = self._tool_by_name[name]
+                arguments = tool.bind(arguments)
+            else:
+                return Observation(refusal=verdict, id=call_id)
+            if tool.rules is not None:  # the register map's rules, after the schema's ranges
+                refusal = tool.rules(arguments)
+                if refusal is not None:
+                    return Observation(refusal=refusal, id=call_id)
+            # authorize: nothing to check (no policy, no audit log, no protected register)
+            # execute
+            handler = tool.handler
+            if handler is None:
+                return Observation(refusal=_no_handler(tool), id=call_id)
+            try:
+                result = handler(self._runner, arguments)
+            except RegdevError as error:
+                return Observation(refusal=_device_failure(error), id=call_id)
+            # observe: the result against the output cap (unless its bound is within it)
+            if name in self._measured:
+                size = len(_encode(result))
+                if size > self.max_output_bytes:
+                    return Observation(refusal=_too_large(tool, size, self.max_output_bytes),
+                                       id=call_id)
+            return Observation(name, result, None, call_id)
+        except Exception:  # the gate's promise: one observation, never an exception
+            return _internal_error()
 
     def handle_call(
         self,
@@ -345,62 +436,6 @@ class Gate:
                              f"{', '.join(self.tools)}")
 
     # --- the pipeline --------------------------------------------------------------------
-
-    def _plain(self, raw: str | bytes, tool_choice: str | None) -> Observation:
-        """The pipeline of a gate with nothing to authorize, top to bottom, for a canonical
-        call of the default session: the stages of :meth:`_run`, in its order, written out."""
-        try:
-            # parse, and validate: the usual call is decoded (its repeated keys ruled out by a
-            # colon count) and its arguments checked; any other text goes through the
-            # general parse, and its document through the shape step first. The
-            # check returns the first failure, worded; or BIND for a valid call with a number
-            # to make an int (3.0), or an array or object that may hold one.
-            decoded = decode_canonical(raw, self.max_input_bytes)
-            if type(decoded) is tuple:
-                name, arguments, call_id = decoded
-                verdict = self._check(name, arguments, tool_choice)
-            elif decoded is not None:  # not-json
-                return Observation(refusal=cast(Refusal, decoded))
-            else:
-                parsed = parse(raw, max_bytes=self.max_input_bytes)
-                if isinstance(parsed, Refusal):  # too-large, not-json
-                    return Observation(refusal=parsed)
-                call_id, key = parsed.id, parsed.idempotency_key
-                refusal = parsed.refusal or (_prefixed_key(key) if key is not None and
-                                             key.startswith(_DERIVED_KEY_PREFIXES) else None)
-                if refusal is not None:  # a bad idempotency key (else it is not kept here)
-                    return Observation(refusal=refusal, id=call_id)
-                verdict = self._validators[None](parsed.call, tool_choice)
-                if isinstance(verdict, Refusal):
-                    return Observation(refusal=verdict, id=call_id)
-                call: dict[str, Any] = parsed.call  # type: ignore[assignment]
-                name, arguments = call["tool"], call["arguments"]
-            if verdict is not None and verdict is not BIND:
-                return Observation(refusal=verdict, id=call_id)
-            tool = self._tool_by_name[name]  # valid: the tool is offered
-            if verdict is BIND:
-                arguments = tool.bind(arguments)
-            if tool.rules is not None:  # the register map's rules, after the schema's ranges
-                refusal = tool.rules(arguments)
-                if refusal is not None:
-                    return Observation(refusal=refusal, id=call_id)
-            # authorize: nothing to check (no policy, no audit log, no protected register)
-            # execute
-            handler = tool.handler
-            if handler is None:
-                return Observation(refusal=_no_handler(tool), id=call_id)
-            try:
-                result = handler(self._runner, arguments)
-            except RegdevError as error:
-                return Observation(refusal=_device_failure(error), id=call_id)
-            # observe
-            size = len(_encode(result))
-            if size > self.max_output_bytes:
-                return Observation(refusal=_too_large(tool, size, self.max_output_bytes),
-                                   id=call_id)
-            return Observation(name, result, id=call_id)
-        except Exception:  # the gate's promise: one observation, never an exception
-            return _internal_error()
 
     def _run(self, call: _Call) -> Observation:
         """parse -> validate -> authorize -> execute -> observe: the first stage that ends
@@ -558,7 +593,10 @@ class Gate:
         return None
 
     def _observe(self, call: _Call) -> Refusal | None:
-        """The result's size against the output cap."""
+        """The result's size against the output cap (unless its bound is within it)."""
+        assert call.tool is not None
+        if call.tool.name not in self._measured:
+            return None
         size = len(_encode(call.result))
         if size <= self.max_output_bytes:
             return None

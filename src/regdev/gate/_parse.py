@@ -50,13 +50,16 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_ID_CHARS",
     "MAX_INT_DIGITS",
+    "NOT_JSON",
     "Dialect",
     "ParsedCall",
     "check_dialect",
     "check_idempotency_key",
     "decode_canonical",
+    "decode_json",
     "encode_json_data",
     "load_json",
+    "not_json",
     "parse",
 ]
 
@@ -73,6 +76,9 @@ MAX_IDEMPOTENCY_KEY_CHARS = MAX_ID_CHARS
 _decoder = msgspec.json.Decoder(float_hook=Decimal)
 # Bound once: looking a method up on these C objects costs about as much as a check.
 _decode_json = _decoder.decode
+#: One strict JSON document's text to its value (integers exact, fractions as Decimal); it
+#: raises one of :data:`NOT_JSON` (repeated keys are not its business: see :func:`parse`).
+decode_json = _decode_json
 _encode_json = msgspec.json.Encoder().encode
 _encode_data = msgspec.json.Encoder(decimal_format="number").encode
 
@@ -163,7 +169,8 @@ def _duplicate_key(data: bytes | str, doc: object) -> str | None:
 
 
 #: What msgspec raises for text that is not one strict JSON document.
-_NOT_JSON = (msgspec.DecodeError, RecursionError, DecimalException, ValueError, TypeError)
+NOT_JSON = (msgspec.DecodeError, RecursionError, DecimalException, ValueError, TypeError)
+_NOT_JSON = NOT_JSON
 
 
 #: Integers of more bits than this have more than MAX_INT_DIGITS digits (4300 x log2(10) is
@@ -394,6 +401,9 @@ def decode_canonical(raw: object, max_bytes: int
     holds exactly as many colons as the top level and ``arguments`` kept keys, no key repeats
     (nor is there a deeper object, or a colon in a string). Anything else is None.
 
+    :meth:`Gate.handle` takes the same steps inline for a str holding only ``tool`` and
+    ``arguments`` (a function call is a tenth of its path), and calls this for the rest.
+
     Args:
         raw: the raw call, as :meth:`Gate.handle` takes it.
         max_bytes: the cap on its size in bytes.
@@ -415,21 +425,33 @@ def decode_canonical(raw: object, max_bytes: int
         return None
     try:
         doc = _decode_json(raw)  # type: ignore[arg-type]
-    except UnicodeEncodeError:  # a str holding a lone surrogate: parse() decides
-        return None
-    except _NOT_JSON as error:
-        return _not_json(_explain(error, raw))  # type: ignore[arg-type]
+    except NOT_JSON as error:
+        return not_json(error, raw)  # type: ignore[arg-type]
     if type(doc) is not dict:
         return None
     name, arguments = doc.get("tool"), doc.get("arguments")
-    if type(name) is not str or type(arguments) is not dict or "idempotency_key" in doc:
+    if type(name) is not str or type(arguments) is not dict:
         return None
-    if raw.count(colon) != len(doc) + len(arguments):  # type: ignore[attr-defined]
+    kept = len(doc)
+    if raw.count(colon) != kept + len(arguments):  # type: ignore[attr-defined]
+        return None
+    if kept == 2:  # tool and arguments: the usual call
+        return name, arguments, None
+    if "idempotency_key" in doc:
         return None
     call_id = doc.get("id")
     if type(call_id) is not str or len(call_id) > MAX_ID_CHARS:
         call_id = None
     return name, arguments, call_id
+
+
+def not_json(error: Exception, raw: str | bytes) -> Refusal | None:
+    """The ``not-json`` refusal of ``raw``, whose decoding by :data:`decode_json` raised
+    ``error`` (one of :data:`NOT_JSON`), worded as :func:`parse` words it; None for a str
+    holding a lone surrogate, which :func:`parse` decides."""
+    if isinstance(error, UnicodeEncodeError):
+        return None
+    return _not_json(_explain(error, raw))
 
 
 def _not_json(error: str) -> Refusal:

@@ -64,6 +64,11 @@ class Tool:
             registers: ``(arguments) -> addresses``, or None for every register. When not
             given: none for a read-only tool, else ``arguments["addr"]`` when it is an
             integer, else every register.
+        result_bytes: the most bytes the JSON text of the handler's result can take, when
+            the handler guarantees a bound (the register tools' results, such as
+            ``{"addr":15,"data":255}``, take at most 22); None (the default) for no bound. A
+            gate measures a result against its output cap only when the bound is over the
+            cap (or there is none).
 
     The four flags default to MCP's defaults for tool annotations (MCP specification schema,
     ``ToolAnnotations``, since 2025-03-26: readOnlyHint false, destructiveHint true,
@@ -73,10 +78,11 @@ class Tool:
     Raises:
         SchemaError: ``name`` is not a non-empty string, or ``input_schema`` is outside the
             supported subset.
+        ValueError: ``result_bytes`` is neither None nor a positive int.
     """
 
     __slots__ = ("_bind_plan", "_schema", "changes", "description", "destructive", "handler",
-                 "idempotent", "name", "open_world", "read_only", "rules")
+                 "idempotent", "name", "open_world", "read_only", "result_bytes", "rules")
 
     name: str
     description: str
@@ -87,6 +93,7 @@ class Tool:
     handler: Handler | None
     rules: Rules | None
     changes: Changes | None
+    result_bytes: int | None
     _schema: dict[str, Any]
     #: What bind() looks at: the top-level property names, and whether any property is an
     #: object schema.
@@ -95,9 +102,13 @@ class Tool:
     def __init__(self, name: str, description: str, input_schema: Mapping[str, Any], *,
                  read_only: bool = False, idempotent: bool = False, destructive: bool = True,
                  open_world: bool = True, handler: Handler | None = None,
-                 rules: Rules | None = None, changes: Changes | None = None) -> None:
+                 rules: Rules | None = None, changes: Changes | None = None,
+                 result_bytes: int | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise SchemaError("a tool name must be a non-empty string", "/name")
+        if result_bytes is not None and (type(result_bytes) is not int or result_bytes <= 0):
+            raise ValueError(f"result_bytes must be None or a positive int (bytes), got "
+                             f"{result_bytes!r}")
         schema: dict[str, Any] = _copy_json(
             dict(input_schema) if isinstance(input_schema, Mapping) else input_schema)
         check_input_schema(schema, "/inputSchema")
@@ -110,7 +121,7 @@ class Tool:
                 ("name", name), ("description", description), ("read_only", read_only),
                 ("idempotent", idempotent), ("destructive", destructive),
                 ("open_world", open_world), ("handler", handler), ("rules", rules),
-                ("changes", changes), ("_schema", schema),
+                ("changes", changes), ("result_bytes", result_bytes), ("_schema", schema),
                 ("_bind_plan", (
                     tuple(key for key, sub in properties.items() if isinstance(sub, dict)),
                     any(isinstance(sub, dict)
@@ -156,7 +167,8 @@ class Tool:
     def __reduce__(self) -> tuple[Any, ...]:
         make = functools.partial(Tool, read_only=self.read_only, idempotent=self.idempotent,
                                  destructive=self.destructive, open_world=self.open_world,
-                                 handler=self.handler, rules=self.rules, changes=self.changes)
+                                 handler=self.handler, rules=self.rules, changes=self.changes,
+                                 result_bytes=self.result_bytes)
         return (make, (self.name, self.description, self._schema))
 
     def __repr__(self) -> str:
@@ -401,13 +413,21 @@ def _checked(value: object, what: str) -> int:
     return value
 
 
+#: The most bytes a register tool's result takes as JSON: ``{"addr":15,"data":255}`` (its
+#: handler checks the value the device answered with is a byte 0..255; the address was
+#: validated).
+_RESULT_BYTES = len(f'{{"addr":{REGISTER_COUNT - 1},"data":{DATA_MAX}}}')
+
+
 def _write(device: Device, args: dict[str, Any]) -> dict[str, Any]:
     """Write, and count it done only when the device reports the value written; otherwise
     the device did execute the write (the register changed), so the failure is a
     :class:`DeviceError`, never a refusal."""
     addr, data = args["addr"], args["data"]
     stored = device.write(addr, data)
-    if stored != data or type(stored) is not int:
+    # (data is a validated int 0..255, one of CPython's cached small ints: a device that
+    # answers with an equal int answers with that very object, and the rest is checked.)
+    if stored is not data and (stored != data or type(stored) is not int):
         _checked(stored, f"write {addr}")
         raise DeviceError(f"register {addr} holds {stored} after writing {data}")
     return {"addr": addr, "data": stored}
@@ -440,6 +460,7 @@ WRITE_REGISTER = Tool(
     destructive=True,  # a write overwrites the register's previous value
     open_world=False,  # one device's registers: a closed domain
     handler=_write,
+    result_bytes=_RESULT_BYTES,
 )
 
 READ_REGISTER = Tool(
@@ -460,6 +481,7 @@ READ_REGISTER = Tool(
     destructive=False,
     open_world=False,
     handler=_read,
+    result_bytes=_RESULT_BYTES,
 )
 
 #: The two tools regdev offers by default, ``write_register`` first.

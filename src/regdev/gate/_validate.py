@@ -155,6 +155,11 @@ def _shape(schema: Mapping[str, Any], depth: int) -> str:
 
 def _got(value: object) -> str:
     """A wrong value for a type message: ``string "3"``, ``boolean true``, ``an array``."""
+    kind = type(value)
+    if kind is str:  # the usual wrong type (a number sent as a string), as show_value words it
+        return 'string "' + escape_text(cast(str, value), 38) + '"'
+    if kind is bool:
+        return "boolean true" if value else "boolean false"
     name = json_type_name(value)
     if name in _SHOWN_BY_TYPE or name.startswith("Python "):
         return a_json_type(value)

@@ -1,0 +1,132 @@
+"""Shared by the hot path's benchmark scripts: regdev against its anchor, in one run.
+
+Each script names its rows (the inputs), the regdev side and the anchor, both written out in
+the script, and the goal of each row's ratio. :func:`compare` checks that both sides give the
+same verdict on every input (a row where they differ is not timed), times them in
+interleaved batches (``regdev.gate._bench.run_bench``, the machinery of ``regdev bench``),
+and prints per row: regdev's figure, the anchor's, their spread, the ratio regdev / anchor
+measured in this run, and the goal; then the load average, and whether the machine was too
+noisy for the figures to mean anything. Not a test: nothing asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from regdev.gate._bench import (
+    BenchResult,
+    Case,
+    Contender,
+    all_agree,
+    format_spread,
+    noise_line,
+    run_bench,
+)
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A row's goal: the ratio regdev / anchor at most ``at_most`` (a time) or at least
+    ``at_least`` (a rate)."""
+
+    at_most: float | None = None
+    at_least: float | None = None
+
+    def met(self, ratio: float) -> bool:
+        if self.at_most is not None:
+            return ratio <= self.at_most
+        assert self.at_least is not None
+        return ratio >= self.at_least
+
+    def __str__(self) -> str:
+        return (f"<= {self.at_most:.2f}x" if self.at_most is not None
+                else f">= {self.at_least:.2f}")
+
+
+def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
+            cpu: bool = True) -> argparse.Namespace:
+    """The scripts' common options: --rounds, --batch-ms, --wall (or --cpu), --json."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help=f"interleaved batches per cell, the median shown (default {rounds})")
+    parser.add_argument("--batch-ms", type=float, default=batch_ms,
+                        help=f"the length of one batch, in ms (default {batch_ms:g})")
+    if cpu:
+        parser.add_argument("--wall", action="store_true",
+                            help="time with the wall clock (default: the CPU time of this "
+                                 "thread, steadier on a shared machine)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.batch_ms <= 0:
+        parser.error("--rounds must be at least 1 and --batch-ms above 0")
+    args.clock = time.perf_counter_ns if not cpu or args.wall else time.thread_time_ns
+    return args
+
+
+def compare(title: str, regdev: Contender, anchor: Contender, cases: tuple[Case, ...],
+            goals: dict[str, Goal], args: argparse.Namespace, *, unit: str = "ns",
+            scale: float = 1.0,
+            figure: Callable[[float], float] | None = None) -> BenchResult:
+    """Time ``regdev`` against ``anchor`` on ``cases`` and print the rows (see the module
+    docstring). ``scale`` divides the ns figures for display in ``unit``; ``figure`` turns
+    the ratio of times anchor / regdev into the ratio shown (default: regdev / anchor).
+    Exits with status 1 when a side disagrees with the other's verdict."""
+    result = run_bench(rows=[regdev, anchor], cases=cases, control=anchor,
+                       rounds=args.rounds, batch_seconds=args.batch_ms / 1000,
+                       clock=args.clock)
+    ours, theirs = result.rows
+    rows = []
+    for case in cases:
+        if case.title not in ours["ns"] or case.title not in theirs["ns"]:
+            rows.append({"case": case.title, "timed": False})
+            continue
+        times = theirs["ns"][case.title] / ours["ns"][case.title] if ours["ns"][case.title] \
+            else float("inf")
+        ratio = figure(times) if figure else (1 / times if times else float("inf"))
+        goal = goals.get(case.title)
+        rows.append({"case": case.title, "regdev": ours["ns"][case.title] / scale,
+                     "regdev_spread": ours["spread"][case.title],
+                     "anchor": theirs["ns"][case.title] / scale,
+                     "anchor_spread": theirs["spread"][case.title], "ratio": ratio,
+                     "goal": str(goal) if goal else None,
+                     "met": goal.met(ratio) if goal else None})
+    clock = "wall clock" if args.clock is time.perf_counter_ns else "CPU time of this thread"
+    if args.json:
+        print(json.dumps({"title": title, "unit": unit, "clock": clock, "rounds": args.rounds,
+                          "regdev": regdev.name, "anchor": anchor.name, "rows": rows,
+                          "load": list(result.load), "control": result.control,
+                          "typical_spread": result.spread, "noisy": result.noisy,
+                          "disagreements": ours["disagreements"] + theirs["disagreements"]}))
+    else:
+        print(f"{title}: {unit} per call, {clock}, median of {args.rounds} interleaved batches"
+              f" of {args.batch_ms:g} ms (spread: the interquartile range, half each side)")
+        print(f"  regdev: {regdev.name}")
+        print(f"  anchor: {anchor.name}")
+        print(f"  {'case':<14}{'regdev':>16}{'anchor':>16}{'ratio':>10}   goal")
+        for row in rows:
+            if "timed" in row:
+                print(f"  {row['case']:<14}  not timed: the two disagree")
+                continue
+            verdict = "" if row["goal"] is None else (
+                f"{row['goal']}: {'met' if row['met'] else 'MISSED'}")
+            print(f"  {row['case']:<14}"
+                  f"{row['regdev']:>10.0f} {format_spread(row['regdev_spread']):>5}"
+                  f"{row['anchor']:>10.0f} {format_spread(row['anchor_spread']):>5}"
+                  f"{row['ratio']:>9.2f}x   {verdict}")
+        for line in ours["disagreements"] + theirs["disagreements"]:
+            print(f"  ! {line}")
+        print(noise_line(result).replace("the floor timed twice", "the anchor timed twice"))
+    if not all_agree(result):
+        sys.exit(1)
+    return result
+
+
+def case(title: str, value: Any, valid: bool, about: str = "") -> Case:
+    """One row's input: raw text (or any value the two sides take) and whether it is valid."""
+    return Case(title, about or title, {}, None if valid else "refused", value, raw_only=True)
