@@ -464,7 +464,7 @@ class RegisterMap:
     @property
     def is_default(self) -> bool:
         """True for a map equal to :meth:`default`."""
-        return self == _DEFAULT
+        return self is _DEFAULT or self == _DEFAULT  # (the default itself, at once)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RegisterMap):

@@ -199,13 +199,20 @@ def map_exceptions(url: str, *, opening: bool = False) -> Iterator[None]:
     try:
         yield
     except _PORT_ERRORS as error:
-        message = (_open_message(url, error) if opening
-                   else f"port {url} failed: {serial_problem(error)}")
-        raise TransportError(message) from error
+        if not opening:
+            raise _port_failure(url, error) from error
+        raise TransportError(_open_message(url, error)) from error
     except (ValueError, OverflowError, NotImplementedError) as error:
         if not opening:
             raise
         raise TransportError(_open_message(url, error)) from error
+
+
+def _port_failure(url: str, error: BaseException) -> TransportError:
+    """The :class:`TransportError` of port ``url`` failing with ``error`` (one of
+    :data:`_PORT_ERRORS`): what :func:`map_exceptions` raises, for the transaction's own
+    ``try`` (a generator's context manager costs as much as the codec's work)."""
+    return TransportError(f"port {url} failed: {serial_problem(error)}")
 
 
 def _check_url(url: str) -> None:
@@ -713,21 +720,27 @@ class SerialDevice(Device):
         """
         link = self._link
         data = link.send(request)
+        fd = port.fd if type(port) is _POSIX_PORT else None  # os.write and os.read
         sent = False
         try:
-            with map_exceptions(self.url):
+            if fd is not None:
+                try:  # noqa: SIM105 - contextlib.suppress costs more than this write
+                    data = data[os.write(fd, data):]  # a frame fits the output buffer at once
+                except BlockingIOError:
+                    pass  # the output buffer is full: pyserial waits, within write_timeout
+            if data:
                 port.write(data)
-                sent = True
-                return self._await_reply(port)
-        except TransportError as error:
+            sent = True
+            return self._await_reply(port, fd)
+        except _PORT_ERRORS as error:  # as map_exceptions maps them
             self._set_port_aside()
-            raise _PortFailed(error, sent=sent) from error.__cause__
+            raise _PortFailed(_port_failure(self.url, error), sent=sent) from error
         finally:
             if link.state is State.AWAITING_REPLY:
                 link.abandon()
                 self._flush = True
 
-    def _await_reply(self, port: serial.Serial) -> Reply:
+    def _await_reply(self, port: serial.Serial, fd: int | None) -> Reply:
         """The reply to the request just written, read until ``timeout`` seconds passed.
 
         Raises:
@@ -736,11 +749,10 @@ class SerialDevice(Device):
         """
         link = self._link
         deadline = time.monotonic() + self.timeout
-        fd = port.fd if type(port) is _POSIX_PORT else None  # read lines with os.read
         bad = 0
         while True:
             try:
-                event = link.next_event()
+                event = link.next_event() if link.buffered else NEED_DATA
             except RemoteProtocolError:
                 self.bad_frames += 1
                 bad += 1
