@@ -470,6 +470,14 @@ class Gate:
                 return Refusal("parse", "not-json", f"the tool call is not JSON data: {text}")
             key = check_idempotency_key(call.sent_key, "idempotency_key")
         else:
+            decoded = decode_canonical(call.raw, self.max_input_bytes) \
+                if call.dialect == "canonical" else None
+            if type(decoded) is tuple:  # the usual call: no key, nothing else to adapt
+                name, arguments, call.id = decoded
+                call.call = {"tool": name, "arguments": arguments}
+                return None
+            if decoded is not None:  # not-json
+                return decoded  # type: ignore[return-value]
             parsed = parse(call.raw, call.dialect, max_bytes=self.max_input_bytes)
             if isinstance(parsed, Refusal):
                 return parsed
