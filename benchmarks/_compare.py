@@ -69,8 +69,8 @@ def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
     return args
 
 
-def compare(title: str, regdev: Contender, anchor: Contender, cases: tuple[Case, ...],
-            goals: dict[str, Goal], args: argparse.Namespace, *, unit: str = "ns",
+def compare(title: str, regdev: Contender, anchor: Contender, cases: tuple[Case, ...], *,
+            goals: dict[str, Goal], args: argparse.Namespace, unit: str = "ns",
             scale: float = 1.0,
             figure: Callable[[float], float] | None = None) -> BenchResult:
     """Time ``regdev`` against ``anchor`` on ``cases`` and print the rows (see the module

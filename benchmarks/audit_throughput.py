@@ -13,8 +13,9 @@ configuration once, on the same machine state), and the median round is reported
   database with the same schema and the same pragmas: the rate SQLite itself allows for one
   durable record per write, the floor under any audit that commits each write before answering.
 
-Targets (issue 6): sequential writes with the audit on reach >= 80% of the SQLite rate; with 8
-concurrent callers the audit costs < 2x (group commit); reads and refusals cost < 2x in both.
+Targets (issue 6, raised by issue 13): sequential writes with the audit on reach >= 85% of the
+SQLite rate (``benchmarks/audit_write.py`` times that row alone); with 8 concurrent callers
+the audit costs < 2x (group commit); reads and refusals cost < 2x in both.
 With ``--durability power-loss`` both the audit and the SQLite baseline use
 ``synchronous=FULL``.
 """
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<36} {seconds * 1e6:>9.1f} {1 / seconds:>10.0f}")
     print(f"\n{'ratio':<52} {'value':>6}  target")
     for name, value in ratios.items():
-        target = ">= 0.80" if "vs SQLite" in name else ("< 2.00" if "8 threads" in name
+        target = ">= 0.85" if "vs SQLite" in name else ("< 2.00" if "8 threads" in name
                                                           or "write" not in name else "-")
         print(f"{name:<52} {value:>6.2f}  {target}")
     return 0

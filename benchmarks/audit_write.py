@@ -63,7 +63,7 @@ def main() -> None:
                               "autocommit, written out in this script", raw=True,
                               on_refusal="bool", run=lambda raw: execute(statement, parameters),
                               valid=lambda raw: execute(statement, parameters) is not None),
-                    (case("write", WRITE, True),), {"write": Goal(at_least=0.85)}, args,
+                    (case("write", WRITE, True),), goals={"write": Goal(at_least=0.85)}, args=args,
                     unit="us", scale=1000, figure=lambda times: times)
         connection.close()
 

@@ -110,7 +110,7 @@ def main() -> None:
             Contender("anchor", "the minimal pipeline written out in this script", raw=True,
                       on_refusal="observation", run=anchor,
                       valid=lambda raw: anchor(raw)["ok"]),
-            CASES, GOALS, args)
+            CASES, goals=GOALS, args=args)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def main() -> None:
                           "in this script", raw=True, on_refusal="bool",
                           run=lambda op: anchor[op](),
                           valid=lambda op: anchor[op]() == EXPECTED[op.removeprefix("gate ")]),
-                CASES, GOALS, args, unit="us", scale=1000)
+                CASES, goals=GOALS, args=args, unit="us", scale=1000)
 
 
 if __name__ == "__main__":
