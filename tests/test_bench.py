@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import subprocess
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -20,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import regdev.gate._bench as bench
+from conftest import ROOT
 from regdev.cli._main import main
 from regdev.core._observation import Refusal
 from regdev.gate._bench import (
@@ -329,3 +331,23 @@ def test_floor_gives_the_same_verdicts(call: object) -> None:
     """The hand-written floor says valid exactly when the reference does: the same work."""
     assert floor_valid(call) == (bench_reference(call) is None)
 
+
+
+@pytest.mark.parametrize("script", ["gate_pipeline.py", "raw_verdict.py", "missing_field.py"])
+def test_hot_path_scripts_print_both_sides_and_the_ratio(script: str) -> None:
+    """Each of issue 13's CPU-bound benchmark scripts runs (one tiny round), its two sides
+    agree on every row's verdict, and its JSON names regdev's and the anchor's figure, the
+    ratio, the goal and the noise (no time is asserted)."""
+    folder = ROOT / "benchmarks"
+    done = subprocess.run([sys.executable, str(folder / script), "--rounds", "1",
+                           "--batch-ms", "0.05", "--json"], capture_output=True, text=True,
+                          cwd=folder, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["disagreements"] == [] and result["rows"]
+    assert result["clock"] == "CPU time of this thread"
+    for row in result["rows"]:
+        assert {"case", "regdev", "anchor", "ratio", "goal", "met"} <= set(row), row
+        assert row["regdev"] >= 0 and row["anchor"] >= 0
+    assert sum(row["goal"] is not None for row in result["rows"]) >= 1
+    assert set(result) >= {"load", "control", "typical_spread", "noisy"}

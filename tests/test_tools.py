@@ -8,12 +8,14 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
+import msgspec
 import pytest
 
 from conftest import ARRAYS
 from regdev import (
     READ_REGISTER,
     WRITE_REGISTER,
+    Gate,
     ReferenceValidator,
     Tool,
     ToolSet,
@@ -94,3 +96,36 @@ def test_bind_makes_integral_elements_of_integer_arrays_int() -> None:
     assert type(bound["matrix"][0][1]) is int and type(bound["points"][0]["x"]) is float
     assert bound["points"] is given["points"]  # nothing in it is an integer schema's
     assert given["data"] == [1, 2.0, Decimal("1E+2")] and type(given["data"][1]) is float
+
+
+def test_a_declared_result_bound_is_checked_and_is_what_the_register_tools_can_answer() -> None:
+    """result_bytes is None or a positive int; the register tools declare the size of their
+    largest result, which is exactly what their handlers can answer."""
+    assert Tool("t", "", schema()).result_bytes is None
+    for bad in (0, -1, 2.5, "22", True):
+        with pytest.raises(ValueError, match="result_bytes must be None or a positive int"):
+            Tool("t", "", schema(), result_bytes=bad)  # type: ignore[arg-type]
+    largest = len(msgspec.json.encode({"addr": 15, "data": 255}))
+    assert WRITE_REGISTER.result_bytes == READ_REGISTER.result_bytes == largest == 22
+    bounded = Tool("t", "", schema(), result_bytes=30)
+    assert pickle.loads(pickle.dumps(bounded)).result_bytes == 30
+
+
+def test_a_result_is_measured_unless_its_bound_is_within_the_cap() -> None:
+    """A gate skips measuring only results whose declared bound fits its output cap: a tool
+    that breaks its own bound is not caught, a tool without one always is, and the register
+    tools are measured (and refused) under a cap below their bound."""
+    def big(device: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"text": "x" * 100}
+
+    liar = Tool("liar", "", schema(), handler=big, result_bytes=10)
+    honest = Tool("honest", "", schema(), handler=big)
+    gate = Gate(tools=ToolSet([liar, honest]), max_output_bytes=50)
+    assert gate.handle('{"tool": "liar", "arguments": {"addr": 1}}').ok
+    assert gate.handle('{"tool": "honest", "arguments": {"addr": 1}}').code == "output-too-large"
+    small = Gate(max_output_bytes=21)
+    assert small.handle('{"tool": "write_register", "arguments": {"addr": 3, "data": 7}}').ok
+    refused = small.handle('{"tool": "write_register", "arguments": {"addr": 15, "data": 255}}')
+    assert refused.code == "output-too-large"
+    assert refused.message == ("write_register ran and its effect stands, but its result is 22 "
+                               "bytes, over the cap of 21 bytes")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import ARRAYS, CONFIGURE
 from regdev import ReferenceValidator, Refusal, SchemaError, Tool, ToolSet, compile_validator
+from regdev.gate._validate import got_value
 from strategies import python_calls
 
 validator = ReferenceValidator()
@@ -339,3 +340,14 @@ def test_a_key_that_is_not_a_string_is_named_escaped(key: object, shown: str) ->
         {"tool": "write_register", "arguments": {"addr": 3, "data": 1, key: 1}})
     assert refusal == Refusal("validate", "unknown-argument",
                               f"unknown argument {shown}; write_register takes: addr, data")
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("3", 'string "3"'), ("", 'string ""'), ("a\nb`", 'string "a\\nb\\x60"'),
+    ("x" * 50, 'string "' + "x" * 35 + '..."'), (True, "boolean true"),
+    (False, "boolean false"), (None, "null"), ([1], "an array"), ({}, "an object"),
+    (Decimal("3.5"), "number 3.5"), (2.5, "number 2.5")])
+def test_a_wrong_value_is_shown_as_before(value: object, shown: str) -> None:
+    """The type refusal's words for a wrong value (the compiled check's and the reference's):
+    a string escaped and cut at 40 characters with its quotes, the rest by its JSON type."""
+    assert got_value(value) == shown
