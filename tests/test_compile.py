@@ -453,9 +453,10 @@ def test_tools_argument_forms() -> None:
 def test_gate_asks_the_reference_only_to_word_what_the_compiled_check_does_not(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A valid call never reaches the reference validator; a refusal of a tool's own
-    arguments is worded by the compiled check itself; an element's is explained from its code,
-    without the reference checking the call again."""
-    gate = Gate(tools=BENCH_TOOLS)
+    arguments, or of an element of its own array of leaves, is worded by the compiled check
+    itself; a nested object's is explained from its code, without the reference checking the
+    call again."""
+    gate = Gate(tools=ToolSet([*BENCH_TOOLS.values(), ARRAYS]))
     asked: list[Any] = []
     checked: list[Any] = []
     reference = gate._validators[None].reference  # the default session's: every tool
@@ -472,7 +473,12 @@ def test_gate_asks_the_reference_only_to_word_what_the_compiled_check_does_not(
     block = gate.handle('{"tool": "write_registers", "arguments": {"addr": 0, '
                         '"data": [1, 2, 300]}}')
     assert block.code == "range-data[]" and block.message == "data[2] 300 is outside 0..255"
-    assert asked == ["range-data[]"] and checked == []
+    assert asked == [] and checked == []
+    nested = gate.handle('{"tool": "arrays", "arguments": {"data": [1], "points": [{"x": 1}, '
+                         '{"y": 2}]}}')
+    assert nested.code == "missing-points[].x"
+    assert nested.message == "missing required argument points[1].x (a number)"
+    assert asked == ["missing-points[].x"] and checked == []
 
 
 # --- standalone modules -----------------------------------------------------------------------

@@ -56,6 +56,7 @@ from ._tools import REGISTER_TOOLS, ToolSet
 from ._validate import (
     ReferenceValidator,
     _Level,
+    element_refusal,
     got_value,
     missing_refusal,
     out_of_range,
@@ -240,6 +241,9 @@ class _Property:
         self.type_fail: str | None = None  # condition over var, or "" for the false schema
         self.range_fails: list[_Fail] = []  # (guard, condition) pairs over var
         self.contents: list[str] = []  # lines checking what it holds (object, elements)
+        #: in the gate's module, a tool's own array of integers, whose element loop sets
+        #: ``rebind`` for an integer that is not an int
+        self.int_elements = False
 
     def may_be(self, *names: str) -> bool:
         return self.types is None or not self.types.isdisjoint(names)
@@ -557,25 +561,50 @@ class _Compiler:
             lines += [f"if len({v}) > {len(prefix)}:",
                       f"    {self.fail(f'type-{prop.label}[]')}"]
         elif items is not True:
-            var, body = self.element(items, f"{prop.label}[]", f"{pointer}/items")
+            worded = None  # a tool's own array of leaves: its element's refusal worded here
+            if self.top and self.level_of is not None and prop.var.startswith("v"):
+                node = self.level_of.fields[prop.name].items
+                assert node is not None
+                worded = (self.obj(node, f"the elements of {prop.label}"), v,
+                          _str(prop.label), len(prefix))
+            var, body = self.element(items, f"{prop.label}[]", f"{pointer}/items", worded)
+            if worded is not None and not prefix and prop.types == frozenset({"array"}) \
+                    and body[:1] == [
+                    f"if {_TYPE_IS_NOT['integer'].format(v=var)}:"]:
+                # an integer element: the loop notes one to bind (3.0) as the arguments do
+                prop.int_elements = True
+                body[:2] = [f"if type({var}) is not int:",
+                            f"    if type({var}) in _NOT_NUMBERS or not is_integer({var}):",
+                            f"    {body[1]}",
+                            "    rebind = True"]
             if body:
                 lines += [f"for {var} in {v if not prefix else f'{v}[{len(prefix)}:]'}:",
                           *_indent(body)]
         return lines
 
-    def element(self, schema: object, label: str, pointer: str) -> tuple[str, list[str]]:
-        """The variable and the lines checking one element: type, ranges, what it holds."""
+    def element(self, schema: object, label: str, pointer: str,
+                worded: tuple[str, str, str, int] | None = None) -> tuple[str, list[str]]:
+        """The variable and the lines checking one element: type, ranges, what it holds.
+
+        ``worded`` (the gate's module, an element of a tool's own array: the reference's
+        node of the elements, the array's variable, its name, the positions before them) has
+        a leaf element's failure return its refusal (:func:`element_refusal`)."""
         var = f"e{self.element_vars}"
         self.element_vars += 1
         prop = _Property(label, schema, var, True, label)
         self.slot(prop, pointer)
+        fail_type, fail_range = self.fail(f"type-{label}"), self.fail(f"range-{label}")
+        if worded is not None and not prop.contents:
+            node, array, where, past = worded
+            fail_type = fail_range = (f"return _element_refusal({node}, {array}, {var}, "
+                                      f"{where}, {past})")
         if prop.type_fail == "":
-            return var, [self.fail(f"type-{label}")]  # the false schema: none allowed
+            return var, [fail_type]  # the false schema: none allowed
         body = []
         if prop.type_fail:
-            body += [f"if {prop.type_fail}:", f"    {self.fail(f'type-{label}')}"]
+            body += [f"if {prop.type_fail}:", f"    {fail_type}"]
         if prop.range_fails:
-            body += [f"if {_join(prop.range_fails)}:", f"    {self.fail(f'range-{label}')}"]
+            body += [f"if {_join(prop.range_fails)}:", f"    {fail_range}"]
         return var, body + prop.contents
 
     # -- one object level --
@@ -637,7 +666,7 @@ class _Compiler:
         # test (BIND at the end: Tool.bind makes it an int), at no cost for an int.
         integers = [prop for prop in props if self.top and prop.types == frozenset({"integer"})
                     and prop.type_fail]
-        if integers:
+        if integers or any(prop.int_elements for prop in props):
             body.append("rebind = False")
         for prop in props:
             if prop.type_fail == "":
@@ -660,7 +689,7 @@ class _Compiler:
         for prop in props:
             body += prop.contents
         if self.top:
-            body += self._bind(props, bool(integers))
+            body += self._bind(props, bool(integers) or any(p.int_elements for p in props))
         if not body:
             return None
         return [*body, "return None"]
@@ -702,6 +731,8 @@ class _Compiler:
         for prop in props:
             if prop.types is not None and prop.types.isdisjoint(("integer", "object", "array")):
                 continue  # bind leaves these as they are
+            if prop.int_elements:
+                continue  # its loop sets rebind
             if prop.types != frozenset({"integer"}) and isinstance(prop.schema, dict):
                 return ["return _BIND"]  # a number, an object or an array: bind looks
         return ["if rebind:", "    return _BIND"] if integers else []
@@ -1038,6 +1069,7 @@ def compile_refusals(
         "__name__": "regdev_gate_check", **compiler.objects, "_BIND": BIND,
         "_Refusal": Refusal, "_got": got_value, "_show": show_value,
         "_out_of_range": out_of_range, "_unknown_argument": unknown_argument,
+        "_element_refusal": element_refusal,
         "_explain": explain_at, "_name_refusal": name_refusal}
     filename = _load(source, "regdev gate check", namespace)
     return RefusalCheck(namespace["refusal"], source, filename, reference)

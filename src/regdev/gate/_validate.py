@@ -493,6 +493,21 @@ def out_of_range(node: _Node, value: object) -> Refusal:
     return refusal
 
 
+def element_refusal(node: _Node, array: list[Any], element: object, where: str,
+                    past: int) -> Refusal:
+    """The refusal of ``element``, the first element of ``array`` (an argument named
+    ``where``) past its ``past`` positional ones to fail ``node`` (leaf elements: their
+    checks depend on the value alone, so the first element that is that very object is the
+    one that failed)."""
+    index = next(i for i in range(past, len(array)) if array[i] is element)
+    place = f"{where}[{index}]"
+    if not _type_ok(node, element):
+        return _wrong_type(node, element, place)
+    refusal = _out_of_range(node, element, place)
+    assert refusal is not None
+    return refusal
+
+
 def unknown_argument(level: _Level, arguments: dict[Any, Any]) -> Refusal:
     """The refusal of arguments that hold a name ``level`` (the arguments object, closed)
     does not declare: the first such name."""
