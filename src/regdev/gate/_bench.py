@@ -58,7 +58,14 @@ from ..core._observation import Refusal
 from ..devices._device import Device, RegisterFile
 from ._compile import BIND, compile_refusals, compile_validator
 from ._gate import Gate
-from ._parse import DEFAULT_MAX_INPUT_BYTES, decode_canonical, parse
+from ._parse import (
+    DEFAULT_MAX_INPUT_BYTES,
+    NOT_JSON,
+    decode_canonical,
+    decode_json,
+    not_json,
+    parse,
+)
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
 from ._validate import ReferenceValidator
 
@@ -611,7 +618,23 @@ def contenders() -> list[Contender]:
                           run=convert, valid=_raises_means_invalid(convert),
                           version=_version("msgspec")))
 
+    short = DEFAULT_MAX_INPUT_BYTES >> 2
+
     def gate(raw: str) -> Refusal | None:  # what Gate.handle does before authorizing
+        if type(raw) is str and len(raw) <= short:  # Gate.handle's inline steps
+            try:
+                doc: Any = decode_json(raw)
+            except NOT_JSON as error:
+                refused = not_json(error, raw)
+                if refused is not None:
+                    return refused
+                doc = None
+            if (type(doc) is dict and type(name := doc.get("tool")) is str
+                    and type(arguments := doc.get("arguments")) is dict
+                    and ((kept := len(doc)) == 2 or (kept == 3 and "id" in doc))
+                    and raw.count(":") == kept + len(arguments)):
+                verdict = refusal(name, arguments)
+                return None if verdict is None or verdict is BIND else verdict
         decoded = decode_canonical(raw, DEFAULT_MAX_INPUT_BYTES)
         if type(decoded) is tuple:
             verdict = refusal(decoded[0], decoded[1])
