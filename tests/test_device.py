@@ -110,3 +110,18 @@ def test_a_device_without_its_own_state_id_gets_a_unique_one() -> None:
     one, two = Bare(), Bare()
     assert one.state_id() == one.state_id() != two.state_id()
     assert one.state_id().startswith("Bare:")
+
+
+def test_a_block_write_on_the_default_map_is_all_or_nothing_and_checked_as_write() -> None:
+    """The default map's block write (its shortcut past the per-register rules) stores the
+    values when every one is a byte, and nothing when one is not, naming it as write() does."""
+    device = RegisterFile()
+    assert device.write_block(2, [1, 2, 255]) == [1, 2, 255]
+    assert device.snapshot()[:6] == [0, 0, 1, 2, 255, 0] and device.write_count == 3
+    for bad in ([7, 256], [7, True], [7, 3.0]):
+        with pytest.raises(RegisterRangeError) as info:
+            device.write_block(0, bad)
+        with pytest.raises(RegisterRangeError) as expected:
+            device.write(0, bad[1])
+        assert str(info.value) == str(expected.value)
+    assert device.snapshot()[:6] == [0, 0, 1, 2, 255, 0] and device.write_count == 3

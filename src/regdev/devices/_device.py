@@ -412,6 +412,14 @@ class RegisterFile(Device):
         """
         values = list(data)
         check_block(addr, len(values), self._regmap)
+        if self._default:  # plain read-write bytes: checked as write() checks, then stored
+            for value in values:
+                if type(value) is not int or not 0 <= value <= DATA_MAX:
+                    check_access(addr, value)  # raises, naming the value
+            with self._lock:
+                self._registers[addr:addr + len(values)] = values
+                self.write_count += len(values)
+                return list(values)
         specs = [self._register(addr + index) for index in range(len(values))]
         for spec, value in zip(specs, values, strict=True):
             check_access(spec.addr, value, self._regmap)
