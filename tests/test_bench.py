@@ -118,6 +118,7 @@ def test_bench_json_has_every_row_and_column_and_all_agree(
     assert result["control"] == 1.0 and result["typical_spread"] == 0.0
     assert result["noisy"] is False
     assert len(result["load"]) == 2
+    assert result["clock"] == "wall clock"
     for base in ("regdev-compiled", "regdev-gate", "regdev-handle"):
         ours = next(r for r in result["rows"] if r["key"] == base)
         assert set(ours["ratio"].values()) == {1.0}
@@ -351,3 +352,10 @@ def test_hot_path_scripts_print_both_sides_and_the_ratio(script: str) -> None:
         assert row["regdev"] >= 0 and row["anchor"] >= 0
     assert sum(row["goal"] is not None for row in result["rows"]) >= 1
     assert set(result) >= {"load", "control", "typical_spread", "noisy"}
+
+
+def test_cpu_time_option_times_with_the_threads_clock(capsys: pytest.CaptureFixture[str]) -> None:
+    """--cpu-time: the batches are timed with the thread's CPU clock, and the report says so."""
+    assert main(["bench", "--quick", "--cpu-time"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("regdev bench: ns per call (CPU time of this thread), median of 3 ")

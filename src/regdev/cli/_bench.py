@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any, TextIO
 
 from ._common import (
@@ -24,7 +25,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         rounds, batch = 25 if args.rounds is None else args.rounds, 0.01
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
-    result = run_bench(rounds=rounds, batch_seconds=batch, progress=sys.stderr)
+    result = run_bench(rounds=rounds, batch_seconds=batch, progress=sys.stderr,
+                       clock=time.thread_time_ns if args.cpu_time else time.perf_counter_ns)
     if args.json:
         json_line(result.to_dict(), out)
     else:
@@ -56,6 +58,10 @@ def add_parser(sub: Any) -> None:
                     "installs them; or, in a clone, .venv/bin/pip install -e '.[bench]'). "
                     "Progress goes to stderr.")
     bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    bench.add_argument("--cpu-time", action="store_true",
+                       help="time each batch with this thread's CPU clock instead of the wall "
+                            "clock: steadier on a shared machine (it does not see the time "
+                            "the thread waits for the CPU)")
     bench.add_argument("--quick", action="store_true",
                        help="a short run for a first look or CI: 3 rounds of 2 ms batches per "
                             "cell (about 1-2 s); figures are rough. Not with --rounds")

@@ -754,6 +754,7 @@ class BenchResult:
         control: the hand-written floor on the first case timed as two cells: the larger of
             their medians over the smaller (1.0 on a quiet machine); None when not measured.
         spread: the median of every cell's spread.
+        clock: what timed the batches: ``"wall clock"`` or ``"CPU time of this thread"``.
     """
 
     cases: list[Case]
@@ -765,6 +766,7 @@ class BenchResult:
     load: tuple[float | None, float | None] = (None, None)
     control: float | None = None
     spread: float = 0.0
+    clock: str = "wall clock"
 
     @property
     def noisy(self) -> bool:
@@ -783,6 +785,7 @@ class BenchResult:
                 "environment": self.environment, "load": list(self.load),
                 "control": None if self.control is None else round(self.control, 3),
                 "typical_spread": round(self.spread, 3), "noisy": self.noisy,
+                "clock": self.clock,
                 "cases": [{"title": c.title, "about": c.about, "code": c.code,
                            "raw_only": c.raw_only} for c in self.cases],
                 "rows": self.rows}
@@ -848,7 +851,9 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
     rows = contenders() if rows is None else rows
     if control is None:
         control = next((row for row in rows if row.key == "floor"), None)
-    result = BenchResult(cases=list(cases), rounds=rounds, environment=_environment())
+    result = BenchResult(cases=list(cases), rounds=rounds, environment=_environment(),
+                         clock="wall clock" if clock is time.perf_counter_ns
+                         else "CPU time of this thread")
     result.load = (_load(), None)
     cells: list[tuple[Contender, int, int, int]] = []  # (row, its index, case, number)
     say(f"checking verdicts, then calibrating {sum(r.run is not None for r in rows)} "
@@ -975,9 +980,10 @@ def format_table(result: BenchResult) -> str:
     column, label = 14, 24
     env = result.environment
     lines = [
-        f"regdev bench: ns per call, median of {result.rounds} interleaved batches per cell "
-        f"(an empty loop's {result.loop_ns:.1f} ns subtracted, garbage collector off); "
-        "spread: the interquartile range of the batches, half each side of the median",
+        f"regdev bench: ns per call ({result.clock}), median of {result.rounds} interleaved "
+        f"batches per cell (an empty loop's {result.loop_ns:.1f} ns subtracted, garbage "
+        "collector off); spread: the interquartile range of the batches, half each side of "
+        "the median",
         f"{env['python']} on {env['platform']} ({env['machine']}, {env['cpus']} CPUs)",
         "ratios are peer time / regdev time (same section, case and run), in words: \"8.3x "
         "slower\" means the row took",
