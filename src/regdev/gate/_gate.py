@@ -2,8 +2,9 @@
 
 Rules of this file:
 
-* One pipeline, in :meth:`Gate._run`: parse, validate, authorize, execute, observe. Each stage
-  is a small method that returns None to let the call go on, or what ends it: a
+* One pipeline: parse, validate, authorize, execute, observe, written out in :meth:`Gate.handle`
+  for the plain path (below), and as a loop over the stage methods in :meth:`Gate._run`. Each
+  stage is a small method that returns None to let the call go on, or what ends it: a
   :class:`Refusal` (or, from authorize, the stored observation of a replayed idempotency key).
   Nothing after the first refusal runs, and nothing reaches the device unless every earlier
   stage passed. Then :meth:`Gate._finish` records the call in the audit log, when there is one,
