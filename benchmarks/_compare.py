@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from regdev.gate._bench import (
+    CPU_STOPWATCH,
+    STOPWATCH,
     BenchResult,
     Case,
     Contender,
@@ -65,7 +66,7 @@ def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
     args = parser.parse_args()
     if args.rounds < 1 or args.batch_ms <= 0:
         parser.error("--rounds must be at least 1 and --batch-ms above 0")
-    args.clock = time.perf_counter_ns if not cpu or args.wall else time.thread_time_ns
+    args.stopwatch = STOPWATCH if not cpu or args.wall else CPU_STOPWATCH
     return args
 
 
@@ -79,7 +80,7 @@ def compare(title: str, regdev: Contender, anchor: Contender, cases: tuple[Case,
     Exits with status 1 when a side disagrees with the other's verdict."""
     result = run_bench(rows=[regdev, anchor], cases=cases, control=anchor,
                        rounds=args.rounds, batch_seconds=args.batch_ms / 1000,
-                       clock=args.clock)
+                       stopwatch=args.stopwatch)
     ours, theirs = result.rows
     rows = []
     for case in cases:
@@ -96,7 +97,7 @@ def compare(title: str, regdev: Contender, anchor: Contender, cases: tuple[Case,
                      "anchor_spread": theirs["spread"][case.title], "ratio": ratio,
                      "goal": str(goal) if goal else None,
                      "met": goal.met(ratio) if goal else None})
-    clock = "wall clock" if args.clock is time.perf_counter_ns else "CPU time of this thread"
+    clock = args.stopwatch.name
     if args.json:
         print(json.dumps({"title": title, "unit": unit, "clock": clock, "rounds": args.rounds,
                           "regdev": regdev.name, "anchor": anchor.name, "rows": rows,

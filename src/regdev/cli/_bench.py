@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any, TextIO
 
 from ._common import (
@@ -14,7 +13,12 @@ from ._common import (
 
 
 def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
-    from ..gate._bench import all_agree, format_table, run_bench  # noqa: PLC0415 - imports the peers
+    from ..gate._bench import (  # noqa: PLC0415 - imports the peers
+        CPU_STOPWATCH,
+        all_agree,
+        format_table,
+        run_bench,
+    )
 
     if args.quick and args.rounds is not None:
         raise UsageError("--quick and --rounds cannot be used together (--quick is 3 rounds "
@@ -26,7 +30,7 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
     result = run_bench(rounds=rounds, batch_seconds=batch, progress=sys.stderr,
-                       clock=time.thread_time_ns if args.cpu_time else time.perf_counter_ns)
+                       stopwatch=CPU_STOPWATCH if args.cpu_time else None)
     if args.json:
         json_line(result.to_dict(), out)
     else:

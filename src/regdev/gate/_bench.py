@@ -852,8 +852,7 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
     if control is None:
         control = next((row for row in rows if row.key == "floor"), None)
     result = BenchResult(cases=list(cases), rounds=rounds, environment=_environment(),
-                         clock="wall clock" if clock is time.perf_counter_ns
-                         else "CPU time of this thread")
+                         clock=watch.name)
     result.load = (_load(), None)
     cells: list[tuple[Contender, int, int, int]] = []  # (row, its index, case, number)
     say(f"checking verdicts, then calibrating {sum(r.run is not None for r in rows)} "

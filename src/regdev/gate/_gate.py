@@ -333,8 +333,10 @@ class Gate:
                 call_id, key = parsed.id, parsed.idempotency_key
                 refusal = parsed.refusal or (_prefixed_key(key) if key is not None and
                                              key.startswith(_DERIVED_KEY_PREFIXES) else None)
-                if refusal is not None:  # a bad idempotency key (else it is not kept here)
+                if refusal is not None:  # a bad idempotency key
                     return Observation(refusal=refusal, id=call_id)
+                if key is not None and self._keys_ignored.acquire(blocking=False):
+                    self.warn(KEYS_IGNORED)  # kept nowhere without an audit log (said once)
                 verdict = self._validators[None](parsed.call, tool_choice)
                 if isinstance(verdict, Refusal):
                     return Observation(refusal=verdict, id=call_id)

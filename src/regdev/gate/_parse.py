@@ -451,7 +451,7 @@ def not_json(error: Exception, raw: str | bytes) -> Refusal | None:
     holding a lone surrogate, which :func:`parse` decides."""
     if isinstance(error, UnicodeEncodeError):
         return None
-    return _not_json(_explain(error, raw))
+    return _not_json(json_problem(error, raw))
 
 
 def _not_json(error: str) -> Refusal:
