@@ -173,8 +173,8 @@ def test_bench_table_shape() -> None:
         words = line.split()[2:]
         assert len(words) in (2 * (len(TITLES) - 1), 2 * len(TITLES)), line
         assert set(words[1::2]) <= {"slower", "faster"}, line
-    for line, key in zip(ns_lines, CALL_KEYS + RAW_KEYS, strict=True):
-        titles = TITLES if key in RAW_KEYS else TITLES[:-1]
+    for line, key in zip(ns_lines, CALL_KEYS + RAW_KEYS + GATE_KEYS, strict=True):
+        titles = TITLES if key not in CALL_KEYS else TITLES[:-1]
         assert line.split()[3:] == [f"{expected_ns(key, t):.0f}" for t in titles], key
     floor = ratio_lines[CALL_KEYS.index("floor") - 1].split()[2:]
     assert floor[:4] == ["2.00x", "faster", "1.99x", "faster"]  # 100, 101 ns against 200, 201
@@ -187,8 +187,9 @@ def test_bench_table_shape() -> None:
     assert "every contender agreed with regdev's verdict on every case" in lines
     assert table.count("on refusal: builds the refusal message") == 3  # refusal, reference, gate
     assert table.count("on refusal: returns the observation with its one-line message") == 2
-    noise = next(line for line in lines if line.startswith(("noise: ", "! the machine was")))
-    assert "the floor timed twice came out " in noise and " on " in noise
+    noise = next(line for line in lines if line.startswith("noise: "))  # steady: not noisy
+    assert noise.startswith("noise: the floor timed twice came out 1.00x apart, cells spread "
+                            "\u00b10% typically, load average ") and noise.endswith(" CPUs")
 
 
 def test_disagreeing_peer_is_not_timed_and_is_named() -> None:
