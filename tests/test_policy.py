@@ -744,9 +744,12 @@ def test_a_huge_or_tiny_number_in_a_policy_is_one_line_in_regdevs_words(
         status = main(["call", "--policy", str(path), "--session", "s", "--no-audit",
                        '{"tool": "read_register", "arguments": {"addr": 1}}'])
         out, err = capsys.readouterr()
-        assert status in (0, 2), (number, err)
+        assert status in (0, 1, 2), (number, err)
         if status == 0:
             assert json.loads(out)["ok"] is True
+            continue
+        if status == 1:  # a timeout of 5e-324 s runs, and the device call may miss it
+            assert (field, json.loads(out)["code"]) == ("timeout", "device-timeout"), out
             continue
         assert err.startswith(f"regdev call: error: {path}") and err.count("\n") == 1, err
         for words in ("Traceback", "Decimal(", "sys.set_int_max_str_digits", "inf s",
