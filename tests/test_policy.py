@@ -748,8 +748,10 @@ def test_a_huge_or_tiny_number_in_a_policy_is_one_line_in_regdevs_words(
         if status == 0:
             assert json.loads(out)["ok"] is True
             continue
-        if status == 1:  # a timeout of 5e-324 s runs, and the device call may miss it
-            assert (field, json.loads(out)["code"]) == ("timeout", "device-timeout"), out
+        if status == 1:  # a timeout of 5e-324 s runs, and the device call may miss it: refused
+            # as timed out, or as busy when the worker is still on an earlier call's time-out
+            assert field == "timeout", out
+            assert json.loads(out)["code"] in ("device-timeout", "device-busy"), out
             continue
         assert err.startswith(f"regdev call: error: {path}") and err.count("\n") == 1, err
         for words in ("Traceback", "Decimal(", "sys.set_int_max_str_digits", "inf s",
