@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import linecache
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Protocol, cast
 
@@ -756,50 +756,42 @@ class _Compiler:
     # -- the module --
 
     def module(self, tools: ToolSet) -> str:
-        names = list(tools)
-        inline = len(names) <= INLINE_TOOLS
-        dispatch: list[str] = []
-        table: list[str] = []
-        for index, name in enumerate(names):
-            pointer = f"/{index}/inputSchema"
-            schema = tools[name].input_schema
-            check_input_schema(schema, pointer)
-            body = self.level(schema, "", pointer) or ["return None"]
-            if inline:
-                dispatch += [f"    if name == {_str(name)}:",
-                             *("        " + line for line in body)]
-            else:
-                self.functions.append([f"def _T{index}(a):", f"    # the tool {_str(name)}",
-                                       *("    " + line for line in body)])
-                table.append(f"    {_str(name)}: _T{index},")
-        if inline:
-            dispatch.append("    return 'unknown-tool'")
-        else:
-            dispatch = ["    tool = _TOOLS.get(name)",
-                        "    if tool is None:",
-                        "        return 'unknown-tool'",
-                        "    return tool(a)"]
-        constants = ["_MISSING = object()",
-                     "_NOT_NUMBERS = frozenset({str, bool, type(None), list, dict})",
-                     "TOOL_NAMES = (" + "".join(_str(n) + ", " for n in names) + ")",
-                     *self.constants]
-        sections = [_HEADER.format(version=__version__, count=len(names)),
-                    RUNTIME_SOURCE,
-                    "# --- constants from the schemas ---\n\n" + "\n".join(constants)]
-        if self.functions:
-            sections.append("# --- nested objects" + (" and tools" if not inline else "")
-                            + " ---")
-            sections += ["\n".join(f) for f in self.functions]
-        if not inline:
-            sections.append("_TOOLS = {\n" + "\n".join(table) + "\n}")
-        sections.append(_CHECK_HEAD + "\n".join(dispatch))
-        return "\n\n\n".join(section.strip("\n") for section in sections) + "\n"
+        """The standalone module: ``check(call, tool_choice=None)`` over a whole call,
+        returning verdict codes (see :func:`compile_validator`)."""
+        def body(name: str, schema: Mapping[str, Any], pointer: str) -> list[str]:
+            return self.level(schema, "", pointer) or ["return None"]
 
+        return self._assemble(
+            tools, body, params="a", fallback="return 'unknown-tool'",
+            header=_HEADER, head=_CHECK_HEAD, constants="constants from the schemas",
+            functions_note="")
 
     def refusal_module(self, tools: ToolSet) -> str:
         """The gate's module: ``refusal(name, a, tool_choice=None)`` over a call's tool name
         and arguments, its failures worded (see :func:`compile_refusals`)."""
-        assert self.wording is not None
+        wording = self.wording
+        assert wording is not None
+
+        def body(name: str, schema: Mapping[str, Any], pointer: str) -> list[str]:
+            self.top, self.level_of = True, wording.level(name)
+            try:
+                return self.level(schema, "", pointer) or ["return None"]
+            finally:
+                self.top, self.level_of = False, None
+
+        return self._assemble(
+            tools, body, params="name, a, tool_choice",
+            fallback="return _name_refusal(name, a, tool_choice)", header=_GATE_HEADER,
+            head=_REFUSAL_HEAD, constants="constants from the schemas, and the wording's parts",
+            functions_note=" (their failures return codes)")
+
+    def _assemble(self, tools: ToolSet,
+                  body: Callable[[str, Mapping[str, Any], str], list[str]], *, params: str,
+                  fallback: str, header: str, head: str, constants: str,
+                  functions_note: str) -> str:
+        """A module's source: each tool's ``body`` (a list of lines over ``a``) dispatched on
+        its name, inline in the head's function for up to :data:`INLINE_TOOLS` tools, else
+        as functions ``_T<i>(params)`` in a table; ``fallback`` answers any other name."""
         names = list(tools)
         inline = len(names) <= INLINE_TOOLS
         dispatch: list[str] = []
@@ -808,41 +800,35 @@ class _Compiler:
             pointer = f"/{index}/inputSchema"
             schema = tools[name].input_schema
             check_input_schema(schema, pointer)
-            self.top, self.level_of = True, self.wording.level(name)
-            try:
-                body = self.level(schema, "", pointer) or ["return None"]
-            finally:
-                self.top, self.level_of = False, None
+            lines = body(name, schema, pointer)
             if inline:
                 dispatch += [f"    if name == {_str(name)}:",
-                             *("        " + line for line in body)]
+                             *("        " + line for line in lines)]
             else:
-                self.functions.append([f"def _T{index}(name, a, tool_choice):",
-                                       f"    # the tool {_str(name)}",
-                                       *("    " + line for line in body)])
+                self.functions.append([f"def _T{index}({params}):", f"    # the tool {_str(name)}",
+                                       *("    " + line for line in lines)])
                 table.append(f"    {_str(name)}: _T{index},")
         if inline:
-            dispatch.append("    return _name_refusal(name, a, tool_choice)")
+            dispatch.append(f"    {fallback}")
         else:
             dispatch = ["    tool = _TOOLS.get(name)",
                         "    if tool is None:",
-                        "        return _name_refusal(name, a, tool_choice)",
-                        "    return tool(name, a, tool_choice)"]
-        constants = ["_MISSING = object()",
-                     "_NOT_NUMBERS = frozenset({str, bool, type(None), list, dict})",
-                     "TOOL_NAMES = (" + "".join(_str(n) + ", " for n in names) + ")",
-                     *self.constants]
-        sections = [_GATE_HEADER.format(version=__version__, count=len(names)),
+                        f"        {fallback}",
+                        f"    return tool({params})"]
+        constant_lines = ["_MISSING = object()",
+                          "_NOT_NUMBERS = frozenset({str, bool, type(None), list, dict})",
+                          "TOOL_NAMES = (" + "".join(_str(n) + ", " for n in names) + ")",
+                          *self.constants]
+        sections = [header.format(version=__version__, count=len(names)),
                     RUNTIME_SOURCE,
-                    "# --- constants from the schemas, and the wording's parts ---\n\n"
-                    + "\n".join(constants)]
+                    f"# --- {constants} ---\n\n" + "\n".join(constant_lines)]
         if self.functions:
             sections.append("# --- nested objects" + (" and tools" if not inline else "")
-                            + " (their failures return codes) ---")
+                            + f"{functions_note} ---")
             sections += ["\n".join(f) for f in self.functions]
         if not inline:
             sections.append("_TOOLS = {\n" + "\n".join(table) + "\n}")
-        sections.append(_REFUSAL_HEAD + "\n".join(dispatch))
+        sections.append(head + "\n".join(dispatch))
         return "\n\n\n".join(section.strip("\n") for section in sections) + "\n"
 
 
