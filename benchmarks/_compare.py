@@ -51,9 +51,15 @@ class Goal:
 
 
 def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
-            cpu: bool = True) -> argparse.Namespace:
-    """The scripts' common options: --rounds, --batch-ms, --wall (or --cpu), --json."""
+            cpu: bool = True,
+            choices: dict[str, tuple[tuple[str, ...], str]] | None = None) -> argparse.Namespace:
+    """The scripts' common options: --rounds, --batch-ms, --wall (or --cpu), --json; and a
+    script's own ``choices``: ``{"--option": ((value, ...), help)}``, the first value the
+    default."""
     parser = argparse.ArgumentParser(description=description)
+    for flag, (values, text) in (choices or {}).items():
+        parser.add_argument(flag, choices=values, default=values[0],
+                            help=f"{text} (default {values[0]})")
     parser.add_argument("--rounds", type=int, default=rounds,
                         help=f"interleaved batches per cell, the median shown (default {rounds})")
     parser.add_argument("--batch-ms", type=float, default=batch_ms,
