@@ -59,6 +59,7 @@
 #include "sim_time.h"
 #include "uart_pty.h"
 
+#include "../host/own_file.h"
 #include "../host/own_link.h"
 
 #define PROG "regdev-simavr"
@@ -146,28 +147,14 @@ static const char *eeprom_path;
 static uint8_t *eeprom_live, *eeprom_saved;
 static uint32_t eeprom_size;
 
-/* Write the EEPROM to its file (through FILE.new and a rename) if it changed since the last
- * time; -1 with errno set when it cannot be written. */
+/* Write the EEPROM to its file (through a temporary file of its own and a rename, see
+ * own_file.h) if it changed since the last time; -1 with errno set when it cannot be
+ * written. */
 static int save_eeprom(int force)
 {
-    char temporary[4096];
-    FILE *out;
     if (!eeprom_path || (!force && memcmp(eeprom_live, eeprom_saved, eeprom_size) == 0))
         return 0;
-    if (snprintf(temporary, sizeof temporary, "%s.new", eeprom_path) >= (int)sizeof temporary) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    out = fopen(temporary, "wb");
-    if (!out)
-        return -1;
-    if (fwrite(eeprom_live, 1, eeprom_size, out) != eeprom_size || fclose(out) != 0) {
-        int error = errno;
-        unlink(temporary);
-        errno = error;
-        return -1;
-    }
-    if (rename(temporary, eeprom_path) < 0)
+    if (own_file_replace(eeprom_path, eeprom_live, eeprom_size) < 0)
         return -1;
     memcpy(eeprom_saved, eeprom_live, eeprom_size);
     return 0;
