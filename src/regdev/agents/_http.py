@@ -69,6 +69,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._version import __version__
+from ..core._limits import seconds_problem
 from ..gate._access import HttpAccess
 from ..gate._gate import Gate
 from ..gate._policy import Policy, Session
@@ -497,11 +498,14 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
         approvals: the approval hook and pages.
         host, port: where the server listens (the port it actually got, for the URLs).
         stateless: no sessions (see the module docstring).
-        body_seconds: seconds a client has to send a body.
+        body_seconds: seconds a client has to send a body, 0.001..86400.
 
     Raises:
-        ValueError: the policy has no ``[http]`` table.
+        ValueError: the policy has no ``[http]`` table, or ``body_seconds`` is out of range.
     """
+    problem = seconds_problem(body_seconds)
+    if problem is not None:
+        raise ValueError(f"body_seconds {problem}")
     access = policy.http
     if access is None:
         raise ValueError("the policy has no [http] table: no caller could be named")
