@@ -975,6 +975,26 @@ def test_harness_refuses_what_it_cannot_run(avr_build: Path, tmp_path: Path) -> 
     assert done.stderr.startswith("usage: regdev-simavr [--link PATH]")
 
 
+@pytest.mark.parametrize(("flag", "given"), [
+    ("--freq", "0"), ("--freq", "-5"), ("--freq", "1e6"), ("--freq", "nan"), ("--freq", ""),
+    ("--freq", "100000001"), ("--freq", "99999999999999999999"), ("--freq", " 16000000"),
+    ("--poll-us", "-1"), ("--poll-us", "1000001"), ("--poll-us", "abc"), ("--poll-us", "0.5"),
+    ("--poll-us", "inf")])
+def test_harness_refuses_a_number_out_of_range(avr_build: Path, flag: str, given: str) -> None:
+    """--freq (1..100000000 Hz) and --poll-us (0..1000000 simulated microseconds) take whole
+    numbers in decimal digits: anything else (a sign, an exponent, NaN, a number past the
+    range, which strtoul would have wrapped or cut) is one line naming the flag and the range,
+    exit 2, nothing run."""
+    unit, top = (("hertz", "1..100000000") if flag == "--freq"
+                 else ("simulated microseconds", "0..1000000"))
+    done = subprocess.run([str(avr_build / "sim" / "regdev-simavr"), flag, given,
+                           str(avr_build / "avr" / "regdev-uno.elf")],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"regdev-simavr: error: {flag}: expected a whole number of {unit} "
+                           f"in {top}, got `{given}`\n")
+
+
 @pytest.mark.timeout(120)
 def test_a_board_without_an_id_draws_one_and_keeps_it_in_eeprom(avr_build: Path,
                                                                 tmp_path: Path) -> None:

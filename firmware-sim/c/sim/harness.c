@@ -10,8 +10,9 @@
  * receives, and simavr's own messages, on stderr. --poll-us N: how often, in simulated
  * microseconds, bytes waiting on the pty are moved into the UART (100; 0 leaves it to
  * uart_pty, once a millisecond: a read round trip then takes about 1 ms more). The MCU and clock come from the image's
- * .mmcu section when it has one, else from --mcu (atmega328p) and --freq (16000000).
- * Failures: one line on stderr, exit status 2 (cannot start) or 1 (the image crashed or
+ * .mmcu section when it has one, else from --mcu (atmega328p) and --freq (16000000, in
+ * 1..100000000 Hz; --poll-us is 0..1000000: a number outside, or not in decimal digits, is
+ * refused in one line naming the flag and the range). Failures: one line on stderr, exit status 2 (cannot start) or 1 (the image crashed or
  * stopped).
  *
  * The EEPROM is the board's: the firmware keeps its id and its start count there
@@ -64,6 +65,10 @@
 
 #define PROG "regdev-simavr"
 #define SIMAVR_LINK "/tmp/simavr-uart0"
+/* The ranges of --freq (hertz: an AVR runs at 20 MHz at most; simavr's clock is a uint32)
+ * and --poll-us (simulated microseconds: a second at most). */
+#define MAX_FREQ 100000000UL
+#define MAX_POLL_US 1000000UL
 
 static volatile sig_atomic_t stop;
 static int verbose;
@@ -173,6 +178,28 @@ static avr_cycle_count_t poll_eeprom(avr_t *avr, avr_cycle_count_t when, void *p
     return when + eeprom_cycles;
 }
 
+/* A whole number in lo..hi written in decimal digits alone (no sign, no space, no 1e3), into
+ * `out`; else a one-line error naming `flag`, what it counts and the range, and -1. */
+static int parse_number(const char *flag, const char *unit, const char *text,
+                        unsigned long lo, unsigned long hi, unsigned long *out)
+{
+    size_t n = strlen(text);
+    unsigned long value = 0;
+    int ok = n >= 1 && n <= 10 && strspn(text, "0123456789") == n;
+    if (ok) {
+        errno = 0;
+        value = strtoul(text, NULL, 10);
+        ok = errno == 0 && value >= lo && value <= hi;
+    }
+    if (!ok) {
+        fprintf(stderr, PROG ": error: %s: expected a whole number of %s in %lu..%lu, got "
+                        "`%s`\n", flag, unit, lo, hi, text);
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
 /* 8 upper-case hex digits: an id the EEPROM can hold (4 bytes). */
 static int parse_id(const char *text, uint8_t id[REGDEV_EE_ID_BYTES])
 {
@@ -274,10 +301,14 @@ int main(int argc, char **argv)
             wanted = 1;
         } else if (strcmp(argv[i], "--mcu") == 0 && i + 1 < argc)
             mcu = argv[++i];
-        else if (strcmp(argv[i], "--freq") == 0 && i + 1 < argc)
-            freq = strtoul(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--poll-us") == 0 && i + 1 < argc)
-            poll_us = strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--freq") == 0 && i + 1 < argc) {
+            if (parse_number("--freq", "hertz", argv[++i], 1, MAX_FREQ, &freq) < 0)
+                return 2;
+        } else if (strcmp(argv[i], "--poll-us") == 0 && i + 1 < argc) {
+            if (parse_number("--poll-us", "simulated microseconds", argv[++i], 0, MAX_POLL_US,
+                             &poll_us) < 0)
+                return 2;
+        }
         else if (strcmp(argv[i], "--stats") == 0)
             stats = 1;
         else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0)
@@ -287,7 +318,7 @@ int main(int argc, char **argv)
         else
             path = NULL, i = argc + 1;
     }
-    if (!path || i > argc || freq == 0 || poll_us > 1000000UL) {
+    if (!path || i > argc) {
         fprintf(stderr, "usage: " PROG " [--link PATH] [--eeprom FILE [--id ID]] [--stats] "
                         "[-v] [--poll-us N] [--mcu NAME] [--freq HZ] IMAGE.elf\n");
         return 2;
