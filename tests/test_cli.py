@@ -696,3 +696,25 @@ def test_a_closed_stdin_is_one_line_and_exit_2(argv: list[str]) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", f"regdev {argv[0]}: error: cannot read the input: standard input is closed\n")
+
+
+@pytest.mark.parametrize("command", [["agent", "a task"], ["eval"]])
+@pytest.mark.parametrize(("option", "message"), [
+    *[(f"--request-timeout={given}",
+       f"--request-timeout must be a number of seconds in 0.001..86400, got {shown}")
+      for given, shown in (("5e-324", "5e-324"), ("1e-300", "1e-300"), ("0", "0.0"),
+                           ("-1", "-1.0"), ("nan", "nan"), ("inf", "inf"),
+                           ("0.0000001", "1e-07"), ("1e300", "1e+300"))],
+    *[(f"--temperature={given}", f"--temperature must be a number in 0..2, got {shown}")
+      for given, shown in (("nan", "nan"), ("inf", "inf"), ("-inf", "-inf"), ("-1", "-1.0"),
+                           ("2.5", "2.5"))],
+])
+def test_model_options_out_of_range_are_one_line_before_anything_runs(
+        capsys: pytest.CaptureFixture[str], command: list[str], option: str,
+        message: str) -> None:
+    """A model's request timeout (seconds, 0.001..86400) and temperature (0..2) out of range,
+    NaN or infinite: one line naming the flag and the range, exit 2, no model asked."""
+    status, out, err = run(capsys, command[0], "--model", "m", "--base-url",
+                           "http://127.0.0.1:9", "--no-audit", option, *command[1:])
+    assert (status, out) == (2, "")
+    assert err == f"regdev {command[0]}: error: {message}\n"

@@ -90,9 +90,12 @@ def test_a_file_that_is_not_a_serial_port_is_named_so(capsys: pytest.CaptureFixt
                           "process)"),
      (["--baud", "9600", "--timeout", "1"], "--timeout and --baud go with --port URL"),
      (["--reset"], "--reset goes with --port URL (without --port the device is in process)"),
-     (["--port", "loop://", "--timeout", "-5"], "--timeout must be a number of seconds > 0, "
-                                                "got -5"),
-     (["--port", "loop://", "--timeout", "nan"], "--timeout must be a number of seconds > 0"),
+     *[(["--port", "loop://", f"--timeout={given}"], "--timeout must be a number of seconds in "
+        f"0.001..86400, got {shown}\n")
+       for given, shown in (("-5", "-5.0"), ("nan", "nan"), ("inf", "inf"), ("-inf", "-inf"),
+                            ("0", "0.0"), ("5e-324", "5e-324"), ("1e-300", "1e-300"),
+                            ("0.0000001", "1e-07"), ("0.0009", "0.0009"), ("86401", "86401.0"),
+                            ("1e300", "1e+300"))],
      (["--port", "loop://", "--baud", "4000000000"], "--baud must be 1..20000000 (baud), got "
                                                      "4000000000"),
      (["--port", "socket://localhost"], "cannot open port socket://localhost: expected "
@@ -101,9 +104,12 @@ def test_a_file_that_is_not_a_serial_port_is_named_so(capsys: pytest.CaptureFixt
 )
 def test_port_options_are_checked_before_anything_runs(
         capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
-    """--timeout, --baud and replay's --reset need --port, and sane values; one line, exit 2,
-    nothing run."""
-    for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"]):
+    """--timeout, --baud and replay's --reset need --port, and sane values (a timeout in
+    0.001..86400 s: no NaN, infinity, zero, subnormal or century), on every command that
+    takes them; one line, exit 2, nothing run."""
+    for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"],
+                    ["serve"],
+                    ["agent", "--model", "m", "--base-url", "http://127.0.0.1:9", "a task"]):
         if "--reset" in argv and command[0] != "replay":
             continue
         status, out, err = run(capsys, *command, *argv)

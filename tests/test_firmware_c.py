@@ -14,6 +14,7 @@ import os
 import random
 import re
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -974,6 +975,26 @@ def test_harness_refuses_what_it_cannot_run(avr_build: Path, tmp_path: Path) -> 
     assert done.stderr.startswith("usage: regdev-simavr [--link PATH]")
 
 
+@pytest.mark.parametrize(("flag", "given"), [
+    ("--freq", "0"), ("--freq", "-5"), ("--freq", "1e6"), ("--freq", "nan"), ("--freq", ""),
+    ("--freq", "100000001"), ("--freq", "99999999999999999999"), ("--freq", " 16000000"),
+    ("--poll-us", "-1"), ("--poll-us", "1000001"), ("--poll-us", "abc"), ("--poll-us", "0.5"),
+    ("--poll-us", "inf")])
+def test_harness_refuses_a_number_out_of_range(avr_build: Path, flag: str, given: str) -> None:
+    """--freq (1..100000000 Hz) and --poll-us (0..1000000 simulated microseconds) take whole
+    numbers in decimal digits: anything else (a sign, an exponent, NaN, a number past the
+    range, which strtoul would have wrapped or cut) is one line naming the flag and the range,
+    exit 2, nothing run."""
+    unit, top = (("hertz", "1..100000000") if flag == "--freq"
+                 else ("simulated microseconds", "0..1000000"))
+    done = subprocess.run([str(avr_build / "sim" / "regdev-simavr"), flag, given,
+                           str(avr_build / "avr" / "regdev-uno.elf")],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"regdev-simavr: error: {flag}: expected a whole number of {unit} "
+                           f"in {top}, got `{given}`\n")
+
+
 @pytest.mark.timeout(120)
 def test_a_board_without_an_id_draws_one_and_keeps_it_in_eeprom(avr_build: Path,
                                                                 tmp_path: Path) -> None:
@@ -1066,6 +1087,7 @@ def test_host_build_keeps_its_id_and_start_count_in_its_state_file(host_build: P
     with serving([program, "--state", str(state), "--id", "BENCH7"]) as port:
         assert say(port) == ("BENCH7", "00010000")
     assert state.read_text() == "BENCH7 1\n"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o666 & ~current_umask()
     with serving([program, "--state", str(state)]) as port:
         assert say(port) == ("BENCH7", "00020000")
     with serving([program, "--state", str(state), "--id", "BENCH7"]) as port:
@@ -1082,6 +1104,39 @@ def test_host_build_keeps_its_id_and_start_count_in_its_state_file(host_build: P
             assert re.fullmatch(r"[0-9A-F]{8}", device_id)
             ids.add(device_id)
     assert len(ids) == 2
+
+
+def current_umask() -> int:
+    """This process's umask (the programs it starts inherit it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("kind", ["host", "avr"])
+@pytest.mark.timeout(120)
+def test_a_kept_file_is_replaced_without_touching_the_users_files_beside_it(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """--state FILE and --eeprom FILE are written through a temporary file that no file of the
+    user's can be (once FILE.new, which was written over and renamed away): FILE.new and a
+    file named like mkstemp's FILE.XXXXXX survive byte for byte, and no file is left behind."""
+    kept = tmp_path / ("uno.state" if kind == "host" else "uno.eeprom")
+    mine = {kept.with_name(kept.name + ".new"): b"my notes, not the device's\n",
+            kept.with_name(kept.name + ".AAAAAA"): b"mine too\n"}
+    for path, data in mine.items():
+        path.write_bytes(data)
+    if kind == "host":
+        program = str(request.getfixturevalue("host_build") / "host" / "regdev-firmware-host")
+        with serving([program, "--state", str(kept), "--id", "BENCH7"]) as port:
+            assert say(port) == ("BENCH7", "00010000")
+        assert kept.read_text() == "BENCH7 1\n"
+    else:
+        kept.write_bytes(b"\xff" * 1024)
+        with harness(request.getfixturevalue("avr_build"), "--eeprom", str(kept)) as (port, _):
+            assert say(port)[1] == "00010000"
+        assert kept.read_bytes()[:4] == b"RDv1" and kept.read_bytes()[8:10] == b"\x01\x00"
+    assert {path: path.read_bytes() for path in mine} == mine
+    assert sorted(tmp_path.glob(kept.name + "*")) == sorted([kept, *mine])
 
 
 @pytest.mark.parametrize(("argv", "message"), [

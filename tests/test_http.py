@@ -9,6 +9,7 @@ import json
 import subprocess
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from httpserver import (
     server_env,
     token,
 )
-from regdev import Gate, Policy, read_audit
+from regdev import Gate, Policy, RegisterFile, read_audit
 from regdev.agents._replay import load_replay
 
 MODERN = "2026-07-28"
@@ -624,3 +625,51 @@ def test_the_example_policy_loads_and_its_tokens_are_what_it_says() -> None:
         assert declared.sha256 == hashlib.sha256(secret.encode()).hexdigest()
         assert declared.scopes == scopes
 
+
+
+@pytest.mark.parametrize("seconds", [0, -1, 5e-324, 1e-300, 1e-7, float("nan"), float("inf"),
+                                     86400.5, 1e300])
+def test_a_body_time_out_of_range_is_refused_before_serving(seconds: float) -> None:
+    """``body_seconds`` (how long a client has to send a body) outside 0.001..86400, NaN or
+    infinite: ValueError naming it and the range, before anything listens."""
+    from regdev.agents._approval import approvals_for  # noqa: PLC0415
+    from regdev.agents._http import build_http_app  # noqa: PLC0415
+
+    loaded = Policy.from_dict(tomllib.loads(policy_text()))
+    device = RegisterFile()
+    with Gate(device, policy=loaded) as gate, pytest.raises(ValueError) as raised:
+        build_http_app(gate, loaded, approvals_for(loaded, device), host="127.0.0.1",
+                       port=8000, body_seconds=seconds)
+    assert str(raised.value) == ("body_seconds must be a number of seconds in 0.001..86400, "
+                                 f"got {seconds!r}")
+
+
+def test_callers_sessions_are_an_lru_of_bounded_size() -> None:
+    """The live sessions of callers (each with its own rate-limit bucket) are bounded: past
+    the cap the least recently used is dropped, and comes back as a new session with a full
+    bucket; a caller served again keeps its session (and its spent bucket)."""
+    from regdev.agents._auth import Caller  # noqa: PLC0415
+    from regdev.agents._http import MAX_CALLER_SESSIONS, CallerSessions  # noqa: PLC0415
+
+    policy = Policy.from_dict({"rate_limit": {"rate": 1e-6, "burst": 1}})
+    callers = [Caller(f"oauth:subject-{n}", frozenset({"regdev:operate"}), "default")
+               for n in range(4)]
+    with Gate(RegisterFile(), policy=policy) as gate:
+        assert CallerSessions(gate, policy).cap == MAX_CALLER_SESSIONS == 4096
+        sessions = CallerSessions(gate, policy, cap=2)
+        first = sessions.session(callers[0])
+        assert first.caller == "oauth:subject-0" and first.take_token() is None
+        assert first.take_token() is not None  # its bucket is spent
+        second = sessions.session(callers[1])
+        assert sessions.session(callers[0]) is first  # used again: now the most recent
+        sessions.session(callers[2])  # over the cap: drops subject-1, the least recent
+        assert len(sessions) == 2
+        assert sessions.session(callers[0]) is first
+        again = sessions.session(callers[1])
+        assert again is not second and again.take_token() is None  # new: a full bucket
+        assert len(sessions) == 2 and sessions.session(callers[0]) is first
+        for caller in callers:
+            sessions.session(caller)
+        assert len(sessions) == 2
+        with pytest.raises(ValueError, match="cap must be an int >= 1"):
+            CallerSessions(gate, policy, cap=0)

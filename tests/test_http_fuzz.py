@@ -235,24 +235,40 @@ def test_any_method_on_any_path_is_answered(sessions: Served, method: str, path:
 
 def test_a_body_declared_over_the_cap_is_refused_unread(server: Served,
                                                         device: CountingFile) -> None:
-    """Content-Length over the cap: 413 at once, before any of the body is sent."""
+    """Content-Length over the cap: 413 at once, before any of the body is sent; the audit
+    log records the refusal as stdio records a line over its cap (too-large, the caller and
+    its session), with no raw text (none was read) and no id (nor could one be read)."""
     before = state(server, device)
     head = authed(b"").replace("Content-Length: 0", f"Content-Length: {CAP + 1}")
     status, _, answer = request(server, head)
     assert status == 413 and b"over the cap" in answer
-    assert state(server, device) == before
+    assert state(server, device) == (before[0] + 1, *before[1:])
+    record = server.records()[-1]
+    assert (record.ok, record.stage, record.code, record.dialect, record.session,
+            record.caller, record.tool, record.call_id, record.raw, record.raw_bytes) == (
+        False, "parse", "too-large", "mcp", "default", "token:alice", None, None, None, None)
+    assert record.message == (f"the request body is over the cap of {CAP} bytes "
+                              f"(Content-Length {CAP + 1}): a call of at most 65536 bytes and "
+                              "its JSON-RPC envelope; send one call of at most 65536 bytes")
 
 
 def test_a_chunked_body_over_the_cap_is_refused_at_the_cap(server: Served,
                                                            device: CountingFile) -> None:
     """A chunked body that grows past the cap: 413 once the cap is passed (the rest is not
-    read into memory)."""
+    read into memory), recorded in the audit log as too-large with the body cut at the cap,
+    as stdio keeps a line cut at its cap."""
     chunk = b"x" * 65536
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(CAP // 65536 + 2))
     head = authed(b"").replace("Content-Length: 0\n", "Transfer-Encoding: chunked\n")
+    records = len(server.records())
     status, _, answer = request(server, head, chunks + b"0\r\n\r\n")
     assert status in (413, 0), answer  # 0: the server closed before the client had sent it all
     before = state(server, device)
+    assert before[0] == records + 1
+    record = server.records()[-1]
+    assert (record.ok, record.code, record.caller, record.call_id) == (
+        False, "too-large", "token:alice", None)
+    assert record.raw_bytes == CAP and record.raw is not None and set(record.raw) == {ord("x")}
     assert post(server.url, b"{}", bearer=token("alice")).status_code == 400  # still serving
     assert state(server, device)[1:] == before[1:]
 

@@ -14,6 +14,7 @@ from conftest import CountingDevice
 from regdev import (
     AuditLog,
     DeviceBusy,
+    DeviceIdentity,
     DeviceRefused,
     DeviceTimeout,
     Gate,
@@ -402,3 +403,42 @@ def test_a_reset_with_an_unknown_outcome_ends_the_keys(
         again = gate.handle(keyed_write("k", data=5))
         assert again.replay is not ended and device.snapshot()[3] == 5
         assert device.write_count == (2 if ended else 1)
+
+
+class NoEpoch(RegisterFile):
+    """A device that says its id and cannot say its reset epoch."""
+
+    def identity(self, *, refresh: bool = False) -> DeviceIdentity:
+        return DeviceIdentity("serial:plain", None)
+
+    def known_identity(self) -> DeviceIdentity:
+        return DeviceIdentity("serial:plain", None)
+
+
+def test_keys_of_a_devices_earlier_epochs_are_not_loaded(tmp_path: Path) -> None:
+    """A device restarted (a new epoch, as a power cycle gives) can never say its old epoch
+    again: reopening the audit log loads the keys of its last epoch only, and those of
+    another device and of a device that cannot say its epoch (``ID@``: still conflicts);
+    the last epoch's keys replay, the old epoch's key is a new key there."""
+    path = tmp_path / "a.db"
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as first:
+        assert first.handle(keyed_write("old-1", data=1)).ok
+        assert first.handle(keyed_write("old-2", data=2)).ok
+    with Gate(CountingDevice(state_id="bench-2", epoch="F1"), audit=AuditLog(path)) as other:
+        assert other.handle(keyed_write("other", data=4)).ok
+    with Gate(CountingDevice(state_id="bench-1", epoch="E2"), audit=AuditLog(path)) as second:
+        assert second.handle(keyed_write("new", data=3)).ok
+    with Gate(NoEpoch(), audit=AuditLog(path)) as no_epoch:
+        assert no_epoch.handle(keyed_write("plain", data=5)).ok
+    with AuditLog(path) as audit:
+        loaded = audit.idempotency
+        assert len(loaded) == 3
+        assert loaded.get(("bench-1@E2", "default", "new")) is not None
+        assert loaded.get(("bench-2@F1", "default", "other")) is not None
+        assert loaded.get(("bench-1@E1", "default", "old-1")) is None
+        assert loaded.get(("serial:plain@", "default", "plain")) is not None
+    device = CountingDevice(state_id="bench-1", epoch="E2")
+    with Gate(device, audit=AuditLog(path)) as third:
+        assert third.handle(keyed_write("new", data=3)).replay is True
+        assert third.handle(keyed_write("old-1", data=9)).replay is False  # runs: a new key
+        assert device.snapshot()[3] == 9 and device.accesses == 1

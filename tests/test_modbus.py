@@ -454,3 +454,17 @@ def test_an_echoing_rs485_line_is_noticed_and_its_echo_never_acknowledges() -> N
     with Plain("pty", echo=True) as plain, ModbusDevice(plain.url + "&echo=1",
                                                         timeout=PATIENT) as device:
         assert device.echo and device.read(0) == 0
+
+
+@pytest.mark.parametrize(("timeout", "shown"), [
+    (0, "0"), (-1, "-1"), (5e-324, "5e-324"), (1e-300, "1e-300"), (1e-7, "1e-07"),
+    (float("nan"), "nan"), (float("inf"), "inf"), (86400.5, "86400.5"), (10**400,
+     "an integer of about 401 digits"), (True, "a bool"), ("1", "a str")])
+def test_a_timeout_out_of_range_is_refused_before_the_port_opens(timeout: Any,
+                                                                  shown: str) -> None:
+    """ModbusDevice(timeout=) outside 0.001..86400 s, NaN, infinite or not a number:
+    ValueError naming it and the range, and no connection tried (the port is closed)."""
+    with pytest.raises(ValueError) as raised:
+        ModbusDevice("modbus+tcp://127.0.0.1:9?unit=1", timeout=timeout)
+    assert str(raised.value) == ("timeout must be a number of seconds in 0.001..86400, got "
+                                 f"{shown}")

@@ -32,6 +32,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "own_file.h"
 #include "own_link.h"
 #include "regdev_core.h"
 
@@ -82,25 +83,17 @@ static int draw_id(void)
     return 0;
 }
 
-/* Write "ID COUNT" to the state file (through FILE.new and a rename); -1 with errno set. */
+/* Write "ID COUNT" to the state file (through a temporary file of its own and a rename, see
+ * own_file.h); -1 with errno set. */
 static int save_state(uint16_t starts)
 {
-    char temporary[4096];
-    FILE *out;
-    if (snprintf(temporary, sizeof temporary, "%s.new", state_path) >= (int)sizeof temporary) {
-        errno = ENAMETOOLONG;
+    char text[64];
+    int size = snprintf(text, sizeof text, "%s %u\n", device_id, (unsigned)starts);
+    if (size < 0 || size >= (int)sizeof text) {
+        errno = EOVERFLOW;
         return -1;
     }
-    out = fopen(temporary, "w");
-    if (!out)
-        return -1;
-    if (fprintf(out, "%s %u\n", device_id, (unsigned)starts) < 0 || fclose(out) != 0) {
-        int error = errno;
-        unlink(temporary);
-        errno = error;
-        return -1;
-    }
-    return rename(temporary, state_path);
+    return own_file_replace(state_path, text, (size_t)size);
 }
 
 /* The core's new start count, when its reset count passed FFFF: kept in the state file, or

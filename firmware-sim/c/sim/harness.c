@@ -10,8 +10,9 @@
  * receives, and simavr's own messages, on stderr. --poll-us N: how often, in simulated
  * microseconds, bytes waiting on the pty are moved into the UART (100; 0 leaves it to
  * uart_pty, once a millisecond: a read round trip then takes about 1 ms more). The MCU and clock come from the image's
- * .mmcu section when it has one, else from --mcu (atmega328p) and --freq (16000000).
- * Failures: one line on stderr, exit status 2 (cannot start) or 1 (the image crashed or
+ * .mmcu section when it has one, else from --mcu (atmega328p) and --freq (16000000, in
+ * 1..100000000 Hz; --poll-us is 0..1000000: a number outside, or not in decimal digits, is
+ * refused in one line naming the flag and the range). Failures: one line on stderr, exit status 2 (cannot start) or 1 (the image crashed or
  * stopped).
  *
  * The EEPROM is the board's: the firmware keeps its id and its start count there
@@ -59,10 +60,15 @@
 #include "sim_time.h"
 #include "uart_pty.h"
 
+#include "../host/own_file.h"
 #include "../host/own_link.h"
 
 #define PROG "regdev-simavr"
 #define SIMAVR_LINK "/tmp/simavr-uart0"
+/* The ranges of --freq (hertz: an AVR runs at 20 MHz at most; simavr's clock is a uint32)
+ * and --poll-us (simulated microseconds: a second at most). */
+#define MAX_FREQ 100000000UL
+#define MAX_POLL_US 1000000UL
 
 static volatile sig_atomic_t stop;
 static int verbose;
@@ -146,28 +152,14 @@ static const char *eeprom_path;
 static uint8_t *eeprom_live, *eeprom_saved;
 static uint32_t eeprom_size;
 
-/* Write the EEPROM to its file (through FILE.new and a rename) if it changed since the last
- * time; -1 with errno set when it cannot be written. */
+/* Write the EEPROM to its file (through a temporary file of its own and a rename, see
+ * own_file.h) if it changed since the last time; -1 with errno set when it cannot be
+ * written. */
 static int save_eeprom(int force)
 {
-    char temporary[4096];
-    FILE *out;
     if (!eeprom_path || (!force && memcmp(eeprom_live, eeprom_saved, eeprom_size) == 0))
         return 0;
-    if (snprintf(temporary, sizeof temporary, "%s.new", eeprom_path) >= (int)sizeof temporary) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    out = fopen(temporary, "wb");
-    if (!out)
-        return -1;
-    if (fwrite(eeprom_live, 1, eeprom_size, out) != eeprom_size || fclose(out) != 0) {
-        int error = errno;
-        unlink(temporary);
-        errno = error;
-        return -1;
-    }
-    if (rename(temporary, eeprom_path) < 0)
+    if (own_file_replace(eeprom_path, eeprom_live, eeprom_size) < 0)
         return -1;
     memcpy(eeprom_saved, eeprom_live, eeprom_size);
     return 0;
@@ -184,6 +176,28 @@ static avr_cycle_count_t poll_eeprom(avr_t *avr, avr_cycle_count_t when, void *p
         stop = 1; /* the board cannot keep its start count: it stops */
     }
     return when + eeprom_cycles;
+}
+
+/* A whole number in lo..hi written in decimal digits alone (no sign, no space, no 1e3), into
+ * `out`; else a one-line error naming `flag`, what it counts and the range, and -1. */
+static int parse_number(const char *flag, const char *unit, const char *text,
+                        unsigned long lo, unsigned long hi, unsigned long *out)
+{
+    size_t n = strlen(text);
+    unsigned long value = 0;
+    int ok = n >= 1 && n <= 10 && strspn(text, "0123456789") == n;
+    if (ok) {
+        errno = 0;
+        value = strtoul(text, NULL, 10);
+        ok = errno == 0 && value >= lo && value <= hi;
+    }
+    if (!ok) {
+        fprintf(stderr, PROG ": error: %s: expected a whole number of %s in %lu..%lu, got "
+                        "`%s`\n", flag, unit, lo, hi, text);
+        return -1;
+    }
+    *out = value;
+    return 0;
 }
 
 /* 8 upper-case hex digits: an id the EEPROM can hold (4 bytes). */
@@ -287,10 +301,14 @@ int main(int argc, char **argv)
             wanted = 1;
         } else if (strcmp(argv[i], "--mcu") == 0 && i + 1 < argc)
             mcu = argv[++i];
-        else if (strcmp(argv[i], "--freq") == 0 && i + 1 < argc)
-            freq = strtoul(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--poll-us") == 0 && i + 1 < argc)
-            poll_us = strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--freq") == 0 && i + 1 < argc) {
+            if (parse_number("--freq", "hertz", argv[++i], 1, MAX_FREQ, &freq) < 0)
+                return 2;
+        } else if (strcmp(argv[i], "--poll-us") == 0 && i + 1 < argc) {
+            if (parse_number("--poll-us", "simulated microseconds", argv[++i], 0, MAX_POLL_US,
+                             &poll_us) < 0)
+                return 2;
+        }
         else if (strcmp(argv[i], "--stats") == 0)
             stats = 1;
         else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0)
@@ -300,7 +318,7 @@ int main(int argc, char **argv)
         else
             path = NULL, i = argc + 1;
     }
-    if (!path || i > argc || freq == 0 || poll_us > 1000000UL) {
+    if (!path || i > argc) {
         fprintf(stderr, "usage: " PROG " [--link PATH] [--eeprom FILE [--id ID]] [--stats] "
                         "[-v] [--poll-us N] [--mcu NAME] [--freq HZ] IMAGE.elf\n");
         return 2;

@@ -39,6 +39,7 @@ import socket
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from functools import partial
@@ -69,6 +70,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._version import __version__
+from ..core._errors import AuditError
+from ..core._limits import seconds_problem
+from ..core._observation import Observation, Refusal
 from ..gate._access import HttpAccess
 from ..gate._gate import Gate
 from ..gate._policy import Policy, Session
@@ -87,11 +91,14 @@ from ._providers import mcp_result, tool_definitions
 
 __all__ = [
     "BODY_SECONDS",
+    "MAX_CALLER_SESSIONS",
     "MCP_PATH",
+    "CallerSessions",
     "HttpServer",
     "McpFront",
     "build_http_app",
     "build_http_server",
+    "record_too_large",
     "serve_http",
 ]
 
@@ -104,6 +111,9 @@ APPROVE_PATH = "/approve/"
 #: Seconds a client has to send a request's whole body once its headers are in; a slower
 #: client gets 408 and its connection is closed.
 BODY_SECONDS = 10.0
+#: The most callers' sessions ``regdev serve --http`` keeps (:class:`CallerSessions`, least
+#: recently used dropped first): about 1 KB each.
+MAX_CALLER_SESSIONS = 4096
 #: Most bytes of an approval page's form (a token and a decision).
 PAGE_FORM_BYTES = 32 * 1024
 #: Calls running at once beyond the approval questions that may be open (worker threads).
@@ -225,11 +235,19 @@ class McpFront:
             ``WWW-Authenticate``.
         max_body_bytes: the body cap (the stdio line cap: the gate's byte cap + 1 MiB).
         body_seconds: seconds a client has to send a body.
+        too_large: called (in a worker thread) with the caller, the body's first
+            ``max_body_bytes`` bytes (None when the declared ``Content-Length`` was refused
+            before any was read) and the declared
+            size (None without one) when a body over the cap is refused 413: it records the
+            refusal in the audit log (:func:`build_http_app`).
     """
 
     def __init__(self, inner: ASGIApp, *, tokens: TokenCheck, guard: Guard,
                  metadata_url: str, max_body_bytes: int,
-                 body_seconds: float = BODY_SECONDS) -> None:
+                 body_seconds: float = BODY_SECONDS,
+                 too_large: Callable[[Caller, bytes | None, int | None], None] | None = None
+                 ) -> None:
+        self.too_large = too_large
         self.inner = AuthContextMiddleware(inner)
         self.tokens = tokens
         self.guard = guard
@@ -330,6 +348,7 @@ class McpFront:
             raise _Refused(_json_rpc_error(400, types.INVALID_REQUEST,
                                            "Invalid Request: Content-Length is not one number"))
         if lengths and int(lengths[0]) > cap:
+            await self._record_too_large(scope, None, int(lengths[0]))
             raise _Refused(too_large)
         body = bytearray()
         with anyio.move_on_after(self.body_seconds) as deadline:
@@ -339,6 +358,8 @@ class McpFront:
                     raise _Refused(Response(status_code=400))  # nobody reads it
                 body += message.get("body", b"")
                 if len(body) > cap:
+                    declared = int(lengths[0]) if lengths else None
+                    await self._record_too_large(scope, bytes(body[:cap]), declared)
                     raise _Refused(too_large)
                 if not message.get("more_body", False):
                     break
@@ -348,6 +369,14 @@ class McpFront:
                                            f"{self.body_seconds:g} s",
                                            headers={"Connection": "close"}))
         return bytes(body)
+
+    async def _record_too_large(self, scope: Scope, body: bytes | None,
+                                declared: int | None) -> None:
+        """Have :attr:`too_large` record a body refused 413 (in a worker thread: a commit
+        may wait for the disk)."""
+        caller = scope.get(CALLER_KEY)
+        if self.too_large is not None and isinstance(caller, Caller):
+            await anyio.to_thread.run_sync(self.too_large, caller, body, declared)
 
     def _judge(self, scope: Scope, body: bytes) -> bytes:
         """The strict reader's verdict on the body: the bytes the SDK gets, or a refusal."""
@@ -393,22 +422,49 @@ class McpFront:
 
 class CallerSessions:
     """One live :class:`~regdev.Session` per caller and policy session (each with its own
-    rate-limit bucket), and the tool list of each policy session."""
+    rate-limit bucket), and the tool list of each policy session. Thread-safe.
 
-    def __init__(self, gate: Gate, policy: Policy) -> None:
+    The callers are bounded by the token issuer, not by the policy (an OAuth issuer can name
+    any number of subjects), so at most ``cap`` sessions are kept, the least recently used
+    dropped first (an LRU). A dropped caller's next request gets a new session, with a full
+    rate-limit bucket: a caller regains at most one ``burst`` that way, and only after
+    ``cap`` other callers were served since its last request.
+
+    Args:
+        gate: the gate (its tools are listed).
+        policy: the policy whose sessions the callers get.
+        cap: the most sessions kept, >= 1 (:data:`MAX_CALLER_SESSIONS`).
+    """
+
+    def __init__(self, gate: Gate, policy: Policy, cap: int = MAX_CALLER_SESSIONS) -> None:
+        if type(cap) is not int or cap < 1:
+            raise ValueError(f"cap must be an int >= 1 (sessions), got {cap!r}")
         self.gate = gate
         self.policy = policy
-        self._sessions: dict[tuple[str, str], Session] = {}
+        self.cap = cap
+        self._sessions: OrderedDict[tuple[str, str], Session] = OrderedDict()
+        self._lock = threading.Lock()
         self._listings: dict[str, types.ListToolsResult] = {}
 
     def session(self, caller: Caller) -> Session:
+        """The live session of ``caller`` (made on its first request, or after it was
+        dropped), now the most recently used."""
         assert caller.session is not None
         key = (caller.name, caller.session)
-        found = self._sessions.get(key)
-        if found is None:
-            found = self._sessions.setdefault(
-                key, self.policy.session(caller.session, caller=caller.name))
-        return found
+        with self._lock:
+            found = self._sessions.get(key)
+            if found is not None:
+                self._sessions.move_to_end(key)
+                return found
+            found = self._sessions[key] = self.policy.session(caller.session,
+                                                              caller=caller.name)
+            while len(self._sessions) > self.cap:
+                self._sessions.popitem(last=False)
+            return found
+
+    def __len__(self) -> int:
+        """The number of sessions kept."""
+        return len(self._sessions)
 
     def listing(self, session: Session) -> types.ListToolsResult:
         found = self._listings.get(session.name)
@@ -486,6 +542,41 @@ class HttpServer:
     approvals: Approvals
 
 
+def record_too_large(gate: Gate, caller: Caller, body: bytes | None,
+                     declared: int | None) -> None:
+    """Record in the gate's audit log (when it has one) a request body refused 413 for being
+    over the cap, as stdio records a line over its cap: a parse-stage ``too-large`` refusal,
+    dialect ``mcp``, in the caller's session and with its name, no tool, no id (the body was
+    not read as JSON: its id cannot be known), and as raw text the body's first ``cap`` bytes
+    (as stdio keeps a line cut at its cap; none when ``Content-Length`` was over the cap:
+    nothing was read). A failure to record is logged, never raised: the caller gets its 413
+    either way.
+
+    Args:
+        gate: the gate the server serves.
+        caller: who sent the body (authenticated: the body is read only after the token).
+        body: the body's first ``cap`` bytes; None when none were read.
+        declared: the ``Content-Length`` given, in bytes, or None.
+    """
+    audit = gate.audit
+    if audit is None:
+        return
+    cap = gate.max_input_bytes + ENVELOPE_BYTES
+    size = f" (Content-Length {declared})" if declared is not None else ""
+    refusal = Refusal("parse", "too-large",
+                      f"the request body is over the cap of {cap} bytes{size}: a call of at "
+                      f"most {gate.max_input_bytes} bytes and its JSON-RPC envelope; send one "
+                      f"call of at most {gate.max_input_bytes} bytes")
+    try:
+        audit.append(audit.row(time=time.time(), session=caller.session or "default",
+                               dialect="mcp", raw=body, observation=Observation.refused(refusal),
+                               tool=None, arguments=None,
+                               device=gate.device.known_identity(), caller=caller.name))
+    except AuditError as error:
+        logger.error("a body refused as too large was not recorded in the audit log: %s",
+                     error)
+
+
 def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, port: int,
                    stateless: bool = False, body_seconds: float = BODY_SECONDS) -> HttpServer:
     """The app serving ``gate`` at ``http://HOST:PORT/mcp`` under ``policy.http``.
@@ -497,11 +588,14 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
         approvals: the approval hook and pages.
         host, port: where the server listens (the port it actually got, for the URLs).
         stateless: no sessions (see the module docstring).
-        body_seconds: seconds a client has to send a body.
+        body_seconds: seconds a client has to send a body, 0.001..86400.
 
     Raises:
-        ValueError: the policy has no ``[http]`` table.
+        ValueError: the policy has no ``[http]`` table, or ``body_seconds`` is out of range.
     """
+    problem = seconds_problem(body_seconds)
+    if problem is not None:
+        raise ValueError(f"body_seconds {problem}")
     access = policy.http
     if access is None:
         raise ValueError("the policy has no [http] table: no caller could be named")
@@ -518,7 +612,7 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
     front = McpFront(manager.handle_request, tokens=tokens,
                      guard=Guard.for_server(access, host, port), metadata_url=metadata_url,
                      max_body_bytes=gate.max_input_bytes + ENVELOPE_BYTES,
-                     body_seconds=body_seconds)
+                     body_seconds=body_seconds, too_large=partial(record_too_large, gate))
     guard = front.guard
 
     async def verify_approver(token: str) -> tuple[str, frozenset[str]] | None:

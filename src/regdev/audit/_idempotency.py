@@ -29,8 +29,9 @@ Rules of this file:
   ``idempotency-conflict``; while the first call is still running, ``idempotency-in-progress``.
 * Stored keys live in the audit database (table ``idempotency_keys``), inserted in the same
   transaction as the write's audit record and committed before the observation is returned,
-  so an acknowledged write's key survives a crash. The table is append-only; every key of
-  the current epochs is loaded into memory (about 250 bytes each) when the database is opened.
+  so an acknowledged write's key survives a crash. The table is append-only; the keys that can
+  still match (of each device's last epoch, :data:`SELECT_CURRENT_KEYS`) are loaded into
+  memory (about 250 bytes each) when the database is opened.
 * A reset through regdev (``Gate.reset_device``, ``AuditLog.record_reset``) also ends the
   scope's keys on the host's side: they are never replayed again, and a call still running
   then is not stored under its key. The reset is a row of the append-only table
@@ -87,12 +88,25 @@ CREATE TRIGGER IF NOT EXISTS device_resets_append_only_update BEFORE UPDATE ON d
 CREATE TRIGGER IF NOT EXISTS device_resets_append_only_delete BEFORE DELETE ON device_resets
     BEGIN SELECT RAISE(ABORT, 'device resets are append-only'); END;
 """
-#: The stored keys of each device's current epoch (its last reset's, or '' when never reset):
-#: the only ones loaded.
+#: The stored keys that can still match, the only ones loaded: those of each scope's current
+#: host epoch (its last reset through regdev's, or '' when never reset), and of each device's
+#: last reset epoch as the audit log saw it: the scope ``ID@EPOCH`` of the last keyed record
+#: (``calls``, append order) from device ``ID`` that says an epoch. A device says a new epoch
+#: at every reset and restart and never an old one again, so a key of an earlier epoch of the
+#: same id can never match: loading it would only hold memory. The keys of a device that
+#: cannot say its epoch (scope ``ID@``) are all loaded: they are never replayed, but a
+#: different call with one is still ``idempotency-conflict``. Costs one pass over ``calls``
+#: when the database is opened.
 SELECT_CURRENT_KEYS = """
 SELECT device, session, key, fingerprint, observation FROM idempotency_keys AS k
 WHERE epoch = coalesce((SELECT epoch FROM device_resets AS r WHERE r.device = k.device
                         ORDER BY r.id DESC LIMIT 1), '')
+  AND (substr(device, -1) = '@'
+       OR device IN (SELECT c.device || '@' || c.device_epoch FROM calls AS c
+                     WHERE c.id IN (SELECT max(id) FROM calls
+                                    WHERE idempotency_key IS NOT NULL
+                                      AND device IS NOT NULL AND device_epoch IS NOT NULL
+                                    GROUP BY device)))
 """
 #: Each device's current epoch: the epoch of its last reset.
 SELECT_EPOCHS = """
@@ -148,7 +162,7 @@ class IdempotencyStore:
     """The keys of one audit database, in memory, with the calls still running. Thread-safe.
 
     Args:
-        entries: stored keys of the current epochs, as ``(device, session, key, fingerprint,
+        entries: stored keys that can match, as ``(device, session, key, fingerprint,
             observation JSON)`` rows (:data:`SELECT_CURRENT_KEYS`).
         epochs: each device's current epoch (:data:`SELECT_EPOCHS`); a device not in it has
             never been reset through regdev (epoch ``""``).

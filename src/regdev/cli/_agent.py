@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 from typing import Any, TextIO
 
 from ..agents._models import (
@@ -19,6 +18,7 @@ from ..agents._models import (
 )
 from ..agents._shell import describe, format_registers
 from ..core._errors import SchemaError
+from ..core._limits import seconds_problem
 from ..core._text import display_text, escape_text
 from ..devices._regmap import RegisterMap
 from ._common import (
@@ -38,6 +38,11 @@ from ._common import (
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
+#: The highest sampling temperature a provider takes (OpenAI's 2; Anthropic's is 1, and its
+#: API refuses more in its own words).
+MAX_TEMPERATURE = 2.0
+
+
 def endpoint_from(args: argparse.Namespace) -> Endpoint:
     """The model endpoint the options of :func:`model_options` name.
 
@@ -46,15 +51,18 @@ def endpoint_from(args: argparse.Namespace) -> Endpoint:
     """
     if args.max_steps < 1 or args.retries < 0:
         raise UsageError("--max-steps must be at least 1 and --retries at least 0")
-    if not math.isfinite(args.request_timeout) or args.request_timeout <= 0:
-        raise UsageError(f"--request-timeout must be a number of seconds > 0, got "
-                         f"{args.request_timeout:g}")
+    problem = seconds_problem(args.request_timeout)
+    if problem is not None:
+        raise UsageError(f"--request-timeout {problem}")
     if args.max_retries < 0:
         raise UsageError("--max-retries must be at least 0")
     options: dict[str, Any] = {
         "base_url": args.base_url, "api_key_env": args.api_key_env or KEY_ENV[args.provider],
         "timeout": args.request_timeout, "max_retries": args.max_retries}
     if args.temperature is not None:
+        if not 0 <= args.temperature <= MAX_TEMPERATURE:  # NaN compares false: refused too
+            raise UsageError(f"--temperature must be a number in 0..{MAX_TEMPERATURE:g}, got "
+                             f"{args.temperature!r}")
         options["temperature"] = args.temperature
     if args.provider == "openai" and args.seed is not None:
         options["seed"] = args.seed
@@ -145,15 +153,15 @@ def model_options(p: argparse.ArgumentParser, *, max_steps: int) -> None:
                    help="turns with a refused call allowed in a row after the first "
                         "(default 1)")
     p.add_argument("--temperature", type=float, metavar="T",
-                   help="sampling temperature (default: 0 for openai; the model's own "
-                        "for anthropic)")
+                   help="sampling temperature, 0..2 (Anthropic takes 0..1; default: 0 for "
+                        "openai, the model's own for anthropic)")
     p.add_argument("--seed", type=int, metavar="N",
                    help="sampling seed, where the provider honours one (openai)")
     p.add_argument("--strict", action="store_true",
                    help="anthropic: declare the tools with strict: true (openai tools are "
                         "always strict)")
     p.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="seconds to wait for one model response (default 60)")
+                   help="seconds to wait for one model response, 0.001..86400 (default 60)")
     p.add_argument("--max-retries", type=int, default=2, metavar="N",
                    help="the SDK's retries of 429, 5xx and lost connections, with its "
                         "backoff (default 2)")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from ..audit._log import (
     default_audit_root,
 )
 from ..core._errors import AuditError, AuditInUse, MapError, PolicyError, RegdevError
+from ..core._limits import seconds_problem
 from ..core._text import display_text
 from ..devices._device import Device, RegisterFile
 from ..devices._modbus import ModbusDevice, is_modbus_url
@@ -231,7 +231,8 @@ def port_options(p: argparse.ArgumentParser) -> None:
                         "modbus+tcp://HOST:PORT?unit=1 or modbus+rtu:///dev/ttyUSB0?baud="
                         "19200&unit=1 (see docs/modbus.md)")
     p.add_argument("--timeout", metavar="SECONDS", type=float,
-                   help="with --port: seconds to wait for each reply (default 0.5)")
+                   help="with --port: seconds to wait for each reply, 0.001..86400 (default "
+                        "0.5)")
     p.add_argument("--baud", metavar="N", type=int,
                    help=f"with --port: line speed in baud, 1..{MAX_BAUDRATE} (default "
                         "115200, 19200 for modbus+rtu:// unless its URL says baud=N; ignored "
@@ -403,8 +404,9 @@ def port_device(args: argparse.Namespace) -> Device:
     timeout = 0.5 if args.timeout is None else args.timeout
     modbus = is_modbus_url(args.port)
     baudrate = (None if modbus else 115200) if args.baud is None else args.baud
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise UsageError(f"--timeout must be a number of seconds > 0, got {timeout:g}")
+    problem = seconds_problem(timeout)
+    if problem is not None:
+        raise UsageError(f"--timeout {problem}")
     if baudrate is not None and not 1 <= baudrate <= MAX_BAUDRATE:
         raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {baudrate}")
     try:

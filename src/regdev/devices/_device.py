@@ -21,7 +21,6 @@ epoch at every reset, and a device on a serial line says its epoch in its identi
 
 from __future__ import annotations
 
-import math
 import queue
 import re
 import secrets
@@ -32,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ..core._errors import DeviceBusy, DeviceRefused, DeviceTimeout, RegisterRangeError
+from ..core._limits import seconds_problem
 from ._regmap import Register, RegisterMap
 
 __all__ = ["DATA_MAX", "MAX_BLOCK", "REGISTER_COUNT", "Device", "DeviceIdentity",
@@ -133,18 +133,19 @@ def _addresses(regmap: RegisterMap) -> str:
 
 
 def check_timeout(timeout: object) -> None:
-    """Refuse a timeout that is not a finite number of seconds in (0, threading.TIMEOUT_MAX].
+    """Refuse a timeout that is not a number of seconds in 0.001..86400 (one millisecond to
+    one day, :data:`~regdev.core._limits.MIN_SECONDS` and ``MAX_SECONDS``).
 
-    A longer wait overflows the platform's lock timeout (``OverflowError`` from
-    ``threading``), and ``inf`` or NaN is no time at all.
+    Shorter, no device call could keep it (a refusal would state a wait of 5e-324 s); longer,
+    it is a hang, not a time-out, and past ``threading.TIMEOUT_MAX`` it overflows the lock
+    wait after the call was handed to the device; ``inf`` or NaN is no time at all.
 
     Raises:
         ValueError: ``timeout`` is not an int or float in that range (``bool`` is not).
     """
-    if (type(timeout) not in (int, float) or not math.isfinite(timeout)  # type: ignore[arg-type]
-            or not 0 < timeout <= threading.TIMEOUT_MAX):  # type: ignore[operator]
-        raise ValueError(f"timeout must be a positive number of seconds, at most "
-                         f"{threading.TIMEOUT_MAX:g} (threading.TIMEOUT_MAX), got {timeout!r}")
+    problem = seconds_problem(timeout)
+    if problem is not None:
+        raise ValueError(f"timeout {problem}")
 
 
 class Device(ABC):
@@ -518,9 +519,8 @@ class TimeoutDevice(Device):
 
     Args:
         device: the device to call.
-        timeout: seconds a caller waits for one call, queueing included: a finite number
-            > 0 and at most ``threading.TIMEOUT_MAX`` (the longest wait the platform's locks
-            take, about 292 years on Linux).
+        timeout: seconds a caller waits for one call, queueing included: a number in
+            0.001..86400 (:func:`check_timeout`).
 
     Raises:
         ValueError: ``timeout`` is not such a number.

@@ -37,7 +37,6 @@ Rules of this file (those of the serial backend, ``_serial.py``, for Modbus):
 from __future__ import annotations
 
 import contextlib
-import math
 import secrets
 import socket
 import threading
@@ -60,6 +59,7 @@ from ..core._errors import (
     ReplyLost,
     TransportError,
 )
+from ..core._limits import seconds_problem
 from ..core._wording import serial_problem
 from ._device import DATA_MAX, REGISTER_COUNT, Device, check_access
 from ._modbus_codec import (
@@ -346,7 +346,8 @@ class ModbusDevice(Device):
         url: ``modbus+tcp://HOST[:PORT]?unit=1&base=0`` or
             ``modbus+rtu://PORT?baud=19200&parity=N&stopbits=1&unit=1&base=0&echo=0``
             (:func:`parse_modbus_url`).
-        timeout: seconds to wait for each reply, > 0 (and for a TCP connection to open).
+        timeout: seconds to wait for each reply, 0.001..86400 (and for a TCP connection to
+            open).
         retries: how many more times a read (03) is sent after a timeout, a failed link after
             sending, or a busy answer (exception 06, 0A); writes and resets never are.
         baudrate: RTU line speed in baud when the URL gives none (19200 when neither does);
@@ -370,9 +371,9 @@ class ModbusDevice(Device):
     def __init__(self, url: str, *, timeout: float = 0.5, retries: int = 1,
                  baudrate: int | None = None, count: int = REGISTER_COUNT,
                  first_tid: int | None = None) -> None:
-        if (type(timeout) not in (int, float) or not math.isfinite(timeout)
-                or timeout <= 0):
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        problem = seconds_problem(timeout)
+        if problem is not None:
+            raise ValueError(f"timeout {problem}")
         if type(retries) is not int or retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {retries!r}")
         if baudrate is not None and (type(baudrate) is not int

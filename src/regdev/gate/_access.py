@@ -16,12 +16,15 @@ Rules of this file:
 
 from __future__ import annotations
 
+import math
 import re
-import threading
+from decimal import Decimal
 from typing import Annotated, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic_core import PydanticCustomError
 
+from ..core._limits import seconds_problem, seconds_range
 from ..core._text import escape_text
 
 __all__ = [
@@ -41,8 +44,27 @@ JwtAlgorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
                        "ES256", "ES384", "ES512", "EdDSA"]
 JWT_ALGORITHMS: tuple[str, ...] = get_args(JwtAlgorithm)
 
-_Seconds = Annotated[float, Field(strict=True, gt=0, le=threading.TIMEOUT_MAX,
-                                  allow_inf_nan=False)]
+
+
+def _a_duration(value: object) -> float:
+    """A policy file's duration as a float: an int, float or (JSON's exact) Decimal in
+    ``MIN_SECONDS..MAX_SECONDS``; refused with the range and the number as the file gave it."""
+    if type(value) in (int, float) or isinstance(value, Decimal):
+        try:
+            seconds = float(value)  # type: ignore[arg-type]
+        except OverflowError:  # an int past a float: past the range too
+            seconds = math.inf
+        if seconds_problem(seconds) is None:
+            return seconds
+        raise PydanticCustomError("seconds_range", "must be a number of seconds in {range}",
+                                  {"range": seconds_range()})
+    raise PydanticCustomError("float_type", "must be a number")
+
+
+#: A duration in a policy file: seconds, a number in 0.001..86400 (``MIN_SECONDS`` and
+#: ``MAX_SECONDS`` of ``core/_limits.py``); NaN, infinities, zero, subnormals and numbers past
+#: a day are refused, naming the range.
+Seconds = Annotated[float, PlainValidator(_a_duration)]
 #: An OAuth scope token (RFC 6749 section 3.3: printable ASCII but space, quote, backslash).
 _SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
 #: A caller's name in a lab token's table: what the audit log shows as ``token:NAME``.
@@ -153,15 +175,15 @@ class ApprovalPolicy(_Model):
             client supports it; ``"url"``: a page the server serves, where an approver who is
             not the caller signs the answer with their own token (the stronger form: an agent
             cannot answer it for its user).
-        timeout: seconds a question waits for its answer; then the write is denied
-            (``approval-denied``). Default 120.
+        timeout: seconds a question waits for its answer, 0.001..86400; then the write is
+            denied (``approval-denied``). Default 120.
         approver_scope: the scope a token needs to approve on the page (``via = "url"``).
         max_pending: questions open at once; a write that would open one more is denied at
             once (a flood never reaches a person). Default 8.
     """
 
     via: Literal["elicitation", "url"] = "elicitation"
-    timeout: _Seconds = 120.0
+    timeout: Seconds = 120.0
     approver_scope: _Scope = "regdev:approve"
     max_pending: Annotated[int, Field(strict=True, ge=1, le=1000)] = 8
 

@@ -77,7 +77,7 @@ from ..core._wording import toml_problem
 from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
-from ._access import ApprovalPolicy, HttpAccess, LabToken, OAuthTokens
+from ._access import ApprovalPolicy, HttpAccess, LabToken, OAuthTokens, Seconds
 from ._parse import load_json
 from ._schema import a_json_type
 from ._tools import Tool
@@ -112,9 +112,6 @@ logger = logging.getLogger("regdev")
 POLICY_SUFFIXES = (".toml", ".json")
 
 _Address = Annotated[int, Field(strict=True, ge=0, le=MAX_REGISTERS - 1)]
-#: Seconds a thread may wait: finite, > 0, and no longer than the platform's locks allow.
-_Seconds = Annotated[float, Field(strict=True, gt=0, le=threading.TIMEOUT_MAX,
-                                  allow_inf_nan=False)]
 #: The slowest rate limit, calls per second: one call in about 32 years. A slower one would
 #: keep a caller waiting longer than any wait regdev can state or time (a rate of 5e-324
 #: leaves 1/rate = inf seconds to wait).
@@ -270,8 +267,9 @@ class Policy(_Model):
 
     Attributes:
         timeout: seconds the gate waits for one device call before answering
-            ``device-timeout`` (see :class:`~regdev.Gate`): finite, > 0 and at most
-            ``threading.TIMEOUT_MAX``; None waits as long as the device backend does.
+            ``device-timeout`` (see :class:`~regdev.Gate`): a number in 0.001..86400 (one
+            millisecond to one day, ``core/_limits.py``); None waits as long as the device
+            backend does.
         max_input_bytes: cap on a raw call, in bytes; None keeps the gate's default (65536).
         max_output_bytes: cap on an observation, in bytes; None keeps the default (8192).
         registers: the read-only and protected registers (merged with the device's register
@@ -303,7 +301,7 @@ class Policy(_Model):
             turn it into a one-line :class:`~regdev.PolicyError`).
     """
 
-    timeout: _Seconds | None = None
+    timeout: Seconds | None = None
     max_input_bytes: _Bytes | None = None
     max_output_bytes: _Bytes | None = None
     registers: RegisterPolicy = RegisterPolicy()
@@ -461,6 +459,7 @@ def _describe(error: ValidationError) -> str:
 _EXPECTED: dict[str, str] = {
     "missing": "required",
     "greater_than": "must be greater than {gt}",
+    "seconds_range": "must be a number of seconds in {range}",
     "greater_than_equal": "must be at least {ge}",
     "less_than": "must be less than {lt}",
     "less_than_equal": "must be at most {le}",
