@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -37,6 +38,7 @@ from regdev import (
     read_audit,
     run_loop,
 )
+from regdev.core._observation import PIPELINE
 from regdev.gate._parse import decode_canonical
 from strategies import (
     canonical_calls,
@@ -644,3 +646,130 @@ def test_plain_path_is_taken_only_by_a_gate_with_nothing_to_authorize(tmp_path: 
     assert not Gate(policy=Policy())._plain_path
     with Gate(audit=AuditLog(tmp_path / "a.db")) as audited:
         assert not audited._plain_path
+
+
+# --- the audited path and the general path give the same observations and records -------------
+
+_BOOM = Tool("boom", "A handler that fails in a way regdev does not know.", {
+    "type": "object", "properties": {}, "additionalProperties": False},
+    handler=lambda device, arguments: 1 / 0)  # type: ignore[arg-type,return-value]
+_LATE = Tool("late", "A handler whose device does not answer in time.", {
+    "type": "object", "properties": {}, "additionalProperties": False},
+    handler=lambda device, arguments: (_ for _ in ()).throw(DeviceTimeout("no reply")))
+_UNBUILT = Tool("unbuilt", "Validated only: no handler.", {
+    "type": "object", "properties": {}, "additionalProperties": False})
+
+
+def _interrupt(device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+    raise KeyboardInterrupt
+
+
+_AUDITED_TOOLS = ToolSet([*_PATH_TOOLS.values(), _BOOM, _LATE, _UNBUILT,
+                          Tool("stop", "Ctrl-C while the device runs it.", {
+                              "type": "object", "properties": {},
+                              "additionalProperties": False}, handler=_interrupt)])
+
+
+def _audited_pair(folder: Path) -> list[Gate]:
+    """Two gates with an audit log over devices alike (one state id and epoch): the first takes its
+    audited path, the second is forced the general way. Small caps, so that both ways past
+    each cap are drawn (the arguments column's too)."""
+    gates = [Gate(RegisterFile(state_id="twin", epoch="E1"), _AUDITED_TOOLS, max_input_bytes=400,
+                  max_output_bytes=25,
+                  audit=AuditLog(folder / f"{name}.db", flush_interval=3600, max_raw_bytes=40))
+             for name in ("audited", "general")]
+    gates[1]._audited_path = False
+    assert gates[0]._audited_path and not gates[0]._plain_path
+    return gates
+
+
+@pytest.fixture(scope="module")
+def audited_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gate]]:
+    """:func:`_audited_pair`, for a module's examples."""
+    gates = _audited_pair(tmp_path_factory.mktemp("audited"))
+    yield gates
+    for gate in gates:
+        gate.close()
+
+
+def _last_record(gate: Gate) -> dict[str, Any]:
+    """The gate's last audit record, column by column, but its id and time, and of each stage
+    time only whether the call reached the stage."""
+    assert gate.audit is not None
+    gate.audit.flush()
+    columns = msgspec.structs.asdict(read_audit(gate.audit.path, last=1)[0])
+    del columns["id"], columns["time"]
+    for stage in PIPELINE:
+        columns[f"{stage}_ns"] = columns[f"{stage}_ns"] is not None
+    return columns
+
+
+@settings(max_examples=400)
+@given(raw=raw_gate_calls(),
+       tool_choice=st.sampled_from([None, None, None, "write_register", "echo"]),
+       loop=st.sampled_from([(None, None), ("loop-1", 3)]),
+       proposer=st.sampled_from([None, "mcp:test 1.0"]))
+def test_audited_path_records_as_the_general_path(
+        audited_pair: list[Gate], raw: str | bytes, tool_choice: str | None,
+        loop: tuple[str | None, int | None], proposer: str | None) -> None:
+    """Generated raw calls on a gate with an audit log: its straight-line audited path gives
+    exactly the observation and the audit record (every column but id, time and the stage
+    times' values) that the stage methods give, and the devices agree."""
+    loop_id, step = loop
+    seen = [gate.handle(raw, tool_choice=tool_choice, loop_id=loop_id, step=step,
+                        proposer=proposer) for gate in audited_pair]
+    assert seen[0] == seen[1]
+    assert repr(seen[0]) == repr(seen[1])
+    first, second = (_last_record(gate) for gate in audited_pair)
+    assert first == second
+    event(f"observed {seen[0].code or 'ok'}, stages reached: "
+          f"{sum(first[f'{stage}_ns'] for stage in PIPELINE)}")
+    assert len({tuple(gate.device.snapshot()) for gate in audited_pair}) == 1
+
+
+@pytest.mark.parametrize("tool", ["boom", "late", "unbuilt", "stop"])
+def test_audited_path_records_a_failing_call_as_the_general_path(tmp_path: Path,
+                                                                  tool: str) -> None:
+    """A handler that raises (an error regdev does not know, a device timeout, Ctrl-C) or a
+    tool with no handler: the same observation, or the same exception raised after the call
+    is recorded, and the same record either way."""
+    gates = _audited_pair(tmp_path)
+    raw = json.dumps({"tool": tool, "arguments": {}, "id": "c1"})
+    outcomes: list[object] = []
+    for gate in gates:
+        try:
+            outcomes.append(gate.handle(raw))
+        except KeyboardInterrupt:
+            outcomes.append("interrupted")
+    assert outcomes[0] == outcomes[1]
+    first, second = (_last_record(gate) for gate in gates)
+    assert first == second
+    assert first["code"] == {"boom": "internal-error", "late": "device-timeout",
+                             "unbuilt": "device-error", "stop": "internal-error"}[tool]
+    assert first["execute_ns"] is (tool in ("late", "unbuilt"))  # a raise is not timed
+    for gate in gates:
+        gate.close()
+
+
+def test_audited_path_refuses_writes_while_the_log_cannot_commit(tmp_path: Path) -> None:
+    """A closed audit log refuses every call at authorize on the audited path, as on the
+    general path, and nothing reaches the device."""
+    gates = _audited_pair(tmp_path)
+    for gate in gates:
+        assert gate.audit is not None
+        gate.audit.close()
+    seen = [gate.handle(to_json({"tool": "write_register", "arguments": {"addr": 1, "data": 2}}))
+            for gate in gates]
+    assert seen[0] == seen[1]
+    assert (seen[0].stage, seen[0].code) == ("authorize", "audit-error")
+    assert all(gate.device.snapshot()[1] == 0 for gate in gates)
+
+
+def test_audited_path_is_taken_only_by_a_gate_whose_only_check_is_its_audit_log(
+        tmp_path: Path) -> None:
+    """An audit log without a policy or protected registers; never a plain gate's."""
+    assert not Gate()._audited_path
+    with Gate(audit=AuditLog(tmp_path / "a.db")) as audited:
+        assert audited._audited_path
+    with Gate(audit=AuditLog(tmp_path / "b.db"), policy=Policy()) as policed:
+        assert not policed._audited_path

@@ -61,10 +61,11 @@ import stat
 import sys
 import threading
 import time as _time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from decimal import Decimal
 from functools import lru_cache
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -206,6 +207,8 @@ _COLUMNS = (
     "idempotency_key", "replay", *_STAGE_TIMES, *(name for name, _ in _ADDED_COLUMNS),
 )
 _INSERT_INTO = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
+#: The stage times of a record that has none.
+_NOT_TIMED = (None,) * len(_STAGE_TIMES)
 #: A record's stage times and device when it has none (a loop's stop; the proposer follows,
 #: then :data:`_NO_CALLER`).
 _NO_TIMES = (None,) * (len(_STAGE_TIMES) + 2)
@@ -223,17 +226,34 @@ MAX_ROWS_PER_INSERT = 512
 Row = tuple[Any, ...]
 
 
-@lru_cache(maxsize=256)
-def _values(nulls: tuple[bool, ...]) -> str:
-    """One record's ``(?, NULL, ...)``: a column that is None is written as the literal NULL."""
-    return "(" + ", ".join("NULL" if null else "?" for null in nulls) + ")"
+class _Shape:
+    """Where one record's NULLs are, and what follows from it: ``values``, the record's
+    ``(?, NULL, ...)`` (a column that is None is written as the literal NULL); ``one``, the
+    INSERT of that record alone (the same string object each time: SQLite's statement cache
+    finds it without hashing a new string); ``take``, which gives a row's bound values (those
+    not None) in column order, as a tuple."""
+
+    __slots__ = ("one", "take", "values")
+
+    def __init__(self, nulls: tuple[bool, ...]) -> None:
+        self.values = "(" + ", ".join("NULL" if null else "?" for null in nulls) + ")"
+        self.one = _INSERT_INTO + self.values
+        bound = [at for at, null in enumerate(nulls) if not null]
+        self.take: Callable[[Row], tuple[Any, ...]] = itemgetter(*bound) if len(bound) > 1 \
+            else lambda row: tuple([row[at] for at in bound])
 
 
 @lru_cache(maxsize=256)
-def _insert_one(nulls: tuple[bool, ...]) -> str:
-    """The INSERT of one record (the same string object each time: SQLite's statement cache
-    finds it without hashing a new string)."""
-    return _INSERT_INTO + _values(nulls)
+def _shape(nulls: tuple[bool, ...]) -> _Shape:
+    """The shape of the records whose column ``i`` is None when ``nulls[i]``: one object per
+    pattern (of the last 256 patterns seen; a call record has a few dozen at most)."""
+    return _Shape(nulls)
+
+
+def _shape_of(row: Row) -> _Shape:
+    """The shape of ``row``, found from its values (:meth:`AuditLog.record_call` tells it from
+    its arguments, which costs less)."""
+    return _shape(tuple([value is None for value in row]))
 
 
 def insert_statement(rows: Sequence[Row]) -> tuple[str, list[Any]]:
@@ -243,24 +263,34 @@ def insert_statement(rows: Sequence[Row]) -> tuple[str, list[Any]]:
     sqlite3 binds None, bool and bytes through its adapter lookup (a tuple, a dict miss, two
     attribute lookups), about 0.7 us a value on the development machine, which was most of
     what a record cost to insert. (So a row holds ints, not bools, and bytearrays, not bytes.)
+    A record alone is inserted by its shape's statement, the very string object the audit log
+    commits a write by.
     """
-    if len(rows) == 1:  # a durable write's commit: the common case
-        row = rows[0]
-        return (_insert_one(tuple([value is None for value in row])),
-                [value for value in row if value is not None])
-    values = [_values(tuple([value is None for value in row])) for row in rows]
-    params = [value for row in rows for value in row if value is not None]
-    return _INSERT_INTO + ", ".join(values), params
+    records = []
+    for row in rows:
+        shape = _shape_of(row)
+        records.append(_Pending(shape, shape.take(row), None))
+    return _statement(records)
+
+
+def _statement(records: Sequence[_Pending]) -> tuple[str, list[Any]]:
+    """One INSERT of ``records`` and its parameters (a record alone: its shape's INSERT)."""
+    if len(records) == 1:
+        return records[0].shape.one, list(records[0].params)
+    return (_INSERT_INTO + ", ".join([record.shape.values for record in records]),
+            [value for record in records for value in record.params])
 
 
 class _Pending:
-    """A record waiting for a commit; ``outcome`` is set by the commit that takes it: True, or
-    the error text that lost it."""
+    """A record waiting for a commit: its shape, its bound values and the idempotency key
+    to store with it; ``outcome`` is set by the commit that takes it: True, or the error text
+    that lost it."""
 
-    __slots__ = ("key_row", "outcome", "row")
+    __slots__ = ("key_row", "outcome", "params", "shape")
 
-    def __init__(self, row: Row, key_row: KeyRow | None) -> None:
-        self.row = row
+    def __init__(self, shape: _Shape, params: tuple[Any, ...], key_row: KeyRow | None) -> None:
+        self.shape = shape
+        self.params = params
         self.key_row = key_row
         self.outcome: object = None
 
@@ -752,8 +782,50 @@ class AuditLog:
             approver: who answered its approval question, if known.
             approval: how that question was asked.
         """
-        kept = raw_size = raw_sha = None
-        if raw is not None:
+        stage_ns = tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED
+        return self._call_row(time, session, dialect, raw, observation, tool, arguments,
+                              loop_id, step, idempotency_key, stage_ns, device, proposer,
+                              caller, approver, approval)[0]
+
+    def record_call(self, *, time: float, session: str, dialect: str | None, raw: object,
+                    observation: Observation, tool: str | None, arguments: str | None,
+                    loop_id: str | None = None, step: int | None = None,
+                    idempotency_key: str | None = None,
+                    stage_ns: tuple[int | None, ...] = (None,) * len(PIPELINE),
+                    device: tuple[str, str | None] | None = None, proposer: str | None = None,
+                    caller: str | None = None, approver: str | None = None,
+                    approval: str | None = None, key_row: KeyRow | None = None,
+                    durable: bool = False) -> None:
+        """Build a call's record as :meth:`row` does and append it as :meth:`append` does, in
+        one step (the record's NULLs are known from the arguments, not looked for in the row).
+
+        Args:
+            stage_ns: nanoseconds spent in each stage of
+                :data:`~regdev.core._observation.PIPELINE`, in its order (5 values), None for
+                a stage the call did not reach.
+            key_row: an idempotency key to store in the same transaction.
+            durable: commit before returning (with every record pending before it).
+            the others: as for :meth:`row`.
+
+        Raises:
+            AuditError: the log is closed, or (``durable``) the commit failed.
+        """
+        row, shape = self._call_row(time, session, dialect, raw, observation, tool, arguments,
+                                    loop_id, step, idempotency_key, stage_ns, device, proposer,
+                                    caller, approver, approval)
+        self._append(shape, shape.take(row), key_row, durable)
+
+    def _call_row(  # noqa: PLR0917 - positional: on every audited call's path
+            self, time: float, session: str, dialect: str | None, raw: object,
+                  observation: Observation, tool: str | None, arguments: str | None,
+                  loop_id: str | None, step: int | None, idempotency_key: str | None,
+                  stage_ns: tuple[int | None, ...], device: tuple[str, str | None] | None,
+                  proposer: str | None, caller: str | None, approver: str | None,
+                  approval: str | None) -> tuple[Row, _Shape]:
+        """A call's record (see :meth:`row`) and its shape, told from the arguments."""
+        if raw is None:
+            kept = raw_size = raw_sha = None
+        else:
             if type(raw) is not bytes:
                 raw = text_bytes(raw) if type(raw) is str \
                     else repr(raw).encode("utf-8", "replace")
@@ -766,12 +838,24 @@ class AuditLog:
             result = encode_json(observation.result)
         else:
             stage, code, message, result = refusal.stage, refusal.code, refusal.message, None
-        return (time, "call", session, dialect, loop_id, step, kept, raw_size, raw_sha,
-                0 if refusal else 1, stage, code, message, tool, arguments, result,
-                observation.id, idempotency_key, 1 if observation.replay else 0,
-                *map((timings or {}).get, PIPELINE),
-                *(device if device is not None else (None, None)), proposer,
-                caller, approver, approval)
+        call_id = observation.id
+        parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns = stage_ns
+        device_id, epoch = device if device is not None else (None, None)
+        row = (time, "call", session, dialect, loop_id, step, kept, raw_size, raw_sha,
+               0 if refusal else 1, stage, code, message, tool, arguments, result, call_id,
+               idempotency_key, 1 if observation.replay else 0,
+               parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns,
+               device_id, epoch, proposer, caller, approver, approval)
+        # Column for column, which values are None (time, event, ok and replay never are).
+        shape = _shape((False, False, session is None, dialect is None, loop_id is None,
+                        step is None, kept is None, kept is None, kept is None, False,
+                        stage is None, code is None, message is None, tool is None,
+                        arguments is None, result is None, call_id is None,
+                        idempotency_key is None, False, parse_ns is None, validate_ns is None,
+                        authorize_ns is None, execute_ns is None, observe_ns is None,
+                        device_id is None, epoch is None, proposer is None, caller is None,
+                        approver is None, approval is None))
+        return row, shape
 
     @staticmethod
     def stop_row(*, time: float, session: str, loop_id: str, stop: str, detail: str,
@@ -794,7 +878,13 @@ class AuditLog:
         Raises:
             AuditError: the log is closed, or (``durable``) the commit failed.
         """
-        pending = _Pending(row, key_row)
+        shape = _shape_of(row)
+        self._append(shape, shape.take(row), key_row, durable)
+
+    def _append(self, shape: _Shape, params: tuple[Any, ...], key_row: KeyRow | None,
+                durable: bool) -> None:
+        """:meth:`append` of a record of ``shape`` whose bound values are ``params``."""
+        pending = _Pending(shape, params, key_row)
         with self._pending_lock:
             if self._closed:
                 raise AuditError(f"the audit log {self.path} is closed",
@@ -806,9 +896,10 @@ class AuditLog:
         with self._commit_lock:
             if pending.outcome is None:  # no commit took it along while this thread waited
                 self._commit()
-        if durable and pending.outcome is not True:
-            raise AuditError(f"could not commit to the audit database {self.path}: "
-                             f"{pending.outcome}", str(pending.outcome))
+        outcome = pending.outcome
+        if durable and outcome is not True:
+            raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
+                             str(outcome))
 
     # --- idempotency keys (see ``_idempotency.py``) -----------------------------------------
 
@@ -889,16 +980,15 @@ class AuditLog:
             return True
         outcome: object = True
         conn = self._conn
-        rows = [pending.row for pending in batch]
         keys = [pending.key_row for pending in batch if pending.key_row is not None]
         try:
             try:
-                self._insert(rows, keys)
+                self._insert(batch, keys)
             except UnicodeEncodeError:  # a lone surrogate got this far: keep the records,
                 if conn.in_transaction:  # with that text backslash-escaped
                     conn.execute("ROLLBACK")
-                self._insert([_as_text(row) for row in rows],
-                             [KeyRow(*_as_text(key)) for key in keys])
+                self._insert([_Pending(pending.shape, _as_text(pending.params), None)
+                              for pending in batch], [KeyRow(*_as_text(key)) for key in keys])
             self.failure = None
         except Exception as error:  # sqlite3.Error, or a value SQLite cannot bind: never
             outcome = self.failure = sqlite_problem(error)  # nothing here kills the flusher
@@ -911,19 +1001,22 @@ class AuditLog:
             pending.outcome = outcome
         return outcome
 
-    def _insert(self, rows: list[Row], keys: list[KeyRow]) -> None:
-        """Insert ``rows`` and ``keys`` in one transaction (the commit lock held)."""
+    def _insert(self, batch: list[_Pending], keys: list[KeyRow]) -> None:
+        """Insert the records of ``batch`` and ``keys`` in one transaction (the commit lock
+        held)."""
         conn, step = self._conn, self._rows_per_insert
-        if not keys and len(rows) <= step:  # one INSERT in autocommit: one transaction
-            conn.execute(*insert_statement(rows))
+        if not keys and len(batch) == 1:  # a write's record alone: one INSERT in autocommit
+            conn.execute(batch[0].shape.one, batch[0].params)
+        elif not keys and len(batch) <= step:  # one INSERT in autocommit: one transaction
+            conn.execute(*_statement(batch))
         else:
             conn.execute("BEGIN IMMEDIATE")
-            for start in range(0, len(rows), step):
-                conn.execute(*insert_statement(rows[start:start + step]))
+            for start in range(0, len(batch), step):
+                conn.execute(*_statement(batch[start:start + step]))
             if keys:
                 conn.executemany(INSERT_KEY, keys)
             conn.execute("COMMIT")
-        self._frames += 1 + len(rows) // 8  # a frame a commit, ~8 records a page
+        self._frames += 1 + len(batch) // 8  # a frame a commit, ~8 records a page
 
     def _flush_loop(self) -> None:
         checkpointer: sqlite3.Connection | None = None

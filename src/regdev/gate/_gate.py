@@ -113,6 +113,8 @@ _DERIVED_KEY_PREFIXES = tuple(f"{dialect}{mark}" for mark in ":@" for dialect in
 KEYS_IGNORED = ("an idempotency key was ignored: there is no audit log to keep keys in, so a "
                 "call sent again with the same key runs again (said once)")
 
+#: The stage times of a call that reached no stage (none taken: no audit log to keep them).
+_NOT_TIMED = (None,) * len(PIPELINE)
 #: What a stage returns: None (go on), a refusal, or (authorize) a replayed observation.
 _End = Refusal | Observation | None
 
@@ -205,6 +207,9 @@ class Gate:
         #: The plain path (in :meth:`handle`) is taken by a gate with nothing to authorize: no
         #: policy, no audit log, no read-only or protected register.
         self._plain_path = policy is None and audit is None and self._registers is None
+        #: The audited path (:meth:`_audited`) is taken by a gate whose only authorize step is
+        #: its audit log: an audit log, no policy, no read-only or protected register.
+        self._audited_path = policy is None and audit is not None and self._registers is None
         self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
         #: Told once, in words, when a call's idempotency key is ignored because the gate has
         #: no audit log (the command line prints it on stderr); the ``regdev`` logger's
@@ -282,8 +287,11 @@ class Gate:
             check_loop_id(loop_id)
         if not self._plain_path or dialect != "canonical" or (
                 session is not None and session is not self.default_session):
-            # A policy, an audit log, protected registers, another dialect or session: the
-            # stages as methods over one _Call (_run), then the audit record (_finish).
+            if self._audited_path and dialect == "canonical" and (
+                    session is None or session is self.default_session):
+                return self._audited(raw, tool_choice, loop_id, step, proposer)
+            # A policy, protected registers, another dialect or session: the stages as
+            # methods over one _Call (_run), then the audit record (_finish).
             call = _Call(session or self.default_session, dialect, tool_choice, raw,
                          loop_id=loop_id, step=step, proposer=proposer)
             if self.audit is None:
@@ -372,6 +380,105 @@ class Gate:
         except Exception:  # the gate's promise: one observation, never an exception
             return _internal_error()
 
+    def _audited(self, raw: str | bytes, tool_choice: str | None, loop_id: str | None,
+                 step: int | None, proposer: str | None) -> Observation:
+        """:meth:`handle` on a gate whose only authorize step is its audit log, for the
+        default session: the plain path's stages written out again, each one timed, then the
+        call's record (committed before returning when the call executed a write). The usual
+        call takes it; any other text (an idempotency key, another shape, not JSON) takes the
+        general way, :meth:`_run` and :meth:`_finish`, which give the same observation and
+        record."""
+        audit = self.audit
+        assert audit is not None
+        arrived = time.time()
+        start = _now_ns()
+        # parse: the usual call in one decode and one colon count
+        decoded = decode_canonical(raw, self.max_input_bytes)
+        if type(decoded) is not tuple:
+            call = _Call(self.default_session, "canonical", tool_choice, raw,
+                         loop_id=loop_id, step=step, proposer=proposer)
+            call.time, call.timings = arrived, {}
+            return self._finish(call, self._run(call, start))
+        name, arguments, call_id = decoded
+        now = _now_ns()
+        parse_ns, start = now - start, now
+        validate_ns = authorize_ns = execute_ns = observe_ns = None
+        tool: Tool | None = None  # the validated call's tool
+        bound: Any = None  # its bound arguments
+        result: Any = None
+        executed = False  # from the device call on, the device may have changed
+        refusal: Refusal | None
+        try:
+            # validate: the compiled check (the first failure worded, None, or BIND), then the
+            # register map's rules, after the schema's ranges
+            verdict = self._check(name, arguments, tool_choice)
+            if verdict is None or verdict is BIND:
+                tool = self._tool_by_name[name]  # valid: the tool is offered
+                bound = tool.bind(arguments) if verdict is BIND else arguments
+                refusal = tool.rules(bound) if tool.rules is not None else None
+            else:
+                refusal = verdict
+            now = _now_ns()
+            validate_ns, start = now - start, now
+            # authorize: nothing runs that cannot be recorded (no policy, no protected register)
+            if refusal is None:
+                assert tool is not None
+                if audit.failure is not None or audit.closed:
+                    refusal = _check_audit(audit, tool)
+                now = _now_ns()
+                authorize_ns, start = now - start, now
+            # execute
+            if refusal is None:
+                assert tool is not None
+                handler = tool.handler
+                if handler is None:
+                    refusal = _no_handler(tool)
+                else:
+                    executed = True
+                    try:
+                        result = handler(self._runner, bound)
+                    except RegdevError as error:
+                        refusal = _device_failure(error)
+                now = _now_ns()
+                execute_ns, start = now - start, now
+            # observe: the result against the output cap (unless its bound is within it)
+            if refusal is None:
+                assert tool is not None
+                if name in self._measured:
+                    size = len(_encode(result))
+                    if size > self.max_output_bytes:
+                        refusal = _too_large(tool, size, self.max_output_bytes)
+                observe_ns = _now_ns() - start
+            observation = Observation(name, result, None, call_id) if refusal is None \
+                else Observation(refusal=refusal, id=call_id)
+        except Exception:  # the gate's promise: one observation, never an exception
+            observation = _internal_error()
+        except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
+            observation = _internal_error(_interrupted(error), log=False)
+            raise
+        finally:
+            # The record: what the general path's _record writes for the same call.
+            durable = executed and tool is not None and not tool.read_only
+            try:
+                audit.record_call(
+                    time=arrived, session=self.default_session.name, dialect="canonical",
+                    raw=raw, observation=observation,
+                    tool=tool.name if tool is not None else name[:200],
+                    arguments=encode_json(bound) if bound is not None
+                    else _arguments_text({"arguments": arguments}, audit.max_raw_bytes),
+                    loop_id=loop_id, step=step,
+                    stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns),
+                    device=self._runner.known_identity(), proposer=proposer,
+                    caller=self.default_session.caller, durable=durable)
+            except AuditError as error:
+                if durable:
+                    observation = _unrecorded(error, observation.id)
+                else:
+                    logger.error("a call's audit record was not written: %s", error)
+            except Exception:
+                observation = _internal_error()
+        return observation
+
     def handle_call(
         self,
         call: object,
@@ -440,11 +547,13 @@ class Gate:
 
     # --- the pipeline --------------------------------------------------------------------
 
-    def _run(self, call: _Call) -> Observation:
+    def _run(self, call: _Call, start: int | None = None) -> Observation:
         """parse -> validate -> authorize -> execute -> observe: the first stage that ends
-        the call decides its observation; if none does, the call succeeded."""
+        the call decides its observation; if none does, the call succeeded. ``start``: when
+        the parse stage started (``perf_counter_ns``), if before this call."""
         timings = call.timings  # None without an audit log: nothing to time
-        start = _now_ns() if timings is not None else 0
+        if start is None:
+            start = _now_ns() if timings is not None else 0
         try:
             for name, stage in _STAGES:
                 end = stage(self, call)
@@ -639,32 +748,29 @@ class Gate:
             assert call.slot is not None and call.fingerprint is not None
             call.stored = _stored(observation)
             key_row = audit.key_row(call.slot, call.fingerprint, call.stored, call.time)
-        row = audit.row(
-            time=call.time, session=call.session.name, dialect=call.dialect,
-            raw=call.raw if call.raw is not None
-            else None if call.not_json else encode_json(call.call),
-            observation=observation,
-            tool=tool.name if tool is not None else _tool_name(call.call),
-            arguments=encode_json(call.arguments) if call.arguments is not None
-            else None if call.not_json else _arguments_text(call.call, audit.max_raw_bytes),
-            loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
-            timings=call.timings, device=self._runner.known_identity(),
-            proposer=call.proposer, caller=call.session.caller,
-            approver=call.approval.approver if call.approval is not None else None,
-            approval=call.approval.via if call.approval is not None else None)
+        timings = call.timings
         try:
-            audit.append(row, key_row, durable=durable)
+            audit.record_call(
+                time=call.time, session=call.session.name, dialect=call.dialect,
+                raw=call.raw if call.raw is not None
+                else None if call.not_json else encode_json(call.call),
+                observation=observation,
+                tool=tool.name if tool is not None else _tool_name(call.call),
+                arguments=encode_json(call.arguments) if call.arguments is not None
+                else None if call.not_json else _arguments_text(call.call, audit.max_raw_bytes),
+                loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
+                stage_ns=tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED,
+                device=self._runner.known_identity(), proposer=call.proposer,
+                caller=call.session.caller,
+                approver=call.approval.approver if call.approval is not None else None,
+                approval=call.approval.via if call.approval is not None else None,
+                key_row=key_row, durable=durable)
         except AuditError as error:
             if not durable:
                 logger.error("a call's audit record was not written: %s", error)
                 return observation
             call.stored = None
-            return Observation.refused(
-                Refusal("observe", "audit-error",
-                        "the call ran on the device but its audit record could not be "
-                        f"written ({escape_text(error.reason or 'audit log failure', 80)}); "
-                        "read the register back"),
-                observation.id)
+            return _unrecorded(error, observation.id)
         return observation
 
     def _settle_key(self, call: _Call, observation: Observation) -> None:
@@ -857,6 +963,16 @@ def _device_failure(error: RegdevError) -> Refusal:
     if isinstance(error, DeviceRefused):
         return Refusal("execute", "device-error", f"the device refused: {text}")
     return Refusal("execute", "device-error", f"the device failed: {text}")
+
+
+def _unrecorded(error: AuditError, call_id: str | None) -> Observation:
+    """The observation of a call that ran on the device but whose durable record could not
+    be committed: ``audit-error``, whatever the device answered."""
+    return Observation.refused(
+        Refusal("observe", "audit-error",
+                "the call ran on the device but its audit record could not be written "
+                f"({escape_text(error.reason or 'audit log failure', 80)}); read the register "
+                "back"), call_id)
 
 
 def _prefixed_key(key: str) -> Refusal:
