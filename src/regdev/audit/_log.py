@@ -980,8 +980,7 @@ class AuditLog:
             return True
         outcome: object = True
         conn = self._conn
-        keys = [] if len(batch) == 1 and batch[0].key_row is None else [
-            pending.key_row for pending in batch if pending.key_row is not None]
+        keys = [pending.key_row for pending in batch if pending.key_row is not None]
         try:
             try:
                 self._insert(batch, keys)

@@ -15,16 +15,21 @@ Rules of this file:
   reference validator gives, worded in the generated code (the reference words the rest). So
   a tool the session is not offered is ``unknown-tool`` exactly where a tool that does not
   exist is, listing the session's tools.
-* Two ways through, one pipeline. :meth:`Gate.handle` runs the pipeline itself, written out top
-  to bottom (the plain path), for a canonical call of the default session on a gate with
+* Three ways through, one pipeline. :meth:`Gate.handle` runs the pipeline itself, written out
+  top to bottom (the plain path), for a canonical call of the default session on a gate with
   nothing to authorize (no policy, no audit log, no read-only or protected register): parse
   (the usual call in one decode and one colon count, :func:`decode_canonical`; any other text
-  through :func:`parse`), validate, (authorize: nothing), execute, observe. Every other call,
-  and every call of any other gate, goes through :meth:`Gate._run`, the same stages as
-  methods over one :class:`_Call`, where the authorize checks, the stage times and the audit
-  record join.
-  Both give the same observation for the same call (``tests/test_gate.py`` compares them on
-  generated raw calls).
+  through :func:`parse`), validate, (authorize: nothing), execute, observe.
+  :meth:`Gate._audited` writes the same stages out again for a gate whose only authorize step
+  is its audit log (an audit log, no policy, no read-only or protected register), for the
+  usual canonical call of the default session (the audited path): each stage timed, the audit
+  log's check at authorize, then the call's record (:meth:`AuditLog.record_call`), committed
+  before the call returns when it executed a write. Every other call, and every call of any
+  other gate, goes through :meth:`Gate._run`, the same stages as methods over one
+  :class:`_Call`, where the authorize checks, the idempotency keys, the stage times and the
+  audit record join (:meth:`Gate._finish`).
+  All three give the same observation for the same call, and the audited path the record the
+  general one writes (``tests/test_gate.py`` compares them on generated raw calls).
 * ``_Call.executed`` is set immediately before the device call: from then on the device may
   have changed. A call that executed a tool changing the device is recorded durably (committed
   before its observation is returned) and keeps its idempotency key, whatever happens after
@@ -39,8 +44,8 @@ Rules of this file:
   ``internal-error`` observation (and is logged), so no stack trace reaches a model. A
   ``KeyboardInterrupt`` or ``SystemExit`` from inside (the approval hook, a device) is recorded
   as ``internal-error`` in the audit log and then raised again: the program is being stopped.
-* Stage times are taken only when there is an audit log to keep them, and the plain path
-  builds no :class:`_Call`: the plain gate pays for neither.
+* Stage times are taken only when there is an audit log to keep them, and the plain and
+  audited paths build no :class:`_Call`: the plain gate pays for neither.
 """
 
 from __future__ import annotations
