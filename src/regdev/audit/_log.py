@@ -817,11 +817,11 @@ class AuditLog:
 
     def _call_row(  # noqa: PLR0917 - positional: on every audited call's path
             self, time: float, session: str, dialect: str | None, raw: object,
-                  observation: Observation, tool: str | None, arguments: str | None,
-                  loop_id: str | None, step: int | None, idempotency_key: str | None,
-                  stage_ns: tuple[int | None, ...], device: tuple[str, str | None] | None,
-                  proposer: str | None, caller: str | None, approver: str | None,
-                  approval: str | None) -> tuple[Row, _Shape]:
+            observation: Observation, tool: str | None, arguments: str | None,
+            loop_id: str | None, step: int | None, idempotency_key: str | None,
+            stage_ns: tuple[int | None, ...], device: tuple[str, str | None] | None,
+            proposer: str | None, caller: str | None, approver: str | None,
+            approval: str | None) -> tuple[Row, _Shape]:
         """A call's record (see :meth:`row`) and its shape, told from the arguments."""
         if raw is None:
             kept = raw_size = raw_sha = None
@@ -846,10 +846,13 @@ class AuditLog:
                idempotency_key, 1 if observation.replay else 0,
                parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns,
                device_id, epoch, proposer, caller, approver, approval)
-        # Column for column, which values are None (time, event, ok and replay never are).
+        # Column for column, which values are None: time, event, ok and replay never are; a
+        # refusal's stage, code and message are bound (a None among them would be too: slower
+        # than a literal NULL, but stored all the same).
+        no_raw, accepted = kept is None, refusal is None
         shape = _shape((False, False, session is None, dialect is None, loop_id is None,
-                        step is None, kept is None, kept is None, kept is None, False,
-                        stage is None, code is None, message is None, tool is None,
+                        step is None, no_raw, no_raw, no_raw, False,
+                        accepted, accepted, accepted, tool is None,
                         arguments is None, result is None, call_id is None,
                         idempotency_key is None, False, parse_ns is None, validate_ns is None,
                         authorize_ns is None, execute_ns is None, observe_ns is None,
