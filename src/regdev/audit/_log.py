@@ -791,7 +791,7 @@ class AuditLog:
                     observation: Observation, tool: str | None, arguments: str | None,
                     loop_id: str | None = None, step: int | None = None,
                     idempotency_key: str | None = None,
-                    stage_ns: tuple[int | None, ...] = (None,) * len(PIPELINE),
+                    stage_ns: tuple[int | None, ...] = _NOT_TIMED,
                     device: tuple[str, str | None] | None = None, proposer: str | None = None,
                     caller: str | None = None, approver: str | None = None,
                     approval: str | None = None, key_row: KeyRow | None = None,
