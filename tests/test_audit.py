@@ -341,7 +341,8 @@ def test_not_an_audit_database(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("keyword", "value"),
     [("durability", "disk"), ("flush_interval", 0), ("flush_interval", float("inf")),
-     ("flush_interval", float("nan")), ("max_raw_bytes", -1)],
+     ("flush_interval", float("nan")), ("flush_interval", 5e-324), ("flush_interval", 1e300),
+     ("max_raw_bytes", -1)],
 )
 def test_audit_arguments_are_checked(db: Path, keyword: str, value: Any) -> None:
     """Bad settings are ValueError at construction."""

@@ -72,6 +72,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..core._errors import AuditError, AuditInUse
+from ..core._limits import seconds_problem
 from ..core._observation import PIPELINE, Observation, Refusal
 from ..core._text import is_text, text_bytes
 from ..core._wording import json_problem, sqlite_problem
@@ -649,8 +650,8 @@ class AuditLog:
         path: the database file; created with its parent folders when missing.
         durability: ``"crash"`` (default: a committed record survives the process being
             killed) or ``"power-loss"`` (it survives power loss too; ``synchronous=FULL``).
-        flush_interval: the longest wait, in seconds (a finite number > 0), of a record that
-            is not durable (a read, a refusal) before the flusher commits it.
+        flush_interval: the longest wait, in seconds (0.001..86400), of a record that is not
+            durable (a read, a refusal) before the flusher commits it.
         max_raw_bytes: bytes of each raw call kept (>= 0); its size and SHA-256 are always kept.
 
     Attributes:
@@ -673,10 +674,9 @@ class AuditLog:
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be one of {', '.join(_SYNCHRONOUS)}, "
                              f"got {durability!r}")
-        if (type(flush_interval) not in (int, float) or not math.isfinite(flush_interval)
-                or not 0 < flush_interval <= threading.TIMEOUT_MAX):
-            raise ValueError(f"flush_interval must be a finite number of seconds > 0, "
-                             f"got {flush_interval!r}")
+        problem = seconds_problem(flush_interval)  # 5e-324 s would have the flusher spin
+        if problem is not None:
+            raise ValueError(f"flush_interval {problem}")
         if type(max_raw_bytes) is not int or max_raw_bytes < 0:
             raise ValueError(f"max_raw_bytes must be an int >= 0, got {max_raw_bytes!r}")
         self.path = Path(path)

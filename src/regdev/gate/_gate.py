@@ -146,13 +146,13 @@ class Gate:
         max_output_bytes: cap on a tool result's JSON text, in bytes (``output-too-large``);
             None takes the policy's, else 8192.
         timeout: seconds a call waits for the device before ``device-timeout`` (queueing
-            included), finite and at most ``threading.TIMEOUT_MAX``; None takes the policy's,
+            included), 0.001..86400 (one millisecond to one day); None takes the policy's,
             else no limit beyond the device backend's own. See :class:`~regdev.TimeoutDevice`
             for what a timed-out write means.
 
     Raises:
-        ValueError: a cap is not a positive int, or the timeout not a finite number of
-            seconds in (0, ``threading.TIMEOUT_MAX``].
+        ValueError: a cap is not a positive int, or the timeout not a number of seconds in
+            0.001..86400.
         PolicyError: the policy offers a session a tool this gate does not have, or marks a
             register the device's map does not have.
     """
