@@ -717,7 +717,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--map", metavar="FILE", type=Path,
                         help="serve the registers of this register map, in the compiled JSON "
                              "form (regdev map FILE --json); default: 16 read-write registers, "
-                             "reset 0; with --avr, the C firmware is built with it")
+                             "reset 0; with --avr, the C firmware is built with it; with "
+                             "--modbus-*, as holding registers from --base")
     parser.add_argument("--no-extension", action="store_true",
                         help="answer the block and masked-write frames (G, P, M and D AA) "
                              "e SYNTAX, as a device of protocol 1 alone")
@@ -795,10 +796,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
         parser.error("--modbus-rtu goes with --pty or --tcp")
     if not modbus and (args.registers != REGISTER_COUNT or args.base != 0):
         parser.error("--registers and --base go with --modbus-tcp or --modbus-rtu")
-    if modbus and (args.map is not None or regmap is not None):
-        parser.error("--map goes with regdev's protocol (--pty, --tcp, --avr), not "
-                     "--modbus-tcp or --modbus-rtu: the Modbus simulator serves plain holding "
-                     "registers")
+    if modbus and regmap is not None and not regmap.is_default \
+            and args.registers != REGISTER_COUNT:
+        parser.error("--registers and --map: give one (the map says which registers are "
+                     "served)")
     if args.avr:
         given = [option for option, value, default in (
             ("--fault", rates, {}), ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
@@ -844,7 +845,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     try:
         if modbus:
             _modbus_module(parser).run_modbus(args, faults, announce,
-                                              log if args.verbose else None)
+                                              log if args.verbose else None, regmap=regmap)
         elif args.pty:
             if not hasattr(os, "openpty"):
                 parser.error("--pty needs a POSIX system; use --tcp HOST:PORT")

@@ -7,6 +7,17 @@ framing over TCP) serve the register model as holding registers: ``--registers N
 register file refuses it), reset value 0, answering every unit id. The server, its framers and
 its datastore are pymodbus's (``SimDevice``/``SimData``); this module adds only:
 
+* with ``--map FILE``, the map's registers, each at holding register ``--base`` + its address,
+  with the map's behaviour: the requests on holding registers (03, 06, 16, 22) are answered
+  from a :class:`RegisterFile` of the map (``Register.written`` and ``Register.read_effect``,
+  the one definition the in-process device and the serial simulator apply): reset values,
+  read-only bits kept, write-1-to-clear, reserved and write-only bits read as 0,
+  clear-on-read. An address that is no register is exception 02; a write the map refuses (a
+  read-only register, a reserved bit set, a value over 255), a 16 past 16 registers or a 22
+  that would set the high byte is exception 03, nothing written; any other function 01. A
+  22 is one masked write (the bits of its masks; write-1-to-clear bits outside them are not
+  touched); 06, 16 and 22 are answered with their echo, as the specification says;
+
 * fault injection on replies, drawn from the serial simulator's :class:`Faults` (the same
   ``--fault KIND=RATE``, ``--seed``, ``--delay``, ``--fault-after``, ``--fault-count``):
   ``drop``, ``corrupt`` and ``garbage`` damage the reply's bytes, ``delay`` sends it late,
@@ -42,7 +53,22 @@ from pymodbus.server.requesthandler import ServerRequestHandler
 from pymodbus.simulator import DataType, SimData, SimDevice
 from pymodbus.transaction import TransactionManager
 
-from regdev_firmware_sim import CannotServe, Faults, _Link, _Pty
+from pymodbus.pdu.register_message import (
+    MaskWriteRegisterResponse,
+    ReadHoldingRegistersResponse,
+    WriteMultipleRegistersResponse,
+    WriteSingleRegisterResponse,
+)
+
+from regdev_firmware_sim import (
+    CannotServe,
+    Faults,
+    RegisterFile,
+    RegisterMap,
+    RegisterRangeError,
+    _Link,
+    _Pty,
+)
 
 __all__ = ["Background", "ModbusModel", "run_modbus", "serve_modbus", "serve_modbus_pty"]
 
@@ -51,23 +77,36 @@ WRITES = frozenset({6, 16, 22, 23})
 
 
 class ModbusModel:
-    """The register model served: ``count`` holding registers from ``base``, each a byte.
+    """The register model served: ``count`` holding registers from ``base``, each a byte; or
+    the registers of a register map.
 
     Args:
-        count: registers, 1..65536 - base.
+        count: registers, 1..65536 - base (with a map: the map's span, ``regmap.last + 1``).
         base: the holding register of register 0.
+        regmap: a register map to serve instead of ``count`` plain registers (the default
+            map is the plain 16).
 
     Attributes:
         device: pymodbus's ``SimDevice`` (unit id 0: it answers every unit).
+        registers: with a map, the :class:`RegisterFile` that holds and applies it (its
+            ``hardware_set`` sets bits as the hardware would); else None.
         executed: requests executed, as ``(function code, address, values written)``: a
-            Counter, so a write executed twice counts 2.
+            Counter, so a write executed twice counts 2 (22: the value after, as a read
+            shows it).
     """
 
-    def __init__(self, count: int = 16, base: int = 0) -> None:
+    def __init__(self, count: int = 16, base: int = 0,
+                 regmap: RegisterMap | None = None) -> None:
+        if regmap is not None and regmap.is_default:
+            regmap = None
+        if regmap is not None:
+            count = regmap.last + 1
         if not 1 <= count <= 0x10000 - base or not 0 <= base <= 0xFFFF:
             raise ValueError(f"--registers {count} from --base {base} is not within 0..65535")
         self.count = count
         self.base = base
+        self.regmap = regmap
+        self.registers = RegisterFile(regmap=regmap) if regmap is not None else None
         self.executed: collections.Counter[tuple[int, int, tuple[int, ...]]] = \
             collections.Counter()
         self.device = SimDevice(0, simdata=[SimData(base, count=count, values=0,
@@ -90,12 +129,57 @@ class ModbusModel:
         """Write requests executed so far."""
         return sum(n for (function, _, _), n in self.executed.items() if function in WRITES)
 
+    def answer(self, request: ModbusPDU) -> ModbusPDU:
+        """With a map: the reply to ``request`` from :attr:`registers` (see the module's
+        docstring for the exception codes)."""
+        registers, regmap = self.registers, self.regmap
+        assert registers is not None and regmap is not None
+        function = request.function_code
+
+        def refuse(code: ExcCodes) -> ModbusPDU:
+            return ExceptionResponse(function, code)
+
+        if function not in (3, 6, 16, 22):
+            return refuse(ExcCodes.ILLEGAL_FUNCTION)
+        start = request.address - self.base
+        count = (request.count if function == 3 else
+                 len(request.registers) if function == 16 else 1)
+        if any(regmap.at(addr) is None for addr in range(start, start + count)):
+            return refuse(ExcCodes.ILLEGAL_ADDRESS)
+        try:
+            if function == 3:
+                if not 1 <= count <= 125:
+                    return refuse(ExcCodes.ILLEGAL_VALUE)
+                values = [registers.read(addr) for addr in range(start, start + count)]
+                return ReadHoldingRegistersResponse(registers=values)
+            if function == 6:
+                value = request.registers[0]
+                registers.write(start, value)
+                self.executed[(6, request.address, (value,))] += 1
+                return WriteSingleRegisterResponse(address=request.address, registers=[value])
+            if function == 16:
+                values = [int(value) for value in request.registers]
+                registers.write_block(start, values)
+                self.executed[(16, request.address, tuple(values))] += 1
+                return WriteMultipleRegistersResponse(address=request.address, count=count)
+            keep, put = request.and_mask, request.or_mask
+            if put & ~keep & 0xFF00:  # it would set the high byte, which is always 0
+                return refuse(ExcCodes.ILLEGAL_VALUE)
+            mask = ~keep & 0xFF
+            after = registers.write_masked(start, mask, put & mask)
+            self.executed[(22, request.address, (after,))] += 1
+            return MaskWriteRegisterResponse(address=request.address, and_mask=keep,
+                                             or_mask=put)
+        except RegisterRangeError:
+            return refuse(ExcCodes.ILLEGAL_VALUE)
+
 
 class _Handler(ServerRequestHandler):
     """pymodbus's per-connection handler, answering in order with faults injected."""
 
     faults: Faults
     log: Callable[[str], None] | None
+    model: ModbusModel
 
     def __init__(self, owner: Any, *args: Any) -> None:
         super().__init__(owner, *args)  # type: ignore[no-untyped-call]
@@ -130,7 +214,11 @@ class _Handler(ServerRequestHandler):
                                                     ExcCodes.DEVICE_BUSY)
         else:
             try:
-                response = await request.datastore_update(self.server.context, request.dev_id)
+                if self.model.registers is not None:
+                    response = self.model.answer(request)
+                else:
+                    response = await request.datastore_update(self.server.context,
+                                                              request.dev_id)
             except Exception:  # as pymodbus's own handler answers a datastore failure
                 response = ExceptionResponse(request.function_code, ExcCodes.DEVICE_FAILURE)
         response.transaction_id = request.transaction_id
@@ -149,9 +237,10 @@ class _Handler(ServerRequestHandler):
         self.send(data)
 
 
-def _server_class(base: type[Any], faults: Faults,
-                  log: Callable[[str], None] | None) -> type[Any]:
-    handler = type("_FaultyHandler", (_Handler,), {"faults": faults, "log": log})
+def _server_class(base: type[Any], faults: Faults, log: Callable[[str], None] | None,
+                  model: ModbusModel) -> type[Any]:
+    handler = type("_FaultyHandler", (_Handler,), {"faults": faults, "log": log,
+                                                   "model": model})
 
     def callback_new_connection(self: Any) -> Any:
         return handler(self, self.trace_packet, self.trace_pdu, self.trace_connect)
@@ -172,10 +261,10 @@ async def serve_modbus(model: ModbusModel, faults: Faults, *, framing: str, host
         CannotServe: the address cannot be listened on.
     """
     if framing == "tcp":
-        server = _server_class(ModbusTcpServer, faults, log)(
+        server = _server_class(ModbusTcpServer, faults, log, model)(
             model.device, address=(host, port))
     else:
-        server = _server_class(ModbusSerialServer, faults, log)(
+        server = _server_class(ModbusSerialServer, faults, log, model)(
             model.device, framer=FramerType.RTU, port=f"socket://{host}:{port}")
     with contextlib.suppress(Exception):  # pymodbus logs a failed listen and returns False
         await server.serve_forever(background=True)
@@ -276,14 +365,14 @@ async def _pump(master: int, host: str, port: int, stop: asyncio.Event) -> bool:
 
 
 def run_modbus(args: Any, faults: Faults, announce: Callable[[str], None],
-               log: Callable[[str], None] | None) -> None:
+               log: Callable[[str], None] | None, regmap: RegisterMap | None = None) -> None:
     """Serve as the command line asks (``--modbus-tcp`` or ``--modbus-rtu``) until
-    interrupted.
+    interrupted; the registers of ``regmap`` (``--map``) when given.
 
     Raises:
         CannotServe: the port cannot be set up; ValueError: ``--registers``/``--base``.
     """
-    model = ModbusModel(args.registers, args.base)
+    model = ModbusModel(args.registers, args.base, regmap=regmap)
     if args.modbus_tcp is not None:
         host, port = args.modbus_tcp
         asyncio.run(serve_modbus(model, faults, framing="tcp", host=host, port=port,

@@ -385,8 +385,8 @@ def audit_note(gate: Gate, out: TextIO) -> None:
 
 
 def port_device(args: argparse.Namespace) -> Device:
-    """The device the command runs on, with the register map of ``--map``: the serial device
-    at ``--port``, else in process.
+    """The device the command runs on, with the register map of ``--map``: the serial or
+    Modbus device at ``--port``, else in process.
 
     Raises:
         UsageError: ``--timeout``, ``--baud`` or ``--reset`` without ``--port``, or out of
@@ -411,11 +411,8 @@ def port_device(args: argparse.Namespace) -> Device:
         raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {baudrate}")
     try:
         if modbus:
-            if getattr(args, "map", None) is not None:
-                raise UsageError("--map does not go with a Modbus port yet: the Modbus backend "
-                                 "serves plain holding registers (docs/modbus.md); use the "
-                                 "serial protocol's --port, or no --map")
-            return ModbusDevice(args.port, baudrate=baudrate, timeout=timeout)
+            return ModbusDevice(args.port, baudrate=baudrate, timeout=timeout,
+                                regmap=register_map(args))
         return SerialDevice(args.port, baudrate=baudrate or 115200, timeout=timeout,
                             regmap=register_map(args))
     except (RegdevError, ValueError) as error:

@@ -7,9 +7,17 @@
                                                               the URL says otherwise)
     modbus+rtu://socket://HOST:PORT[?unit=1]                  RTU framing over any pyserial URL
 
-Register ``addr`` (0..count-1) is holding register ``base + addr``; its 8-bit value is the
-register's low byte, the high byte zero. The frames are regdev's own sans-IO codec
-(:mod:`regdev.devices._modbus_codec`), the I/O a socket or pyserial's ``serial_for_url``.
+Register ``addr`` (0..count-1, or an address of the register map) is holding register
+``base + addr``; its 8-bit value is the register's low byte, the high byte zero. The frames are
+regdev's own sans-IO codec (:mod:`regdev.devices._modbus_codec`), the I/O a socket or
+pyserial's ``serial_for_url``.
+
+With a register map (``regmap=``), the map's rules are checked before anything is sent (an
+address that is no register, a write to a read-only register or one that sets a reserved bit
+is :class:`RegisterRangeError`, nothing sent); the device itself keeps read-only,
+write-1-to-clear and clear-on-read bits (a Modbus device is the hardware the map describes).
+A block is one 03 or one 16, a field write one 22; a write whose value after is not the value
+written (read-only, write-only or write-1-to-clear bits) is read back with a 03.
 
 Rules of this file (those of the serial backend, ``_serial.py``, for Modbus):
 
@@ -23,9 +31,12 @@ Rules of this file (those of the serial backend, ``_serial.py``, for Modbus):
   the connection is closed and the next call opens a new one, so nothing still on its way
   reaches it (a TCP stream whose framing is in doubt cannot be trusted anyway). RTU (no
   transaction id): the line is synchronised before it is trusted, at open and after every
-  timeout: the input is flushed and a read of two registers exchanged, whose reply no other
-  request can have (reads are of one register or of all of them, so with 3 or more); the
-  device answers in order, so every late reply has arrived, and was dropped, by then.
+  timeout: the input is flushed and a read exchanged whose reply none of the requests still
+  unanswered can have (a read of another number of registers than any of them: 2 when it
+  can; never of a clear-on-read register); the device answers in order, so every late reply
+  has arrived, and was dropped, by then.
+* A read of a register with clear-on-read bits (by the map) is sent once, never again: a
+  second read would find them cleared.
 * RS-485 local echo (the adapter hands back what was sent): the first synchronisation notices
   a request's bytes before its reply and drops the copy of every request from then on
   (``echo=1`` in the URL says so from the start).
@@ -61,8 +72,9 @@ from ..core._errors import (
 )
 from ..core._limits import seconds_problem
 from ..core._wording import serial_problem
-from ._device import DATA_MAX, REGISTER_COUNT, Device, check_access
+from ._device import DATA_MAX, MAX_BLOCK, REGISTER_COUNT, Device, check_access, check_block
 from ._modbus_codec import (
+    MAX_READ,
     NEED_DATA,
     RTU,
     TCP,
@@ -76,6 +88,7 @@ from ._modbus_codec import (
     WriteMultiple,
     WriteSingle,
 )
+from ._regmap import Register, RegisterMap
 from ._serial import MAX_BAUDRATE, map_exceptions, port_state_id
 
 __all__ = ["MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget", "is_modbus_url",
@@ -122,6 +135,8 @@ _EXCEPTIONS: dict[int, tuple[type[DeviceError], str]] = {
 _UNKNOWN = {
     "write": "the write may or may not have happened: read the register back",
     "block write": "the block write may or may not have happened: read the registers back",
+    "clear-on-read read": "the read may have cleared its clear-on-read bits, and its value "
+                          "is lost (it is not sent again)",
     "masked write": "the masked write may or may not have happened: read the register back",
     "reset": "the reset may or may not have happened: read the registers back",
 }
@@ -336,6 +351,14 @@ class ModbusDevice(Device):
     """A register device behind Modbus TCP or RTU: register ``addr`` is holding register
     ``base + addr``, its value the low byte (0..255).
 
+    With a register map (``regmap``), the registers are the map's, each at holding register
+    ``base + addr``: addresses, read-only registers and reserved bits are checked against it
+    before anything is sent; a block read is one 03, a block write one 16, a field write one
+    22 (atomic on the device); a write whose value after may differ from the value written
+    (read-only, write-only, write-1-to-clear or clear-on-read bits) is read back with a 03;
+    a read of a clear-on-read register is sent once. :meth:`reset` is refused (Modbus has no
+    reset request, and writes cannot set a map's read-only or write-1-to-clear bits back).
+
     The link is opened at construction: a TCP connection, or the serial port opened
     exclusively (a POSIX lock; ``socket://`` and ``rfc2217://`` have none). An RTU line is
     synchronised before the first request and after every timeout (see the module's rules). A
@@ -352,12 +375,15 @@ class ModbusDevice(Device):
             sending, or a busy answer (exception 06, 0A); writes and resets never are.
         baudrate: RTU line speed in baud when the URL gives none (19200 when neither does);
             None leaves it to the URL. A URL's ``baud`` and a different ``baudrate`` conflict.
-        count: the number of registers, 1..123 (addresses 0..count-1); 16 by default.
+        count: the number of registers, 1..123 (addresses 0..count-1); 16 by default. Not
+            with ``regmap``, which says it.
         first_tid: TCP: the first transaction id, 0..65535; random by default.
+        regmap: the device's register map (``docs/maps.md``); None (or the default map) for
+            ``count`` plain read-write registers.
 
     Raises:
         ValueError: ``timeout``, ``retries``, ``baudrate``, ``count`` or ``first_tid`` is out
-            of range.
+            of range, or ``count`` is given with a map.
         TransportError: the URL is malformed, or the link cannot be opened (the request was
             never sent).
 
@@ -370,7 +396,7 @@ class ModbusDevice(Device):
 
     def __init__(self, url: str, *, timeout: float = 0.5, retries: int = 1,
                  baudrate: int | None = None, count: int = REGISTER_COUNT,
-                 first_tid: int | None = None) -> None:
+                 first_tid: int | None = None, regmap: RegisterMap | None = None) -> None:
         problem = seconds_problem(timeout)
         if problem is not None:
             raise ValueError(f"timeout {problem}")
@@ -382,6 +408,13 @@ class ModbusDevice(Device):
                              f"got {baudrate!r}")
         if type(count) is not int or not 1 <= count <= 123:
             raise ValueError(f"count must be an int 1..123, got {count!r}")
+        mapped = regmap is not None and not regmap.is_default
+        if mapped:
+            assert regmap is not None
+            if count != REGISTER_COUNT:
+                raise ValueError("count and regmap: give one (the map says how many registers "
+                                 "there are)")
+            count = regmap.last + 1
         if first_tid is None:
             first_tid = secrets.randbelow(0x10000)
         elif type(first_tid) is not int or not 0 <= first_tid <= 0xFFFF:
@@ -390,6 +423,12 @@ class ModbusDevice(Device):
         if target.base + count > 0x10000:
             raise TransportError(f"cannot open port {url}: base {target.base} + {count} "
                                  "registers is past holding register 65535")
+        self._regmap = regmap if regmap is not None else RegisterMap.default()
+        self._mapped = mapped
+        #: The shapes of the RTU synchronising read, most wanted first: (address, count).
+        self._sync_shapes = _sync_shapes(regmap if mapped else None, count)
+        #: Numbers of registers of the reads sent and not answered since the last sync.
+        self._unanswered: set[int] = set()
         if (baudrate is not None and target.baudrate is not None
                 and baudrate != target.baudrate):
             raise ValueError(f"the URL says baud={target.baudrate} and baudrate is "
@@ -420,17 +459,66 @@ class ModbusDevice(Device):
 
     # --- the Device interface -----------------------------------------------------------------
 
-    def _check(self, addr: object, data: object = 0, length: int = 1) -> None:
+    def _check(self, addr: object, data: object = 0, length: int = 1) -> Register | None:
+        """Refuse what the device cannot have before anything is sent; the register at
+        ``addr`` when there is a map (None without one)."""
+        if self._mapped:
+            check_block(addr, length, self._regmap)
+            check_access(addr, data, self._regmap)
+            assert isinstance(addr, int)
+            return self._regmap.at(addr)
         check_access(addr, data)
         assert isinstance(addr, int)
         if addr + length > self.count:
             raise RegisterRangeError(f"address {addr!r} is outside 0..{self.count - 1}")
+        return None
+
+    def _clears(self, addr: int, count: int) -> bool:
+        """True when a read of ``count`` registers from ``addr`` clears bits (clear-on-read)."""
+        return self._mapped and any(
+            (spec := self._regmap.at(each)) is not None and spec.rclr_mask
+            for each in range(addr, addr + count))
+
+    def _read(self, addr: int, count: int) -> list[int]:
+        """One 03 of ``count`` registers from ``addr``: sent once when it clears bits, else
+        retried as reads are."""
+        clears = self._clears(addr, count)
+        reply = self._transact(ReadHolding(self.target.base + addr, count),
+                               "clear-on-read read" if clears else "read",
+                               0 if clears else self.retries)
+        return self._bytes(reply, addr)
+
+    def _refuse(self, spec: Register | None, data: int, mask: int = DATA_MAX) -> None:
+        """The map's rules for a write, before anything is sent."""
+        if spec is not None:
+            refused = spec.refuse_write(data, mask)
+            if refused is not None:
+                raise RegisterRangeError(f"{refused}; nothing was sent")
+
+    def _read_back(self, addr: int, count: int, what: str) -> list[int]:
+        """After an acknowledged write: the registers' values, read with a 03."""
+        try:
+            return self._read(addr, count)
+        except (DeviceError, TransportError) as error:
+            where = (f"register {self._regmap.label(addr)}" if count == 1
+                     else f"registers {addr}..{addr + count - 1}")
+            raise DeviceError(f"the {what} of {where} was acknowledged (it happened), but "
+                              f"reading it back failed: {error}") from error
+
+    def _plain(self, addr: int, count: int = 1) -> bool:
+        """True when writing these registers leaves exactly the value written (every field
+        bit read-write, no side effects), so a write needs no read back."""
+        return not self._mapped or all(
+            (spec := self._regmap.at(each)) is not None
+            and spec.store_mask == spec.readable_mask == spec.field_mask
+            and not spec.rclr_mask for each in range(addr, addr + count))
 
     def read(self, addr: int) -> int:
-        """Return register ``addr`` (0..count-1): the low byte of its holding register.
+        """Return register ``addr`` (0..count-1, or a register of the map): the low byte of
+        its holding register. A register with clear-on-read bits is read once, never again.
 
         Raises:
-            RegisterRangeError: ``addr`` is out of range (nothing is sent).
+            RegisterRangeError: ``addr`` is out of range or no register (nothing is sent).
             DeviceTimeout: an attempt was sent and no matching reply came within ``timeout``
                 seconds, and no later attempt got one (:class:`ReplyLost`: the link failed
                 after sending).
@@ -441,46 +529,77 @@ class ModbusDevice(Device):
                 could not be synchronised).
         """
         self._check(addr)
-        reply = self._transact(ReadHolding(self.target.base + addr, 1), "read", self.retries)
-        return self._bytes(reply, addr)[0]
+        return self._read(addr, 1)[0]
+
+    def read_block(self, addr: int, count: int) -> list[int]:
+        """Read ``count`` (1..16) registers from ``addr`` up with one 03; sent once when one
+        of them has clear-on-read bits, else retried as :meth:`read` is.
+
+        Raises:
+            RegisterRangeError: an address of the block is no register (nothing is sent).
+            DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
+                :meth:`read`.
+        """
+        if type(count) is not int or not 1 <= count <= MAX_BLOCK:
+            raise RegisterRangeError(f"a block has 1..{MAX_BLOCK} registers, got {count!r}")
+        self._check(addr, 0, count)
+        return self._read(addr, count)
 
     def snapshot(self) -> list[int]:
-        """Return all registers, address 0 first, in one read (03).
+        """Return all registers, in address order: one 03 (with a map, one per run of
+        consecutive addresses, at most 125 registers each).
+
+        Modbus has no read without side effects: with a map, the 03 of a run that holds a
+        clear-on-read register clears its bits on the device (their values are in the
+        result), and it is sent once.
 
         Raises:
             DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
                 :meth:`read`.
         """
-        reply = self._transact(ReadHolding(self.target.base, self.count), "read",
-                               self.retries)
-        return self._bytes(reply, 0)
+        if not self._mapped:
+            return self._read(0, self.count)
+        values: list[int] = []
+        for start, count in _runs(self._regmap.addresses):
+            values += self._read(start, count)
+        return values
 
     def write(self, addr: int, data: int) -> int:
         """Write ``data`` (0..255) to register ``addr`` with one 06 request, sent once; return
-        the value the device echoed.
+        the value the device echoed, or with a map, for a register whose value after may
+        differ from the value written, the value read back (a 03, retried as reads are,
+        sent once for a clear-on-read register).
 
         Raises:
-            RegisterRangeError: ``addr`` or ``data`` is out of range (nothing is sent).
+            RegisterRangeError: ``addr`` or ``data`` is out of range, or the map refuses the
+                write (a read-only register, a reserved bit set); nothing is sent.
             DeviceTimeout: the write was sent and no matching reply came within ``timeout``
                 seconds: it may or may not have happened (:class:`ReplyLost`: the link
                 failed after sending; the same). Also exception 05 and 0B.
             DeviceBusy: exception 06 or 0A: not executed; may succeed later.
             DeviceRefused: exception 01, 02, 03 or 07: not executed.
-            DeviceError: exception 04 or 08: it may have run; read back.
+            DeviceError: exception 04 or 08: it may have run; read back. Also: the write
+                was acknowledged but reading it back failed (the message says it happened).
             TransportError: the write was not sent; it did not happen.
         """
-        self._check(addr, data)
+        spec = self._check(addr, data)
+        self._refuse(spec, data)
         self._transact(WriteSingle(self.target.base + addr, data), "write", 0)
-        return data
+        if self._plain(addr):
+            return data
+        return self._read_back(addr, 1, "write")[0]
 
     def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
-        """Write ``data`` (1..count values of 0..255) to registers ``addr`` onwards with one 16
-        request, sent once; every value is checked before anything is sent. Return the values
-        written (16's acknowledgement echoes the address and count, not the values).
+        """Write ``data`` (1..count values of 0..255; 1..16 with a map) to registers ``addr``
+        onwards with one 16 request, sent once; every value is checked (with a map, by the
+        map's rules) before anything is sent. Return the values written (16's acknowledgement
+        echoes the address and count, not the values), or with a map whose registers may
+        hold other values than those written, the block read back with one 03.
 
         Raises:
-            RegisterRangeError: a value is out of range, ``data`` is empty, or the block runs
-                past the last register (nothing is sent).
+            RegisterRangeError: a value is out of range, ``data`` is empty, the block runs
+                past the last register or reaches an address that is no register, or the map
+                refuses a value (read-only register, reserved bits); nothing is sent.
             DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
                 :meth:`write`.
         """
@@ -489,40 +608,55 @@ class ModbusDevice(Device):
             raise RegisterRangeError("a block write needs at least one value")
         for value in values:
             check_access(0, value)
+        if self._mapped and len(values) > MAX_BLOCK:
+            raise RegisterRangeError(f"a block has 1..{MAX_BLOCK} registers, got {len(values)}")
         self._check(addr, 0, len(values))
+        for index, value in enumerate(values):
+            self._refuse(self._regmap.at(addr + index) if self._mapped else None, value)
         self._transact(WriteMultiple(self.target.base + addr, tuple(values)), "block write", 0)
-        return values
+        if self._plain(addr, len(values)):
+            return values
+        return self._read_back(addr, len(values), "block write")
 
     def write_masked(self, addr: int, mask: int, data: int) -> int:
         """Set the bits of register ``addr`` that ``mask`` (0..255) selects to those of
         ``data`` (0..255), atomically on the device: one 22 request (``new = (old & ~mask) |
-        (data & mask)``), sent once. Then read the register back (a read, retried as reads
-        are) and return its value.
+        (data & mask)``; the high byte is set to 0), sent once. Then read the register back
+        (a read, retried as reads are, sent once for a clear-on-read register) and return its
+        value. With a map, the device does what the map says of the bits in ``mask``
+        (write-1-to-clear bits clear where ``data`` has a 1; the others keep their value).
 
         Raises:
-            RegisterRangeError: ``addr``, ``mask`` or ``data`` is out of range.
+            RegisterRangeError: ``addr``, ``mask`` or ``data`` is out of range, or the map
+                refuses it (a read-only register, a reserved bit in ``mask`` set); nothing is
+                sent.
             DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
                 :meth:`write`; and :class:`DeviceError` when the write was acknowledged but
                 reading it back failed (the message says so: it happened).
         """
-        self._check(addr, data)
+        spec = self._check(addr, data)
         check_access(0, mask)
+        self._refuse(spec, data, mask)
         self._transact(MaskWrite(self.target.base + addr, ~mask & DATA_MAX, data & mask),
                        "masked write", 0)
-        try:
-            return self.read(addr)
-        except DeviceError as error:
-            raise DeviceError(f"the masked write of register {addr} was acknowledged (it "
-                              f"happened), but reading it back failed: {error}") from error
+        return self._read_back(addr, 1, "masked write")[0]
 
     def reset(self) -> None:
         """Set every register to 0, its reset value, with one 16 request, sent once (Modbus
         has no reset request; a device's own reset is not this).
 
         Raises:
+            DeviceRefused: the device has a register map: nothing is sent (writes cannot set
+                read-only or write-1-to-clear bits back to their reset values; reset the
+                device itself).
             DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
                 :meth:`write`.
         """
+        if self._mapped:
+            raise DeviceRefused("a Modbus device with a register map cannot be reset by regdev "
+                                "(Modbus has no reset request, and writes cannot set read-only "
+                                "or write-1-to-clear bits back); nothing was sent: reset the "
+                                "device itself", "RESET")
         self._transact(WriteMultiple(self.target.base, (0,) * self.count), "reset", 0)
 
     def identify(self) -> str:
@@ -531,6 +665,11 @@ class ModbusDevice(Device):
         target = self.target
         where = (f"Modbus TCP {target.port}" if target.framing == TCP
                  else f"Modbus RTU {target.port} at {self.baudrate} baud")
+        if self._mapped:
+            name = f" {self._regmap.name}" if self._regmap.name else ""
+            return (f"{where}, unit {target.unit}, the register map{name}: "
+                    f"{len(self._regmap)} x 8-bit in holding registers "
+                    f"{target.base}..{target.base + self.count - 1}")
         return (f"{where}, unit {target.unit}, {self.count} x 8-bit in holding registers "
                 f"{target.base}..{target.base + self.count - 1}")
 
@@ -563,8 +702,9 @@ class ModbusDevice(Device):
         for offset, value in enumerate(reply.values):
             if value > DATA_MAX:
                 raise DeviceError(f"holding register {self.target.base + addr + offset} "
-                                  f"(register {addr + offset}) holds 0x{value:04x}, not a "
-                                  "byte (0..255)")
+                                  f"(register {self._regmap.label(addr + offset)}) holds "
+                                  f"0x{value:04x}, not a byte (0..255): the high byte of a "
+                                  "register must be 0")
         return list(reply.values)
 
     def _transact(self, request: Request, what: str, retries: int) -> Reply:
@@ -600,16 +740,18 @@ class ModbusDevice(Device):
             raise _Failed(TransportError(f"the {what} was not sent: {error}"),
                           again=False) from error
         if not self._synced:
-            sync = ReadHolding(self.target.base, 2 if self.count >= 3 else self.count)
+            sync = self._sync_request()
             try:
                 link.flush_input()
                 self._codec.discard_buffer()
-                self._exchange(link, sync, "synchronising read")
+                if sync is not None:  # else the flush alone
+                    self._exchange(link, sync, "synchronising read")
             except _Failed as failed:
                 raise _Failed(TransportError(f"the {what} was not sent: the line could not be "
                                              f"synchronised: {failed.error}"),
                               again=isinstance(failed.error, DeviceTimeout)) from failed.__cause__
             self._synced = True
+            self._unanswered.clear()  # every late reply came before the sync's, and was dropped
             if self._codec.echo_seen and not self._codec.local_echo:
                 self._codec.local_echo = self.echo = True  # the line echoes: drop the copies
         reply = self._exchange(link, request, what)
@@ -668,6 +810,17 @@ class ModbusDevice(Device):
         finally:
             if codec.pending is not None:
                 codec.abandon()
+                if isinstance(request, ReadHolding):  # its reply may still come
+                    self._unanswered.add(request.count)
+
+    def _sync_request(self) -> ReadHolding | None:
+        """The synchronising read: of a number of registers no unanswered read has (so no
+        late reply can be taken for its reply), of no clear-on-read register; None when
+        there is none (then the input flush alone synchronises)."""
+        for start, count in self._sync_shapes:
+            if count not in self._unanswered:
+                return ReadHolding(self.target.base + start, count)
+        return None
 
     def _no_reply(self, what: str, why: str) -> DeviceTimeout:
         unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
@@ -691,6 +844,33 @@ class ModbusDevice(Device):
         self._synced = self.target.framing == TCP
         if link is not None:
             link.close()
+
+
+def _runs(addresses: Sequence[int], longest: int = MAX_READ) -> list[tuple[int, int]]:
+    """``(start, count)`` of each run of consecutive ``addresses`` (ascending), each at most
+    ``longest`` long."""
+    runs: list[tuple[int, int]] = []
+    for addr in addresses:
+        if runs and runs[-1][0] + runs[-1][1] == addr and runs[-1][1] < longest:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((addr, 1))
+    return runs
+
+
+def _sync_shapes(regmap: RegisterMap | None, count: int) -> list[tuple[int, int]]:
+    """The RTU synchronising reads available, ``(address, count)``, most wanted first: 2
+    registers, then 3, 4 ... then 1; only of registers whose read clears nothing."""
+    if regmap is None:
+        quiet = list(range(count))
+    else:
+        quiet = [r.addr for r in regmap.registers if not r.rclr_mask]
+    longest: dict[int, int] = {}  # count -> the first start with a run that long
+    for start, length in _runs(quiet):
+        for size in range(1, length + 1):
+            longest.setdefault(size, start)
+    order = sorted(longest, key=lambda size: (size == 1, size))
+    return [(longest[size], size) for size in order]
 
 
 def _exception_error(code: int) -> DeviceError:
