@@ -555,15 +555,6 @@ def test_a_bad_map_on_the_command_line_is_exit_2_and_one_line(
         assert err == (f"regdev {command[0]}: error: {bad}:2:21: missing ';' at '}}'\n")
 
 
-def test_a_map_with_a_modbus_port_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    """The Modbus backend serves plain holding registers: --map with it is exit 2, one line,
-    before any port is opened (never a map silently ignored)."""
-    status, out, err = run(capsys, "demo", "--no-audit", "--map", str(SENSOR), "--port",
-                           "modbus+tcp://127.0.0.1:1")
-    assert (status, out) == (2, "")
-    assert err.startswith("regdev demo: error: --map does not go with a Modbus port yet")
-
-
 def test_replay_of_the_example_map_meets_every_expectation(
         capsys: pytest.CaptureFixture[str]) -> None:
     """examples/sensor-calls.jsonl: every access kind and every rule, as expected."""
