@@ -10,6 +10,7 @@ clear-on-read), through the same codec (``regdev.devices._protocol``, used here 
     regdev firmware-sim --tcp 127.0.0.1:0           # prints e.g. socket://127.0.0.1:40521
     regdev firmware-sim --modbus-tcp 127.0.0.1:0    # Modbus TCP (regdev_modbus_sim.py, pymodbus)
     regdev firmware-sim --modbus-rtu --pty          # Modbus RTU on a pty
+    regdev firmware-sim --modbus-tcp 127.0.0.1:0 --map examples/sensor.rdl   # a map, Modbus
     regdev firmware-sim --tcp 127.0.0.1:0 --map examples/sensor.rdl
     python firmware-sim/regdev_firmware_sim.py --pty --fault drop=0.05 --seed 7
     python firmware-sim/regdev_firmware_sim.py --pty --map sensor.json

@@ -42,33 +42,32 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pymodbus.constants import ExcCodes
 from pymodbus.exceptions import ModbusIOException
 from pymodbus.framer import FramerType
 from pymodbus.pdu import ExceptionResponse, ModbusPDU
-from pymodbus.server import ModbusSerialServer, ModbusTcpServer
-from pymodbus.server.requesthandler import ServerRequestHandler
-from pymodbus.simulator import DataType, SimData, SimDevice
-from pymodbus.transaction import TransactionManager
-
 from pymodbus.pdu.register_message import (
+    MaskWriteRegisterRequest,
     MaskWriteRegisterResponse,
     ReadHoldingRegistersResponse,
     WriteMultipleRegistersResponse,
     WriteSingleRegisterResponse,
 )
+from pymodbus.server import ModbusSerialServer, ModbusTcpServer
+from pymodbus.server.requesthandler import ServerRequestHandler
+from pymodbus.simulator import DataType, SimData, SimDevice
+from pymodbus.transaction import TransactionManager
 
-from regdev_firmware_sim import (
-    CannotServe,
-    Faults,
-    RegisterFile,
-    RegisterMap,
-    RegisterRangeError,
-    _Link,
-    _Pty,
-)
+from regdev_firmware_sim import CannotServe, Faults, _Link, _Pty
+
+if TYPE_CHECKING:
+    from regdev.core._errors import RegisterRangeError
+    from regdev.devices._device import RegisterFile
+    from regdev.devices._regmap import RegisterMap
+else:  # regdev's, or the copies the simulator runs standalone (the same classes it raises)
+    from regdev_firmware_sim import RegisterFile, RegisterMap, RegisterRangeError
 
 __all__ = ["Background", "ModbusModel", "run_modbus", "serve_modbus", "serve_modbus_pty"]
 
@@ -162,7 +161,8 @@ class ModbusModel:
                 registers.write_block(start, values)
                 self.executed[(16, request.address, tuple(values))] += 1
                 return WriteMultipleRegistersResponse(address=request.address, count=count)
-            keep, put = request.and_mask, request.or_mask
+            masked = cast(MaskWriteRegisterRequest, request)
+            keep, put = masked.and_mask, masked.or_mask
             if put & ~keep & 0xFF00:  # it would set the high byte, which is always 0
                 return refuse(ExcCodes.ILLEGAL_VALUE)
             mask = ~keep & 0xFF

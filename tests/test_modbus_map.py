@@ -291,7 +291,7 @@ def test_after_a_lost_block_read_the_sync_is_not_its_size() -> None:
         assert server.faults.injected["delay"] == 1
 
 
-# --- the command line ------------------------------------------------------------------------------
+# --- the command line ---------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(60)
