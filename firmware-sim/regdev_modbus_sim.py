@@ -101,7 +101,10 @@ class ModbusModel:
         if regmap is not None:
             count = regmap.last + 1
         if not 1 <= count <= 0x10000 - base or not 0 <= base <= 0xFFFF:
-            raise ValueError(f"--registers {count} from --base {base} is not within 0..65535")
+            what = (f"the map's registers (addresses 0..{count - 1})" if regmap is not None
+                    else f"--registers {count}")
+            verb = "are" if regmap is not None else "is"
+            raise ValueError(f"{what} from --base {base} {verb} not within 0..65535")
         self.count = count
         self.base = base
         self.regmap = regmap

@@ -377,12 +377,16 @@ def test_regdev_firmware_sim_serves_a_systemrdl_map_over_modbus(sensor: Register
 
 
 def test_registers_and_a_map_are_one_or_the_other(capsys: pytest.CaptureFixture[str]) -> None:
-    """--registers N with --map: exit 2, one line."""
+    """--registers N with --map, or a map past holding register 65535: exit 2, one line."""
     with pytest.raises(SystemExit) as info:
         main(["firmware-sim", "--modbus-tcp", "127.0.0.1:0", "--registers", "8", "--map",
               str(SENSOR)])
     assert info.value.code == 2
     assert "--registers and --map: give one" in capsys.readouterr().err
+    status, _, err = run(capsys, "firmware-sim", "--modbus-tcp", "127.0.0.1:0", "--base",
+                         "65530", "--map", str(SENSOR))
+    assert (status, err) == (2, "regdev firmware-sim: error: the map's registers (addresses "
+                                "0..10) from --base 65530 are not within 0..65535\n")
 
 
 @pytest.mark.timeout(90)
