@@ -27,8 +27,8 @@ from regdev import (
     Field,
     Gate,
     Register,
-    RegisterMap,
     RegisterFile,
+    RegisterMap,
     RegisterRangeError,
 )
 from regdev.cli._main import main
