@@ -16,8 +16,10 @@ With a register map (``regmap=``), the map's rules are checked before anything i
 address that is no register, a write to a read-only register or one that sets a reserved bit
 is :class:`RegisterRangeError`, nothing sent); the device itself keeps read-only,
 write-1-to-clear and clear-on-read bits (a Modbus device is the hardware the map describes).
-A block is one 03 or one 16, a field write one 22; a write whose value after is not the value
-written (read-only, write-only or write-1-to-clear bits) is read back with a 03.
+A block is one 03 or one 16, a field write one 22; a write whose value after may not be the
+value written (read-only, write-only, write-1-to-clear or clear-on-read bits) is read back with
+a 03. Modbus has no read without side effects and no reset request: with a map, a dump clears
+the clear-on-read bits it shows, and :meth:`ModbusDevice.reset` is refused.
 
 Rules of this file (those of the serial backend, ``_serial.py``, for Modbus):
 
