@@ -116,6 +116,8 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
     "serve": (
         (0, "stopped by end of input (stdio), SIGINT (Ctrl-C), SIGTERM or SIGHUP, every "
             "call answered and recorded"),
+        (1, "the answers could not be written to standard output (stdio: a full disk, the "
+            "client gone); the calls that ran are recorded"),
         (2, "a usage, policy or audit-log error, the mcp extra missing, standard output "
             "closed (stdio), the --http address cannot be listened on, or the device cannot "
             "be opened or does not identify"),
