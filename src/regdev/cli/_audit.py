@@ -25,7 +25,6 @@ from ._common import (
     tell,
 )
 
-
 #: The reasons a loop's stop record can hold (regdev agent's and run_loop's), in order.
 STOP_REASONS: tuple[str, ...] = tuple(dict.fromkeys((*AGENT_STOPS, *get_args(StopReason))))
 
