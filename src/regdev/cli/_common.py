@@ -142,13 +142,16 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (0, "the records were printed (none matching is no error)"),
         (1, "with --json, a record could not be exported (the others were, each error on "
             "stderr); or the output could not be written"),
-        (2, "a usage error, or the audit log cannot be read"),
+        (2, "a usage error (a --code no record can hold included), or the audit log cannot "
+            "be read"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "report": (
         (0, "the report was written (no record matching is no error)"),
         (1, "the output could not be written"),
-        (2, "a usage error, the audit log cannot be read, or the chart cannot be written"),
+        (2, "a usage error (--plot naming a directory, or a format matplotlib does not "
+            "write, is refused before any work), the audit log cannot be read, or the chart "
+            "cannot be written"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "compile": (
