@@ -27,7 +27,9 @@ Rules of this file:
 * Only a yes approves. Decline, cancel, no answer within ``approval.timeout`` seconds, an
   answer that does not fit the question, a state that fails its seal, an approver who may not
   approve, a client that cannot be asked, too many questions open at once
-  (``approval.max_pending``): each is a denial (``approval-denied``) saying which, and the
+  (``approval.max_pending``), the server stopping (:meth:`Approvals.stop`: an open question
+  is withdrawn at once, whether a page or the client was to answer it): each is a denial
+  (``approval-denied``) saying which, and the
   audit record names who answered and how (:class:`~regdev.Approval`).
 """
 
