@@ -79,6 +79,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.util
+import json
 import math
 import os
 import random
@@ -716,8 +717,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--fault-count", type=int, default=None, metavar="N",
                         help="inject at most N faults, then run clean (no limit)")
     parser.add_argument("--map", metavar="FILE", type=Path,
-                        help="serve the registers of this register map, in the compiled JSON "
-                             "form (regdev map FILE --json); default: 16 read-write registers, "
+                        help="serve the registers of this register map: regdev firmware-sim "
+                             "reads SystemRDL (.rdl) or its compiled JSON form; this file run "
+                             "as a script reads the JSON form alone (make it with regdev map "
+                             "FILE.rdl --json -o FILE.json); default: 16 read-write registers, "
                              "reset 0; with --avr, the C firmware is built with it; with "
                              "--modbus-*, as holding registers from --base")
     parser.add_argument("--no-extension", action="store_true",
@@ -748,12 +751,30 @@ def load_map(path: Path) -> RegisterMap:
     """The register map in the compiled JSON form at ``path``.
 
     Raises:
-        MapError: the file cannot be read or is not such a map (one line naming it).
+        MapError: the file cannot be read or is not such a map (one line naming it; a file
+            that is not JSON, SystemRDL included, is told how to get the JSON form).
     """
     try:
         text = path.read_bytes()
     except OSError as error:
         raise MapError(f"cannot read {path}: {error.strerror or error}") from None
+    if path.suffix.lower() == ".rdl":
+        raise MapError(f"{path} is SystemRDL: run as a script, the simulator reads a map only "
+                       f"in its compiled JSON form; make it with `regdev map {path} --json -o "
+                       f"{path.with_suffix('.json')}`, or serve the map with `regdev "
+                       f"firmware-sim --map {path}`")
+    compile_it = ("the simulator run as a script reads a map in its compiled JSON form, made "
+                  "from SystemRDL by `regdev map FILE.rdl --json -o FILE.json`")
+    try:
+        json.loads(text)
+    except UnicodeDecodeError as error:
+        raise MapError(f"{path}: not a map in the compiled JSON form (byte {error.start} is "
+                       f"not UTF-8); {compile_it}") from None
+    except json.JSONDecodeError as error:  # its place, never Python's wording
+        raise MapError(f"{path}: not a map in the compiled JSON form (not valid JSON at line "
+                       f"{error.lineno}, column {error.colno}); {compile_it}") from None
+    except (ValueError, RecursionError):
+        pass  # valid JSON that the map reader refuses in its own words (a huge integer...)
     return RegisterMap.from_json(text, str(path))
 
 

@@ -443,6 +443,27 @@ def test_audit_command_shows_and_filters(capsys: pytest.CaptureFixture[str],
     assert json.loads(out)["event"] == "stop"
 
 
+def test_audit_code_refuses_a_code_no_record_can_hold(
+        capsys: pytest.CaptureFixture[str], audit_path: Path) -> None:
+    """--code takes ok, a verdict code (a fixed one, or missing-/type-/range-ARG, denied-TOOL)
+    or a loop stop reason; anything else (a typo) is refused as replay refuses it, exit 2,
+    naming where the codes are, instead of matching nothing silently."""
+    run(capsys, "demo")
+    for code, found in [("ok", 5), ("range-data", 1), ("rejected", 1), ("approval-denied", 0),
+                        ("range-limits.low", 0), ("denied-erase_chip", 0), ("provider-error", 0),
+                        ("error", 0)]:
+        status, out, _ = run(capsys, "audit", "--code", code)
+        assert (status, out.splitlines()[-1].split(" in ")[0]) == (
+            0, f"{found} record{'s' if found != 1 else ''}"), code
+    for code in ["bogus", "range-", "range", "Range-data", "okay", "denied"]:
+        status, out, err = run(capsys, "audit", "--code", code)
+        assert (status, out) == (2, ""), code
+        assert err.splitlines() == [
+            f"regdev audit: error: --code {code} is not a verdict code (docs/errors.md lists "
+            "them: e.g. range-addr, approval-denied, denied-TOOL), a loop stop reason (done, "
+            "budget, rejected, truncated, model-refusal, provider-error, error), or ok"]
+
+
 def test_audit_command_json_exports_every_record(capsys: pytest.CaptureFixture[str],
                                                  audit_path: Path) -> None:
     """--json: one JSON object per record, nothing else on stdout."""

@@ -83,3 +83,77 @@ def test_errors_doc_has_a_section_for_every_fixed_code() -> None:
     headings = set(re.findall(r"^### `([a-z<>-]+)`$", text, re.MULTILINE))
     named = {f"{kind}-<{'tool' if kind == 'denied' else 'arg'}>" for kind in NAMED_CODES}
     assert headings >= FIXED_CODES | named
+
+
+#: Options a command takes whose README row may leave them out: --help, and those common to
+#: every command that runs calls (the paragraph below the table names them).
+_SHARED_OPTIONS = {"-h", "--help", "--map", "--port", "--timeout", "--baud", "--policy",
+                   "--session", "--audit", "--no-audit", "--durability"}
+
+
+def _readme_rows() -> dict[str, list[str]]:
+    """The README's command table: command -> the synopses of its rows."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Commands", 1)[1].split("\n\n", 2)[1]
+    rows: dict[str, list[str]] = {}
+    for synopsis in re.findall(r"^\| `regdev ([^`]*)` \|", section, re.MULTILINE):
+        rows.setdefault(synopsis.split()[0], []).append(synopsis.replace("\\|", "|"))
+    return rows
+
+
+def test_the_readme_command_table_matches_the_commands() -> None:
+    """Every command has a row in the README's table; every option a row shows is one the
+    command takes; and every option of report and bench (the ones whose rows fell behind)
+    is shown."""
+    from regdev.cli._main import build_parser  # noqa: PLC0415
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    commands: dict[str, object] = dict(sub.choices)  # type: ignore[arg-type]
+    rows = _readme_rows()
+    assert set(rows) == set(commands)
+    for name, synopses in rows.items():
+        if name == "firmware-sim":  # its own parser (the simulator's), checked below
+            taken = set(re.findall(r"(?<![\w-])-{1,2}[a-zA-Z][\w-]*",
+                                   _help(["firmware-sim", "--help"])))
+        else:
+            parser = commands[name]
+            taken = {o for a in parser._actions for o in a.option_strings}  # type: ignore[attr-defined]
+        for synopsis in synopses:
+            shown = set(re.findall(r"(?<![\w-])-{1,2}[a-zA-Z][\w-]*", synopsis))
+            assert shown <= taken, (name, shown - taken)
+        if name in ("report", "bench"):
+            shown_all = {o for s in synopses for o in re.findall(r"-{1,2}[a-z][\w-]*", s)}
+            assert taken - _SHARED_OPTIONS <= shown_all, (name, taken - shown_all)
+
+
+def _help(argv: list[str]) -> str:
+    import contextlib  # noqa: PLC0415
+    import io  # noqa: PLC0415
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(argv)
+    return out.getvalue()
+
+
+def test_every_benchmark_script_is_in_the_benchmarks_readme() -> None:
+    """benchmarks/README.md's table names how to run every script in benchmarks/ (the
+    modules named with a leading underscore are helpers, not scripts); and the audit
+    target the scripts print is the one the docs state as the goal."""
+    table = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")
+                     if not p.name.startswith("_"))
+    assert [name for name in scripts if f"benchmarks/{name}" not in table] == []
+    printed = (ROOT / "benchmarks" / "audit_throughput.py").read_text(encoding="utf-8")
+    assert '">= 0.85"' in printed
+    safety = (ROOT / "docs" / "safety.md").read_text(encoding="utf-8")
+    assert "of SQLite's rate; target 0.85" in safety
+    assert "The goal for sequential writes is **0.85**" in table
+
+
+def test_the_stdio_table_says_which_requests_the_server_sends() -> None:
+    """docs/agents.md: the stdio server sends requests of its own (approval questions), so a
+    response from the client is one's answer; the table must not say it sends none."""
+    page = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
+    assert "the server sends no requests" not in page
+    assert "the server's only requests are its approval questions, `elicitation/create`" in page

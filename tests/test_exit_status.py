@@ -288,6 +288,19 @@ def _serve_end_of_input(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t:
 case("serve", 2)(lambda c, m, t: _run(c, "serve", "--no-audit", "--baud", "9600"))
 
 
+@case("serve", 1)
+def _serve_output_fails(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
+    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "0"}}}
+    if not os.path.exists("/dev/full"):  # every write to it fails with ENOSPC
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "wb") as out:
+        return subprocess.run([str(REGDEV), "serve", "--no-audit"],
+                              input=json.dumps(hello).encode() + b"\n", stdout=out,
+                              stderr=subprocess.PIPE, timeout=60, check=False).returncode
+
+
 # audit
 def _db(tmp_path: Path) -> str:
     """An audit log holding one call."""

@@ -313,6 +313,56 @@ def test_a_bad_map_for_the_simulator_is_one_line(tmp_path: Path) -> None:
                            f"{path}: `registers[0].addr`: must be an integer 0..255\n")
 
 
+@pytest.mark.parametrize("name", ["sensor.rdl", "sensor.RDL"])
+def test_the_simulator_script_tells_how_to_get_the_json_form_of_an_rdl_map(
+        tmp_path: Path, name: str) -> None:
+    """The script alone, given SystemRDL: exit 2, one line saying how to get the compiled
+    JSON form (or to serve it with regdev firmware-sim), never Python's JSON error."""
+    path = tmp_path / name
+    path.write_bytes(SENSOR.read_bytes())
+    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" /
+                                               "regdev_firmware_sim.py"),
+                           "--tcp", "127.0.0.1:0", "--map", str(path)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"regdev_firmware_sim.py: error: {path} is SystemRDL: run as a script, the simulator "
+        f"reads a map only in its compiled JSON form; make it with `regdev map {path} --json "
+        f"-o {path.with_suffix('.json')}`, or serve the map with `regdev firmware-sim --map "
+        f"{path}`\n")
+
+
+@pytest.mark.parametrize(("text", "place"), [
+    ('{"format": "regdev-map"}\n{"more": 1}\n', "line 2, column 1"),
+    ("addrmap a {};\n", "line 1, column 1"),
+    ("", "line 1, column 1"),
+])
+def test_the_simulator_script_names_where_a_map_is_not_json(
+        tmp_path: Path, text: str, place: str) -> None:
+    """A --map that is not JSON: its place in regdev's words, and how the JSON form is made."""
+    path = tmp_path / "map.txt"
+    path.write_text(text)
+    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" /
+                                               "regdev_firmware_sim.py"),
+                           "--tcp", "127.0.0.1:0", "--map", str(path)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"regdev_firmware_sim.py: error: {path}: not a map in the compiled JSON form (not "
+        f"valid JSON at {place}); the simulator run as a script reads a map in its compiled "
+        "JSON form, made from SystemRDL by `regdev map FILE.rdl --json -o FILE.json`\n")
+
+
+def test_the_simulator_help_says_what_map_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev firmware-sim --help: --map takes SystemRDL or the JSON form (the script alone,
+    the JSON form)."""
+    assert main(["firmware-sim", "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert ("regdev firmware-sim reads SystemRDL (.rdl) or its compiled JSON form; this file "
+            "run as a script reads the JSON form alone (make it with regdev map FILE.rdl "
+            "--json -o FILE.json)") in shown
+
+
 def test_a_serial_read_of_a_clear_on_read_register_is_sent_once(sensor: RegisterMap) -> None:
     """A retried read would find the bits cleared: reads of EVENTS are never resent."""
     faults = sim.Faults({"drop": 1.0}, after=1, count=1)  # the read's reply, not the identify's
@@ -553,6 +603,31 @@ def test_a_bad_map_on_the_command_line_is_exit_2_and_one_line(
         status, out, err = run(capsys, *command)
         assert (status, out) == (2, ""), command
         assert err == (f"regdev {command[0]}: error: {bad}:2:21: missing ';' at '}}'\n")
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ('{"format": "regdev-map"}\n{"more": 1}\n',
+     "more text after the end of the JSON document, at byte 26"),
+    ("addrmap a {};\n", "unexpected `a` at byte 0"),
+    ("", "the input is empty"),
+    ('{"format": "regdev-map", "registers": [', "the text ends before the JSON document does "
+     "(a string, array or object is not closed, or a value is missing)"),
+])
+def test_a_map_that_is_not_json_is_said_in_regdevs_words(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, why: str) -> None:
+    """A --map (or regdev map FILE) that is neither .rdl nor JSON: regdev's words for where
+    the JSON breaks (never Python's "Extra data: line 2 column 1 (char 25)"), and what a map
+    file is; the same for every command that takes --map."""
+    path = tmp_path / "map.txt"
+    path.write_text(text)
+    for command in (["map", str(path)], ["tools", "--map", str(path)],
+                    ["firmware-sim", "--tcp", "127.0.0.1:0", "--map", str(path)]):
+        status, out, err = run(capsys, *command)
+        assert (status, out) == (2, ""), command
+        assert err == (f"regdev {command[0]}: error: {path}: not valid JSON: {why}; a register "
+                       "map is SystemRDL (a file named .rdl) or its compiled JSON form (regdev "
+                       "map FILE.rdl --json)\n")
+        assert "char" not in err and "Expecting" not in err and "Extra data" not in err
 
 
 def test_replay_of_the_example_map_meets_every_expectation(

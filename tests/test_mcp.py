@@ -556,6 +556,96 @@ def test_a_signal_ends_the_server_cleanly_with_every_call_recorded(
     assert len(read_audit(db)) == 20
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.timeout(60)
+def test_a_full_stdout_is_one_line_and_exit_1(home: Path) -> None:
+    """stdout is /dev/full (every write fails with ENOSPC): exit 1 and one line on stderr,
+    as every other command says it, no traceback."""
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(default_signals([*SERVE, "--no-audit"]),
+                              input=HANDSHAKE_TEXT.encode(), stdout=full,
+                              stderr=subprocess.PIPE, env=server_env(home), timeout=30,
+                              check=False)
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        "regdev serve: error: cannot write the output: No space left on device"]
+
+
+@pytest.mark.timeout(60)
+def test_a_client_gone_from_stdout_ends_the_server_with_the_calls_recorded(
+        home: Path, tmp_path: Path) -> None:
+    """The client stops reading stdout (closes its end: EPIPE, as `regdev serve | head -c
+    10` does): the next answer fails, the server ends with exit 1 and nothing on stderr (a
+    reader gone is silent, as for every command), and the call whose answer failed, which
+    ran, is in the audit log with the one before it."""
+    db = tmp_path / "audit.db"
+    server = RawServer(home, db)
+    server.handshake()
+    first = server.send(tools_call(1, '{"name": "write_register", "arguments": '
+                                      '{"addr": 3, "data": 9}}'))
+    assert first is not None and first["result"]["isError"] is False
+    process = server.process
+    assert process.stdin is not None and process.stdout is not None
+    process.stdout.close()
+    process.stdin.write(tools_call(2, '{"name": "write_register", "arguments": '
+                                      '{"addr": 4, "data": 10}}').encode() + b"\n")
+    process.stdin.close()
+    status = process.wait(timeout=30)
+    assert process.stderr is not None
+    assert (status, process.stderr.read()) == (1, b"")
+    assert [(r.tool, json.loads(r.arguments or "{}")) for r in read_audit(db)] == [
+        ("write_register", {"addr": 3, "data": 9}), ("write_register", {"addr": 4, "data": 10})]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="sends POSIX signals")
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP", "end of input"])
+def test_a_stop_denies_an_open_approval_question_at_once(
+        home: Path, tmp_path: Path, stop: str) -> None:
+    """A write to protected register 15 waits for the client's answer to elicitation/create
+    (the policy gives 120 s); a stop signal or end of input denies it at once: the call is
+    answered approval-denied "the server is stopping" (not "no answer within 120 s"), it is
+    so recorded, and the server exits 0 well before the question's timeout."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[registers]\nprotected = [15]\n[approval]\ntimeout = 120.0\n')
+    db = tmp_path / "audit.db"
+    server = RawServer(home, db, "--policy", str(policy), "--log-level", "info")
+    hello = {**HANDSHAKE[0], "params": {**HANDSHAKE[0]["params"],  # type: ignore[dict-item]
+                                        "capabilities": {"elicitation": {}}}}
+    assert server.send(json.dumps(hello))["id"] == 0  # type: ignore[index]
+    server.send(json.dumps(HANDSHAKE[1]), answer=False)
+    asked = server.send(tools_call(1, '{"name": "write_register", "arguments": '
+                                      '{"addr": 15, "data": 7}}'))
+    assert asked is not None and asked["method"] == "elicitation/create", asked
+    assert "protected register 15" in asked["params"]["message"]
+    process = server.process
+    assert process.stdin is not None
+    if stop == "end of input":
+        process.stdin.close()
+    else:
+        process.send_signal(getattr(signal, stop))
+    try:
+        status = process.wait(timeout=30)  # the question's own timeout is 120 s
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.stdout is not None and process.stderr is not None
+    out, err = process.stdout.read(), process.stderr.read()
+    answers = [json.loads(line) for line in out.splitlines()]
+    assert status == 0 and b"Traceback" not in err, err
+    # the question is withdrawn (MCP cancellation of the server's own request), then the
+    # call is answered
+    assert [(a.get("method"), a.get("params", {}).get("requestId"), a.get("id"))
+            for a in answers] == [("notifications/cancelled", asked["id"], None),
+                                  (None, None, 1)], answers
+    got = answers[1]["result"]["structuredContent"]
+    assert (got["ok"], got["code"]) == (False, "approval-denied"), got
+    assert "the server is stopping" in got["message"] and "no answer" not in got["message"]
+    [record] = read_audit(db)
+    assert (record.code, record.approval) == ("approval-denied", "elicitation")
+    assert record.message == got["message"]
+
+
 @pytest.mark.skipif(os.name != "posix", reason="sends POSIX signals")
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP", "end of input"])

@@ -116,6 +116,39 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_plot_names_the_file_it_writes_and_refuses_what_it_cannot(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--plot writes the file named, in its extension's format (PNG without one), and says
+    so; a format matplotlib does not write, a directory, or a missing directory is one line,
+    exit 2, before the audit log is read (the --db here does not exist); nothing is written."""
+    pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
+    db = tmp_path / "audit.db"
+    assert main(["replay", str(EXAMPLES / "wild-calls.jsonl"), "--audit", str(db)]) == 0
+    capsys.readouterr()
+    for name, magic in [("noext", b"\x89PNG"), ("chart.svg", b"<?xml"), ("chart.PDF", b"%PDF")]:
+        target = tmp_path / name
+        assert main(["report", "--db", str(db), "--plot", str(target)]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == f"chart written to {target}"
+        assert target.read_bytes()[:len(magic)] == magic
+    assert not (tmp_path / "noext.png").exists()
+    missing = str(tmp_path / "no-such.db")
+    lines = []
+    for target, words in [
+        (tmp_path / "x.txt", "matplotlib cannot write .txt files; use one of "),
+        (tmp_path, "is a directory"),
+        (tmp_path / "nowhere" / "x.png", "does not exist"),
+    ]:
+        assert main(["report", "--db", missing, "--plot", str(target)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        [line] = captured.err.splitlines()
+        assert line.startswith(f"regdev report: error: --plot {target}") and words in line
+        lines.append(line)
+    assert {"png", "svg", "pdf"} <= set(lines[0].split("use one of ")[1].split(", "))
+    assert not (tmp_path / "x.txt").exists() and not (tmp_path / "nowhere").exists()
+    assert not Path(f"{tmp_path}.png").exists()
+
+
 def test_a_version_3_log_gets_the_device_and_proposer_columns(tmp_path: Path) -> None:
     """An audit log written before proposers were recorded is upgraded in place: its records
     read back with no proposer, new ones carry theirs."""

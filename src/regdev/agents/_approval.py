@@ -27,13 +27,17 @@ Rules of this file:
 * Only a yes approves. Decline, cancel, no answer within ``approval.timeout`` seconds, an
   answer that does not fit the question, a state that fails its seal, an approver who may not
   approve, a client that cannot be asked, too many questions open at once
-  (``approval.max_pending``): each is a denial (``approval-denied``) saying which, and the
+  (``approval.max_pending``), the server stopping (:meth:`Approvals.stop`: an open question
+  is withdrawn at once, whether a page or the client was to answer it): each is a denial
+  (``approval-denied``) saying which, and the
   audit record names who answered and how (:class:`~regdev.Approval`).
 """
 
 from __future__ import annotations
 
 import base64
+import concurrent.futures
+import contextlib
 import contextvars
 import hashlib
 import hmac
@@ -44,11 +48,13 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import msgspec
 from mcp import types
 from mcp.server.context import ServerRequestContext
@@ -72,6 +78,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("regdev")
+
+_T = TypeVar("_T")
 
 #: The key of the approval question in ``inputRequests`` and of its answer in
 #: ``inputResponses`` (2026-07-28).
@@ -126,6 +134,10 @@ class Question:
         text: the question, in words, for a person.
         via: how it is asked.
         deadline: ``time.time()`` by which it must be answered.
+        answer: the answer once there is one (a page's, or the denial of a stop).
+        answered: set once ``answer`` is.
+        wake: while the question is asked through the client (elicitation), ends that
+            wait early; :meth:`Approvals.stop` calls it (from any thread).
     """
 
     id: str
@@ -136,6 +148,7 @@ class Question:
     deadline: float
     answer: Approval | None = None
     answered: threading.Event = field(default_factory=threading.Event)
+    wake: Callable[[], None] | None = None
 
 
 class StateSeal:
@@ -284,22 +297,64 @@ class Approvals:
                             "question to the client (stateless or JSON responses); use the "
                             "2026-07-28 protocol or approval by URL")
         try:
-            result = anyio.from_thread.run(self._elicit_form, ctx, question)
+            result = anyio.from_thread.run(self._until_answered, question, partial(
+                ctx.session.elicit_form, question.text, ANSWER_SCHEMA,
+                related_request_id=ctx.request_id))
         except Exception as error:  # the client failed to answer: a denial
+            if (stopped := self._stopped(question)) is not None:
+                return stopped
             logger.warning("an approval question failed: %s", escape_text(str(error), 200))
             return Approval(False, via="elicitation", reason="the MCP client did not answer "
                             "the question")
         if result is None:
-            return Approval(False, via="elicitation",
-                            reason=f"no answer within {self.policy.timeout:g} s")
+            return self._stopped(question) or Approval(
+                False, via="elicitation", reason=f"no answer within {self.policy.timeout:g} s")
         return self._judge_form(question, result, asking.caller)
 
-    async def _elicit_form(self, ctx: ServerRequestContext[Any, Any],
-                           question: Question) -> types.ElicitResult | None:
-        with anyio.move_on_after(max(0.0, question.deadline - time.time())):
-            return await ctx.session.elicit_form(question.text, ANSWER_SCHEMA,
-                                                 related_request_id=ctx.request_id)
-        return None
+    async def _until_answered(self, question: Question,
+                              ask: Callable[[], Awaitable[_T]]) -> _T | None:
+        """``ask()``'s answer, or None when the question's deadline passes first or
+        :meth:`stop` denies the question meanwhile (``question.answer`` then says so).
+
+        Runs in the event loop; :meth:`stop` ends the wait from any thread through
+        ``question.wake``.
+        """
+        stopped = anyio.Event()
+        token = anyio.lowlevel.current_token()
+        loop_thread = threading.get_ident()
+
+        def wake() -> None:
+            if threading.get_ident() == loop_thread:
+                stopped.set()
+                return
+            with contextlib.suppress(RuntimeError, concurrent.futures.CancelledError):
+                anyio.from_thread.run_sync(stopped.set, token=token)  # the loop may be gone
+
+        with self._lock:
+            if question.answer is not None:  # stopped before it was asked
+                return None
+            question.wake = wake
+        answer: list[_T] = []
+        try:
+            with anyio.move_on_after(max(0.0, question.deadline - time.time())):
+                async with anyio.create_task_group() as group:
+                    async def asking() -> None:
+                        answer.append(await ask())
+                        group.cancel_scope.cancel()
+
+                    group.start_soon(asking)
+                    await stopped.wait()
+                    group.cancel_scope.cancel()
+        finally:
+            with self._lock:
+                question.wake = None
+        return answer[0] if answer else None
+
+    def _stopped(self, question: Question) -> Approval | None:
+        """The denial :meth:`stop` gave ``question``, if it did."""
+        with self._lock:
+            answer = question.answer
+        return answer if answer is not None and not answer.approved else None
 
     def _judge_form(self, question: Question, result: object,
                     approver: str | None) -> Approval:
@@ -335,7 +390,9 @@ class Approvals:
                             f"{url}; the call comes back when it is answered")
         if not is_modern(ctx) and ctx.session.can_send_request and can_elicit(ctx, "url"):
             try:
-                shown = anyio.from_thread.run(self._elicit_url, ctx, question, message, url)
+                shown = anyio.from_thread.run(self._until_answered, question, partial(
+                    ctx.session.elicit_url, message, url, question.id,
+                    related_request_id=ctx.request_id))
             except Exception as error:
                 logger.warning("showing an approval page failed: %s",
                                escape_text(str(error), 200))
@@ -345,13 +402,6 @@ class Approvals:
                                 "approval page" if shown.action == "decline" else
                                 "the user dismissed the approval page")
         return self._wait_page(question)
-
-    async def _elicit_url(self, ctx: ServerRequestContext[Any, Any], question: Question,
-                          message: str, url: str) -> types.ElicitResult | None:
-        with anyio.move_on_after(max(0.0, question.deadline - time.time())):
-            return await ctx.session.elicit_url(message, url, question.id,
-                                                related_request_id=ctx.request_id)
-        return None
 
     def _wait_page(self, question: Question) -> Approval:
         """Wait in this worker thread for the page's answer, until the deadline."""
@@ -474,14 +524,21 @@ class Approvals:
                         "was open; ask again")
 
     def stop(self) -> None:
-        """Deny every open question (the server is stopping)."""
+        """Deny every open question at once, and every later one (the server is stopping):
+        a call waiting for its answer, on a page or from the client, is denied with
+        ``the server is stopping`` and goes on. Any thread; idempotent."""
         with self._lock:
             self._stopping = True
+            wakes = []
             for question in self._open.values():
                 if question.answer is None:
                     question.answer = Approval(False, via=question.via,
                                                reason="the server is stopping")
                     question.answered.set()
+                if question.wake is not None:
+                    wakes.append(question.wake)
+        for wake in wakes:  # outside the lock: the event loop may be waiting for it
+            wake()
 
     # --- the approval page (via = "url") ---------------------------------------------------
 

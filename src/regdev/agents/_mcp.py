@@ -43,6 +43,9 @@ Rules of this file:
   ``tools/call`` not yet started is answered with JSON-RPC error :data:`SERVER_STOPPING`
   without running, and :func:`serve_stdio` returns once those answers are written, so that
   the caller closes the gate (committing the audit log). Later stop signals are ignored.
+  A stop or end of file denies every approval question still open at once (its answer can
+  no longer come): the call is answered and recorded ``approval-denied``, "the server is
+  stopping", as over HTTP.
   The SDK's stdio client itself sends SIGTERM to a server that has not exited 2 s after it
   closed stdin.
 * A request sent before the handshake gets the SDK's -32602, with a message that says to
@@ -62,7 +65,7 @@ import re
 import signal
 import threading
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, cast
@@ -87,7 +90,7 @@ from ..gate._gate import Gate
 from ..gate._parse import parse
 from ..gate._policy import Session
 from ..gate._schema import a_json_type
-from ._approval import ASKING, Asking
+from ._approval import ASKING, Approvals, Asking
 from ._providers import mcp_result, tool_definitions
 
 __all__ = [
@@ -585,12 +588,16 @@ class _Transport:
     Args:
         to_server: the SDK server's read stream, sending side.
         to_client: the stdio transport's write stream (the SDK serializes what it is sent).
+        on_end: called at end of file or on a stop, before waiting for the answers due
+            (``regdev serve``: deny the open approval questions, whose answers can no longer
+            come).
     """
 
     def __init__(self, to_server: MemoryObjectSendStream[SessionMessage | Exception],
-                 to_client: Any) -> None:
+                 to_client: Any, on_end: Callable[[], None] | None = None) -> None:
         self._to_server = to_server
         self._to_client = to_client
+        self._on_end = on_end
         self._unanswered: Counter[int | str] = Counter()
         self._answered = anyio.Event()
         self._answered.set()
@@ -615,6 +622,8 @@ class _Transport:
 
     async def end(self) -> None:
         """End of file: wait for the answers still due, then end the SDK's input."""
+        if self._on_end is not None:
+            self._on_end()
         await self._answered.wait()
         self._to_server.close()
 
@@ -715,7 +724,8 @@ async def _stop_on_signals(stop: anyio.Event, stop_signals: Collection[signal.Si
 
 
 def serve_stdio(gate: Gate, session: Session | None = None, *,
-                stop_signals: Collection[signal.Signals] = ()) -> None:
+                stop_signals: Collection[signal.Signals] = (),
+                approvals: Approvals | None = None) -> None:
     """Serve ``gate`` over MCP on this process's stdin and stdout until stdin ends.
 
     Blocks. Returns when the client closes stdin (end of file) and every request read is
@@ -734,6 +744,15 @@ def serve_stdio(gate: Gate, session: Session | None = None, *,
         stop_signals: signal numbers that end the server as end of file does (``regdev
             serve`` passes SIGINT, SIGTERM and SIGHUP); a signal ignored when the process
             started stays ignored.
+        approvals: the gate's approval hook, if it has one: at end of file or on a stop
+            signal, every approval question still open (and any asked later) is denied at
+            once (``approval-denied``, "the server is stopping"), so that a call waiting for
+            a person's answer is answered and recorded without waiting out the timeout.
+
+    Raises:
+        OSError: an answer could not be written to stdout (a full disk: ENOSPC; the client
+            gone: EPIPE); the server has stopped, and the calls that ran are in the gate's
+            audit log once the caller closes the gate.
     """
     stopping = threading.Event()  # the handlers' view of a stop: start no more calls
     server = build_server(gate, session, stopping=stopping)
@@ -745,7 +764,8 @@ def serve_stdio(gate: Gate, session: Session | None = None, *,
         async with stdio_server(stdin=stdin) as (_, to_client):
             to_server, from_client = anyio.create_memory_object_stream[
                 SessionMessage | Exception](0)
-            transport = _Transport(to_server, to_client)
+            transport = _Transport(to_server, to_client,
+                                   approvals.stop if approvals is not None else None)
             token = anyio.lowlevel.current_token()
             threading.Thread(target=_pump, args=(0, reader, transport, token, stopping),
                              name="regdev stdin", daemon=True).start()
@@ -772,4 +792,23 @@ def serve_stdio(gate: Gate, session: Session | None = None, *,
             await serve(stop)
             group.cancel_scope.cancel()
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    except BaseExceptionGroup as group:  # the SDK's stdout writer failed (ENOSPC, EPIPE)
+        failed = _output_failure(group)
+        if failed is None:
+            raise
+        stopping.set()  # the stdin thread hands nothing more over
+        raise failed from None
+
+
+def _output_failure(group: BaseExceptionGroup[BaseException]) -> OSError | None:
+    """The OSError that ended the server: the only thing in the event loop that raises one is
+    the SDK's write of an answer to stdout (a full disk, a reader gone). None if none did."""
+    matched, _ = group.split(OSError)
+    while matched is not None:
+        first = matched.exceptions[0]
+        if isinstance(first, OSError):
+            return first
+        matched = first if isinstance(first, BaseExceptionGroup) else None
+    return None

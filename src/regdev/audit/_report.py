@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .._version import __version__
@@ -31,7 +32,7 @@ from ..core._observation import Refusal
 from ..core._text import escape_text
 from ._log import AuditRecord
 
-__all__ = ["ModelReport", "adherence", "format_report", "plot_report"]
+__all__ = ["ModelReport", "adherence", "format_report", "plot_format", "plot_report"]
 
 #: The stages whose refusals are the model's schema mistakes (first-try validity counts them).
 SCHEMA_STAGES = frozenset({"parse", "validate"})
@@ -206,15 +207,11 @@ PLOT_INSTALL = ("in a clone of regdev: .venv/bin/pip install -e '.[report]' (scr
                 "installs it)")
 
 
-def plot_report(reports: list[ModelReport], path: str,
-                tasks: dict[str, dict[str, Any]] | None = None) -> None:
-    """Draw the report as a PNG at ``path``: per proposer, first-try validity, retry recovery
-    and (with ``tasks``, regdev eval's pass^k per proposer) the share of tasks passed in every
-    trial (left), and each verdict code's share of its calls (right, stacked).
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed).
 
     Raises:
         ImportError: matplotlib is not installed (the message names the install command).
-        OSError: the file cannot be written.
     """
     try:
         import matplotlib  # noqa: PLC0415 - optional extra
@@ -223,6 +220,51 @@ def plot_report(reports: list[ModelReport], path: str,
         import matplotlib.pyplot as plt  # noqa: PLC0415
     except ImportError:
         raise ImportError(f"--plot needs matplotlib: {PLOT_INSTALL}") from None
+    return plt
+
+
+def plot_format(path: str) -> str:
+    """The format a chart written to ``path`` takes: its extension's, lower case (``png``,
+    ``svg``, ``pdf``... any matplotlib writes), or ``png`` when the name has none (the file is
+    then written under that exact name, no extension added). Checked before any work.
+
+    Raises:
+        ImportError: matplotlib is not installed (the message names the install command).
+        ValueError: ``path`` is a directory, its directory does not exist, or matplotlib
+            cannot write its extension's format (the message names the formats it can).
+    """
+    plt = _pyplot()
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"--plot {path} is a directory: name the chart's file "
+                         f"(e.g. {target / 'report.png'})")
+    if not target.parent.is_dir():
+        raise ValueError(f"--plot {path}: the directory {target.parent} does not exist")
+    extension = target.suffix[1:].lower()
+    if not extension:
+        return "png"
+    supported = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    if extension not in supported:
+        raise ValueError(f"--plot {path}: matplotlib cannot write .{extension} files; "
+                         f"use one of {', '.join(sorted(supported))}")
+    return extension
+
+
+def plot_report(reports: list[ModelReport], path: str,
+                tasks: dict[str, dict[str, Any]] | None = None) -> None:
+    """Draw the report as a chart at ``path``, in the format :func:`plot_format` names (PNG
+    by default): per proposer, first-try validity, retry recovery and (with ``tasks``,
+    regdev eval's pass^k per proposer) the share of tasks passed in every trial (left), and
+    each verdict code's share of its calls (right, stacked). The file is ``path`` exactly.
+
+    Raises:
+        ImportError: matplotlib is not installed (the message names the install command).
+        ValueError: ``path`` cannot take a chart (see :func:`plot_format`).
+        OSError: the file cannot be written.
+    """
+    chart_format = plot_format(path)
+    plt = _pyplot()
     names = [escape_text(r.proposer, 40) for r in reports]
     rows = range(len(reports))
     height = max(2.5, 0.6 * len(reports) + 1.5)
@@ -269,5 +311,7 @@ def plot_report(reports: list[ModelReport], path: str,
     right.invert_yaxis()
     figure.suptitle(f"regdev report: {sum(r.calls for r in reports)} calls, "
                     f"{len(reports)} proposer(s)")
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        figure.savefig(path, dpi=110, format=chart_format)
+    finally:
+        plt.close(figure)

@@ -6,8 +6,10 @@ import argparse
 import math
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args
 
+from ..agents._loop import StopReason
+from ..agents._models import AGENT_STOPS
 from ..audit._log import (
     AuditRecord,
     default_audit_path,
@@ -15,12 +17,33 @@ from ..audit._log import (
     read_audit,
 )
 from ..core._errors import AuditError
+from ..core._observation import FIXED_CODES, NAMED_CODES
 from ..core._text import display_text
 from ._common import (
     UsageError,
     count,
     tell,
 )
+
+#: The reasons a loop's stop record can hold (regdev agent's and run_loop's), in order.
+STOP_REASONS: tuple[str, ...] = tuple(dict.fromkeys((*AGENT_STOPS, *get_args(StopReason))))
+
+
+def check_code(code: str) -> None:
+    """``--code``'s value must be one a record can hold: ``ok``, a verdict code
+    (:data:`~regdev.core._observation.FIXED_CODES`, or ``missing-``, ``type-``, ``range-``
+    followed by an argument's path, ``denied-`` by a tool's name), or a loop stop reason.
+
+    Raises:
+        UsageError: it is none of them (a typo would otherwise match no record, silently).
+    """
+    kind, dash, name = code.partition("-")
+    if code == "ok" or code in FIXED_CODES or code in STOP_REASONS or (
+            dash and name and kind in NAMED_CODES):
+        return
+    raise UsageError(f"--code {code} is not a verdict code (docs/errors.md lists them: e.g. "
+                     "range-addr, approval-denied, denied-TOOL), a loop stop reason "
+                     f"({', '.join(STOP_REASONS)}), or ok")
 
 
 def _parse_time(text: str, option: str) -> float:
@@ -83,6 +106,8 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     if args.last is not None and not 1 <= args.last <= MAX_SQL_INTEGER:  # SQLite's INTEGER
         raise UsageError(f"--last must be a number of records in 1..{MAX_SQL_INTEGER}, "
                          f"got {args.last}")
+    if args.code is not None:
+        check_code(args.code)
     since = _parse_time(args.since, "--since") if args.since else None
     until = _parse_time(args.until, "--until") if args.until else None
     path = args.db or default_audit_path()
@@ -125,8 +150,10 @@ def add_parser(sub: Any) -> None:
                             "~/.local/state/regdev/audit.db)")
     audit.add_argument("--session", metavar="NAME", help="only this session's records")
     audit.add_argument("--code", metavar="CODE",
-                       help="only this verdict code (e.g. range-addr, approval-denied), or a "
-                            "loop stop reason; ok for accepted calls")
+                       help="only this verdict code (e.g. range-addr, approval-denied; "
+                            "docs/errors.md lists them), or a loop stop reason (done, "
+                            "budget, rejected...); ok for accepted calls. Any other is "
+                            "refused")
     audit.add_argument("--since", metavar="TIME",
                        help="only records at or after TIME: ISO 8601 (UTC unless it has an "
                             "offset) or Unix seconds")

@@ -19,6 +19,7 @@ from ..audit._log import (
 from ..core._errors import AuditError, AuditInUse, MapError, PolicyError, RegdevError
 from ..core._limits import seconds_problem
 from ..core._text import display_text
+from ..core._wording import json_problem
 from ..devices._device import Device, RegisterFile
 from ..devices._modbus import ModbusDevice, is_modbus_url
 from ..devices._rdl import load_map
@@ -116,6 +117,8 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
     "serve": (
         (0, "stopped by end of input (stdio), SIGINT (Ctrl-C), SIGTERM or SIGHUP, every "
             "call answered and recorded"),
+        (1, "the answers could not be written to standard output (stdio: a full disk, the "
+            "client gone); the calls that ran are recorded"),
         (2, "a usage, policy or audit-log error, the mcp extra missing, standard output "
             "closed (stdio), the --http address cannot be listened on, or the device cannot "
             "be opened or does not identify"),
@@ -139,13 +142,16 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (0, "the records were printed (none matching is no error)"),
         (1, "with --json, a record could not be exported (the others were, each error on "
             "stderr); or the output could not be written"),
-        (2, "a usage error, or the audit log cannot be read"),
+        (2, "a usage error (a --code no record can hold included), or the audit log cannot "
+            "be read"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "report": (
         (0, "the report was written (no record matching is no error)"),
         (1, "the output could not be written"),
-        (2, "a usage error, the audit log cannot be read, or the chart cannot be written"),
+        (2, "a usage error (--plot naming a directory, or a format matplotlib does not "
+            "write, is refused before any work), the audit log cannot be read, or the chart "
+            "cannot be written"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "compile": (
@@ -209,12 +215,36 @@ def register_map(args: argparse.Namespace) -> RegisterMap:
         return RegisterMap.default()
     cached: RegisterMap | None = getattr(args, "_regmap", None)
     if cached is None:
-        try:
-            cached = load_map(path)
-        except MapError as error:
-            raise UsageError(str(error)) from None
-        args._regmap = cached
+        cached = args._regmap = read_map(path)
     return cached
+
+
+def read_map(path: str | Path) -> RegisterMap:
+    """The register map at ``path``: SystemRDL when it ends in ``.rdl``, else the compiled
+    JSON form (:func:`~regdev.devices._rdl.load_map`), with a file that is not JSON said in
+    regdev's words (:func:`~regdev.core._wording.json_problem`, never Python's parser's).
+
+    Raises:
+        UsageError: the map cannot be read or is not supported (one line naming the file).
+    """
+    target = Path(path)
+    if target.suffix.lower() != ".rdl":
+        try:
+            data = target.read_bytes()
+        except OSError:
+            data = None  # load_map says why, in its words
+        if data is not None:
+            try:
+                msgspec.json.decode(data)
+            except (msgspec.DecodeError, ValueError, RecursionError) as error:
+                raise UsageError(
+                    f"{path}: not valid JSON: {json_problem(error, data)}; a register map "
+                    "is SystemRDL (a file named .rdl) or its compiled JSON form (regdev map "
+                    "FILE.rdl --json)") from None
+    try:
+        return load_map(target)
+    except MapError as error:
+        raise UsageError(str(error)) from None
 
 
 def map_tools_of(args: argparse.Namespace) -> ToolSet:

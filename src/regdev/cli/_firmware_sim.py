@@ -11,11 +11,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from ..core._errors import MapError
-from ..devices._rdl import load_map
 from ._common import (
     UsageError,
     exit_status_epilog,
+    read_map,
 )
 
 
@@ -67,10 +66,7 @@ def cmd_firmware_sim(args: argparse.Namespace, out: TextIO) -> int:
     regmap = None
     path = _map_path(args.args)
     if path is not None:  # read here: SystemRDL too, which the simulator alone cannot
-        try:
-            regmap = load_map(path)
-        except MapError as error:
-            raise UsageError(str(error)) from None
+        regmap = read_map(path)
     status: int = module.main(args.args, prog="regdev firmware-sim", regmap=regmap)
     return status
 

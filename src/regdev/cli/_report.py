@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from ..agents._eval import EvalFileError, pass_at_k, read_results
 from ..audit._log import default_audit_path, read_audit
-from ..audit._report import adherence, format_report, plot_report
+from ..audit._report import adherence, format_report, plot_format, plot_report
 from ..core._errors import AuditError
 from ..core._text import escape_text
 from ._audit import _parse_time as parse_time
@@ -16,6 +16,11 @@ from ._common import UsageError, json_line, write_line
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    if args.plot is not None:  # before any work: a chart that cannot be written is refused
+        try:
+            plot_format(args.plot)
+        except (ImportError, ValueError) as error:
+            raise UsageError(str(error)) from None
     since = parse_time(args.since, "--since") if args.since else None
     until = parse_time(args.until, "--until") if args.until else None
     path = args.db or default_audit_path()
@@ -35,7 +40,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     if args.plot is not None:
         try:
             plot_report(reports, args.plot, tasks)
-        except ImportError as error:
+        except (ImportError, ValueError) as error:
             raise UsageError(str(error)) from None
         except OSError as error:
             raise UsageError(f"cannot write {args.plot}: {error.strerror or error}") from None
@@ -87,6 +92,7 @@ def add_parser(sub: Any) -> None:
                              "Lines): trials passed and pass^k per proposer")
     report.add_argument("--json", action="store_true", help="one JSON object")
     report.add_argument("--plot", metavar="FILE.png",
-                        help="also draw the report as a PNG chart (needs matplotlib: the "
-                             "report extra)")
+                        help="also draw the report as a chart in FILE, in the format its "
+                             "extension names (png, svg, pdf, or another matplotlib writes; "
+                             "PNG when it has none); needs matplotlib: the report extra")
     report.set_defaults(func=cmd_report)

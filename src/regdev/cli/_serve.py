@@ -23,7 +23,7 @@ from ._common import (
     port_device,
     port_options,
 )
-from ._output import LogFormatter
+from ._output import LogFormatter, output_failed
 
 #: How to get the ``mcp`` extra (regdev is not on PyPI yet: from a clone).
 MCP_INSTALL = ("in a clone of regdev, scripts/serve installs it into .venv and runs the "
@@ -65,22 +65,27 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
               ] if threading.current_thread() is threading.main_thread() else []
     previous = {number: signal.signal(number, _stop_now) for number in caught}
     try:
-        _serve(args, log, caught)
+        failure = _serve(args, log, caught)
     except KeyboardInterrupt as stop:  # a stop signal, or Ctrl-C where the loop cannot catch it
         if isinstance(stop, _Stopped):
             log.info("stopping on %s", stop)
+        failure = None
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+    if failure is not None:  # after the gate closed: the calls that ran are recorded
+        return output_failed(failure, "serve")
     log.info("stopped")
     return 0
 
 
 def _serve(args: argparse.Namespace, log: logging.Logger,
-           stop_signals: list[signal.Signals]) -> None:
+           stop_signals: list[signal.Signals]) -> OSError | None:
+    """Serve until stopped; the OSError that stopped the stdio server writing its answers,
+    if one did (the gate closed, its audit log committed, by then)."""
     if args.http is not None:
         _serve_http(args, log, stop_signals)
-        return
+        return None
     try:
         # the optional `mcp` extra, imported lazily
         from ..agents._approval import approvals_for  # noqa: PLC0415
@@ -99,9 +104,15 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
                      ", ".join(t for t in gate.tools if session.offers(t)), identity,
                      session.name,
                      gate.audit.path if gate.audit is not None else "off")
-            serve_stdio(gate, session, stop_signals=stop_signals)
+            try:
+                serve_stdio(gate, session, stop_signals=stop_signals, approvals=approve)
+            except OSError as error:  # stdout failed: no client left to answer
+                failure: OSError | None = error
+            else:
+                failure = None
             for number in stop_signals:  # a second signal must not cut the audit flush short
                 signal.signal(number, signal.SIG_IGN)
+    return failure
 
 
 def _serve_http(args: argparse.Namespace, log: logging.Logger,
@@ -182,7 +193,8 @@ def add_parser(sub: Any) -> None:
                     "and message. tools/list lists the tools the session is offered. stdout "
                     "carries protocol messages only; logs go to stderr. Ends when the client "
                     "closes stdin, or on SIGINT (Ctrl-C), SIGTERM or SIGHUP, with exit status "
-                    "0 and every call recorded. An MCP client starts it with a minimal "
+                    "0 and every call recorded (an approval question still open is denied: "
+                    "the server is stopping). An MCP client starts it with a minimal "
                     "environment (no $REGDEV_AUDIT): name the audit log with --audit PATH in "
                     "the client's config. Needs the mcp extra: scripts/serve, in a clone, "
                     "sets it up and runs this command (see README.md).")
