@@ -410,12 +410,6 @@ def _hex(values: tuple[int, ...]) -> str:
 
 def _payload(frame: Frame) -> str:
     seq = _byte("seq", frame.seq)
-    kind = type(frame)
-    if kind is ReadRequest:  # the usual two, without the match below (a tenth of a frame's cost)
-        return f"{seq:02X} R {_byte('addr', frame.addr):02X}"  # type: ignore[union-attr]
-    if kind is WriteRequest:
-        return (f"{seq:02X} W {_byte('addr', frame.addr):02X} "  # type: ignore[union-attr]
-                f"{_byte('data', frame.data):02X}")  # type: ignore[union-attr]
     match frame:
         case ReadRequest(addr=addr):
             return f"{seq:02X} R {_byte('addr', addr):02X}"
@@ -483,8 +477,49 @@ def encode(frame: Frame) -> bytes:
         LocalProtocolError: a field is out of range or the identify text or error code is not
             allowed on the wire.
     """
+    letter = _SHORT_LETTERS.get(type(frame))
+    if letter is not None:  # the usual frames, without the general match (issue 13)
+        return _encode_short(frame.seq, letter, frame.addr,  # type: ignore[union-attr]
+                             getattr(frame, "data", None))
     payload = _payload(frame).encode("ascii")
     return b"$%s*%02X\n" % (payload, crc8(payload))
+
+
+#: The two upper-case hex digits of each byte value.
+_HEX: Final = tuple(b"%02X" % value for value in range(256))
+#: The CRC-8 of ``SS `` (a sequence number and the space after it), by sequence number.
+_SEQ_CRC: Final = tuple(crc8(b"%02X " % seq) for seq in range(256))
+#: The letter of each frame of the form ``SS L AA`` or ``SS L AA DD`` (fields of one byte).
+_SHORT_LETTERS: Final[dict[type[Frame], int]] = {
+    ReadRequest: ord("R"), WriteRequest: ord("W"), ReadReply: ord("r"), WriteReply: ord("w"),
+    MaskedWriteReply: ord("m")}
+
+
+def _crc_hex(crc: int, value: int) -> int:
+    """CRC-8 ``crc`` carried on over the two hex digits of ``value`` (0..255)."""
+    digits = _HEX[value]
+    return _CRC8[_CRC8[crc ^ digits[0]] ^ digits[1]]
+
+
+def _head_crc(seq: int, letter: int, addr: int) -> int:
+    """The CRC-8 of ``SS L AA`` (sequence number, letter, address; each 0..255)."""
+    return _crc_hex(_CRC8[_CRC8[_SEQ_CRC[seq] ^ letter] ^ 0x20], addr)
+
+
+def _encode_short(seq: object, letter: int, addr: object, data: object) -> bytes:
+    """``$SS L AA*CC\\n``, or ``$SS L AA DD*CC\\n`` when ``data`` is not None: what
+    :func:`encode` gives for these frames, from tables rather than text and a CRC loop."""
+    if not (type(seq) is int and type(addr) is int and 0 <= seq <= 0xFF and 0 <= addr <= 0xFF):
+        _byte("seq", seq)
+        _byte("addr", addr)
+    crc = _head_crc(seq, letter, addr)  # type: ignore[arg-type]
+    if data is None:
+        return b"$%s %c %s*%s\n" % (_HEX[seq], letter, _HEX[addr], _HEX[crc])  # type: ignore[index]
+    if type(data) is not int or not 0 <= data <= 0xFF:
+        _byte("data", data)
+    crc = _crc_hex(_CRC8[crc ^ 0x20], data)  # type: ignore[arg-type]
+    return b"$%s %c %s %s*%s\n" % (_HEX[seq], letter, _HEX[addr],  # type: ignore[index]
+                                    _HEX[data], _HEX[crc])  # type: ignore[index]
 
 
 def _syntax(line: bytes, why: str, seq: int | None) -> RemoteProtocolError:
@@ -637,24 +672,15 @@ def _template(request: Request) -> _Template | None:
         return None
     letter, reply = kind
     seq, addr = request.seq, request.addr  # type: ignore[union-attr]
-    prefix = b"$%02X %s %02X " % (seq, letter, addr)
-    crc = _PREFIX_CRC.get(prefix)
-    if crc is None:
-        if len(_PREFIX_CRC) >= 4096:  # a host cycles through 255 sequence numbers
-            _PREFIX_CRC.clear()
-        crc = _PREFIX_CRC[prefix] = crc8(prefix[1:])
-    return prefix, crc, reply, seq, addr
-
-
-#: The CRC-8 of reply prefixes seen, by prefix (a cache: the sequence numbers come round).
-_PREFIX_CRC: dict[bytes, int] = {}
+    prefix = b"$%s %c %s " % (_HEX[seq], letter, _HEX[addr])
+    return prefix, _CRC8[_head_crc(seq, letter, addr) ^ 0x20], reply, seq, addr
 
 
 #: The requests whose reply is ``LETTER AA DD``: that letter and the reply's type.
-_SHORT_REPLIES: Final[dict[type[Request], tuple[bytes, type[_ShortReply]]]] = {
-    ReadRequest: (b"r", ReadReply),
-    WriteRequest: (b"w", WriteReply),
-    MaskedWriteRequest: (b"m", MaskedWriteReply),
+_SHORT_REPLIES: Final[dict[type[Request], tuple[int, type[_ShortReply]]]] = {
+    ReadRequest: (ord("r"), ReadReply),
+    WriteRequest: (ord("w"), WriteReply),
+    MaskedWriteRequest: (ord("m"), MaskedWriteReply),
 }
 
 

@@ -321,6 +321,23 @@ def _read_line(fd: int, deadline: float) -> bytes:
             return received
 
 
+def _read_port(port: serial.Serial, deadline: float) -> bytes:
+    """The bytes waiting on a port that :func:`_read_line` cannot read (``socket://``,
+    ``rfc2217://``), through pyserial, as soon as there are some; b"" when none came by
+    ``deadline`` (``time.monotonic()`` seconds). Overshoots the deadline by at most the port's
+    poll (:data:`_POLL`).
+
+    Raises:
+        serial.SerialException, OSError: the port failed.
+    """
+    while time.monotonic() < deadline:
+        chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
+        if chunk:
+            waiting = port.in_waiting
+            return chunk + port.read(min(waiting, _READ_CHUNK)) if waiting else chunk
+    return b""
+
+
 class SerialDevice(Device):
     """A device of 8-bit registers at the end of a serial line (``docs/protocol.md``).
 
@@ -751,30 +768,26 @@ class SerialDevice(Device):
         deadline = time.monotonic() + self.timeout
         bad = 0
         while True:
-            try:
-                event = link.next_event() if link.buffered else NEED_DATA
-            except RemoteProtocolError:
-                self.bad_frames += 1
-                bad += 1
-                continue
-            if event is not NEED_DATA:
-                assert not isinstance(event, Request)  # a host's codec yields only replies
-                return event
-            if time.monotonic() >= deadline:
-                self.timeouts += 1
-                raise _NoReply(bad)
+            if link.buffered:  # frames already received go first (a late reply, then ours)
+                try:
+                    event = link.next_event()
+                except RemoteProtocolError:
+                    self.bad_frames += 1
+                    bad += 1
+                    continue
+                if event is not NEED_DATA:
+                    assert not isinstance(event, Request)  # a host's codec yields only replies
+                    return event
             if fd is not None:
                 chunk = _read_line(fd, deadline)
                 reply = link.take_reply(chunk)  # exactly the awaited reply, else None
                 if reply is not None:
                     return reply
             else:
-                chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
-                waiting = port.in_waiting if chunk else 0
-                if waiting:
-                    chunk += port.read(min(waiting, _READ_CHUNK))
-            if not chunk:
-                continue
+                chunk = _read_port(port, deadline)
+            if not chunk:  # (each reader gives b"" only once the deadline passed)
+                self.timeouts += 1
+                raise _NoReply(bad)
             try:
                 link.receive_data(chunk)
             except RemoteProtocolError:
