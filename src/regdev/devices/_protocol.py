@@ -830,6 +830,9 @@ class Connection:
             LocalProtocolError: this end may not send this frame now, or a field is out of
                 range. The state does not change.
         """
+        kind = type(frame)
+        if (kind is ReadRequest or kind is WriteRequest) and self.role is HOST:
+            return self._send_usual(frame)  # type: ignore[arg-type]
         request = frame if isinstance(frame, _REQUESTS) else None
         if request is not None:
             action = Action.SEND_REQUEST
@@ -852,6 +855,25 @@ class Connection:
         self._pending = request
         self._expected = _template(request) if request is not None and self.role is HOST \
             else None
+        return data
+
+    def _send_usual(self, request: ReadRequest | WriteRequest) -> bytes:
+        """:meth:`send` of a host's read or write, the usual requests, straight (issue 13):
+        the same bytes, errors, state and awaited reply as the general way, with the frame
+        and its reply's form built from tables."""
+        seq, addr = request.seq, request.addr
+        if seq == 0:
+            raise LocalProtocolError("sequence number 0 is reserved; requests use 1..255")
+        if type(request) is ReadRequest:
+            data = _encode_short(seq, 0x52, addr, None)  # R; checks seq and addr
+            letter, reply = 0x72, ReadReply  # r
+        else:
+            data = _encode_short(seq, 0x57, addr, request.data)  # W
+            letter, reply = 0x77, WriteReply  # w
+        self._move(Action.SEND_REQUEST, local=True)
+        self._pending = request
+        self._expected = (b"$%s %c %s " % (_HEX[seq], letter, _HEX[addr]),
+                          _CRC8[_head_crc(seq, letter, addr) ^ 0x20], reply, seq, addr)
         return data
 
     def abandon(self) -> None:
