@@ -826,10 +826,8 @@ def _faulted_session(path: str) -> list[object]:
     with SerialDevice(path, timeout=TIMEOUT, first_seq=1) as device:
         for step in range(24):
             addr = step % 16
-            call = (lambda: device.write(addr, step)) if step % 2 == 0 else (
-                lambda: device.read(addr))
             try:
-                seen.append(call())
+                seen.append(device.write(addr, step) if step % 2 == 0 else device.read(addr))
             except (DeviceError, TransportError) as error:
                 seen.append((type(error).__name__, getattr(error, "code", None)))
         seen.append((device.timeouts, device.bad_frames, device.stale_replies))

@@ -506,20 +506,20 @@ def _head_crc(seq: int, letter: int, addr: int) -> int:
     return _crc_hex(_CRC8[_CRC8[_SEQ_CRC[seq] ^ letter] ^ 0x20], addr)
 
 
-def _encode_short(seq: object, letter: int, addr: object, data: object) -> bytes:
+def _encode_short(seq: int, letter: int, addr: int, data: int | None) -> bytes:
     """``$SS L AA*CC\\n``, or ``$SS L AA DD*CC\\n`` when ``data`` is not None: what
-    :func:`encode` gives for these frames, from tables rather than text and a CRC loop."""
+    :func:`encode` gives for these frames (the same bytes, the same errors), from tables
+    rather than text and a CRC loop."""
     if not (type(seq) is int and type(addr) is int and 0 <= seq <= 0xFF and 0 <= addr <= 0xFF):
-        _byte("seq", seq)
+        _byte("seq", seq)  # raises for the first field out of range, in the general words
         _byte("addr", addr)
-    crc = _head_crc(seq, letter, addr)  # type: ignore[arg-type]
+    crc = _head_crc(seq, letter, addr)
     if data is None:
-        return b"$%s %c %s*%s\n" % (_HEX[seq], letter, _HEX[addr], _HEX[crc])  # type: ignore[index]
+        return b"$%s %c %s*%s\n" % (_HEX[seq], letter, _HEX[addr], _HEX[crc])
     if type(data) is not int or not 0 <= data <= 0xFF:
         _byte("data", data)
-    crc = _crc_hex(_CRC8[crc ^ 0x20], data)  # type: ignore[arg-type]
-    return b"$%s %c %s %s*%s\n" % (_HEX[seq], letter, _HEX[addr],  # type: ignore[index]
-                                    _HEX[data], _HEX[crc])  # type: ignore[index]
+    crc = _crc_hex(_CRC8[crc ^ 0x20], data)
+    return b"$%s %c %s %s*%s\n" % (_HEX[seq], letter, _HEX[addr], _HEX[data], _HEX[crc])
 
 
 def _syntax(line: bytes, why: str, seq: int | None) -> RemoteProtocolError:
@@ -864,7 +864,8 @@ class Connection:
         seq, addr = request.seq, request.addr
         if seq == 0:
             raise LocalProtocolError("sequence number 0 is reserved; requests use 1..255")
-        if type(request) is ReadRequest:
+        reply: type[_ShortReply]
+        if isinstance(request, ReadRequest):
             data = _encode_short(seq, 0x52, addr, None)  # R; checks seq and addr
             letter, reply = 0x72, ReadReply  # r
         else:

@@ -697,10 +697,9 @@ class SerialDevice(Device):
             raise _Failed(DeviceTimeout(f"no valid reply within {self.timeout:g} s"
                                         f"{failure.dropped}{unknown}"), again=True) from None
         self._synced = True  # any answer to a request of ours is a synchronisation
-        kind = type(reply)
-        if kind is IdentifyReply:
+        if isinstance(reply, IdentifyReply):
             self._learn(reply)
-        elif kind is ErrorReply:
+        elif isinstance(reply, ErrorReply):
             meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
             if reply.code in _BUSY:
                 raise _Failed(DeviceBusy(f"{meaning} ({reply.code})", reply.code), again=True)
@@ -762,7 +761,7 @@ class SerialDevice(Device):
                 port.write(data)
                 sent = True
                 return self._await_reply(port, None, time.monotonic() + self.timeout, b"")
-            fd = port.fd
+            fd: int = port.fd  # type: ignore[assignment]  # (an open port has one)
             try:  # noqa: SIM105 - contextlib.suppress costs more than this write
                 data = data[os.write(fd, data):]  # a frame fits the output buffer at once
             except BlockingIOError:
