@@ -26,7 +26,10 @@ Rules of this file:
 * One shortcut, for a host that reads a line at a time: :meth:`Connection.take_reply` takes a
   line that is exactly the awaited reply to a read or a write (sequence number, letter,
   address, two hex digits, checksum, LF) without the buffer and the general decoder, and
-  moves the state as they would; anything else it leaves alone, for the general way.
+  moves the state as they would; anything else it leaves alone, for the general way. The
+  same host's read and write are sent straight (:meth:`Connection._send_usual`), and the
+  usual frames encoded from tables (:func:`_encode_short`): the same bytes, errors and state
+  as the general way, which the tests compare.
 """
 
 from __future__ import annotations

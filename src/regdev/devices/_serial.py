@@ -293,9 +293,10 @@ _AGAIN = frozenset({errno.EAGAIN, errno.EALREADY, errno.EWOULDBLOCK, errno.EINPR
 
 def _read_line(fd: int, deadline: float) -> bytes:
     """Bytes from a POSIX port's file descriptor (non-blocking, as pyserial opens it) up to a
-    line feed, or what came by ``deadline`` (``time.monotonic()`` seconds): ``select`` waits
-    for bytes, ``os.read`` takes what is there (up to a frame's worth at a time), so a reply
-    of any length ends the wait as soon as its LF arrives.
+    line feed, or what came by ``deadline`` (``time.monotonic()`` seconds; b"" only when
+    nothing came by then): ``select`` waits for bytes, ``os.read`` takes what is there (up to
+    a frame's worth at a time), so a reply of any length ends the wait as soon as its LF
+    arrives.
 
     Raises:
         serial.SerialException: the port says bytes are ready and gives none (a device
