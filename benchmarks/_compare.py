@@ -68,11 +68,16 @@ def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
         parser.add_argument("--wall", action="store_true",
                             help="time with the wall clock (default: the CPU time of this "
                                  "thread, steadier on a shared machine)")
+    else:
+        parser.add_argument("--cpu", action="store_true",
+                            help="time with the CPU time of this thread (default: the wall "
+                                 "clock): this side's own work, without the peer's or the wait")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if args.rounds < 1 or args.batch_ms <= 0:
         parser.error("--rounds must be at least 1 and --batch-ms above 0")
-    args.stopwatch = STOPWATCH if not cpu or args.wall else CPU_STOPWATCH
+    args.stopwatch = (CPU_STOPWATCH if args.cpu else STOPWATCH) if not cpu else (
+        STOPWATCH if args.wall else CPU_STOPWATCH)
     return args
 
 

@@ -6,13 +6,15 @@ anchor) and ``Gate.handle`` of a read and a write call over the same backend (go
 its reply by its known length, written out below (no parsing, no checks, no sequence
 numbers). Run::
 
-    .venv/bin/python benchmarks/serial_roundtrip.py [--rounds N] [--batch-ms MS] [--json]
+    .venv/bin/python benchmarks/serial_roundtrip.py [--rounds N] [--batch-ms MS] [--cpu] [--json]
 
 Two firmware simulators run in other processes, each on its own pseudo-terminal (a port is
 opened exclusively): one answers regdev, the other the anchor; the batches of both sides
 interleave, timed with the wall clock (the time a caller waits). A pty's latency depends on
 the scheduler: on a shared machine the spread is wide, so read the ratios, and the noise
-line.
+line. ``--cpu`` times this process's own work per call instead (the thread's CPU clock:
+encoding, checks, system calls; not the simulator's time, nor the wait), steadier on a
+shared machine.
 """
 
 from __future__ import annotations

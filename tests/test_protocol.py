@@ -602,3 +602,59 @@ def test_take_reply_needs_an_awaited_reply_and_an_empty_buffer() -> None:
     host.send(ReadRequest(5, 3))
     host.receive_data(b"$0")
     assert host.take_reply(reply) is None and host.state is State.AWAITING_REPLY
+
+
+# --- the usual frames, from tables (issue 13) --------------------------------------------------
+
+_SHORT_FRAMES = (ReadRequest, WriteRequest, wire.ReadReply, wire.WriteReply,
+                 wire.MaskedWriteReply)
+_ODD_FIELDS = st.one_of(st.integers(-2, 0x102), st.booleans(), st.just("3"), st.just(3.0))
+
+
+def _general_encoding(frame: wire.Frame) -> bytes:
+    """The bytes of ``frame`` the general way: its text, then the CRC loop."""
+    payload = wire._payload(frame).encode("ascii")
+    return b"$%s*%02X\n" % (payload, wire.crc8(payload))
+
+
+@given(wire_frames)
+def test_every_frame_encodes_as_the_general_way(frame: wire.Frame) -> None:
+    """encode gives the bytes of the general encoder for every frame, the usual ones (read,
+    write and their replies, built from tables) included."""
+    assert encode(frame) == _general_encoding(frame)
+
+
+@given(st.sampled_from(_SHORT_FRAMES), st.lists(_ODD_FIELDS, min_size=3, max_size=3))
+def test_the_usual_frames_refuse_a_bad_field_as_the_general_way(
+        kind: type[wire.Frame], fields: list[object]) -> None:
+    """A field out of range (or not an int) in a usual frame raises the general encoder's
+    LocalProtocolError, naming the same field first; a frame it takes gives its bytes."""
+    frame = kind(*fields[:2 if kind is ReadRequest else 3])  # type: ignore[arg-type]
+    try:
+        expected = _general_encoding(frame)
+    except LocalProtocolError as general:
+        with pytest.raises(LocalProtocolError) as fast:
+            encode(frame)
+        assert str(fast.value) == str(general)
+    else:
+        assert encode(frame) == expected
+
+
+@given(wire_requests, st.sampled_from([State.IDLE, State.AWAITING_REPLY]))
+def test_a_hosts_read_and_write_are_sent_as_any_request(request: wire.Request,
+                                                        state: State) -> None:
+    """A host's read and write (sent straight) give the general encoder's bytes, await the
+    same reply (take_reply's form from _template) and move the state the same way; sent in
+    the wrong state, or with sequence number 0, they raise and change nothing."""
+    host = Connection(HOST)
+    if state is State.AWAITING_REPLY:
+        host.send(wire.IdentifyRequest(7))
+    before = (host.state, host.pending, host._expected)
+    if state is State.IDLE and request.seq != 0:
+        assert host.send(request) == _general_encoding(request)
+        assert host.state is State.AWAITING_REPLY and host.pending == request
+        assert host._expected == wire._template(request)
+    else:
+        with pytest.raises(LocalProtocolError):
+            host.send(request)
+        assert (host.state, host.pending, host._expected) == before

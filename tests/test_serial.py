@@ -817,3 +817,35 @@ def test_replies_over_a_pty_are_taken_at_once_and_others_go_to_the_codec(
             device.read(3)  # reply 4: e BUSY
     assert [type(reply).__name__ for reply in taken] == [
         "NoneType", "WriteReply", "ReadReply", "NoneType"]
+
+
+def _faulted_session(path: str) -> list[object]:
+    """Writes and reads through a faulted line: each call's value, or its exception's type
+    and code; then the device's counters."""
+    seen: list[object] = []
+    with SerialDevice(path, timeout=TIMEOUT, first_seq=1) as device:
+        for step in range(24):
+            addr = step % 16
+            try:
+                seen.append(device.write(addr, step) if step % 2 == 0 else device.read(addr))
+            except (DeviceError, TransportError) as error:
+                seen.append((type(error).__name__, getattr(error, "code", None)))
+        seen.append((device.timeouts, device.bad_frames, device.stale_replies))
+    return seen
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_posix_exchange_and_the_general_wait_agree_under_faults(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same seeded faults (replies dropped, corrupted, garbled, BUSY) give the same values,
+    exceptions and counters whether the replies are read straight on the POSIX port (one
+    line, take_reply) or through pyserial and the codec's general wait."""
+    rates = {"drop": 0.08, "corrupt": 0.15, "garbage": 0.15, "busy": 0.15}
+    sessions = []
+    for general in (False, True):
+        if general:
+            monkeypatch.setattr("regdev.devices._serial._POSIX_PORT", None)
+        with sim_pty_thread(CountingFirmware(), sim.Faults(rates, seed=seed)) as path:
+            sessions.append(_faulted_session(path))
+    assert sessions[0] == sessions[1]
+    assert any(isinstance(each, tuple) for each in sessions[0][:-1])  # some faults fired

@@ -26,7 +26,10 @@ Rules of this file:
 * One shortcut, for a host that reads a line at a time: :meth:`Connection.take_reply` takes a
   line that is exactly the awaited reply to a read or a write (sequence number, letter,
   address, two hex digits, checksum, LF) without the buffer and the general decoder, and
-  moves the state as they would; anything else it leaves alone, for the general way.
+  moves the state as they would; anything else it leaves alone, for the general way. The
+  same host's read and write are sent straight (:meth:`Connection._send_usual`), and the
+  usual frames encoded from tables (:func:`_encode_short`): the same bytes, errors and state
+  as the general way, which the tests compare.
 """
 
 from __future__ import annotations
@@ -410,12 +413,6 @@ def _hex(values: tuple[int, ...]) -> str:
 
 def _payload(frame: Frame) -> str:
     seq = _byte("seq", frame.seq)
-    kind = type(frame)
-    if kind is ReadRequest:  # the usual two, without the match below (a tenth of a frame's cost)
-        return f"{seq:02X} R {_byte('addr', frame.addr):02X}"  # type: ignore[union-attr]
-    if kind is WriteRequest:
-        return (f"{seq:02X} W {_byte('addr', frame.addr):02X} "  # type: ignore[union-attr]
-                f"{_byte('data', frame.data):02X}")  # type: ignore[union-attr]
     match frame:
         case ReadRequest(addr=addr):
             return f"{seq:02X} R {_byte('addr', addr):02X}"
@@ -483,8 +480,49 @@ def encode(frame: Frame) -> bytes:
         LocalProtocolError: a field is out of range or the identify text or error code is not
             allowed on the wire.
     """
+    letter = _SHORT_LETTERS.get(type(frame))
+    if letter is not None:  # the usual frames, without the general match (issue 13)
+        return _encode_short(frame.seq, letter, frame.addr,  # type: ignore[union-attr]
+                             getattr(frame, "data", None))
     payload = _payload(frame).encode("ascii")
     return b"$%s*%02X\n" % (payload, crc8(payload))
+
+
+#: The two upper-case hex digits of each byte value.
+_HEX: Final = tuple(b"%02X" % value for value in range(256))
+#: The CRC-8 of ``SS `` (a sequence number and the space after it), by sequence number.
+_SEQ_CRC: Final = tuple(crc8(b"%02X " % seq) for seq in range(256))
+#: The letter of each frame of the form ``SS L AA`` or ``SS L AA DD`` (fields of one byte).
+_SHORT_LETTERS: Final[dict[type[Frame], int]] = {
+    ReadRequest: ord("R"), WriteRequest: ord("W"), ReadReply: ord("r"), WriteReply: ord("w"),
+    MaskedWriteReply: ord("m")}
+
+
+def _crc_hex(crc: int, value: int) -> int:
+    """CRC-8 ``crc`` carried on over the two hex digits of ``value`` (0..255)."""
+    digits = _HEX[value]
+    return _CRC8[_CRC8[crc ^ digits[0]] ^ digits[1]]
+
+
+def _head_crc(seq: int, letter: int, addr: int) -> int:
+    """The CRC-8 of ``SS L AA`` (sequence number, letter, address; each 0..255)."""
+    return _crc_hex(_CRC8[_CRC8[_SEQ_CRC[seq] ^ letter] ^ 0x20], addr)
+
+
+def _encode_short(seq: int, letter: int, addr: int, data: int | None) -> bytes:
+    """``$SS L AA*CC\\n``, or ``$SS L AA DD*CC\\n`` when ``data`` is not None: what
+    :func:`encode` gives for these frames (the same bytes, the same errors), from tables
+    rather than text and a CRC loop."""
+    if not (type(seq) is int and type(addr) is int and 0 <= seq <= 0xFF and 0 <= addr <= 0xFF):
+        _byte("seq", seq)  # raises for the first field out of range, in the general words
+        _byte("addr", addr)
+    crc = _head_crc(seq, letter, addr)
+    if data is None:
+        return b"$%s %c %s*%s\n" % (_HEX[seq], letter, _HEX[addr], _HEX[crc])
+    if type(data) is not int or not 0 <= data <= 0xFF:
+        _byte("data", data)
+    crc = _crc_hex(_CRC8[crc ^ 0x20], data)
+    return b"$%s %c %s %s*%s\n" % (_HEX[seq], letter, _HEX[addr], _HEX[data], _HEX[crc])
 
 
 def _syntax(line: bytes, why: str, seq: int | None) -> RemoteProtocolError:
@@ -637,24 +675,15 @@ def _template(request: Request) -> _Template | None:
         return None
     letter, reply = kind
     seq, addr = request.seq, request.addr  # type: ignore[union-attr]
-    prefix = b"$%02X %s %02X " % (seq, letter, addr)
-    crc = _PREFIX_CRC.get(prefix)
-    if crc is None:
-        if len(_PREFIX_CRC) >= 4096:  # a host cycles through 255 sequence numbers
-            _PREFIX_CRC.clear()
-        crc = _PREFIX_CRC[prefix] = crc8(prefix[1:])
-    return prefix, crc, reply, seq, addr
-
-
-#: The CRC-8 of reply prefixes seen, by prefix (a cache: the sequence numbers come round).
-_PREFIX_CRC: dict[bytes, int] = {}
+    prefix = b"$%s %c %s " % (_HEX[seq], letter, _HEX[addr])
+    return prefix, _CRC8[_head_crc(seq, letter, addr) ^ 0x20], reply, seq, addr
 
 
 #: The requests whose reply is ``LETTER AA DD``: that letter and the reply's type.
-_SHORT_REPLIES: Final[dict[type[Request], tuple[bytes, type[_ShortReply]]]] = {
-    ReadRequest: (b"r", ReadReply),
-    WriteRequest: (b"w", WriteReply),
-    MaskedWriteRequest: (b"m", MaskedWriteReply),
+_SHORT_REPLIES: Final[dict[type[Request], tuple[int, type[_ShortReply]]]] = {
+    ReadRequest: (ord("r"), ReadReply),
+    WriteRequest: (ord("w"), WriteReply),
+    MaskedWriteRequest: (ord("m"), MaskedWriteReply),
 }
 
 
@@ -804,6 +833,9 @@ class Connection:
             LocalProtocolError: this end may not send this frame now, or a field is out of
                 range. The state does not change.
         """
+        kind = type(frame)
+        if (kind is ReadRequest or kind is WriteRequest) and self.role is HOST:
+            return self._send_usual(frame)  # type: ignore[arg-type]
         request = frame if isinstance(frame, _REQUESTS) else None
         if request is not None:
             action = Action.SEND_REQUEST
@@ -826,6 +858,26 @@ class Connection:
         self._pending = request
         self._expected = _template(request) if request is not None and self.role is HOST \
             else None
+        return data
+
+    def _send_usual(self, request: ReadRequest | WriteRequest) -> bytes:
+        """:meth:`send` of a host's read or write, the usual requests, straight (issue 13):
+        the same bytes, errors, state and awaited reply as the general way, with the frame
+        and its reply's form built from tables."""
+        seq, addr = request.seq, request.addr
+        if seq == 0:
+            raise LocalProtocolError("sequence number 0 is reserved; requests use 1..255")
+        reply: type[_ShortReply]
+        if isinstance(request, ReadRequest):
+            data = _encode_short(seq, 0x52, addr, None)  # R; checks seq and addr
+            letter, reply = 0x72, ReadReply  # r
+        else:
+            data = _encode_short(seq, 0x57, addr, request.data)  # W
+            letter, reply = 0x77, WriteReply  # w
+        self._move(Action.SEND_REQUEST, local=True)
+        self._pending = request
+        self._expected = (b"$%s %c %s " % (_HEX[seq], letter, _HEX[addr]),
+                          _CRC8[_head_crc(seq, letter, addr) ^ 0x20], reply, seq, addr)
         return data
 
     def abandon(self) -> None:

@@ -293,9 +293,10 @@ _AGAIN = frozenset({errno.EAGAIN, errno.EALREADY, errno.EWOULDBLOCK, errno.EINPR
 
 def _read_line(fd: int, deadline: float) -> bytes:
     """Bytes from a POSIX port's file descriptor (non-blocking, as pyserial opens it) up to a
-    line feed, or what came by ``deadline`` (``time.monotonic()`` seconds): ``select`` waits
-    for bytes, ``os.read`` takes what is there (up to a frame's worth at a time), so a reply
-    of any length ends the wait as soon as its LF arrives.
+    line feed, or what came by ``deadline`` (``time.monotonic()`` seconds; b"" only when
+    nothing came by then): ``select`` waits for bytes, ``os.read`` takes what is there (up to
+    a frame's worth at a time), so a reply of any length ends the wait as soon as its LF
+    arrives.
 
     Raises:
         serial.SerialException: the port says bytes are ready and gives none (a device
@@ -319,6 +320,23 @@ def _read_line(fd: int, deadline: float) -> bytes:
         received += chunk
         if b"\n" in chunk or len(received) >= MAX_FRAME:
             return received
+
+
+def _read_port(port: serial.Serial, deadline: float) -> bytes:
+    """The bytes waiting on a port that :func:`_read_line` cannot read (``socket://``,
+    ``rfc2217://``), through pyserial, as soon as there are some; b"" when none came by
+    ``deadline`` (``time.monotonic()`` seconds). Overshoots the deadline by at most the port's
+    poll (:data:`_POLL`).
+
+    Raises:
+        serial.SerialException, OSError: the port failed.
+    """
+    while time.monotonic() < deadline:
+        chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
+        if chunk:
+            waiting = port.in_waiting
+            return chunk + port.read(min(waiting, _READ_CHUNK)) if waiting else chunk
+    return b""
 
 
 class SerialDevice(Device):
@@ -661,6 +679,41 @@ class SerialDevice(Device):
         Raises:
             _Failed: the attempt failed; its ``error`` says what became of the request.
         """
+        port = self._port
+        if port is None or self._flush or not self._synced:
+            port = self._prepare(what)
+        try:
+            reply = self._exchange(port, make(self._link.new_seq()))
+        except _PortFailed as failure:
+            if not failure.sent:
+                raise _Failed(TransportError(f"the {what} was not sent: {failure}"),
+                              again=False) from failure.__cause__
+            cause = str(failure).partition(" failed: ")[2]
+            lost = (ReplyLost(f"{_UNKNOWN[what]}; port {self.url} failed after it was sent: "
+                              f"{cause}") if what in _UNKNOWN
+                    else ReplyLost(f"port {self.url} failed after the {what} was sent: {cause}"))
+            raise _Failed(lost, again=True) from failure.__cause__
+        except _NoReply as failure:
+            unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
+            raise _Failed(DeviceTimeout(f"no valid reply within {self.timeout:g} s"
+                                        f"{failure.dropped}{unknown}"), again=True) from None
+        self._synced = True  # any answer to a request of ours is a synchronisation
+        if isinstance(reply, IdentifyReply):
+            self._learn(reply)
+        elif isinstance(reply, ErrorReply):
+            meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
+            if reply.code in _BUSY:
+                raise _Failed(DeviceBusy(f"{meaning} ({reply.code})", reply.code), again=True)
+            raise _Failed(DeviceRefused(f"{meaning} ({reply.code})", reply.code), again=False)
+        return reply
+
+    def _prepare(self, what: str) -> serial.Serial:
+        """Before an attempt, when due: open the port again, flush its input (after a reply
+        abandoned or a reopen), and synchronise the line (an identify exchanged).
+
+        Raises:
+            _Failed: the line is not ready; nothing of the ``what`` was sent.
+        """
         try:
             port = self._port if self._port is not None else self._reopen()
             if self._flush or not self._synced:
@@ -686,32 +739,15 @@ class SerialDevice(Device):
                     f"the {what} was not sent: no valid reply within {self.timeout:g} s to the "
                     f"identify that synchronises the line{failure.dropped}"), again=True) from None
             self._synced = True
-        try:
-            reply = self._exchange(port, make(self._link.new_seq()))
-        except _PortFailed as failure:
-            if not failure.sent:
-                raise _Failed(TransportError(f"the {what} was not sent: {failure}"),
-                              again=False) from failure.__cause__
-            cause = str(failure).partition(" failed: ")[2]
-            lost = (ReplyLost(f"{_UNKNOWN[what]}; port {self.url} failed after it was sent: "
-                              f"{cause}") if what in _UNKNOWN
-                    else ReplyLost(f"port {self.url} failed after the {what} was sent: {cause}"))
-            raise _Failed(lost, again=True) from failure.__cause__
-        except _NoReply as failure:
-            unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
-            raise _Failed(DeviceTimeout(f"no valid reply within {self.timeout:g} s"
-                                        f"{failure.dropped}{unknown}"), again=True) from None
-        self._synced = True  # any answer to a request of ours is a synchronisation
-        self._learn(reply)
-        if isinstance(reply, ErrorReply):
-            meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
-            if reply.code in _BUSY:
-                raise _Failed(DeviceBusy(f"{meaning} ({reply.code})", reply.code), again=True)
-            raise _Failed(DeviceRefused(f"{meaning} ({reply.code})", reply.code), again=False)
-        return reply
+        return port
 
     def _exchange(self, port: serial.Serial, request: Request) -> Reply:
         """Write one request and await its reply.
+
+        On a POSIX port (the usual case, issue 13): one ``os.write``, the bytes up to the
+        first LF (:func:`_read_line`), and when they are exactly the awaited reply
+        (:meth:`Connection.take_reply`), that reply; any other bytes go to the codec and the
+        wait goes on there (:meth:`_await_reply`), as on every other port.
 
         Raises:
             _PortFailed: the port failed; ``sent`` is False when the write itself failed (a
@@ -720,66 +756,84 @@ class SerialDevice(Device):
         """
         link = self._link
         data = link.send(request)
-        fd = port.fd if type(port) is _POSIX_PORT else None  # os.write and os.read
         sent = False
         try:
-            if fd is not None:
-                try:  # noqa: SIM105 - contextlib.suppress costs more than this write
-                    data = data[os.write(fd, data):]  # a frame fits the output buffer at once
-                except BlockingIOError:
-                    pass  # the output buffer is full: pyserial waits, within write_timeout
+            if type(port) is not _POSIX_PORT:
+                port.write(data)
+                sent = True
+                return self._await_reply(port, None, time.monotonic() + self.timeout, b"")
+            fd: int = port.fd  # type: ignore[assignment]  # (an open port has one)
+            try:  # noqa: SIM105 - contextlib.suppress costs more than this write
+                data = data[os.write(fd, data):]  # a frame fits the output buffer at once
+            except BlockingIOError:
+                pass  # the output buffer is full: pyserial waits, within write_timeout
             if data:
                 port.write(data)
             sent = True
-            return self._await_reply(port, fd)
+            deadline = time.monotonic() + self.timeout
+            if link.buffered:  # bytes received before (a reply that came late): first
+                return self._await_reply(port, fd, deadline, b"")
+            line = _read_line(fd, deadline)
+            reply = link.take_reply(line)  # exactly the awaited reply, else None
+            if reply is not None:
+                return reply
+            return self._await_reply(port, fd, deadline, line)
         except _PORT_ERRORS as error:  # as map_exceptions maps them
+            self._abandon()
             self._set_port_aside()
             raise _PortFailed(_port_failure(self.url, error), sent=sent) from error
-        finally:
-            if link.state is State.AWAITING_REPLY:
-                link.abandon()
-                self._flush = True
+        except BaseException:
+            self._abandon()
+            raise
 
-    def _await_reply(self, port: serial.Serial, fd: int | None) -> Reply:
-        """The reply to the request just written, read until ``timeout`` seconds passed.
+    def _abandon(self) -> None:
+        """After an exchange that failed: give up its reply, if it is still awaited, and flush
+        the port's input before the next request."""
+        if self._link.state is State.AWAITING_REPLY:
+            self._link.abandon()
+            self._flush = True
+
+    def _await_reply(self, port: serial.Serial, fd: int | None, deadline: float,
+                     received: bytes) -> Reply:
+        """The reply to the request just written, from the bytes ``received`` so far and those
+        read until ``deadline`` (``time.monotonic()`` seconds), through the codec: any frames
+        before it dropped (stale, bad), a reply in pieces joined.
 
         Raises:
             _NoReply: no valid reply in time.
             serial.SerialException, OSError: the port failed (the caller maps them).
         """
         link = self._link
-        deadline = time.monotonic() + self.timeout
         bad = 0
+        chunk = received
         while True:
-            try:
-                event = link.next_event() if link.buffered else NEED_DATA
-            except RemoteProtocolError:
-                self.bad_frames += 1
-                bad += 1
-                continue
-            if event is not NEED_DATA:
+            if chunk:
+                try:
+                    link.receive_data(chunk)
+                except RemoteProtocolError:
+                    self.bad_frames += 1
+                    bad += 1
+            while link.buffered:
+                try:
+                    event = link.next_event()
+                except RemoteProtocolError:
+                    self.bad_frames += 1
+                    bad += 1
+                    continue
+                if event is NEED_DATA:
+                    break
                 assert not isinstance(event, Request)  # a host's codec yields only replies
                 return event
-            if time.monotonic() >= deadline:
-                self.timeouts += 1
-                raise _NoReply(bad)
             if fd is not None:
                 chunk = _read_line(fd, deadline)
                 reply = link.take_reply(chunk)  # exactly the awaited reply, else None
                 if reply is not None:
                     return reply
             else:
-                chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
-                waiting = port.in_waiting if chunk else 0
-                if waiting:
-                    chunk += port.read(min(waiting, _READ_CHUNK))
-            if not chunk:
-                continue
-            try:
-                link.receive_data(chunk)
-            except RemoteProtocolError:
-                self.bad_frames += 1
-                bad += 1
+                chunk = _read_port(port, deadline)
+            if not chunk:  # each reader gives b"" only once the deadline passed
+                self.timeouts += 1
+                raise _NoReply(bad)
 
     # --- the port -----------------------------------------------------------------------------
 
