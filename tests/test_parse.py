@@ -84,8 +84,8 @@ def test_not_json(raw: str | bytes) -> None:
                                     "reads (Python's limit for converting text to int)"),
         ("\ufeff{}", "a byte-order mark (U+FEFF) before the JSON is not allowed"),
         (b"\xef\xbb\xbf{}", "a byte-order mark (U+FEFF) before the JSON is not allowed"),
-        ('{"a": 1', "the text ends before the JSON document does (a string, array or object "
-                    "is not closed, or a value is missing)"),
+        ('{"a": 1', "the text ends at byte 7, before the JSON document does (a string, array or "
+                    "object is not closed, or a value is missing)"),
         ("", "the input is empty"),
         (b"", "the input is empty"),
         (" \t\r\n ", "the input is empty"),
@@ -307,7 +307,7 @@ def test_deep_nesting_in_the_duplicate_key_scan_is_not_json(
         ('{"tools": [{"a": {"b": 1, "b": 1}}]}', 'key "b" appears twice in one object'),
         ('[[{"k\\u003a": 1, "k\\u003a": 2}]]', 'key "k:" appears twice in one object'),
         ('{"timeout": NaN}', r"NaN, at byte 12, is not a JSON number \(JSON has no NaN"),
-        ('{"a": 1} {"a": 2}', "more text after the end of the JSON document, at byte 10"),
+        ('{"a": 1} {"a": 2}', "more text after the end of the JSON document, at byte 9"),
         ("[" * 5000 + "]" * 5000, "nested"),
         (b'{"a": "\xff"}', "invalid UTF-8: byte 7 is 0xFF"),
         ("\ufeff\ufeff{}", r"a byte-order mark \(U\+FEFF\) before the JSON"),  # one is skipped

@@ -123,6 +123,93 @@ def test_any_text_that_is_not_json_is_said_in_regdevs_words(raw: bytes | str) ->
         no_library_words(str(error))
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("{}x", "more text after the end of the JSON document, at byte 2"),
+        ('{"a":1}{"b":2}', "more text after the end of the JSON document, at byte 7"),
+        ('"\u00e9" x', "more text after the end of the JSON document, at byte 5"),  # é: 2 bytes
+        ("nope", "unexpected `o` at byte 1"),
+        ("not json", "unexpected `o` at byte 1"),
+        ("falsy", "unexpected `y` at byte 4"),
+        ('{"a":tru}', "unexpected `}` at byte 8"),
+        ("nul", "the text ends at byte 3, before the JSON document does"),
+        ("nan", "nan, at byte 0, is not a JSON number"),
+        ("[-Infinity]", "-Infinity, at byte 1, is not a JSON number"),
+        ("1.x", "an invalid number (JSON numbers have no leading zeros"),
+        ("01", ", at byte 1"),
+        ('"\\u12"', "a \\u escape needs four hexadecimal digits, at byte 5"),
+        ('"\\x"', "an invalid escape in a string"),
+        ("[1,]", "a comma with no item after it before `]`, at byte 3"),
+    ],
+)
+def test_json_problem_names_the_first_byte_no_json_document_has_there(text: str,
+                                                                         said: str) -> None:
+    """The byte named counts from 0 and is the first one that cannot continue a JSON
+    document (the text's length when the text ends too early); NaN and Infinity in any case
+    are named as such, where the word starts."""
+    for data in (text, text.encode()):
+        message = _message(data)
+        assert message is not None and said in message, message
+
+
+def _json_error_byte(text: str) -> int | None:
+    """Where Python's json module says ``text`` goes wrong, in UTF-8 bytes (None: it reads
+    it, or takes NaN or Infinity, which regdev refuses)."""
+    try:
+        json.loads(text, parse_constant=lambda word: 1 / 0)
+    except json.JSONDecodeError as error:
+        return len(text[:error.pos].encode("utf-8", "surrogatepass"))
+    except ZeroDivisionError:
+        return None
+    return None
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False,
+                                                                       allow_infinity=False)
+    | st.text("aé€😀\\\"x", max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("ké", max_size=2), inner,
+                                                               max_size=3),
+    max_leaves=6)
+_BREAKS = st.sampled_from(["", "x", ",", ":", "]", "}", "[", "{", '"', "\\", "\\u12", "-",
+                           ".", "e", "0", "01", "tru", "nul", " ", "é", "\x01", "'", "nan"])
+
+
+@given(_JSON_VALUES, st.data())
+@example(["é"], None)
+def test_the_byte_named_is_where_the_json_module_finds_the_fault_or_in_its_token(
+        value: Any, data: st.DataObject | None) -> None:
+    """For a JSON text broken at a random place (a cut, a piece put in, a character dropped),
+    as str and as UTF-8 bytes: the message names byte N (UTF-8 bytes from 0, also for text
+    with multi-byte characters), and Python's json module, reading the same text, reports
+    its error at byte J (its ``pos`` is in characters; here in bytes) with J <= N <= the
+    text's length, and when J < N the bytes from J up to N are one token json began at J: a
+    string (from its quote), or a literal, number or escape (no whitespace or structural
+    character among them). When the text ends early N is its length."""
+    text = json.dumps(value, ensure_ascii=False)
+    if data is not None:
+        at = data.draw(st.integers(0, len(text)))
+        how = data.draw(st.sampled_from(["cut", "put", "drop"]))
+        piece = data.draw(_BREAKS)
+        text = (text[:at] if how == "cut" else text[:at] + piece + text[at:] if how == "put"
+                else text[:at] + text[at + 1:])
+    else:
+        text = '["é" x]'
+    raw = text.encode()
+    json_at = _json_error_byte(text)
+    for given_data in (text, raw):
+        message = _message(given_data)
+        places = [int(n) for n in re.findall(r"at byte (\d+)", message or "")]
+        if json_at is None or not places:
+            continue
+        named = places[0]
+        assert json_at <= named <= len(raw), (text, message, json_at)
+        between = raw[json_at:named]
+        assert between.startswith(b'"') or not set(between) & set(b" \t\n\r,:[]{}"), (
+            text, message, json_at)
+
+
 def test_json_problem_never_passes_a_library_message_on() -> None:
     """A message regdev's tables do not know (a later msgspec's) is said generally, with the
     place it named: never quoted."""

@@ -29,12 +29,14 @@ import re
 import sqlite3
 import sys
 from decimal import DecimalException
+from typing import cast
 
 import msgspec
 import serial
 
 __all__ = [
     "MAX_INT_DIGITS",
+    "json_fault",
     "json_problem",
     "serial_problem",
     "sqlite_problem",
@@ -117,14 +119,15 @@ def _character_at(raw: bytes, at: int) -> str:
     return f"U+{code:04X}"
 
 
+#: A value that is NaN or an infinity in other languages' JSON (any case, an optional sign).
+_NOT_A_NUMBER = re.compile(rb"-?(nan|inf(inity)?)", re.IGNORECASE)
+
+
 def _invalid_character(raw: bytes, at: int) -> str:
-    """msgspec's "invalid character (byte N)", said as what the character is and why."""
+    """What is wrong with the byte at ``at`` (one no JSON document can have there), in words."""
     rest = raw[at:]
     if at == 0 and rest.startswith(b"\xef\xbb\xbf"):
         return "a byte-order mark (U+FEFF) before the JSON is not allowed"
-    if rest.startswith((b"NaN", b"Infinity")):
-        word = "NaN" if rest.startswith(b"NaN") else "Infinity"
-        return f"{word}, at byte {at}, is not a JSON number (JSON has no NaN or Infinity)"
     if rest[:1] and rest[0] < 0x20:
         return (f"a raw control character (U+{rest[0]:04X}) at byte {at}: inside a string "
                 f"it must be escaped (\\u{rest[0]:04x})")
@@ -134,6 +137,157 @@ def _invalid_character(raw: bytes, at: int) -> str:
     if shown.startswith("byte 0x"):  # not a UTF-8 character there
         return f"invalid UTF-8: byte {at} is 0x{raw[at]:02X}"
     return f"unexpected {shown} at byte {at}"
+
+
+# --- where a JSON text goes wrong ------------------------------------------------------------
+
+_WS = frozenset(b" \t\n\r")
+_DIGITS = frozenset(b"0123456789")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_ESCAPES = frozenset(b'"\\/bfnrtu')
+_LITERALS = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
+#: The states of a number, by what it has read: "-", "0", "1" (digits after a nonzero),
+#: "." (a point), ".1" (fraction digits), "e", "e+" (a sign after e), "e1" (exponent digits).
+_NUMBER_ENDS = frozenset({"0", "1", ".1", "e1"})
+
+
+def _number_step(state: str, byte: int) -> str | None:
+    """The state of a number after ``byte``, or None when ``byte`` does not continue it."""
+    digit = byte in _DIGITS
+    if state == "-":
+        return "0" if byte == 0x30 else "1" if digit else None
+    if state in ("0", "1"):
+        if state == "1" and digit:
+            return "1"
+        return "." if byte == 0x2E else "e" if byte in b"eE" else None
+    if state in (".", ".1"):
+        if digit:
+            return ".1"
+        return "e" if state == ".1" and byte in b"eE" else None
+    if state == "e":
+        return "e+" if byte in b"+-" else "e1" if digit else None
+    return "e1" if digit else None  # "e+" and "e1"
+
+
+def json_fault(raw: bytes) -> tuple[int, int]:
+    """Where ``raw`` stops being the start of one JSON document (RFC 8259; no byte-order mark).
+
+    Returns:
+        ``(at, start)``: ``at`` is the offset (UTF-8 bytes from 0) of the first byte that no
+        JSON document continuing ``raw[:at]`` can have there (``len(raw)`` when all of
+        ``raw`` could begin a document but it ends too early; -1 when ``raw`` is one whole
+        document); ``start`` is the offset where the token holding that byte begins (a
+        literal, number, string or escape; ``at`` itself when the byte starts nothing).
+        A byte that is not UTF-8 inside a string is not looked at (decoding finds it).
+    """
+    stack: list[int] = []  # the open containers: ord("[") or ord("{")
+    expect = "value"  # value, first-value (after "["), key, first-key (after "{"), colon,
+    # after (a value ended), end (the document ended)
+    at, size = 0, len(raw)
+    while at < size:
+        byte = raw[at]
+        if byte in _WS:
+            at += 1
+            continue
+        if expect in ("value", "first-value"):
+            start = at
+            if byte == 0x5B or byte == 0x7B:  # [ {
+                stack.append(byte)
+                expect = "first-value" if byte == 0x5B else "first-key"
+                at += 1
+                continue
+            if byte == 0x5D and expect == "first-value":  # ]: an empty array
+                stack.pop()
+            elif byte == 0x22:  # "
+                at = _string_end(raw, at)
+                if at < 0:
+                    return size if at == -1 else ~at, start
+            elif byte in _LITERALS:
+                word = _LITERALS[byte]
+                for offset in range(1, len(word)):
+                    if at + offset >= size:
+                        return size, start
+                    if raw[at + offset] != word[offset]:
+                        return at + offset, start
+                at += len(word) - 1
+            elif byte == 0x2D or byte in _DIGITS:  # - or a digit
+                state: str | None = "-" if byte == 0x2D else "0" if byte == 0x30 else "1"
+                while at + 1 < size:
+                    step = _number_step(cast(str, state), raw[at + 1])
+                    if step is None:
+                        break
+                    state, at = step, at + 1
+                if at + 1 >= size and state not in _NUMBER_ENDS:
+                    return size, start
+                if state not in _NUMBER_ENDS:
+                    return at + 1, start
+            else:
+                return at, at
+            at += 1
+            expect = "after" if stack else "end"
+            continue
+        if expect in ("key", "first-key"):
+            if byte == 0x7D and expect == "first-key":  # }: an empty object
+                stack.pop()
+                at += 1
+                expect = "after" if stack else "end"
+                continue
+            if byte != 0x22:
+                return at, at
+            start, at = at, _string_end(raw, at)
+            if at < 0:
+                return size if at == -1 else ~at, start
+            at += 1
+            expect = "colon"
+            continue
+        if expect == "colon":
+            if byte != 0x3A:
+                return at, at
+            expect = "value"
+        elif expect == "after":
+            close = 0x5D if stack[-1] == 0x5B else 0x7D
+            if byte == 0x2C:  # ,
+                expect = "value" if close == 0x5D else "key"
+            elif byte == close:
+                stack.pop()
+                expect = "after" if stack else "end"
+            else:
+                return at, at
+        else:  # the document ended: only whitespace may follow
+            return at, at
+        at += 1
+    return (-1, -1) if expect == "end" else (size, size)
+
+
+def _string_end(raw: bytes, at: int) -> int:
+    """The offset of the closing quote of the string opening at ``raw[at]``; else ``~n``
+    for ``n`` the offset of the first byte that cannot be in it (-1: the text ends inside
+    it)."""
+    at, size = at + 1, len(raw)
+    while at < size:
+        byte = raw[at]
+        if byte == 0x22:
+            return at
+        if byte < 0x20:
+            return ~at
+        if byte == 0x5C:  # \
+            if at + 1 >= size:
+                return -1
+            escape = raw[at + 1]
+            if escape not in _ESCAPES:
+                return ~(at + 1)
+            if escape == 0x75:  # \uXXXX
+                for offset in range(2, 6):
+                    if at + offset >= size:
+                        return -1
+                    if raw[at + offset] not in _HEX:
+                        return ~(at + offset)
+                at += 6
+                continue
+            at += 2
+            continue
+        at += 1
+    return -1
 
 
 def unicode_problem(error: UnicodeError) -> str:
@@ -197,26 +351,40 @@ def json_problem(error: BaseException, data: bytes | str) -> str:
         if lone is not None:
             return (f"invalid \\u escape {lone}: a lone surrogate (half of a UTF-16 pair) is "
                     "not a character")
-    if text == _TRUNCATED:
-        if not raw.strip(b" \t\n\r"):  # JSON's whitespace
-            return "the input is empty"
-        return ("the text ends before the JSON document does (a string, array or object is "
-                "not closed, or a value is missing)")
     if text == "Invalid UTF-8 encoded string":
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as bad:
             return unicode_problem(bad)
         return "the text is not UTF-8"
+    if not raw.strip(b" \t\n\r"):  # JSON's whitespace
+        return "the input is empty"
+    at, start = json_fault(raw) if isinstance(error, msgspec.DecodeError) else (-1, -1)
+    if at < 0:  # no fault in the text's grammar: the place named, in general words
+        place = _AT_BYTE.search(text)
+        return f"not valid JSON at byte {place[1]}" if place else "not valid JSON"
+    word = _NOT_A_NUMBER.match(raw, start)
+    if word is not None:
+        shown = word[0].decode("ascii")
+        return (f"{shown}, at byte {start}, is not a JSON number (JSON has no NaN or "
+                "Infinity)")
+    if at == len(raw):
+        return (f"the text ends at byte {at}, before the JSON document does (a string, "
+                "array or object is not closed, or a value is missing)")
     malformed = _MALFORMED_TEXT.match(text)
-    if malformed is not None:
-        what, at = malformed[1], int(malformed[2])
-        if what == "invalid character":
-            return _invalid_character(raw, at)
-        if what in _MALFORMED:
-            return f"{_MALFORMED[what]}, at byte {at}"
-    place = _AT_BYTE.search(text)
-    return f"not valid JSON at byte {place[1]}" if place else "not valid JSON"
+    what = malformed[1] if malformed is not None else ""
+    if raw[at] < 0x20 or at == 0 and raw.startswith(b"\xef\xbb\xbf"):
+        return _invalid_character(raw, at)
+    if what in _MALFORMED:  # msgspec's kind of fault, at the place found above
+        return f"{_MALFORMED[what]}, at byte {at}"
+    # msgspec said "invalid character" or "truncated" where the text goes wrong mid-token
+    if raw[at - 1:at] == b"\\" and at > start:
+        return f"{_MALFORMED['invalid escape character in string']}, at byte {at}"
+    if raw[start:start + 1] == b'"' and raw[at] >= 0x20 and at > start:
+        return f"{_MALFORMED['invalid character in unicode escape']}, at byte {at}"
+    if raw[start:start + 1] in b"-0123456789" and at > start:
+        return f"{_MALFORMED['invalid number']}, at byte {at}"
+    return _invalid_character(raw, at)
 
 
 # --- TOML text -------------------------------------------------------------------------------
