@@ -445,6 +445,25 @@ def test_field_writes_by_name_and_number_change_only_their_field(sensor: Registe
     assert cleared["fields"]["POR"] == 0 and cleared["data"] == 0
 
 
+def test_a_read_only_refusal_names_what_made_the_register_read_only(
+        sensor: RegisterMap) -> None:
+    """The map's read-only register is blamed on the map; one the policy adds, on the policy
+    (never on a map that says nothing of it); so is every register with no map given."""
+    policy = Policy(registers=RegisterPolicy(read_only=frozenset({5})))
+    gate = Gate(RegisterFile(regmap=sensor), policy=policy)
+    by_map = handle(gate, "write_register", addr=0, data=1)
+    by_policy = handle(gate, "write_register", addr=5, data=1)
+    assert (by_map["code"], by_map["message"]) == (
+        "read-only-register",
+        "register ID (0x00) is read-only in this device's register map; no call can write it")
+    assert (by_policy["code"], by_policy["message"]) == (
+        "read-only-register",
+        f"register {sensor.label(5)} is read-only by the gate's policy; no call can write it")
+    plain = Gate(policy=Policy(registers=RegisterPolicy(read_only=frozenset({0}))))
+    assert handle(plain, "write_register", addr=0, data=1)["message"] == (
+        "register 0 is read-only by the gate's policy; no call can write it")
+
+
 def test_policy_defaults_come_from_the_map_and_the_file_overrides(
         sensor: RegisterMap, tmp_path: Path) -> None:
     """Read-only from access; protected from regdev_protected, unless the policy lists

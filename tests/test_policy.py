@@ -290,8 +290,8 @@ WITH_RESET = ToolSet([WRITE_REGISTER, READ_REGISTER, RESET])
     ("registers", "code", "message"),
     [
         ({"read_only": [0]}, "read-only-register",
-         "reset_device changes every register, and register 0 is read-only in this device's "
-         "register map; no call can run it"),
+         "reset_device changes every register, and register 0 is read-only by the gate's "
+         "policy; no call can run it"),
         ({"protected": [15]}, "approval-denied",
          "reset_device changes every register, and register 15 is protected: writing it needs "
          "approval, and no approver is configured"),

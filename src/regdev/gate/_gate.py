@@ -206,6 +206,9 @@ class Gate:
         registers = (policy.registers if policy is not None else RegisterPolicy()).for_map(
             regmap)
         self._registers = registers if registers.read_only or registers.protected else None
+        #: The registers the device's map makes read-only (refusals name the map for these,
+        #: the policy for the others).
+        self._map_read_only = regmap.read_only()
         #: Every register's address (what a reset changes), and how messages name them.
         self._every = regmap.addresses
         self._label = regmap.label
@@ -657,7 +660,7 @@ class Gate:
         if changed:
             assert registers is not None
             refusal = check_read_only(registers, tool, changed, every=every,
-                                      label=self._label)
+                                      label=self._label, by_map=self._map_read_only)
             if refusal is not None:
                 return refusal
         if call.key is not None and not tool.read_only:

@@ -673,8 +673,12 @@ def _register(addr: int) -> str:
 
 def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...], *,
                     every: tuple[int, ...] = EVERY_REGISTER,
-                    label: Callable[[int], str] = _register) -> Refusal | None:
+                    label: Callable[[int], str] = _register,
+                    by_map: frozenset[int] = frozenset()) -> Refusal | None:
     """Step 2: ``read-only-register`` when the call changes a register marked read-only.
+
+    The message names what made the register read-only: the device's register map (an
+    address in ``by_map``) or the policy (``registers.read_only`` of a :class:`Policy`).
 
     Args:
         registers: the read-only and protected registers.
@@ -682,23 +686,30 @@ def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, .
         changed: the registers the call changes (:func:`changed_registers`).
         every: every register of the device (a call changing these changes "every register").
         label: how a message names a register (``CTRL (0x01)``; the address by default).
+        by_map: the registers the device's register map makes read-only (every field
+            ``sw = r``); the others in ``registers.read_only`` are the policy's.
     """
     if len(changed) == 1:
         if changed[0] not in registers.read_only:
             return None
         return Refusal("authorize", "read-only-register",
-                       f"register {label(changed[0])} is read-only in this device's register "
-                       "map; no call can write it")
+                       f"register {label(changed[0])} is read-only {_source(changed[0], by_map)}"
+                       "; no call can write it")
     hit = sorted(registers.read_only.intersection(changed))
     if not hit:
         return None
     if changed != every:
         return Refusal("authorize", "read-only-register",
-                       f"{tool.name} writes register {label(hit[0])}, which is read-only in "
-                       "this device's register map; no call can write it (leave it out)")
+                       f"{tool.name} writes register {label(hit[0])}, which is read-only "
+                       f"{_source(hit[0], by_map)}; no call can write it (leave it out)")
     return Refusal("authorize", "read-only-register",
                    f"{tool.name} changes every register, and register {label(hit[0])} is "
-                   "read-only in this device's register map; no call can run it")
+                   f"read-only {_source(hit[0], by_map)}; no call can run it")
+
+
+def _source(addr: int, by_map: frozenset[int]) -> str:
+    """What made register ``addr`` read-only, as the end of "register 0 is read-only ..."."""
+    return "in this device's register map" if addr in by_map else "by the gate's policy"
 
 
 def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...],
