@@ -191,7 +191,7 @@ def json_fault(raw: bytes) -> tuple[int, int]:
             continue
         if expect in ("value", "first-value"):
             start = at
-            if byte == 0x5B or byte == 0x7B:  # [ {
+            if byte in (0x5B, 0x7B):  # [ {
                 stack.append(byte)
                 expect = "first-value" if byte == 0x5B else "first-key"
                 at += 1
@@ -373,7 +373,7 @@ def json_problem(error: BaseException, data: bytes | str) -> str:
                 "array or object is not closed, or a value is missing)")
     malformed = _MALFORMED_TEXT.match(text)
     what = malformed[1] if malformed is not None else ""
-    if raw[at] < 0x20 or at == 0 and raw.startswith(b"\xef\xbb\xbf"):
+    if raw[at] < 0x20 or (at == 0 and raw.startswith(b"\xef\xbb\xbf")):
         return _invalid_character(raw, at)
     if what in _MALFORMED:  # msgspec's kind of fault, at the place found above
         return f"{_MALFORMED[what]}, at byte {at}"
