@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
 import pytest
 
 from conftest import ROOT
+from regdev import ReferenceValidator, ToolSet
+from regdev.agents._shell import shell_tools
 from regdev.cli._main import main
 from regdev.core._observation import FIXED_CODES, NAMED_CODES
+from regdev.devices._rdl import load_map
+from regdev.gate._maptools import map_tools
+from regdev.gate._tools import REGISTER_TOOLS
 
 EXAMPLE = re.compile(r"^\$ regdev (call .*)\n(\{.*\})$", re.MULTILINE)
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -157,3 +163,61 @@ def test_the_stdio_table_says_which_requests_the_server_sends() -> None:
     page = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
     assert "the server sends no requests" not in page
     assert "the server's only requests are its approval questions, `elicitation/create`" in page
+
+
+#: A refusal with a code written out in regdev's source: ``Refusal("stage", "code"`` or
+#: ``Refusal("stage", f"kind-{...}"``, and the reference benchmark's ``refused("code"``.
+SOURCE_CODE = re.compile(r'Refusal\(\s*"[a-z]+",\s*f?"([a-z-]+)|refused\("([a-z-]+)')
+
+
+def test_every_code_regdevs_source_gives_is_a_fixed_or_named_code() -> None:
+    """FIXED_CODES (what the docs test below and replay check against) holds every code a
+    refusal is made with in regdev's source; the others are the named families."""
+    found = set()
+    for path in (ROOT / "src" / "regdev").rglob("*.py"):
+        for fixed, benched in SOURCE_CODE.findall(path.read_text(encoding="utf-8")):
+            found.add(fixed or benched)
+    named = tuple(f"{kind}-" for kind in NAMED_CODES)
+    assert len(found) > 20
+    assert [code for code in found if code not in FIXED_CODES and not code.startswith(named)
+            ] == []
+
+
+def _argument_codes(tools: ToolSet) -> set[str]:
+    """Every code the reference validator (whose codes the gate's compiled check gives) can
+    refuse a call to ``tools`` with for its arguments, and the scope code of each tool:
+    ``missing-`` each required argument, ``type-`` each place with a type, ``range-`` each
+    place with a bound, ``denied-`` each tool."""
+    reference = ReferenceValidator(tools)
+    codes = set()
+    for name in tools:
+        codes.add(f"denied-{name}")
+        levels: list[Any] = [reference.level(name)]
+        while levels:
+            level = levels.pop()
+            codes.update(f"missing-{level.label + '.' if level.label else ''}{required}"
+                         for required in level.required)
+            nodes = list(level.fields.values())
+            while nodes:
+                node = nodes.pop()
+                if node.types is not None or node.schema is False:
+                    codes.add(f"type-{node.label}")
+                if node.ranged:
+                    codes.add(f"range-{node.label}")
+                if node.level is not None:
+                    levels.append(node.level)
+                nodes.extend(node.prefix)
+                nodes.extend([node.items] if node.items is not None else [])
+    return codes
+
+
+def test_errors_doc_names_every_code_of_regdevs_own_tools() -> None:
+    """Each code a call to regdev's tools can get (the register tools, the tools of a register
+    map, the shell's) is written out in docs/errors.md, not only as ``range-<arg>``."""
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`([a-z_.\[\]-]+)`", text))
+    sensor = map_tools(load_map(ROOT / "examples" / "sensor.rdl"))
+    codes = FIXED_CODES.union(*(_argument_codes(tools) for tools in (
+        REGISTER_TOOLS, sensor, shell_tools(), shell_tools(tools=sensor))))
+    assert "range-field" in codes and "type-data[]" in codes
+    assert sorted(codes - documented) == []

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import ARRAYS, CONFIGURE
-from regdev import ReferenceValidator, Refusal, SchemaError, Tool, ToolSet, compile_validator
+from regdev import Gate, ReferenceValidator, Refusal, SchemaError, Tool, ToolSet, compile_validator
 from regdev.gate._validate import got_value
 from strategies import python_calls
 
@@ -177,7 +177,7 @@ arrays = ReferenceValidator(ToolSet([ARRAYS]))
         ({"data": [1], "matrix": [[1], [2, 3, 3]]}, "range-matrix[]",
          "matrix[1] has 3 items; allowed: an array with at most 2 items, each an integer <= 3"),
         ({"data": [1], "matrix": [[1], [2, 4]]}, "range-matrix[][]",
-         "matrix[1][1] 4 is outside <= 3"),
+         "matrix[1][1] 4 is above 3"),
         ({"data": [1], "options": {}}, "range-options",
          "options has 0 properties; allowed: an object with 1..2 properties"),
         ({"data": [1], "step": Decimal("0.35")}, "range-step",
@@ -192,6 +192,31 @@ def test_array_messages_name_the_element(arguments: dict[str, Any], code: str,
     refusal = arrays.check(call)
     assert refusal == Refusal("validate", code, message)
     assert arrays.explain(call, code) == refusal
+
+
+@pytest.mark.parametrize(
+    ("bounds", "value", "message"),
+    [
+        ({"enum": ["A", "B"]}, "C", 'x "C" is not one of "A", "B"'),
+        ({"const": 3}, 4, "x 4 is not equal to 3"),
+        ({"minimum": 0, "maximum": 15}, 16, "x 16 is outside 0..15"),
+        ({"minimum": 1}, 0, "x 0 is below 1"),
+        ({"maximum": 9}, 10, "x 10 is above 9"),
+        ({"exclusiveMinimum": 0}, 0, "x 0 is not above 0"),
+        ({"exclusiveMaximum": 5}, 5, "x 5 is not below 5"),
+        ({"maximum": 9, "enum": [1, 2, 12]}, 12, "x 12 is above 9 or not one of 1, 2, 12"),
+    ],
+)
+def test_a_bound_refusal_says_how_the_value_fails_it(bounds: dict[str, Any], value: Any,
+                                                     message: str) -> None:
+    """Each bound keyword is worded as what the value is (never "is outside one of"), by
+    the reference validator and by the gate's compiled check alike."""
+    schema = {"type": "object", "properties": {"x": bounds}, "additionalProperties": False}
+    tools = ToolSet([Tool("t", "t", schema, handler=lambda _d, _a: {})])
+    call = {"tool": "t", "arguments": {"x": value}}
+    assert ReferenceValidator(tools).check(call) == Refusal("validate", "range-x", message)
+    observation = Gate(tools=tools).handle_call(call)
+    assert (observation.code, observation.message) == ("range-x", message)
 
 
 def test_explain_finds_the_first_bad_element_without_checking_the_call_again(

@@ -128,6 +128,31 @@ def _bounds(schema: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _violation(schema: Mapping[str, Any]) -> str:
+    """What a value failing the bounds of ``schema`` is, after the value in a range refusal:
+    ``is outside 0..15``, ``is below 1``, ``is not one of "A", "B"``, ``is not equal to 3``;
+    failures of several bounds are joined by "or" (``is above 9 or not one of 1, 2``).
+    "" when the schema has no bound (minimum, maximum, their exclusive forms, enum, const)."""
+    parts = []
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and high is not None:
+        parts.append(f"outside {show_value(low)}..{show_value(high)}")
+    elif low is not None:
+        parts.append(f"below {show_value(low)}")
+    elif high is not None:
+        parts.append(f"above {show_value(high)}")
+    if "exclusiveMinimum" in schema:
+        parts.append(f"not above {show_value(schema['exclusiveMinimum'])}")
+    if "exclusiveMaximum" in schema:
+        parts.append(f"not below {show_value(schema['exclusiveMaximum'])}")
+    if "enum" in schema:
+        parts.append("not one of " + ", ".join(show_value(v, 20) for v in schema["enum"][:8])
+                     + (", ..." if len(schema["enum"]) > 8 else ""))
+    if "const" in schema:
+        parts.append(f"not equal to {show_value(schema['const'])}")
+    return "is " + " or ".join(parts) if parts else ""
+
+
 def _shape(schema: Mapping[str, Any], depth: int) -> str:
     """Describe what an array's items or an object's count of properties must be, e.g.
     ``with 1..16 items, each an integer 0..255``; "" when the schema says nothing of either."""
@@ -258,7 +283,7 @@ class _Node:
     types: tuple[str, ...] | None  # its ``type`` names; None when any type will do
     ranged: bool  # its schema has a keyword of the ranges step
     allowed: str  # describe_schema(schema), e.g. "an integer 0..15"
-    bounds: str  # _bounds(schema) for a dict, else ""
+    violation: str  # _violation(schema) for a dict, else "": "is outside 0..15"
     level: _Level | None  # its object level, when the schema is a dict
     prefix: tuple[_Node, ...]  # the elements prefixItems describes, in order
     items: _Node | None  # the elements past them (``items``); None when any is allowed
@@ -289,7 +314,8 @@ def _node(schema: Any, label: str, tool: str, element: bool = False,
     types = schema.get("type")
     return _Node(label, schema, (types,) if type(types) is str else types and tuple(types),
                  not _RANGE_KEYWORDS.isdisjoint(schema), describe_schema(schema),
-                 _bounds(schema), _level(schema, tool, label), prefix, items, element, past)
+                 _violation(schema), _level(schema, tool, label), prefix, items, element,
+                 past)
 
 
 def _level(schema: Mapping[str, Any], tool: str, label: str) -> _Level:
@@ -359,7 +385,7 @@ def _out_of_range(node: _Node, value: Any, where: str) -> Refusal | None:
         message = (f"{where} {show_value(value)} is not a multiple of "
                    f"{show_value(schema['multipleOf'])}")
     else:
-        message = f"{where} {show_value(value)} is outside {node.bounds}"
+        message = f"{where} {show_value(value)} {node.violation}"
     return Refusal("validate", f"range-{node.label}", message)
 
 
@@ -472,7 +498,8 @@ def got_value(value: object) -> str:
     return _got(value)
 
 
-#: Range keywords whose refusal reads ``<where> <value> is outside <bounds>``.
+#: Range keywords whose refusal reads ``<where> <value> <violation>`` (``is outside 0..15``,
+#: ``is not one of 1, 2``).
 _BOUNDS_WORDED = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                             "enum", "const"})
 
@@ -483,7 +510,7 @@ def range_parts(node: _Node) -> tuple[str, str] | None:
     words it: the message depends on the keyword that failed)."""
     if not node.ranged or not _RANGE_KEYWORDS.intersection(node.schema) <= _BOUNDS_WORDED:
         return None
-    return f"{node.label} ", f" is outside {node.bounds}"
+    return f"{node.label} ", f" {node.violation}"
 
 
 def out_of_range(node: _Node, value: object) -> Refusal:
