@@ -10,6 +10,7 @@ user's own ~/.local/state/regdev/audit.db.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from mcp import Client, StdioServerParameters, types
+from mcp import Client, StdioServerParameters, stdio_client, types
 from mcp.shared.message import SessionMessage
 from mcp.types import CallToolResult
 
@@ -74,8 +75,14 @@ def sdk_client(home: Path, *options: str) -> Iterator[Session]:
     """`regdev serve OPTIONS` started by the SDK's stdio client, with HOME at ``home``."""
     params = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], *options],
                                    env={"HOME": str(home)})  # merged over the SDK's defaults
+    # The server's stderr goes to file descriptor 2 (pytest's capture shows it with a failure),
+    # named here: stdio_client's default, ``errlog=sys.stderr``, is whatever sys.stderr was
+    # when the mcp package was first imported, in a test that imported it under capsys that
+    # test's capture, closed since and with no file descriptor ("fileno" for every later test).
+    assert sys.__stderr__ is not None
+    transport = stdio_client(params, errlog=sys.__stderr__)
     with start_blocking_portal() as portal, portal.wrap_async_context_manager(
-        Client(params, read_timeout_seconds=20)
+        Client(transport, read_timeout_seconds=20)
     ) as client:
         yield Session(portal, client)
 
@@ -128,6 +135,21 @@ def _mcp_arguments(raw: str) -> tuple[str, dict[str, Any] | None] | str:
     if arguments is not None and not isinstance(arguments, dict):
         return "arguments not an object: the SDK refuses the envelope (see the raw test)"
     return doc["name"], arguments
+
+
+def test_the_sdk_client_does_not_use_the_stderr_of_the_test_that_imported_mcp(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's stdio_client takes ``errlog=sys.stderr`` as it was when mcp was imported:
+    after a test that imported it under capsys, a capture since closed, with no file
+    descriptor. sdk_client names its own, so a server starts whatever ran before."""
+    import mcp.client.stdio  # noqa: PLC0415 - the module whose default is the shared state
+
+    closed = io.StringIO()
+    closed.close()
+    monkeypatch.setattr(mcp.client.stdio.stdio_client.__wrapped__, "__defaults__", (closed,))
+    with sdk_client(home, "--no-audit") as client:
+        result = client.call("read_register", {"addr": 1})
+    assert not result.is_error, result
 
 
 def test_wild_calls_get_the_in_process_verdicts(session: Session) -> None:
