@@ -322,6 +322,14 @@ def test_load_json_refuses_what_the_gate_refuses(text: str | bytes, reason: str)
             load_json(data)
 
 
+def test_load_json_counts_the_bytes_of_a_byte_order_mark_it_skips() -> None:
+    """A file's byte N is the byte a message names, after a skipped byte-order mark too."""
+    for data in (b"\xef\xbb\xbf{}x", "\ufeff{}x"):
+        with pytest.raises(ValueError, match=r"more text after the end of the JSON document, "
+                                             r"at byte 5\Z"):
+            load_json(data)
+
+
 def test_load_json_reads_numbers_exactly_and_skips_a_byte_order_mark() -> None:
     """Integers stay int, fractions and exponents are Decimal; a leading BOM is skipped."""
     text = '{"n": 18446744073709551617, "f": 1.1, "e": 1e2, "s": "a:b", "l": [{"a": 1}]}'

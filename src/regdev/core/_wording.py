@@ -126,7 +126,7 @@ _NOT_A_NUMBER = re.compile(rb"-?(nan|inf(inity)?)", re.IGNORECASE)
 def _invalid_character(raw: bytes, at: int) -> str:
     """What is wrong with the byte at ``at`` (one no JSON document can have there), in words."""
     rest = raw[at:]
-    if at == 0 and rest.startswith(b"\xef\xbb\xbf"):
+    if rest.startswith(b"\xef\xbb\xbf") and not raw[:at].strip(b" \t\n\r"):
         return "a byte-order mark (U+FEFF) before the JSON is not allowed"
     if rest[:1] and rest[0] < 0x20:
         return (f"a raw control character (U+{rest[0]:04X}) at byte {at}: inside a string "
@@ -373,7 +373,7 @@ def json_problem(error: BaseException, data: bytes | str) -> str:
                 "array or object is not closed, or a value is missing)")
     malformed = _MALFORMED_TEXT.match(text)
     what = malformed[1] if malformed is not None else ""
-    if raw[at] < 0x20 or (at == 0 and raw.startswith(b"\xef\xbb\xbf")):
+    if raw[at] < 0x20 or raw.startswith(b"\xef\xbb\xbf", at):
         return _invalid_character(raw, at)
     if what in _MALFORMED:  # msgspec's kind of fault, at the place found above
         return f"{_MALFORMED[what]}, at byte {at}"

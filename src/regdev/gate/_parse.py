@@ -216,7 +216,8 @@ def load_json(data: bytes | str) -> Any:
     repeated in one object, NaN and Infinity, raw control characters in strings, trailing
     data, invalid UTF-8 and nesting past about 1000 levels are refused; integers are exact
     ``int``; a number with a fraction or an exponent is an exact ``decimal.Decimal``. Unlike a
-    call, the text may start with a UTF-8 byte order mark (an editor's), which is skipped.
+    call, the text may start with a UTF-8 byte order mark (an editor's), which is skipped
+    (a message's ``at byte N`` still counts the file's bytes, the mark's three among them).
 
     Args:
         data: the text, as UTF-8 bytes or str.
@@ -228,8 +229,10 @@ def load_json(data: bytes | str) -> Any:
         ValueError: the text is not one strict JSON document; the message says why, e.g.
             ``key "maximum" appears twice in one object``.
     """
-    data = data.removeprefix(b"\xef\xbb\xbf") if isinstance(data, bytes) \
-        else data.removeprefix("\ufeff")
+    # The mark's three UTF-8 bytes become three spaces (JSON's whitespace), so that a message's
+    # "at byte N" is still the file's byte N.
+    data = (b"   " + data[3:] if data.startswith(b"\xef\xbb\xbf") else data) \
+        if isinstance(data, bytes) else ("   " + data[1:] if data[:1] == "\ufeff" else data)
     doc, error = _decode(data)
     if error is not None:
         raise ValueError(error)
