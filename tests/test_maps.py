@@ -626,11 +626,11 @@ def test_a_bad_map_on_the_command_line_is_exit_2_and_one_line(
 
 @pytest.mark.parametrize(("text", "why"), [
     ('{"format": "regdev-map"}\n{"more": 1}\n',
-     "more text after the end of the JSON document, at byte 26"),
+     "more text after the end of the JSON document, at byte 25"),
     ("addrmap a {};\n", "unexpected `a` at byte 0"),
     ("", "the input is empty"),
-    ('{"format": "regdev-map", "registers": [', "the text ends before the JSON document does "
-     "(a string, array or object is not closed, or a value is missing)"),
+    ('{"format": "regdev-map", "registers": [', "the text ends at byte 39, before the JSON "
+     "document does (a string, array or object is not closed, or a value is missing)"),
 ])
 def test_a_map_that_is_not_json_is_said_in_regdevs_words(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, why: str) -> None:
