@@ -580,8 +580,10 @@ def test_a_port_that_is_fine_but_unavailable_does_not_list_the_forms() -> None:
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"timeout": 0}, "timeout must be a number of seconds > 0"),
+    [({"timeout": 0}, r"timeout must be a number of seconds in 0\.001\.\.86400, got 0$"),
      ({"timeout": float("inf")}, "timeout must be"),
+     ({"timeout": 5e-324}, r"timeout must be a number of seconds in 0\.001\.\.86400, got 5e-324"),
+     ({"timeout": 1e300}, r"timeout must be a number of seconds in 0\.001\.\.86400, got 1e\+300"),
      ({"retries": -1}, "retries must be an int >= 0"),
      ({"baudrate": 0}, f"baudrate must be an int 1..{MAX_BAUDRATE}"),
      ({"baudrate": 4_000_000_000}, f"baudrate must be an int 1..{MAX_BAUDRATE}"),

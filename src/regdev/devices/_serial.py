@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import os
 import secrets
 import select
@@ -68,7 +67,7 @@ from ..core._errors import (
     TransportError,
 )
 from ..core._wording import serial_problem
-from ._device import Device, DeviceIdentity, check_access, check_block
+from ._device import Device, DeviceIdentity, check_access, check_block, check_timeout
 from ._protocol import (
     HOST,
     MAX_FRAME,
@@ -353,8 +352,8 @@ class SerialDevice(Device):
         url: a device path (``/dev/ttyUSB0``, ``COM3``), ``socket://HOST:PORT`` or
             ``rfc2217://HOST:PORT``; anything ``serial.serial_for_url`` opens.
         baudrate: line speed in baud, 1..:data:`MAX_BAUDRATE` (ignored by ``socket://``).
-        timeout: seconds to wait for each reply, > 0 (and for a write to be taken by the
-            port, where the port type supports a write timeout).
+        timeout: seconds to wait for each reply, 0.001..86400 (and for a write to be taken by
+            the port, where the port type supports a write timeout).
         retries: how many more times a read (read, dump, identify) is sent after a timeout, a
             port failure after sending, a ``BUSY``, ``CKSUM`` or ``SYNTAX`` answer, or a
             synchronising identify without a reply; writes and resets are never sent again.
@@ -384,9 +383,7 @@ class SerialDevice(Device):
         if type(baudrate) is not int or not 1 <= baudrate <= MAX_BAUDRATE:
             raise ValueError(f"baudrate must be an int 1..{MAX_BAUDRATE} (baud), "
                              f"got {baudrate!r}")
-        if (type(timeout) not in (int, float) or not math.isfinite(timeout)
-                or timeout <= 0):
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        check_timeout(timeout)
         if type(retries) is not int or retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {retries!r}")
         if first_seq is None:
