@@ -18,12 +18,15 @@ from typing import Any
 
 @dataclass
 class Reply:
-    """One recorded response: an HTTP status and a JSON body, sent after ``delay`` seconds."""
+    """One recorded response: an HTTP status and a JSON body, sent after ``delay`` seconds.
+    A ``bytes`` body is sent as it is, under ``content_type`` (a proxy's HTML page, an SSE
+    stream, a cut-off body)."""
 
     body: Any
     status: int = 200
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
 
 
 @dataclass
@@ -64,10 +67,11 @@ class ProviderServer:
                                               "replies", "type": "test"}}, 500)
                 if reply.delay:
                     time.sleep(reply.delay)
-                payload = json.dumps(reply.body).encode()
+                payload = reply.body if isinstance(reply.body, bytes) else \
+                    json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", reply.content_type)
                     self.send_header("content-length", str(len(payload)))
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
@@ -139,3 +143,29 @@ def tool_use(use_id: str, name: str, input: Any) -> dict[str, Any]:
 def error_reply(status: int, message: str) -> Reply:
     """An API error in the shape both providers use."""
     return Reply({"type": "error", "error": {"type": "test_error", "message": message}}, status)
+
+
+def raw_reply(body: bytes, content_type: str = "application/json", status: int = 200) -> Reply:
+    """A response whose body is these bytes as they are (not JSON, or not the API's shape)."""
+    return Reply(body, status, content_type=content_type)
+
+
+#: Bodies a provider (or a proxy in front of it) has answered 200 with that are not a turn:
+#: (id, the reply). Each must end a loop as ``provider-error``, never a traceback.
+MALFORMED = [
+    ("html-page", raw_reply(b"<html>proxy</html>", "text/html")),
+    ("html-as-json", raw_reply(b"<html>proxy</html>")),
+    ("cut-off-json", raw_reply(b'{"choices": [{"message": ')),
+    ("sse-stream", raw_reply(b'data: {"choices": []}\n\ndata: [DONE]\n\n', "text/event-stream")),
+    ("empty-object", Reply({})),
+    ("json-array", Reply([1, 2])),
+    ("json-string", Reply("hello")),
+    ("error-object", Reply({"type": "error", "error": {"type": "overloaded_error",
+                                                       "message": "upstream overloaded"}})),
+    ("choices-not-a-list", Reply({"choices": "none", "content": "none"})),
+    ("choice-without-message", Reply({"choices": [{"index": 0, "finish_reason": "stop"}],
+                                      "content": [{"text": "no type"}]})),
+    ("message-not-an-object", Reply({"choices": [{"index": 0, "message": "hi"}],
+                                     "content": ["hi"]})),
+    ("content-not-a-list", Reply({"choices": [None], "content": 5, "stop_reason": 7})),
+]

@@ -773,3 +773,25 @@ def test_audited_path_is_taken_only_by_a_gate_whose_only_check_is_its_audit_log(
         assert audited._audited_path
     with Gate(audit=AuditLog(tmp_path / "b.db"), policy=Policy()) as policed:
         assert not policed._audited_path
+
+
+def test_a_value_quoted_by_repr_is_escaped_once() -> None:
+    """A loop_id, a provider call id or a schema key shown by its repr() is escaped once:
+    the lone surrogate reads ``\\ud800``, the ESC ``\\x1b`` (not ``\\\\ud800``)."""
+    from regdev.core._errors import SchemaError  # noqa: PLC0415
+    from regdev.gate._schema import check_input_schema  # noqa: PLC0415
+
+    with Gate() as gate:
+        with pytest.raises(ValueError) as raised:
+            gate.handle("{}", loop_id=SURROGATE)
+        assert str(raised.value) == ("loop_id must be a string of Unicode text, got "
+                                     "'x\\ud800'")
+        turn = {"role": "assistant", "tool_calls": [{"id": "c\ud800", "type": "function",
+                                                     "function": {"name": "read_register",
+                                                                  "arguments": "{}"}}]}
+        with pytest.raises(ValueError) as raised:
+            openai_tool_results(turn, gate)
+        assert "got id 'c\\ud800'; no call was run" in str(raised.value)
+    with pytest.raises(SchemaError) as schema_error:
+        check_input_schema({"type": "object", "properties": {b"\x1b": {}}})
+    assert str(schema_error.value).startswith("property names must be strings, got b'\\x1b'")

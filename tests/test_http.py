@@ -673,3 +673,30 @@ def test_callers_sessions_are_an_lru_of_bounded_size() -> None:
         assert len(sessions) == 2
         with pytest.raises(ValueError, match="cap must be an int >= 1"):
             CallerSessions(gate, policy, cap=0)
+
+
+def test_a_refused_origin_and_host_are_shown_escaped_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The server's log line and the 403/421 message quote the header escaped exactly once
+    (ESC as ``\\x1b``, not ``\\\\x1b``), in backticks, through serve's log formatter."""
+    import logging  # noqa: PLC0415
+
+    from regdev.agents._http import Guard  # noqa: PLC0415
+    from regdev.cli._output import LogFormatter  # noqa: PLC0415
+
+    guard = Guard(frozenset({"127.0.0.1:8000"}), frozenset())
+    origin = "http://e\x1b[31mvil\x07"
+    scope = {"headers": [(b"host", b"127.0.0.1:8000"), (b"origin", origin.encode("latin-1"))]}
+    with caplog.at_level(logging.WARNING, logger="regdev"):
+        refused = guard.check(scope)
+    assert refused is not None and refused.status_code == 403
+    formatter = LogFormatter("regdev serve: %(levelname)s %(name)s: %(message)s")
+    assert [formatter.format(record) for record in caplog.records] == [
+        "regdev serve: WARNING regdev: refused a request from the origin "
+        "`http://e\\x1b[31mvil\\x07`"]
+    assert json.loads(bytes(refused.body))["error"]["message"] == (
+        "requests from the origin `http://e\\x1b[31mvil\\x07` are not allowed (the policy's "
+        "http.allowed_origins)")
+    host = guard.check({"headers": [(b"host", b"e\\vil`\x1b")]})
+    assert host is not None and json.loads(bytes(host.body))["error"]["message"] == (
+        "this server does not answer for the host `e\\\\vil\\x60\\x1b`")

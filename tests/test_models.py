@@ -11,13 +11,16 @@ from typing import Any
 import pytest
 
 from provider_server import (
+    MALFORMED,
     ProviderServer,
+    Reply,
     anthropic_turn,
     error_reply,
     openai_turn,
+    raw_reply,
     tool_use,
 )
-from regdev import Gate, RegisterFile
+from regdev import AuditLog, Gate, RegisterFile, read_audit
 from regdev.agents._models import (
     AnthropicEndpoint,
     ModelError,
@@ -183,8 +186,8 @@ def test_a_slow_response_past_the_timeout_is_a_stop_not_a_hang() -> None:
     replies[0].delay = 3.0
     with ProviderServer(replies) as server, Gate() as gate:
         result = run_agent(openai(server, timeout=0.3), gate, "task")
-    assert (result.stop, result.detail) == ("provider-error",
-                                            "the OpenAI API did not answer in time")
+    assert (result.stop, result.detail) == (
+        "provider-error", f"the OpenAI API at {server.openai_url} did not answer in time")
 
 
 def test_a_truncated_response_is_never_dispatched() -> None:
@@ -313,3 +316,158 @@ def test_anthropic_temperature_and_strict_are_sent_only_when_asked() -> None:
         plain, tuned = (request.body for request in server.requests)
     assert "temperature" not in plain and "strict" not in plain["tools"][0]
     assert tuned["temperature"] == 0.0 and tuned["tools"][0]["strict"] is True
+
+
+#: What each malformed body of provider_server.MALFORMED is called, by provider.
+MALFORMED_WORDS = {
+    "html-page": ("the {name} API answered 200 with a body that is not JSON (text/html: "
+                  "<html>proxy</html>); is --base-url the API's?"),
+    "html-as-json": ("the {name} API answered 200 with a body that is not JSON "
+                     "(application/json: <html>proxy</html>); is --base-url the API's?"),
+    "cut-off-json": ("the {name} API answered 200 with a body that is not JSON "
+                     "(application/json: {{\"choices\": [{{\"message\":); is --base-url "
+                     "the API's?"),
+    "sse-stream": ("the {name} API answered 200 with a body that is not JSON "
+                   "(text/event-stream: data: {{\"choices\": []}}\\n\\ndata: [DONE]); is "
+                   "--base-url the API's?"),
+    "json-array": "the {name} API's answer is not a {api} response: it is not a JSON object",
+    "json-string": "the {name} API's answer is not a {api} response: it is not a JSON object",
+    "error-object": "the {name} API answered 200 with an error: upstream overloaded",
+}
+SHAPE_WORDS = {
+    "openai": {"empty-object": "it has no `choices` list",
+               "choices-not-a-list": "it has no `choices` list",
+               "choice-without-message": "it has a choice without a `message` object",
+               "message-not-an-object": "it has a choice without a `message` object",
+               "content-not-a-list": "it has a choice without a `message` object"},
+    "anthropic": {name: "it has no `content` list of typed blocks" for name in (
+        "empty-object", "choices-not-a-list", "choice-without-message",
+        "message-not-an-object", "content-not-a-list")},
+}
+
+
+def _malformed_words(provider: str, case: str) -> str:
+    name, api = ("OpenAI", "Chat Completions") if provider == "openai" else (
+        "Anthropic", "Messages")
+    if case in MALFORMED_WORDS:
+        return MALFORMED_WORDS[case].format(name=name, api=api)
+    return f"the {name} API's answer is not a {api} response: {SHAPE_WORDS[provider][case]}"
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize(("case", "reply"), MALFORMED, ids=[case for case, _ in MALFORMED])
+def test_an_answer_that_is_not_the_apis_is_a_provider_error_in_words(
+        provider: str, case: str, reply: Reply, tmp_path: Path) -> None:
+    """A 200 whose body is not a turn (a proxy's page, an SSE stream, cut-off JSON, JSON of
+    another shape, an error object) stops the loop ``provider-error`` in regdev's words, and
+    the audit log's stop record says so (not ``budget``)."""
+    with ProviderServer([reply]) as server, Gate(audit=AuditLog(tmp_path / "a.db")) as gate:
+        endpoint = openai(server) if provider == "openai" else anthropic(server)
+        result = run_agent(endpoint, gate, "task")
+    words = _malformed_words(provider, case)
+    assert (result.stop, result.detail, result.steps) == ("provider-error", words, [])
+    stops = [(r.code, r.message, r.step) for r in read_audit(tmp_path / "a.db")
+             if r.event == "stop"]
+    assert stops == [("provider-error", words, 0)]
+    with ProviderServer([reply]) as server, pytest.raises(ModelError) as raised:
+        (openai(server) if provider == "openai" else anthropic(server)).next_turn()
+    assert raised.value.kind == ("api" if case == "error-object" else "malformed")
+
+
+class _Broken:
+    """An endpoint of one's own whose next turn raises something that is not a ModelError."""
+
+    provider, model, dialect, proposer = "openai", "broken", "openai", "openai:broken"
+
+    def start(self, task: str, tools: list[dict[str, Any]]) -> None:
+        pass
+
+    def next_turn(self) -> Any:
+        raise KeyError("choices")
+
+
+def test_any_endpoint_failure_is_a_provider_error_and_an_interrupt_is_recorded_as_such(
+        tmp_path: Path) -> None:
+    """An endpoint raising any exception stops ``provider-error``; a callback that raises
+    ends the loop with ``error`` in the audit log (the true reason), and propagates."""
+    with Gate(audit=AuditLog(tmp_path / "a.db")) as gate:
+        result = run_agent(_Broken(), gate, "task")  # type: ignore[arg-type]
+    assert (result.stop, result.detail) == ("provider-error",
+                                            "the model endpoint failed: 'choices'")
+
+    def closed(step: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    replies = [openai_turn([("c1", "read_register", '{"addr": 1}')])]
+    with ProviderServer(replies) as server, Gate(audit=AuditLog(tmp_path / "b.db")) as gate, \
+            pytest.raises(BrokenPipeError):
+        run_agent(openai(server), gate, "task", on_step=closed)
+    stops = [(r.code, r.message, r.step) for r in read_audit(tmp_path / "b.db")
+             if r.event == "stop"]
+    assert stops == [("error", "the output was closed", 1)]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_regdev_agent_on_a_proxy_page_prints_one_line_and_records_the_true_stop(
+        provider: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`regdev agent` against a server answering 200 with HTML: no traceback, the stop line
+    in words, exit 1, and the audit log's stop is ``provider-error`` (as `regdev audit` shows
+    it)."""
+    from regdev.cli._main import main  # noqa: PLC0415
+
+    db = tmp_path / "audit.db"
+    with ProviderServer([raw_reply(b"<html>proxy</html>", "text/html")]) as server:
+        url = server.openai_url if provider == "openai" else server.anthropic_url
+        status = main(["agent", "--provider", provider, "--base-url", url, "--model", "nope",
+                       "--max-retries", "0", "--audit", str(db), "task"])
+    out, err = capsys.readouterr()
+    words = _malformed_words(provider, "html-page")
+    assert (status, err) == (1, "")
+    assert f"loop stopped: provider-error ({words})" in out.splitlines()
+    assert "Traceback" not in out
+    assert main(["audit", "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert f"loop stop: provider-error ({words})" in shown and "budget" not in shown
+
+
+@pytest.mark.parametrize("url", ["foo", "127.0.0.1:11434/v1", "ftp://host/v1", "http://",
+                                 "http://host:99999/v1", "file:///tmp/x"])
+def test_a_base_url_that_is_not_http_is_a_usage_error(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--base-url` without http:// or https:// and a host: exit 2, naming the flag and the
+    form expected (nothing is sent anywhere)."""
+    from regdev.cli._main import main  # noqa: PLC0415
+
+    assert main(["agent", "--base-url", url, "--model", "m", "--no-audit", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"regdev agent: error: --base-url: expected an http:// or https:// URL such as "
+                   f"http://127.0.0.1:11434/v1, got `{url}`\n")
+
+
+def test_an_unreachable_server_is_named_with_the_cause() -> None:
+    """A connection refused names the URL and the cause; so does a name that does not
+    resolve (``.invalid`` never does, RFC 6761)."""
+    with Gate() as gate:
+        result = run_agent(OpenAIEndpoint("m", base_url="http://127.0.0.1:9/v1",
+                                          max_retries=0), gate, "task")
+    assert (result.stop, result.detail) == (
+        "provider-error",
+        "the OpenAI API at http://127.0.0.1:9/v1 could not be reached: connection refused")
+
+
+def test_the_agent_shows_json_and_the_stop_detail_escaped_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The `calls` line shows the call's JSON text as it is (escaped once: `\\"` stays one
+    backslash), and the stop line shows the model's escaped words once."""
+    from regdev.cli._main import main  # noqa: PLC0415
+
+    replies = [openai_turn([("c1", "write_register", '{"addr": 3, "data": 7}')]),
+               openai_turn(content="done \x1b[1mbold\u202e")]
+    with ProviderServer(replies) as server:
+        status = main(["agent", "--model", "recorded", "--base-url", server.openai_url,
+                       "--max-retries", "0", "--no-audit", "task"])
+    out = capsys.readouterr().out.splitlines()
+    assert status == 0
+    assert ('turn 1          calls write_register {"type":"function","function":{"name":'
+            '"write_register","arguments":"{\\"addr\\": 3, \\"data\\": 7}"}}') in out
+    assert "loop stopped: done (the model is done: done \\x1b[1mbold\\u202e)" in out

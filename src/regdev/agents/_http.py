@@ -73,6 +73,7 @@ from .._version import __version__
 from ..core._errors import AuditError
 from ..core._limits import seconds_problem
 from ..core._observation import Observation, Refusal
+from ..core._text import escape_text
 from ..gate._access import HttpAccess
 from ..gate._gate import Gate
 from ..gate._policy import Policy, Session
@@ -215,10 +216,11 @@ def _one_header(scope: Scope, name: bytes) -> list[str]:
 
 
 def _shown(text: str | None) -> str:
+    """A header's value inside a message: escaped once, in backticks (a backtick in it is
+    escaped too, so the quote cannot end early)."""
     if text is None:
         return "(none)"
-    shown = text.encode("unicode_escape").decode("ascii")
-    return repr(shown if len(shown) <= 80 else shown[:77] + "...")
+    return f"`{escape_text(text, 80)}`"
 
 
 # --- the front of /mcp ------------------------------------------------------------------------

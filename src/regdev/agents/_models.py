@@ -15,7 +15,11 @@ Rules of this file:
   with a refused call, then ``retries`` more such turns in a row, or a refusal that is not
   retryable), ``truncated`` (the response hit the token limit), ``model-refusal`` (the model
   declined the task), ``provider-error`` (the API failed after the SDK's own retries: 401,
-  403, 404, 429, 5xx, a time-out, no connection; the detail says which in words).
+  403, 404, 429, 5xx, a time-out, no connection; or it answered with a body that is not a
+  response of its API: not JSON, an error object, a missing or mistyped field; the detail
+  says which in words), ``error`` (the loop was stopped from outside: an interrupt, the
+  output closed, a callback that raised; recorded, then re-raised). The audit log's stop
+  record always holds the reason the loop really stopped.
 * An API key is read from the environment, handed to the SDK and nothing else: never printed,
   logged, recorded or put in an error message.
 * Who proposed each call is recorded: every audit record of the loop carries
@@ -25,6 +29,8 @@ Rules of this file:
 from __future__ import annotations
 
 import os
+import socket
+import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +43,7 @@ from ..core._observation import Observation
 from ..core._text import escape_text
 from ..gate._gate import Gate, check_loop_id
 from ..gate._policy import Session
+from ._loop import _interruption
 from ._providers import anthropic_result, openai_result, tool_definitions
 
 __all__ = [
@@ -55,7 +62,7 @@ __all__ = [
 ]
 
 AgentStop = Literal["done", "budget", "rejected", "truncated", "model-refusal",
-                    "provider-error"]
+                    "provider-error", "error"]
 #: Every stop reason of :func:`run_agent`, in the order the report lists them.
 AGENT_STOPS: tuple[str, ...] = get_args(AgentStop)
 
@@ -82,9 +89,11 @@ class ModelError(RegdevError):
     answered with an error after the SDK's own retries.
 
     Attributes:
-        kind: ``install``, ``api-key``, ``auth``, ``forbidden``, ``not-found``,
-            ``rate-limited``, ``server``, ``timeout``, ``connection``, ``bad-request`` or
-            ``api``.
+        kind: ``install``, ``api-key``, ``base-url`` (not an http:// or https:// URL),
+            ``auth``, ``forbidden``, ``not-found``, ``rate-limited``, ``server``, ``timeout``,
+            ``connection``, ``bad-request``, ``api`` (another status, or an error object in
+            a 200) or ``malformed`` (an answer that is not the API's: not JSON, or JSON
+            without the fields a turn needs).
         status: the HTTP status, when the API answered one.
     """
 
@@ -174,6 +183,25 @@ def _api_key(env: str, base_url: str | None) -> str:
                      "needs none)", "api-key")
 
 
+def check_base_url(url: str | None) -> None:
+    """Refuse a base URL that is not ``http://`` or ``https://`` with a host.
+
+    Raises:
+        ModelError: kind ``base-url``, saying the form expected.
+    """
+    if url is None:
+        return
+    try:
+        parts = urllib.parse.urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - a port out of 0..65535 raises ValueError
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ModelError("expected an http:// or https:// URL such as "
+                         f"http://127.0.0.1:11434/v1, got `{escape_text(url, 80)}`", "base-url")
+
+
 def _import(name: str) -> Any:
     try:
         return __import__(name)
@@ -182,14 +210,18 @@ def _import(name: str) -> Any:
                          "install") from None
 
 
-def _sdk_error(sdk: Any, error: Exception, provider: str) -> ModelError:
+def _sdk_error(sdk: Any, error: Exception, provider: str, base_url: object = None
+               ) -> ModelError:
     """The SDK's exception as a :class:`ModelError` in regdev's words (never the API key,
-    never the SDK's class name)."""
+    never the SDK's class name); a failed connection names the URL and the cause."""
     name = "OpenAI" if provider == "openai" else "Anthropic"
+    where = f" at {escape_text(str(base_url).rstrip('/'), 120)}" if base_url else ""
     if isinstance(error, sdk.APITimeoutError):
-        return ModelError(f"the {name} API did not answer in time", "timeout")
+        return ModelError(f"the {name} API{where} did not answer in time", "timeout")
     if isinstance(error, sdk.APIConnectionError):
-        return ModelError(f"the {name} API could not be reached", "connection")
+        cause = _connection_cause(error)
+        return ModelError(f"the {name} API{where} could not be reached"
+                          f"{': ' + cause if cause else ''}", "connection")
     status = getattr(error, "status_code", None)
     kinds = {401: ("auth", "refused the API key (401)"),
              403: ("forbidden", "refused access to this model (403)"),
@@ -205,9 +237,93 @@ def _sdk_error(sdk: Any, error: Exception, provider: str) -> ModelError:
     return ModelError(f"the {name} API call failed", "api")
 
 
-def _error_detail(error: Exception) -> str:
+def _connection_cause(error: BaseException) -> str:
+    """Why a connection failed, in words, from the exceptions under the SDK's: the name not
+    resolved, refused, timed out, or the system's own words (escaped); "" when none says."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror):
+            return "the host name was not resolved"
+        if isinstance(current, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(current, (TimeoutError, socket.timeout)):
+            return "timed out"
+        if isinstance(current, OSError) and current.strerror:
+            return escape_text(current.strerror.lower(), 80)
+        current = current.__cause__ or current.__context__
+    text = str(error.__cause__ or "")  # httpx words it when no OSError is kept
+    lowered = text.lower()
+    for words, cause in (("name or service not known", "the host name was not resolved"),
+                         ("nodename nor servname", "the host name was not resolved"),
+                         ("temporary failure in name resolution",
+                          "the host name was not resolved"),
+                         ("connection refused", "connection refused"),
+                         ("timed out", "timed out")):
+        if words in lowered:
+            return cause
+    return escape_text(text, 120) if text else ""
+
+
+def _answer(sdk: Any, provider: str, base_url: object, create: Callable[[], Any]
+            ) -> dict[str, Any]:
+    """Call the API (``create`` returns the SDK's raw response) and read its body: a JSON
+    object, with the ``null`` members dropped (as the SDK's models drop them).
+
+    Raises:
+        ModelError: the SDK raised (:func:`_sdk_error`), or it raised something else on the
+            answer, or the body is not JSON, not an object, or an error object.
+    """
+    name = "OpenAI" if provider == "openai" else "Anthropic"
+    base: type[Exception] = sdk.OpenAIError if provider == "openai" else sdk.AnthropicError
+    try:
+        raw = create()
+        status, body = raw.http_response.status_code, raw.http_response.content
+        kind = raw.http_response.headers.get("content-type", "")
+    except base as error:
+        raise _sdk_error(sdk, error, provider, base_url) from None
+    except Exception as error:  # the SDK failed on the answer: not a traceback, a stop
+        text = str(error)
+        raise ModelError(f"the {name} API's answer could not be read"
+                         f"{': ' + escape_text(text, 120) if text else ''}", "malformed") \
+            from None
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        shown = escape_text(body[:200].decode("utf-8", "replace").strip(), 60)
+        raise ModelError(f"the {name} API answered {status} with a body that is not JSON "
+                         f"({escape_text(kind.split(';')[0].strip(), 40) or 'no content type'}"
+                         f"{': ' + shown if shown else ''}); is --base-url the API's?",
+                         "malformed") from None
+    if not isinstance(doc, dict):
+        raise _malformed(name, "is not a JSON object")
+    if doc.get("error") is not None and (doc.get("type") == "error" or "choices" not in doc):
+        detail = _error_detail(doc)
+        raise ModelError(f"the {name} API answered {status} with an error"
+                         f"{': ' + detail if detail else ''}", "api", status)
+    dropped = _drop_nulls(doc)
+    assert isinstance(dropped, dict)
+    return dropped
+
+
+def _drop_nulls(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def _malformed(name: str, what: str) -> ModelError:
+    """An answer in JSON that is not the API's shape."""
+    api = "Chat Completions" if name == "OpenAI" else "Messages"
+    return ModelError(f"the {name} API's answer is not a {api} response: it {what}", "malformed")
+
+
+def _error_detail(error: object) -> str:
     """The provider's own error message from the response body, escaped and cut short."""
-    body = getattr(error, "body", None)
+    body = error if isinstance(error, Mapping) else getattr(error, "body", None)
     message = None
     if isinstance(body, Mapping):
         inner = body.get("error", body)
@@ -230,7 +346,8 @@ class OpenAIEndpoint(Endpoint):
             backoff (default 2).
 
     Raises:
-        ModelError: the SDK is not installed, or the API key is not set.
+        ModelError: the base URL is not http:// or https://, the SDK is not installed, or
+            the API key is not set.
     """
 
     provider: Provider = "openai"
@@ -239,12 +356,14 @@ class OpenAIEndpoint(Endpoint):
     def __init__(self, model: str, *, base_url: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY", temperature: float = 0.0,
                  seed: int | None = None, timeout: float = 60.0, max_retries: int = 2) -> None:
+        check_base_url(base_url)
         self.sdk = _import("openai")
         self.model = model
         self.temperature, self.seed = temperature, seed
         self.client = self.sdk.OpenAI(api_key=_api_key(api_key_env, base_url),
                                       base_url=base_url, timeout=timeout,
                                       max_retries=max_retries)
+        self.base_url = base_url or str(self.client.base_url)  # named when unreachable
         self.messages: list[dict[str, Any]] = []
         self.tools: list[dict[str, Any]] = []
 
@@ -257,24 +376,32 @@ class OpenAIEndpoint(Endpoint):
         options: dict[str, Any] = {"temperature": self.temperature}
         if self.seed is not None:
             options["seed"] = self.seed
-        try:
-            response = self.client.chat.completions.create(
-                model=self.model, messages=self.messages, tools=self.tools, **options)
-        except self.sdk.OpenAIError as error:
-            raise _sdk_error(self.sdk, error, "openai") from None
-        if not response.choices:
+        doc = _answer(self.sdk, "openai", self.base_url,
+                      lambda: self.client.chat.completions.with_raw_response.create(
+                          model=self.model, messages=self.messages, tools=self.tools,
+                          **options))
+        choices = doc.get("choices")
+        if not isinstance(choices, list):
+            raise _malformed("OpenAI", "has no `choices` list")
+        if not choices:
             raise ModelError("the OpenAI API answered with no choice", "api")
-        choice = response.choices[0]
-        message = choice.message.model_dump(mode="json", exclude_none=True)
-        calls = [ToolCall(call.get("id", ""), _name(call.get("function")),
+        choice = choices[0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise _malformed("OpenAI", "has a choice without a `message` object")
+        calls_in = message.get("tool_calls") or []
+        if not isinstance(calls_in, list):
+            raise _malformed("OpenAI", "has `tool_calls` that is not a list")
+        calls = [ToolCall(_text(call.get("id")), _name(call.get("function")),
                           msgspec.json.encode({"type": "function",
                                                "function": call.get("function")}))
-                 for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+                 for call in calls_in if isinstance(call, dict)]
+        finish_reason = choice.get("finish_reason")
         if message.get("refusal"):
             finish: Any = "refusal"
-        elif choice.finish_reason == "length":
+        elif finish_reason == "length":
             finish = "length"
-        elif choice.finish_reason == "content_filter":
+        elif finish_reason == "content_filter":
             finish = "refusal"
         else:
             finish = "tool-calls" if calls else "end"
@@ -305,7 +432,8 @@ class AnthropicEndpoint(Endpoint):
         max_retries: the SDK's retries, with its backoff (default 2).
 
     Raises:
-        ModelError: the SDK is not installed, or the API key is not set.
+        ModelError: the base URL is not http:// or https://, the SDK is not installed, or
+            the API key is not set.
     """
 
     provider: Provider = "anthropic"
@@ -315,12 +443,14 @@ class AnthropicEndpoint(Endpoint):
                  api_key_env: str = "ANTHROPIC_API_KEY", temperature: float | None = None,
                  max_tokens: int = 1024, strict: bool = False, timeout: float = 60.0,
                  max_retries: int = 2) -> None:
+        check_base_url(base_url)
         self.sdk = _import("anthropic")
         self.model = model
         self.temperature, self.max_tokens, self.strict = temperature, max_tokens, strict
         self.client = self.sdk.Anthropic(api_key=_api_key(api_key_env, base_url),
                                          base_url=base_url, timeout=timeout,
                                          max_retries=max_retries)
+        self.base_url = base_url or str(self.client.base_url)  # named when unreachable
         self.messages: list[dict[str, Any]] = []
         self.tools: list[dict[str, Any]] = []
 
@@ -330,18 +460,19 @@ class AnthropicEndpoint(Endpoint):
 
     def next_turn(self) -> Turn:
         extra = {} if self.temperature is None else {"temperature": self.temperature}
-        try:
-            response = self.client.messages.create(
-                model=self.model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT,
-                messages=self.messages, tools=self.tools, extra_body=extra or None)
-        except self.sdk.AnthropicError as error:
-            raise _sdk_error(self.sdk, error, "anthropic") from None
-        blocks = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
-        calls = [ToolCall(block.get("id", ""), _name(block), msgspec.json.encode(block))
+        doc = _answer(self.sdk, "anthropic", self.base_url,
+                      lambda: self.client.messages.with_raw_response.create(
+                          model=self.model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT,
+                          messages=self.messages, tools=self.tools, extra_body=extra or None))
+        blocks = doc.get("content")
+        if not isinstance(blocks, list) or not all(
+                isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
+            raise _malformed("Anthropic", "has no `content` list of typed blocks")
+        calls = [ToolCall(_text(block.get("id")), _name(block), msgspec.json.encode(block))
                  for block in blocks if block.get("type") == "tool_use"]
         text = " ".join(block["text"] for block in blocks
                         if block.get("type") == "text" and isinstance(block.get("text"), str))
-        stop = response.stop_reason
+        stop = doc.get("stop_reason")
         finish: Any = ("length" if stop == "max_tokens" else "refusal" if stop == "refusal"
                        else "tool-calls" if calls else "end")
         return Turn(calls, text, finish, {"role": "assistant", "content": blocks})
@@ -358,13 +489,18 @@ def _name(entry: object) -> str:
     return name if isinstance(name, str) else ""
 
 
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def make_endpoint(provider: str, model: str, **options: Any) -> Endpoint:
     """The endpoint for ``provider`` (``openai`` or ``anthropic``); ``options`` go to its
     constructor (see :class:`OpenAIEndpoint`, :class:`AnthropicEndpoint`).
 
     Raises:
         ValueError: an unknown provider.
-        ModelError: the SDK is not installed, or the API key is not set.
+        ModelError: the base URL is not http:// or https://, the SDK is not installed, or
+            the API key is not set.
     """
     if provider == "openai":
         return OpenAIEndpoint(model, **options)
@@ -459,6 +595,9 @@ def run_agent(
     try:
         _drive(result, endpoint, gate, session, max_steps=max_steps, retries=retries,
                on_step=on_step, on_turn=on_turn)
+    except BaseException as error:  # a callback raised, or an interrupt: recorded, re-raised
+        result.stop, result.detail = "error", _interruption(error)
+        raise
     finally:
         gate.record_loop_stop(result.loop_id, result.stop, result.detail, len(result.steps),
                               session, proposer=endpoint.proposer)
@@ -474,6 +613,12 @@ def _drive(result: AgentResult, endpoint: Endpoint, gate: Gate, session: Session
             turn = endpoint.next_turn()
         except ModelError as error:
             result.stop, result.detail = "provider-error", str(error)
+            return
+        except Exception as error:  # an endpoint of one's own that raised: still a stop
+            text = str(error)
+            result.stop = "provider-error"
+            result.detail = (f"the model endpoint failed: {escape_text(text, 200)}" if text
+                             else "the model endpoint failed")
             return
         result.turns.append(turn)
         if on_turn is not None:

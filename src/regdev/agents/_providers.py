@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 from ..core._errors import SchemaError
 from ..core._observation import PIPELINE, Observation
-from ..core._text import escape_text, is_text
+from ..core._text import display_text, escape_text, is_text
 from ..gate._gate import Gate, check_loop_id
 from ..gate._parse import encode_json_data
 from ..gate._policy import Session
@@ -442,7 +442,7 @@ def _call_ids(calls: list[Any], provider: str, what: str) -> list[str]:
         call_id = call.get("id") if isinstance(call, Mapping) else None
         if type(call_id) is not str or not call_id or not is_text(call_id):
             got = (f"a {type(call).__name__}" if not isinstance(call, Mapping)
-                   else "no id" if call_id is None else f"id {escape_text(repr(call_id), 40)}")
+                   else "no id" if call_id is None else f"id {display_text(repr(call_id), 40)}")
             raise ValueError(f"{provider} {what} {index} needs a non-empty string `id` (its "
                              f"result is addressed to it), got {got}; no call was run")
         ids.append(call_id)

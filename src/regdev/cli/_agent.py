@@ -71,7 +71,8 @@ def endpoint_from(args: argparse.Namespace) -> Endpoint:
     try:
         return make_endpoint(args.provider, args.model, **options)
     except ModelError as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(f"--base-url: {error}" if error.kind == "base-url" else str(error)) \
+            from None
 
 
 def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
@@ -117,8 +118,10 @@ def _show_step(step: AgentStep, args: argparse.Namespace, out: TextIO) -> None:
                    "observation": step.observation.to_dict()}, out)
     else:
         label = f"turn {step.turn}" + (" (retry)" if step.retry else "")
+        # the raw call is JSON text: shown as it is, escaped once (display_text), so that it
+        # stays the JSON the model sent
         write_line(out, f"{label:<16}calls {escape_text(step.call.name, 60)} "
-                        f"{escape_text(step.call.raw.decode('utf-8', 'replace'), 200)}")
+                        f"{display_text(step.call.raw.decode('utf-8', 'replace'), 200)}")
         write_line(out, f"{'':<16}{display_text(describe(step.observation), 300)}")
     out.flush()
 
@@ -130,7 +133,8 @@ def _show_end(result: AgentResult, registers: list[int], args: argparse.Namespac
                    "proposer": result.proposer}, out)
         json_line({"registers": registers}, out)
         return
-    out.write(f"\nloop stopped: {result.stop} ({escape_text(result.detail, 300)})\n\n")
+    # the detail is a message with every quoted piece escaped already: shown as it is
+    out.write(f"\nloop stopped: {result.stop} ({display_text(result.detail, 300)})\n\n")
     out.write("registers after the session:\n" + format_registers(registers, regmap) + "\n")
 
 

@@ -71,7 +71,7 @@ from ..core._errors import (
     TransportError,
 )
 from ..core._observation import PIPELINE, Observation, Refusal
-from ..core._text import escape_text, is_text
+from ..core._text import display_text, escape_text, is_text
 from ..devices._device import Device, DeviceIdentity, RegisterFile, TimeoutDevice
 from ._compile import BIND, RefusalCheck, compile_refusals
 from ._maptools import map_tools
@@ -1048,7 +1048,7 @@ def check_loop_id(loop_id: object) -> None:
     ``loop_id`` column is UTF-8 text: a lone surrogate cannot be recorded)."""
     if type(loop_id) is not str or not is_text(loop_id):
         raise ValueError(f"loop_id must be a string of Unicode text, got "
-                         f"{escape_text(repr(loop_id), 40)}")
+                         f"{display_text(repr(loop_id), 40)}")
 
 
 def _interrupted(error: BaseException) -> str:

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from ..core._errors import SchemaError
-from ..core._text import escape_text
+from ..core._text import display_text, escape_text
 from ._runtime import is_integer, is_number, json_equal
 
 __all__ = [
@@ -228,7 +228,7 @@ def _check_subschema(schema: object, path: tuple[str | int, ...], depth: int) ->
     for keyword, value in schema.items():
         if type(keyword) is not str:
             raise SchemaError("schema keywords must be strings, got "
-                              f"{escape_text(repr(keyword))}", json_pointer(path))
+                              f"{display_text(repr(keyword), 40)}", json_pointer(path))
         where = json_pointer((*path, keyword))
         if keyword in ANNOTATION_KEYWORDS:
             _check_annotation(keyword, value, where)
@@ -250,7 +250,7 @@ def _check_subschema(schema: object, path: tuple[str | int, ...], depth: int) ->
             for name, sub in value.items():
                 if type(name) is not str:
                     raise SchemaError("property names must be strings, got "
-                                      f"{escape_text(repr(name))}", where)
+                                      f"{display_text(repr(name), 40)}", where)
                 _check_subschema(sub, (*path, keyword, name), depth + 1)
         elif keyword == "required":
             if type(value) is not list or any(type(n) is not str for n in value):
@@ -308,7 +308,7 @@ def _check_json_value(value: object, where: str, depth: int = 0) -> None:
         for key, item in cast(dict[object, object], value).items():
             if type(key) is not str:
                 raise SchemaError("object keys in a JSON value must be strings, got "
-                                  f"{escape_text(repr(key))}", where)
+                                  f"{display_text(repr(key), 40)}", where)
             _check_json_value(item, where + json_pointer((key,)), depth + 1)
     elif kind in (float, Decimal):
         if not is_number(value):
