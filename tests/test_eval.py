@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES
-from provider_server import ProviderServer
-from recorded_models import CLEAN, MISTAKES, responder
-from regdev.agents._eval import EvalFileError, load_tasks
+from provider_server import ProviderServer, Reply, error_reply, raw_reply
+from recorded_models import CLEAN, MISTAKES, _task_ids, responder
+from regdev.agents._eval import EvalFileError, load_tasks, pass_at_k
 from regdev.cli._main import main
 from regdev.devices._rdl import load_map
 
@@ -47,9 +47,9 @@ def test_two_recorded_models_scored_per_task_pass_k_and_adherence(
                      "--max-retries", "0", "-k", "2", "--audit", str(db),
                      "--output", str(results), "--json", "--quiet"]) == 1
     sloppy = json.loads(capsys.readouterr().out)
-    assert clean["summary"] == {"trials": 42, "passed": 42, "tasks": 21,
+    assert clean["summary"] == {"trials": 42, "passed": 42, "errored": 0, "tasks": 21,
                                 "tasks_passed_every_trial": 21, "k": 2}
-    assert sloppy["summary"] == {"trials": 42, "passed": 38, "tasks": 21,
+    assert sloppy["summary"] == {"trials": 42, "passed": 38, "errored": 0, "tasks": 21,
                                  "tasks_passed_every_trial": 19, "k": 2}
     failed = {name: entry["failures"][:1] for name, entry in sloppy["tasks"].items()
               if entry["passed"] < entry["trials"]}
@@ -102,3 +102,83 @@ def test_a_bad_task_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     with pytest.raises(EvalFileError, match="appears twice"):
         tasks.write_text('{"id": "a", "task": "t"}\n{"id": "a", "task": "u"}\n')
         load_tasks(tasks, load_map(EXAMPLES / "sensor.rdl"))
+
+
+@pytest.mark.parametrize(("reply", "words"), [
+    (None, "the OpenAI API at http://127.0.0.1:9/v1 could not be reached: connection refused"),
+    (error_reply(401, "bad key"), "the OpenAI API refused the API key (401): bad key"),
+    (raw_reply(b"<html>proxy</html>", "text/html"),
+     "the OpenAI API answered 200 with a body that is not JSON (text/html: <html>proxy</html>);"
+     " is --base-url the API's?"),
+])
+def test_a_provider_every_trial_would_fail_on_stops_the_run_after_one_trial(
+        reply: Reply | None, words: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Unreachable, key refused, not the API: one line on stderr after the first trial (no
+    progress bar: stderr is not a terminal), exit 1, and --output holds that one trial as
+    errored (``passed`` null, the error in words), not as the model's failure."""
+    results = tmp_path / "results.jsonl"
+    argv = ["eval", "--model", "m", "--max-retries", "0", "-k", "3", "--no-audit",
+            "--output", str(results)]
+    if reply is None:
+        status = main([*argv, "--base-url", "http://127.0.0.1:9/v1"])
+        asked = 0
+    else:
+        with ProviderServer([reply] * 3) as server:
+            status = main([*argv, "--base-url", server.openai_url])
+            asked = len(server.requests)
+    out, err = capsys.readouterr()
+    assert (status, out) == (1, "")
+    assert err == ("regdev eval: stopped after the first trial, which every trial would "
+                   f"repeat: {words}\n")
+    (line,) = [json.loads(text) for text in results.read_text().splitlines()]
+    assert (line["task"], line["trial"], line["passed"], line["failures"], line["error"],
+            line["stop"]) == ("enable", 1, None, [], words, "provider-error")
+    assert asked == (0 if reply is None else 1)
+
+
+def test_a_trial_that_errored_is_not_scored_nor_in_pass_k(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 500 in one task's trial (after the first): that trial is recorded errored and left
+    out of the trials scored and of pass^k, counted apart; the run goes on; exit 1."""
+    ids = {task: text for text, task in _task_ids().items()}
+    clean = responder(sloppy=False)
+
+    def answer(body: dict[str, object]) -> Reply:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        if messages[1]["content"] == ids["increment"]:
+            return error_reply(500, "upstream failed")
+        return clean(body)
+
+    results = tmp_path / "results.jsonl"
+    with ProviderServer(answer) as server:
+        status = main(["eval", "--model", "clean", "--base-url", server.openai_url,
+                       "--max-retries", "0", "-k", "1", "--no-audit", "--output",
+                       str(results)])
+    out, err = capsys.readouterr()
+    assert (status, err) == (1, "")
+    assert ("increment                0/0    errored: the OpenAI API failed (500), after "
+            "retries: upstream failed") in out.splitlines()
+    assert ("trials passed: 20/20; pass^1: 20/20 tasks passed every trial; 1 trial(s) "
+            "errored (provider-error: not scored, not in pass^k)") in out.splitlines()
+    records = [json.loads(text) for text in results.read_text().splitlines()]
+    errored = [r for r in records if r["passed"] is None]
+    assert [(r["task"], r["error"]) for r in errored] == [
+        ("increment", "the OpenAI API failed (500), after retries: upstream failed")]
+    assert pass_at_k(records) == {"openai:clean": {
+        "trials": 20, "passed": 20, "errored": 1, "tasks": 20, "tasks_passed_every_trial": 20,
+        "k": 1}}
+
+
+def test_pass_k_counts_only_scored_trials() -> None:
+    """pass^k over the scored trials of each task; errored ones counted apart; a task with
+    none scored is not counted."""
+    def record(task: str, passed: bool | None) -> dict[str, object]:
+        return {"proposer": "p", "task": task, "passed": passed}
+
+    records = [record("a", True), record("a", None), record("a", True),
+               record("b", True), record("b", False), record("b", True),
+               record("c", None), record("c", None), record("c", None)]
+    assert pass_at_k(records) == {"p": {"trials": 5, "passed": 4, "errored": 4, "tasks": 2,
+                                        "tasks_passed_every_trial": 1, "k": 2}}

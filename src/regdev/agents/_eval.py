@@ -22,6 +22,12 @@ Rules of this file:
   when given: every call is recorded with its proposer), with the same settings for every
   model. A trial passes when every expectation holds; a task passes ``pass^k`` when all of its
   k trials pass (tau-bench's measure: a model that passes 3 times out of 4 is not reliable).
+* A trial whose loop stopped ``provider-error`` (the API failed, not the model) is not
+  scored: it is recorded with ``passed`` null and the ``error`` in words, and left out of the
+  pass counts and pass^k, which count it apart (``errored``). When the first trial stops on a
+  provider error that every other trial would meet too (:data:`FATAL_KINDS`: the API cannot
+  be reached, refuses the key or the model, or does not answer as its API), the run stops
+  there (:class:`EvalStopped`).
 * Results are JSON Lines (:meth:`Trial.to_dict`), one line per trial, which ``regdev report
   --eval FILE`` reads back.
 """
@@ -45,7 +51,13 @@ from ..gate._maptools import map_tools
 from ..gate._parse import load_json
 from ._models import AgentResult, Endpoint, run_agent
 
-__all__ = ["EvalFileError", "Task", "Trial", "load_tasks", "run_eval", "score"]
+__all__ = ["FATAL_KINDS", "EvalFileError", "EvalStopped", "Task", "Trial", "load_tasks",
+           "run_eval", "score"]
+
+#: The :class:`~regdev.agents._models.ModelError` kinds that stop a run after its first
+#: trial: every other trial would meet them too (no connection, the key or the model refused,
+#: an answer that is not the API's).
+FATAL_KINDS = frozenset({"connection", "auth", "forbidden", "not-found", "malformed"})
 
 #: Fields a task and its ``expect`` may have.
 _TASK_KEYS = frozenset({"id", "task", "setup", "hardware", "expect", "why"})
@@ -55,6 +67,19 @@ _EXPECT_KEYS = frozenset({"registers", "reads", "answer", "stops"})
 class EvalFileError(RegdevError):
     """A task file that cannot be used: unreadable, not JSON Lines, or a task naming a register
     the map does not have; the message names the file and line."""
+
+
+class EvalStopped(RegdevError):
+    """The run stopped after its first trial, which met a provider error every trial would
+    meet (:data:`FATAL_KINDS`); the message says which, in words.
+
+    Attributes:
+        trials: the trials run (the one errored trial).
+    """
+
+    def __init__(self, message: str, trials: list[Trial]) -> None:
+        super().__init__(message)
+        self.trials = trials
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,25 +196,28 @@ class Trial:
         proposer: ``provider:model``.
         task: the task's id.
         trial: 1..k.
-        passed: every expectation held.
-        failures: what did not hold, in words (empty when passed).
+        passed: every expectation held; None when the trial errored (not scored).
+        failures: what did not hold, in words (empty when passed or errored).
         result: the agent loop's result.
         registers: the device's registers at the end, by address.
+        error: why the trial is not scored (the provider error, in words), else None.
     """
 
     proposer: str
     task: str
     trial: int
-    passed: bool
+    passed: bool | None
     failures: list[str]
     result: AgentResult
     registers: dict[int, int]
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """One JSON Lines record of the results file."""
+        """One JSON Lines record of the results file (``passed`` null and ``error`` in words
+        for a trial that errored)."""
         steps = self.result.steps
         return {"proposer": self.proposer, "task": self.task, "trial": self.trial,
-                "passed": self.passed, "failures": self.failures,
+                "passed": self.passed, "failures": self.failures, "error": self.error,
                 "stop": self.result.stop, "detail": self.result.detail,
                 "calls": len(steps), "refused": sum(not s.observation.ok for s in steps),
                 "loop_id": self.result.loop_id,
@@ -245,10 +273,13 @@ def run_eval(endpoint: Endpoint, tasks: Sequence[Task], regmap: RegisterMap, *, 
         on_trial: called with each trial as it ends (progress).
 
     Returns:
-        The trials in the order they ran (task by task, trial by trial).
+        The trials in the order they ran (task by task, trial by trial). A trial whose loop
+        stopped ``provider-error`` is not scored (``passed`` None, ``error`` set).
 
     Raises:
         ValueError: ``k`` < 1.
+        EvalStopped: the first trial stopped on a provider error of :data:`FATAL_KINDS`
+            (``on_trial`` has been called with it); no other trial was run.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
@@ -266,12 +297,19 @@ def run_eval(endpoint: Endpoint, tasks: Sequence[Task], regmap: RegisterMap, *, 
             result = run_agent(endpoint, gate, task.task, max_steps=max_steps,
                                retries=retries)
             after = _registers(device, regmap)
-            failures = score(task, result, before, after)
-            done = Trial(endpoint.proposer, task.id, trial, not failures, failures, result,
-                         after)
+            if result.stop == "provider-error":  # the API failed, not the model: not scored
+                done = Trial(endpoint.proposer, task.id, trial, None, [], result, after,
+                             error=result.detail)
+            else:
+                failures = score(task, result, before, after)
+                done = Trial(endpoint.proposer, task.id, trial, not failures, failures,
+                             result, after)
             trials.append(done)
             if on_trial is not None:
                 on_trial(done)
+            if len(trials) == 1 and result.error_kind in FATAL_KINDS:
+                raise EvalStopped(f"stopped after the first trial, which every trial would "
+                                  f"repeat: {result.detail}", trials)
     return trials
 
 
@@ -283,20 +321,35 @@ def _registers(device: RegisterFile, regmap: RegisterMap) -> dict[int, int]:
 
 def pass_at_k(trials: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per proposer, from result records (:meth:`Trial.to_dict`, e.g. read back from a results
-    file): trials, trials passed, tasks, and tasks whose every trial passed (pass^k).
+    file): trials scored, trials passed, tasks, and tasks whose every scored trial passed
+    (pass^k). A trial that errored (``passed`` null: the provider failed) is not scored: it
+    is counted in ``errored`` only, and a task with no scored trial is not counted.
 
     Returns:
-        ``{proposer: {"trials", "passed", "tasks", "tasks_passed_every_trial", "k"}}``, with
-        ``k`` the fewest trials any of its tasks had.
+        ``{proposer: {"trials", "passed", "errored", "tasks", "tasks_passed_every_trial",
+        "k"}}``, with ``k`` the fewest scored trials any of its counted tasks had (0 when
+        none).
     """
     by_task: dict[tuple[str, str], list[bool]] = {}
+    errored: dict[str, int] = {}
     for record in trials:
-        by_task.setdefault((record["proposer"], record["task"]), []).append(
-            bool(record["passed"]))
-    out: dict[str, dict[str, Any]] = {}
+        proposer = record["proposer"]
+        errored.setdefault(proposer, 0)
+        outcomes = by_task.setdefault((proposer, record["task"]), [])
+        if record["passed"] is None:
+            errored[proposer] += 1
+        else:
+            outcomes.append(bool(record["passed"]))
+    out: dict[str, dict[str, Any]] = {
+        proposer: {"trials": 0, "passed": 0, "errored": count, "tasks": 0,
+                   "tasks_passed_every_trial": 0, "k": 0}
+        for proposer, count in errored.items()}
     for (proposer, _), outcomes in by_task.items():
-        entry = out.setdefault(proposer, {"trials": 0, "passed": 0, "tasks": 0,
-                                          "tasks_passed_every_trial": 0, "k": len(outcomes)})
+        if not outcomes:
+            continue
+        entry = out[proposer]
+        if entry["tasks"] == 0:
+            entry["k"] = len(outcomes)
         entry["trials"] += len(outcomes)
         entry["passed"] += sum(outcomes)
         entry["tasks"] += 1

@@ -538,6 +538,8 @@ class AgentResult:
         turns: the model's answers, in order (the last one's text is its final word).
         loop_id: the loop's id in the audit log.
         proposer: ``provider:model``.
+        error_kind: with ``provider-error``, the :class:`ModelError`'s kind (``endpoint``
+            for an endpoint that raised something else); else None.
     """
 
     stop: AgentStop
@@ -546,6 +548,7 @@ class AgentResult:
     turns: list[Turn] = field(default_factory=list)
     loop_id: str = ""
     proposer: str = ""
+    error_kind: str | None = None
 
 
 def run_agent(
@@ -613,10 +616,11 @@ def _drive(result: AgentResult, endpoint: Endpoint, gate: Gate, session: Session
             turn = endpoint.next_turn()
         except ModelError as error:
             result.stop, result.detail = "provider-error", str(error)
+            result.error_kind = error.kind
             return
         except Exception as error:  # an endpoint of one's own that raised: still a stop
             text = str(error)
-            result.stop = "provider-error"
+            result.stop, result.error_kind = "provider-error", "endpoint"
             result.detail = (f"the model endpoint failed: {escape_text(text, 200)}" if text
                              else "the model endpoint failed")
             return

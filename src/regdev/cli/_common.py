@@ -133,7 +133,9 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
     ),
     "eval": (
         (0, "every task passed every trial"),
-        (1, "some task failed a trial; or the output could not be written"),
+        (1, "some task failed a trial, or a trial errored (provider-error), or the run "
+            "stopped after its first trial (the provider cannot be used); or the output "
+            "could not be written"),
         (2, "a usage, map, task-file or audit-log error, a policy given (eval runs without "
             "one), the models extra missing, or --output cannot be written"),
         (130, "interrupted (Ctrl-C)"),

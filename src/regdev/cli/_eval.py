@@ -8,11 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..agents._eval import EvalFileError, Trial, load_tasks, pass_at_k, run_eval
+from ..agents._eval import (
+    EvalFileError,
+    EvalStopped,
+    Trial,
+    load_tasks,
+    pass_at_k,
+    run_eval,
+)
 from ..audit._log import read_audit
 from ..audit._report import adherence, format_report
 from ..core._errors import AuditError, SchemaError
-from ..core._text import escape_text
+from ..core._text import display_text, escape_text
 from ._agent import endpoint_from, model_options
 from ._common import (
     UsageError,
@@ -73,6 +80,10 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             except SchemaError as error:
                 raise UsageError(f"the tools cannot be declared to {args.provider}: "
                                  f"{error}") from None
+            except EvalStopped as stopped:
+                progress.close()
+                print(display_text(f"regdev eval: {stopped}"), file=sys.stderr)
+                return 1
     finally:
         progress.close()
         if audit is not None:
@@ -101,7 +112,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                      f"{args.output} reads them)")
         for line in text.split("\n"):  # the names in it escaped already
             write_line(out, line)
-    return 0 if summary["tasks_passed_every_trial"] == summary["tasks"] else 1
+    return 0 if (summary["tasks_passed_every_trial"] == summary["tasks"]
+                 and not summary["errored"]) else 1
 
 
 def _line(trial: Trial) -> str:
@@ -111,9 +123,15 @@ def _line(trial: Trial) -> str:
 
 
 def _per_task(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task: trials scored, passed, errored (not scored), the failures and errors."""
     tasks: dict[str, dict[str, Any]] = {}
     for record in records:
-        entry = tasks.setdefault(record["task"], {"passed": 0, "trials": 0, "failures": []})
+        entry = tasks.setdefault(record["task"], {"passed": 0, "trials": 0, "errored": 0,
+                                                  "failures": [], "errors": []})
+        if record["passed"] is None:
+            entry["errored"] += 1
+            entry["errors"].append(record["error"])
+            continue
         entry["trials"] += 1
         entry["passed"] += record["passed"]
         entry["failures"] += record["failures"]
@@ -125,21 +143,26 @@ def _format(proposer: str, k: int, records: list[dict[str, Any]],
     lines = [f"regdev eval: {escape_text(proposer, 80)}, {summary['tasks']} tasks x {k} "
              "trials", f"{'task':<22} {'passed':>7}  first failure"]
     for name, entry in _per_task(records).items():
-        why = escape_text(entry["failures"][0], 70) if entry["failures"] else ""
+        # the failures and errors are messages, escaped already where they quote a model
+        why = (display_text(entry["failures"][0], 70) if entry["failures"] else
+               display_text(f"errored: {entry['errors'][0]}", 70) if entry["errors"] else "")
         lines.append(f"{escape_text(name, 22):<22} {entry['passed']:>3}/{entry['trials']:<3}  "
                      f"{why}")
+    errored = (f"; {summary['errored']} trial(s) errored (provider-error: not scored, not in "
+               "pass^k)" if summary["errored"] else "")
     lines.append(f"trials passed: {summary['passed']}/{summary['trials']}; "
                  f"pass^{k}: {summary['tasks_passed_every_trial']}/{summary['tasks']} tasks "
-                 "passed every trial")
+                 f"passed every trial{errored}")
     return "\n".join(lines)
 
 
 class _Progress:
-    """A progress bar on stderr (tqdm, from the models extra), one update per trial."""
+    """A progress bar on stderr (tqdm, from the models extra), one update per trial; none
+    when stderr is not a terminal (no ``\\r`` redraws in a log file or a pipe)."""
 
     def __init__(self, total: int, *, enabled: bool) -> None:
         self.bar: Any = None
-        if enabled:
+        if enabled and _is_terminal(sys.stderr):
             from tqdm import tqdm  # noqa: PLC0415 - the models extra
 
             self.bar = tqdm(total=total, unit="trial", file=sys.stderr, dynamic_ncols=True,
@@ -147,13 +170,21 @@ class _Progress:
 
     def step(self, trial: Trial) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(f"{escape_text(trial.task, 24)} "
-                                     f"{'pass' if trial.passed else 'FAIL'}")
+            verdict = "ERROR" if trial.passed is None else "pass" if trial.passed else "FAIL"
+            self.bar.set_postfix_str(f"{escape_text(trial.task, 24)} {verdict}")
             self.bar.update(1)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or closed
+        return False
 
 
 def add_parser(sub: Any) -> None:
