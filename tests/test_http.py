@@ -700,3 +700,50 @@ def test_a_refused_origin_and_host_are_shown_escaped_once(
     host = guard.check({"headers": [(b"host", b"e\\vil`\x1b")]})
     assert host is not None and json.loads(bytes(host.body))["error"]["message"] == (
         "this server does not answer for the host `e\\\\vil\\x60\\x1b`")
+
+
+@pytest.fixture(scope="module")
+def by_url_stateless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with inprocess_server(tmp_path_factory.mktemp("url-stateless"),
+                          policy_text(via="url", timeout=30.0), stateless=True) as server:
+        yield server
+
+
+def test_a_caller_that_goes_away_withdraws_its_approval_question(
+        by_url_stateless: Served) -> None:
+    """alice's client gives up (closes its connection) while her write waits on the page:
+    the question is withdrawn, bob's late yes finds it closed (404), the write does not run,
+    and the record says approval-denied because the caller went away."""
+    import httpx2  # noqa: PLC0415
+
+    served = by_url_stateless
+    after = len(served.stderr)
+    gave_up: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            post(served.url, call_text(31, '{"name": "write_register", "arguments": '
+                                           '{"addr": 15, "data": 77}}'),
+                 bearer=token("alice"), timeout=1.0)
+        except httpx2.TimeoutException as error:
+            gave_up.append(error)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    url = _page_url(served, after)
+    worker.join(30)
+    assert gave_up  # the client went away before anyone answered
+    deadline = time.monotonic() + 20
+    record = None
+    while record is None and time.monotonic() < deadline:
+        record = next((r for r in reversed(records(served)) if r.tool == "write_register"),
+                      None)
+        time.sleep(0.05)
+    assert _answer_page(url, token("bob"), "approve")[0] == 404
+    assert record is not None
+    assert (record.ok, record.code, record.approval, record.approver) == (
+        False, "approval-denied", "url", None)
+    assert record.message.endswith("(the caller went away)")
+    read = post(served.url, call_text(32, '{"name": "read_register", "arguments": '
+                                          '{"addr": 15}}'), bearer=token("alice"))
+    assert answer(read)["result"]["structuredContent"]["result"]["data"] == 0

@@ -948,3 +948,24 @@ def test_read_envelope_reads_the_id_leniently_but_its_value_strictly(
         text: bytes, expected: Envelope) -> None:
     """The id and method of a refused line, read by a flat scan; ambiguity gives no id."""
     assert read_envelope(text) == expected
+
+
+def test_serve_on_stdio_warns_once_when_approval_is_by_url(home: Path, tmp_path: Path) -> None:
+    """A policy whose approval is by URL (examples/http-policy.toml) on stdio: one warning at
+    start-up saying protected writes will be refused and what to use instead; none with
+    elicitation."""
+    url_policy = EXAMPLES / "http-policy.toml"
+    form_policy = tmp_path / "form.toml"
+    form_policy.write_text('[registers]\nprotected = [15]\n[approval]\nvia = "elicitation"\n')
+    warned = []
+    for policy in (url_policy, form_policy):
+        process = subprocess.run(
+            [*SERVE, "--no-audit", "--policy", str(policy)], input=b"", capture_output=True,
+            timeout=30, env=server_env(home), check=False)
+        assert process.returncode == 0, process.stderr
+        warned.append(process.stderr.decode().splitlines())
+    assert warned == [[
+        "regdev serve: WARNING regdev: the policy's approval is by URL (approval.via = "
+        "\"url\"), which needs the pages of regdev serve --http: on stdio every write to a "
+        "protected register (15) is refused approval-denied; use approval.via = "
+        "\"elicitation\" for stdio"], []]

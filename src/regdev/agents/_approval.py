@@ -28,9 +28,10 @@ Rules of this file:
   answer that does not fit the question, a state that fails its seal, an approver who may not
   approve, a client that cannot be asked, too many questions open at once
   (``approval.max_pending``), the server stopping (:meth:`Approvals.stop`: an open question
-  is withdrawn at once, whether a page or the client was to answer it): each is a denial
-  (``approval-denied``) saying which, and the
-  audit record names who answered and how (:class:`~regdev.Approval`).
+  is withdrawn at once, whether a page or the client was to answer it), the caller's request
+  gone before the answer (:meth:`Approvals.withdraw`: ``the caller went away``): each is a
+  denial (``approval-denied``) saying which, and the audit record names who answered and how
+  (:class:`~regdev.Approval`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ logger = logging.getLogger("regdev")
 
 _T = TypeVar("_T")
 
+#: The denial of a question whose caller's request is gone before the answer came.
+GONE = "the caller went away"
+
 #: The key of the approval question in ``inputRequests`` and of its answer in
 #: ``inputResponses`` (2026-07-28).
 ANSWER_KEY = "regdev_approval"
@@ -107,6 +111,8 @@ class Asking:
         ask_back: set by the hook when the answer to a question must come in a second
             request (2026-07-28): the ``InputRequiredResult`` the handler returns instead of
             the call's result.
+        question: the question asked in this request, once it is open.
+        gone: set when the caller's request is gone (:meth:`Approvals.withdraw`).
     """
 
     ctx: ServerRequestContext[Any, Any]
@@ -114,6 +120,8 @@ class Asking:
     input_responses: dict[str, Any] | None = None
     request_state: str | None = None
     ask_back: types.InputRequiredResult | None = None
+    question: Question | None = None
+    gone: threading.Event = field(default_factory=threading.Event)
 
 
 #: The request being handled, set by the ``tools/call`` handler around the gate's call (the
@@ -268,18 +276,42 @@ class Approvals:
         ctx = asking.ctx
         if is_modern(ctx) and (asking.request_state is not None
                                or asking.input_responses is not None):
-            return self._second_leg(asking, request)
+            return self._unless_gone(asking, self._second_leg(asking, request))
         question = self._open_question(request, via)
         if question is None:
             return Approval(False, via=via, reason=f"{self.policy.max_pending} approval "
                             "questions are open already; try again later")
+        asking.question = question
         try:
-            if via == "elicitation":
-                return self._ask_form(asking, question)
-            return self._ask_page(asking, question)
+            answer = (self._ask_form(asking, question) if via == "elicitation"
+                      else self._ask_page(asking, question))
         finally:
             if asking.ask_back is None or via == "elicitation":
                 self._close(question)
+        return self._unless_gone(asking, answer)
+
+    @staticmethod
+    def _unless_gone(asking: Asking, answer: Approval) -> Approval:
+        """A yes stands only while the caller's request is there to hear of the write."""
+        if answer.approved and asking.gone.is_set():
+            return Approval(False, answer.approver, answer.via, GONE)
+        return answer
+
+    def withdraw(self, asking: Asking) -> None:
+        """The caller's request is gone (the client went away, or the call was cancelled):
+        its open question is answered no (``the caller went away``), whether a page or the
+        client was to answer it, and a yes that comes after now is not used. Any thread."""
+        asking.gone.set()
+        question = asking.question
+        if question is None:
+            return
+        with self._lock:
+            if question.answer is None:
+                question.answer = Approval(False, via=question.via, reason=GONE)
+                question.answered.set()
+            wake = question.wake
+        if wake is not None:  # outside the lock: the event loop may be waiting for it
+            wake()
 
     def _ask_form(self, asking: Asking, question: Question) -> Approval:
         ctx = asking.ctx
@@ -455,6 +487,9 @@ class Approvals:
                 return Approval(False, via="url", reason="the approval question is not open "
                                 "in this server process (answered, expired, or asked by "
                                 "another process)")
+            asking.question = question  # withdrawn if this request goes too
+            if asking.gone.is_set():
+                self.withdraw(asking)
             try:
                 return self._wait_page(question)
             finally:

@@ -483,10 +483,13 @@ def _scope_of(ctx: ServerRequestContext[Any, Any]) -> Scope:
 
 
 def build_http_server(gate: Gate, sessions: CallerSessions,
-                      limiter: anyio.CapacityLimiter) -> Server[Any]:
+                      limiter: anyio.CapacityLimiter,
+                      approvals: Approvals | None = None) -> Server[Any]:
     """The low-level SDK ``Server`` behind :class:`McpFront`: ``tools/list`` of the caller's
     session, and ``tools/call`` through the gate in the caller's session, on the text the
-    front received (``Received``), with the request named for approval questions."""
+    front received (``Received``), with the request named for approval questions. When the
+    request is cancelled (its client went away) while the call waits for a person, its
+    question is withdrawn (:meth:`Approvals.withdraw`): the write does not run."""
 
     def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
         caller = _scope_of(ctx).get(CALLER_KEY)
@@ -509,9 +512,9 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
                         request_state=params.request_state)
         reset = ASKING.set(asking)
         try:
-            observation = await anyio.to_thread.run_sync(
+            observation = await _run_call(
                 partial(gate.handle, text, dialect="mcp", session=session,
-                        proposer=client_name(ctx)), limiter=limiter)
+                        proposer=client_name(ctx)), limiter, asking, approvals)
         finally:
             ASKING.reset(reset)
         logger.debug("tools/call %s by %s: %s", observation.tool or params.name or "?",
@@ -526,6 +529,36 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
         get_tool_input_schema=lambda name: None)  # no tool declares x-mcp-header
     server.middleware.append(_explain_the_sdk)
     return server
+
+
+async def _run_call(call: Callable[[], Observation], limiter: anyio.CapacityLimiter,
+                    asking: Asking, approvals: Approvals | None) -> Observation:
+    """Run ``call`` in a worker thread. The thread always runs to its end (the gate records
+    what it did); when this request is cancelled meanwhile (its client went away), its
+    approval question is withdrawn first, so that the thread ends on a denial at once."""
+    done: list[Observation] = []
+    failed: list[Exception] = []
+    finished = anyio.Event()
+
+    async def run() -> None:
+        try:
+            done.append(await anyio.to_thread.run_sync(call, limiter=limiter))
+        except Exception as error:  # raised in the request's own task below
+            failed.append(error)
+        finally:
+            finished.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        try:
+            await finished.wait()
+        except anyio.get_cancelled_exc_class():
+            if approvals is not None:
+                approvals.withdraw(asking)
+            raise
+    if failed:
+        raise failed[0]
+    return done[0]
 
 
 @dataclass
@@ -607,7 +640,7 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
     tokens = TokenCheck(access)
     sessions = CallerSessions(gate, policy)
     limiter = anyio.CapacityLimiter(WORKERS + policy.approval.max_pending)
-    server = build_http_server(gate, sessions, limiter)
+    server = build_http_server(gate, sessions, limiter, approvals)
     manager = StreamableHTTPSessionManager(app=server, stateless=stateless,
                                            max_request_body_size=gate.max_input_bytes
                                            + ENVELOPE_BYTES)

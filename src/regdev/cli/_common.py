@@ -306,6 +306,13 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
                             "fsync per write)")
 
 
+#: Said once when ``regdev serve`` starts on stdio under a policy whose approval is by URL.
+STDIO_URL_APPROVAL = ("the policy's approval is by URL (approval.via = \"url\"), which needs "
+                      "the pages of regdev serve --http: on stdio every write to a protected "
+                      "register ({}) is refused approval-denied; use approval.via = "
+                      "\"elicitation\" for stdio")
+
+
 def open_gate(args: argparse.Namespace, device: Device | None = None,
               tools: ToolSet | None = None, *, policy: Policy | None = None,
               approve: Approver | None = None) -> tuple[Gate, Session]:
@@ -336,6 +343,10 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
         gate = Gate(device, tools, policy=policy, audit=audit)
         if args.command != "serve":  # serve's warnings go to its log, as every other line
             gate.warn = lambda text: tell(args.command, "warning", text)
+        elif (getattr(args, "http", None) is None and policy is not None
+              and policy.approval.via == "url" and gate.protected_registers):
+            gate.warn(STDIO_URL_APPROVAL.format(", ".join(
+                str(addr) for addr in sorted(gate.protected_registers))))
         return gate, gate.session(args.session)
     except PolicyError as error:  # the policy names a session or a tool that is not there
         if audit is not None:

@@ -804,6 +804,13 @@ class Gate:
 
     # --- outside the pipeline ------------------------------------------------------------
 
+    @property
+    def protected_registers(self) -> frozenset[int]:
+        """The addresses (0..255) written only on the approval hook's yes: the policy's
+        ``protected`` merged with the device map's (empty when none)."""
+        return frozenset(self._registers.protected) if self._registers is not None \
+            else frozenset()
+
     def record_loop_stop(self, loop_id: str, stop: str, detail: str, steps: int,
                          session: Session | None = None, *,
                          proposer: str | None = None) -> None:
