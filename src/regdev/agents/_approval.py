@@ -383,7 +383,7 @@ class Approvals:
         return answer[0] if answer else None
 
     def _stopped(self, question: Question) -> Approval | None:
-        """The denial :meth:`stop` gave ``question``, if it did."""
+        """The denial :meth:`stop` or :meth:`withdraw` gave ``question``, if either did."""
         with self._lock:
             answer = question.answer
         return answer if answer is not None and not answer.approved else None
