@@ -379,7 +379,7 @@ def _eval(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, sloppy: bool,
 
 case("eval", 0)(lambda c, m, t: _eval(c, m, False))
 case("eval", 1)(lambda c, m, t: _eval(c, m, True))
-case("eval", 2)(lambda c, m, t: _eval(c, m, False, "--policy", str(EXAMPLES / "policy.toml")))
+case("eval", 2)(lambda c, m, t: _eval(c, m, False, "-k", "0"))
 
 
 @case("eval", 130)

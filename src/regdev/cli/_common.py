@@ -136,8 +136,8 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (1, "some task failed a trial, or a trial errored (provider-error), or the run "
             "stopped after its first trial (the provider cannot be used); or the output "
             "could not be written"),
-        (2, "a usage, map, task-file or audit-log error, a policy given (eval runs without "
-            "one), the models extra missing, or --output cannot be written"),
+        (2, "a usage, map, task-file or audit-log error, the models extra missing, or "
+            "--output cannot be written"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "audit": (
@@ -281,15 +281,21 @@ def dialect_options(p: argparse.ArgumentParser, default_help: str) -> None:
 
 
 
-def add_gate_options(p: argparse.ArgumentParser) -> None:
-    """Add ``--policy``, ``--session``, ``--audit``, ``--no-audit`` and ``--durability``."""
-    group = p.add_argument_group("policy and audit")
-    group.add_argument("--policy", metavar="FILE",
-                       help="a policy file, TOML (.toml) or JSON (.json): sessions, "
-                            "read-only and protected registers, rate limits, timeout; see "
-                            "docs/safety.md")
-    group.add_argument("--session", metavar="NAME", default="default",
-                       help="run the calls as this session of the policy (default: default)")
+def add_gate_options(p: argparse.ArgumentParser, *, policy: bool = True) -> None:
+    """Add ``--policy`` and ``--session`` (unless ``policy`` is False: a command that runs
+    without one, such as ``eval``, gets their defaults), ``--audit``, ``--no-audit`` and
+    ``--durability``."""
+    group = p.add_argument_group("policy and audit" if policy else "audit")
+    if policy:
+        group.add_argument("--policy", metavar="FILE",
+                           help="a policy file, TOML (.toml) or JSON (.json): sessions, "
+                                "read-only and protected registers, rate limits, timeout; see "
+                                "docs/safety.md")
+        group.add_argument("--session", metavar="NAME", default="default",
+                           help="run the calls as this session of the policy (default: "
+                                "default)")
+    else:
+        p.set_defaults(policy=None, session="default")
     where = group.add_mutually_exclusive_group()
     where.add_argument("--audit", metavar="PATH", type=Path,
                        help="record every call in this SQLite audit log (default: "
