@@ -11,6 +11,7 @@ import pytest
 from conftest import EXAMPLES
 from provider_server import ProviderServer, Reply, error_reply, raw_reply
 from recorded_models import CLEAN, MISTAKES, _task_ids, responder
+from regdev import AuditLog
 from regdev.agents._eval import EvalFileError, load_tasks, pass_at_k
 from regdev.cli._main import main
 from regdev.devices._rdl import load_map
@@ -169,6 +170,11 @@ def test_a_trial_that_errored_is_not_scored_nor_in_pass_k(
     assert pass_at_k(records) == {"openai:clean": {
         "trials": 20, "passed": 20, "errored": 1, "tasks": 20, "tasks_passed_every_trial": 20,
         "k": 1}}
+    AuditLog(tmp_path / "audit.db").close()  # an audit log with no calls beside the results
+    assert main(["report", "--db", str(tmp_path / "audit.db"), "--eval", str(results)]) == 0
+    assert ("  openai:clean                             trials passed 20/20; pass^1 20/20 "
+            "tasks; 1 trial(s) errored (provider-error: not scored, not in pass^k)"
+            ) in capsys.readouterr().out.splitlines()
 
 
 def test_pass_k_counts_only_scored_trials() -> None:

@@ -61,7 +61,9 @@ def _format_tasks(tasks: dict[str, dict[str, Any]]) -> str:
     for proposer, entry in sorted(tasks.items()):
         lines.append(f"  {escape_text(proposer, 40):<40} trials passed {entry['passed']}/"
                      f"{entry['trials']}; pass^{entry['k']} {entry['tasks_passed_every_trial']}/"
-                     f"{entry['tasks']} tasks")
+                     f"{entry['tasks']} tasks"
+                     + (f"; {entry['errored']} trial(s) errored (provider-error: not scored, "
+                        "not in pass^k)" if entry.get("errored") else ""))
     return "\n".join(lines)
 
 
