@@ -252,6 +252,25 @@ def _server_class(base: type[Any], faults: Faults, log: Callable[[str], None] | 
                 {"callback_new_connection": callback_new_connection})
 
 
+def _check_listen(host: str, port: int) -> None:
+    """Bind ``host:port`` once and let it go, so that an address in use (or not this
+    machine's) is one line in the OS's words before pymodbus tries it (pymodbus logs its own
+    message and gives up without saying why).
+
+    Raises:
+        CannotServe: the address cannot be listened on.
+    """
+    where = f"[{host}]" if ":" in host else host
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio does
+            probe.bind((host, port))
+    except OSError as error:  # socket.gaierror too
+        reason = error.strerror or str(error)
+        raise CannotServe(f"cannot listen on {where}:{port}: {reason}") from None
+
+
 async def serve_modbus(model: ModbusModel, faults: Faults, *, framing: str, host: str,
                        port: int, announce: Callable[[str], None],
                        log: Callable[[str], None] | None = None,
@@ -263,6 +282,7 @@ async def serve_modbus(model: ModbusModel, faults: Faults, *, framing: str, host
     Raises:
         CannotServe: the address cannot be listened on.
     """
+    _check_listen(host, port)  # pymodbus would log its own words and return
     if framing == "tcp":
         server = _server_class(ModbusTcpServer, faults, log, model)(
             model.device, address=(host, port))

@@ -347,9 +347,11 @@ def test_an_address_that_cannot_be_listened_on_is_one_line() -> None:
         2, f"regdev firmware-sim: error: cannot listen on 256.0.0.1:0: {unknown}\n")
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        assert _sim_exit([*REGDEV_SIM, "--tcp", f"127.0.0.1:{port}"]) == (
-            2, f"regdev firmware-sim: error: cannot listen on 127.0.0.1:{port}: Address "
-               "already in use\n")
+        for serving in (["--tcp"], ["--modbus-tcp"], ["--modbus-rtu", "--tcp"]):
+            # the Modbus ones too: one line, not pymodbus's log line before regdev's
+            assert _sim_exit([*REGDEV_SIM, *serving, f"127.0.0.1:{port}"]) == (
+                2, f"regdev firmware-sim: error: cannot listen on 127.0.0.1:{port}: Address "
+                   "already in use\n"), serving
 
 
 def test_a_link_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
