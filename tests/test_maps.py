@@ -716,6 +716,21 @@ def test_shell_words_with_and_without_a_map(sensor: RegisterMap) -> None:
         shell_call(["read", "STATUS"])
 
 
+@pytest.mark.parametrize(("words", "message"), [
+    (["read"], "usage: read REG"),
+    (["write"], "usage: write REG DATA, or write REG.FIELD VALUE"),
+    (["read", "ID.PART"], "read takes a register, not a field: `read ID` shows its fields"),
+    (["read", "CTRL.EN"], "read takes a register, not a field: `read CTRL` shows its fields"),
+])
+def test_shell_usage_with_a_map_speaks_of_names(sensor: RegisterMap, words: list[str],
+                                                 message: str) -> None:
+    """With a map the usage names registers (REG), not addresses, and a field given to read
+    points at its register, whose read shows the fields."""
+    with pytest.raises(ValueError) as refused:
+        shell_call(words, sensor)
+    assert str(refused.value) == message
+
+
 # --- the register's behaviour against a bit-by-bit reference ----------------------------------
 
 

@@ -212,7 +212,10 @@ def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
     """The call for ``read NAME``, ``write NAME DATA`` or ``write REG.FIELD VALUE`` with a
     map; None when the words are the default form (numbers), left to :func:`shell_call`."""
     command, *rest = words
-    if command not in ("read", "write") or not rest or _number(rest[0]) is not None:
+    if command in ("read", "write") and not rest:
+        raise ValueError("usage: read REG" if command == "read" else
+                         "usage: write REG DATA, or write REG.FIELD VALUE")
+    if command not in ("read", "write") or _number(rest[0]) is not None:
         return None
     target = rest[0]
     if command == "write" and "." in target:
@@ -223,6 +226,11 @@ def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
         return msgspec.json.encode({"tool": "write_field", "arguments": {
             "field": target, "value": value}}).decode()
     register = regmap.named(target)
+    if register is None and command == "read" and "." in target:
+        holder = regmap.named(target.partition(".")[0])
+        if holder is not None:  # a field: its register is read whole, fields shown
+            raise ValueError(f"read takes a register, not a field: `read {holder.name}` "
+                             "shows its fields")
     if register is None:
         names = ", ".join(r.name for r in regmap.registers[:12] if r.name)
         raise ValueError(f"no register `{escape_text(target)}`; registers: {names}")
