@@ -257,8 +257,8 @@ def test_disconnect_is_a_timeout_observation_over_tcp() -> None:
         failed = call(gate, "write_register", addr=1, data=9)
         assert (failed["ok"], failed["code"]) == (False, "device-timeout")
         assert failed["message"].startswith(
-            "the device did not answer in time: the write may or may not have happened: read "
-            f"the register back; port {url} failed after it was sen")
+            "the link failed before the device's answer came: the write may or may not have "
+            f"happened: read the register back; port {url} failed after it was sen")
         assert call(gate, "read_register", addr=1)["result"] == {"addr": 1, "data": 9}
 
 

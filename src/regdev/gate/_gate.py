@@ -68,6 +68,7 @@ from ..core._errors import (
     DeviceTimeout,
     PolicyError,
     RegdevError,
+    ReplyLost,
     TransportError,
 )
 from ..core._observation import PIPELINE, Observation, Refusal
@@ -969,6 +970,9 @@ def _device_failure(error: RegdevError) -> Refusal:
         return Refusal("observe", "audit-error",
                        f"the call ran on the device but the audit log could not record it: "
                        f"{text}")
+    if isinstance(error, ReplyLost):  # as unknown as a timeout, but no wait ran out
+        return Refusal("execute", "device-timeout",
+                       f"the link failed before the device's answer came: {text}")
     if isinstance(error, DeviceTimeout):
         return Refusal("execute", "device-timeout", f"the device did not answer in time: {text}")
     if isinstance(error, TransportError):
