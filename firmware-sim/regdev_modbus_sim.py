@@ -38,6 +38,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -396,17 +397,28 @@ def run_modbus(args: Any, faults: Faults, announce: Callable[[str], None],
         CannotServe: the port cannot be set up; ValueError: ``--registers``/``--base``.
     """
     model = ModbusModel(args.registers, args.base, regmap=regmap)
-    if args.modbus_tcp is not None:
-        host, port = args.modbus_tcp
-        asyncio.run(serve_modbus(model, faults, framing="tcp", host=host, port=port,
-                                 announce=announce, log=log))
-    elif args.pty:
-        asyncio.run(serve_modbus_pty(model, faults, link=args.link, announce=announce,
-                                     log=log))
-    else:
-        host, port = args.tcp
-        asyncio.run(serve_modbus(model, faults, framing="rtu", host=host, port=port,
-                                 announce=announce, log=log))
+
+    async def until_signalled() -> None:
+        # SIGINT and SIGTERM end the serving by the loop's own handlers: a KeyboardInterrupt
+        # raised by a Python signal handler can land inside the event loop's or pymodbus's
+        # machinery and leave the shutdown hanging (seen: over 5 s after SIGTERM).
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        if args.modbus_tcp is not None:
+            host, port = args.modbus_tcp
+            await serve_modbus(model, faults, framing="tcp", host=host, port=port,
+                               announce=announce, log=log, stop=stop)
+        elif args.pty:
+            await serve_modbus_pty(model, faults, link=args.link, announce=announce, log=log,
+                                   stop=stop)
+        else:
+            host, port = args.tcp
+            await serve_modbus(model, faults, framing="rtu", host=host, port=port,
+                               announce=announce, log=log, stop=stop)
+
+    asyncio.run(until_signalled())
 
 
 class Background:
