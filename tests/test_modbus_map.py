@@ -7,6 +7,7 @@ reply; the command line end to end (demo, replay, serve, firmware-sim --map)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -405,3 +406,31 @@ def test_serve_runs_field_calls_on_a_modbus_device_with_a_map(tmp_path: Path) ->
         "EN": 0, "MODE": "CONTINUOUS", "RATE": "HZ1"}
     assert refused.is_error is True and refused.structured_content["code"] == "reserved-bits"
     assert executed == {(22, 1, (0x04,)): 1}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("serving", [["--modbus-tcp", "127.0.0.1:0"],
+                                     ["--modbus-rtu", "--tcp", "127.0.0.1:0"]])
+def test_the_simulator_stops_on_a_signal_with_a_client_connected(
+        serving: list[str], signum: int) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM ends the Modbus simulator at once, exit 0, quietly, even
+    with a client connected and idle (its stop once hung in the event loop's shutdown)."""
+    process = subprocess.Popen([sys.executable, str(sim.__file__), *serving], text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)  # no terminal's signals but ours
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        url = url if url.startswith("modbus+") else f"modbus+rtu://{url}"
+        with ModbusDevice(url, timeout=PATIENT) as device:
+            assert device.read(3) == 0
+            process.send_signal(signum)
+            assert process.wait(timeout=10) == 0
+        assert process.stderr is not None and process.stderr.read() == ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
