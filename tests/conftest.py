@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from regdev import Gate, RegisterFile, Tool
+from regdev.cli._main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -113,6 +114,13 @@ settings.register_profile("ci", max_examples=300, deadline=None, derandomize=Tru
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``regdev ARGV`` in this process: (exit status, stdout, stderr), as captured."""
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
 
 
 @pytest.fixture(autouse=True)

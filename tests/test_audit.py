@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from conftest import EXAMPLES, CountingDevice
+from conftest import EXAMPLES, CountingDevice, run
 from regdev import (
     Approval,
     AuditError,
@@ -49,7 +49,6 @@ from regdev.audit._log import (
     insert_statement,
     lock_path,
 )
-from regdev.cli._main import main
 from regdev.core._observation import PIPELINE, Stage
 from regdev.gate._gate import _STAGES
 
@@ -403,12 +402,6 @@ def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
 
 
 # --- the CLI ----------------------------------------------------------------------------------
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_commands_record_to_the_default_audit_log(capsys: pytest.CaptureFixture[str],

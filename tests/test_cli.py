@@ -13,17 +13,11 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, run
 from regdev import read_audit, tool_definitions
 from regdev.agents._shell import shell_call
 from regdev.audit import _log as _audit
 from regdev.cli._main import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_demo_shows_acceptance_retry_rejection_and_registers(

@@ -10,18 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, run
 from modbus_servers import Plain, modbus_sim_process
 from regdev.cli._main import main
 from regdev_modbus_sim import Background
 
 REGDEV = Path(sys.executable).parent / "regdev"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.mark.timeout(60)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES, default_signals
+from conftest import EXAMPLES, default_signals, run
 from firmware import is_sim_identity, sim_process, sim_thread
 from regdev import read_audit
 from regdev.cli._firmware_sim import FAULT_HELP
@@ -25,12 +25,6 @@ from regdev.devices import _protocol as wire
 from regdev.devices._serial import URL_FORMS, SerialDevice
 
 REGDEV = Path(sys.executable).parent / "regdev"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.mark.timeout(30)

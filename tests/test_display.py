@@ -22,10 +22,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, run
 from regdev import AuditLog, Gate, Policy, RegisterFile, ScriptedProposer, read_audit, run_loop
 from regdev.agents._shell import run_shell, shell_tools
-from regdev.cli._main import main
 from regdev.cli._output import LogFormatter
 from regdev.core._errors import DeviceRefused
 from regdev.core._text import display_text, escape_text
@@ -47,12 +46,6 @@ def safe_lines(output: str) -> list[str]:
     bad = [line for line in lines if not printable(line)]
     assert bad == [], bad
     return lines
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def call(tool: object, arguments: object, **envelope: object) -> str:

@@ -26,7 +26,7 @@ import pytest
 import serial
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, run
 from firmware import SIM, sim_process
 from firmware_c import (
     C_DIR,
@@ -761,12 +761,6 @@ def _first_identity(command: list[str]) -> re.Pattern[str]:
     """What a new device of ``command`` says to identify before any reset: its description,
     a random id of 8 hex digits, start count 1, no reset."""
     return re.compile(re.escape(_identity(command)) + r" id=([0-9A-F]{8}) epoch=00010000")
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.mark.timeout(120)

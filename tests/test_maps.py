@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, run
 from firmware import CountingFirmware, sim_process, sim_thread
 from regdev import (
     REGISTER_TOOLS,
@@ -51,12 +51,6 @@ SENSOR = EXAMPLES / "sensor.rdl"
 def sensor() -> RegisterMap:
     """The example map, compiled from SystemRDL once."""
     return load_map(SENSOR)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def handle(gate: Gate, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES
+from conftest import EXAMPLES, run
 from modbus_servers import modbus_sim_process
 from regdev import (
     DeviceRefused,
@@ -70,12 +70,6 @@ def sensor_json(sensor: RegisterMap, tmp_path_factory: pytest.TempPathFactory) -
     path = tmp_path_factory.mktemp("map") / "sensor.json"
     path.write_text(sensor.to_json())
     return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def call(gate: Gate, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run
 from regdev import read_audit
 from regdev.agents._replay import LineTooLong, max_line_bytes, read_replay
-from regdev.cli._main import main
 
 REGDEV = Path(sys.executable).parent / "regdev"
 READ = '{"tool": "read_register", "arguments": {"addr": 1}}'
@@ -27,12 +27,6 @@ WRITE = '{"tool": "write_register", "arguments": {"addr": 1, "data": 9}}'
 
 def line(raw: str, **fields: object) -> bytes:
     return (json.dumps({"raw": raw, **fields}) + "\n").encode()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 # --- each verdict as it runs --------------------------------------------------------------------
