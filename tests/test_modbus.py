@@ -121,8 +121,30 @@ def test_base_address_moves_the_registers() -> None:
         device.write(0, 7)
         device.write(7, 9)
         assert plain.registers[:12] == [0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 9]
-        with pytest.raises(RegisterRangeError, match=r"outside 0\.\.7"):
+        with pytest.raises(RegisterRangeError, match=r"registers are at 0\.\.7"):
             device.write(8, 1)
+
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("count", [4, 16, 40])
+def test_count_is_the_map_the_gate_offers(count: int) -> None:
+    """count=N without a map: the device's map has N plain registers at 0..N-1, so the gate's
+    tools offer exactly those, and addr N is refused at validate (nothing is sent)."""
+    with Plain("tcp", registers=count + 1) as plain, ModbusDevice(plain.url, timeout=PATIENT,
+                                                                  count=count) as device:
+        assert [register.addr for register in device.regmap.registers] == list(range(count))
+        assert device.regmap.is_default is (count == 16)
+        gate = Gate(device)
+        assert gate.tools["write_register"].input_schema["properties"]["addr"]["maximum"] \
+            == count - 1
+        last = gate.handle(json.dumps({"tool": "write_register",
+                                       "arguments": {"addr": count - 1, "data": 9}}))
+        assert last.ok and plain.registers[count - 1] == 9
+        past = gate.handle(json.dumps({"tool": "write_register",
+                                       "arguments": {"addr": count, "data": 9}}))
+        assert not past.ok and past.code == "range-addr"
+        assert plain.registers[count] == 0  # nothing was sent
 
 
 # --- faults -------------------------------------------------------------------------------------

@@ -235,6 +235,7 @@ def test_the_simulator_refuses_what_the_map_refuses() -> None:
         assert hardware is not None
         device._mapped = False  # skip the host's own checks: the requests reach the device
         device.count = 8
+        device._regmap = RegisterMap.default()  # and its map: 16 plain registers
         for request, code in ((lambda: device.write(0, 1), "03"),        # read-only register
                               (lambda: device.write(1, 0x08), "03"),     # a reserved bit
                               (lambda: device.read(5), "02"),            # no register there

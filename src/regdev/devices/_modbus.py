@@ -381,7 +381,8 @@ class ModbusDevice(Device):
             with ``regmap``, which says it.
         first_tid: TCP: the first transaction id, 0..65535; random by default.
         regmap: the device's register map (``docs/maps.md``); None (or the default map) for
-            ``count`` plain read-write registers.
+            ``count`` plain read-write registers (:attr:`regmap` is then the default map for
+            16, else a map of ``count`` unnamed read-write registers at 0..count-1).
 
     Raises:
         ValueError: ``timeout``, ``retries``, ``baudrate``, ``count`` or ``first_tid`` is out
@@ -425,7 +426,10 @@ class ModbusDevice(Device):
         if target.base + count > 0x10000:
             raise TransportError(f"cannot open port {url}: base {target.base} + {count} "
                                  "registers is past holding register 65535")
-        self._regmap = regmap if regmap is not None else RegisterMap.default()
+        if regmap is None:  # count plain read-write registers; the default map for 16
+            regmap = (RegisterMap.default() if count == REGISTER_COUNT else
+                      RegisterMap([Register(None, each) for each in range(count)]))
+        self._regmap = regmap
         self._mapped = mapped
         #: The shapes of the RTU synchronising read, most wanted first: (address, count).
         self._sync_shapes = _sync_shapes(regmap if mapped else None, count)
@@ -469,7 +473,7 @@ class ModbusDevice(Device):
             check_access(addr, data, self._regmap)
             assert isinstance(addr, int)
             return self._regmap.at(addr)
-        check_access(addr, data)
+        check_access(addr, data, self._regmap)  # count plain registers (16: the default map)
         assert isinstance(addr, int)
         if addr + length > self.count:
             raise RegisterRangeError(f"address {addr!r} is outside 0..{self.count - 1}")
