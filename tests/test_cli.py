@@ -336,7 +336,8 @@ def test_an_unusable_default_audit_path_warns_and_runs_without_one(
     stderr, and the command runs as usual, without an audit log."""
     status, out, err = run(capsys, *argv)
     assert status == 0
-    assert err.startswith(f"regdev {argv[0]}: warning: cannot open the audit database ")
+    assert err.startswith(f"regdev {argv[0]}: warning: the default audit log ")
+    assert "cannot be used: cannot make the folder " in err
     assert err.endswith("; going on without an audit log (--audit PATH to record one "
                         "elsewhere, --no-audit to say so)\n")
     assert err.count("\n") == 1 and "recorded in the audit log" not in out
@@ -399,7 +400,8 @@ def test_a_full_disk_is_one_line_and_exit_1(buffering: dict[str, str]) -> None:
 def test_a_missing_home_is_not_created_for_the_default_audit_log(
         capsys: pytest.CaptureFixture[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """HOME (or $XDG_STATE_HOME) that does not exist: a one-line warning, no log, nothing made."""
+    """HOME that does not exist: a one-line warning, no log, nothing made. A missing
+    $XDG_STATE_HOME is made, as the XDG spec says, with the folders below it, each 0700."""
     monkeypatch.delenv("REGDEV_AUDIT")
     home = tmp_path / "nonexistent"
     monkeypatch.setenv("HOME", str(home))
@@ -410,15 +412,36 @@ def test_a_missing_home_is_not_created_for_the_default_audit_log(
                    f"audit.db cannot be used: the home directory {home} does not exist; going "
                    "on without an audit log (--audit PATH to record one elsewhere, --no-audit "
                    "to say so)\n")
-    state = tmp_path / "state-home"
+    assert not home.exists()
+    state = tmp_path / "xdg" / "state"
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    status, _, err = run(capsys, "call", '{"tool": "read_register", "arguments": {"addr": 1}}')
-    assert status == 0 and f"$XDG_STATE_HOME {state} does not exist;" in err
-    assert not home.exists() and not state.exists()
-    state.mkdir()  # an existing $XDG_STATE_HOME: its regdev folder is made, no warning
     status, _, err = run(capsys, "call", '{"tool": "read_register", "arguments": {"addr": 1}}')
     assert (status, err) == (0, "")
     assert [r.tool for r in read_audit(state / "regdev" / "audit.db")] == ["read_register"]
+    for made in (tmp_path / "xdg", state, state / "regdev"):
+        assert made.stat().st_mode & 0o777 == 0o700 & ~current_umask()
+    assert not home.exists()
+
+
+def test_a_default_audit_folder_that_cannot_be_made_is_a_warning(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """$XDG_STATE_HOME under a file: one warning naming the folder and why, no log."""
+    monkeypatch.delenv("REGDEV_AUDIT")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "file" / "state"))
+    status, out, err = run(capsys, "call", '{"tool": "read_register", "arguments": {"addr": 1}}')
+    assert (status, json.loads(out)["ok"]) == (0, True)
+    assert err == (f"regdev call: warning: the default audit log {tmp_path}/file/state/regdev/"
+                   f"audit.db cannot be used: cannot make the folder {tmp_path}/file/state: "
+                   "Not a directory; going on without an audit log (--audit PATH to record "
+                   "one elsewhere, --no-audit to say so)\n")
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @pytest.mark.parametrize("how", ["option", "environment"])

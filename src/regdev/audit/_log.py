@@ -437,9 +437,10 @@ def default_audit_path() -> Path:
 
 
 def default_audit_root() -> Path:
-    """The folder that must already exist for the default audit path (without
-    ``$REGDEV_AUDIT``) to be used: ``$XDG_STATE_HOME`` when set (and absolute), else the home
-    directory. The folders below it are created; it never is (a missing home is not made)."""
+    """The folder the default audit path (without ``$REGDEV_AUDIT``) is under:
+    ``$XDG_STATE_HOME`` when set (and absolute), else the home directory. The command line
+    makes the missing folders below it, and a missing ``$XDG_STATE_HOME`` (XDG Base Directory
+    Specification 0.8), each 0700; a missing home directory is never made."""
     state = os.environ.get("XDG_STATE_HOME", "")
     return Path(state if os.path.isabs(state) else os.path.expanduser("~"))
 

@@ -392,10 +392,13 @@ def open_audit(args: argparse.Namespace) -> AuditLog | None:
 
     A path the user gave that cannot be opened, or whose directory does not exist (it is not
     created), is an error. The default path (under ``$XDG_STATE_HOME`` or ``~/.local/state``)
-    is only a convenience: its folders are created only when ``$XDG_STATE_HOME`` (when set) or
-    the home directory exists; when it cannot be used (a read-only or missing home, as an MCP
-    client, a service or a container may give), the command warns in one line on stderr and
-    runs without an audit log. Another regdev process writing the database is an error
+    is only a convenience: its missing folders, ``$XDG_STATE_HOME`` itself included, are
+    created with permission 0700 (XDG Base Directory Specification 0.8: "If, when attempting
+    to write a file, the destination directory is non-existent an attempt should be made to
+    create it with permission 0700"), but a missing home directory is never made; when the
+    default cannot be used (a read-only or missing home, as an MCP client, a service or a
+    container may give), the command warns in one line on stderr and runs without an audit
+    log. Another regdev process writing the database is an error
     whichever path it is (:class:`~regdev.AuditInUse`): quietly running without an audit log,
     nor its idempotency keys, is not what the user asked for.
 
@@ -408,12 +411,9 @@ def open_audit(args: argparse.Namespace) -> AuditLog | None:
     advice = "choose another file with --audit PATH, or record nothing with --no-audit"
     if given and not path.parent.exists():  # a typo in a path is not a folder to create
         raise UsageError(f"the directory {path.parent} does not exist ({advice})")
-    root = default_audit_root()
     try:
-        if not given and not root.exists():  # a missing home is not made: no log, a warning
-            home = "the home directory" if root == Path.home() else "$XDG_STATE_HOME"
-            raise AuditError(f"the default audit log {path} cannot be used: {home} {root} "
-                             "does not exist")
+        if not given:
+            _state_folders(path.parent, default_audit_root())
         return AuditLog(path, durability=args.durability)
     except AuditInUse as error:  # the default too: running unaudited unasked would be worse
         raise UsageError(f"{error}; give this one its own with --audit PATH, or --no-audit") \
@@ -424,6 +424,30 @@ def open_audit(args: argparse.Namespace) -> AuditLog | None:
         tell(args.command, "warning", f"{error}; going on without an audit log (--audit "
              "PATH to record one elsewhere, --no-audit to say so)")
         return None
+
+
+def _state_folders(folder: Path, root: Path) -> None:
+    """Make the default audit log's missing folders down to ``folder``, each with permission
+    0700: ``root`` (:func:`default_audit_root`: ``$XDG_STATE_HOME``, made when missing, or the
+    home directory, never made) and those below it. A folder that exists keeps its
+    permissions.
+
+    Raises:
+        AuditError: the home directory does not exist, or a folder cannot be made.
+    """
+    if root == Path(os.path.expanduser("~")) and not root.exists():
+        raise AuditError(f"the default audit log {folder / 'audit.db'} cannot be used: "
+                         f"the home directory {root} does not exist")
+    missing = [each for each in (folder, *folder.parents) if not each.exists()]
+    for each in reversed(missing):
+        try:
+            each.mkdir(mode=0o700)
+        except FileExistsError:  # made meanwhile by another process
+            pass
+        except OSError as error:
+            raise AuditError(f"the default audit log {folder / 'audit.db'} cannot be used: "
+                             f"cannot make the folder {each}: "
+                             f"{error.strerror or error}") from None
 
 
 def audit_note(gate: Gate, out: TextIO) -> None:
