@@ -767,8 +767,9 @@ def test_a_home_without_room_for_the_audit_log_warns_and_serves(tmp_path: Path) 
     status, rest, err = server.close()
     assert (status, rest) == (0, b"")
     first, *others = err.decode().splitlines()
-    assert first.startswith("regdev serve: warning: cannot open the audit database "
-                            f"{home}/.local/state/regdev/audit.db")
+    assert first.startswith(f"regdev serve: warning: the default audit log {home}/.local/state/"
+                            "regdev/audit.db cannot be used: cannot make the folder "
+                            f"{home}/.local: Not a directory;")
     assert "going on without an audit log" in first
     assert others[0].endswith("session default, audit log off")
 
