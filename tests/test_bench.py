@@ -414,6 +414,24 @@ def test_hot_path_scripts_print_both_sides_and_the_ratio(script: str) -> None:
     assert set(result) >= {"load", "control", "typical_spread", "noisy"}
 
 
+def test_raw_verdict_steps_add_up_to_the_row() -> None:
+    """``raw_verdict.py --show steps``: the valid write's steps, each cut from the regdev row,
+    timed against the anchor, in order, with their ratio to it (no time is asserted)."""
+    folder = ROOT / "benchmarks"
+    done = subprocess.run([sys.executable, str(folder / "raw_verdict.py"), "--show", "steps",
+                           "--rounds", "1", "--batch-ms", "0.05", "--json"],
+                          capture_output=True, text=True, cwd=folder, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [step["step"][:2] for step in result["steps"]] == ["1.", "2.", "3.", "4."]
+    assert "the whole row" in result["steps"][-1]["step"]
+    for step in result["steps"]:
+        assert step["ns"] >= 0
+        assert step["anchor_ratio"] == (step["ns"] / result["anchor"] if result["anchor"]
+                                        else None)
+    assert result["clock"] == "CPU time of this thread"
+
+
 def test_cpu_time_option_times_with_the_threads_clock(capsys: pytest.CaptureFixture[str]) -> None:
     """--cpu-time: the batches are timed with the thread's CPU clock, and the report says so."""
     assert main(["bench", "--quick", "--cpu-time"]) == 0
