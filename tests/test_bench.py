@@ -17,7 +17,7 @@ from importlib import metadata
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import regdev.gate._bench as bench
@@ -41,9 +41,17 @@ from regdev.gate._bench import (
     format_table,
     run_bench,
 )
-from regdev.gate._parse import parse
+from regdev.gate._gate import _DERIVED_KEY_PREFIXES
+from regdev.gate._parse import decode_canonical, parse
 from regdev.gate._validate import ReferenceValidator
-from strategies import block_calls, register_calls
+from strategies import (
+    _argument_texts,
+    _number_texts,
+    block_calls,
+    raw_gate_calls,
+    raw_register_calls,
+    register_calls,
+)
 
 CALL_KEYS = ["regdev-compiled", "regdev-refusal", "regdev-reference", "floor", "pydantic",
              "fastjsonschema", "jsonschema", "msgspec-convert"]
@@ -288,6 +296,56 @@ def test_raw_baseline_builds_the_gates_message() -> None:
     assert refusal.message == ReferenceValidator().check(CASES[3].call).message  # type: ignore[union-attr]
 
 
+@st.composite
+def _raw_block_writes(draw: st.DrawFn) -> str | bytes:
+    """Raw block writes (write_registers, the bench's third tool): its arguments at the edges
+    and beyond, maybe an id, as str or bytes."""
+    members = [f'"addr": {draw(_number_texts)}', f'"data": {draw(_argument_texts)}']
+    text = ('{"tool": "write_registers", "arguments": {' + ", ".join(draw(st.permutations(
+        members[:draw(st.integers(1, 2))]))) + "}" + draw(st.sampled_from(
+            ["", ', "id": "c:1"', ', "id": 7', ', "idempotency_key": "openai:1"',
+             ', "idempotency_key": "k1"'])) + "}")
+    return text.encode() if draw(st.booleans()) else text
+
+
+_GENERAL = ReferenceValidator(BENCH_TOOLS)
+_STAGES = next(row for row in contenders() if row.key == "regdev-gate").run
+_HANDLE = bench_gate().handle
+
+
+@settings(max_examples=1500)
+@given(raw=st.one_of(raw_gate_calls(), raw_register_calls(), _raw_block_writes()))
+def test_raw_baseline_decides_as_the_general_path_and_the_gate(raw: str | bytes) -> None:
+    """The raw-text baseline (the gate's parse and validate steps for the usual call, as
+    ``Gate.handle`` takes them: one decode, one colon count, the compiled check with its
+    message) gives, on generated raw calls (valid, every refusal, repeated keys, colons in
+    strings, nested objects, ids, idempotency keys, bytes and str), exactly the verdict of the
+    general path (``parse`` and the reference validator, the oracle), and the refusal the
+    gate's observation carries when the gate refuses before executing."""
+    assert _STAGES is not None
+    ours = _STAGES(raw)
+    parsed = parse(raw)
+    if isinstance(parsed, Refusal):
+        expected: Refusal | None = parsed
+    elif parsed.refusal is not None:
+        expected = parsed.refusal
+    elif parsed.idempotency_key is not None and parsed.idempotency_key.startswith(
+            _DERIVED_KEY_PREFIXES):
+        expected = None  # a provider's prefix: refused by the gate, checked below
+        assert ours is not None and ours.code == "bad-idempotency-key"
+        ours = None
+    else:
+        expected = _GENERAL.check(parsed.call)
+    decoded = decode_canonical(raw, len(raw) * 4)
+    event("usual call" if type(decoded) is tuple else "not-json in one step"
+          if decoded is not None else "the general parse")
+    event(f"refused {expected.code}" if expected is not None else "valid")
+    assert ours == expected
+    observation = _HANDLE(raw)
+    if observation.refusal is None or observation.refusal.stage in ("parse", "validate"):
+        assert _STAGES(raw) == observation.refusal
+
+
 def test_minimal_pipeline_observes_like_the_gate() -> None:
     """The gate row's anchor does the same job: it accepts exactly what the gate accepts (the
     same result) and refuses with the gate's code, on every case."""
@@ -354,6 +412,24 @@ def test_hot_path_scripts_print_both_sides_and_the_ratio(script: str) -> None:
         assert row["regdev"] >= 0 and row["anchor"] >= 0
     assert sum(row["goal"] is not None for row in result["rows"]) >= 1
     assert set(result) >= {"load", "control", "typical_spread", "noisy"}
+
+
+def test_raw_verdict_steps_add_up_to_the_row() -> None:
+    """``raw_verdict.py --show steps``: the valid write's steps, each cut from the regdev row,
+    timed against the anchor, in order, with their ratio to it (no time is asserted)."""
+    folder = ROOT / "benchmarks"
+    done = subprocess.run([sys.executable, str(folder / "raw_verdict.py"), "--show", "steps",
+                           "--rounds", "1", "--batch-ms", "0.05", "--json"],
+                          capture_output=True, text=True, cwd=folder, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [step["step"][:2] for step in result["steps"]] == ["1.", "2.", "3.", "4."]
+    assert "the whole row" in result["steps"][-1]["step"]
+    for step in result["steps"]:
+        assert step["ns"] >= 0
+        assert step["anchor_ratio"] == (step["ns"] / result["anchor"] if result["anchor"]
+                                        else None)
+    assert result["clock"] == "CPU time of this thread"
 
 
 def test_cpu_time_option_times_with_the_threads_clock(capsys: pytest.CaptureFixture[str]) -> None:

@@ -57,7 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from ..core._observation import Refusal
 from ..devices._device import Device, RegisterFile
 from ._compile import BIND, compile_refusals, compile_validator
-from ._gate import Gate
+from ._gate import _DERIVED_KEY_PREFIXES, Gate, _prefixed_key
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     NOT_JSON,
@@ -635,17 +635,21 @@ def contenders() -> list[Contender]:
                     and raw.count(":") == kept + len(arguments)):
                 verdict = refusal(name, arguments)
                 return None if verdict is None or verdict is BIND else verdict
-        decoded = decode_canonical(raw, DEFAULT_MAX_INPUT_BYTES)
-        if type(decoded) is tuple:
-            verdict = refusal(decoded[0], decoded[1])
-            return None if verdict is None or verdict is BIND else verdict
-        if decoded is not None:
-            return decoded  # type: ignore[return-value]
-        parsed = parse(raw)
+        else:  # bytes, or a long str
+            decoded = decode_canonical(raw, DEFAULT_MAX_INPUT_BYTES)
+            if type(decoded) is tuple:
+                verdict = refusal(decoded[0], decoded[1])
+                return None if verdict is None or verdict is BIND else verdict
+            if decoded is not None:
+                return decoded  # type: ignore[return-value]
+        parsed = parse(raw)  # any other text: the general parse, as Gate.handle
         if isinstance(parsed, Refusal):
             return parsed
-        if parsed.refusal is not None:
-            return parsed.refusal
+        key = parsed.idempotency_key
+        refused = parsed.refusal or (_prefixed_key(key) if key is not None and
+                                     key.startswith(_DERIVED_KEY_PREFIXES) else None)
+        if refused is not None:
+            return refused
         return worded(parsed.call)
 
     validate_json = PydanticCall.model_validate_json
