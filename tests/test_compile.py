@@ -10,7 +10,7 @@ import sys
 import traceback
 from decimal import Decimal
 from enum import IntEnum
-from itertools import product
+from itertools import combinations, product
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from regdev import (
 )
 from regdev.cli._main import main
 from regdev.gate._bench import BENCH_TOOLS
-from regdev.gate._compile import generate_source
+from regdev.gate._compile import BIND, compile_refusals, generate_source
 from regdev.gate._parse import load_json
 from regdev.gate._runtime import RUNTIME_NAMES
 
@@ -105,6 +105,172 @@ def test_an_int_subclass_is_an_integer_as_in_the_reference() -> None:
     assert check(write(addr=Addr.BIG, data=1)) == reference(write(addr=Addr.BIG, data=1))
     assert check(write(addr=Addr.BIG, data=1)) == "range-addr"
 
+
+
+# --- the name step and the fields step, every branch of their generated form -----------------
+
+
+class _Name(str):
+    """A tool name that is a str subclass: refused as missing-tool, as the reference does."""
+
+
+class _TouchyName(str):
+    """A str subclass that raises when compared or hashed: the check must refuse it without
+    running any of its code (as the reference does, by its type alone)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    def __ne__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hashed")
+
+
+_REFUSAL_KINDS = [
+    write(data=1),  # missing-addr
+    write(addr=1),  # missing-data
+    write(),
+    write(addr=1, data=2, x=3),
+    write(data=1, x=3),  # missing-addr, by the first test
+    write(addr=1, x=3),  # missing-data, with len(a) == 2: by the KeyError
+    write(addr="1", data=2),
+    write(addr=16, data=2),
+    write(addr=1, data=2),
+    {"tool": "read_register", "arguments": {}},
+    {"tool": "read_register", "arguments": {"x": 1}},
+    {"tool": "read_register", "arguments": {"addr": 1, "x": 1}},
+    {"tool": "read_register", "arguments": {"addr": 1}},
+    {"tool": "erase", "arguments": {}},
+    {"tool": None, "arguments": {}},
+    {"arguments": {}},
+    {"tool": "write_register"},
+    {"tool": "write_register", "arguments": []},
+    [],
+]
+
+
+@pytest.mark.parametrize("choice", [None, "write_register", "read_register", "erase"])
+@pytest.mark.parametrize("call", _REFUSAL_KINDS)
+def test_each_refusal_kind_with_and_without_a_tool_choice(call: Any, choice: str | None) -> None:
+    """Every step's verdict with the tool choice unset, set to the call's tool and to another:
+    the reference's code (and the shape step before wrong-tool)."""
+    expected = reference(call, tool_choice=choice)
+    assert check(call, choice) == expected
+    assert check(call, tool_choice=choice) == expected
+
+
+def test_tool_choice_and_missing_fields_in_their_order() -> None:
+    assert check(write(data=1)) == "missing-addr"
+    assert check(write(data=1), "write_register") == "missing-addr"
+    assert check(write(data=1), "read_register") == "wrong-tool"
+    assert check(write(addr=1, x=3)) == "missing-data"
+    assert check(write(data=1, x=3)) == "missing-addr"
+    assert check({"tool": None, "arguments": {}}, "read_register") == "missing-tool"
+    assert check({"tool": "write_register", "arguments": 1}, "read_register") == "bad-arguments"
+
+
+@pytest.mark.parametrize("kind", [_Name, _TouchyName])
+@pytest.mark.parametrize("choice", [None, "write_register", "read_register"])
+@pytest.mark.parametrize("arguments", [{"data": 1}, {"addr": 1, "data": 2}, {"addr": 1}, {},
+                                       "{}", None])
+def test_a_str_subclass_tool_name_is_missing_tool_without_running_its_code(
+        kind: type[str], choice: str | None, arguments: Any) -> None:
+    """A tool name of a str subclass (no JSON decoder makes one) is refused as missing-tool
+    before the arguments are looked at, as the reference does, and its methods never run."""
+    for name in ("write_register", "read_register", "erase"):
+        call = {"tool": kind(name), "arguments": arguments}
+        assert reference(call, tool_choice=choice) == "missing-tool"
+        assert check(call, choice) == "missing-tool"
+        refusal = compile_refusals()(call, choice)
+        assert refusal is not None and refusal is not BIND
+        assert refusal.code == "missing-tool"  # type: ignore[union-attr]
+
+
+def _fields_tool(schema: dict[str, Any]) -> ToolSet:
+    return ToolSet([Tool(name="t", description="test tool", input_schema=schema)])
+
+
+_INT = {"type": "integer"}
+#: Object schemas for the fields step: closed with every property required (first name by
+#: `in`, then one len()), one required name (by `in`), some required (len() first), open, a
+#: required name whose schema checks nothing (never fetched), a required name outside the
+#: properties, and the same forms on a nested level.
+_FIELD_SCHEMAS = [
+    {"properties": {"a": _INT}, "required": ["a"], "additionalProperties": False},
+    {"properties": {"a": _INT, "b": _INT}, "required": ["a", "b"],
+     "additionalProperties": False},
+    {"properties": {"a": _INT, "b": _INT, "c": _INT}, "required": ["c", "a", "b"],
+     "additionalProperties": False},
+    {"properties": {"a": {}, "b": _INT, "c": True}, "required": ["a", "b", "c"],
+     "additionalProperties": False},
+    {"properties": {"a": _INT, "b": {}, "c": True}, "required": ["b", "c", "a"],
+     "additionalProperties": False},
+    {"properties": {"a": _INT, "b": _INT}, "required": ["a"], "additionalProperties": False},
+    {"properties": {"a": {}, "b": _INT}, "required": ["a"], "additionalProperties": False},
+    {"properties": {"a": _INT, "b": _INT, "c": _INT}, "required": ["b", "a"],
+     "additionalProperties": False},
+    {"properties": {"a": _INT, "b": _INT}, "required": ["a", "b"]},
+    {"properties": {"a": _INT, "b": _INT}, "required": ["b"]},
+    {"properties": {"a": _INT}, "required": ["a", "b"], "additionalProperties": False},
+    {"properties": {"a": _INT}, "required": ["b", "a"]},
+    {"properties": {}, "additionalProperties": False},
+    {"properties": {"o": {"type": "object", "properties": {"a": _INT, "b": _INT},
+                          "required": ["a", "b"], "additionalProperties": False}},
+     "required": ["o"], "additionalProperties": False},
+]
+
+
+@pytest.mark.parametrize("schema", _FIELD_SCHEMAS)
+def test_every_set_of_names_gets_the_reference_fields_verdict(schema: dict[str, Any]) -> None:
+    """Every subset of the property names, the names outside them and an extra name, as the
+    arguments (on a nested level too): the compiled check's code, and the gate's compiled
+    check's refusal, are the reference's."""
+    tools = _fields_tool({"type": "object", **schema})
+    compiled, gate, oracle = compile_validator(tools), compile_refusals(tools), \
+        ReferenceValidator(tools)
+    names = [*schema["properties"], *(n for n in schema.get("required", [])
+                                      if n not in schema["properties"]),
+             *schema["properties"].get("o", {}).get("properties", {}), "x", "y"]
+    seen = set()
+    for size in range(len(names) + 1):
+        for chosen in combinations(names, size):
+            for order in (chosen, chosen[::-1]):
+                arguments = dict.fromkeys(order, 1)
+                for call in ({"tool": "t", "arguments": arguments},
+                             {"tool": "t", "arguments": {"o": arguments}}):
+                    expected = oracle.check(call)
+                    code = compiled(call)
+                    assert code == (expected.code if expected else None), (call, compiled.source)
+                    verdict = gate(call)
+                    assert (verdict if verdict is not BIND else None) == expected, call
+                    seen.add(code)
+    missing = {f"missing-{n}" for n in schema.get("required", [])}
+    missing |= {f"missing-o.{n}" for n in schema["properties"].get("o", {}).get("required", [])}
+    assert missing <= seen  # every missing name was found by one of the calls
+
+
+@pytest.mark.parametrize(("arguments", "expected"), [
+    ({}, "missing-c"),
+    ({"a": 1, "b": 2}, "missing-c"),
+    ({"c": 1}, "missing-a"),
+    ({"c": 1, "b": 2}, "missing-a"),
+    ({"c": 1, "a": 2}, "missing-b"),
+    ({"c": 1, "a": 2, "x": 3}, "missing-b"),  # three names, one missing: the KeyError path
+    ({"c": 1, "x": 2, "y": 3}, "missing-a"),
+    ({"c": 1, "x": 2, "a": 3, "y": 4}, "missing-b"),
+    ({"c": 1, "a": 2, "b": 3, "x": 4}, "unknown-argument"),
+    ({"c": 1, "a": 2, "b": 3}, None),
+])
+def test_closed_all_required_missing_names_in_required_order(arguments: dict[str, Any],
+                                                             expected: str | None) -> None:
+    tools = _fields_tool({"type": "object", **_FIELD_SCHEMAS[2]})
+    compiled = compile_validator(tools)
+    call = {"tool": "t", "arguments": arguments}
+    assert compiled(call) == expected
+    oracle = ReferenceValidator(tools).check(call)
+    assert (oracle.code if oracle else None) == expected
 
 configure = compile_validator(ToolSet([CONFIGURE]))
 
