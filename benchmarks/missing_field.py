@@ -3,9 +3,9 @@
 Issue 13's fourth row: ``compile_validator()(call)`` on a ``write_register`` call without
 ``addr``, and one without ``data`` (goal: at most 1.15x the anchor for each; a form that
 tests the first name alone first serves one at the other's cost), and on the valid call
-beside it (the missing-field form must not slow it), against the anchor written out below: the least code that tells a
-valid ``write_register`` or ``read_register`` call from a refused one, by hand, with ``len()``
-and ``in`` tests for the required names. Run::
+beside it (the missing-field form must not slow it), against the anchor written out below:
+the least code that tells a valid ``write_register`` or ``read_register`` call from a
+refused one, by hand, with ``len()`` and ``in`` tests for the required names. Run::
 
     .venv/bin/python benchmarks/missing_field.py [--rounds N] [--batch-ms MS] [--wall] [--json]
 """
