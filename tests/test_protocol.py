@@ -68,10 +68,22 @@ def test_codec_imports_no_io_modules() -> None:
 
 
 def test_every_state_change_goes_through_the_table() -> None:
-    """The state is assigned in __init__ and in _move (from TRANSITIONS) only."""
-    source = SOURCE.read_text(encoding="utf-8")
-    assert source.count("self._state = ") == 2
-    assert "self._state = new" in source
+    """The state is assigned in __init__, in _move (from TRANSITIONS), and in the usual
+    exchange's two moves, whose states are read from TRANSITIONS at import."""
+    tree = ast.parse(SOURCE.read_text(encoding="utf-8"))
+    assigned = [ast.unparse(node.value) for node in ast.walk(tree)
+                if isinstance(node, ast.Assign) and any(
+                    ast.unparse(target) == "self._state" for target in node.targets)]
+    assert sorted(assigned) == ["State.IDLE", "_USUAL_SENT", "_USUAL_TAKEN", "new"]
+    defined = {ast.unparse(node.targets[0]): ast.unparse(node.value)
+               for node in tree.body if isinstance(node, ast.AnnAssign | ast.Assign)
+               for _ in [0] if getattr(node, "targets", None)} | {
+        ast.unparse(node.target): ast.unparse(node.value) for node in tree.body
+        if isinstance(node, ast.AnnAssign) and node.value is not None}
+    assert defined["_USUAL_SENT"] == "TRANSITIONS[HOST, _S.IDLE, Action.SEND_REQUEST]"
+    assert defined["_USUAL_TAKEN"] == ("TRANSITIONS[HOST, _S.AWAITING_REPLY, "
+                                       "Action.RECEIVE_REPLY]")
+    assert wire._USUAL_SENT is State.AWAITING_REPLY and wire._USUAL_TAKEN is State.IDLE
 
 
 def test_crc8_check_value() -> None:
