@@ -848,13 +848,23 @@ def test_the_posix_exchange_and_the_general_wait_agree_under_faults(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same seeded faults (replies dropped, corrupted, garbled, BUSY) give the same values,
     exceptions and counters whether the replies are read straight on the POSIX port (one
-    line, take_reply) or through pyserial and the codec's general wait."""
+    line, take_value), through pyserial and the codec's general wait, or with no shortcut at
+    all: each request sent as its frame object, each reply read by the codec's decoder."""
+
+    def send_as_frame(self: wire.Connection, addr: int, data: int | None = None) -> bytes:
+        seq = self.new_seq()
+        return self.send(wire.ReadRequest(seq, addr) if data is None
+                         else wire.WriteRequest(seq, addr, data))
+
     rates = {"drop": 0.08, "corrupt": 0.15, "garbage": 0.15, "busy": 0.15}
     sessions = []
-    for general in (False, True):
-        if general:
+    for way in ("posix", "general wait", "no shortcut"):
+        if way == "general wait":
             monkeypatch.setattr("regdev.devices._serial._POSIX_PORT", None)
+        if way == "no shortcut":
+            monkeypatch.setattr(wire.Connection, "send_usual", send_as_frame)
+            monkeypatch.setattr(wire.Connection, "take_value", lambda self, line: None)
         with sim_pty_thread(CountingFirmware(), sim.Faults(rates, seed=seed)) as path:
             sessions.append(_faulted_session(path))
-    assert sessions[0] == sessions[1]
+    assert sessions[0] == sessions[1] == sessions[2]
     assert any(isinstance(each, tuple) for each in sessions[0][:-1])  # some faults fired
