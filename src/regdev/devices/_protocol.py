@@ -507,22 +507,12 @@ def _crc_at(size: int, at: int, part: bytes) -> int:
     return crc8(bytes(at) + part + bytes(size - at - len(part)))
 
 
-def _crc_parts(size: int, at: int) -> tuple[int, ...]:
-    """crc8 of each byte value's two hex digits at offset ``at`` in a payload of ``size``."""
-    return tuple(_crc_at(size, at, digits) for digits in _HEX)
-
-
-_SHORT: Final = 7  # ``SS L AA``
-_LONG: Final = 10  # ``SS L AA DD``
-#: The checksum's parts: the sequence number's, the address's, the data's, the letter's (with
-#: the spaces), for payloads of 7 and 10 bytes.
-_SEQ_CRC: Final = {_SHORT: _crc_parts(_SHORT, 0), _LONG: _crc_parts(_LONG, 0)}
-_ADDR_CRC: Final = {_SHORT: _crc_parts(_SHORT, 5), _LONG: _crc_parts(_LONG, 5)}
-_DATA_CRC: Final = _crc_parts(_LONG, 8)
-_LETTER_CRC: Final = {
-    size: {letter: _crc_at(size, 2, b" %c " % letter) ^ (_crc_at(size, 7, b" ") if size == _LONG
-                                                         else 0) for letter in b"RWrwm"}
-    for size in (_SHORT, _LONG)}
+#: The letter of each frame of the form ``SS L AA`` or ``SS L AA DD`` (fields of one byte).
+_SHORT_LETTERS: Final[dict[type[Frame], int]] = {
+    ReadRequest: ord("R"), WriteRequest: ord("W"), ReadReply: ord("r"), WriteReply: ord("w"),
+    MaskedWriteReply: ord("m")}
+#: The payload's size by letter: 7 bytes for ``SS R AA``, 10 for the others (``SS L AA DD``).
+_SIZE: Final = {letter: 7 if letter == ord("R") else 10 for letter in b"RWrwm"}
 #: The pieces of the bytes: ``$SS `` by sequence number; ``L AA`` by letter, then address;
 #: `` DD`` by data; ``*CC`` and LF by checksum.
 _HEAD: Final = tuple(b"$%s " % digits for digits in _HEX)
@@ -530,16 +520,25 @@ _FIELD: Final = {letter: tuple(b"%c %s" % (letter, digits) for digits in _HEX)
                  for letter in b"RWrwm"}
 _DATA: Final = tuple(b" " + digits for digits in _HEX)
 _END: Final = tuple(b"*%s\n" % digits for digits in _HEX)
-
-#: The letter of each frame of the form ``SS L AA`` or ``SS L AA DD`` (fields of one byte).
-_SHORT_LETTERS: Final[dict[type[Frame], int]] = {
-    ReadRequest: ord("R"), WriteRequest: ord("W"), ReadReply: ord("r"), WriteReply: ord("w"),
-    MaskedWriteReply: ord("m")}
+#: The checksum's parts: the sequence number's, in a payload of 7 and of 10 bytes; the
+#: letter's and address's (with the spaces), by letter, then address; the data's.
+_SEQ_CRC: Final = {size: tuple(_crc_at(size, 0, digits) for digits in _HEX) for size in (7, 10)}
+_FIELD_CRC: Final = {
+    letter: tuple(_crc_at(_SIZE[letter], 2, (b" %c %s " % (letter, digits))[:_SIZE[letter] - 2])
+                  for digits in _HEX)
+    for letter in b"RWrwm"}
+_DATA_CRC: Final = tuple(_crc_at(10, 8, digits) for digits in _HEX)
+#: The tables of the usual exchange's four frames (:meth:`Connection.send_usual`).
+_READ, _WRITE, _READ_REPLY, _WRITE_REPLY = (
+    (_FIELD[letter], _FIELD_CRC[letter]) for letter in b"RWrw")
+_SEQ_CRC_7: Final = _SEQ_CRC[7]
+_SEQ_CRC_10: Final = _SEQ_CRC[10]
 
 
 def _head_crc(seq: int, letter: int, addr: int) -> int:
-    """The checksum of ``SS L AA DD`` but for its data's part (:data:`_DATA_CRC`)."""
-    return _SEQ_CRC[_LONG][seq] ^ _LETTER_CRC[_LONG][letter] ^ _ADDR_CRC[_LONG][addr]
+    """The checksum of ``SS L AA`` (letter ``R``), or of ``SS L AA DD`` but for its data's
+    part (:data:`_DATA_CRC`)."""
+    return _SEQ_CRC[_SIZE[letter]][seq] ^ _FIELD_CRC[letter][addr]
 
 
 def _encode_short(seq: int, letter: int, addr: int, data: int | None) -> bytes:
@@ -550,8 +549,7 @@ def _encode_short(seq: int, letter: int, addr: int, data: int | None) -> bytes:
         _byte("seq", seq)  # raises for the first field out of range, in the general words
         _byte("addr", addr)
     if data is None:
-        crc = _SEQ_CRC[_SHORT][seq] ^ _LETTER_CRC[_SHORT][letter] ^ _ADDR_CRC[_SHORT][addr]
-        return _HEAD[seq] + _FIELD[letter][addr] + _END[crc]
+        return _HEAD[seq] + _FIELD[letter][addr] + _END[_head_crc(seq, letter, addr)]
     if type(data) is not int or not 0 <= data <= 0xFF:
         _byte("data", data)
     crc = _head_crc(seq, letter, addr) ^ _DATA_CRC[data]
@@ -948,7 +946,30 @@ class Connection:
                 send a request now (not a host, or a reply still awaited). The state does
                 not change (a sequence number is used up).
         """
-        return self._send_usual(self.new_seq(), addr, data, None)
+        seq = self.new_seq()
+        if (self._state is not _IDLE or self.role is not HOST or type(addr) is not int
+                or not 0 <= addr <= 0xFF or (data is not None and (
+                    type(data) is not int or not 0 <= data <= 0xFF))):
+            # Anything unusual the general way, which raises in its own words:
+            return self.send(ReadRequest(seq, addr) if data is None
+                             else WriteRequest(seq, addr, data))
+        head = _HEAD[seq]
+        if data is None:  # `$SS R AA*CC`, awaiting `$SS r AA DD*CC`
+            field, crc = _READ
+            frame = head + field[addr] + _END[_SEQ_CRC_7[seq] ^ crc[addr]]
+            field, crc = _READ_REPLY
+            self._expected = (head + field[addr], _SEQ_CRC_10[seq] ^ crc[addr], ReadReply, seq,
+                              addr, None)
+        else:  # `$SS W AA DD*CC`, awaiting `$SS w AA DD*CC`
+            field, crc = _WRITE
+            frame = (head + field[addr] + _DATA[data]
+                     + _END[_SEQ_CRC_10[seq] ^ crc[addr] ^ _DATA_CRC[data]])
+            field, crc = _WRITE_REPLY
+            self._expected = (head + field[addr], _SEQ_CRC_10[seq] ^ crc[addr], WriteReply, seq,
+                              addr, data)
+        self._state = _USUAL_SENT
+        self._pending = None  # built from _expected if the general way asks for it
+        return frame
 
     def _send_usual(self, seq: int, addr: int, data: int | None,
                     request: ReadRequest | WriteRequest | None) -> bytes:

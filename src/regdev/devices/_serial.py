@@ -394,6 +394,10 @@ class SerialDevice(Device):
             raise ValueError(f"first_seq must be an int 1..255, got {first_seq!r}")
         _check_url(url)
         self._regmap = regmap if regmap is not None else RegisterMap.default()
+        # Each register's address, and whether a read of it clears bits (then it is sent once,
+        # never again): read() and write() check an address with one look-up.
+        self._clears = {addr: bool(self._regmap.at(addr).rclr_mask)  # type: ignore[union-attr]
+                        for addr in self._regmap.addresses}
         self.url = url
         self._state_id = port_state_id(url)  # once: a link later pointed elsewhere is not it
         self.baudrate = baudrate
@@ -439,11 +443,12 @@ class SerialDevice(Device):
             TransportError: the request was not sent: the port failed first, or the line
                 could not be synchronised.
         """
-        regmap = self._regmap
-        check_access(addr, 0, regmap)
-        clears = regmap.is_default is False and bool(regmap.at(addr).rclr_mask)  # type: ignore[union-attr]
-        return self._transact((addr, None), int, "clear-on-read read" if clears else "read",
-                              0 if clears else self.retries)
+        clears = self._clears.get(addr) if type(addr) is int else None
+        if clears is None:  # no register there: check_access refuses it, in its words
+            check_access(addr, 0, self._regmap)
+        if clears:
+            return self._transact((addr, None), int, "clear-on-read read", 0)
+        return self._transact((addr, None), int, "read", self.retries)
 
     def write(self, addr: int, data: int) -> int:
         """Write ``data`` (0..255) to register ``addr`` (0..15); return the value acknowledged.
@@ -465,7 +470,9 @@ class SerialDevice(Device):
             TransportError: the write was not sent (the port failed first, or the line could
                 not be synchronised); it did not happen.
         """
-        check_access(addr, data, self._regmap)
+        if (type(addr) is not int or addr not in self._clears or type(data) is not int
+                or not 0 <= data <= 0xFF):  # check_access refuses them, in its words
+            check_access(addr, data, self._regmap)
         value = self._transact((addr, data), int, "write", 0)
         if value != data and self._regmap.is_default:
             raise DeviceError(f"the device acknowledged register {addr} = 0x{value:02x}, "
