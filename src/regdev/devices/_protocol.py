@@ -14,8 +14,9 @@ Rules of this file:
 * No I/O. It imports no serial, socket, time or threading module (a test checks it): the
   caller moves bytes, this module only turns bytes into frames and frames into bytes.
 * :class:`Connection` is used by both ends: ``Connection(HOST)`` in the serial backend,
-  ``Connection(DEVICE)`` in the firmware simulator. Every state change is in
-  :data:`TRANSITIONS`, and nowhere else.
+  ``Connection(DEVICE)`` in the firmware simulator. Every state change is one of
+  :data:`TRANSITIONS`, and nowhere else: :meth:`Connection._move` looks it up, and the usual
+  exchange's two moves are read from it at import (a test checks both).
 * Peer input never raises anything but :class:`RemoteProtocolError`, and the codec has
   dropped the bad bytes when it does: the next :meth:`Connection.next_event` goes on with the
   bytes after them (resynchronisation). This side's misuse raises :class:`LocalProtocolError`.
@@ -24,14 +25,14 @@ Rules of this file:
 * The receive buffer is bounded (``max_buffer_size`` bytes); a frame is at most
   :data:`MAX_FRAME` bytes.
 * One shortcut, the usual exchange of a host that reads a line at a time (issue 13): a read
-  or a write sent without a frame object (:meth:`Connection.send_usual`; the frame encoded
-  from tables, :func:`_encode_short`), and a line that is exactly its awaited reply taken as
-  its data (:meth:`Connection.take_value`: sequence number, letter, address, two hex digits,
-  checksum, LF) without the buffer and the general decoder. Each moves the state as the
-  general way would, by the move :data:`TRANSITIONS` gives (read from it once, at import);
-  anything else is left alone, for the general way, which builds the request object then
-  (:attr:`Connection.pending`). The same bytes, errors and state as the general way, which
-  the tests compare.
+  or a write sent without a frame object (:meth:`Connection.send_usual`: the frame and its
+  reply's form joined from tables, the checksum as the XOR of its fields' parts), and a line
+  that is exactly its awaited reply taken as its data (:meth:`Connection.take_value`:
+  sequence number, letter, address, two hex digits, checksum, LF) without the buffer and the
+  general decoder. Each moves the state as the general way would, by the move
+  :data:`TRANSITIONS` gives (read from it once, at import); anything else is left alone, for
+  the general way, which builds the request object then (:attr:`Connection.pending`). The
+  same bytes, errors and state as the general way, which the tests compare.
 """
 
 from __future__ import annotations

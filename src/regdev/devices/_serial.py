@@ -29,11 +29,13 @@ Rules of this file:
 * A port that failed is set aside and closed when the next transaction reopens it, outside
   any reply's deadline (pyserial's close of a network port sleeps 0.3 s).
 * pyserial and OS exceptions are mapped to regdev's in one place, :func:`map_exceptions`.
-* On a POSIX port a reply is read with ``select`` and ``os.read`` up to its line feed (the
-  bytes there are, never a fixed count: a short error reply must not wait out the poll), and
-  taken at once when it is exactly the awaited reply (:meth:`Connection.take_reply`); any other
-  bytes go to the codec, as on every other port. ``socket://`` and ``rfc2217://`` ports read
-  through pyserial.
+* The usual exchange fast, everything else general (issue 13). A read or a write is sent as
+  ``(addr, data)`` (:meth:`Connection.send_usual`: no frame object). On a POSIX port its
+  reply is read with ``select`` and ``os.read`` up to its line feed (the bytes there are,
+  never a fixed count: a short error reply must not wait out the poll), and taken at once as
+  the register's value when it is exactly the awaited reply (:meth:`Connection.take_value`).
+  Any other bytes go to the codec, with the bytes already read, as on every other port;
+  ``socket://`` and ``rfc2217://`` ports read through pyserial.
 * Who the device is comes from its identify reply (``docs/protocol.md``, the ``id=`` and
   ``epoch=`` ending), learnt from every identify reply, the synchronising one included, and
   asked again after every reset sent: :meth:`SerialDevice.identity`. A device that does not
