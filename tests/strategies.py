@@ -786,3 +786,36 @@ def raw_gate_calls(draw: st.DrawFn) -> str | bytes:
     if draw(st.booleans()):
         return text.encode("utf-8", "surrogatepass")
     return text
+
+
+@st.composite
+def usual_reply_lines(draw: st.DrawFn, seq: int, addr: int, data: int | None) -> bytes:
+    """Bytes a host may read after it sent a read of ``addr`` (``data`` None) or a write of
+    ``data``, with sequence number ``seq``: the awaited reply most often (any value for a read,
+    the value written or another for a write), else the same reply with another sequence
+    number, address or letter, a bad checksum, an error reply (BUSY and others, to this
+    request or not), a CR before the LF, bytes before or after it, two frames, a frame cut
+    short, any other reply, noise; and now and then one byte changed."""
+    kind = wire.ReadReply if data is None else wire.WriteReply
+    value = draw(st.one_of(wire_bytes, st.just(data if data is not None else 0)))
+    awaited = wire.encode(kind(seq, addr, value))
+    other_kind = wire.WriteReply if data is None else wire.ReadReply
+    other = wire.encode(draw(wire_replies))
+    crc = int(awaited[-3:-1], 16)
+    line = draw(st.sampled_from([
+        awaited, awaited, awaited, awaited,
+        wire.encode(kind(seq % 255 + 1, addr, value)),  # another sequence number
+        wire.encode(kind(seq, (addr + 1) % 256, value)),  # another address
+        wire.encode(other_kind(seq, addr, value)),  # another letter
+        wire.encode(wire.MaskedWriteReply(seq, addr, value)),
+        awaited[:-3] + b"%02X\n" % (crc ^ draw(st.integers(1, 255))),  # a bad checksum
+        wire.encode(wire.ErrorReply(seq, draw(error_codes))),
+        wire.encode(wire.ErrorReply(draw(st.integers(0, 255)), "BUSY")),
+        awaited[:-1] + b"\r\n", b"\n" + awaited, awaited + b"\n", awaited + other,
+        other + awaited, other, awaited.lower(), awaited[:draw(st.integers(0, 14))],
+        draw(wire_noise),
+    ]))
+    if line and draw(st.integers(0, 4)) == 0:
+        at = draw(st.integers(0, len(line) - 1))
+        line = line[:at] + bytes([draw(wire_bytes)]) + line[at + 1:]
+    return line

@@ -27,7 +27,14 @@ from regdev.devices._protocol import (
     decode,
     encode,
 )
-from strategies import wire_bytes, wire_frames, wire_noise, wire_replies, wire_requests
+from strategies import (
+    usual_reply_lines,
+    wire_bytes,
+    wire_frames,
+    wire_noise,
+    wire_replies,
+    wire_requests,
+)
 
 PROTOCOL_DOC = ROOT / "docs" / "protocol.md"
 SOURCE = ROOT / "src" / "regdev" / "devices" / "_protocol.py"
@@ -68,10 +75,22 @@ def test_codec_imports_no_io_modules() -> None:
 
 
 def test_every_state_change_goes_through_the_table() -> None:
-    """The state is assigned in __init__ and in _move (from TRANSITIONS) only."""
-    source = SOURCE.read_text(encoding="utf-8")
-    assert source.count("self._state = ") == 2
-    assert "self._state = new" in source
+    """The state is assigned in __init__, in _move (from TRANSITIONS), and in the usual
+    exchange's two moves, whose states are read from TRANSITIONS at import."""
+    tree = ast.parse(SOURCE.read_text(encoding="utf-8"))
+    assigned = [ast.unparse(node.value) for node in ast.walk(tree)
+                if isinstance(node, ast.Assign) and any(
+                    ast.unparse(target) == "self._state" for target in node.targets)]
+    assert set(assigned) == {"State.IDLE", "_USUAL_SENT", "_USUAL_TAKEN", "new"}
+    defined = {ast.unparse(node.targets[0]): ast.unparse(node.value)
+               for node in tree.body if isinstance(node, ast.AnnAssign | ast.Assign)
+               for _ in [0] if getattr(node, "targets", None)} | {
+        ast.unparse(node.target): ast.unparse(node.value) for node in tree.body
+        if isinstance(node, ast.AnnAssign) and node.value is not None}
+    assert defined["_USUAL_SENT"] == "TRANSITIONS[HOST, _S.IDLE, Action.SEND_REQUEST]"
+    assert defined["_USUAL_TAKEN"] == ("TRANSITIONS[HOST, _S.AWAITING_REPLY, "
+                                       "Action.RECEIVE_REPLY]")
+    assert wire._USUAL_SENT is State.AWAITING_REPLY and wire._USUAL_TAKEN is State.IDLE
 
 
 def test_crc8_check_value() -> None:
@@ -658,3 +677,106 @@ def test_a_hosts_read_and_write_are_sent_as_any_request(request: wire.Request,
         with pytest.raises(LocalProtocolError):
             host.send(request)
         assert (host.state, host.pending, host._expected) == before
+
+
+# --- the usual exchange without frame objects: send_usual and take_value (issue 13) ----------
+
+_FIELDS = st.one_of(wire_bytes, _ODD_FIELDS)
+
+
+def test_the_checksum_parts_add_up_to_crc8() -> None:
+    """The usual frames' checksum, the XOR of its parts' (CRC-8 is linear), is crc8 of the
+    payload for every value of each field and every letter, in both payload sizes."""
+    for letter in b"RWrwm":
+        for value in range(256):
+            for seq, addr in ((value, 0xA5), (0x3C, value)):
+                payload = b"%02X %c %02X" % (seq, letter, addr)
+                if letter == ord("R"):
+                    assert wire._head_crc(seq, letter, addr) == wire.crc8(payload)
+                else:
+                    assert wire._head_crc(seq, letter, addr) ^ wire._DATA_CRC[0x5A] == (
+                        wire.crc8(payload + b" 5A"))
+            if letter != ord("R"):
+                assert wire._head_crc(0x3C, letter, 0xA5) ^ wire._DATA_CRC[value] == (
+                    wire.crc8(b"3C %c A5 %02X" % (letter, value)))
+
+
+@given(wire_bytes.filter(bool), _FIELDS, st.one_of(st.none(), _FIELDS),
+       st.sampled_from([State.IDLE, State.AWAITING_REPLY, "device"]))
+def test_send_usual_is_send_of_the_request(seq: int, addr: object, data: object,
+                                           state: State | str) -> None:
+    """send_usual(addr, data) gives what send(ReadRequest(new_seq(), addr)) (or the
+    WriteRequest) gives: the same bytes, or the same LocalProtocolError with nothing changed
+    but the sequence number used up; the same state, awaited reply and (built when asked)
+    pending request."""
+    links = []
+    for _ in range(2):
+        link = Connection(DEVICE if state == "device" else HOST, first_seq=seq)
+        if state is State.AWAITING_REPLY:
+            link.send(wire.IdentifyRequest(7))
+        links.append(link)
+    fast, slow = links
+    outcomes: list[object] = []
+    for send in (lambda: fast.send_usual(addr, data),  # type: ignore[arg-type]
+                 lambda: slow.send(
+                     ReadRequest(slow.new_seq(), addr) if data is None  # type: ignore[arg-type]
+                     else WriteRequest(slow.new_seq(), addr, data))):  # type: ignore[arg-type]
+        try:
+            outcomes.append(send())
+        except LocalProtocolError as error:
+            outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1]
+    assert (fast.state, fast._expected, fast._last_seq) == (
+        slow.state, slow._expected, slow._last_seq)
+    assert fast.pending == slow.pending
+
+
+@given(st.integers(1, 255), wire_bytes, st.one_of(st.none(), wire_bytes),
+       st.data())
+def test_take_value_takes_what_the_codec_would_and_nothing_else(
+        seq: int, addr: int, data: int | None, drawn: st.DataObject) -> None:
+    """After send_usual, a line given to take_value: taken, its value is the data of the one
+    reply the buffer and decoder give for the same bytes after send(request), with the same
+    state after; not taken (another sequence number, address or letter, a bad checksum, an
+    error reply, extra bytes...), nothing changed, and the bytes then go the general way
+    exactly as they would have, the request object built for it."""
+    line = drawn.draw(usual_reply_lines(seq, addr, data))
+    request = ReadRequest(seq, addr) if data is None else WriteRequest(seq, addr, data)
+    fast, slow = Connection(HOST, first_seq=seq), Connection(HOST, first_seq=seq)
+    fast.send_usual(addr, data)
+    slow.send(request)
+    value = fast.take_value(line)
+    slow.receive_data(line)
+    if value is not None:
+        kind = ReadReply if data is None else WriteReply
+        assert _drain(slow) == [kind(seq, addr, value)]
+        assert fast.state is slow.state is State.IDLE and fast.pending is slow.pending is None
+        assert fast.buffered == slow.buffered == 0
+    else:
+        assert fast.state is State.AWAITING_REPLY and fast._pending is None  # not built yet
+        fast.receive_data(line)
+        assert _drain(fast) == _drain(slow)
+        assert (fast.state, fast.pending, fast.stale, fast.discarded, fast.buffered) == (
+            slow.state, slow.pending, slow.stale, slow.discarded, slow.buffered)
+    exact = Connection(HOST, first_seq=seq)
+    exact.send_usual(addr, data)
+    reply = (ReadReply if data is None else WriteReply)(seq, addr, 0x5A)
+    assert exact.take_value(encode(reply)) == 0x5A and exact.state is State.IDLE
+
+
+def test_take_value_needs_an_awaited_usual_reply_and_an_empty_buffer() -> None:
+    """take_value takes nothing for a host awaiting nothing or another request's reply, for a
+    device, or with bytes still buffered; take_reply gives the frame of what it takes."""
+    line = encode(ReadReply(5, 3, 7))
+    assert Connection(HOST).take_value(line) is None
+    assert Connection(DEVICE).take_value(line) is None
+    host = Connection(HOST, first_seq=5)
+    host.send(wire.IdentifyRequest(host.new_seq()))
+    assert host.take_value(line) is None and host.state is State.AWAITING_REPLY
+    host = Connection(HOST, first_seq=5)
+    host.send_usual(3)
+    host.receive_data(b"$0")
+    assert host.take_value(line) is None and host.state is State.AWAITING_REPLY
+    host = Connection(HOST, first_seq=5)
+    host.send_usual(3)
+    assert host.take_reply(line) == ReadReply(5, 3, 7) and host.pending is None

@@ -9,7 +9,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -798,17 +798,22 @@ def test_a_reply_is_read_up_to_its_line_feed_not_a_fixed_count(
 
 def test_replies_over_a_pty_are_taken_at_once_and_others_go_to_the_codec(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over a pty, the exact replies to reads and writes are taken by take_reply; an error
-    reply and an identify go through the codec; the results are the same either way."""
-    taken: list[object] = []
-    take = wire.Connection.take_reply
+    """Over a pty, the exact replies to reads and writes are taken by take_value (their data,
+    no frame object); an error reply goes to the codec, and an identify is offered to
+    take_reply, then to the codec; the results are the same either way."""
+    taken: list[tuple[str, object]] = []
 
-    def spy(self: wire.Connection, line: bytes) -> wire.Reply | None:
-        reply = take(self, line)
-        taken.append(reply)
-        return reply
+    def spying(name: str) -> Callable[..., object]:
+        take = getattr(wire.Connection, name)
 
-    monkeypatch.setattr(wire.Connection, "take_reply", spy)
+        def spy(self: wire.Connection, line: bytes) -> object:
+            result = take(self, line)
+            taken.append((name, result))
+            return result
+        return spy
+
+    for name in ("take_value", "take_reply"):
+        monkeypatch.setattr(wire.Connection, name, spying(name))
     firmware = CountingFirmware()
     faults = sim.Faults({"busy": 1.0}, after=3, count=1)
     with sim_pty_thread(firmware, faults) as path, SerialDevice(path, timeout=PATIENT,
@@ -817,8 +822,10 @@ def test_replies_over_a_pty_are_taken_at_once_and_others_go_to_the_codec(
         assert device.read(3) == 0x33  # reply 3
         with pytest.raises(DeviceBusy):
             device.read(3)  # reply 4: e BUSY
-    assert [type(reply).__name__ for reply in taken] == [
-        "NoneType", "WriteReply", "ReadReply", "NoneType"]
+    assert taken == [("take_value", None), ("take_reply", None),  # the identify (take_reply
+                     ("take_value", 0x33), ("take_value", 0x33),  # asks take_value)
+                     ("take_value", None)]
+    assert device.bad_frames == 0 and device.stale_replies == 0
 
 
 def _faulted_session(path: str) -> list[object]:
@@ -841,13 +848,23 @@ def test_the_posix_exchange_and_the_general_wait_agree_under_faults(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same seeded faults (replies dropped, corrupted, garbled, BUSY) give the same values,
     exceptions and counters whether the replies are read straight on the POSIX port (one
-    line, take_reply) or through pyserial and the codec's general wait."""
+    line, take_value), through pyserial and the codec's general wait, or with no shortcut at
+    all: each request sent as its frame object, each reply read by the codec's decoder."""
+
+    def send_as_frame(self: wire.Connection, addr: int, data: int | None = None) -> bytes:
+        seq = self.new_seq()
+        return self.send(wire.ReadRequest(seq, addr) if data is None
+                         else wire.WriteRequest(seq, addr, data))
+
     rates = {"drop": 0.08, "corrupt": 0.15, "garbage": 0.15, "busy": 0.15}
     sessions = []
-    for general in (False, True):
-        if general:
+    for way in ("posix", "general wait", "no shortcut"):
+        if way == "general wait":
             monkeypatch.setattr("regdev.devices._serial._POSIX_PORT", None)
+        if way == "no shortcut":
+            monkeypatch.setattr(wire.Connection, "send_usual", send_as_frame)
+            monkeypatch.setattr(wire.Connection, "take_value", lambda self, line: None)
         with sim_pty_thread(CountingFirmware(), sim.Faults(rates, seed=seed)) as path:
             sessions.append(_faulted_session(path))
-    assert sessions[0] == sessions[1]
+    assert sessions[0] == sessions[1] == sessions[2]
     assert any(isinstance(each, tuple) for each in sessions[0][:-1])  # some faults fired

@@ -14,8 +14,9 @@ Rules of this file:
 * No I/O. It imports no serial, socket, time or threading module (a test checks it): the
   caller moves bytes, this module only turns bytes into frames and frames into bytes.
 * :class:`Connection` is used by both ends: ``Connection(HOST)`` in the serial backend,
-  ``Connection(DEVICE)`` in the firmware simulator. Every state change is in
-  :data:`TRANSITIONS`, and nowhere else.
+  ``Connection(DEVICE)`` in the firmware simulator. Every state change is one of
+  :data:`TRANSITIONS`, and nowhere else: :meth:`Connection._move` looks it up, and the usual
+  exchange's two moves are read from it at import (a test checks both).
 * Peer input never raises anything but :class:`RemoteProtocolError`, and the codec has
   dropped the bad bytes when it does: the next :meth:`Connection.next_event` goes on with the
   bytes after them (resynchronisation). This side's misuse raises :class:`LocalProtocolError`.
@@ -23,13 +24,15 @@ Rules of this file:
   echoing line, and must not answer it); a host drops replies it is not awaiting (stale).
 * The receive buffer is bounded (``max_buffer_size`` bytes); a frame is at most
   :data:`MAX_FRAME` bytes.
-* One shortcut, for a host that reads a line at a time: :meth:`Connection.take_reply` takes a
-  line that is exactly the awaited reply to a read or a write (sequence number, letter,
-  address, two hex digits, checksum, LF) without the buffer and the general decoder, and
-  moves the state as they would; anything else it leaves alone, for the general way. The
-  same host's read and write are sent straight (:meth:`Connection._send_usual`), and the
-  usual frames encoded from tables (:func:`_encode_short`): the same bytes, errors and state
-  as the general way, which the tests compare.
+* One shortcut, the usual exchange of a host that reads a line at a time (issue 13): a read
+  or a write sent without a frame object (:meth:`Connection.send_usual`: the frame and its
+  reply's form joined from tables, the checksum as the XOR of its fields' parts), and a line
+  that is exactly its awaited reply taken as its data (:meth:`Connection.take_value`:
+  sequence number, letter, address, two hex digits, checksum, LF) without the buffer and the
+  general decoder. Each moves the state as the general way would, by the move
+  :data:`TRANSITIONS` gives (read from it once, at import); anything else is left alone, for
+  the general way, which builds the request object then (:attr:`Connection.pending`). The
+  same bytes, errors and state as the general way, which the tests compare.
 """
 
 from __future__ import annotations
@@ -488,25 +491,55 @@ def encode(frame: Frame) -> bytes:
     return b"$%s*%02X\n" % (payload, crc8(payload))
 
 
+# --- the usual frames, from tables (issue 13) ------------------------------------------------
+# A host's read and write and the replies ``r``, ``w`` and ``m`` have the payload ``SS L AA``
+# (7 bytes) or ``SS L AA DD`` (10 bytes): they are encoded by joining bytes from tables. Their
+# checksum too: CRC-8 with no initial value and no final XOR is linear, crc8(a ^ b) ==
+# crc8(a) ^ crc8(b) for bytes a and b of one length, so a payload's checksum is the XOR of
+# the checksums of its parts, each in its place among zero bytes (a test checks every field
+# value against crc8).
+
 #: The two upper-case hex digits of each byte value.
 _HEX: Final = tuple(b"%02X" % value for value in range(256))
-#: The CRC-8 of ``SS `` (a sequence number and the space after it), by sequence number.
-_SEQ_CRC: Final = tuple(crc8(b"%02X " % seq) for seq in range(256))
+
+
+def _crc_at(size: int, at: int, part: bytes) -> int:
+    """crc8 of ``part`` at offset ``at`` among ``size`` zero bytes."""
+    return crc8(bytes(at) + part + bytes(size - at - len(part)))
+
+
 #: The letter of each frame of the form ``SS L AA`` or ``SS L AA DD`` (fields of one byte).
 _SHORT_LETTERS: Final[dict[type[Frame], int]] = {
     ReadRequest: ord("R"), WriteRequest: ord("W"), ReadReply: ord("r"), WriteReply: ord("w"),
     MaskedWriteReply: ord("m")}
-
-
-def _crc_hex(crc: int, value: int) -> int:
-    """CRC-8 ``crc`` carried on over the two hex digits of ``value`` (0..255)."""
-    digits = _HEX[value]
-    return _CRC8[_CRC8[crc ^ digits[0]] ^ digits[1]]
+#: The payload's size by letter: 7 bytes for ``SS R AA``, 10 for the others (``SS L AA DD``).
+_SIZE: Final = {letter: 7 if letter == ord("R") else 10 for letter in b"RWrwm"}
+#: The pieces of the bytes: ``$SS `` by sequence number; ``L AA`` by letter, then address;
+#: `` DD`` by data; ``*CC`` and LF by checksum.
+_HEAD: Final = tuple(b"$%s " % digits for digits in _HEX)
+_FIELD: Final = {letter: tuple(b"%c %s" % (letter, digits) for digits in _HEX)
+                 for letter in b"RWrwm"}
+_DATA: Final = tuple(b" " + digits for digits in _HEX)
+_END: Final = tuple(b"*%s\n" % digits for digits in _HEX)
+#: The checksum's parts: the sequence number's, in a payload of 7 and of 10 bytes; the
+#: letter's and address's (with the spaces), by letter, then address; the data's.
+_SEQ_CRC: Final = {size: tuple(_crc_at(size, 0, digits) for digits in _HEX) for size in (7, 10)}
+_FIELD_CRC: Final = {
+    letter: tuple(_crc_at(_SIZE[letter], 2, (b" %c %s " % (letter, digits))[:_SIZE[letter] - 2])
+                  for digits in _HEX)
+    for letter in b"RWrwm"}
+_DATA_CRC: Final = tuple(_crc_at(10, 8, digits) for digits in _HEX)
+#: The tables of the usual exchange's four frames (:meth:`Connection.send_usual`).
+_READ, _WRITE, _READ_REPLY, _WRITE_REPLY = (
+    (_FIELD[letter], _FIELD_CRC[letter]) for letter in b"RWrw")
+_SEQ_CRC_7: Final = _SEQ_CRC[7]
+_SEQ_CRC_10: Final = _SEQ_CRC[10]
 
 
 def _head_crc(seq: int, letter: int, addr: int) -> int:
-    """The CRC-8 of ``SS L AA`` (sequence number, letter, address; each 0..255)."""
-    return _crc_hex(_CRC8[_CRC8[_SEQ_CRC[seq] ^ letter] ^ 0x20], addr)
+    """The checksum of ``SS L AA`` (letter ``R``), or of ``SS L AA DD`` but for its data's
+    part (:data:`_DATA_CRC`)."""
+    return _SEQ_CRC[_SIZE[letter]][seq] ^ _FIELD_CRC[letter][addr]
 
 
 def _encode_short(seq: int, letter: int, addr: int, data: int | None) -> bytes:
@@ -516,13 +549,12 @@ def _encode_short(seq: int, letter: int, addr: int, data: int | None) -> bytes:
     if not (type(seq) is int and type(addr) is int and 0 <= seq <= 0xFF and 0 <= addr <= 0xFF):
         _byte("seq", seq)  # raises for the first field out of range, in the general words
         _byte("addr", addr)
-    crc = _head_crc(seq, letter, addr)
     if data is None:
-        return b"$%s %c %s*%s\n" % (_HEX[seq], letter, _HEX[addr], _HEX[crc])
+        return _HEAD[seq] + _FIELD[letter][addr] + _END[_head_crc(seq, letter, addr)]
     if type(data) is not int or not 0 <= data <= 0xFF:
         _byte("data", data)
-    crc = _crc_hex(_CRC8[crc ^ 0x20], data)
-    return b"$%s %c %s %s*%s\n" % (_HEX[seq], letter, _HEX[addr], _HEX[data], _HEX[crc])
+    crc = _head_crc(seq, letter, addr) ^ _DATA_CRC[data]
+    return _HEAD[seq] + _FIELD[letter][addr] + _DATA[data] + _END[crc]
 
 
 def _syntax(line: bytes, why: str, seq: int | None) -> RemoteProtocolError:
@@ -662,9 +694,12 @@ def _block_size(frame: Frame) -> int | None:
 #: A reply of the form ``LETTER AA DD``.
 _ShortReply: TypeAlias = ReadReply | WriteReply | MaskedWriteReply
 #: What a host's awaited reply looks like when only its last field is unknown: the bytes from
-#: ``$`` up to that field (two hex digits), the CRC-8 of those after ``$``, the reply's type,
-#: its sequence number and address.
-_Template: TypeAlias = tuple[bytes, int, type[_ShortReply], int, int]
+#: ``$`` up to the space before that field (``$SS L AA``), the checksum of the payload but for
+#: that field's part (:func:`_head_crc`), the reply's type,
+#: its sequence number and address; and the data of a write (None for the other requests),
+#: from which the request itself is built when it was sent without a frame object
+#: (:meth:`Connection.send_usual`, :func:`_usual_request`).
+_Template: TypeAlias = tuple[bytes, int, type[_ShortReply], int, int, int | None]
 
 
 def _template(request: Request) -> _Template | None:
@@ -675,8 +710,25 @@ def _template(request: Request) -> _Template | None:
         return None
     letter, reply = kind
     seq, addr = request.seq, request.addr  # type: ignore[union-attr]
-    prefix = b"$%s %c %s " % (_HEX[seq], letter, _HEX[addr])
-    return prefix, _CRC8[_head_crc(seq, letter, addr) ^ 0x20], reply, seq, addr
+    data = request.data if type(request) is WriteRequest else None
+    return _usual_template(seq, letter, addr, reply, data)
+
+
+def _usual_template(seq: int, letter: int, addr: int, reply: type[_ShortReply],
+                    data: int | None) -> _Template:
+    """The :data:`_Template` of the reply ``$SS LETTER AA DD`` (each field 0..255)."""
+    return (_HEAD[seq] + _FIELD[letter][addr], _head_crc(seq, letter, addr), reply, seq, addr,
+            data)
+
+
+def _usual_request(expected: _Template) -> ReadRequest | WriteRequest:
+    """The read or write whose reply is ``expected``: the frame object of a request sent
+    without one (:meth:`Connection.send_usual`), built only when the general way needs it."""
+    _, _, reply, seq, addr, data = expected
+    if reply is ReadReply:
+        return ReadRequest(seq, addr)
+    assert reply is WriteReply and data is not None
+    return WriteRequest(seq, addr, data)
 
 
 #: The requests whose reply is ``LETTER AA DD``: that letter and the reply's type.
@@ -743,6 +795,14 @@ TRANSITIONS: Final[dict[tuple[Role, State, Action], State]] = {
 }
 
 
+#: The two moves of a host's usual exchange (:meth:`Connection.send_usual`,
+#: :meth:`Connection.take_value`), read from the table once: a request sent while idle, the
+#: awaited reply received.
+_USUAL_SENT: Final = TRANSITIONS[(HOST, _S.IDLE, Action.SEND_REQUEST)]
+_USUAL_TAKEN: Final = TRANSITIONS[(HOST, _S.AWAITING_REPLY, Action.RECEIVE_REPLY)]
+_IDLE: Final = _S.IDLE
+
+
 class _Sentinel(enum.Enum):
     NEED_DATA = "NEED_DATA"
 
@@ -781,8 +841,10 @@ class Connection:
         self.max_buffer_size = max_buffer_size
         self._state = State.IDLE
         self._buffer = bytearray()
-        self._pending: Request | None = None  # the request awaiting (host) or owed (device)
-        self._expected: _Template | None = None  # the awaited reply's form (take_reply)
+        # The request awaiting (host) or owed (device); a host's usual request sent without a
+        # frame object (send_usual) has none, and `pending` builds it from `_expected`.
+        self._pending: Request | None = None
+        self._expected: _Template | None = None  # the awaited reply's form (take_value)
         self._last_seq = first_seq - 1  # new_seq() counts up from here, skipping 0
         self.discarded = 0
         self.stale = 0
@@ -800,7 +862,10 @@ class Connection:
     @property
     def pending(self) -> Request | None:
         """The request whose reply is awaited (host) or owed (device), if any."""
-        return self._pending
+        pending = self._pending
+        if pending is None and self._expected is not None:  # sent by send_usual
+            pending = self._pending = _usual_request(self._expected)
+        return pending
 
     def _move(self, action: Action, local: bool) -> None:
         # (Role, State and Action hash by identity, in C: their members are singletons that
@@ -833,9 +898,10 @@ class Connection:
             LocalProtocolError: this end may not send this frame now, or a field is out of
                 range. The state does not change.
         """
-        kind = type(frame)
-        if (kind is ReadRequest or kind is WriteRequest) and self.role is HOST:
-            return self._send_usual(frame)  # type: ignore[arg-type]
+        if type(frame) is ReadRequest and self.role is HOST:
+            return self._send_usual(frame.seq, frame.addr, None, frame)
+        if type(frame) is WriteRequest and self.role is HOST:
+            return self._send_usual(frame.seq, frame.addr, frame.data, frame)
         request = frame if isinstance(frame, _REQUESTS) else None
         if request is not None:
             action = Action.SEND_REQUEST
@@ -860,25 +926,72 @@ class Connection:
             else None
         return data
 
-    def _send_usual(self, request: ReadRequest | WriteRequest) -> bytes:
-        """:meth:`send` of a host's read or write, the usual requests, straight (issue 13):
-        the same bytes, errors, state and awaited reply as the general way, with the frame
-        and its reply's form built from tables."""
-        seq, addr = request.seq, request.addr
+    def send_usual(self, addr: int, data: int | None = None) -> bytes:
+        """Host: send a read of register ``addr`` (``data`` None) or a write of ``data`` to it,
+        numbered by :meth:`new_seq`, without a frame object: the usual exchange (issue 13).
+
+        The same bytes, errors, state and awaited reply as ``send(ReadRequest(new_seq(),
+        addr))`` (or the :class:`WriteRequest`); :attr:`pending` builds that request only
+        when it is asked for (the general way does, should the reply not be the usual one).
+        The awaited reply is then taken by :meth:`take_value`, or the general way.
+
+        Args:
+            addr: the register's address, 0..255.
+            data: the value to write, 0..255; None for a read.
+
+        Returns:
+            The bytes of the request.
+
+        Raises:
+            LocalProtocolError: a field is out of range or not an int, or this end may not
+                send a request now (not a host, or a reply still awaited). The state does
+                not change (a sequence number is used up).
+        """
+        seq = self.new_seq()
+        if (self._state is not _IDLE or self.role is not HOST or type(addr) is not int
+                or not 0 <= addr <= 0xFF or (data is not None and (
+                    type(data) is not int or not 0 <= data <= 0xFF))):
+            # Anything unusual the general way, which raises in its own words:
+            return self.send(ReadRequest(seq, addr) if data is None
+                             else WriteRequest(seq, addr, data))
+        head = _HEAD[seq]
+        if data is None:  # `$SS R AA*CC`, awaiting `$SS r AA DD*CC`
+            field, crc = _READ
+            frame = head + field[addr] + _END[_SEQ_CRC_7[seq] ^ crc[addr]]
+            field, crc = _READ_REPLY
+            self._expected = (head + field[addr], _SEQ_CRC_10[seq] ^ crc[addr], ReadReply, seq,
+                              addr, None)
+        else:  # `$SS W AA DD*CC`, awaiting `$SS w AA DD*CC`
+            field, crc = _WRITE
+            frame = (head + field[addr] + _DATA[data]
+                     + _END[_SEQ_CRC_10[seq] ^ crc[addr] ^ _DATA_CRC[data]])
+            field, crc = _WRITE_REPLY
+            self._expected = (head + field[addr], _SEQ_CRC_10[seq] ^ crc[addr], WriteReply, seq,
+                              addr, data)
+        self._state = _USUAL_SENT
+        self._pending = None  # built from _expected if the general way asks for it
+        return frame
+
+    def _send_usual(self, seq: int, addr: int, data: int | None,
+                    request: ReadRequest | WriteRequest | None) -> bytes:
+        """A host's read (``data`` None) or write, straight: the frame and its reply's form
+        from tables, the state's one move taken from :data:`TRANSITIONS` at import; the same
+        bytes, errors and state as the general way of :meth:`send` (the tests compare them).
+        ``request`` is the frame object, if the caller has one."""
         if seq == 0:
             raise LocalProtocolError("sequence number 0 is reserved; requests use 1..255")
-        reply: type[_ShortReply]
-        if isinstance(request, ReadRequest):
-            data = _encode_short(seq, 0x52, addr, None)  # R; checks seq and addr
-            letter, reply = 0x72, ReadReply  # r
+        if data is None:
+            frame = _encode_short(seq, 0x52, addr, None)  # R; checks seq and addr
+            expected = _usual_template(seq, 0x72, addr, ReadReply, None)  # r
         else:
-            data = _encode_short(seq, 0x57, addr, request.data)  # W
-            letter, reply = 0x77, WriteReply  # w
-        self._move(Action.SEND_REQUEST, local=True)
+            frame = _encode_short(seq, 0x57, addr, data)  # W; checks data too
+            expected = _usual_template(seq, 0x77, addr, WriteReply, data)  # w
+        if self._state is not _IDLE or self.role is not HOST:
+            self._move(Action.SEND_REQUEST, local=True)  # raises, in the table's words
+        self._state = _USUAL_SENT
         self._pending = request
-        self._expected = (b"$%s %c %s " % (_HEX[seq], letter, _HEX[addr]),
-                          _CRC8[_head_crc(seq, letter, addr) ^ 0x20], reply, seq, addr)
-        return data
+        self._expected = expected
+        return frame
 
     def abandon(self) -> None:
         """Host: give up the awaited reply (after a timeout) and drop the buffered bytes.
@@ -985,7 +1098,7 @@ class Connection:
             return True
         if is_request:
             raise _syntax(line, "a request reached the host (does the line echo?)", frame.seq)
-        pending = self._pending
+        pending = self.pending
         if pending is None or frame.seq != pending.seq:
             self.stale += 1
             return False
@@ -999,38 +1112,46 @@ class Connection:
         self._pending = self._expected = None
         return True
 
-    def take_reply(self, line: bytes) -> Reply | None:
-        """Host: take ``line`` as the awaited reply when it is exactly that reply to a read,
+    def take_value(self, line: bytes) -> int | None:
+        """Host: the data (0..255) of ``line`` when it is exactly the awaited reply to a read,
         a write or a masked write: ``$``, the request's sequence number, the reply's letter,
         the request's address, two upper-case hex digits, ``*``, the checksum of it all, LF,
         and nothing else, with no byte still buffered. The state then moves as
-        :meth:`receive_data` and :meth:`next_event` would move it, for the same frame.
+        :meth:`receive_data` and :meth:`next_event` would move it, for the same frame, and
+        no frame object is built (the usual exchange, issue 13).
 
         A shortcut for a host that reads the line a line at a time (``SerialDevice`` on a
-        POSIX port): anything else (another request's reply, an error reply, a CR before the
-        LF, two frames, a frame in pieces) is None, nothing changes, and the caller gives the
-        bytes to :meth:`receive_data`.
+        POSIX port): anything else (another request's reply, an error reply, a bad checksum,
+        a CR before the LF, two frames, a frame in pieces) is None, nothing changes, and the
+        caller gives the bytes to :meth:`receive_data`.
 
         Args:
             line: bytes read from the line.
 
         Returns:
-            The reply, or None.
+            The reply's data, or None.
         """
         expected = self._expected
         if expected is None or self._buffer:
             return None
-        prefix, crc, reply, seq, addr = expected
-        at = len(prefix)
-        if len(line) != at + 6 or line[at + 2] != 0x2A or line[at + 5] != 0x0A or (
-                not line.startswith(prefix)):  # "*" after the two digits, LF last
+        # `$SS L AA`, a space, the data's two digits, then `*`, the checksum and LF (15 bytes)
+        if len(line) != 15 or line[8] != 0x20 or not line.startswith(expected[0]):
             return None
-        value, check = _HEX2.get(line[at:at + 2]), _HEX2.get(line[at + 3:at + 5])
-        if value is None or check != _CRC8[_CRC8[crc ^ line[at]] ^ line[at + 1]]:
+        value = _HEX2.get(line[9:11])
+        if value is None or line[11:] != _END[expected[1] ^ _DATA_CRC[value]]:
             return None
-        self._move(Action.RECEIVE_REPLY, local=False)
+        self._state = _USUAL_TAKEN  # the table's move for the awaited reply
         self._pending = self._expected = None
-        return reply(seq, addr, value)
+        return value
+
+    def take_reply(self, line: bytes) -> Reply | None:
+        """Host: :meth:`take_value`, as the reply frame (a :class:`ReadReply`,
+        :class:`WriteReply` or :class:`MaskedWriteReply`), or None."""
+        expected = self._expected
+        value = self.take_value(line)
+        if value is None or expected is None:
+            return None
+        return expected[2](expected[3], expected[4], value)
 
     def __repr__(self) -> str:
         return (f"Connection({self.role.value}, state={self._state.value}, "

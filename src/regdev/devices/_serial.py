@@ -29,11 +29,13 @@ Rules of this file:
 * A port that failed is set aside and closed when the next transaction reopens it, outside
   any reply's deadline (pyserial's close of a network port sleeps 0.3 s).
 * pyserial and OS exceptions are mapped to regdev's in one place, :func:`map_exceptions`.
-* On a POSIX port a reply is read with ``select`` and ``os.read`` up to its line feed (the
-  bytes there are, never a fixed count: a short error reply must not wait out the poll), and
-  taken at once when it is exactly the awaited reply (:meth:`Connection.take_reply`); any other
-  bytes go to the codec, as on every other port. ``socket://`` and ``rfc2217://`` ports read
-  through pyserial.
+* The usual exchange fast, everything else general (issue 13). A read or a write is sent as
+  ``(addr, data)`` (:meth:`Connection.send_usual`: no frame object). On a POSIX port its
+  reply is read with ``select`` and ``os.read`` up to its line feed (the bytes there are,
+  never a fixed count: a short error reply must not wait out the poll), and taken at once as
+  the register's value when it is exactly the awaited reply (:meth:`Connection.take_value`).
+  Any other bytes go to the codec, with the bytes already read, as on every other port;
+  ``socket://`` and ``rfc2217://`` ports read through pyserial.
 * Who the device is comes from its identify reply (``docs/protocol.md``, the ``id=`` and
   ``epoch=`` ending), learnt from every identify reply, the synchronising one included, and
   asked again after every reset sent: :meth:`SerialDevice.identity`. A device that does not
@@ -53,7 +55,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import serial
 
@@ -83,7 +85,6 @@ from ._protocol import (
     ReadBlockReply,
     ReadBlockRequest,
     ReadReply,
-    ReadRequest,
     Reply,
     Request,
     ResetReply,
@@ -92,7 +93,6 @@ from ._protocol import (
     WriteBlockReply,
     WriteBlockRequest,
     WriteReply,
-    WriteRequest,
 )
 from ._regmap import RegisterMap
 
@@ -133,7 +133,11 @@ _POLL = 0.01
 #: Schemes whose URL must name a host and a port; checked before pyserial sees them.
 _NETWORK_SCHEMES = ("socket", "rfc2217")
 
-_R = TypeVar("_R", bound=Reply)
+_R = TypeVar("_R", bound=Reply | int)
+#: A usual request, a read or a write, as :meth:`Connection.send_usual` takes it: the
+#: register's address and the value written (None for a read). Its answer is the register's
+#: value: an int, without frame objects on the way (issue 13).
+_Usual: TypeAlias = tuple[int, int | None]
 
 try:  # POSIX: pyserial lets termios.error (not an OSError) out of a port's settings
     from termios import error as _TermiosError
@@ -392,6 +396,10 @@ class SerialDevice(Device):
             raise ValueError(f"first_seq must be an int 1..255, got {first_seq!r}")
         _check_url(url)
         self._regmap = regmap if regmap is not None else RegisterMap.default()
+        # Each register's address, and whether a read of it clears bits (then it is sent once,
+        # never again): read() and write() check an address with one look-up.
+        self._clears = {addr: bool(self._regmap.at(addr).rclr_mask)  # type: ignore[union-attr]
+                        for addr in self._regmap.addresses}
         self.url = url
         self._state_id = port_state_id(url)  # once: a link later pointed elsewhere is not it
         self.baudrate = baudrate
@@ -437,13 +445,12 @@ class SerialDevice(Device):
             TransportError: the request was not sent: the port failed first, or the line
                 could not be synchronised.
         """
-        regmap = self._regmap
-        check_access(addr, 0, regmap)
-        clears = regmap.is_default is False and bool(regmap.at(addr).rclr_mask)  # type: ignore[union-attr]
-        reply = self._transact(lambda seq: ReadRequest(seq, addr), ReadReply,
-                               "clear-on-read read" if clears else "read",
-                               0 if clears else self.retries)
-        return reply.data
+        clears = self._clears.get(addr) if type(addr) is int else None
+        if clears is None:  # no register there: check_access refuses it, in its words
+            check_access(addr, 0, self._regmap)
+        if clears:
+            return self._transact((addr, None), int, "clear-on-read read", 0)
+        return self._transact((addr, None), int, "read", self.retries)
 
     def write(self, addr: int, data: int) -> int:
         """Write ``data`` (0..255) to register ``addr`` (0..15); return the value acknowledged.
@@ -465,12 +472,14 @@ class SerialDevice(Device):
             TransportError: the write was not sent (the port failed first, or the line could
                 not be synchronised); it did not happen.
         """
-        check_access(addr, data, self._regmap)
-        reply = self._transact(lambda seq: WriteRequest(seq, addr, data), WriteReply, "write", 0)
-        if reply.data != data and self._regmap.is_default:
-            raise DeviceError(f"the device acknowledged register {addr} = 0x{reply.data:02x}, "
+        if (type(addr) is not int or addr not in self._clears or type(data) is not int
+                or not 0 <= data <= 0xFF):  # check_access refuses them, in its words
+            check_access(addr, data, self._regmap)
+        value = self._transact((addr, data), int, "write", 0)
+        if value != data and self._regmap.is_default:
+            raise DeviceError(f"the device acknowledged register {addr} = 0x{value:02x}, "
                               f"not the 0x{data:02x} written")
-        return reply.data
+        return value
 
     def read_block(self, addr: int, count: int) -> list[int]:
         """Read ``count`` (1..16) registers from ``addr`` up in one frame (``G``).
@@ -634,9 +643,13 @@ class SerialDevice(Device):
 
     # --- transactions -------------------------------------------------------------------------
 
-    def _transact(self, make: Callable[[int], Request], expect: type[_R], what: str,
+    def _transact(self, make: Callable[[int], Request] | _Usual, expect: type[_R], what: str,
                   retries: int) -> _R:
         """One transaction: up to ``retries + 1`` attempts, each synchronising when due.
+
+        ``make`` builds the request from its sequence number; a read or a write is given as
+        ``(addr, data)`` instead (:data:`_Usual`), sent without a frame object, and answered
+        with the register's value (``expect`` is int).
 
         An attempt is sent again only when that may help (no valid reply, a port that failed
         after sending, a busy device, a synchronising identify without a reply). Once any
@@ -668,8 +681,9 @@ class SerialDevice(Device):
                     error.args = (f"{error} ({attempts} attempts, {spent:.2f} s in all)",)
                 raise error from cause
 
-    def _attempt(self, make: Callable[[int], Request], what: str) -> Reply:
-        """Synchronise when due, then send the request and return its reply.
+    def _attempt(self, make: Callable[[int], Request] | _Usual, what: str) -> Reply | int:
+        """Synchronise when due, then send the request and return its reply (the register's
+        value for a usual request).
 
         Messages put the request's fate first (the gate shows a model the first 120 characters).
 
@@ -680,7 +694,8 @@ class SerialDevice(Device):
         if port is None or self._flush or not self._synced:
             port = self._prepare(what)
         try:
-            reply = self._exchange(port, make(self._link.new_seq()))
+            reply = self._exchange(port, make if isinstance(make, tuple)
+                                   else make(self._link.new_seq()))
         except _PortFailed as failure:
             if not failure.sent:
                 raise _Failed(TransportError(f"the {what} was not sent: {failure}"),
@@ -695,6 +710,8 @@ class SerialDevice(Device):
             raise _Failed(DeviceTimeout(f"no valid reply within {self.timeout:g} s"
                                         f"{failure.dropped}{unknown}"), again=True) from None
         self._synced = True  # any answer to a request of ours is a synchronisation
+        if type(reply) is int:  # the usual exchange's answer
+            return reply
         if isinstance(reply, IdentifyReply):
             self._learn(reply)
         elif isinstance(reply, ErrorReply):
@@ -702,6 +719,9 @@ class SerialDevice(Device):
             if reply.code in _BUSY:
                 raise _Failed(DeviceBusy(f"{meaning} ({reply.code})", reply.code), again=True)
             raise _Failed(DeviceRefused(f"{meaning} ({reply.code})", reply.code), again=False)
+        elif isinstance(make, tuple):  # a usual request answered the general way
+            assert isinstance(reply, (ReadReply, WriteReply))
+            return reply.data
         return reply
 
     def _prepare(self, what: str) -> serial.Serial:
@@ -726,7 +746,9 @@ class SerialDevice(Device):
         # says the same, and arrives after every older reply all the same.
         if not self._synced and what != "identify":
             try:
-                self._learn(self._exchange(port, IdentifyRequest(self._link.new_seq())))
+                reply = self._exchange(port, IdentifyRequest(self._link.new_seq()))
+                assert not isinstance(reply, int)  # an identify is no usual request
+                self._learn(reply)
             except _PortFailed as failure:
                 raise _Failed(TransportError(f"the {what} was not sent: {failure} (while "
                                              "synchronising the line)"),
@@ -738,13 +760,15 @@ class SerialDevice(Device):
             self._synced = True
         return port
 
-    def _exchange(self, port: serial.Serial, request: Request) -> Reply:
+    def _exchange(self, port: serial.Serial, request: Request | _Usual) -> Reply | int:
         """Write one request and await its reply.
 
         On a POSIX port (the usual case, issue 13): one ``os.write``, the bytes up to the
-        first LF (:func:`_read_line`), and when they are exactly the awaited reply
-        (:meth:`Connection.take_reply`), that reply; any other bytes go to the codec and the
-        wait goes on there (:meth:`_await_reply`), as on every other port.
+        first LF (:func:`_read_line`), and when they are exactly the awaited reply, that reply
+        (:meth:`Connection.take_value` for a read or a write given as ``(addr, data)``: the
+        register's value, no frame object built; :meth:`Connection.take_reply` for the
+        others). Any other bytes go to the codec and the wait goes on there
+        (:meth:`_await_reply`), as on every other port.
 
         Raises:
             _PortFailed: the port failed; ``sent`` is False when the write itself failed (a
@@ -752,7 +776,11 @@ class SerialDevice(Device):
             _NoReply: no valid reply within ``timeout`` seconds.
         """
         link = self._link
-        data = link.send(request)
+        take: Callable[[bytes], Reply | int | None]  # the awaited reply, exactly, else None
+        if isinstance(request, tuple):  # a read or a write: its data, no frame object
+            data, take = link.send_usual(*request), link.take_value
+        else:
+            data, take = link.send(request), link.take_reply
         sent = False
         try:
             if type(port) is not _POSIX_PORT:
@@ -771,7 +799,7 @@ class SerialDevice(Device):
             if link.buffered:  # bytes received before (a reply that came late): first
                 return self._await_reply(port, fd, deadline, b"")
             line = _read_line(fd, deadline)
-            reply = link.take_reply(line)  # exactly the awaited reply, else None
+            reply = take(line)
             if reply is not None:
                 return reply
             return self._await_reply(port, fd, deadline, line)
