@@ -5,8 +5,9 @@ the script, and the goal of each row's ratio. :func:`compare` checks that both s
 same verdict on every input (a row where they differ is not timed), times them in
 interleaved batches (``regdev.gate._bench.run_bench``, the machinery of ``regdev bench``),
 and prints per row: regdev's figure, the anchor's, their spread, the ratio regdev / anchor
-measured in this run, and the goal; then the load average, and whether the machine was too
-noisy for the figures to mean anything. Not a test: nothing asserts a time.
+measured in this run, and the goal; then the load average, and, by ``regdev bench``'s own
+judgement (``regdev.gate._bench.noise_reasons``), whether the figures mean anything. Not a
+test: nothing asserts a time.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from regdev.gate._bench import (
     all_agree,
     format_spread,
     noise_line,
+    noise_reasons,
     run_bench,
 )
 
@@ -114,6 +116,7 @@ def compare(title: str, regdev: Contender, anchor: Contender, cases: tuple[Case,
                           "regdev": regdev.name, "anchor": anchor.name, "rows": rows,
                           "load": list(result.load), "control": result.control,
                           "typical_spread": result.spread, "noisy": result.noisy,
+                          "noise_reasons": noise_reasons(result, "the anchor"),
                           "disagreements": ours["disagreements"] + theirs["disagreements"]}))
     else:
         print(f"{title}: {unit} per call, {clock}, median of {args.rounds} interleaved batches"
@@ -133,7 +136,7 @@ def compare(title: str, regdev: Contender, anchor: Contender, cases: tuple[Case,
                   f"{row['ratio']:>9.2f}x   {verdict}")
         for line in ours["disagreements"] + theirs["disagreements"]:
             print(f"  ! {line}")
-        print(noise_line(result).replace("the floor timed twice", "the anchor timed twice"))
+        print(noise_line(result, "the anchor"))
     if not all_agree(result):
         sys.exit(1)
     return result

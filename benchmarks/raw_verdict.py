@@ -23,7 +23,14 @@ from typing import Annotated, Any
 import msgspec
 
 from _compare import Goal, case, compare, options
-from regdev.gate._bench import Contender, contenders, format_spread, noise_line, run_bench
+from regdev.gate._bench import (
+    Contender,
+    contenders,
+    format_spread,
+    noise_line,
+    noise_reasons,
+    run_bench,
+)
 from regdev.gate._parse import DEFAULT_MAX_INPUT_BYTES, NOT_JSON, decode_json
 
 Addr = Annotated[int, msgspec.Meta(ge=0, le=15)]
@@ -139,6 +146,7 @@ def steps(stages: Contender, args: Any) -> None:
                           "clock": args.stopwatch.name, "rounds": args.rounds,
                           "anchor": figures[0], "load": list(result.load),
                           "control": result.control, "noisy": result.noisy,
+                          "noise_reasons": noise_reasons(result, "the anchor"),
                           "steps": [{"step": row["name"], "ns": ns,
                                      "spread": row["spread"][write.title],
                                      "anchor_ratio": ns / figures[0] if figures[0] else None}
@@ -156,7 +164,7 @@ def steps(stages: Contender, args: Any) -> None:
         print(f"  {title:<66}{ns:>7.0f}{format_spread(row['spread'][write.title]):>8}"
               f"{ns / figures[0] if figures[0] else 0:>9.2f}x{added:>8}")
         before = None if row["key"] == "anchor" else ns
-    print(noise_line(result).replace("the floor timed twice", "the anchor timed twice"))
+    print(noise_line(result, "the anchor"))
 
 
 def main() -> None:

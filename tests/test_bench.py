@@ -8,6 +8,7 @@ table's shape are the same on an idle machine and on a loaded one.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import subprocess
@@ -28,8 +29,11 @@ from regdev.gate._bench import (
     BENCH_TOOLS,
     CASES,
     INSTALL_HINT,
+    NOISE_CELL_SPREAD,
+    NOISE_MIN_ROUNDS,
     NOISE_RATIO,
     NOISE_SPREAD,
+    BenchResult,
     Contender,
     MinimalPipeline,
     Stopwatch,
@@ -38,7 +42,10 @@ from regdev.gate._bench import (
     contenders,
     floor_valid,
     format_ratio,
+    format_spread,
     format_table,
+    noise_line,
+    noise_reasons,
     run_bench,
 )
 from regdev.gate._gate import _DERIVED_KEY_PREFIXES
@@ -103,7 +110,8 @@ def test_bench_json_has_every_row_and_column_and_all_agree(
     rows = contenders()
     monkeypatch.setattr(bench, "contenders", lambda: rows)
     monkeypatch.setattr(bench, "STOPWATCH", fake_stopwatch(rows))
-    assert main(["bench", "--json", "--rounds", "3"]) == 0
+    monkeypatch.setattr(bench, "_load", lambda: 0.5)  # a quiet machine, whatever this one is
+    assert main(["bench", "--json", "--rounds", str(NOISE_MIN_ROUNDS)]) == 0
     out, err = capsys.readouterr()
     result = json.loads(out)
     assert [case["title"] for case in result["cases"]] == TITLES
@@ -124,8 +132,9 @@ def test_bench_json_has_every_row_and_column_and_all_agree(
         assert all(row["agrees"].values()) and row["disagreements"] == [], row["name"]
     # the control (the floor timed twice) and every cell as steady as the stopwatch
     assert result["control"] == 1.0 and result["typical_spread"] == 0.0
-    assert result["noisy"] is False
-    assert len(result["load"]) == 2
+    assert result["widest_spread"] == 0.0 and result["widest_cell"] == "regdev-compiled on write"
+    assert result["noisy"] is False and result["noise_reasons"] == []
+    assert result["load"] == [0.5, 0.5]
     assert result["clock"] == "wall clock"
     for base in ("regdev-compiled", "regdev-gate", "regdev-handle"):
         ours = next(r for r in result["rows"] if r["key"] == base)
@@ -133,7 +142,7 @@ def test_bench_json_has_every_row_and_column_and_all_agree(
     assert result["environment"]["python"] == (
         f"{platform.python_implementation()} {platform.python_version()}")
     assert result["environment"]["machine"] == platform.machine()
-    assert "round 3/3" in err
+    assert f"round {NOISE_MIN_ROUNDS}/{NOISE_MIN_ROUNDS}" in err
 
 
 def test_rows_name_library_version_and_api() -> None:
@@ -156,12 +165,13 @@ def test_rows_name_library_version_and_api() -> None:
     assert names["floor"].startswith("floor: hand-written valid-or-not test")
 
 
-def test_bench_table_shape() -> None:
+def test_bench_table_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """The text report: environment, cases, the three sections, ns, spread and ratio lines
     per row, each cell the figure the stopwatch gave, each ratio in words, and the noise
     line."""
     rows = contenders()
-    table = format_table(run_bench(rounds=1, batch_seconds=1e-5, rows=rows,
+    monkeypatch.setattr(bench, "_load", lambda: 0.5)
+    table = format_table(run_bench(rounds=NOISE_MIN_ROUNDS, batch_seconds=1e-5, rows=rows,
                                    stopwatch=fake_stopwatch(rows)))
     lines = table.splitlines()
     assert f"CPython {platform.python_version()} on {platform.platform()}" in lines[1]
@@ -196,8 +206,10 @@ def test_bench_table_shape() -> None:
     assert table.count("on refusal: builds the refusal message") == 3  # refusal, reference, gate
     assert table.count("on refusal: returns the observation with its one-line message") == 2
     noise = next(line for line in lines if line.startswith("noise: "))  # steady: not noisy
-    assert noise.startswith("noise: the floor timed twice came out 1.00x apart, cells spread "
-                            "\u00b10% typically, load average ") and noise.endswith(" CPUs")
+    assert noise == ("noise: the floor timed twice came out 1.00x apart, cells spread "
+                     "\u00b10% typically (widest \u00b10%: regdev-compiled on write), "
+                     f"{NOISE_MIN_ROUNDS} rounds, load average 0.5 0.5 (before, after) on "
+                     f"{os.cpu_count()} CPUs")
 
 
 def test_disagreeing_peer_is_not_timed_and_is_named() -> None:
@@ -359,20 +371,121 @@ def test_minimal_pipeline_observes_like_the_gate() -> None:
             assert theirs["code"] == ours.code and "\n" not in theirs["message"]
 
 
-def test_noise_is_said_when_the_same_code_times_far_apart() -> None:
-    """The control's two timings or the cells' spread past their limits: the table says the
-    figures mean nothing; within them, it gives the facts."""
-    result = run_bench(rounds=3, batch_seconds=1e-5)
-    result.control, result.spread = NOISE_RATIO + 0.5, 0.0
-    assert result.noisy
-    assert "! the machine was too noisy for these figures to mean anything: the floor timed " \
-           "twice came out 1.60x apart" in format_table(result)
-    result.control, result.spread = 1.0, NOISE_SPREAD + 0.01
-    assert result.noisy and "cells spread \u00b111% typically" in format_table(result)
-    result.control, result.spread = 1.01, 0.02
-    assert not result.noisy
-    assert "noise: the floor timed twice came out 1.01x apart, cells spread \u00b11% " \
-           "typically, load average" in format_table(result)
+def _judged(**figures: Any) -> BenchResult:
+    """A run's result with only the figures the noise judgement reads: those of a quiet
+    machine (25 rounds, the control 1.02x apart, cells ±2% typically and ±15% at most, load
+    average 0.5 and 0.7 on 2 CPUs), changed by ``figures`` (``cpus``: the CPU count as the
+    run records it, a string)."""
+    result = BenchResult(cases=list(CASES), rounds=25,
+                         environment={"python": "CPython 3.11.7", "platform": "Linux",
+                                      "machine": "x86_64", "cpus": "2"},
+                         load=(0.5, 0.7), control=1.02, spread=0.04,
+                         widest=(0.30, "floor on missing"))
+    for name, value in figures.items():
+        if name == "cpus":
+            result.environment["cpus"] = value
+        else:
+            setattr(result, name, value)
+    return result
+
+
+@pytest.mark.parametrize(("figures", "reason"), [
+    ({"rounds": 3}, f"only 3 rounds (at least {NOISE_MIN_ROUNDS} needed)"),
+    ({"rounds": 1}, f"only 1 round (at least {NOISE_MIN_ROUNDS} needed)"),
+    ({"spread": NOISE_SPREAD + 0.02}, "the cells spread \u00b111% typically (limit \u00b110%)"),
+    ({"widest": (4.38, "floor on missing")},
+     "floor on missing spread \u00b1219% (limit \u00b150% for any cell)"),
+    ({"widest": (NOISE_CELL_SPREAD + 0.02, "pydantic on read")},
+     "pydantic on read spread \u00b151% (limit \u00b150% for any cell)"),
+    ({"control": NOISE_RATIO + 0.5}, "the floor timed twice came out 1.60x apart (limit 1.10x)"),
+    ({"load": (3.6, 3.6)}, "load average 3.6 on 2 CPUs (limit: the CPU count)"),
+    ({"load": (1.0, 2.1)}, "load average 2.1 on 2 CPUs (limit: the CPU count)"),
+    ({"load": (2.4, None)}, "load average 2.4 on 2 CPUs (limit: the CPU count)"),
+])
+def test_each_reason_alone_makes_the_figures_mean_nothing(figures: dict[str, Any],
+                                                          reason: str) -> None:
+    """Any one figure past its limit, the rest those of a quiet machine: the run is noisy,
+    for that reason alone, and the last line starts by saying the figures mean nothing."""
+    assert noise_reasons(_judged()) == [] and not _judged().noisy
+    result = _judged(**figures)
+    assert noise_reasons(result) == [reason]
+    assert result.noisy and result.to_dict()["noise_reasons"] == [reason]
+    line = format_table(result).splitlines()[-2]
+    assert line.startswith(f"! these figures mean nothing: {reason}. Measured: "), line
+
+
+@pytest.mark.parametrize("figures", [
+    {"rounds": NOISE_MIN_ROUNDS}, {"spread": NOISE_SPREAD},
+    {"widest": (NOISE_CELL_SPREAD, "floor on missing")}, {"control": NOISE_RATIO},
+    {"load": (2.0, 2.0)}, {"load": (None, None)}, {"cpus": "None", "load": (3.6, 3.6)}])
+def test_figures_at_their_limits_are_trusted(figures: dict[str, Any]) -> None:
+    """A figure exactly at its limit, or a load average or CPU count the platform does not
+    give: no reason, and the last line gives the facts."""
+    result = _judged(**figures)
+    assert noise_reasons(result) == [] and not result.noisy
+    assert noise_line(result).startswith("noise: the floor timed twice came out ")
+
+
+def test_the_trial_run_is_called_noisy() -> None:
+    """The run a new user reported: ``--quick`` (3 rounds) at load average 3.6 on 2 CPUs, one
+    cell spread ±219% (the floor on missing), the typical spread and the control within their
+    limits. Each of the three is named, and the line says the figures mean nothing."""
+    result = _judged(rounds=3, load=(3.6, 3.6), widest=(4.38, "floor on missing"),
+                     spread=0.18, control=1.04)
+    assert noise_line(result) == (
+        "! these figures mean nothing: only 3 rounds (at least 10 needed); floor on missing "
+        "spread \u00b1219% (limit \u00b150% for any cell); load average 3.6 on 2 CPUs (limit: "
+        "the CPU count). Measured: the floor timed twice came out 1.04x apart, cells spread "
+        "\u00b19% typically (widest \u00b1219%: floor on missing), 3 rounds, load average 3.6 "
+        "3.6 (before, after) on 2 CPUs. Run again with at least 10 rounds on a machine with a "
+        "load average below its CPU count")
+    assert noise_line(result, "the anchor").count("the anchor timed twice came out 1.04x") == 1
+
+
+def test_quick_says_its_figures_mean_nothing(monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``regdev bench --quick`` on a steady (fake) clock and a quiet machine: its 3 rounds
+    alone make the last line say the figures mean nothing; --json says so too."""
+    rows = contenders()
+    monkeypatch.setattr(bench, "contenders", lambda: rows)
+    monkeypatch.setattr(bench, "STOPWATCH", fake_stopwatch(rows))
+    monkeypatch.setattr(bench, "_load", lambda: 0.5)
+    assert main(["bench", "--quick"]) == 0
+    noise = capsys.readouterr().out.splitlines()[-2]
+    assert noise.startswith(f"! these figures mean nothing: only 3 rounds (at least "
+                            f"{NOISE_MIN_ROUNDS} needed). Measured: "), noise
+    assert main(["bench", "--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["noisy"] is True
+    assert result["noise_reasons"] == [f"only 3 rounds (at least {NOISE_MIN_ROUNDS} needed)"]
+
+
+def test_a_cell_that_jumps_is_found_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One cell whose batches alternate between its cost and ten times it (every other cell
+    steady): run_bench finds that cell's spread, names it, and the run is noisy for it
+    alone; the typical spread stays 0."""
+    rows = contenders()
+    steady = fake_stopwatch(rows)
+    floor = next(row for row in rows if row.key == "floor")
+    missing = next(case for case in CASES if case.title == "missing")
+    jumps = iter(range(10**6))
+
+    def batch(run: Callable[[Any], Any], value: Any, number: int) -> int:
+        ns = steady.batch(run, value, number)
+        if run is floor.run and value is missing.call and next(jumps) % 2:
+            return ns * 10
+        return ns
+
+    monkeypatch.setattr(bench, "_load", lambda: 0.5)
+    result = run_bench(rounds=NOISE_MIN_ROUNDS, batch_seconds=1e-5, rows=rows,
+                       stopwatch=Stopwatch(batch=batch, empty=steady.empty))
+    assert result.spread == 0.0 and result.control == 1.0
+    assert result.widest is not None and result.widest[1] == "floor on missing"
+    assert result.widest[0] > NOISE_CELL_SPREAD
+    assert result.rows[CALL_KEYS.index("floor")]["spread"]["missing"] == result.widest[0]
+    assert noise_reasons(result) == [
+        f"floor on missing spread {format_spread(result.widest[0])} (limit \u00b150% for any "
+        "cell)"]
 
 
 @pytest.mark.parametrize(("ratio", "words"), [
@@ -412,6 +525,9 @@ def test_hot_path_scripts_print_both_sides_and_the_ratio(script: str) -> None:
         assert row["regdev"] >= 0 and row["anchor"] >= 0
     assert sum(row["goal"] is not None for row in result["rows"]) >= 1
     assert set(result) >= {"load", "control", "typical_spread", "noisy"}
+    # regdev bench's own judgement: one round is too few, whatever the machine
+    assert result["noisy"] is True
+    assert result["noise_reasons"][0] == f"only 1 round (at least {NOISE_MIN_ROUNDS} needed)"
 
 
 def test_raw_verdict_steps_add_up_to_the_row() -> None:

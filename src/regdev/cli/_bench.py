@@ -6,6 +6,13 @@ import argparse
 import sys
 from typing import Any, TextIO
 
+from ..gate._noise import (
+    NOISE_CELL_SPREAD,
+    NOISE_MIN_ROUNDS,
+    NOISE_RATIO,
+    NOISE_SPREAD,
+    format_spread,
+)
 from ._common import (
     UsageError,
     json_line,
@@ -56,9 +63,16 @@ def add_parser(sub: Any) -> None:
                     "'8.3x slower' or '2.0x faster' than regdev. Before timing, every "
                     "contender's verdict (valid or refused) is checked against regdev's on "
                     "every case; a case it disagrees on is not timed and is named below the "
-                    "table. The last line says how noisy the machine was (the floor timed "
-                    "twice, the typical spread, the load average) and when the figures mean "
-                    "nothing. Peers that are not installed are listed as such (scripts/test "
+                    "table. The last line says how noisy the run was (the floor timed "
+                    "twice, the typical and the widest spread, the rounds, the load "
+                    f"average), and starts with '!' saying the figures mean nothing when "
+                    f"there were fewer than {NOISE_MIN_ROUNDS} rounds (so always with "
+                    f"--quick), the cells' typical spread is over "
+                    f"{format_spread(NOISE_SPREAD)} or any cell's over "
+                    f"{format_spread(NOISE_CELL_SPREAD)}, the floor timed twice came out more "
+                    f"than {NOISE_RATIO:.2f}x apart, or the load average before or after the "
+                    "run is above the CPU count. Peers that are not installed are listed as "
+                    "such (scripts/test "
                     "installs them; or, in a clone, .venv/bin/pip install -e '.[bench]'). "
                     "Progress goes to stderr.")
     bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -68,7 +82,9 @@ def add_parser(sub: Any) -> None:
                             "the thread waits for the CPU)")
     bench.add_argument("--quick", action="store_true",
                        help="a short run for a first look or CI: 3 rounds of 2 ms batches per "
-                            "cell (about 1-2 s); figures are rough. Not with --rounds")
+                            "cell (about 1-2 s), to see that every contender runs and agrees; "
+                            "too few rounds for the figures to mean anything, and the last "
+                            "line says so. Not with --rounds")
     bench.add_argument("--rounds", type=int, metavar="N",
                        help="N rounds of 10 ms batches per cell, the median shown (default 25, "
                             "10-20 s). Not with --quick")

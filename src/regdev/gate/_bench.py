@@ -22,10 +22,12 @@ Rules of this file:
   (measured in the same run). Ratios are peer time / regdev time in the same section, case
   and run.
 * Each figure comes with its spread (the interquartile range of its rounds, as a share of
-  the median), and the run says when the machine was too noisy for the figures to mean
-  anything: a control times the hand-written floor twice, as two cells, and when the two
-  come out more than :data:`NOISE_RATIO` apart, or the cells' typical spread is over
-  :data:`NOISE_SPREAD`, the table says so (with the load average before and after).
+  the median), and the run says when its figures mean nothing (:func:`noise_reasons`, one
+  judgement for ``regdev bench`` and the scripts in ``benchmarks/``): fewer than
+  :data:`NOISE_MIN_ROUNDS` rounds, the cells' typical spread over :data:`NOISE_SPREAD`, any
+  one cell's over :data:`NOISE_CELL_SPREAD`, the control (the hand-written floor timed
+  twice, as two cells) more than :data:`NOISE_RATIO` apart, or a load average above the CPU
+  count before or after the run.
 * Three sections, each with its own baseline (its first row): decoded call objects, raw JSON
   text to a verdict, and raw JSON text to an observation through the whole gate, against the
   minimal pipeline (:class:`MinimalPipeline`).
@@ -58,6 +60,15 @@ from ..core._observation import Refusal
 from ..devices._device import Device, RegisterFile
 from ._compile import BIND, compile_refusals, compile_validator
 from ._gate import _DERIVED_KEY_PREFIXES, Gate, _prefixed_key
+from ._noise import (
+    NOISE_CELL_SPREAD,
+    NOISE_MIN_ROUNDS,
+    NOISE_RATIO,
+    NOISE_SPREAD,
+    format_spread,
+    noise_line,
+    noise_reasons,
+)
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     NOT_JSON,
@@ -74,6 +85,8 @@ __all__ = [
     "BLOCK_WRITE",
     "CASES",
     "CPU_STOPWATCH",
+    "NOISE_CELL_SPREAD",
+    "NOISE_MIN_ROUNDS",
     "NOISE_RATIO",
     "NOISE_SPREAD",
     "STOPWATCH",
@@ -87,14 +100,13 @@ __all__ = [
     "contenders",
     "floor_valid",
     "format_ratio",
+    "format_spread",
     "format_table",
+    "noise_line",
+    "noise_reasons",
     "run_bench",
 ]
 
-#: The control's two timings of one cell further apart than this: the machine is too noisy.
-NOISE_RATIO = 1.10
-#: A typical cell spread (interquartile range / median) over this: the machine is too noisy.
-NOISE_SPREAD = 0.20
 
 
 @dataclass(frozen=True)
@@ -758,6 +770,8 @@ class BenchResult:
         control: the hand-written floor on the first case timed as two cells: the larger of
             their medians over the smaller (1.0 on a quiet machine); None when not measured.
         spread: the median of every cell's spread.
+        widest: the widest spread of any cell and the cell's name (``"floor on missing"``;
+            the control's two cells are named ``"control"``), or None before any is timed.
         clock: what timed the batches: ``"wall clock"`` or ``"CPU time of this thread"``.
     """
 
@@ -770,15 +784,13 @@ class BenchResult:
     load: tuple[float | None, float | None] = (None, None)
     control: float | None = None
     spread: float = 0.0
+    widest: tuple[float, str] | None = None
     clock: str = "wall clock"
 
     @property
     def noisy(self) -> bool:
-        """True when the figures cannot be trusted: the control's two timings of the same
-        code are more than :data:`NOISE_RATIO` apart, or the cells' typical spread is over
-        :data:`NOISE_SPREAD`."""
-        return (self.control is not None and self.control > NOISE_RATIO) or (
-            self.spread > NOISE_SPREAD)
+        """True when the figures cannot be trusted: :func:`noise_reasons` gives a reason."""
+        return bool(noise_reasons(self))
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready values (``regdev bench --json``)."""
@@ -788,7 +800,10 @@ class BenchResult:
                 "loop_ns_subtracted": round(self.loop_ns, 1), "seconds": round(self.seconds, 1),
                 "environment": self.environment, "load": list(self.load),
                 "control": None if self.control is None else round(self.control, 3),
-                "typical_spread": round(self.spread, 3), "noisy": self.noisy,
+                "typical_spread": round(self.spread, 3),
+                "widest_spread": None if self.widest is None else round(self.widest[0], 3),
+                "widest_cell": None if self.widest is None else self.widest[1],
+                "noisy": self.noisy, "noise_reasons": noise_reasons(self),
                 "clock": self.clock,
                 "cases": [{"title": c.title, "about": c.about, "code": c.code,
                            "raw_only": c.raw_only} for c in self.cases],
@@ -909,9 +924,12 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
     spreads = []
     for (index, case_index), values in samples.items():
         spreads.append(_spread(values))
+        title = cases[case_index].title
+        name = "control" if index < 0 else f"{rows[index].key} on {title}"
+        if result.widest is None or spreads[-1] > result.widest[0]:
+            result.widest = (spreads[-1], name)
         if index < 0:
             continue
-        title = cases[case_index].title
         records[index]["ns"][title] = max(statistics.median(values) - result.loop_ns, 0.0)
         records[index]["spread"][title] = spreads[-1]
     if (-1, 0) in samples:
@@ -955,26 +973,6 @@ def format_ratio(ratio: float | None) -> str:
     times = ratio if ratio > 1 else 1 / ratio if ratio else float("inf")
     digits = 2 if times < 10 else 1 if times < 100 else 0
     return f"{times:.{digits}f}x {'slower' if ratio > 1 else 'faster'}"
-
-
-def format_spread(spread: float | None) -> str:
-    """A cell's spread (interquartile range over median) as ``±6%`` (half the range each
-    side)."""
-    return "-" if spread is None else f"\u00b1{spread * 50:.0f}%"
-
-
-def noise_line(result: BenchResult) -> str:
-    """One line on how far the run's figures can be trusted, saying so when they cannot."""
-    load = " ".join(f"{value:.1f}" if value is not None else "?" for value in result.load)
-    cpus = result.environment.get("cpus", "?")
-    control = ("" if result.control is None else
-               f"the floor timed twice came out {result.control:.2f}x apart, ")
-    facts = (f"{control}cells spread {format_spread(result.spread)} typically, load average "
-             f"{load} (before, after) on {cpus} CPUs")
-    if result.noisy:
-        return (f"! the machine was too noisy for these figures to mean anything: {facts}; "
-                "a ratio that close to 1 is noise: run again on a quiet machine")
-    return f"noise: {facts}"
 
 
 def format_table(result: BenchResult) -> str:
