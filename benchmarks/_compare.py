@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from _script import BATCH_MS, MAX_ROUNDS, Parser, count, helper, span
 from regdev.gate._bench import (
     CPU_STOPWATCH,
+    NOISE_MIN_ROUNDS,
     STOPWATCH,
     BenchResult,
     Case,
@@ -58,14 +60,17 @@ def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
     """The scripts' common options: --rounds, --batch-ms, --wall (or --cpu), --json; and a
     script's own ``choices``: ``{"--option": ((value, ...), help)}``, the first value the
     default."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = Parser(description=description)
     for flag, (values, text) in (choices or {}).items():
         parser.add_argument(flag, choices=values, default=values[0],
                             help=f"{text} (default {values[0]})")
-    parser.add_argument("--rounds", type=int, default=rounds,
-                        help=f"interleaved batches per cell, the median shown (default {rounds})")
-    parser.add_argument("--batch-ms", type=float, default=batch_ms,
-                        help=f"the length of one batch, in ms (default {batch_ms:g})")
+    parser.add_argument("--rounds", type=count(1, MAX_ROUNDS), default=rounds, metavar="N",
+                        help=f"interleaved batches per cell, the median shown: 1..{MAX_ROUNDS} "
+                             f"(default {rounds}; fewer than {NOISE_MIN_ROUNDS} and the last "
+                             "line says the figures mean nothing)")
+    parser.add_argument("--batch-ms", type=span(*BATCH_MS), default=batch_ms, metavar="MS",
+                        help=f"the length of one batch, in ms: {BATCH_MS[0]:g}..{BATCH_MS[1]:g} "
+                             f"(default {batch_ms:g})")
     if cpu:
         parser.add_argument("--wall", action="store_true",
                             help="time with the wall clock (default: the CPU time of this "
@@ -76,8 +81,6 @@ def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
                                  "clock): this side's own work, without the peer's or the wait")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    if args.rounds < 1 or args.batch_ms <= 0:
-        parser.error("--rounds must be at least 1 and --batch-ms above 0")
     args.stopwatch = (CPU_STOPWATCH if args.cpu else STOPWATCH) if not cpu else (
         STOPWATCH if args.wall else CPU_STOPWATCH)
     return args
@@ -145,3 +148,7 @@ def compare(title: str, regdev: Contender, anchor: Contender, cases: tuple[Case,
 def case(title: str, value: Any, valid: bool, about: str = "") -> Case:
     """One row's input: raw text (or any value the two sides take) and whether it is valid."""
     return Case(title, about or title, {}, None if valid else "refused", value, raw_only=True)
+
+
+if __name__ == "__main__":
+    sys.exit(helper(__file__, __doc__))

@@ -28,7 +28,6 @@ Not a test: nothing asserts a time.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -39,15 +38,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _script import MAX_ROUNDS, Parser, count
 from audit_write import WRITE, sqlite_insert
 from regdev import AuditLog, Gate, Observation
 from regdev.audit._log import encode_json, insert_statement
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=31, help="interleaved rounds (median)")
-    parser.add_argument("--calls", type=int, default=300, help="calls per piece per round")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=count(1, MAX_ROUNDS), default=31, metavar="N",
+                        help=f"interleaved rounds, the median shown: 1..{MAX_ROUNDS} (default 31)")
+    parser.add_argument("--calls", type=count(1, 100_000), default=300, metavar="N",
+                        help="calls per piece per round: 1..100000 (default 300)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     clock = time.thread_time_ns

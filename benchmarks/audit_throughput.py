@@ -22,7 +22,6 @@ With ``--durability power-loss`` both the audit and the SQLite baseline use
 
 from __future__ import annotations
 
-import argparse
 import json
 import sqlite3
 import statistics
@@ -33,6 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _script import MAX_ROUNDS, Parser, count
 from regdev import AuditLog, Gate, Observation
 from regdev.audit._log import _SCHEMA, _SYNCHRONOUS, insert_statement
 
@@ -138,9 +138,11 @@ def report(per_call: dict[str, float]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=4000, help="calls per measurement")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=count(1, 100_000), default=4000, metavar="N",
+                        help="calls per measurement: 1..100000 (default 4000)")
+    parser.add_argument("--rounds", type=count(1, MAX_ROUNDS), default=7, metavar="N",
+                        help=f"interleaved rounds, the median shown: 1..{MAX_ROUNDS} (default 7)")
     parser.add_argument("--durability", choices=("crash", "power-loss"), default="crash")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)

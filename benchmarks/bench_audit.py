@@ -1,13 +1,20 @@
 """pytest-benchmark suite for the audit log's cost (the same measurements as
 audit_throughput.py, which prints the ratios against the targets).
 
-Run: ``.venv/bin/python -m pytest benchmarks/bench_audit.py``
+Run: ``scripts/test benchmarks/bench_audit.py``
 
 Each group's table shows, in parentheses, every figure as a multiple of the group's best:
 SQLite's own insert+commit beside the gate's writes, and the audit on beside off.
 """
 
 from __future__ import annotations
+
+import sys
+
+from _script import suite
+
+if __name__ == "__main__":  # run as a script: say how to run the suite (before importing pytest)
+    sys.exit(suite(__file__, __doc__))
 
 from collections.abc import Iterator
 from pathlib import Path

@@ -3,7 +3,7 @@ server.
 
 Run (pytest-benchmark; not part of the test suite)::
 
-    .venv/bin/python -m pytest benchmarks/bench_modbus.py
+    scripts/test benchmarks/bench_modbus.py
 
 The server is regdev's Modbus simulator without faults, in another process: pymodbus's own
 server (``ModbusTcpServer``; for RTU ``ModbusSerialServer`` behind a pty pump). Every
@@ -21,9 +21,15 @@ of the same framing (the issue's target: the gate at most 1.2x).
 
 from __future__ import annotations
 
+import sys
+
+from _script import suite
+
+if __name__ == "__main__":  # run as a script: say how to run the suite (before importing pytest)
+    sys.exit(suite(__file__, __doc__))
+
 import asyncio
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

@@ -2,7 +2,7 @@
 
 Run (pytest-benchmark; not part of the test suite)::
 
-    .venv/bin/python -m pytest benchmarks/bench_serial.py
+    scripts/test benchmarks/bench_serial.py
 
 The firmware simulator runs in another process on a pseudo-terminal. Each benchmark is one
 transaction: a request frame written, its reply frame read. The peers, measured in the same
@@ -19,8 +19,14 @@ skew the means).
 
 from __future__ import annotations
 
-import subprocess
 import sys
+
+from _script import suite
+
+if __name__ == "__main__":  # run as a script: say how to run the suite (before importing pytest)
+    sys.exit(suite(__file__, __doc__))
+
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

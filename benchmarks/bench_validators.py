@@ -1,8 +1,8 @@
 """pytest-benchmark suite: the contenders and inputs of ``regdev bench``, one benchmark each.
 
-Not part of the test suite (``scripts/test`` collects ``tests/`` only). Run it with::
+Not part of the test suite (``scripts/test`` alone collects ``tests/`` only). Run it with::
 
-    .venv/bin/python -m pytest benchmarks/bench_validators.py --benchmark-disable-gc \
+    scripts/test benchmarks/bench_validators.py --benchmark-disable-gc \
         --benchmark-group-by=param:case \
         --benchmark-columns=median,iqr,ops
 
@@ -17,6 +17,13 @@ report, with ratios.
 """
 
 from __future__ import annotations
+
+import sys
+
+from _script import suite
+
+if __name__ == "__main__":  # run as a script: say how to run the suite (before importing pytest)
+    sys.exit(suite(__file__, __doc__))
 
 from collections.abc import Callable
 from typing import Any

@@ -21,11 +21,11 @@ disagrees gets no figure and the script exits 1.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
+from _script import BATCH_MS, MAX_ROUNDS, Parser, count, span
 from regdev.gate._bench import CASES, all_agree, contenders, format_table, run_bench
 
 ROWS = ("regdev-compiled", "floor", "pydantic", "fastjsonschema")
@@ -61,12 +61,14 @@ def targets(result: dict[str, object]) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=25,
-                        help="interleaved rounds per cell, the median shown (default 25)")
-    parser.add_argument("--batch-ms", type=float, default=10.0,
-                        help="the length of one batch in ms (default 10; on a loaded machine "
-                             "1 ms batches are less often cut by another process)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=count(1, MAX_ROUNDS), default=25, metavar="N",
+                        help=f"interleaved rounds per cell, the median shown: 1..{MAX_ROUNDS} "
+                             "(default 25)")
+    parser.add_argument("--batch-ms", type=span(*BATCH_MS), default=10.0, metavar="MS",
+                        help=f"the length of one batch in ms: {BATCH_MS[0]:g}..{BATCH_MS[1]:g} "
+                             "(default 10; on a loaded machine 1 ms batches are less often "
+                             "cut by another process)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     everyone = {row.key: row for row in contenders()}

@@ -19,7 +19,6 @@ keeps to real time) and the share of one core the harness used (its pty thread i
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import signal
@@ -29,6 +28,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from _script import Parser, count
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "firmware-sim"))
@@ -91,8 +92,9 @@ def stop(process: subprocess.Popen[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=300, help="calls per operation (300)")
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=count(2, 100_000), default=300, metavar="N",
+                        help="calls per operation: 2..100000 (default 300)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     try:

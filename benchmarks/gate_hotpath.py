@@ -13,9 +13,9 @@ runs), run it alternately with each one's ``src`` first on the path::
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from _script import Parser, count
 from regdev import Gate
 
 CALLS = {
@@ -38,8 +38,9 @@ def best_of(gate: Gate, raw: str, calls: int, rounds: int = 5) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=50_000, help="calls per round")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=count(1, 10_000_000), default=50_000, metavar="N",
+                        help="calls per round: 1..10000000 (default 50000)")
     parser.add_argument("--label", default="", help="printed before the figures")
     args = parser.parse_args()
     gate = Gate()

@@ -1,7 +1,8 @@
 """The HTTP load test at full size: many clients on one `regdev serve --http`, and the same
 calls over stdio for the latency beside it.
 
-Run: ``.venv/bin/python benchmarks/http_load.py [--clients 16] [--calls 1000]``
+Run: ``.venv/bin/python benchmarks/http_load.py [--clients 16] [--calls 1000]`` (needs the mcp
+extra: ``scripts/serve`` or ``scripts/test`` installs it into .venv)
 
 Starts ``regdev serve --http 127.0.0.1:0 --stateless`` (a subprocess, as deployed) with the
 audit log on, and runs ``--clients`` HTTP clients at once, each its own keep-alive
@@ -20,29 +21,42 @@ and a server task for each). Prints p50 and p99 per call for each, and the throu
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from httpserver import REGDEV, answer, http_server, policy_text, post, server_env, token
-from loadgen_http import (
-    LOAD_POLICY,
-    check_load,
-    check_registers,
-    percentiles,
-    run_http_load,
-    run_stdio_load,
-)
+from _script import Parser, count, need
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients")
-    parser.add_argument("--calls", type=int, default=1000, help="calls per client")
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=count(1, 256), default=16, metavar="N",
+                        help="concurrent HTTP clients: 1..256 (default 16)")
+    parser.add_argument("--calls", type=count(1, 100_000), default=1000, metavar="N",
+                        help="calls per client: 1..100000 (default 1000)")
     args = parser.parse_args(argv)
+    # the server and its clients need the mcp extra: checked here, so that --help needs none
+    need("mcp", "mcp", "anyio", "uvicorn", "starlette", "jwt", "cryptography", "httpx2")
+    from httpserver import (  # noqa: PLC0415
+        REGDEV,
+        answer,
+        http_server,
+        policy_text,
+        post,
+        server_env,
+        token,
+    )
+    from loadgen_http import (  # noqa: PLC0415
+        LOAD_POLICY,
+        check_load,
+        check_registers,
+        percentiles,
+        run_http_load,
+        run_stdio_load,
+    )
+
     policy = LOAD_POLICY + policy_text().replace(
         "[registers]\nread_only = [0]\nprotected = [15]\n", "")
     rows = []

@@ -11,20 +11,22 @@ the throughput; exits 1 when a check fails.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _script import Parser, count
 from loadgen import check_load, run_load
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=32, help="concurrent callers")
-    parser.add_argument("--calls", type=int, default=2000, help="calls per thread")
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=count(1, 1024), default=32, metavar="N",
+                        help="concurrent callers: 1..1024 (default 32)")
+    parser.add_argument("--calls", type=count(1, 100_000), default=2000, metavar="N",
+                        help="calls per thread: 1..100000 (default 2000)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="regdev-load-") as folder:
         result = run_load(Path(folder) / "audit.db", args.threads, args.calls)

@@ -4,6 +4,9 @@ Run::
 
     .venv/bin/python benchmarks/modbus_ratio.py [--batches 30] [--batch 100]
 
+It needs pymodbus, the modbus extra (``.venv/bin/pip install -e '.[modbus]'``; scripts/test
+installs it too).
+
 On a shared machine the load moves between one benchmark and the next, so this script
 alternates: a batch of reads through each client in turn, the same server, ``--batches``
 times; it prints each client's median batch (microseconds per request) and its ratio to
@@ -23,7 +26,6 @@ The clients, each reading holding register 3 once per request:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import subprocess
@@ -33,9 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pymodbus.client import AsyncModbusSerialClient, ModbusSerialClient, ModbusTcpClient
-from pymodbus.framer import FramerType
-
+from _script import MAX_ROUNDS, Parser, count, need
 from regdev import Gate
 from regdev.devices._modbus import ModbusDevice
 
@@ -50,6 +50,14 @@ def openers(framing: str, port: str, loop: asyncio.AbstractEventLoop
             ) -> dict[str, Callable[[], Opened]]:
     """For each client, a function that opens it and returns (its read, its close). An RTU
     port is opened by one client at a time (exclusively), so each batch opens its client."""
+    # pymodbus is optional (the modbus extra): imported here, after main() has checked it
+    from pymodbus.client import (  # noqa: PLC0415
+        AsyncModbusSerialClient,
+        ModbusSerialClient,
+        ModbusTcpClient,
+    )
+    from pymodbus.framer import FramerType  # noqa: PLC0415
+
     url = port if framing == "tcp" else f"modbus+rtu://{port}"
 
     def device() -> Opened:
@@ -119,10 +127,14 @@ def measure(framing: str, batches: int, batch: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=30)
-    parser.add_argument("--batch", type=int, default=100)
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=count(1, MAX_ROUNDS), default=30, metavar="N",
+                        help=f"interleaved batches per client, the median shown: 1..{MAX_ROUNDS} "
+                             "(default 30)")
+    parser.add_argument("--batch", type=count(1, 100_000), default=100, metavar="N",
+                        help="reads per batch: 1..100000 (default 100)")
     args = parser.parse_args()
+    need("modbus", "pymodbus")
     for framing in ("tcp", "rtu"):
         medians = measure(framing, args.batches, args.batch)
         floor = min(v for name, v in medians.items() if name.startswith("pymodbus"))

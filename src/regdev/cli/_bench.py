@@ -7,6 +7,7 @@ import sys
 from typing import Any, TextIO
 
 from ..gate._noise import (
+    MAX_ROUNDS,
     NOISE_CELL_SPREAD,
     NOISE_MIN_ROUNDS,
     NOISE_RATIO,
@@ -34,8 +35,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         rounds, batch = 3, 0.002
     else:
         rounds, batch = 25 if args.rounds is None else args.rounds, 0.01
-    if rounds < 1:
-        raise UsageError("--rounds must be at least 1")
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise UsageError(f"--rounds must be 1..{MAX_ROUNDS}, got {rounds}")
     result = run_bench(rounds=rounds, batch_seconds=batch, progress=sys.stderr,
                        stopwatch=CPU_STOPWATCH if args.cpu_time else None)
     if args.json:
@@ -86,6 +87,8 @@ def add_parser(sub: Any) -> None:
                             "too few rounds for the figures to mean anything, and the last "
                             "line says so. Not with --rounds")
     bench.add_argument("--rounds", type=int, metavar="N",
-                       help="N rounds of 10 ms batches per cell, the median shown (default 25, "
-                            "10-20 s). Not with --quick")
+                       help=f"N rounds of 10 ms batches per cell, the median shown: "
+                            f"1..{MAX_ROUNDS} (default 25, 10-20 s; fewer than "
+                            f"{NOISE_MIN_ROUNDS} and the last line says the figures mean "
+                            "nothing). Not with --quick")
     bench.set_defaults(func=cmd_bench)

@@ -196,7 +196,8 @@ CASES: tuple[Case, ...] = (
 
 )
 
-INSTALL_HINT = "not installed: pip install 'regdev[bench]'"
+INSTALL_HINT = ("not installed: pip install 'regdev[bench]' (in a clone of regdev: scripts/test "
+                "installs it into .venv, or .venv/bin/pip install -e '.[bench]')")
 
 #: What a contender builds when it refuses, shown with its name.
 ON_REFUSAL = {

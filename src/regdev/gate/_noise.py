@@ -1,5 +1,6 @@
 """When a benchmark's figures mean nothing: one judgement for ``regdev bench``
-(:mod:`regdev.gate._bench`) and the scripts in ``benchmarks/``, with its limits.
+(:mod:`regdev.gate._bench`) and the scripts in ``benchmarks/``, with its limits; and the most
+rounds a run may ask for.
 
 Kept apart from :mod:`regdev.gate._bench` so that ``regdev bench --help`` can state the limits
 without importing the peers. A spread is a cell's interquartile range over its median, shown
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from ._bench import BenchResult
 
 __all__ = [
+    "MAX_ROUNDS",
     "NOISE_CELL_SPREAD",
     "NOISE_MIN_ROUNDS",
     "NOISE_RATIO",
@@ -33,6 +35,9 @@ NOISE_CELL_SPREAD = 1.0
 #: Fewer rounds than this per cell: too few batches to tell a figure from a slow spell, or to
 #: measure the spread at all (``regdev bench --quick`` runs 3).
 NOISE_MIN_ROUNDS = 10
+#: The most rounds a run may ask for (``regdev bench --rounds``, the scripts' ``--rounds``):
+#: 1000 rounds of regdev bench's 10 ms batches take about 15 minutes of its 100-odd cells.
+MAX_ROUNDS = 1000
 
 
 def format_spread(spread: float | None) -> str:
