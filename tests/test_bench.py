@@ -443,6 +443,10 @@ def test_the_trial_run_is_called_noisy() -> None:
         "3.6 (before, after) on 2 CPUs. Run again with at least 10 rounds on a machine with a "
         "load average below its CPU count")
     assert noise_line(result, "the anchor").count("the anchor timed twice came out 1.04x") == 1
+    # the advice is for the reasons given: the rounds alone, or the machine alone
+    assert noise_line(_judged(rounds=3)).endswith(". Run again with at least 10 rounds")
+    assert noise_line(_judged(load=(3.6, 3.6))).endswith(
+        " on 2 CPUs. Run again on a machine with a load average below its CPU count")
 
 
 def test_quick_says_its_figures_mean_nothing(monkeypatch: pytest.MonkeyPatch,

@@ -100,8 +100,12 @@ def noise_line(result: BenchResult, control: str = "the floor") -> str:
     facts = (f"{twice}cells spread {format_spread(result.spread)} typically{widest}, "
              f"{result.rounds} rounds, load average {load} (before, after) on {cpus} CPUs")
     reasons = noise_reasons(result, control)
-    if reasons:
-        return (f"! these figures mean nothing: {'; '.join(reasons)}. Measured: {facts}. "
-                f"Run again with at least {NOISE_MIN_ROUNDS} rounds on a machine with a load "
-                "average below its CPU count")
-    return f"noise: {facts}"
+    if not reasons:
+        return f"noise: {facts}"
+    advice = []
+    if result.rounds < NOISE_MIN_ROUNDS:
+        advice.append(f"with at least {NOISE_MIN_ROUNDS} rounds")
+    if len(reasons) > len(advice):  # the machine, not only the rounds
+        advice.append("on a machine with a load average below its CPU count")
+    return (f"! these figures mean nothing: {'; '.join(reasons)}. Measured: {facts}. "
+            f"Run again {' '.join(advice)}")
