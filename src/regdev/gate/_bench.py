@@ -108,7 +108,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True)
 class Case:
     """One input, one column of the table.
