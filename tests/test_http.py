@@ -21,6 +21,7 @@ from mcp import types
 from conftest import EXAMPLES
 from httpserver import (
     ISSUER,
+    MCP_HEADERS,
     KeySet,
     Served,
     answer,
@@ -747,3 +748,103 @@ def test_a_caller_that_goes_away_withdraws_its_approval_question(
     read = post(served.url, call_text(32, '{"name": "read_register", "arguments": '
                                           '{"addr": 15}}'), bearer=token("alice"))
     assert answer(read)["result"]["structuredContent"]["result"]["data"] == 0
+
+
+def _open_session(served: Served, bearer: str,
+                  capabilities: dict[str, Any] | None = None) -> dict[str, str]:
+    """A session opened with raw requests (initialize, then initialized): the headers that
+    go with every later request in it."""
+    opened = post(served.url, json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": capabilities or {},
+            "clientInfo": {"name": "raw", "version": "0"}}}), bearer=bearer)
+    assert opened.status_code == 200, opened.text
+    headers = {"Mcp-Session-Id": opened.headers["mcp-session-id"],
+               "Mcp-Protocol-Version": "2025-11-25"}
+    assert post(served.url, b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+                bearer=bearer, headers=headers).status_code == 202
+    return headers
+
+
+def _register(served: Served, headers: dict[str, str], addr: int) -> int:
+    """Register ``addr``'s value, read by alice in the session of ``headers``."""
+    read = post(served.url, call_text(40, '{"name": "read_register", "arguments": '
+                                          f'{{"addr": {addr}}}}}'), bearer=token("alice"),
+                headers=headers)
+    data: int = answer(read)["result"]["structuredContent"]["result"]["data"]
+    return data
+
+
+def _leave_after(served: Served, body: bytes, bearer: str, headers: dict[str, str],
+                 how: str) -> None:
+    """POST ``body`` in the session of ``headers`` and go away before any answer: ``socket``
+    sends it on a raw socket, waits 1.5 s and closes it; ``timeout`` is an HTTP client whose
+    read times out after 1 s (it then closes its connection)."""
+    import socket  # noqa: PLC0415
+
+    import httpx2  # noqa: PLC0415
+
+    if how == "timeout":
+        with pytest.raises(httpx2.TimeoutException):
+            post(served.url, body, bearer=bearer, headers=headers, timeout=1.0)
+        return
+    sent = {**MCP_HEADERS, **headers, "Authorization": f"Bearer {bearer}",
+            "Host": f"127.0.0.1:{served.port}", "Content-Length": str(len(body))}
+    head = "".join(f"{name}: {value}\r\n" for name, value in sent.items())
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
+        sock.sendall(f"POST /mcp HTTP/1.1\r\n{head}\r\n".encode() + body)
+        time.sleep(1.5)
+
+
+@pytest.mark.parametrize("how", ["socket", "timeout"])
+def test_a_caller_that_goes_away_withdraws_its_question_in_a_session(
+        by_url: Served, how: str) -> None:
+    """The session mode keeps the promise of --stateless: alice's tools/call in her session
+    waits on the page, and her connection closes (a raw socket closed after 1.5 s, or a
+    client whose read times out): the question is withdrawn at once (the page answers 404,
+    bob's yes comes too late), the write never reaches the device, and the record says
+    approval-denied because the caller went away. Her session still serves her."""
+    served = by_url
+    headers = _open_session(served, token("alice"))
+    held = _register(served, headers, 15)
+    after = len(served.stderr)
+    before = len(records(served))
+    body = call_text(41, '{"name": "write_register", "arguments": {"addr": 15, "data": 11}}')
+    leaving = threading.Thread(target=_leave_after,
+                               args=(served, body, token("alice"), headers, how))
+    leaving.start()
+    url = _page_url(served, after)
+    leaving.join(30)
+    deadline = time.monotonic() + 20
+    written: list[Any] = []
+    while not written and time.monotonic() < deadline:
+        written = [r for r in records(served)[before:] if r.tool == "write_register"]
+        time.sleep(0.05)
+    assert _answer_page(url, token("bob"), "approve")[0] == 404
+    import httpx2  # noqa: PLC0415
+
+    assert httpx2.get(url).status_code == 404
+    assert [(r.ok, r.code, r.approval, r.approver, r.caller) for r in written] == [
+        (False, "approval-denied", "url", None, "token:alice")]
+    assert written[0].message.endswith("(the caller went away)")
+    assert _register(served, headers, 15) == held  # her session serves her still
+
+
+def test_a_caller_that_goes_away_withdraws_its_elicitation_in_a_session(served: Served) -> None:
+    """via = elicitation, in a session: the question goes to alice's client on her POST's
+    stream, and her connection closes before she answers: the question is withdrawn at once
+    (not after its 30 s), the write never runs, and the record says the caller went away."""
+    headers = _open_session(served, token("alice"), {"elicitation": {"form": {}}})
+    held = _register(served, headers, 15)
+    before = len(records(served))
+    body = call_text(43, '{"name": "write_register", "arguments": {"addr": 15, "data": 12}}')
+    _leave_after(served, body, token("alice"), headers, "socket")
+    deadline = time.monotonic() + 10  # well before the question's own 30 s
+    written: list[Any] = []
+    while not written and time.monotonic() < deadline:
+        written = [r for r in records(served)[before:] if r.tool == "write_register"]
+        time.sleep(0.05)
+    assert [(r.ok, r.code, r.approval, r.approver) for r in written] == [
+        (False, "approval-denied", "elicitation", None)]
+    assert written[0].message.endswith("(the caller went away)")
+    assert _register(served, headers, 15) == held  # her session serves her still

@@ -277,11 +277,15 @@ class Approvals:
         if is_modern(ctx) and (asking.request_state is not None
                                or asking.input_responses is not None):
             return self._unless_gone(asking, self._second_leg(asking, request))
+        if asking.gone.is_set():  # gone before the question: none is asked
+            return Approval(False, via=via, reason=GONE)
         question = self._open_question(request, via)
         if question is None:
             return Approval(False, via=via, reason=f"{self.policy.max_pending} approval "
                             "questions are open already; try again later")
         asking.question = question
+        if asking.gone.is_set():  # gone while it was being opened: withdrawn at once
+            self.withdraw(asking)
         try:
             answer = (self._ask_form(asking, question) if via == "elicitation"
                       else self._ask_page(asking, question))

@@ -124,6 +124,9 @@ MAX_CONNECTIONS = 512
 #: The scope keys the front leaves for the handlers.
 CALLER_KEY = "regdev.caller"
 RECEIVED_KEY = "regdev.received"
+#: The scope key of an ``anyio.Event`` set once a POST's HTTP exchange is over (its answer
+#: sent, or its client gone): a call still running then has nobody to answer.
+ENDED_KEY = "regdev.ended"
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -304,7 +307,12 @@ class McpFront:
                 return {"type": "http.request", "body": forwarded, "more_body": False}
             return await receive()
 
-        await self.inner(scope, replay, send)
+        ended = anyio.Event()
+        scope[ENDED_KEY] = ended
+        try:
+            await self.inner(scope, replay, send)
+        finally:  # the answer was sent, or the client went away: none can be sent now
+            ended.set()
 
     async def _authenticate(self, scope: Scope) -> Caller:
         values = _one_header(scope, b"authorization")
@@ -512,9 +520,11 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
                         request_state=params.request_state)
         reset = ASKING.set(asking)
         try:
+            ended = _scope_of(ctx).get(ENDED_KEY)
             observation = await _run_call(
                 partial(gate.handle, text, dialect="mcp", session=session,
-                        proposer=client_name(ctx)), limiter, asking, approvals)
+                        proposer=client_name(ctx)), limiter, asking, approvals,
+                ended if isinstance(ended, anyio.Event) else None)
         finally:
             ASKING.reset(reset)
         logger.debug("tools/call %s by %s: %s", observation.tool or params.name or "?",
@@ -532,13 +542,25 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
 
 
 async def _run_call(call: Callable[[], Observation], limiter: anyio.CapacityLimiter,
-                    asking: Asking, approvals: Approvals | None) -> Observation:
+                    asking: Asking, approvals: Approvals | None,
+                    ended: anyio.Event | None = None) -> Observation:
     """Run ``call`` in a worker thread. The thread always runs to its end (the gate records
-    what it did); when this request is cancelled meanwhile (its client went away), its
-    approval question is withdrawn first, so that the thread ends on a denial at once."""
+    what it did). When the caller goes away meanwhile, its approval question is withdrawn
+    first (:meth:`Approvals.withdraw`), so that the thread ends on a denial at once. Two
+    signs of a caller gone:
+
+    * this request is cancelled: ``--stateless`` and the 2026-07-28 era, where the SDK ends
+      the request's task with its HTTP exchange;
+    * ``ended`` is set (the front sets it once the POST that carried the call is over) while
+      the call still runs: in a session, the SDK runs the request in the session's own task
+      and does not cancel it when the POST's response stream closes, as the stream of a
+      resumable session may be taken up again (``Last-Event-ID``); regdev keeps no event
+      store, so no answer can reach the caller after its POST is over.
+    """
     done: list[Observation] = []
     failed: list[Exception] = []
     finished = anyio.Event()
+    watching = anyio.CancelScope()
 
     async def run() -> None:
         try:
@@ -548,14 +570,23 @@ async def _run_call(call: Callable[[], Observation], limiter: anyio.CapacityLimi
         finally:
             finished.set()
 
+    async def watch(ended: anyio.Event, approvals: Approvals) -> None:
+        with watching:
+            await ended.wait()
+            approvals.withdraw(asking)
+
     async with anyio.create_task_group() as group:
         group.start_soon(run)
+        if ended is not None and approvals is not None:
+            group.start_soon(watch, ended, approvals)
         try:
             await finished.wait()
         except anyio.get_cancelled_exc_class():
             if approvals is not None:
                 approvals.withdraw(asking)
             raise
+        finally:
+            watching.cancel()
     if failed:
         raise failed[0]
     return done[0]
