@@ -848,3 +848,54 @@ def test_a_caller_that_goes_away_withdraws_its_elicitation_in_a_session(served: 
         (False, "approval-denied", "elicitation", None)]
     assert written[0].message.endswith("(the caller went away)")
     assert _register(served, headers, 15) == held  # her session serves her still
+
+
+_NOT_JSON = ("Unsupported Media Type: Content-Type {} is not JSON; send the body as "
+             "`Content-Type: application/json` (UTF-8)")
+
+
+@pytest.mark.parametrize(("content_type", "status", "message"), [
+    ("text/plain", 415, _NOT_JSON.format("`text/plain`")),
+    ("application/x-www-form-urlencoded", 415,
+     _NOT_JSON.format("`application/x-www-form-urlencoded`")),
+    ("application/jsonx", 415, _NOT_JSON.format("`application/jsonx`")),
+    ("application/json, text/plain", 415, _NOT_JSON.format("`application/json, text/plain`")),
+    ("application/json;;", 415, _NOT_JSON.format("`application/json;;`")),
+    (None, 415, "Unsupported Media Type: the request has no Content-Type; send the body as "
+                "`Content-Type: application/json` (UTF-8)"),
+    ("application/json; charset=latin-1", 415, "Unsupported Media Type: the charset "
+     "`latin-1` is not served; JSON is read as UTF-8 only; send the body as "
+     "`Content-Type: application/json` (UTF-8)"),
+    ("application/json; charset=utf-16", 415, "Unsupported Media Type: the charset "
+     "`utf-16` is not served; JSON is read as UTF-8 only; send the body as "
+     "`Content-Type: application/json` (UTF-8)"),
+    ("Application/JSON; charset=\"UTF-8\"", 200, None),
+    ("application/json; charset=utf-8; profile=x", 200, None),
+    ("application/json", 200, None),
+])
+def test_the_media_type_must_be_json_in_utf_8(stateless: Served, content_type: str | None,
+                                              status: int, message: str | None) -> None:
+    """A POST whose Content-Type is not application/json (none, another type, a list, one
+    that cannot be parsed) or names a charset other than UTF-8: 415 with a JSON-RPC error
+    saying what was sent and what is served, and nothing is recorded or run; JSON in UTF-8
+    (any case, other parameters ignored) is served."""
+    import httpx2  # noqa: PLC0415
+
+    before = len(records(stateless))
+    headers = {"Authorization": f"Bearer {token('alice')}",
+               "Accept": "application/json, text/event-stream"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    with httpx2.Client() as client:
+        response = client.post(stateless.url, headers=headers, content=call_text(
+            51, '{"name": "write_register", "arguments": {"addr": 6, "data": 6}}'))
+    assert response.status_code == status, response.text
+    done = records(stateless)[before:]
+    if message is None:
+        assert answer(response)["result"]["structuredContent"]["ok"] is True
+        assert [(r.tool, r.ok) for r in done] == [("write_register", True)]
+        return
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"jsonrpc": "2.0", "id": None,
+                               "error": {"code": -32600, "message": message}}
+    assert done == []

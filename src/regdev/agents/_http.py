@@ -6,7 +6,8 @@ Rules of this file:
   and the first check that fails answers it: the ``Host`` header (DNS rebinding, 421), the
   ``Origin`` header (403), the bearer token (401 with ``WWW-Authenticate: Bearer ...
   resource_metadata=...``; a token whose scopes choose no session, 403), the method, then for
-  a POST the body: its declared size against the cap before any of it is read (413), read in
+  a POST its ``Content-Type`` (``application/json``, UTF-8: 415 otherwise), then the body: its
+  declared size against the cap before any of it is read (413), read in
   full within :data:`BODY_SECONDS` (408), and judged by the same strict reader as stdio
   (``_mcp.py``'s :class:`~regdev.agents._mcp.MessageReader`): the same bytes get the same
   answer, and a ``tools/call`` the same verdict and audit record, over both transports. So
@@ -42,6 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
+from email.message import EmailMessage
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -218,6 +220,37 @@ def _one_header(scope: Scope, name: bytes) -> list[str]:
             if key.lower() == name]
 
 
+def _media_type_problem(scope: Scope) -> Response | None:
+    """None when a POST's ``Content-Type`` is ``application/json`` (any case, other parameters
+    ignored) with no ``charset`` or ``charset=utf-8`` (RFC 8259 section 8.1: JSON between
+    systems is UTF-8); else the refusal: ``415`` for no media type, another one, more than
+    one, one that cannot be parsed, or another charset; ``400`` for the header given twice.
+    Parsed by the standard library's MIME header parser (``email.headerregistry``); the
+    front then hands the SDK ``application/json`` as such (its own check is case-sensitive)."""
+    values = _one_header(scope, b"content-type")
+    if len(values) > 1:
+        return _json_rpc_error(400, types.INVALID_REQUEST,
+                               "Invalid Request: the Content-Type header is given twice")
+    wanted = "send the body as `Content-Type: application/json` (UTF-8)"
+    if not values or not values[0].strip():
+        return _json_rpc_error(415, types.INVALID_REQUEST,
+                               f"Unsupported Media Type: the request has no Content-Type; "
+                               f"{wanted}")
+    parsed = EmailMessage()
+    parsed["content-type"] = values[0]
+    header = parsed["content-type"]
+    if header.defects or header.content_type != "application/json":
+        return _json_rpc_error(415, types.INVALID_REQUEST,
+                               f"Unsupported Media Type: Content-Type {_shown(values[0])} is "
+                               f"not JSON; {wanted}")
+    charset = header.params.get("charset")
+    if charset is not None and charset.lower() != "utf-8":
+        return _json_rpc_error(415, types.INVALID_REQUEST,
+                               f"Unsupported Media Type: the charset {_shown(charset)} is not "
+                               f"served; JSON is read as UTF-8 only; {wanted}")
+    return None
+
+
 def _shown(text: str | None) -> str:
     """A header's value inside a message: escaped once, in backticks (a backtick in it is
     escaped too, so the quote cannot end early)."""
@@ -296,6 +329,11 @@ class McpFront:
                                            f"{method} is not served here: POST a JSON-RPC "
                                            "message (GET opens a stream, DELETE ends a session)",
                                            headers={"Allow": "GET, POST, DELETE"}))
+        refused = _media_type_problem(scope)
+        if refused is not None:
+            raise _Refused(refused)
+        scope["headers"] = [(name, b"application/json" if name.lower() == b"content-type"
+                             else value) for name, value in scope.get("headers", ())]
         body = await self._read_body(scope, receive)
         forwarded = self._judge(scope, body)
         sent = False
