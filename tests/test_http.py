@@ -492,6 +492,11 @@ def _answer_page(url: str, bearer: str, decision: str) -> tuple[int, str]:
     return response.status_code, response.text
 
 
+#: The page that takes an answer, around what the answer makes happen.
+_ANSWERED = ('<!doctype html><html><head><meta charset="utf-8"><title>regdev: Answer recorded'
+             "</title></head><body><h1>Answer recorded</h1><p>{}</p></body></html>")
+
+
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
 def test_a_url_approval_is_signed_by_another_person(by_url: Served, mode: str) -> None:
     """via = url: the question is a page the server serves. The caller's own token cannot
@@ -518,7 +523,10 @@ def test_a_url_approval_is_signed_by_another_person(by_url: Served, mode: str) -
         assert _answer_page(url, token("alice"), "approve")[0] == 403  # the caller
         assert _answer_page(url, token("victor"), "approve")[0] == 403  # no regdev:approve
         assert _answer_page(url, "not-a-token", "approve")[0] == 403
-        assert _answer_page(url, token("bob"), "approve")[0] == 200
+        held = page.text.split("which holds ", 1)[1].split(")", 1)[0] + ")"  # 0 (0x00)...
+        assert _answer_page(url, token("bob"), "approve") == (200, _ANSWERED.format(
+            f"Approved: the write runs now, unless register 15 no longer holds {held} or the "
+            "caller has gone; the caller is told the result."))
         assert _answer_page(url, token("bob"), "deny")[0] == 404  # answered: closed
         worker.join(30)
     assert shown == [url]
@@ -545,7 +553,9 @@ def test_a_denied_or_unanswered_url_approval_is_approval_denied(
         worker = threading.Thread(target=lambda: results.append(
             alice.call("write_register", {"addr": 15, "data": 5})))
         worker.start()
-        assert _answer_page(_page_url(by_url, after), token("bob"), "deny")[0] == 200
+        assert _answer_page(_page_url(by_url, after), token("bob"), "deny") == (
+            200, _ANSWERED.format("Denied: the write will not run; the caller is told it was "
+                                  "denied."))
         worker.join(30)
     with sdk_client(by_url_hurried.url, token("alice")) as alice:
         timed_out = alice.call("write_register", {"addr": 15, "data": 6})
