@@ -534,8 +534,9 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
     """The low-level SDK ``Server`` behind :class:`McpFront`: ``tools/list`` of the caller's
     session, and ``tools/call`` through the gate in the caller's session, on the text the
     front received (``Received``), with the request named for approval questions. When the
-    request is cancelled (its client went away) while the call waits for a person, its
-    question is withdrawn (:meth:`Approvals.withdraw`): the write does not run."""
+    caller goes away while the call waits for a person (the request is cancelled, or the POST
+    that carried it is over: :func:`_run_call`), its question is withdrawn
+    (:meth:`Approvals.withdraw`): the write does not run."""
 
     def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
         caller = _scope_of(ctx).get(CALLER_KEY)
