@@ -436,6 +436,37 @@ def test_audit_command_shows_and_filters(capsys: pytest.CaptureFixture[str],
     assert json.loads(out)["event"] == "stop"
 
 
+def test_audit_shows_and_filters_the_caller_and_approver(
+        capsys: pytest.CaptureFixture[str], audit_path: Path) -> None:
+    """The text listing names each call's caller and, for an approved or denied protected
+    write, its approver and how it was asked (each quoted and escaped as a key is: a caller
+    is a token's name or an OAuth subject, client-controlled); --caller keeps one caller's
+    calls; a record without a caller shows neither."""
+    answers = iter([Approval(True, "token:bob", "url"),
+                    Approval(False, "token:b\x1b[2Job", "url", "denied on the approval page")])
+    policy = Policy.from_dict({"registers": {"protected": [3]}},
+                              approve=lambda request: next(answers))
+    with Gate(policy=policy, audit=AuditLog(audit_path)) as gate:
+        gate.handle(WRITE, session=Session("default", caller="token:alice"))
+        gate.handle(WRITE, session=Session("default", caller="oauth:m\u00e9\nx"))
+        gate.handle(READ)
+    status, out, _ = run(capsys, "audit")
+    lines = out.splitlines()
+    assert status == 0 and len(lines) == 4
+    assert "(caller 'token:alice', approver 'token:bob' (url), device " in lines[0]
+    assert ("refused authorize/approval-denied" in lines[1]
+            and "(caller 'oauth:m\\u00e9\\nx', approver 'token:b\\x1b[2Job' (url), device "
+            in lines[1])
+    assert "caller" not in lines[2] and "approver" not in lines[2]
+    status, out, _ = run(capsys, "audit", "--caller", "token:alice")
+    assert status == 0 and out.splitlines()[-1] == f"1 record in {audit_path}"
+    assert "caller 'token:alice'" in out
+    status, out, _ = run(capsys, "audit", "--caller", "oauth:m\u00e9\nx", "--json")
+    assert [json.loads(line)["approver"] for line in out.splitlines()] == ["token:b\x1b[2Job"]
+    status, out, _ = run(capsys, "audit", "--caller", "token:nobody")
+    assert (status, out.splitlines()) == (0, [f"0 records in {audit_path}"])
+
+
 def test_audit_code_refuses_a_code_no_record_can_hold(
         capsys: pytest.CaptureFixture[str], audit_path: Path) -> None:
     """--code takes ok, a verdict code (a fixed one, or missing-/type-/range-ARG, denied-TOOL)
@@ -931,6 +962,8 @@ def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path
     conn.close()
     (old,) = read_audit(db)
     assert (old.ok, old.caller, old.approver, old.approval) == (True, None, None, None)
+    for column in ("caller", "device", "proposer"):  # a filter on a column it lacks: none
+        assert read_audit(db, **{column: "token:alice"}) == [], column
     policy = Policy.from_dict({"registers": {"protected": [3]}},
                               approve=lambda request: Approval(True, "token:bob", "url"))
     with Gate(policy=policy, audit=AuditLog(db)) as gate:

@@ -23,7 +23,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import EXAMPLES, run
-from regdev import AuditLog, Gate, Policy, RegisterFile, ScriptedProposer, read_audit, run_loop
+from regdev import (
+    AuditLog,
+    Gate,
+    Observation,
+    Policy,
+    Refusal,
+    RegisterFile,
+    ScriptedProposer,
+    read_audit,
+    run_loop,
+)
 from regdev.agents._shell import run_shell, shell_tools
 from regdev.cli._output import LogFormatter
 from regdev.core._errors import DeviceRefused
@@ -114,6 +124,11 @@ def _hostile_audit(path: Path, text: str) -> int:
         ]:
             gate.handle(raw, dialect=dialect)
         gate.handle(call("write_register", {"addr": 1, "data": 2}), session=hostile)  # session
+        assert gate.audit is not None  # a caller and an approver (an OAuth subject can be any)
+        gate.audit.append(gate.audit.row(
+            time=1.0, session="default", dialect="mcp", raw=b"{}", tool="write_register",
+            arguments=None, caller=text, approver=text, approval="url",
+            observation=Observation.refused(Refusal("authorize", "approval-denied", "no"))))
 
         def proposer(observations: object) -> str:
             raise RuntimeError(text)  # a stop record whose detail quotes it

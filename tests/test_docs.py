@@ -129,9 +129,26 @@ def test_the_readme_command_table_matches_the_commands() -> None:
         for synopsis in synopses:
             shown = set(re.findall(r"(?<![\w-])-{1,2}[a-zA-Z][\w-]*", synopsis))
             assert shown <= taken, (name, shown - taken)
-        if name in ("report", "bench"):
+        if name in ("report", "bench", "audit"):
             shown_all = {o for s in synopses for o in re.findall(r"-{1,2}[a-z][\w-]*", s)}
             assert taken - _SHARED_OPTIONS <= shown_all, (name, taken - shown_all)
+
+
+def test_docs_cli_shows_every_option_of_audit() -> None:
+    """docs/cli.md's section on `regdev audit` gives the command's synopsis with every option
+    its parser takes (--caller included), and names each filter in its text."""
+    from regdev.cli._main import build_parser  # noqa: PLC0415
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    parser = sub.choices["audit"]  # type: ignore[index]
+    taken = {o for a in parser._actions for o in a.option_strings} - {"-h", "--help"}
+    section = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8").split(
+        "## `regdev audit`", 1)[1].split("\n## ", 1)[0]
+    synopsis = section.split("`regdev audit ", 1)[1].split("`", 1)[0]
+    assert set(re.findall(r"-{1,2}[a-z][\w-]*", synopsis)) == taken
+    text = section.split("Filters combine", 1)[1]
+    assert {o for o in taken if o not in ("--db", "--json")} <= set(
+        re.findall(r"-{1,2}[a-z][\w-]*", text))
 
 
 def _help(argv: list[str]) -> str:

@@ -21,6 +21,7 @@ from mcp import types
 from conftest import EXAMPLES
 from httpserver import (
     ISSUER,
+    MCP_HEADERS,
     KeySet,
     Served,
     answer,
@@ -491,6 +492,11 @@ def _answer_page(url: str, bearer: str, decision: str) -> tuple[int, str]:
     return response.status_code, response.text
 
 
+#: The page that takes an answer, around what the answer makes happen.
+_ANSWERED = ('<!doctype html><html><head><meta charset="utf-8"><title>regdev: Answer recorded'
+             "</title></head><body><h1>Answer recorded</h1><p>{}</p></body></html>")
+
+
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
 def test_a_url_approval_is_signed_by_another_person(by_url: Served, mode: str) -> None:
     """via = url: the question is a page the server serves. The caller's own token cannot
@@ -517,7 +523,10 @@ def test_a_url_approval_is_signed_by_another_person(by_url: Served, mode: str) -
         assert _answer_page(url, token("alice"), "approve")[0] == 403  # the caller
         assert _answer_page(url, token("victor"), "approve")[0] == 403  # no regdev:approve
         assert _answer_page(url, "not-a-token", "approve")[0] == 403
-        assert _answer_page(url, token("bob"), "approve")[0] == 200
+        held = page.text.split("which holds ", 1)[1].split(")", 1)[0] + ")"  # 0 (0x00)...
+        assert _answer_page(url, token("bob"), "approve") == (200, _ANSWERED.format(
+            f"Approved: the write runs now, unless register 15 no longer holds {held} or the "
+            "caller has gone; the caller is told the result."))
         assert _answer_page(url, token("bob"), "deny")[0] == 404  # answered: closed
         worker.join(30)
     assert shown == [url]
@@ -544,7 +553,9 @@ def test_a_denied_or_unanswered_url_approval_is_approval_denied(
         worker = threading.Thread(target=lambda: results.append(
             alice.call("write_register", {"addr": 15, "data": 5})))
         worker.start()
-        assert _answer_page(_page_url(by_url, after), token("bob"), "deny")[0] == 200
+        assert _answer_page(_page_url(by_url, after), token("bob"), "deny") == (
+            200, _ANSWERED.format("Denied: the write will not run; the caller is told it was "
+                                  "denied."))
         worker.join(30)
     with sdk_client(by_url_hurried.url, token("alice")) as alice:
         timed_out = alice.call("write_register", {"addr": 15, "data": 6})
@@ -747,3 +758,154 @@ def test_a_caller_that_goes_away_withdraws_its_approval_question(
     read = post(served.url, call_text(32, '{"name": "read_register", "arguments": '
                                           '{"addr": 15}}'), bearer=token("alice"))
     assert answer(read)["result"]["structuredContent"]["result"]["data"] == 0
+
+
+def _open_session(served: Served, bearer: str,
+                  capabilities: dict[str, Any] | None = None) -> dict[str, str]:
+    """A session opened with raw requests (initialize, then initialized): the headers that
+    go with every later request in it."""
+    opened = post(served.url, json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": capabilities or {},
+            "clientInfo": {"name": "raw", "version": "0"}}}), bearer=bearer)
+    assert opened.status_code == 200, opened.text
+    headers = {"Mcp-Session-Id": opened.headers["mcp-session-id"],
+               "Mcp-Protocol-Version": "2025-11-25"}
+    assert post(served.url, b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+                bearer=bearer, headers=headers).status_code == 202
+    return headers
+
+
+def _register(served: Served, headers: dict[str, str], addr: int) -> int:
+    """Register ``addr``'s value, read by alice in the session of ``headers``."""
+    read = post(served.url, call_text(40, '{"name": "read_register", "arguments": '
+                                          f'{{"addr": {addr}}}}}'), bearer=token("alice"),
+                headers=headers)
+    data: int = answer(read)["result"]["structuredContent"]["result"]["data"]
+    return data
+
+
+def _leave_after(served: Served, body: bytes, bearer: str, headers: dict[str, str],
+                 how: str) -> None:
+    """POST ``body`` in the session of ``headers`` and go away before any answer: ``socket``
+    sends it on a raw socket, waits 1.5 s and closes it; ``timeout`` is an HTTP client whose
+    read times out after 1 s (it then closes its connection)."""
+    import socket  # noqa: PLC0415
+
+    import httpx2  # noqa: PLC0415
+
+    if how == "timeout":
+        with pytest.raises(httpx2.TimeoutException):
+            post(served.url, body, bearer=bearer, headers=headers, timeout=1.0)
+        return
+    sent = {**MCP_HEADERS, **headers, "Authorization": f"Bearer {bearer}",
+            "Host": f"127.0.0.1:{served.port}", "Content-Length": str(len(body))}
+    head = "".join(f"{name}: {value}\r\n" for name, value in sent.items())
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
+        sock.sendall(f"POST /mcp HTTP/1.1\r\n{head}\r\n".encode() + body)
+        time.sleep(1.5)
+
+
+@pytest.mark.parametrize("how", ["socket", "timeout"])
+def test_a_caller_that_goes_away_withdraws_its_question_in_a_session(
+        by_url: Served, how: str) -> None:
+    """The session mode keeps the promise of --stateless: alice's tools/call in her session
+    waits on the page, and her connection closes (a raw socket closed after 1.5 s, or a
+    client whose read times out): the question is withdrawn at once (the page answers 404,
+    bob's yes comes too late), the write never reaches the device, and the record says
+    approval-denied because the caller went away. Her session still serves her."""
+    served = by_url
+    headers = _open_session(served, token("alice"))
+    held = _register(served, headers, 15)
+    after = len(served.stderr)
+    before = len(records(served))
+    body = call_text(41, '{"name": "write_register", "arguments": {"addr": 15, "data": 11}}')
+    leaving = threading.Thread(target=_leave_after,
+                               args=(served, body, token("alice"), headers, how))
+    leaving.start()
+    url = _page_url(served, after)
+    leaving.join(30)
+    deadline = time.monotonic() + 20
+    written: list[Any] = []
+    while not written and time.monotonic() < deadline:
+        written = [r for r in records(served)[before:] if r.tool == "write_register"]
+        time.sleep(0.05)
+    assert _answer_page(url, token("bob"), "approve")[0] == 404
+    import httpx2  # noqa: PLC0415
+
+    assert httpx2.get(url).status_code == 404
+    assert [(r.ok, r.code, r.approval, r.approver, r.caller) for r in written] == [
+        (False, "approval-denied", "url", None, "token:alice")]
+    assert written[0].message.endswith("(the caller went away)")
+    assert _register(served, headers, 15) == held  # her session serves her still
+
+
+def test_a_caller_that_goes_away_withdraws_its_elicitation_in_a_session(served: Served) -> None:
+    """via = elicitation, in a session: the question goes to alice's client on her POST's
+    stream, and her connection closes before she answers: the question is withdrawn at once
+    (not after its 30 s), the write never runs, and the record says the caller went away."""
+    headers = _open_session(served, token("alice"), {"elicitation": {"form": {}}})
+    held = _register(served, headers, 15)
+    before = len(records(served))
+    body = call_text(43, '{"name": "write_register", "arguments": {"addr": 15, "data": 12}}')
+    _leave_after(served, body, token("alice"), headers, "socket")
+    deadline = time.monotonic() + 10  # well before the question's own 30 s
+    written: list[Any] = []
+    while not written and time.monotonic() < deadline:
+        written = [r for r in records(served)[before:] if r.tool == "write_register"]
+        time.sleep(0.05)
+    assert [(r.ok, r.code, r.approval, r.approver) for r in written] == [
+        (False, "approval-denied", "elicitation", None)]
+    assert written[0].message.endswith("(the caller went away)")
+    assert _register(served, headers, 15) == held  # her session serves her still
+
+
+_NOT_JSON = ("Unsupported Media Type: Content-Type {} is not JSON; send the body as "
+             "`Content-Type: application/json` (UTF-8)")
+
+
+@pytest.mark.parametrize(("content_type", "status", "message"), [
+    ("text/plain", 415, _NOT_JSON.format("`text/plain`")),
+    ("application/x-www-form-urlencoded", 415,
+     _NOT_JSON.format("`application/x-www-form-urlencoded`")),
+    ("application/jsonx", 415, _NOT_JSON.format("`application/jsonx`")),
+    ("application/json, text/plain", 415, _NOT_JSON.format("`application/json, text/plain`")),
+    ("application/json;;", 415, _NOT_JSON.format("`application/json;;`")),
+    (None, 415, "Unsupported Media Type: the request has no Content-Type; send the body as "
+                "`Content-Type: application/json` (UTF-8)"),
+    ("application/json; charset=latin-1", 415, "Unsupported Media Type: the charset "
+     "`latin-1` is not served; JSON is read as UTF-8 only; send the body as "
+     "`Content-Type: application/json` (UTF-8)"),
+    ("application/json; charset=utf-16", 415, "Unsupported Media Type: the charset "
+     "`utf-16` is not served; JSON is read as UTF-8 only; send the body as "
+     "`Content-Type: application/json` (UTF-8)"),
+    ("Application/JSON; charset=\"UTF-8\"", 200, None),
+    ("application/json; charset=utf-8; profile=x", 200, None),
+    ("application/json", 200, None),
+])
+def test_the_media_type_must_be_json_in_utf_8(stateless: Served, content_type: str | None,
+                                              status: int, message: str | None) -> None:
+    """A POST whose Content-Type is not application/json (none, another type, a list, one
+    that cannot be parsed) or names a charset other than UTF-8: 415 with a JSON-RPC error
+    saying what was sent and what is served, and nothing is recorded or run; JSON in UTF-8
+    (any case, other parameters ignored) is served."""
+    import httpx2  # noqa: PLC0415
+
+    before = len(records(stateless))
+    headers = {"Authorization": f"Bearer {token('alice')}",
+               "Accept": "application/json, text/event-stream"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    with httpx2.Client() as client:
+        response = client.post(stateless.url, headers=headers, content=call_text(
+            51, '{"name": "write_register", "arguments": {"addr": 6, "data": 6}}'))
+    assert response.status_code == status, response.text
+    done = records(stateless)[before:]
+    if message is None:
+        assert answer(response)["result"]["structuredContent"]["ok"] is True
+        assert [(r.tool, r.ok) for r in done] == [("write_register", True)]
+        return
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"jsonrpc": "2.0", "id": None,
+                               "error": {"code": -32600, "message": message}}
+    assert done == []

@@ -277,11 +277,15 @@ class Approvals:
         if is_modern(ctx) and (asking.request_state is not None
                                or asking.input_responses is not None):
             return self._unless_gone(asking, self._second_leg(asking, request))
+        if asking.gone.is_set():  # gone before the question: none is asked
+            return Approval(False, via=via, reason=GONE)
         question = self._open_question(request, via)
         if question is None:
             return Approval(False, via=via, reason=f"{self.policy.max_pending} approval "
                             "questions are open already; try again later")
         asking.question = question
+        if asking.gone.is_set():  # gone while it was being opened: withdrawn at once
+            self.withdraw(asking)
         try:
             answer = (self._ask_form(asking, question) if via == "elicitation"
                       else self._ask_page(asking, question))
@@ -633,8 +637,8 @@ class Approvals:
             question.answered.set()
         logger.info("approval question %s answered by %s: %s", question.id, name,
                     "approve" if approved else "deny")
-        return 200, _html("Answer recorded", f"<p>{'Approved' if approved else 'Denied'}. "
-                          "The caller's write goes on accordingly.</p>")
+        return 200, _html("Answer recorded", f"<p>{html.escape(_outcome(question, approved))}"
+                          "</p>")
 
 
 def approvals_for(policy: Policy, device: Device, state_key: bytes | None = None) -> Approvals:
@@ -665,6 +669,17 @@ def describe(request: ApprovalRequest, old: int | None) -> str:
     where = f"protected register {request.addr}" if request.addr is not None else \
         "every register, protected ones included"
     return f"{who} asks to run {request.tool} {arguments}, which changes {where}. Approve?"
+
+
+def _outcome(question: Question, approved: bool) -> str:
+    """What an answer on the page makes happen, in words for the approver."""
+    if not approved:
+        return "Denied: the write will not run; the caller is told it was denied."
+    addr, old = question.request.addr, question.old
+    unless = "the caller has gone"
+    if addr is not None and old is not None:
+        unless = f"register {addr} no longer holds {old} (0x{old:02X}) or {unless}"
+    return f"Approved: the write runs now, unless {unless}; the caller is told the result."
 
 
 def _form_request(text: str) -> types.ElicitRequest:

@@ -6,7 +6,8 @@ Rules of this file:
   and the first check that fails answers it: the ``Host`` header (DNS rebinding, 421), the
   ``Origin`` header (403), the bearer token (401 with ``WWW-Authenticate: Bearer ...
   resource_metadata=...``; a token whose scopes choose no session, 403), the method, then for
-  a POST the body: its declared size against the cap before any of it is read (413), read in
+  a POST its ``Content-Type`` (``application/json``, UTF-8: 415 otherwise), then the body: its
+  declared size against the cap before any of it is read (413), read in
   full within :data:`BODY_SECONDS` (408), and judged by the same strict reader as stdio
   (``_mcp.py``'s :class:`~regdev.agents._mcp.MessageReader`): the same bytes get the same
   answer, and a ``tools/call`` the same verdict and audit record, over both transports. So
@@ -42,6 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
+from email.message import EmailMessage
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -124,6 +126,9 @@ MAX_CONNECTIONS = 512
 #: The scope keys the front leaves for the handlers.
 CALLER_KEY = "regdev.caller"
 RECEIVED_KEY = "regdev.received"
+#: The scope key of an ``anyio.Event`` set once a POST's HTTP exchange is over (its answer
+#: sent, or its client gone): a call still running then has nobody to answer.
+ENDED_KEY = "regdev.ended"
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -215,6 +220,37 @@ def _one_header(scope: Scope, name: bytes) -> list[str]:
             if key.lower() == name]
 
 
+def _media_type_problem(scope: Scope) -> Response | None:
+    """None when a POST's ``Content-Type`` is ``application/json`` (any case, other parameters
+    ignored) with no ``charset`` or ``charset=utf-8`` (RFC 8259 section 8.1: JSON between
+    systems is UTF-8); else the refusal: ``415`` for no media type, another one, more than
+    one, one that cannot be parsed, or another charset; ``400`` for the header given twice.
+    Parsed by the standard library's MIME header parser (``email.headerregistry``); the
+    front then hands the SDK ``application/json`` as such (its own check is case-sensitive)."""
+    values = _one_header(scope, b"content-type")
+    if len(values) > 1:
+        return _json_rpc_error(400, types.INVALID_REQUEST,
+                               "Invalid Request: the Content-Type header is given twice")
+    wanted = "send the body as `Content-Type: application/json` (UTF-8)"
+    if not values or not values[0].strip():
+        return _json_rpc_error(415, types.INVALID_REQUEST,
+                               f"Unsupported Media Type: the request has no Content-Type; "
+                               f"{wanted}")
+    parsed = EmailMessage()
+    parsed["content-type"] = values[0]
+    header = parsed["content-type"]
+    if header.defects or header.content_type != "application/json":
+        return _json_rpc_error(415, types.INVALID_REQUEST,
+                               f"Unsupported Media Type: Content-Type {_shown(values[0])} is "
+                               f"not JSON; {wanted}")
+    charset = header.params.get("charset")
+    if charset is not None and charset.lower() != "utf-8":
+        return _json_rpc_error(415, types.INVALID_REQUEST,
+                               f"Unsupported Media Type: the charset {_shown(charset)} is not "
+                               f"served; JSON is read as UTF-8 only; {wanted}")
+    return None
+
+
 def _shown(text: str | None) -> str:
     """A header's value inside a message: escaped once, in backticks (a backtick in it is
     escaped too, so the quote cannot end early)."""
@@ -293,6 +329,11 @@ class McpFront:
                                            f"{method} is not served here: POST a JSON-RPC "
                                            "message (GET opens a stream, DELETE ends a session)",
                                            headers={"Allow": "GET, POST, DELETE"}))
+        refused = _media_type_problem(scope)
+        if refused is not None:
+            raise _Refused(refused)
+        scope["headers"] = [(name, b"application/json" if name.lower() == b"content-type"
+                             else value) for name, value in scope.get("headers", ())]
         body = await self._read_body(scope, receive)
         forwarded = self._judge(scope, body)
         sent = False
@@ -304,7 +345,12 @@ class McpFront:
                 return {"type": "http.request", "body": forwarded, "more_body": False}
             return await receive()
 
-        await self.inner(scope, replay, send)
+        ended = anyio.Event()
+        scope[ENDED_KEY] = ended
+        try:
+            await self.inner(scope, replay, send)
+        finally:  # the answer was sent, or the client went away: none can be sent now
+            ended.set()
 
     async def _authenticate(self, scope: Scope) -> Caller:
         values = _one_header(scope, b"authorization")
@@ -488,8 +534,9 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
     """The low-level SDK ``Server`` behind :class:`McpFront`: ``tools/list`` of the caller's
     session, and ``tools/call`` through the gate in the caller's session, on the text the
     front received (``Received``), with the request named for approval questions. When the
-    request is cancelled (its client went away) while the call waits for a person, its
-    question is withdrawn (:meth:`Approvals.withdraw`): the write does not run."""
+    caller goes away while the call waits for a person (the request is cancelled, or the POST
+    that carried it is over: :func:`_run_call`), its question is withdrawn
+    (:meth:`Approvals.withdraw`): the write does not run."""
 
     def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
         caller = _scope_of(ctx).get(CALLER_KEY)
@@ -512,9 +559,11 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
                         request_state=params.request_state)
         reset = ASKING.set(asking)
         try:
+            ended = _scope_of(ctx).get(ENDED_KEY)
             observation = await _run_call(
                 partial(gate.handle, text, dialect="mcp", session=session,
-                        proposer=client_name(ctx)), limiter, asking, approvals)
+                        proposer=client_name(ctx)), limiter, asking, approvals,
+                ended if isinstance(ended, anyio.Event) else None)
         finally:
             ASKING.reset(reset)
         logger.debug("tools/call %s by %s: %s", observation.tool or params.name or "?",
@@ -532,13 +581,25 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
 
 
 async def _run_call(call: Callable[[], Observation], limiter: anyio.CapacityLimiter,
-                    asking: Asking, approvals: Approvals | None) -> Observation:
+                    asking: Asking, approvals: Approvals | None,
+                    ended: anyio.Event | None = None) -> Observation:
     """Run ``call`` in a worker thread. The thread always runs to its end (the gate records
-    what it did); when this request is cancelled meanwhile (its client went away), its
-    approval question is withdrawn first, so that the thread ends on a denial at once."""
+    what it did). When the caller goes away meanwhile, its approval question is withdrawn
+    first (:meth:`Approvals.withdraw`), so that the thread ends on a denial at once. Two
+    signs of a caller gone:
+
+    * this request is cancelled: ``--stateless`` and the 2026-07-28 era, where the SDK ends
+      the request's task with its HTTP exchange;
+    * ``ended`` is set (the front sets it once the POST that carried the call is over) while
+      the call still runs: in a session, the SDK runs the request in the session's own task
+      and does not cancel it when the POST's response stream closes, as the stream of a
+      resumable session may be taken up again (``Last-Event-ID``); regdev keeps no event
+      store, so no answer can reach the caller after its POST is over.
+    """
     done: list[Observation] = []
     failed: list[Exception] = []
     finished = anyio.Event()
+    watching = anyio.CancelScope()
 
     async def run() -> None:
         try:
@@ -548,14 +609,23 @@ async def _run_call(call: Callable[[], Observation], limiter: anyio.CapacityLimi
         finally:
             finished.set()
 
+    async def watch(ended: anyio.Event, approvals: Approvals) -> None:
+        with watching:
+            await ended.wait()
+            approvals.withdraw(asking)
+
     async with anyio.create_task_group() as group:
         group.start_soon(run)
+        if ended is not None and approvals is not None:
+            group.start_soon(watch, ended, approvals)
         try:
             await finished.wait()
         except anyio.get_cancelled_exc_class():
             if approvals is not None:
                 approvals.withdraw(asking)
             raise
+        finally:
+            watching.cancel()
     if failed:
         raise failed[0]
     return done[0]

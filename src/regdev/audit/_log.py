@@ -1106,7 +1106,8 @@ class AuditLog:
 def read_audit(path: str | Path, *, session: str | None = None, code: str | None = None,
                  since: float | None = None, until: float | None = None,
                  loop_id: str | None = None, last: int | None = None,
-                 device: str | None = None, proposer: str | None = None) -> list[AuditRecord]:
+                 device: str | None = None, proposer: str | None = None,
+                 caller: str | None = None) -> list[AuditRecord]:
     """Read records of an audit database, oldest first, opened read-only.
 
     Args:
@@ -1122,6 +1123,8 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         device: only the records of calls that reached this device (its id, as in
             :attr:`AuditRecord.device`).
         proposer: only the records of calls (and loop stops) this proposer made.
+        caller: only the records of calls this caller sent (``token:NAME``,
+            ``oauth:SUBJECT``: the authenticated callers of ``regdev serve --http``).
 
     Returns:
         The matching records in append order.
@@ -1140,9 +1143,9 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     _check_exists(path)
     where: list[str] = []
     params: list[object] = []
-    for column, value in (("session", session), ("loop_id", loop_id), ("device", device),
-                          ("proposer", proposer)):
-        if value is not None:
+    for column, value in (("session", session), ("loop_id", loop_id), ("{device}", device),
+                          ("{proposer}", proposer), ("{caller}", caller)):
+        if value is not None:  # {added column}: NULL in a database not yet upgraded (_query)
             where.append(f"{column} = ?")
             params.append(value)
     if code == "ok":
@@ -1261,6 +1264,8 @@ def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]
                 have = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
                 query = query.replace("{columns}", ", ".join(
                     name if name in have else f"NULL AS {name}" for name in _COLUMNS))
+                for name, _ in _ADDED_COLUMNS:  # and in a filter, {name}
+                    query = query.replace(f"{{{name}}}", name if name in have else "NULL")
             rows: list[tuple[Any, ...]] = conn.execute(query, params).fetchall()
         finally:
             conn.close()

@@ -89,6 +89,11 @@ def _record_line(record: AuditRecord) -> str:
         extras.append("replayed (not executed)")
     if record.loop_id:
         extras.append(f"loop {record.loop_id[:8]} step {record.step}")
+    if record.caller is not None:
+        extras.append(f"caller {record.caller!r}")
+    if record.approver is not None:
+        extras.append(f"approver {record.approver!r}"
+                      + (f" ({record.approval})" if record.approval else ""))
     if record.device is not None:
         extras.append(f"device {record.device}")
     total = sum(t for t in (record.parse_ns, record.validate_ns, record.authorize_ns,
@@ -114,7 +119,8 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     try:
         loop_id = find_loop(path, args.loop) if args.loop is not None else None
         records = read_audit(path, session=args.session, code=args.code, since=since,
-                             until=until, loop_id=loop_id, last=args.last, device=args.device)
+                             until=until, loop_id=loop_id, last=args.last, device=args.device,
+                             caller=args.caller)
     except AuditError as error:
         raise UsageError(str(error)) from None
     unreadable = 0
@@ -141,14 +147,17 @@ def add_parser(sub: Any) -> None:
         "audit", help="show, filter and export the audit log",
         description="Show the records of an audit log, oldest first: every call (accepted or "
                     "refused) with its session, dialect, verdict, tool, arguments, "
-                    "idempotency key, the device it reached and time spent, and every loop's "
-                    "stop. Filters combine. "
+                    "idempotency key, caller and approver (serve --http), the device it "
+                    "reached and time spent, and every loop's stop. Filters combine. "
                     "Times are shown in UTC.")
     audit.add_argument("--db", metavar="PATH", type=Path,
                        help="the audit database (default: $REGDEV_AUDIT, else "
                             "$XDG_STATE_HOME/regdev/audit.db, i.e. "
                             "~/.local/state/regdev/audit.db)")
     audit.add_argument("--session", metavar="NAME", help="only this session's records")
+    audit.add_argument("--caller", metavar="NAME",
+                       help="only the calls this caller sent: the name shown after `caller` "
+                            "(token:NAME or oauth:SUBJECT, the callers of serve --http)")
     audit.add_argument("--code", metavar="CODE",
                        help="only this verdict code (e.g. range-addr, approval-denied; "
                             "docs/errors.md lists them), or a loop stop reason (done, "
