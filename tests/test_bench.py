@@ -447,6 +447,9 @@ def test_the_trial_run_is_called_noisy() -> None:
     assert noise_line(_judged(rounds=3)).endswith(". Run again with at least 10 rounds")
     assert noise_line(_judged(load=(3.6, 3.6))).endswith(
         " on 2 CPUs. Run again on a machine with a load average below its CPU count")
+    assert noise_line(_judged(spread=0.27, load=(1.4, 1.5))).endswith(  # not loaded
+        " on 2 CPUs. Run again when nothing else runs (something took the CPU or its caches "
+        "during the batches)")
 
 
 def test_quick_says_its_figures_mean_nothing(monkeypatch: pytest.MonkeyPatch,

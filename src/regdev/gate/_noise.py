@@ -105,7 +105,11 @@ def noise_line(result: BenchResult, control: str = "the floor") -> str:
     advice = []
     if result.rounds < NOISE_MIN_ROUNDS:
         advice.append(f"with at least {NOISE_MIN_ROUNDS} rounds")
-    if len(reasons) > len(advice):  # the machine, not only the rounds
+    loaded = any(reason.startswith("load average") for reason in reasons)
+    if loaded:
         advice.append("on a machine with a load average below its CPU count")
+    elif len(reasons) > len(advice):  # spreads or the control, on a machine not loaded
+        advice.append("when nothing else runs (something took the CPU or its caches "
+                      "during the batches)")
     return (f"! these figures mean nothing: {'; '.join(reasons)}. Measured: {facts}. "
             f"Run again {' '.join(advice)}")
