@@ -26,9 +26,9 @@ harness, which runs the ATmega328P image you would flash on an Arduino Uno, in r
 its USART0 on a pty (docs/firmware.md). It takes ``--link``, ``-v``, ``--map`` (the image is
 then built with that register map, in a build folder of its own), ``--eeprom FILE`` (the
 board's EEPROM, where the firmware keeps its id and start count, kept in FILE so that a restart
-is a power cycle of the same board) and, with ``--eeprom``, ``--device-id`` (8 hex digits, the
-id a new FILE's board gets; else a random one); faults, ``--no-extension``, ``--identity`` and
-``--plain-identify`` belong to this simulator only.
+is a power cycle of the same board) and, with ``--eeprom``, ``--device-id`` (8 upper-case hex
+digits, the id a new FILE's board gets; else a random one); faults, ``--no-extension``,
+``--identity`` and ``--plain-identify`` belong to this simulator only.
 
 The first line of standard output is the port to open (flushed); the simulator then serves
 until interrupted (Ctrl-C or SIGTERM exit 0 quietly). ``-v`` logs each frame on stderr. When
@@ -99,7 +99,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 #: The modules of regdev the simulator runs on (each imports only the standard library).
-NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "core._errors")
+NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "core._errors",
+          "core._text")
 
 
 def _standalone_modules() -> tuple[types.ModuleType, ...]:
@@ -132,11 +133,13 @@ if TYPE_CHECKING or __name__ != "__main__":
         RegisterRangeError,
         RemoteProtocolError,
     )
+    from regdev.core._text import display_text
     from regdev.devices import _protocol as wire
     from regdev.devices._device import REGISTER_COUNT, RegisterFile
     from regdev.devices._regmap import RegisterMap
 else:  # run as a script: regdev need not be installed
-    wire, _device, _regmap, _errors = _standalone_modules()
+    wire, _device, _regmap, _errors, _text = _standalone_modules()
+    display_text = _text.display_text
     RegisterFile, RegisterMap = _device.RegisterFile, _regmap.RegisterMap
     REGISTER_COUNT = _device.REGISTER_COUNT
     LocalProtocolError = _errors.LocalProtocolError
@@ -737,7 +740,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="with --avr: keep the board's EEPROM (its id and start count) in "
                              "FILE, so that a restart is a power cycle of the same board: same "
                              "id, a new epoch (default: a new board with a random id each "
-                             "run); a new FILE's board gets --device-id, then 8 hex digits")
+                             "run); a new FILE's board gets --device-id (with --avr: 8 hex "
+                             "digits 0-9 A-F), else 8 random ones")
     parser.add_argument("--plain-identify", action="store_true",
                         help="answer identify with the description alone, as a device that "
                              "cannot say its id and reset epoch (then regdev replays no "
@@ -798,6 +802,13 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     rates: dict[str, float] = {}
     for group in args.fault:
         rates.update(group)
+    if args.avr and args.device_id is not None:  # the Uno's rule, before the simulator's
+        if args.eeprom is None:
+            parser.error("--device-id with --avr needs --eeprom FILE: a board that keeps its "
+                         "id keeps its start count, or a restart says old epochs again")
+        if not re.fullmatch(r"[0-9A-F]{8}", args.device_id):
+            parser.error("--device-id with --avr: expected 8 upper-case hex digits 0-9 A-F "
+                         f"(what the Uno keeps in EEPROM), got {args.device_id!r}")
     try:
         faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
                         delay=args.delay)
@@ -833,14 +844,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
         if given:
             parser.error(f"{', '.join(given)} cannot go with --avr: the C firmware runs as "
                          "built, without faults, with its own identity")
-        if args.device_id is not None and args.eeprom is None:
-            parser.error("--device-id with --avr needs --eeprom FILE: a board that keeps its "
-                         "id keeps its start count, or a restart says old epochs again")
-        if args.device_id is not None and not re.fullmatch(r"[0-9A-F]{8}", args.device_id):
-            parser.error("--device-id with --avr: expected 8 hex digits 0-9 A-F (what the "
-                         f"Uno keeps in EEPROM), got {args.device_id!r}")
         return run_avr(parser.prog, link=args.link, verbose=args.verbose, eeprom=args.eeprom,
-                       device_id=args.device_id, regmap=regmap)
+                       device_id=args.device_id, regmap=regmap,
+                       source=str(args.map) if args.map is not None else None)
 
     def announce(port: str) -> None:
         """The port on the first line of stdout, flushed: a host waits for it to connect."""
@@ -888,8 +894,61 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     return 0
 
 
-def avr_build(build: Path | None = None, regmap: RegisterMap | None = None
-              ) -> tuple[Path, Path]:
+#: What the Makefile builds for ``make sim`` and what each output is made from (its rules),
+#: for telling, without make, whether a build is needed.
+_AVR_OUTPUTS = {
+    Path("sim/regdev-simavr"): ("sim/harness.c", "avr/eeprom_layout.h", "host/own_file.h",
+                                "host/own_link.h"),
+    Path("avr/regdev-uno.elf"): ("avr/main.c", "avr/eeprom_layout.h", "src/regdev_core.c",
+                                 "src/regdev_core.h", "src/regdev_rom.h", "regmap.h"),
+}
+#: What in make's output says that a tool, header or library is missing (then the packages
+#: that give them are named; any other failure is quoted alone).
+_MISSING_TOOL = re.compile(r"fatal error: [^:\n]+: No such file or directory|cannot find -l\S+"
+                           r"|: (?:command )?not found|\] Error 127$", re.MULTILINE)
+
+
+def _generator() -> types.ModuleType:
+    """``firmware-sim/c/gen_regmap.py``, the C firmware's table generator, as a module (its
+    :func:`refusal` and :func:`header`)."""
+    name = "regdev_gen_regmap"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, FIRMWARE_C / "gen_regmap.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def avr_refusal(regmap: RegisterMap) -> str | None:
+    """Why the C firmware cannot hold ``regmap`` (one phrase, e.g. ``the C firmware holds at
+    most 128 registers (one byte of RAM each); this map has 256``), or None when it can: the
+    generator's own check (``gen_regmap.py``), asked before anything is built."""
+    problem: str | None = _generator().refusal(regmap)
+    return problem
+
+
+def _built(folder: Path, compiled: Path | None) -> bool:
+    """True when ``make sim`` in ``folder`` would build nothing: the harness and the image
+    exist, are no older than what their rules make them from, and the register table the
+    generator would write now is the one there (checked without make or a compiler)."""
+    try:
+        if (folder / "regmap.h").read_text(encoding="utf-8") != _generator().header(compiled):
+            return False
+        for output, sources in _AVR_OUTPUTS.items():
+            made = (folder / output).stat().st_mtime
+            for source in sources:
+                where = folder / source if source == "regmap.h" else FIRMWARE_C / source
+                if where.stat().st_mtime > made:
+                    return False
+    except (OSError, UnicodeDecodeError, _generator().MapError):
+        return False
+    return True
+
+
+def avr_build(build: Path | None = None, regmap: RegisterMap | None = None, *,
+              source: str | None = None) -> tuple[Path, Path]:
     """Build the C firmware's Uno image and simavr harness if needed (``make sim``).
 
     Args:
@@ -897,21 +956,24 @@ def avr_build(build: Path | None = None, regmap: RegisterMap | None = None
             the default, ``firmware-sim/c/build/map-`` and 12 hex digits of its compiled
             form's SHA-256, where that form is written as ``map.json``).
         regmap: the register map the image serves (the default map when None).
+        source: how messages name the map (the user's file); default ``the map``.
 
     Returns:
         The harness and the image (ELF) to give it.
 
     Raises:
-        CannotServe: a tool is missing or the build failed (the message names the packages,
-            or quotes the end of make's output).
+        CannotServe: the C firmware cannot hold the map (:func:`avr_refusal`, naming
+            ``source``); a build is needed and a tool is missing (naming the tools and the
+            packages); or the build failed (quoting the compiler's last lines, with the
+            packages only when a header, library or command was not found).
     """
-    missing = [tool for tool in AVR_TOOLS if shutil.which(tool) is None]
-    if missing:
-        raise CannotServe(f"--avr needs {', '.join(missing)} on PATH (Debian/Ubuntu: apt-get "
-                          f"install {AVR_PACKAGES})")
+    named = source if source is not None else "the map"
     folder = build if build is not None else FIRMWARE_C / "build"
-    options = []
+    compiled = None
     if regmap is not None and not regmap.is_default:
+        problem = avr_refusal(regmap)
+        if problem is not None:
+            raise CannotServe(f"{named}: {problem}")
         text = regmap.to_json()
         if build is None:
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
@@ -923,44 +985,72 @@ def avr_build(build: Path | None = None, regmap: RegisterMap | None = None
                 compiled.write_text(text, encoding="utf-8")
         except OSError as error:
             raise CannotServe(f"cannot write {compiled}: {_reason(error)}") from None
-        options.append(f"MAP={compiled}")
+    outputs = folder / "sim" / "regdev-simavr", folder / "avr" / "regdev-uno.elf"
+    missing = [tool for tool in AVR_TOOLS if shutil.which(tool) is None]
+    if missing:
+        if _built(folder, compiled):
+            return outputs  # nothing to build: the tools are not needed
+        raise CannotServe(f"--avr needs {', '.join(missing)} on PATH to build the C firmware "
+                          f"(Debian/Ubuntu: apt-get install {AVR_PACKAGES})")
     try:
         done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}",
-                               f"PYTHON={sys.executable}", *options, "sim"],
+                               f"PYTHON={sys.executable}",
+                               *([f"MAP={compiled}"] if compiled is not None else []), "sim"],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace", check=False)
+                              stderr=subprocess.STDOUT, text=True, errors="replace", check=False,
+                              env={**os.environ, "LC_ALL": "C"})  # the tools' plain quotes
     except OSError as error:
         raise CannotServe(f"cannot run make: {_reason(error)}") from None
     if done.returncode != 0:
-        tail = " | ".join(done.stdout.strip().splitlines()[-3:])
-        raise CannotServe(f"building the C firmware failed (make -C {FIRMWARE_C} sim): {tail} "
-                          f"(simavr's headers and libraries: apt-get install {AVR_PACKAGES})")
-    return folder / "sim" / "regdev-simavr", folder / "avr" / "regdev-uno.elf"
+        raise CannotServe(_build_failure(done.stdout, compiled, named))
+    return outputs
+
+
+def _build_failure(output: str, compiled: Path | None, named: str) -> str:
+    """One line for a failed ``make sim``: the last lines of what the tools said, without
+    make's own (``make: *** ...``), the generator's prefix, or the build copy of the map
+    (named as the user's file); the packages only when something was not found."""
+    lines, makes = [], []
+    for line in output.splitlines():
+        own = re.match(r"make(?:\[\d+\])?: (.*)", line)
+        if own is None and line.strip():
+            lines.append(line.removeprefix("gen_regmap.py: error: ").strip())
+        elif own is not None and not own.group(1).startswith("***"):
+            makes.append(own.group(1))  # make's own words: a command it could not run...
+    said = " | ".join(lines[-3:] or makes[-1:]) or "make failed without saying why"
+    if compiled is not None:
+        said = said.replace(str(compiled), named)
+    advice = (f" (a tool, header or library is missing: Debian/Ubuntu: apt-get install "
+              f"{AVR_PACKAGES})" if _MISSING_TOOL.search(output) else "")
+    return f"building the C firmware failed: {display_text(said)}{advice}"
 
 
 def run_avr(prog: str, *, link: Path | None, verbose: bool, eeprom: Path | None = None,
-            device_id: str | None = None, regmap: RegisterMap | None = None) -> int:
+            device_id: str | None = None, regmap: RegisterMap | None = None,
+            source: str | None = None) -> int:
     """Build if needed, then become the simavr harness running the Uno image (``exec``), with
-    the board's EEPROM in ``eeprom`` (a new one's id ``device_id``, 8 hex digits) if given,
-    serving ``regmap`` (the default map when None).
+    the board's EEPROM in ``eeprom`` (a new one's id ``device_id``, 8 upper-case hex digits)
+    if given, serving ``regmap`` (the default map when None; ``source`` names it in
+    messages). The harness runs under the name ``prog``, so its error lines start as this
+    program's do.
 
     Returns:
         2 (one line on stderr) when it cannot be built or started; else it does not return.
     """
     try:
-        harness, image = avr_build(regmap=regmap)
+        harness, image = avr_build(regmap=regmap, source=source)
     except CannotServe as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    command = [str(harness), *(["--link", str(link)] if link else []),
+    options = [*(["--link", str(link)] if link else []),
                *(["--eeprom", str(eeprom)] if eeprom else []),
                *(["--id", device_id] if device_id else []),
                *(["-v"] if verbose else []), str(image)]
     sys.stdout.flush()
     try:
-        os.execv(command[0], command)
+        os.execv(harness, [prog, *options])
     except OSError as error:
-        print(f"{prog}: error: cannot run {command[0]}: {_reason(error)}", file=sys.stderr)
+        print(f"{prog}: error: cannot run {harness}: {_reason(error)}", file=sys.stderr)
     return 2
 
 

@@ -8,11 +8,13 @@ missing tool a failure, as in CI).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -708,8 +710,9 @@ def test_generator_refuses_more_registers_than_the_firmware_holds(tmp_path: Path
     many = RegisterMap([Register(None, addr) for addr in range(129)])
     done = generate(tmp_path, many.to_json())
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (f"gen_regmap.py: error: {tmp_path / 'map.json'}: the firmware holds "
-                           "at most 128 registers; this map has 129\n")
+    assert done.stderr == (f"gen_regmap.py: error: {tmp_path / 'map.json'}: the C firmware "
+                           "holds at most 128 registers (one byte of RAM each); this map has "
+                           "129\n")
     assert not (tmp_path / "regmap.h").exists()
     fewer = RegisterMap([Register(None, addr) for addr in range(128)])
     assert generate(tmp_path, fewer.to_json()).returncode == 0
@@ -1020,8 +1023,8 @@ def test_a_board_without_an_id_draws_one_and_keeps_it_in_eeprom(avr_build: Path,
 @pytest.mark.parametrize(("argv", "message"), [
     (["--id", "5F3A9C01"], "--id needs --eeprom FILE (a board that keeps its id keeps its start "
                            "count, or a restart says old epochs again)"),
-    (["--eeprom", "{new}", "--id", "BENCH7"], "--id: expected 8 hex digits 0-9 A-F (what the "
-                                              "EEPROM keeps), got `BENCH7`"),
+    (["--eeprom", "{new}", "--id", "BENCH7"], "--id: expected 8 upper-case hex digits 0-9 A-F "
+                                              "(what the EEPROM keeps), got `BENCH7`"),
     (["--eeprom", "{kept}", "--id", "12345678"], "the EEPROM file {kept} holds id 5F3A9C01, not "
                                                  "the --id given"),
     (["--eeprom", "{short}"], "the EEPROM file {short} is not 1024 bytes (the MCU's EEPROM)"),
@@ -1307,8 +1310,12 @@ def test_firmware_sim_avr_refuses_simulator_options(capsys: pytest.CaptureFixtur
              "--device-id with --avr needs --eeprom FILE: a board that keeps its id keeps its "
              "start count, or a restart says old epochs again"),
             (["--avr", "--eeprom", "uno.eeprom", "--device-id", "BENCH7"],
-             "--device-id with --avr: expected 8 hex digits 0-9 A-F (what the Uno keeps in "
-             "EEPROM), got 'BENCH7'"),
+             "--device-id with --avr: expected 8 upper-case hex digits 0-9 A-F (what the Uno "
+             "keeps in EEPROM), got 'BENCH7'"),
+            # lower case: the Uno's rule, not the Python simulator's 1..16 of 0-9 A-Z
+            (["--avr", "--eeprom", "uno.eeprom", "--device-id", "5f3a9c01"],
+             "--device-id with --avr: expected 8 upper-case hex digits 0-9 A-F (what the Uno "
+             "keeps in EEPROM), got '5f3a9c01'"),
             (["--pty", "--eeprom", "uno.eeprom"], "--eeprom goes with --avr (the Uno's EEPROM)")):
         with pytest.raises(SystemExit) as info:
             main(["firmware-sim", *argv])
@@ -1319,16 +1326,85 @@ def test_firmware_sim_avr_refuses_simulator_options(capsys: pytest.CaptureFixtur
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_firmware_sim_avr_names_the_missing_tools(tmp_path: Path) -> None:
-    """Without the tools on PATH, --avr says which are missing and the packages that give
-    them: one line, exit 2, nothing on stdout."""
-    done = subprocess.run([sys.executable, str(SIM), "--avr"], capture_output=True, text=True,
-                          env={**os.environ, "PATH": str(tmp_path)}, check=False)
-    assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (
-        "regdev_firmware_sim.py: error: --avr needs make, cc, avr-gcc, avr-objcopy on PATH "
+def test_firmware_sim_avr_names_the_missing_tools_when_a_build_is_needed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the tools on PATH and nothing built, --avr says which are missing and the
+    packages that give them, in one line."""
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    with pytest.raises(sim.CannotServe) as refused:
+        sim.avr_build(tmp_path / "build")
+    assert str(refused.value) == (
+        "--avr needs make, cc, avr-gcc, avr-objcopy on PATH to build the C firmware "
         "(Debian/Ubuntu: apt-get install gcc-avr avr-libc binutils-avr libsimavr-dev "
-        "libelf-dev)\n")
+        "libelf-dev)")
+
+
+def test_firmware_sim_avr_runs_a_built_image_without_the_tools(
+        avr_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image and harness already built need no make or compiler: without them on PATH
+    --avr takes them as they are; a register table that is not the one the map makes (a
+    build is needed) is refused naming the tools."""
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert sim.avr_build(avr_build) == (avr_build / "sim" / "regdev-simavr",
+                                        avr_build / "avr" / "regdev-uno.elf")
+    stale = tmp_path / "stale"
+    shutil.copytree(avr_build, stale)
+    (stale / "regmap.h").write_text("/* another map */\n", encoding="utf-8")
+    with pytest.raises(sim.CannotServe, match=r"^--avr needs make, cc, avr-gcc, avr-objcopy "):
+        sim.avr_build(stale)
+
+
+def test_firmware_sim_avr_refuses_a_map_the_firmware_cannot_hold(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A map regdev reads but the C firmware cannot hold (129 registers) is refused before
+    anything is built, in regdev's words, naming the user's file: no make, no build copy,
+    no packages to install."""
+    path = tmp_path / "huge.json"
+    many = RegisterMap([Register(f"R{addr}", addr) for addr in range(129)])
+    path.write_text(many.to_json(), encoding="utf-8")
+    digest = hashlib.sha256(many.to_json().encode("utf-8")).hexdigest()[:12]
+    assert main(["firmware-sim", "--avr", "--map", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"regdev firmware-sim: error: {path}: the C firmware holds at most 128 registers (one "
+        "byte of RAM each); this map has 129\n")
+    assert not (C_DIR / "build" / f"map-{digest}").exists()
+
+
+@pytest.mark.parametrize(("said", "advice"), [
+    ("avr/main.c:1:1: error: expected ';' before '}' token", False),
+    ("avr/main.c:3:10: fatal error: avr/io.h: No such file or directory", True),
+])
+def test_firmware_sim_avr_build_failure_is_one_line_without_makes_noise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: str, advice: bool) -> None:
+    """A failed build is told as the compiler's line alone (not make's `make: ***` lines),
+    naming the packages only when a header, library or tool was not found."""
+    need("avr")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake = tools / "avr-gcc"
+    fake.write_text(f"#!/bin/sh\necho \"{said}\" >&2\nexit 1\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(sim.CannotServe) as failed:
+        sim.avr_build(tmp_path / "build")
+    packages = (" (a tool, header or library is missing: Debian/Ubuntu: apt-get install "
+                "gcc-avr avr-libc binutils-avr libsimavr-dev libelf-dev)")
+    assert str(failed.value) == f"building the C firmware failed: {said}" + (
+        packages if advice else "")
+
+
+@pytest.mark.timeout(240)
+def test_firmware_sim_avr_harness_errors_are_regdevs(tmp_path: Path) -> None:
+    """What the simavr harness refuses under `regdev firmware-sim --avr` (an EEPROM file of
+    the wrong size) is said as regdev firmware-sim's error, not regdev-simavr's."""
+    need("avr")
+    short = tmp_path / "short.eeprom"
+    short.write_bytes(b"\xff" * 512)
+    done = subprocess.run([str(REGDEV), "firmware-sim", "--avr", "--eeprom", str(short)],
+                          capture_output=True, text=True, check=False, timeout=200)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"regdev firmware-sim: error: the EEPROM file {short} is not 1024 "
+                           "bytes (the MCU's EEPROM)\n")
 
 
 @pytest.mark.timeout(240)

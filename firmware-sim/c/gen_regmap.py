@@ -75,7 +75,7 @@ def load(path: Path | None) -> tuple[Any, str]:
 
     Raises:
         MapError: the file cannot be read, is not a map (regdev's message, naming the place),
-            or has more registers than the firmware holds.
+            or is one the firmware cannot hold (:func:`refusal`).
     """
     model = regmap_module()
     if path is None:
@@ -90,11 +90,33 @@ def load(path: Path | None) -> tuple[Any, str]:
         if type(error).__name__ != "MapError":
             raise
         raise MapError(str(error)) from None
-    if len(regmap) > MAX_REGISTERS:
-        raise MapError(f"{path}: the firmware holds at most {MAX_REGISTERS} registers; this "
-                       f"map has {len(regmap)}")
+    problem = refusal(regmap)
+    if problem is not None:
+        raise MapError(f"{path}: {problem}")
     name = _NAME_KEEPS.sub("-", regmap.name or path.stem).strip("-") or "map"
     return regmap, name[:MAX_NAME_IN_IDENTITY]
+
+
+def refusal(regmap: Any) -> str | None:
+    """Why the firmware cannot hold ``regmap`` (a map regdev's map model accepted, any
+    ``RegisterMap``), as one phrase without the file's name, or None when it can. The one
+    limit the firmware adds to the model's: at most :data:`MAX_REGISTERS` registers.
+    ``regdev firmware-sim --avr`` asks this before it builds, to name the user's file."""
+    if len(regmap) > MAX_REGISTERS:
+        return (f"the C firmware holds at most {MAX_REGISTERS} registers (one byte of RAM "
+                f"each); this map has {len(regmap)}")
+    return None
+
+
+def header(path: Path | None) -> str:
+    """The header for the map at ``path`` (the compiled JSON form), or for the default map:
+    what ``gen_regmap.py [--map PATH] -o FILE`` writes.
+
+    Raises:
+        MapError: as :func:`load`.
+    """
+    regmap, name = load(path)
+    return render(regmap, name, path.name if path is not None else "the default map")
 
 
 def render(regmap: Any, name: str, source: str) -> str:
@@ -151,11 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the header to write (rewritten only when its text changes)")
     args = parser.parse_args(argv)
     try:
-        regmap, name = load(args.map)
+        text = header(args.map)
     except MapError as error:
         print(f"gen_regmap.py: error: {error}", file=sys.stderr)
         return 2
-    text = render(regmap, name, args.map.name if args.map else "the default map")
     try:
         if not args.output.is_file() or args.output.read_text(encoding="utf-8") != text:
             args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -14,13 +14,15 @@
  * 1..100000000 Hz; --poll-us is 0..1000000: a number outside, or not in decimal digits, is
  * refused in one line naming the flag and the range). Failures: one line on stderr, exit status 2 (cannot start) or 1 (the image crashed or
  * stopped).
+ * Each line it writes on stderr starts with the name it was run by (the last part of argv[0]:
+ * `regdev firmware-sim --avr` runs it as `regdev firmware-sim`).
  *
  * The EEPROM is the board's: the firmware keeps its id and its start count there
  * (avr/eeprom_layout.h). --eeprom FILE keeps it in FILE (its bytes, as many as the MCU has),
  * loaded at start and saved whenever the image changed it (checked every simulated
  * millisecond, and at exit), so that a restart is a power cycle of the same board: same id, next start count,
  * a new epoch. A FILE that does not exist yet is a new board whose id a programmer wrote:
- * --id ID (8 hex digits) or 8 random ones; an existing FILE keeps its id (--id must match). A
+ * --id ID (8 upper-case hex digits) or 8 random ones; an existing FILE keeps its id (--id must match). A
  * FILE without an id (an erased chip's FF) is a board the firmware draws its own id on.
  * Without --eeprom the EEPROM lasts the run, with a random id: a new board each run (--id
  * without --eeprom is refused: a fixed id would say the same epochs again after a restart).
@@ -63,7 +65,9 @@
 #include "../host/own_file.h"
 #include "../host/own_link.h"
 
-#define PROG "regdev-simavr"
+/* The name its messages start with: argv[0]'s last part ("regdev-simavr" run by hand;
+ * regdev firmware-sim --avr runs it as "regdev firmware-sim", so its lines are regdev's). */
+static const char *prog = "regdev-simavr";
 #define SIMAVR_LINK "/tmp/simavr-uart0"
 /* The ranges of --freq (hertz: an AVR runs at 20 MHz at most; simavr's clock is a uint32)
  * and --poll-us (simulated microseconds: a second at most). */
@@ -86,7 +90,7 @@ static void quiet_logger(avr_t *avr, const int level, const char *format, va_lis
 {
     (void)avr;
     if (level <= LOG_ERROR || (verbose && level <= LOG_WARNING)) {
-        fputs(PROG ": simavr: ", stderr);
+        fprintf(stderr, "%s: simavr: ", prog);
         vfprintf(stderr, format, ap);
     }
 }
@@ -105,7 +109,7 @@ static void cleanup_links(void)
 
 static int fail(const char *what, const char *detail)
 {
-    fprintf(stderr, PROG ": error: %s: %s\n", what, detail);
+    fprintf(stderr, "%s: error: %s: %s\n", prog, what, detail);
     return 2;
 }
 
@@ -192,8 +196,8 @@ static int parse_number(const char *flag, const char *unit, const char *text,
         ok = errno == 0 && value >= lo && value <= hi;
     }
     if (!ok) {
-        fprintf(stderr, PROG ": error: %s: expected a whole number of %s in %lu..%lu, got "
-                        "`%s`\n", flag, unit, lo, hi, text);
+        fprintf(stderr, "%s: error: %s: expected a whole number of %s in %lu..%lu, got "
+                        "`%s`\n", prog, flag, unit, lo, hi, text);
         return -1;
     }
     *out = value;
@@ -287,6 +291,10 @@ int main(int argc, char **argv)
     avr_eeprom_desc_t eeprom;
     char why[4300];
 
+    if (argc > 0 && argv[0][0]) {
+        const char *slash = strrchr(argv[0], '/');
+        prog = slash ? slash + 1 : argv[0];
+    }
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--link") == 0 && i + 1 < argc)
             link_path = argv[++i];
@@ -294,8 +302,8 @@ int main(int argc, char **argv)
             eeprom_path = argv[++i];
         else if (strcmp(argv[i], "--id") == 0 && i + 1 < argc) {
             if (parse_id(argv[++i], id) < 0) {
-                fprintf(stderr, PROG ": error: --id: expected 8 hex digits 0-9 A-F (what the "
-                                "EEPROM keeps), got `%s`\n", argv[i]);
+                fprintf(stderr, "%s: error: --id: expected 8 upper-case hex digits 0-9 A-F "
+                                "(what the EEPROM keeps), got `%s`\n", prog, argv[i]);
                 return 2;
             }
             wanted = 1;
@@ -319,13 +327,13 @@ int main(int argc, char **argv)
             path = NULL, i = argc + 1;
     }
     if (!path || i > argc) {
-        fprintf(stderr, "usage: " PROG " [--link PATH] [--eeprom FILE [--id ID]] [--stats] "
-                        "[-v] [--poll-us N] [--mcu NAME] [--freq HZ] IMAGE.elf\n");
+        fprintf(stderr, "usage: %s [--link PATH] [--eeprom FILE [--id ID]] [--stats] "
+                        "[-v] [--poll-us N] [--mcu NAME] [--freq HZ] IMAGE.elf\n", prog);
         return 2;
     }
     if (wanted && !eeprom_path) {
-        fprintf(stderr, PROG ": error: --id needs --eeprom FILE (a board that keeps its id "
-                        "keeps its start count, or a restart says old epochs again)\n");
+        fprintf(stderr, "%s: error: --id needs --eeprom FILE (a board that keeps its id "
+                        "keeps its start count, or a restart says old epochs again)\n", prog);
         return 2;
     }
 
@@ -385,7 +393,7 @@ int main(int argc, char **argv)
         return fail("cannot set up the EEPROM", strerror(errno));
     switch (setup_eeprom(eeprom_live, eeprom_size, wanted, id, why, sizeof why)) {
     case -1:
-        fprintf(stderr, PROG ": error: %s\n", why);
+        fprintf(stderr, "%s: error: %s\n", prog, why);
         return 2;
     case 1: /* a new board: its file is written now */
         if (save_eeprom(1) < 0) {
@@ -460,7 +468,7 @@ int main(int argc, char **argv)
     if (!eeprom_failed && save_eeprom(0) < 0)
         eeprom_failed = errno ? errno : EIO;
     if (eeprom_failed) {
-        fprintf(stderr, PROG ": error: cannot write the EEPROM file %s: %s\n", eeprom_path,
+        fprintf(stderr, "%s: error: cannot write the EEPROM file %s: %s\n", prog, eeprom_path,
                 strerror(eeprom_failed));
         _exit(1);
     }
@@ -468,8 +476,8 @@ int main(int argc, char **argv)
         double wall = seconds(CLOCK_MONOTONIC) - wall0;
         double cpu = seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
         double cycles = (double)(avr->cycle - cycle0);
-        fprintf(stderr, PROG ": %.0f cycles (%.3f s at %u Hz) in %.3f s wall clock, %.3f s CPU "
-                "(%.0f%% of one core): %.0f cycles per wall second (%.3fx real time)\n",
+        fprintf(stderr, "%s: %.0f cycles (%.3f s at %u Hz) in %.3f s wall clock, %.3f s CPU "
+                "(%.0f%% of one core): %.0f cycles per wall second (%.3fx real time)\n", prog,
                 cycles, cycles / avr->frequency, avr->frequency, wall, cpu,
                 wall > 0 ? 100.0 * cpu / wall : 0.0, wall > 0 ? cycles / wall : 0.0,
                 wall > 0 ? cycles / avr->frequency / wall : 0.0);
@@ -477,7 +485,7 @@ int main(int argc, char **argv)
     fflush(stdout); /* simavr's messages, with -v */
     fflush(stderr);
     if (state == cpu_Done || state == cpu_Crashed) {
-        fprintf(stderr, PROG ": error: the image %s at pc 0x%04x\n",
+        fprintf(stderr, "%s: error: the image %s at pc 0x%04x\n", prog,
                 state == cpu_Done ? "stopped (slept with interrupts off)" : "crashed",
                 (unsigned)avr->pc);
         _exit(1);
