@@ -133,13 +133,13 @@ if TYPE_CHECKING or __name__ != "__main__":
         RegisterRangeError,
         RemoteProtocolError,
     )
-    from regdev.core._text import display_text
+    from regdev.core._text import display_text, unicode_problem
     from regdev.devices import _protocol as wire
     from regdev.devices._device import REGISTER_COUNT, RegisterFile
     from regdev.devices._regmap import RegisterMap
 else:  # run as a script: regdev need not be installed
     wire, _device, _regmap, _errors, _text = _standalone_modules()
-    display_text = _text.display_text
+    display_text, unicode_problem = _text.display_text, _text.unicode_problem
     RegisterFile, RegisterMap = _device.RegisterFile, _regmap.RegisterMap
     REGISTER_COUNT = _device.REGISTER_COUNT
     LocalProtocolError = _errors.LocalProtocolError
@@ -770,10 +770,10 @@ def load_map(path: Path) -> RegisterMap:
     compile_it = ("the simulator run as a script reads a map in its compiled JSON form, made "
                   "from SystemRDL by `regdev map FILE.rdl --json -o FILE.json`")
     try:
-        json.loads(text)
-    except UnicodeDecodeError as error:
-        raise MapError(f"{path}: not a map in the compiled JSON form (byte {error.start} is "
-                       f"not UTF-8); {compile_it}") from None
+        json.loads(text.decode("utf-8"))  # UTF-8 only (json.loads would guess UTF-16 or 32)
+    except UnicodeDecodeError as error:  # as regdev says it of any map
+        raise MapError(f"{path}: not a map in the compiled JSON form "
+                       f"({unicode_problem(error)}); {compile_it}") from None
     except json.JSONDecodeError as error:  # its place, never Python's wording
         raise MapError(f"{path}: not a map in the compiled JSON form (not valid JSON at line "
                        f"{error.lineno}, column {error.colno}); {compile_it}") from None

@@ -119,7 +119,7 @@ def test_a_bad_json_map_is_one_line_naming_the_place(
 def test_a_key_given_twice_is_refused() -> None:
     """A repeated key would let the last one win silently."""
     text = '{"format": "regdev-map", "version": 1, "version": 1, "registers": []}'
-    with pytest.raises(MapError, match="key 'version' appears twice"):
+    with pytest.raises(MapError, match='key "version" appears twice'):
         RegisterMap.from_json(text, "m.json")
 
 
@@ -841,3 +841,101 @@ def test_a_block_write_over_the_serial_line_is_one_frame(sensor: RegisterMap) ->
     assert (firmware.executed["P"], firmware.executed["M"], firmware.executed["G"]) == (1, 1, 1)
     assert firmware.executed["W"] == firmware.executed["R"] == 0
     assert firmware.registers.snapshot()[:5] == [0x5A, 0x01, 0x10, 0, 1]
+
+
+# --- what a map's text may hold, and how a refusal quotes it --------------------------------
+
+
+def test_a_map_file_that_is_not_utf8_is_said_the_same_way_in_either_form(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A SystemRDL file with a byte that is not UTF-8 (a C1 control, 0x9B, in a `desc`) is
+    refused as a JSON map is: `invalid UTF-8: byte N is 0xXX`, never Python's codec text; so
+    are the compiled JSON form read through the library and through the simulator script."""
+    rdl = tmp_path / "ansidesc.rdl"
+    rdl.write_bytes(b'addrmap t { default regwidth = 8; reg { desc = "a\x9b31m b"; '
+                    b"field { sw = rw; } v[8]; } A @ 0; };\n")
+    assert run(capsys, "map", str(rdl)) == (
+        2, "", f"regdev map: error: {rdl}: not valid SystemRDL: invalid UTF-8: byte 49 is "
+               "0x9B\n")
+    with pytest.raises(MapError) as refused:
+        RegisterMap.from_json(b'{"format": "regdev-map", \xff}', "m.json")
+    assert str(refused.value) == "m.json: not valid JSON: invalid UTF-8: byte 25 is 0xFF"
+    with pytest.raises(MapError) as refused:
+        RegisterMap.from_json('{"format": "regdev-map"}\n{}', "m.json")
+    assert str(refused.value) == "m.json: not valid JSON at line 2, column 1"
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe")
+    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" /
+                                               "regdev_firmware_sim.py"),
+                           "--tcp", "127.0.0.1:0", "--map", str(binary)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(
+        f"regdev_firmware_sim.py: error: {binary}: not a map in the compiled JSON form (invalid "
+        "UTF-8: byte 0 is 0xFF); ")
+
+
+def _one_register(name: object, **more: Any) -> str:
+    """The compiled JSON form of a map with one register at 0 called ``name``."""
+    return json.dumps({"format": "regdev-map", "version": 1,
+                       "registers": [{"name": name, "addr": 0, **more}]})
+
+
+IDENTIFIER = "(a letter or _, then letters, digits, _; array indices as in DATA[2])"
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    (_one_register("A" * 100_000), "`registers[0]`: register at 0: the name is 100000 "
+     "characters long, more than 64: `AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA...`"),
+    (_one_register("A\x1b[31mRED\x1b[0m"), "`registers[0]`: register at 0: the name must "
+     f"be an identifier {IDENTIFIER}, got `A\\x1b[31mRED\\x1b[0m`"),
+    (_one_register(""), "`registers[0]`: register at 0: the name is empty (give an "
+     "identifier: a letter or _, then letters, digits, _)"),
+    (_one_register("CTRL", fields=[{"name": "F" * 65, "lsb": 0, "msb": 0}]),
+     "`registers[0].fields[0]`: the name is 65 characters long, more than 64: "
+     "`FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF...`"),
+    (_one_register("CTRL", fields=[{"name": "F", "lsb": 0, "msb": 0,
+                                    "encode": {"X\x1b[5m": 1}}]),
+     "`registers[0].fields[0]`: an enum name must be an identifier (a letter or _, then "
+     "letters, digits, _), got `X\\x1b[5m`"),
+    (_one_register("CTRL", description="d" * 4097), "`registers[0]`: register CTRL: the "
+     "description is 4097 characters long, more than 4096"),
+    (json.dumps({"format": "regdev-map", "version": 1, "name": "N" * 65,
+                 "registers": [{"addr": 0}]}),
+     "the map's name is 65 characters long, more than 64: "
+     "`NNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNN...`"),
+    (_one_register("CTRL", access="r\x1bw"), "`registers[0]`: register CTRL: access must be "
+     "rw, r or w, got `r\\x1bw`"),
+    ('{"format": "regdev-map", "version": 1, "registers": [{"addr": 0, "\\u001b[2J": 1}]}',
+     "`registers[0].\\x1b[2J`: unknown key; allowed: access, addr, description, fields, name, "
+     "protected, rclr_mask, reserved_mask, reset, woclr_mask"),
+])
+def test_map_names_are_bounded_and_quoted_in_one_escape_style(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, why: str) -> None:
+    """Names longer than 64 characters, descriptions longer than 4096, empty names and names
+    with control characters are refused in one printable line naming the register, the text
+    quoted escaped once (escape_text's `\\x1b`, never with a Python repr's quotes beside a
+    `\\u001b`), and an empty name said to be empty."""
+    path = tmp_path / "map.json"
+    path.write_text(text, encoding="utf-8")
+    status, out, err = run(capsys, "map", str(path))
+    assert (status, out, err) == (2, "", f"regdev map: error: {path}: {why}\n")
+    assert "\\u00" not in err and "got '" not in err and err.isascii()
+
+
+def test_names_at_the_limits_are_taken(capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path) -> None:
+    """A 64-character register name, field name, enum name and map name, and a 4096-character
+    description, make a map; the names reach the tools' descriptions whole."""
+    name, field, enum = "R" * 64, "F" * 64, "E" * 64
+    text = json.dumps({"format": "regdev-map", "version": 1, "name": "M" * 64,
+                       "description": "d" * 4096,
+                       "registers": [{"name": name, "addr": 0, "description": "d" * 4096,
+                                      "fields": [{"name": field, "lsb": 0, "msb": 1,
+                                                  "encode": {enum: 1}}]}]})
+    regmap = RegisterMap.from_json(text, "m.json")
+    assert (regmap.registers[0].name, regmap.registers[0].fields[0].name) == (name, field)
+    path = tmp_path / "map.json"
+    path.write_text(text, encoding="utf-8")
+    status, out, _ = run(capsys, "tools", "--map", str(path))
+    assert status == 0 and f"{name}.{field}" in out and f"{enum}=1" in out

@@ -14,13 +14,16 @@ Two uses, one rule (what is shown is printable ASCII, ``" "`` to ``"~"``):
   sent can end the line, start a forged one, or reach the terminal as a control or escape
   sequence (ESC, CSI, OSC, a carriage return, a backspace, a bidirectional override). Text
   that is printable ASCII already (a message made with :func:`escape_text`) is shown as it is.
+
+:func:`unicode_problem` says why bytes are not UTF-8 (or a str is not Unicode) in regdev's
+words, for every reader of text (a JSON or SystemRDL map, a call's arguments) alike.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["display_text", "escape_text", "is_text", "text_bytes"]
+__all__ = ["display_text", "escape_text", "is_text", "text_bytes", "unicode_problem"]
 
 
 def escape_text(text: str, limit: int | None = 40) -> str:
@@ -103,3 +106,30 @@ def text_bytes(text: str) -> bytes:
         return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         return text.encode("utf-8", "surrogatepass")
+
+
+def unicode_problem(error: UnicodeError) -> str:
+    """Why text is not UTF-8 (decoding bytes) or not Unicode (encoding a str), in words.
+
+    A str that came from bytes that were not UTF-8 holds them as ``\\udc80``..``\\udcff``
+    (Python's ``surrogateescape``, as ``sys.argv`` does): that is said as the byte it was.
+
+    Args:
+        error: a ``UnicodeDecodeError`` or ``UnicodeEncodeError``.
+
+    Returns:
+        e.g. ``invalid UTF-8: byte 7 is 0xFF`` (the offset counted in bytes from 0) or
+        ``character 3 is a lone surrogate (U+D800), which is not Unicode text``.
+    """
+    start = getattr(error, "start", 0)
+    subject = getattr(error, "object", b"")
+    if isinstance(subject, (bytes, bytearray)):
+        byte = subject[start] if start < len(subject) else 0
+        return f"invalid UTF-8: byte {start} is 0x{byte:02X}"
+    if isinstance(subject, str) and start < len(subject):
+        code = ord(subject[start])
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, carried in a str
+            return f"invalid UTF-8: character {start} is the byte 0x{code - 0xDC00:02X}"
+        return (f"character {start} is a lone surrogate (U+{code:04X}), which is not Unicode "
+                "text")
+    return "the text is not UTF-8"

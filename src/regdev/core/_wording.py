@@ -34,6 +34,8 @@ from typing import cast
 import msgspec
 import serial
 
+from ._text import unicode_problem  # here too: the wording of every library's errors
+
 __all__ = [
     "MAX_INT_DIGITS",
     "json_fault",
@@ -288,33 +290,6 @@ def _string_end(raw: bytes, at: int) -> int:
             continue
         at += 1
     return -1
-
-
-def unicode_problem(error: UnicodeError) -> str:
-    """Why text is not UTF-8 (decoding bytes) or not Unicode (encoding a str), in words.
-
-    A str that came from bytes that were not UTF-8 holds them as ``\\udc80``..``\\udcff``
-    (Python's ``surrogateescape``, as ``sys.argv`` does): that is said as the byte it was.
-
-    Args:
-        error: a ``UnicodeDecodeError`` or ``UnicodeEncodeError``.
-
-    Returns:
-        e.g. ``invalid UTF-8: byte 7 is 0xFF`` (the offset counted in bytes from 0) or
-        ``character 3 is a lone surrogate (U+D800), which is not Unicode text``.
-    """
-    start = getattr(error, "start", 0)
-    subject = getattr(error, "object", b"")
-    if isinstance(subject, (bytes, bytearray)):
-        byte = subject[start] if start < len(subject) else 0
-        return f"invalid UTF-8: byte {start} is 0x{byte:02X}"
-    if isinstance(subject, str) and start < len(subject):
-        code = ord(subject[start])
-        if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, carried in a str
-            return f"invalid UTF-8: character {start} is the byte 0x{code - 0xDC00:02X}"
-        return (f"character {start} is a lone surrogate (U+{code:04X}), which is not Unicode "
-                "text")
-    return "the text is not UTF-8"
 
 
 def json_problem(error: BaseException, data: bytes | str) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core._errors import MapError
+from ..core._text import unicode_problem
 from ._regmap import Field, Register, RegisterMap
 
 __all__ = ["PROTECTED_PROPERTY", "RDL_INSTALL", "load_map", "read_rdl"]
@@ -82,7 +83,8 @@ def read_rdl(path: str | Path, top: str | None = None) -> RegisterMap:
 
     Raises:
         MapError: systemrdl-compiler is not installed (the message says how to install it),
-            the file cannot be read, the compiler reports an error (its first, as
+            the file cannot be read or is not UTF-8 (``invalid UTF-8: byte N is 0xXX``, as a
+            JSON map's), the compiler reports an error (its first, as
             ``file:line:column: text``), or the map holds a construct regdev does not support
             (naming it and its ``file:line:column``).
     """
@@ -95,11 +97,12 @@ def read_rdl(path: str | Path, top: str | None = None) -> RegisterMap:
     except ImportError:
         raise MapError(f"{path}: reading SystemRDL needs the systemrdl-compiler package: "
                        f"{RDL_INSTALL}; or give the map in its compiled JSON form") from None
-    if not path.is_file():
-        try:
-            path.read_bytes()
-        except OSError as error:
-            raise MapError(f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise MapError(f"cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:  # said as a JSON map's is, never as Python's codec
+        raise MapError(f"{path}: not valid SystemRDL: {unicode_problem(error)}") from None
 
     errors: list[str] = []
 
@@ -126,9 +129,12 @@ def read_rdl(path: str | Path, top: str | None = None) -> RegisterMap:
             first += (f" (declare it first: property {PROTECTED_PROPERTY} {{ type = boolean; "
                       "component = reg; };)")
         raise MapError(first) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise MapError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}"
+    except OSError as error:  # a file it includes
+        raise MapError(f"{path}: cannot read a file it includes: {error.strerror or error}"
                        ) from None
+    except UnicodeDecodeError as error:  # a file it includes
+        raise MapError(f"{path}: a file it includes is not valid SystemRDL: "
+                       f"{unicode_problem(error)}") from None
     return _Reader(path, systemrdl).map(root.top)
 
 

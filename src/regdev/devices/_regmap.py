@@ -48,10 +48,13 @@ from dataclasses import field as _dataclass_field
 from typing import Any, Final
 
 from ..core._errors import MapError
+from ..core._text import escape_text, unicode_problem
 
 __all__ = [
     "ACCESS",
     "FORMAT",
+    "MAX_DESCRIPTION",
+    "MAX_NAME",
     "MAX_REGISTERS",
     "REGISTER_BITS",
     "VERSION",
@@ -66,6 +69,14 @@ ACCESS: Final = ("rw", "r", "w")
 REGISTER_BITS: Final = 8
 #: Most registers in a map: addresses are one byte on the wire (0..255).
 MAX_REGISTERS: Final = 256
+#: Longest name of a register, field, enumerated value or map, in characters. Names reach
+#: the tools offered to models (descriptions, ``REGISTER.FIELD`` arguments); 64 is the longest
+#: function name OpenAI accepts (``^[a-zA-Z0-9_-]{1,64}$``), so a name always fits one.
+#: SystemRDL sets no limit; the C firmware keeps no names.
+MAX_NAME: Final = 64
+#: Longest description of a register, field or map, in characters: a paragraph or a few,
+#: printed by ``regdev map`` (SystemRDL sets no limit).
+MAX_DESCRIPTION: Final = 4096
 #: The compiled JSON form's ``format`` and ``version``.
 FORMAT: Final = "regdev-map"
 VERSION: Final = 1
@@ -78,6 +89,41 @@ _ENUM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _fail(where: str, problem: str) -> MapError:
     return MapError(f"{where}: {problem}")
+
+
+def _shown(value: object) -> str:
+    """A value as a message quotes it: a string escaped by :func:`escape_text` (printable
+    ASCII, cut short) in backticks, anything else as Python writes it (``300``, ``None``)."""
+    return f"`{escape_text(value)}`" if isinstance(value, str) else repr(value)
+
+
+def _name_problem(name: object, pattern: re.Pattern[str] = _NAME,
+                  what: str = "the name") -> str | None:
+    """Why ``name`` is not a name (a string, not empty, at most :data:`MAX_NAME` characters,
+    matching ``pattern``), or None when it is."""
+    if type(name) is not str:
+        return f"{what} must be a string, got {_shown(name)}"
+    if not name:
+        return f"{what} is empty (give an identifier: a letter or _, then letters, digits, _)"
+    if len(name) > MAX_NAME:
+        return (f"{what} is {len(name)} characters long, more than {MAX_NAME}: "
+                f"{_shown(name)}")
+    if not pattern.fullmatch(name):
+        indices = "; array indices as in DATA[2]" if pattern is _NAME else ""
+        return (f"{what} must be an identifier (a letter or _, then letters, digits, _"
+                f"{indices}), got {_shown(name)}")
+    return None
+
+
+def _description_problem(description: object) -> str | None:
+    """Why ``description`` is not one (a string of at most :data:`MAX_DESCRIPTION`
+    characters), or None."""
+    if type(description) is not str:
+        return "the description must be a string"
+    if len(description) > MAX_DESCRIPTION:
+        return (f"the description is {len(description)} characters long, more than "
+                f"{MAX_DESCRIPTION}")
+    return None
 
 
 def _is_int(value: object) -> bool:
@@ -121,47 +167,50 @@ class Field:
             object.__setattr__(self, "encode", tuple(self.encode.items()))
         elif not isinstance(self.encode, tuple):
             object.__setattr__(self, "encode", tuple(self.encode))
-        self.check(f"field {self.name!r}" if isinstance(self.name, str) else "a field")
+        self.check(f"field {self.name}" if _name_problem(self.name) is None else "a field")
 
     def check(self, where: str) -> None:
         """Raise :class:`MapError` naming ``where`` unless the field is consistent."""
-        if type(self.name) is not str or not _NAME.fullmatch(self.name):
-            raise _fail(where, f"the name must be an identifier, got {self.name!r}")
+        problem = _name_problem(self.name)
+        if problem is not None:
+            raise _fail(where, problem)
         if not (_is_int(self.lsb) and _is_int(self.msb)
                 and 0 <= self.lsb <= self.msb < REGISTER_BITS):
             raise _fail(where, f"bits [{self.msb}:{self.lsb}] are not within 7..0 "
                                "(msb >= lsb)")
         if self.access not in ACCESS:
-            raise _fail(where, f"access must be rw, r or w, got {self.access!r}")
+            raise _fail(where, f"access must be rw, r or w, got {_shown(self.access)}")
         top = (1 << self.width) - 1
         if not _is_int(self.reset) or not 0 <= self.reset <= top:
-            raise _fail(where, f"reset {self.reset!r} does not fit its {self.width} bit(s) "
+            raise _fail(where, f"reset {_shown(self.reset)} does not fit its {self.width} bit(s) "
                                f"(0..{top})")
         if self.onwrite not in (None, "woclr"):
-            raise _fail(where, f"onwrite must be woclr or absent, got {self.onwrite!r}")
+            raise _fail(where, f"onwrite must be woclr or absent, got {_shown(self.onwrite)}")
         if self.onwrite is not None and self.access == "r":
             raise _fail(where, "onwrite = woclr needs a field software can write")
         if self.onread not in (None, "rclr"):
-            raise _fail(where, f"onread must be rclr or absent, got {self.onread!r}")
+            raise _fail(where, f"onread must be rclr or absent, got {_shown(self.onread)}")
         if self.onread is not None and self.access == "w":
             raise _fail(where, "onread = rclr needs a field software can read")
         names: set[str] = set()
         values: set[int] = set()
         for pair in self.encode:
             if not (isinstance(pair, tuple) and len(pair) == 2):
-                raise _fail(where, f"encode holds {pair!r}, not a (NAME, value) pair")
+                raise _fail(where, f"encode holds {_shown(pair)}, not a (NAME, value) pair")
             name, value = pair
-            if type(name) is not str or not _ENUM_NAME.fullmatch(name):
-                raise _fail(where, f"enum name {name!r} is not an identifier")
+            problem = _name_problem(name, _ENUM_NAME, "an enum name")
+            if problem is not None:
+                raise _fail(where, problem)
             if not _is_int(value) or not 0 <= value <= top:
-                raise _fail(where, f"enum {name} = {value!r} does not fit {self.width} bit(s)"
+                raise _fail(where, f"enum {name} = {_shown(value)} does not fit {self.width} bit(s)"
                                    f" (0..{top})")
             if name in names or value in values:
                 raise _fail(where, f"enum {name} = {value} repeats a name or a value")
             names.add(name)
             values.add(value)
-        if type(self.description) is not str:
-            raise _fail(where, "the description must be a string")
+        problem = _description_problem(self.description)
+        if problem is not None:
+            raise _fail(where, problem)
 
     @property
     def width(self) -> int:
@@ -237,20 +286,20 @@ class Register:
         init=False, repr=False, compare=False, default=(0, 0, 0, 0, 0))
 
     def __post_init__(self) -> None:
-        where = f"register {self.name}" if isinstance(self.name, str) else \
-            f"register at {self.addr!r}"
-        if self.name is not None and (type(self.name) is not str
-                                      or not _NAME.fullmatch(self.name)):
-            raise _fail(where, f"the name must be an identifier, got {self.name!r}")
+        problem = None if self.name is None else _name_problem(self.name)
+        where = (f"register {self.name}" if self.name is not None and problem is None
+                 else f"register at {_shown(self.addr)}")
+        if problem is not None:
+            raise _fail(where, problem)
         if not _is_int(self.addr) or not 0 <= self.addr < MAX_REGISTERS:
             raise _fail(where, f"the address must be an integer 0..{MAX_REGISTERS - 1}, "
-                               f"got {self.addr!r}")
+                               f"got {_shown(self.addr)}")
         fields = tuple(sorted(self.fields, key=lambda f: f.lsb if isinstance(f, Field) else 0))
         taken = 0
         seen: set[str] = set()
         for each in fields:
             if not isinstance(each, Field):
-                raise _fail(where, f"{each!r} is not a Field")
+                raise _fail(where, f"{_shown(each)} is not a Field")
             if each.mask & taken:
                 other = next(f for f in fields if f is not each and f.mask & each.mask)
                 raise _fail(f"{where}, field {each.name}",
@@ -267,26 +316,27 @@ class Register:
             for each in fields:
                 derived_reset |= each.reset << each.lsb
             if self.access is not None and self.access != derived_access:
-                raise _fail(where, f"access {self.access!r} disagrees with its fields' "
+                raise _fail(where, f"access {_shown(self.access)} disagrees with its fields' "
                                    f"({derived_access})")
             if self.reset is not None and self.reset != derived_reset:
-                raise _fail(where, f"reset {self.reset!r} disagrees with its fields' "
+                raise _fail(where, f"reset {_shown(self.reset)} disagrees with its fields' "
                                    f"(0x{derived_reset:02X})")
             object.__setattr__(self, "access", derived_access)
             object.__setattr__(self, "reset", derived_reset)
         else:
             access = "rw" if self.access is None else self.access
             if access not in ACCESS:
-                raise _fail(where, f"access must be rw, r or w, got {access!r}")
+                raise _fail(where, f"access must be rw, r or w, got {_shown(access)}")
             reset = 0 if self.reset is None else self.reset
             if not _is_int(reset) or not 0 <= reset <= _FULL:
-                raise _fail(where, f"reset must be an integer 0..255, got {reset!r}")
+                raise _fail(where, f"reset must be an integer 0..255, got {_shown(reset)}")
             object.__setattr__(self, "access", access)
             object.__setattr__(self, "reset", reset)
-        if type(self.description) is not str:
-            raise _fail(where, "the description must be a string")
+        problem = _description_problem(self.description)
+        if problem is not None:
+            raise _fail(where, problem)
         if type(self.protected) is not bool:
-            raise _fail(where, f"protected must be true or false, got {self.protected!r}")
+            raise _fail(where, f"protected must be true or false, got {_shown(self.protected)}")
         if fields:
             masks = [0] * 5
             for each in fields:
@@ -433,7 +483,7 @@ class RegisterMap:
         by_name: dict[str, Register] = {}
         for each in regs:
             if not isinstance(each, Register):
-                raise MapError(f"{each!r} is not a Register")
+                raise MapError(f"{_shown(each)} is not a Register")
             if each.addr in by_addr:
                 raise _fail(f"register {each.label}", f"address 0x{each.addr:02X} is taken "
                                                       f"by {by_addr[each.addr].label} too")
@@ -444,6 +494,12 @@ class RegisterMap:
             by_addr[each.addr] = each
         if type(name) is not str or type(description) is not str:
             raise MapError("a map's name and description must be strings")
+        if len(name) > MAX_NAME:
+            raise MapError(f"the map's name is {len(name)} characters long, more than "
+                           f"{MAX_NAME}: {_shown(name)}")
+        problem = _description_problem(description)
+        if problem is not None:
+            raise MapError(f"the map: {problem}")
         set_ = object.__setattr__
         set_(self, "registers", regs)
         set_(self, "name", name)
@@ -566,9 +622,18 @@ class RegisterMap:
                 ``map.json: `registers[1].fields[0].msb`: must be an integer 0..7``.
         """
         try:
+            if isinstance(text, bytes):  # UTF-8 only (json.loads would guess UTF-16 or 32)
+                text = text.decode("utf-8")
             document = json.loads(text, object_pairs_hook=_no_repeats,
                                   parse_constant=_no_constant)
-        except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
+        except UnicodeDecodeError as error:
+            raise MapError(f"{source}: not valid JSON: {unicode_problem(error)}") from None
+        except json.JSONDecodeError as error:  # its place, never Python's wording
+            raise MapError(f"{source}: not valid JSON at line {error.lineno}, column "
+                           f"{error.colno}") from None
+        except RecursionError:
+            raise MapError(f"{source}: not valid JSON: it is nested too deeply") from None
+        except ValueError as error:  # _no_repeats, _no_constant: in regdev's words
             raise MapError(f"{source}: not valid JSON: {error}") from None
         return cls.from_dict(document, source)
 
@@ -619,7 +684,7 @@ class _Reader:
             raise self.error(where, "must be an object")
         for key in value:
             if key not in allowed:
-                raise self.error(f"{where}.{key}".lstrip("."),
+                raise self.error(f"{where}.{escape_text(key)}".lstrip("."),
                                  f"unknown key; allowed: {', '.join(sorted(allowed))}")
         for key in sorted(required):
             if key not in value:
@@ -660,8 +725,8 @@ class _Reader:
             raise self.error(where, str(error)) from None
         for key in ("reserved_mask", "woclr_mask", "rclr_mask"):
             if key in data and data[key] != getattr(register, key):
-                raise self.error(f"{where}.{key}", f"is {data[key]!r}, but the fields make it "
-                                                   f"{getattr(register, key)}")
+                raise self.error(f"{where}.{key}", f"is {_shown(data[key])}, but the fields "
+                                                   f"make it {getattr(register, key)}")
         return register
 
     def field(self, item: object, where: str) -> Field:
@@ -683,7 +748,7 @@ def _no_repeats(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"key {key!r} appears twice in one object")
+            raise ValueError(f'key "{escape_text(key)}" appears twice in one object')
         out[key] = value
     return out
 
