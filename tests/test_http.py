@@ -395,8 +395,8 @@ def test_a_question_not_answered_in_time_is_denied(hurried: Served, mode: str) -
         got = client.call("write_register", {"addr": 15, "data": 42}).structured_content
         assert client.call("read_register", {"addr": 15}).structured_content["result"] == {
             "addr": 15, "data": 0}
-    assert got["message"] == ("register 15 is protected and the approver denied this write "
-                              "(no answer within 1.5 s)")
+    assert got["message"] == ("register 15 is protected and this write was not approved "
+                              "(no answer within 1.5 s)")  # nobody said no: no "approver"
 
 
 def test_a_client_that_cannot_be_asked_is_denied(served: Served) -> None:
@@ -430,9 +430,11 @@ def test_a_2026_answer_with_a_tampered_or_reused_state_is_denied(served: Served)
         other = call(78, input_responses=yes, request_state=state)
         good = call(77, input_responses=yes, request_state=state)
         again = call(77, input_responses=yes, request_state=state)
-    prefix = "register 15 is protected and the approver denied this write ("
-    reasons = [result.structured_content["message"].removeprefix(prefix) for result in
-               (tampered, other, again)]
+    prefix = "register 15 is protected and this write was not approved ("  # no one answered
+    answered = "register 15 is protected and the approver denied this write ("
+    reasons = [result.structured_content["message"].removeprefix(prefix).removeprefix(answered)
+               for result in (tampered, other, again)]
+    assert again.structured_content["message"].startswith(answered)  # its approver is known
     assert reasons == ["the answer's requestState is not one this server sealed "
                        "(tampered, or from another server))",
                        "the answer is to a question about another call or caller)",

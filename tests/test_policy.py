@@ -217,9 +217,10 @@ def test_an_approval_answer_says_who_and_how_in_the_audit_log(
     assert asked == [ApprovalRequest("default", "write_register", {"addr": 15, "data": 3}, 15,
                                      "oauth:alice")]
     assert obs.ok is ok and device.accesses == (1 if ok else 0)
-    if not ok:
-        assert obs.message == ("register 15 is protected and the approver denied this write"
-                               f"{why}")
+    if not ok:  # a reason and no approver: nobody said no
+        words = ("this write was not approved" if answer.approver is None and answer.reason
+                 else "the approver denied this write")
+        assert obs.message == f"register 15 is protected and {words}{why}"
     (record,) = records
     assert (record.caller, record.approver, record.approval) == (
         "oauth:alice", answer.approver, answer.via)

@@ -282,7 +282,7 @@ class Approvals:
         question = self._open_question(request, via)
         if question is None:
             return Approval(False, via=via, reason=f"{self.policy.max_pending} approval "
-                            "questions are open already; try again later")
+                            "questions are open already, the most the policy allows")
         asking.question = question
         if asking.gone.is_set():  # gone while it was being opened: withdrawn at once
             self.withdraw(asking)

@@ -162,7 +162,9 @@ class Approval:
         via: how the question was asked, e.g. ``"hook"``, ``"elicitation"`` (the caller's MCP
             client asked its user), ``"url"`` (a page the server serves).
         reason: for a denial, why, in a few words for the model ("declined", "no answer
-            within 120 s"); None says only that the approver denied it.
+            within 120 s"); None says only that the approver denied it. With a reason and no
+            ``approver`` (nobody answered: a timeout, the caller gone), the refusal says the
+            write "was not approved (REASON)", not that an approver denied it.
     """
 
     approved: bool
@@ -744,7 +746,7 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
     if approve is None:
         return Refusal("authorize", "approval-denied",
                        f"{what}: writing it needs approval, and no approver is configured")
-    reason = None
+    reason, nobody = None, False
     try:
         answer = approve(request(None if whole else hit[0]))
     except Exception:  # the hook's failure is a denial, never an approval
@@ -754,10 +756,14 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
         if answered is not None:
             answered(answer)
         approved, reason = answer.approved is True, answer.reason
+        nobody = answer.approver is None and reason is not None  # no one said no: why not
     else:
         approved = answer is True
     if approved:
         return None
     why = f" ({reason})" if reason else ""
+    if nobody:  # a timeout, a caller gone, too many questions open: not a person's no
+        return Refusal("authorize", "approval-denied", f"{what} and this "
+                       f"{'call' if whole else 'write'} was not approved{why}")
     return Refusal("authorize", "approval-denied", f"{what} and the approver denied this "
                    f"{'call' if whole else 'write'}{why}")
