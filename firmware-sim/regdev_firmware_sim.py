@@ -657,7 +657,7 @@ def _fault_rates(text: str) -> dict[str, float]:
         if not sep or kind not in FAULT_KINDS or not 0.0 <= value <= 1.0:
             raise argparse.ArgumentTypeError(
                 f"expected KIND=RATE with KIND one of {', '.join(FAULT_KINDS)} and RATE in "
-                f"0..1, got `{item}`")
+                f"0..1, got `{display_text(item)}`")
         rates[kind] = value
     return rates
 
@@ -665,7 +665,8 @@ def _fault_rates(text: str) -> dict[str, float]:
 def _host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:0), got `{text}`")
+        raise argparse.ArgumentTypeError("expected HOST:PORT (e.g. 127.0.0.1:0), got "
+                                         f"`{display_text(text)}`")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

@@ -98,7 +98,8 @@ def noise_line(result: BenchResult, control: str = "the floor") -> str:
     widest = ("" if result.widest is None else
               f" (widest {format_spread(result.widest[0])}: {result.widest[1]})")
     facts = (f"{twice}cells spread {format_spread(result.spread)} typically{widest}, "
-             f"{result.rounds} rounds, load average {load} (before, after) on {cpus} CPUs")
+             f"{result.rounds} round{'s' * (result.rounds != 1)}, load average {load} "
+             f"(before, after) on {cpus} CPUs")
     reasons = noise_reasons(result, control)
     if not reasons:
         return f"noise: {facts}"
