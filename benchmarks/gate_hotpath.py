@@ -17,6 +17,7 @@ import time
 
 from _script import Parser, count
 from regdev import Gate
+from regdev.core._text import display_text
 
 CALLS = {
     "write": '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}',
@@ -48,7 +49,7 @@ def main() -> None:
         best_of(gate, raw, 1000, 1)
     figures = "  ".join(f"{name} {best_of(gate, raw, args.calls) * 1e6:.3f} us"
                         for name, raw in CALLS.items())
-    print(f"{args.label}  {figures}".strip())
+    print(f"{display_text(args.label)}  {figures}".strip())
 
 
 if __name__ == "__main__":

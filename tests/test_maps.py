@@ -904,6 +904,10 @@ IDENTIFIER = "(a letter or _, then letters, digits, _; array indices as in DATA[
                  "registers": [{"addr": 0}]}),
      "the map's name is 65 characters long, more than 64: "
      "`NNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNNN...`"),
+    (json.dumps({"format": "regdev-map", "version": 1, "name": "a b\x1b\u202e",
+                 "registers": [{"addr": 0}]}),
+     "the map's name has a control or format character: `a b\\x1b\\u202e` (printable "
+     "characters only)"),
     (_one_register("CTRL", access="r\x1bw"), "`registers[0]`: register CTRL: access must be "
      "rw, r or w, got `r\\x1bw`"),
     ('{"format": "regdev-map", "version": 1, "registers": [{"addr": 0, "\\u001b[2J": 1}]}',

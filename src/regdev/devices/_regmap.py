@@ -497,6 +497,9 @@ class RegisterMap:
         if len(name) > MAX_NAME:
             raise MapError(f"the map's name is {len(name)} characters long, more than "
                            f"{MAX_NAME}: {_shown(name)}")
+        if not name.isprintable():  # it reaches tool descriptions and identify texts
+            raise MapError(f"the map's name has a control or format character: {_shown(name)} "
+                           "(printable characters only)")
         problem = _description_problem(description)
         if problem is not None:
             raise MapError(f"the map: {problem}")
