@@ -840,6 +840,10 @@ def test_a_caller_that_goes_away_withdraws_its_question_in_a_session(
         (False, "approval-denied", "url", None, "token:alice")]
     assert written[0].message.endswith("(the caller went away)")
     assert _register(served, headers, 15) == held  # her session serves her still
+    question = url.rstrip("/").rsplit("/", 1)[-1]
+    assert [line for line in served.stderr[after:] if "withdrawn" in line] == [
+        f"regdev serve: INFO regdev: approval question {question} withdrawn: the caller went "
+        "away\n"]
 
 
 def test_a_caller_that_goes_away_withdraws_its_elicitation_in_a_session(served: Served) -> None:

@@ -310,10 +310,13 @@ class Approvals:
         if question is None:
             return
         with self._lock:
-            if question.answer is None:
+            withdrawn = question.answer is None
+            if withdrawn:
                 question.answer = Approval(False, via=question.via, reason=GONE)
                 question.answered.set()
             wake = question.wake
+        if withdrawn:
+            logger.info("approval question %s withdrawn: %s", question.id, GONE)
         if wake is not None:  # outside the lock: the event loop may be waiting for it
             wake()
 
