@@ -818,6 +818,14 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
                             extension=not args.no_extension)
     except (ValueError, LocalProtocolError) as error:
         parser.error(str(error))
+    if not rates and not args.avr:  # they shape faults: without one they would do nothing
+        idle = [option for option, value, default in (
+            ("--seed", args.seed, 0), ("--delay", args.delay, 1.0),
+            ("--fault-after", args.fault_after, 0), ("--fault-count", args.fault_count, None))
+            if value != default]
+        if idle:
+            parser.error(f"{', '.join(idle)} go{'es' * (len(idle) == 1)} with --fault "
+                         "KIND=RATE (without a fault they change nothing)")
     if rates.get("disconnect") and args.pty and args.link is None:
         parser.error("the disconnect fault on --pty needs --link PATH (the pty is replaced, "
                      "and the host reopens it by the link)")

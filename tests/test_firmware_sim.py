@@ -204,6 +204,9 @@ def test_the_link_moves_only_while_it_is_the_simulators_own(tmp_path: Path) -> N
         (["--pty", "--fault", "drop=2"], "RATE in 0..1, got `drop=2`"),
         (["--pty", "--fault", "disconnect=0.1"], "the disconnect fault on --pty needs --link"),
         (["--tcp", "nohost"], "expected HOST:PORT"),
+        (["--pty", "--delay", "5"], "--delay goes with --fault KIND=RATE (without a fault"),
+        (["--pty", "--seed", "3", "--fault-count", "2"],
+         "--seed, --fault-count go with --fault KIND=RATE"),
         (["--pty", "--fault", "x\x1b[31m=1"], "got `x\\u001b[31m=1`"),  # escaped
         (["--tcp", "\x1b]0;t\x07"], "got `\\u001b]0;t\\u0007`"),
         (["--tcp", "127.0.0.1:0", "--link", "/tmp/x"], "--link goes with --pty or --avr"),
