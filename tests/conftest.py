@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from regdev import Gate, RegisterFile, Tool
+from regdev import Field, Gate, Register, RegisterFile, RegisterMap, Tool
 from regdev.cli._main import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +75,17 @@ ARRAYS = Tool(
 
 
 #: The signals a test may send a child to stop it.
+#: A map with one register of each behaviour, for the device tests
+#: (test_maps.py, and over Modbus in test_modbus_map.py).
+KINDS = RegisterMap([
+    Register("RO", 0, fields=(Field("V", 0, 7, "r", reset=0x5A),)),
+    Register("MIX", 1, fields=(Field("A", 0, 1), Field("RDY", 2, 2, "r", reset=1),
+                               Field("W", 4, 5, "w"), Field("ERR", 6, 7, onwrite="woclr",
+                                                           reset=3))),
+    Register("CNT", 2, fields=(Field("N", 0, 7, "r", onread="rclr"),)),
+    Register("RW", 3, fields=(Field("D", 0, 7),)),
+], name="kinds")
+
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 _EXEC_WITH_SIGNALS = """\

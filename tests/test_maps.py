@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES, ROOT, run
+from conftest import EXAMPLES, KINDS, ROOT, run
 from firmware import CountingFirmware, sim_process, sim_thread
 from regdev import (
     REGISTER_TOOLS,
@@ -175,15 +175,6 @@ def test_without_systemrdl_compiler_the_message_says_how_to_install(
 
 # --- the device: every access kind ----------------------------------------------------------
 
-#: A map with one register of each behaviour, for the device tests.
-KINDS = RegisterMap([
-    Register("RO", 0, fields=(Field("V", 0, 7, "r", reset=0x5A),)),
-    Register("MIX", 1, fields=(Field("A", 0, 1), Field("RDY", 2, 2, "r", reset=1),
-                               Field("W", 4, 5, "w"), Field("ERR", 6, 7, onwrite="woclr",
-                                                           reset=3))),
-    Register("CNT", 2, fields=(Field("N", 0, 7, "r", onread="rclr"),)),
-    Register("RW", 3, fields=(Field("D", 0, 7),)),
-], name="kinds")
 
 
 class Kinds:
@@ -294,15 +285,20 @@ def test_the_example_replay_over_the_serial_line_matches_in_process(
     assert all(line["expect_met"] for line in over_serial[:-1])
 
 
+def _refused_by_the_script(path: Path) -> subprocess.CompletedProcess[str]:
+    """The simulator script alone on ``--map path``: it must exit 2 with nothing on stdout."""
+    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" / "regdev_firmware_sim.py"),
+                           "--tcp", "127.0.0.1:0", "--map", str(path)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    return done
+
+
 def test_a_bad_map_for_the_simulator_is_one_line(tmp_path: Path) -> None:
     """The script alone: exit 2 and the map's error, nothing served."""
     path = tmp_path / "bad.json"
     path.write_text('{"format": "regdev-map", "version": 1, "registers": [{"addr": 300}]}')
-    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" /
-                                               "regdev_firmware_sim.py"),
-                           "--tcp", "127.0.0.1:0", "--map", str(path)],
-                          capture_output=True, text=True, timeout=30, check=False)
-    assert (done.returncode, done.stdout) == (2, "")
+    done = _refused_by_the_script(path)
     assert done.stderr == ("regdev_firmware_sim.py: error: "
                            f"{path}: `registers[0].addr`: must be an integer 0..255\n")
 
@@ -314,11 +310,7 @@ def test_the_simulator_script_tells_how_to_get_the_json_form_of_an_rdl_map(
     JSON form (or to serve it with regdev firmware-sim), never Python's JSON error."""
     path = tmp_path / name
     path.write_bytes(SENSOR.read_bytes())
-    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" /
-                                               "regdev_firmware_sim.py"),
-                           "--tcp", "127.0.0.1:0", "--map", str(path)],
-                          capture_output=True, text=True, timeout=30, check=False)
-    assert (done.returncode, done.stdout) == (2, "")
+    done = _refused_by_the_script(path)
     assert done.stderr == (
         f"regdev_firmware_sim.py: error: {path} is SystemRDL: run as a script, the simulator "
         f"reads a map only in its compiled JSON form; make it with `regdev map {path} --json "
@@ -336,11 +328,7 @@ def test_the_simulator_script_names_where_a_map_is_not_json(
     """A --map that is not JSON: its place in regdev's words, and how the JSON form is made."""
     path = tmp_path / "map.txt"
     path.write_text(text)
-    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" /
-                                               "regdev_firmware_sim.py"),
-                           "--tcp", "127.0.0.1:0", "--map", str(path)],
-                          capture_output=True, text=True, timeout=30, check=False)
-    assert (done.returncode, done.stdout) == (2, "")
+    done = _refused_by_the_script(path)
     assert done.stderr == (
         f"regdev_firmware_sim.py: error: {path}: not a map in the compiled JSON form (not "
         f"valid JSON at {place}); the simulator run as a script reads a map in its compiled "
@@ -865,11 +853,7 @@ def test_a_map_file_that_is_not_utf8_is_said_the_same_way_in_either_form(
     assert str(refused.value) == "m.json: not valid JSON at line 2, column 1"
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe")
-    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" /
-                                               "regdev_firmware_sim.py"),
-                           "--tcp", "127.0.0.1:0", "--map", str(binary)],
-                          capture_output=True, text=True, timeout=30, check=False)
-    assert (done.returncode, done.stdout) == (2, "")
+    done = _refused_by_the_script(binary)
     assert done.stderr.startswith(
         f"regdev_firmware_sim.py: error: {binary}: not a map in the compiled JSON form (invalid "
         "UTF-8: byte 0 is 0xFF); ")

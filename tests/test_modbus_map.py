@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES, run
+from conftest import EXAMPLES, KINDS, run
 from modbus_servers import modbus_sim_process
 from regdev import (
     DeviceRefused,
@@ -47,15 +47,6 @@ TIMEOUT = 0.25
 DELAY = 0.75
 FRAMINGS = ["tcp", "pty"]
 
-#: Every access kind (as tests/test_maps.py's KINDS), one register each but MIX.
-KINDS = RegisterMap([
-    Register("RO", 0, fields=(Field("V", 0, 7, "r", reset=0x5A),)),
-    Register("MIX", 1, fields=(Field("A", 0, 1), Field("RDY", 2, 2, "r", reset=1),
-                               Field("W", 4, 5, "w"), Field("ERR", 6, 7, onwrite="woclr",
-                                                           reset=3))),
-    Register("CNT", 2, fields=(Field("N", 0, 7, "r", onread="rclr"),)),
-    Register("RW", 3, fields=(Field("D", 0, 7),)),
-], name="kinds")
 
 
 @pytest.fixture(scope="module")
