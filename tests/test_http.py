@@ -841,6 +841,10 @@ def test_a_caller_that_goes_away_withdraws_its_question_in_a_session(
     assert written[0].message.endswith("(the caller went away)")
     assert _register(served, headers, 15) == held  # her session serves her still
     question = url.rstrip("/").rsplit("/", 1)[-1]
+    deadline = time.monotonic() + 20  # the log line may reach the pipe after the record
+    while (not any("withdrawn" in line for line in served.stderr[after:])
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
     assert [line for line in served.stderr[after:] if "withdrawn" in line] == [
         f"regdev serve: INFO regdev: approval question {question} withdrawn: the caller went "
         "away\n"]
