@@ -16,6 +16,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import math
 import re
@@ -210,8 +211,19 @@ class ApprovalPolicy(_Model):
     max_pending: Annotated[int, Field(strict=True, ge=1, le=1000)] = 8
 
 
+#: The longest name shown for a caller after its ``token:`` or ``oauth:``, in characters.
+MAX_CALLER_CHARS = 200
+
+
 def caller_name(kind: Literal["token", "oauth"], name: str) -> str:
     """How a caller is named in the audit log and in approval questions: ``token:NAME`` for
     a lab token, ``oauth:SUBJECT`` for an OAuth access token (its ``sub``, escaped as
-    untrusted text and cut to 200 characters)."""
-    return f"{kind}:{escape_text(name, 200)}"
+    untrusted text). A name longer than :data:`MAX_CALLER_CHARS` characters once escaped is
+    shortened to that many: its first 180, ``...#``, and 16 hex digits of the SHA-256 of the
+    whole (UTF-8), so that two subjects alike up to the cut are still told apart. This is the
+    name shown; who the caller is, for its session, is the whole subject."""
+    shown = escape_text(name, None)
+    if len(shown) > MAX_CALLER_CHARS:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        shown = f"{shown[:MAX_CALLER_CHARS - 20]}...#{digest}"
+    return f"{kind}:{shown}"
