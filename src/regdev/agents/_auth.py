@@ -228,7 +228,10 @@ class KeySet:
                     if len(body) > MAX_JWKS_BYTES:
                         raise _Refused(f"the body is over {MAX_JWKS_BYTES} bytes")
                 return bytes(body)
-        except (httpx2.HTTPError, httpx2.InvalidURL, httpx2.StreamError, OSError) as error:
+        except _Refused:
+            raise
+        except Exception as error:  # httpx2's errors, and whatever else the issuer's answer
+            # makes a library raise: a failed fetch, never a 500
             raise _Refused(escape_text(f"{type(error).__name__}: {error}", 200)) from None
 
 
@@ -267,8 +270,8 @@ def _usable_keys(body: bytes, algorithms: frozenset[str]
             continue
         try:
             key = jwt.PyJWK(entry)
-        except Exception as error:
-            # malformed key may raise anything (NotImplementedError, OverflowError, ...)
+        except Exception as error:  # the issuer's text, read by PyJWT: a malformed key
+            # may raise anything (NotImplementedError, OverflowError, ...)
             skipped.append(f"{name}: {escape_text(str(error), 80)}")
             continue
         if key.algorithm_name not in algorithms:
