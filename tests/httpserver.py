@@ -52,36 +52,98 @@ def token(name: str) -> str:
 
 
 class KeySet:
-    """An RSA signing key and its JWKS, served on 127.0.0.1 (the OAuth server's keys)."""
+    """The OAuth server's signing keys and their JWKS, served on 127.0.0.1: an RSA key
+    ``KID`` to begin with; keys can be added, and the set rotated (``published``), slowed
+    (``stall``, ``trickle``) and broken (``status``, ``body``, ``close``, ``extra``)."""
 
     def __init__(self) -> None:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
-        self.jwks = json.dumps({"keys": [{**public, "kid": KID, "use": "sig", "alg": "RS256"}]})
+        #: Signing keys by kid, and the kids the set publishes (in order).
+        self.signers: dict[str, Any] = {KID: self.key}
+        self.published: list[str] = [KID]
+        #: JWKs published after the signers' (as they are: broken ones too).
+        self.extra: list[Any] = []
+        #: Served instead of the set when not None (a broken body).
+        self.body: bytes | None = None
+        self.status = 200
+        #: Close the connection without an answer.
+        self.close_connection = False
+        #: When set, each answer waits until it is set (at most 60 s).
+        self.stall: threading.Event | None = None
+        #: Seconds between two bytes of the answer (status line and headers too), or None.
+        self.trickle: float | None = None
         self.fetches = 0
+        self.changed = threading.Condition()
         keys = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                keys.fetches += 1
-                body = keys.jwks.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                with keys.changed:
+                    keys.fetches += 1
+                    keys.changed.notify_all()
+                if keys.stall is not None:
+                    keys.stall.wait(60)
+                if keys.close_connection:
+                    self.close_connection = True
+                    return
+                body = keys.body if keys.body is not None else keys.jwks.encode()
+                head = (f"HTTP/1.1 {keys.status} X\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+                self.close_connection = True
+                try:
+                    if keys.trickle is None:
+                        self.wfile.write(head + body)
+                        return
+                    for byte in head + body:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(keys.trickle)
+                        if keys.stopped:
+                            return
+                except OSError:  # the client gave up
+                    pass
 
             def log_message(self, *args: object) -> None:
                 pass
 
+        self.stopped = False
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def add_key(self, kid: str, kind: str = "RSA") -> Any:
+        """A new signing key ``kid`` (RSA 2048 or EC P-256), published; the private key."""
+        from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048) if kind == "RSA" \
+            else ec.generate_private_key(ec.SECP256R1())
+        self.signers[kid] = key
+        self.published.append(kid)
+        return key
+
+    @property
+    def jwks(self) -> str:
+        """The set published now (JSON text)."""
+        keys = []
+        for kid in self.published:
+            key = self.signers[kid]
+            if isinstance(key, rsa.RSAPrivateKey):
+                public, alg = jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()), "RS256"
+            else:
+                public, alg = jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()), "ES256"
+            keys.append({**json.loads(public), "kid": kid, "use": "sig", "alg": alg})
+        return json.dumps({"keys": keys + self.extra})
+
+    def wait_fetches(self, count: int, timeout: float = 30) -> None:
+        """Wait until the set was asked for ``count`` times (AssertionError after timeout s)."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.fetches >= count, timeout), self.fetches
+
     def sign(self, claims: dict[str, Any] | None = None, *, kid: str = KID,
-             key: Any = None, algorithm: str = "RS256") -> str:
+             key: Any = None, algorithm: str | None = None) -> str:
         """An access token: sub alice@lab, scope regdev:operate, valid for 5 minutes, unless
-        ``claims`` say otherwise (a None value removes the claim)."""
+        ``claims`` say otherwise (a None value removes the claim); signed by the key ``kid``
+        names (``key`` when given; KID's for an unknown kid), RS256 or ES256 by its kind."""
         now = int(time.time())
         body: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice@lab",
                                 "scope": "regdev:operate", "iat": now, "exp": now + 300}
@@ -90,8 +152,10 @@ class KeySet:
                 body.pop(name, None)
             else:
                 body[name] = value
-        return jwt.encode(body, key if key is not None else self.key, algorithm=algorithm,
-                          headers={"kid": kid})
+        signer = key if key is not None else self.signers.get(kid, self.key)
+        if algorithm is None:
+            algorithm = "RS256" if isinstance(signer, rsa.RSAPrivateKey) else "ES256"
+        return jwt.encode(body, signer, algorithm=algorithm, headers={"kid": kid})
 
     def forged_hs256(self) -> str:
         """The algorithm-confusion attack: a token "signed" HS256 with the public key's PEM
@@ -113,6 +177,9 @@ class KeySet:
         return (head + b"." + body + b"." + b64(tag)).decode()
 
     def close(self) -> None:
+        self.stopped = True
+        if self.stall is not None:
+            self.stall.set()
         self.server.shutdown()
         self.server.server_close()
 

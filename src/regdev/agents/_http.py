@@ -81,7 +81,7 @@ from ..gate._gate import Gate
 from ..gate._policy import Policy, Session
 from ._address import is_loopback
 from ._approval import ASKING, Approvals, Asking
-from ._auth import Caller, TokenCheck
+from ._auth import Caller, Identity, TokenCheck
 from ._mcp import (
     _INSTRUCTIONS,
     ENVELOPE_BYTES,
@@ -362,9 +362,6 @@ class McpFront:
         access = None
         if len(values) == 1 and scheme.lower() == "bearer":
             access = await self.tokens.verify_token(token.strip())
-        if access is not None and access.expires_at is not None \
-                and access.expires_at < int(time.time()):
-            access = None
         if access is None:
             raise _Refused(_oauth_error(
                 401, "invalid_token", "the bearer token is not valid here (unknown, expired, "
@@ -490,7 +487,7 @@ class CallerSessions:
         self.gate = gate
         self.policy = policy
         self.cap = cap
-        self._sessions: OrderedDict[tuple[str, str], Session] = OrderedDict()
+        self._sessions: OrderedDict[tuple[Identity | None, str], Session] = OrderedDict()
         self._lock = threading.Lock()
         self._listings: dict[str, types.ListToolsResult] = {}
 
@@ -498,7 +495,7 @@ class CallerSessions:
         """The live session of ``caller`` (made on its first request, or after it was
         dropped), now the most recently used."""
         assert caller.session is not None
-        key = (caller.name, caller.session)
+        key = (caller.identity, caller.session)
         with self._lock:
             found = self._sessions.get(key)
             if found is not None:
@@ -722,8 +719,7 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
 
     async def verify_approver(token: str) -> tuple[str, frozenset[str]] | None:
         found = await tokens.verify_token(token)
-        if found is None or (found.expires_at is not None
-                             and found.expires_at < int(time.time())):
+        if found is None:
             return None
         return found.client_id, frozenset(found.scopes)
 

@@ -16,10 +16,13 @@ Rules of this file:
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import math
 import re
 from decimal import Decimal
 from typing import Annotated, Literal, get_args
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, field_validator
 from pydantic_core import PydanticCustomError
@@ -85,8 +88,26 @@ def _a_name(value: str) -> str:
     return value
 
 
+def _a_secure_url(value: str) -> str:
+    """An ``https://`` URL, or ``http://`` on a loopback address (``127.0.0.0/8``, ``[::1]``:
+    a literal address, not a name a resolver could answer otherwise)."""
+    if value.startswith("https://"):
+        return value
+    if value.startswith("http://"):
+        try:
+            host = urlsplit(value).hostname or ""
+            if ipaddress.ip_address(host).is_loopback:
+                return value
+        except ValueError:  # not an address, or a malformed URL
+            pass
+    raise ValueError("must be an https:// URL (http:// only on a loopback address: "
+                     "127.0.0.1, [::1])")
+
+
 _Scope = Annotated[str, Field(strict=True), AfterValidator(_a_scope)]
 _Url = Annotated[str, Field(strict=True, pattern=r"^https?://[^\s]+$")]
+#: Where a token's trust comes from (the issuer, its keys): TLS unless on this machine.
+_SecureUrl = Annotated[_Url, AfterValidator(_a_secure_url)]
 
 
 class _Model(BaseModel):
@@ -119,19 +140,21 @@ class OAuthTokens(_Model):
 
     Attributes:
         issuer: the ``iss`` every token must carry, exactly (the authorization server's
-            issuer identifier, e.g. ``https://auth.example.org/``).
+            issuer identifier, e.g. ``https://auth.example.org/``): ``https://``, or
+            ``http://`` on a loopback address (``127.0.0.1``, ``[::1]``).
         audience: the ``aud`` every token must hold: this server's resource identifier,
             normally its public URL (``https://bench-7.example.org/mcp``).
-        jwks_url: where the authorization server publishes its signing keys (JWKS).
+        jwks_url: where the authorization server publishes its signing keys (JWKS):
+            ``https://``, or ``http://`` on a loopback address.
         algorithms: the accepted signature algorithms, a subset of :data:`JWT_ALGORITHMS`
             (default RS256 and ES256).
         leeway: seconds of clock difference allowed when checking ``exp`` and ``nbf``
             (default 30).
     """
 
-    issuer: _Url
+    issuer: _SecureUrl
     audience: Annotated[str, Field(strict=True, min_length=1)]
-    jwks_url: _Url
+    jwks_url: _SecureUrl
     algorithms: Annotated[tuple[JwtAlgorithm, ...], Field(min_length=1)] = ("RS256", "ES256")
     leeway: Annotated[float, Field(strict=True, ge=0, le=3600, allow_inf_nan=False)] = 30.0
 
@@ -188,8 +211,19 @@ class ApprovalPolicy(_Model):
     max_pending: Annotated[int, Field(strict=True, ge=1, le=1000)] = 8
 
 
+#: The longest name shown for a caller after its ``token:`` or ``oauth:``, in characters.
+MAX_CALLER_CHARS = 200
+
+
 def caller_name(kind: Literal["token", "oauth"], name: str) -> str:
     """How a caller is named in the audit log and in approval questions: ``token:NAME`` for
     a lab token, ``oauth:SUBJECT`` for an OAuth access token (its ``sub``, escaped as
-    untrusted text and cut to 200 characters)."""
-    return f"{kind}:{escape_text(name, 200)}"
+    untrusted text). A name longer than :data:`MAX_CALLER_CHARS` characters once escaped is
+    shortened to that many: its first 180, ``...#``, and 16 hex digits of the SHA-256 of the
+    whole (UTF-8), so that two subjects alike up to the cut are still told apart. This is the
+    name shown; who the caller is, for its session, is the whole subject."""
+    shown = escape_text(name, None)
+    if len(shown) > MAX_CALLER_CHARS:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        shown = f"{shown[:MAX_CALLER_CHARS - 20]}...#{digest}"
+    return f"{kind}:{shown}"
