@@ -96,14 +96,7 @@ def test_a_connection_that_presented_a_token_is_not_closed_for_the_budget(
     without one, more than the budget, close each other (the oldest first), not it; its
     request then gets its answer."""
     port = stateless.port
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as caller:
-        caller.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                       b"Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
-                       b"Accept: application/json, text/event-stream\r\n"
-                       b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n"
-                       % (port, token("alice").encode(), len(READ)))
-        caller.settimeout(30)  # 100 Continue: the front asks for the body after the token
-        assert caller.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    with held_with_a_token(port) as caller:  # the front asks for the body after the token
         idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(6)]
         try:
             assert [closed_by_server(sock) for sock in idle[:4]] == [b""] * 4
@@ -117,6 +110,52 @@ def test_a_connection_that_presented_a_token_is_not_closed_for_the_budget(
     assert status == 200, body
     assert answer_of(body)["result"]["structuredContent"] == {
         "ok": True, "tool": "read_register", "result": {"addr": 1, "data": 0}}
+
+
+def held_with_a_token(port: int) -> socket.socket:
+    """A connection whose request presented alice's token and waits to send its body (the
+    server asked for it: 100 Continue)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                 b"Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                 b"Accept: application/json, text/event-stream\r\n"
+                 b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+                 % (port, token("alice").encode(), len(READ)))
+    assert sock.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    return sock
+
+
+def test_past_max_connections_a_request_gets_503_in_regdevs_words(tmp_path: Path) -> None:
+    """With --max-connections connections held by callers with a token, a request on one
+    more gets 503 with a JSON-RPC error naming the limit, and its connection is closed; once
+    one of them closes, requests are served again."""
+    limits = HttpLimits(max_connections=4, max_unauthenticated=2, header_seconds=120)
+    with inprocess_server(tmp_path, policy_text(), stateless=True, body_seconds=60,
+                          limits=limits) as served:
+        held = [held_with_a_token(served.port) for _ in range(4)]
+        try:
+            metadata = b"GET /.well-known/oauth-protected-resource/mcp HTTP/1.1\r\n" \
+                       b"Host: 127.0.0.1:%d\r\n\r\n" % served.port
+            with socket.create_connection(("127.0.0.1", served.port), timeout=30) as extra:
+                extra.sendall(metadata)
+                answer = closed_by_server(extra)
+            assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+            assert b"\r\nretry-after: 1\r\n" in answer.lower()
+            assert error_of(answer) == {
+                "code": -32000, "data": {"limit": "--max-connections"},
+                "message": "Service Unavailable: 5 connections are open, more than the "
+                           "server keeps (--max-connections 4); try again shortly"}
+            held.pop().close()
+            deadline = time.monotonic() + 60
+            while (status := httpx2.get(served.base + "/.well-known/oauth-protected-resource"
+                                        "/mcp", timeout=30).status_code) != 200:
+                assert status == 503 and time.monotonic() < deadline
+                time.sleep(0.1)
+        finally:
+            for sock in held:
+                sock.close()
+        assert ("regdev serve: WARNING regdev: refused a request: 5 connections are open "
+                "(--max-connections 4)\n") in served.log()
 
 
 def answer_of(stream: bytes) -> dict[str, Any]:

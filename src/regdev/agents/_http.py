@@ -88,6 +88,7 @@ from ._address import is_loopback
 from ._approval import ASKING, Approvals, Asking
 from ._auth import Caller, TokenCheck
 from ._http_limits import (
+    ConnectionCap,
     ConnectionGuard,
     HttpLimits,
     LimitRefusal,
@@ -914,11 +915,10 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
         limits = limits if limits is not None else HttpLimits()
         served = build_http_app(gate, policy, approvals, host=host, port=actual_port,
                                 stateless=stateless, body_seconds=body_seconds, limits=limits)
-        config = uvicorn.Config(served.app, log_config=None, access_log=False,
-                                lifespan="on", timeout_keep_alive=5,
-                                timeout_graceful_shutdown=5,
-                                http=protocol_class(ConnectionGuard(limits)),
-                                limit_concurrency=limits.max_connections,
+        guard = ConnectionGuard(limits)
+        config = uvicorn.Config(ConnectionCap(served.app, guard), log_config=None,
+                                access_log=False, lifespan="on", timeout_keep_alive=5,
+                                timeout_graceful_shutdown=5, http=protocol_class(guard),
                                 h11_max_incomplete_event_size=16 * 1024)
         server = _Server(config)
 

@@ -8,9 +8,9 @@ Rules of this file:
   a valid token (:func:`authenticated`, called by the front of ``/mcp``); at most
   :attr:`HttpLimits.max_unauthenticated` of them are open at once, and a new one past that
   closes the oldest. So connections that never present a token, however many, hold at most
-  that budget of the :attr:`HttpLimits.max_connections` (uvicorn's ``limit_concurrency``,
-  ``503`` beyond): the rest is kept for callers that authenticate, and a caller's new
-  connection always gets in.
+  that budget of the :attr:`HttpLimits.max_connections` (:class:`ConnectionCap`: ``503``
+  beyond, in regdev's words; uvicorn's own ``limit_concurrency`` answers in plain text): the
+  rest is kept for callers that authenticate, and a caller's new connection always gets in.
 * A request's head (its request line and headers) must arrive within
   :attr:`HttpLimits.header_seconds`: counted from the connection's opening for its first
   request, from the first byte of each later one (uvicorn's ``timeout_keep_alive`` closes a
@@ -39,6 +39,8 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import h11
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..core._limits import seconds_problem
@@ -47,6 +49,7 @@ from ..gate._policy import TokenBucket
 
 __all__ = [
     "LIMIT_ERROR",
+    "ConnectionCap",
     "ConnectionGuard",
     "HttpLimits",
     "LimitRefusal",
@@ -189,6 +192,12 @@ class ConnectionGuard:
         self.limits = limits
         self._unproven: OrderedDict[GuardedProtocol, None] = OrderedDict()
         self._warned = -_WARN_EVERY
+        self._open = 0
+
+    @property
+    def open(self) -> int:
+        """The number of open connections."""
+        return self._open
 
     @property
     def unauthenticated(self) -> int:
@@ -197,6 +206,7 @@ class ConnectionGuard:
 
     def opened(self, connection: GuardedProtocol) -> None:
         """A connection opened: it joins the budget, closing the oldest past it."""
+        self._open += 1
         self._unproven[connection] = None
         while len(self._unproven) > self.limits.max_unauthenticated:
             oldest, _ = self._unproven.popitem(last=False)
@@ -214,7 +224,39 @@ class ConnectionGuard:
 
     def closed(self, connection: GuardedProtocol) -> None:
         """A connection closed."""
+        self._open -= 1
         self._unproven.pop(connection, None)
+
+
+class ConnectionCap:
+    """The ASGI app in front of ``app`` that answers a request ``503`` (a JSON-RPC error
+    naming ``--max-connections``, ``Retry-After: 1``, and the connection closed) while more
+    than :attr:`HttpLimits.max_connections` connections are open, its own included.
+
+    Args:
+        app: the app served.
+        guard: the guard that counts the connections.
+    """
+
+    def __init__(self, app: ASGIApp, guard: ConnectionGuard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        most = self.guard.limits.max_connections
+        if scope["type"] == "http" and self.guard.open > most:
+            refusal = LimitRefusal(
+                503, option("max_connections"),
+                f"Service Unavailable: {self.guard.open} connections are open, more than the "
+                f"server keeps ({option('max_connections')} {most}); try again shortly",
+                retry_after=1)
+            logger.warning("refused a request: %d connections are open (--max-connections "
+                           "%d)", self.guard.open, most)
+            response = Response(refusal.body(), status_code=503, media_type="application/json",
+                                headers={**refusal.headers(), "Connection": "close"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class GuardedProtocol(H11Protocol):
