@@ -310,10 +310,12 @@ _WATCHED = ("regdev", "uvicorn", "uvicorn.error", "mcp", "starlette", "sse_starl
 
 @contextmanager
 def inprocess_server(folder: Path, policy: str, *, stateless: bool = False,
-                     device: Any = None, body_seconds: float = 10.0) -> Iterator[Served]:
+                     device: Any = None, body_seconds: float = 10.0,
+                     limits: Any = None) -> Iterator[Served]:
     """The server of `regdev serve --http 127.0.0.1:0` run in a thread of this process (the
     same functions the command runs, without the second of importing the SDK again):
-    on a fresh register file, recording to ``folder/audit.db``."""
+    on a fresh register file, recording to ``folder/audit.db``; ``limits`` an ``HttpLimits``
+    (None: the defaults)."""
     from regdev import AuditLog, Gate, Policy, RegisterFile  # noqa: PLC0415
     from regdev.agents._approval import approvals_for  # noqa: PLC0415
     from regdev.agents._http import serve_http  # noqa: PLC0415
@@ -342,7 +344,7 @@ def inprocess_server(folder: Path, policy: str, *, stateless: bool = False,
             serve_http(gate, gate.policy, approvals, host="127.0.0.1", port=0,  # type: ignore[arg-type]
                        stateless=stateless, ready=lambda url: (urls.append(url),
                                                                listening.set()), stop=stop,
-                       body_seconds=body_seconds)
+                       body_seconds=body_seconds, limits=limits)
         except BaseException as error:  # shown by the assertion below
             failure.append(error)
             listening.set()

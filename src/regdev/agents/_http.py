@@ -13,6 +13,11 @@ Rules of this file:
   answer, and a ``tools/call`` the same verdict and audit record, over both transports. So
   nothing unauthenticated reaches the gate, and nothing the strict parser refuses reaches
   the SDK but as the stand-in that has the gate refuse it, as on stdio.
+* What callers may hold is bounded (``_http_limits.py``): a request's headers arrive within
+  seconds, connections that have presented no valid token have a budget of their own, and a
+  request that opens an MCP session (``initialize``) is admitted only within the caller's and
+  the server's session caps and the caller's ``initialize`` rate; the front counts a
+  connection as authenticated once its token is found valid.
 * The SDK's session manager serves what passes: stateful sessions (``Mcp-Session-Id``, bound
   to the token that opened them), or ``stateless`` (no session: any of several server
   processes behind a load balancer can take any request); a request in the 2026-07-28 era is
@@ -62,7 +67,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, decode_header_value
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials
@@ -82,6 +87,15 @@ from ..gate._policy import Policy, Session
 from ._address import is_loopback
 from ._approval import ASKING, Approvals, Asking
 from ._auth import Caller, Identity, TokenCheck
+from ._http_limits import (
+    ConnectionCap,
+    ConnectionGuard,
+    HttpLimits,
+    LimitRefusal,
+    SessionLimits,
+    authenticated,
+    protocol_class,
+)
 from ._mcp import (
     _INSTRUCTIONS,
     ENVELOPE_BYTES,
@@ -97,6 +111,7 @@ __all__ = [
     "MAX_CALLER_SESSIONS",
     "MCP_PATH",
     "CallerSessions",
+    "HttpLimits",
     "HttpServer",
     "McpFront",
     "build_http_app",
@@ -121,8 +136,6 @@ MAX_CALLER_SESSIONS = 4096
 PAGE_FORM_BYTES = 32 * 1024
 #: Calls running at once beyond the approval questions that may be open (worker threads).
 WORKERS = 16
-#: Open connections beyond which new ones get 503 (uvicorn's ``limit_concurrency``).
-MAX_CONNECTIONS = 512
 #: The scope keys the front leaves for the handlers.
 CALLER_KEY = "regdev.caller"
 RECEIVED_KEY = "regdev.received"
@@ -278,14 +291,17 @@ class McpFront:
             before any was read) and the declared
             size (None without one) when a body over the cap is refused 413: it records the
             refusal in the audit log (:func:`build_http_app`).
+        sessions: the session limits a request that opens a session must pass; None when
+            the SDK keeps no sessions (``stateless``).
     """
 
     def __init__(self, inner: ASGIApp, *, tokens: TokenCheck, guard: Guard,
                  metadata_url: str, max_body_bytes: int,
                  body_seconds: float = BODY_SECONDS,
-                 too_large: Callable[[Caller, bytes | None, int | None], None] | None = None
-                 ) -> None:
+                 too_large: Callable[[Caller, bytes | None, int | None], None] | None = None,
+                 sessions: SessionLimits | None = None) -> None:
         self.too_large = too_large
+        self.sessions = sessions
         self.inner = AuthContextMiddleware(inner)
         self.tokens = tokens
         self.guard = guard
@@ -335,7 +351,7 @@ class McpFront:
         scope["headers"] = [(name, b"application/json" if name.lower() == b"content-type"
                              else value) for name, value in scope.get("headers", ())]
         body = await self._read_body(scope, receive)
-        forwarded = self._judge(scope, body)
+        forwarded, method = self._judge(scope, body)
         sent = False
 
         async def replay() -> Message:
@@ -348,9 +364,47 @@ class McpFront:
         ended = anyio.Event()
         scope[ENDED_KEY] = ended
         try:
-            await self.inner(scope, replay, send)
+            if method == "initialize" and self._opens_session(scope):
+                await self._open_session(scope, caller, replay, send)
+            else:
+                await self.inner(scope, replay, send)
         finally:  # the answer was sent, or the client went away: none can be sent now
             ended.set()
+
+    def _opens_session(self, scope: Scope) -> bool:
+        """Whether the SDK would open a session for this POST: it keeps sessions, the request
+        names none, and it is of the 2025 era (no ``MCP-Protocol-Version``, or one of the
+        handshake versions: a later one is served without a session)."""
+        headers = _headers(scope)
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        return (self.sessions is not None and "mcp-session-id" not in headers
+                and (version is None or version in HANDSHAKE_PROTOCOL_VERSIONS))
+
+    async def _open_session(self, scope: Scope, caller: Caller, receive: Receive,
+                            send: Send) -> None:
+        """Hand the SDK an ``initialize`` that opens a session, within the session limits
+        (:class:`~regdev.agents._http_limits.SessionLimits`), and count the session it
+        opens for ``caller``."""
+        assert self.sessions is not None
+        try:
+            self.sessions.admit(caller.identity, caller.name)
+        except LimitRefusal as refusal:
+            logger.warning("refused a new session for %s: %s", caller.name, refusal.limit)
+            raise _Refused(Response(refusal.body(), status_code=refusal.status,
+                                    media_type="application/json",
+                                    headers=refusal.headers())) from None
+        opened: list[str] = []
+
+        async def watched(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                opened.extend(value.decode("latin-1") for name, value
+                              in message.get("headers", ()) if name.lower() == b"mcp-session-id")
+            await send(message)
+
+        try:
+            await self.inner(scope, receive, watched)
+        finally:
+            self.sessions.opened(caller.identity, opened[0] if opened else None)
 
     async def _authenticate(self, scope: Scope) -> Caller:
         values = _one_header(scope, b"authorization")
@@ -377,6 +431,7 @@ class McpFront:
                 f'resource_metadata="{self.metadata_url}"'))
         user = AuthenticatedUser(access)
         scope["user"], scope["auth"] = user, AuthCredentials(access.scopes)
+        authenticated()  # this connection no longer counts against the unauthenticated budget
         return caller
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
@@ -423,8 +478,9 @@ class McpFront:
         if self.too_large is not None and isinstance(caller, Caller):
             await anyio.to_thread.run_sync(self.too_large, caller, body, declared)
 
-    def _judge(self, scope: Scope, body: bytes) -> bytes:
-        """The strict reader's verdict on the body: the bytes the SDK gets, or a refusal."""
+    def _judge(self, scope: Scope, body: bytes) -> tuple[bytes, str | None]:
+        """The strict reader's verdict on the body: the bytes the SDK gets and the request's
+        method (None for a notification or a response), or a refusal."""
         if not body.strip():
             raise _Refused(_json_rpc_error(400, types.PARSE_ERROR,
                                            "Parse error: the body is empty; POST one JSON-RPC "
@@ -442,13 +498,15 @@ class McpFront:
             raise _Refused(Response(json.dumps(payload), status_code=400,
                                     media_type="application/json"))
         metadata = verdict.metadata
+        method = verdict.message.method if isinstance(verdict.message, types.JSONRPCRequest) \
+            else None
         received = metadata.request_context if isinstance(metadata, ServerMessageMetadata) \
             else None
         if not isinstance(received, Received):
-            return body  # strict JSON: the SDK reads the very bytes the reader accepted
+            return body, method  # strict JSON: the SDK reads the very bytes the reader accepted
         scope[RECEIVED_KEY] = received
         if received.text != body:
-            return body  # a tools/call the reader accepted: its params are in Received
+            return body, method  # a tools/call the reader accepted: its params are in Received
         # The stand-in of a tools/call the strict parser refused (see _mcp.py): the SDK gets
         # it instead, under the request's id, and the handler has the gate refuse the body.
         message = verdict.message
@@ -459,7 +517,7 @@ class McpFront:
             decoded = decode_header_value(name) if name is not None else None
             params["name"] = decoded if isinstance(decoded, str) else ""
         message = message.model_copy(update={"params": params})
-        return message.model_dump_json(by_alias=True, exclude_none=True).encode()
+        return message.model_dump_json(by_alias=True, exclude_none=True).encode(), method
 
 
 # --- the MCP server ---------------------------------------------------------------------------
@@ -680,7 +738,8 @@ def record_too_large(gate: Gate, caller: Caller, body: bytes | None,
 
 
 def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, port: int,
-                   stateless: bool = False, body_seconds: float = BODY_SECONDS) -> HttpServer:
+                   stateless: bool = False, body_seconds: float = BODY_SECONDS,
+                   limits: HttpLimits | None = None) -> HttpServer:
     """The app serving ``gate`` at ``http://HOST:PORT/mcp`` under ``policy.http``.
 
     Args:
@@ -691,6 +750,8 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
         host, port: where the server listens (the port it actually got, for the URLs).
         stateless: no sessions (see the module docstring).
         body_seconds: seconds a client has to send a body, 0.001..86400.
+        limits: the session limits (``max_sessions``, ``max_caller_sessions``,
+            ``initialize_rate``, ``session_idle_seconds``); default :class:`HttpLimits`'s.
 
     Raises:
         ValueError: the policy has no ``[http]`` table, or ``body_seconds`` is out of range.
@@ -705,16 +766,21 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
     url = access.resource_url or f"{base}{MCP_PATH}"
     metadata_url = str(build_resource_metadata_url(AnyHttpUrl(url)))
     tokens = TokenCheck(access)
+    limits = limits if limits is not None else HttpLimits()
     sessions = CallerSessions(gate, policy)
     limiter = anyio.CapacityLimiter(WORKERS + policy.approval.max_pending)
     server = build_http_server(gate, sessions, limiter, approvals)
     manager = StreamableHTTPSessionManager(app=server, stateless=stateless,
                                            max_request_body_size=gate.max_input_bytes
-                                           + ENVELOPE_BYTES)
+                                           + ENVELOPE_BYTES,
+                                           session_idle_timeout=limits.session_idle_seconds,
+                                           max_sessions=limits.max_sessions)
     front = McpFront(manager.handle_request, tokens=tokens,
                      guard=Guard.for_server(access, host, port), metadata_url=metadata_url,
                      max_body_bytes=gate.max_input_bytes + ENVELOPE_BYTES,
-                     body_seconds=body_seconds, too_large=partial(record_too_large, gate))
+                     body_seconds=body_seconds, too_large=partial(record_too_large, gate),
+                     sessions=None if stateless else SessionLimits(
+                         limits, partial(_live_sessions, manager)))
     guard = front.guard
 
     async def verify_approver(token: str) -> tuple[str, frozenset[str]] | None:
@@ -770,6 +836,14 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
     return HttpServer(app, url, approvals)
 
 
+def _live_sessions(manager: StreamableHTTPSessionManager) -> Collection[str]:
+    """The ids of the sessions ``manager`` holds now. The SDK offers no public view of them:
+    this reads its table, which it keeps exact (a session leaves it on ``DELETE``, on its idle
+    timeout and on failure); ``tests/test_http.py`` checks that it does."""
+    live: Collection[str] = manager._server_instances.keys()
+    return live
+
+
 # --- running it ------------------------------------------------------------------------------
 
 
@@ -805,7 +879,7 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
                stateless: bool = False, stop_signals: Collection[signal.Signals] = (),
                ready: Callable[[str], None] | None = None,
                stop: threading.Event | None = None,
-               body_seconds: float = BODY_SECONDS) -> None:
+               body_seconds: float = BODY_SECONDS, limits: HttpLimits | None = None) -> None:
     """Serve ``gate`` over MCP Streamable HTTP at ``http://HOST:PORT/mcp`` until a stop signal.
 
     Blocks. Returns on one of ``stop_signals`` (open approval questions are denied, running
@@ -824,6 +898,8 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
         ready: called with the endpoint's URL once the server listens.
         stop: setting it stops the server as a stop signal does (from any thread).
         body_seconds: seconds a client has to send a request's body (408 after).
+        limits: what callers may hold: connections, the time to send a request's headers,
+            sessions (:class:`HttpLimits`; its defaults when None).
 
     Raises:
         OSError: the address cannot be listened on.
@@ -832,12 +908,13 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
     listener = _listen(host, port)
     try:
         actual_port = listener.getsockname()[1]
+        limits = limits if limits is not None else HttpLimits()
         served = build_http_app(gate, policy, approvals, host=host, port=actual_port,
-                                stateless=stateless, body_seconds=body_seconds)
-        config = uvicorn.Config(served.app, log_config=None, access_log=False,
-                                lifespan="on", timeout_keep_alive=5,
-                                timeout_graceful_shutdown=5,
-                                limit_concurrency=MAX_CONNECTIONS,
+                                stateless=stateless, body_seconds=body_seconds, limits=limits)
+        guard = ConnectionGuard(limits)
+        config = uvicorn.Config(ConnectionCap(served.app, guard), log_config=None,
+                                access_log=False, lifespan="on", timeout_keep_alive=5,
+                                timeout_graceful_shutdown=5, http=protocol_class(guard),
                                 h11_max_incomplete_event_size=16 * 1024)
         server = _Server(config)
 

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..agents._address import is_loopback, parse_address
 from ._common import (
@@ -24,6 +24,9 @@ from ._common import (
     port_options,
 )
 from ._output import LogFormatter, output_failed
+
+if TYPE_CHECKING:
+    from ..agents._http_limits import HttpLimits
 
 #: How to get the ``mcp`` extra (regdev is not on PyPI yet: from a clone).
 MCP_INSTALL = ("in a clone of regdev, scripts/serve installs it into .venv and runs the "
@@ -47,10 +50,41 @@ def _stop_now(number: int, frame: FrameType | None) -> None:
     raise _Stopped(signal.Signals(number).name)
 
 
+#: The options of ``regdev serve --http``'s limits (``HttpLimits``'s fields), with the help
+#: each gets and its default (stated in ``HttpLimits``; checked by a test).
+LIMIT_OPTIONS: dict[str, tuple[str, type, str]] = {
+    "header_seconds": (
+        "SECONDS", float, "seconds a connection has to send a request's headers, from its "
+        "opening or from the first byte of a later request (408 after; default 5)"),
+    "max_connections": (
+        "N", int, "connections open at once; a request on one more gets 503 (default 512)"),
+    "max_unauthenticated": (
+        "N", int, "connections open at once on which no request has presented a valid "
+        "token yet; one more closes the oldest, so they never fill --max-connections "
+        "(default 64)"),
+    "max_sessions": ("N", int, "MCP sessions open at once in all (503 beyond; default 512)"),
+    "max_caller_sessions": (
+        "N", int, "MCP sessions open at once per caller (429 beyond; default 8)"),
+    "session_idle_seconds": (
+        "SECONDS", float, "a session with no request for this long ends, and its id gets "
+        "404 (default 300)"),
+    "initialize_rate": (
+        "N", int, "sessions one caller may open a minute (429 beyond; default 30)"),
+}
+
+
+def _limit_flags(args: argparse.Namespace) -> list[str]:
+    """The limit options given on the command line."""
+    return ["--" + name.replace("_", "-") for name in LIMIT_OPTIONS
+            if getattr(args, name, None) is not None]
+
+
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
-    if args.http is None and (args.stateless or args.state_key_file is not None):
-        raise UsageError(f"{'--stateless' if args.stateless else '--state-key-file'} goes "
-                         "with --http [HOST:]PORT")
+    if args.http is None and (args.stateless or args.state_key_file is not None
+                              or _limit_flags(args)):
+        flag = ("--stateless" if args.stateless else "--state-key-file"
+                if args.state_key_file is not None else _limit_flags(args)[0])
+        raise UsageError(f"{flag} goes with --http [HOST:]PORT")
     if args.http is None and sys.stdout is None:  # fd 1 closed: nowhere to answer the client
         raise UsageError(f"cannot write the output: {STDOUT_CLOSED}")
     stderr = logging.StreamHandler(sys.stderr)  # each record one line, text escaped
@@ -124,6 +158,7 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
     if args.session != "default":
         raise UsageError("--session is for stdio: over HTTP each bearer token's scopes choose "
                          "its session (the policy's http.scopes)")
+    limits = _limits(args)
     policy = load_policy(args)
     if policy is None or policy.http is None:
         raise UsageError("--http needs --policy FILE with an [http] table: the bearer tokens "
@@ -136,7 +171,7 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
         from ..agents._http import serve_http  # noqa: PLC0415
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("mcp", "anyio", "jwt", "uvicorn",
-                                                    "starlette"):
+                                                    "starlette", "h11"):
             raise
         raise UsageError(f"the MCP server needs the `mcp` extra: {MCP_INSTALL}") from None
     with contextlib.closing(port_device(args)) as device:
@@ -157,12 +192,28 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
 
             try:
                 serve_http(gate, gate.policy, approvals, host=host, port=port,
-                           stateless=args.stateless, stop_signals=stop_signals, ready=ready)
+                           stateless=args.stateless, stop_signals=stop_signals, ready=ready,
+                           limits=limits)
             except OSError as error:
                 raise UsageError(f"cannot listen on {args.http}: "
                                  f"{error.strerror or error}") from None
             for number in stop_signals:  # a second signal must not cut the audit flush short
                 signal.signal(number, signal.SIG_IGN)
+
+
+def _limits(args: argparse.Namespace) -> HttpLimits | None:
+    """The ``HttpLimits`` of the options given (the defaults for the others); a value out of
+    its range is a usage error naming the option."""
+    try:
+        from ..agents._http_limits import HttpLimits  # noqa: PLC0415  (the `mcp` extra)
+    except ImportError:
+        return None  # said once the server is imported
+    given = {name: getattr(args, name) for name in LIMIT_OPTIONS
+             if getattr(args, name) is not None}
+    try:
+        return HttpLimits(**given)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _state_key(path: str | None) -> bytes | None:
@@ -212,6 +263,9 @@ def add_parser(sub: Any) -> None:
                       help="with --http: the secret (32 bytes or more) that seals approval "
                            "questions for a client's second request; give every process "
                            "behind one load balancer the same (default: a random one)")
+    for name, (metavar, kind, text) in LIMIT_OPTIONS.items():
+        http.add_argument("--" + name.replace("_", "-"), metavar=metavar, type=kind,
+                          help=f"with --http: {text}")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        default="info",
                        help="regdev's log level on stderr (default: info; debug logs "
