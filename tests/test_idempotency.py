@@ -405,6 +405,20 @@ def test_a_reset_with_an_unknown_outcome_ends_the_keys(
         assert device.write_count == (2 if ended else 1)
 
 
+def test_a_read_in_a_new_epoch_ends_the_loading_of_the_old_epochs_keys(tmp_path: Path) -> None:
+    """A device restarted since its keyed writes, heard from since only by calls without a
+    key (a read, a plain write): its new epoch is in the log, so reopening the audit log
+    loads none of the old epoch's keys, which can never match again."""
+    path = tmp_path / "a.db"
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as first:
+        assert first.handle(keyed_write("old", data=1)).ok
+    with Gate(CountingDevice(state_id="bench-1", epoch="E2"), audit=AuditLog(path)) as second:
+        assert second.handle('{"tool": "read_register", "arguments": {"addr": 3}}').ok
+    with AuditLog(path) as audit:
+        assert audit.idempotency.get(("bench-1@E1", "default", "old")) is None
+        assert len(audit.idempotency) == 0
+
+
 class NoEpoch(RegisterFile):
     """A device that says its id and cannot say its reset epoch."""
 
