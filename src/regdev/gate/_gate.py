@@ -34,6 +34,11 @@ Rules of this file:
   have changed. A call that executed a tool changing the device is recorded durably (committed
   before its observation is returned) and keeps its idempotency key, whatever happens after
   (``device-timeout`` aside, see ``_idempotency.py``).
+* An approved call that changes protected registers holds their locks (one per register, in
+  address order) from the re-read of the values its approver was shown
+  (:attr:`Approval.holds`) to the device's answer (:meth:`Gate._execute_approved`): check and
+  write are one step, so of two approved writes of one register sent at once only the first
+  runs, and the second is ``approval-denied`` with nothing sent.
 * A key is scoped to the device's identity and reset epoch (:meth:`Device.identity`), taken
   before the call runs; a stored observation is replayed only after the device, asked again,
   says the same epoch: a reset by any path since the write means the write runs again.
@@ -207,6 +212,10 @@ class Gate:
         registers = (policy.registers if policy is not None else RegisterPolicy()).for_map(
             regmap)
         self._registers = registers if registers.read_only or registers.protected else None
+        #: One lock per protected register: an approved write holds the locks of the
+        #: protected registers it changes from the re-read of the values its approver saw to
+        #: the device's answer (:meth:`_execute`), so that check and write are one step.
+        self._guards = {addr: threading.Lock() for addr in sorted(registers.protected)}
         #: The registers the device's map makes read-only (refusals name the map for these,
         #: the policy for the others).
         self._map_read_only = regmap.read_only()
@@ -673,12 +682,15 @@ class Gate:
             return refusal
         assert registers is not None
         arguments = call.arguments
-        return ask_approval(registers, tool, changed,
-                            self.policy.approve if self.policy is not None else None,
-                            lambda addr: ApprovalRequest(session.name, tool.name,
-                                                         dict(arguments), addr,
-                                                         session.caller),
-                            every=every, label=self._label, answered=call.answered)
+        refusal = ask_approval(registers, tool, changed,
+                               self.policy.approve if self.policy is not None else None,
+                               lambda addr: ApprovalRequest(session.name, tool.name,
+                                                            dict(arguments), addr,
+                                                            session.caller),
+                               every=every, label=self._label, answered=call.answered)
+        if refusal is None:  # approved (or nothing protected): its registers' locks at execute
+            call.guarded = tuple(addr for addr in self._guards if addr in changed)
+        return refusal
 
     def _begin_key(self, call: _Call) -> _End:
         """Reserve the call's idempotency key in the scope of the device's identity and reset
@@ -714,12 +726,45 @@ class Gate:
         assert tool is not None and call.arguments is not None
         if tool.handler is None:
             return _no_handler(tool)
+        if call.guarded:
+            return self._execute_approved(call, tool)
         call.executed = True  # from here on the device may have changed
         try:
             call.result = tool.handler(self._runner, call.arguments)
         except RegdevError as error:
             return _device_failure(error)
         return None
+
+    def _execute_approved(self, call: _Call, tool: Tool) -> Refusal | None:
+        """Execute an approved call that changes protected registers, holding their locks
+        (in address order) from the re-read of the values its approver was shown to the
+        device's answer: an approval is of one change, so a register that no longer holds
+        what the question showed is ``approval-denied`` and nothing is sent."""
+        handler, arguments = tool.handler, call.arguments
+        assert handler is not None and arguments is not None
+        locks = [self._guards[addr] for addr in call.guarded]
+        for lock in locks:
+            lock.acquire()
+        try:
+            holds = call.approval.holds if call.approval is not None else ()
+            for addr, old in holds:
+                try:
+                    now: int | None = self._runner.read(addr)
+                except RegdevError as error:
+                    logger.warning("register %d could not be read back before an approved "
+                                   "write: %s", addr, error)
+                    now = None
+                if now != old:
+                    return _changed_since_asked(self._label(addr), old, now)
+            call.executed = True  # from here on the device may have changed
+            try:
+                call.result = handler(self._runner, arguments)
+            except RegdevError as error:
+                return _device_failure(error)
+            return None
+        finally:
+            for lock in reversed(locks):
+                lock.release()
 
     def _observe(self, call: _Call) -> Refusal | None:
         """The result's size against the output cap (unless its bound is within it)."""
@@ -922,6 +967,8 @@ class _Call:
     not_json = False  #: handle_call's call holds Python data JSON cannot (nothing to record)
     stored: str | None = None  #: the observation JSON stored under the key
     approval: Approval | None = None  #: the approval hook's answer, when it gave an Approval
+    #: The protected registers an approved call changes: their locks are held at execute.
+    guarded: tuple[int, ...] = ()
     #: For the audit log only: when the call arrived (Unix seconds), and the nanoseconds
     #: spent in each stage it reached, by name.
     time = 0.0
@@ -982,6 +1029,16 @@ def _device_failure(error: RegdevError) -> Refusal:
     if isinstance(error, DeviceRefused):
         return Refusal("execute", "device-error", f"the device refused: {text}")
     return Refusal("execute", "device-error", f"the device failed: {text}")
+
+
+def _changed_since_asked(register: str, old: int, now: int | None) -> Refusal:
+    """The refusal of an approved write whose register no longer holds the value its
+    approver was shown (another write ran meanwhile): nothing was sent."""
+    held = "a value that could not be read" if now is None else f"{now} (0x{now:02X})"
+    return Refusal("authorize", "approval-denied",
+                   f"register {register} is protected and this write was not run: the "
+                   f"approval was given while it held {old} (0x{old:02X}), and it holds {held} "
+                   "now (another write ran meanwhile); ask again")
 
 
 def _unrecorded(error: AuditError, call_id: str | None) -> Observation:
