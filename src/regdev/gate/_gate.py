@@ -34,6 +34,11 @@ Rules of this file:
   have changed. A call that executed a tool changing the device is recorded durably (committed
   before its observation is returned) and keeps its idempotency key, whatever happens after
   (``device-timeout`` aside, see ``_idempotency.py``).
+* Before a tool that changes the device is sent, its intent is committed to the audit log,
+  when there is one (:meth:`AuditLog.record_intent`; the call's record names it after), so a
+  process killed between the device's answer and the record still leaves a record of the
+  write, saying its outcome is unknown. An intent that cannot be committed keeps the write
+  from being sent (``audit-error``).
 * An approved call that changes protected registers holds their locks (one per register, in
   address order) from the re-read of the values its approver was shown
   (:attr:`Approval.holds`) to the device's answer (:meth:`Gate._execute_approved`): check and
@@ -425,6 +430,7 @@ class Gate:
         bound: Any = None  # its bound arguments
         result: Any = None
         executed = False  # from the device call on, the device may have changed
+        intent: str | None = None  # the id of a write's intent record, once committed
         refusal: Refusal | None
         try:
             # validate: the compiled check (the first failure worded, None, or BIND), then the
@@ -452,11 +458,22 @@ class Gate:
                 if handler is None:
                     refusal = _no_handler(tool)
                 else:
-                    executed = True
-                    try:
-                        result = handler(self._runner, bound)
-                    except RegdevError as error:
-                        refusal = _device_failure(error)
+                    if not tool.read_only:  # the intent, committed before the write leaves
+                        try:
+                            intent = audit.record_intent(
+                                time=arrived, session=self.default_session.name,
+                                dialect="canonical", tool=name, arguments=encode_json(bound),
+                                loop_id=loop_id, step=step, call_id=call_id,
+                                device=self._runner.known_identity(), proposer=proposer,
+                                caller=self.default_session.caller)
+                        except AuditError as error:
+                            refusal = _no_intent(error)
+                    if refusal is None:
+                        executed = True
+                        try:
+                            result = handler(self._runner, bound)
+                        except RegdevError as error:
+                            refusal = _device_failure(error)
                 now = _now_ns()
                 execute_ns, start = now - start, now
             # observe: the result against the output cap (unless its bound is within it)
@@ -487,7 +504,7 @@ class Gate:
                     loop_id=loop_id, step=step,
                     stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns),
                     device=self._runner.known_identity(), proposer=proposer,
-                    caller=self.default_session.caller, durable=durable)
+                    caller=self.default_session.caller, durable=durable, intent=intent)
             except AuditError as error:
                 if durable:
                     observation = _unrecorded(error, observation.id)
@@ -728,6 +745,10 @@ class Gate:
             return _no_handler(tool)
         if call.guarded:
             return self._execute_approved(call, tool)
+        if self.audit is not None and not tool.read_only:
+            refusal = self._intend(call, tool)
+            if refusal is not None:
+                return refusal
         call.executed = True  # from here on the device may have changed
         try:
             call.result = tool.handler(self._runner, call.arguments)
@@ -756,6 +777,10 @@ class Gate:
                     now = None
                 if now != old:
                     return _changed_since_asked(self._label(addr), old, now)
+            if self.audit is not None and not tool.read_only:
+                refusal = self._intend(call, tool)
+                if refusal is not None:
+                    return refusal
             call.executed = True  # from here on the device may have changed
             try:
                 call.result = handler(self._runner, arguments)
@@ -765,6 +790,24 @@ class Gate:
         finally:
             for lock in reversed(locks):
                 lock.release()
+
+    def _intend(self, call: _Call, tool: Tool) -> Refusal | None:
+        """Record the intent of a write about to be sent, durably (``AuditLog.record_intent``);
+        ``audit-error`` (nothing sent) when it cannot be."""
+        assert self.audit is not None
+        approval = call.approval
+        try:
+            call.intent = self.audit.record_intent(
+                time=call.time, session=call.session.name, dialect=call.dialect,
+                tool=tool.name, arguments=encode_json(call.arguments),
+                loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
+                call_id=call.id, device=self._runner.known_identity(),
+                proposer=call.proposer, caller=call.session.caller,
+                approver=approval.approver if approval is not None else None,
+                approval=approval.via if approval is not None else None)
+        except AuditError as error:
+            return _no_intent(error)
+        return None
 
     def _observe(self, call: _Call) -> Refusal | None:
         """The result's size against the output cap (unless its bound is within it)."""
@@ -818,7 +861,7 @@ class Gate:
                 caller=call.session.caller,
                 approver=call.approval.approver if call.approval is not None else None,
                 approval=call.approval.via if call.approval is not None else None,
-                key_row=key_row, durable=durable)
+                key_row=key_row, durable=durable, intent=call.intent)
         except AuditError as error:
             if not durable:
                 logger.error("a call's audit record was not written: %s", error)
@@ -969,6 +1012,7 @@ class _Call:
     approval: Approval | None = None  #: the approval hook's answer, when it gave an Approval
     #: The protected registers an approved call changes: their locks are held at execute.
     guarded: tuple[int, ...] = ()
+    intent: str | None = None  #: the id of the write's intent record, once committed
     #: For the audit log only: when the call arrived (Unix seconds), and the nanoseconds
     #: spent in each stage it reached, by name.
     time = 0.0
@@ -1039,6 +1083,13 @@ def _changed_since_asked(register: str, old: int, now: int | None) -> Refusal:
                    f"register {register} is protected and this write was not run: the "
                    f"approval was given while it held {old} (0x{old:02X}), and it holds {held} "
                    "now (another write ran meanwhile); ask again")
+
+
+def _no_intent(error: AuditError) -> Refusal:
+    """The refusal of a write whose intent could not be recorded: nothing was sent."""
+    return Refusal("execute", "audit-error",
+                   "the write was not sent: the audit log could not record it first "
+                   f"({escape_text(error.reason or 'audit log failure', 80)})")
 
 
 def _unrecorded(error: AuditError, call_id: str | None) -> Observation:
