@@ -44,6 +44,9 @@ Rules of this file:
   (:attr:`Approval.holds`) to the device's answer (:meth:`Gate._execute_approved`): check and
   write are one step, so of two approved writes of one register sent at once only the first
   runs, and the second is ``approval-denied`` with nothing sent.
+* A lost reply (``device-timeout``) of a write that is not safe to send twice
+  (:attr:`Tool.repeat_risk`: a 1 written to a write-1-to-clear bit) is ``outcome-unknown``,
+  which keeps its idempotency key: a retry with it is answered, not run.
 * A key is scoped to the device's identity and reset epoch (:meth:`Device.identity`), taken
   before the call runs; a stored observation is replayed only after the device, asked again,
   says the same epoch: a reset by any path since the write means the write runs again.
@@ -392,7 +395,7 @@ class Gate:
             try:
                 result = handler(self._runner, arguments)
             except RegdevError as error:
-                return Observation(refusal=_device_failure(error), id=call_id)
+                return Observation(refusal=_execute_failure(error, tool, arguments), id=call_id)
             # observe: the result against the output cap (unless its bound is within it)
             if name in self._measured:
                 size = len(_encode(result))
@@ -473,7 +476,7 @@ class Gate:
                         try:
                             result = handler(self._runner, bound)
                         except RegdevError as error:
-                            refusal = _device_failure(error)
+                            refusal = _execute_failure(error, tool, bound)
                 now = _now_ns()
                 execute_ns, start = now - start, now
             # observe: the result against the output cap (unless its bound is within it)
@@ -753,7 +756,7 @@ class Gate:
         try:
             call.result = tool.handler(self._runner, call.arguments)
         except RegdevError as error:
-            return _device_failure(error)
+            return _execute_failure(error, tool, call.arguments)
         return None
 
     def _execute_approved(self, call: _Call, tool: Tool) -> Refusal | None:
@@ -785,7 +788,7 @@ class Gate:
             try:
                 call.result = handler(self._runner, arguments)
             except RegdevError as error:
-                return _device_failure(error)
+                return _execute_failure(error, tool, arguments)
             return None
         finally:
             for lock in reversed(locks):
@@ -1083,6 +1086,25 @@ def _changed_since_asked(register: str, old: int, now: int | None) -> Refusal:
                    f"register {register} is protected and this write was not run: the "
                    f"approval was given while it held {old} (0x{old:02X}), and it holds {held} "
                    "now (another write ran meanwhile); ask again")
+
+
+def _execute_failure(error: RegdevError, tool: Tool, arguments: dict[str, Any]) -> Refusal:
+    """The execute stage's refusal for what the device backend raised running ``tool``:
+    :func:`_device_failure`'s, but ``outcome-unknown`` for a lost reply (``device-timeout``)
+    of a write that is not safe to send twice (:attr:`Tool.repeat_risk`): its idempotency key
+    stays taken, so a retry with the key is answered with this observation, not run."""
+    refusal = _device_failure(error)
+    if refusal.code != "device-timeout" or tool.repeat_risk is None:
+        return refusal
+    risk = tool.repeat_risk(arguments)
+    if risk is None:
+        return refusal
+    return Refusal("execute", "outcome-unknown",
+                   f"{refusal.message}; the write may or may not have run, and it is not "
+                   f"safe to send twice ({risk}): read the register back to learn whether "
+                   "it ran; a retry with this idempotency key gets this answer again and "
+                   "does not run (send the call with a new key if the read-back says it "
+                   "must run)")
 
 
 def _no_intent(error: AuditError) -> Refusal:
