@@ -272,7 +272,7 @@ def test_a_foreign_host_header_is_refused(stateless: Served, host: str) -> None:
 #: the caller is (a token over HTTP) and the client's own name (the stdio test client says
 #: clientInfo at initialize; the stateless HTTP requests here carry none).
 VOLATILE = {"id", "time", "parse_ns", "validate_ns", "authorize_ns", "execute_ns",
-            "observe_ns", "device", "device_epoch", "caller", "proposer"}
+            "observe_ns", "device", "device_epoch", "caller", "proposer", "intent"}
 
 
 def _stdio_replies(home: Path, audit: Path, lines: list[bytes]) -> list[dict[str, Any]]:
