@@ -237,11 +237,18 @@ class BrokenConnection:
 
 def test_a_write_whose_record_cannot_be_committed_is_not_a_success(
         db: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The device ran it, but the caller gets audit-error, never ok."""
-    device = CountingDevice()
-    gate = Gate(device, audit=AuditLog(db))
-    real = gate.audit._conn  # type: ignore[union-attr]
-    gate.audit._conn = BrokenConnection()  # type: ignore[union-attr, assignment]
+    """The device ran it (its intent was committed before), but the caller gets audit-error,
+    never ok."""
+    audit = AuditLog(db)
+    real = audit._conn
+
+    class BreaksTheLog(CountingDevice):
+        def write(self, addr: int, data: int) -> int:
+            audit._conn = BrokenConnection()  # type: ignore[assignment]
+            return super().write(addr, data)
+
+    device = BreaksTheLog()
+    gate = Gate(device, audit=audit)
     with caplog.at_level(logging.ERROR, logger="regdev"):
         obs = gate.handle(WRITE)
     assert (obs.ok, obs.stage, obs.code) == (False, "observe", "audit-error")
@@ -280,19 +287,22 @@ def test_after_a_failed_commit_writes_are_refused_until_a_commit_succeeds(
         lost = gate.handle(WRITE)
         refused = [gate.handle(WRITE) for _ in range(3)]
         read = gate.handle(READ)
-    assert (lost.stage, lost.code) == ("observe", "audit-error") and device.accesses == 2
+    # The write's intent could not be committed: it was not sent.
+    assert (lost.stage, lost.code) == ("execute", "audit-error") and device.accesses == 1
+    assert lost.message == ("the write was not sent: the audit log could not record it first "
+                            "(reading or writing the file failed (a disk I/O error))")
     assert {(obs.stage, obs.code) for obs in refused} == {("authorize", "audit-error")}
     assert "calls that change the device are refused until a commit succeeds" in (
         refused[0].message or "")
-    assert read.ok and device.accesses == 2  # the write ran once; the read ran
+    assert read.ok and device.accesses == 1  # no write ran; the read ran
     assert audit.failure is not None and "disk I/O error" in audit.failure
     audit.failing = False
     audit.flush()  # the probe: the refusals' and the read's records commit
     assert audit.failure is None
-    assert gate.handle(WRITE).ok and device.accesses == 3
+    assert gate.handle(WRITE).ok and device.accesses == 2
     gate.close()
-    assert [(r.stage, r.code) for r in read_audit(db)] == [  # the first was lost
-        ("authorize", "audit-error"), ("authorize", "audit-error"),
+    assert [(r.stage, r.code) for r in read_audit(db)] == [  # the first intent was lost
+        ("execute", "audit-error"), ("authorize", "audit-error"), ("authorize", "audit-error"),
         ("authorize", "audit-error"), (None, None), (None, None)]
 
 
@@ -375,10 +385,11 @@ def test_filters(db: Path) -> None:
     assert [r.code for r in read_audit(db, code="denied-write_register")] == [
         "denied-write_register"]
     assert [r.tool for r in read_audit(db, code="ok")] == ["read_register", "write_register"]
-    assert [r.id for r in read_audit(db, since=middle)] == [3]
+    # 3 is the last write's intent, left out: its call record (4) exists
+    assert [r.id for r in read_audit(db, since=middle)] == [4]
     assert [r.id for r in read_audit(db, until=middle)] == [1, 2]
-    assert [r.id for r in read_audit(db, last=2)] == [2, 3]
-    assert [r.id for r in read_audit(db, last=2**63 - 1)] == [1, 2, 3]
+    assert [r.id for r in read_audit(db, last=2)] == [2, 4]
+    assert [r.id for r in read_audit(db, last=2**63 - 1)] == [1, 2, 4]
     assert read_audit(db, last=0) == []
     assert read_audit(db, session="nobody") == []
     for last in (-1, 2**63):
@@ -675,7 +686,7 @@ def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
         False, "not-json", None, None)
     assert (stop.event, stop.ok, stop.dialect, stop.raw, stop.step) == ("stop", True, None,
                                                                          None, 2)
-    assert again == AuditRecord(**{**msgspec.structs.asdict(stop), "id": 4})
+    assert again == AuditRecord(**{**msgspec.structs.asdict(stop), "id": 5})  # 1: an intent
 
 
 #: The append-only triggers of idempotency_keys, as versions 1 and 2 created them.
@@ -954,7 +965,7 @@ def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path
     in them without changing the file; the next writer adds them, keeping the old records,
     and its own records fill them."""
     with Gate(audit=AuditLog(db)) as gate:
-        gate.handle(WRITE)
+        gate.handle(READ)  # a read: no intent record, which the regdev before them never wrote
     conn = sqlite3.connect(db)  # as the regdev before them wrote it
     for name, _ in _ADDED_COLUMNS:
         conn.execute(f"ALTER TABLE calls DROP COLUMN {name}")

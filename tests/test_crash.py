@@ -77,3 +77,62 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     runs = Counter(r.idempotency_key for r in read_audit(path, code="ok") if not r.replay)
     assert set(runs.values()) == {1}, "a key ran twice"
     assert set(runs) == set(answers) | recorded
+
+
+#: A child whose device writes register 3, says so on stdout, and then never answers: the
+#: kill lands after the device was written and before the call's record could be committed.
+STUCK_CHILD = """
+import sys, threading
+from regdev import AuditLog, Gate, RegisterFile
+class Stuck(RegisterFile):
+    def write(self, addr, data):
+        super().write(addr, data)
+        sys.stdout.write("written\\n")
+        sys.stdout.flush()
+        threading.Event().wait()  # the answer never comes back
+gate = Gate(Stuck(), audit=AuditLog(sys.argv[1]))
+gate.handle(sys.argv[2])
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
+@pytest.mark.parametrize("raw", [
+    '{"tool": "write_register", "arguments": {"addr": 3, "data": 7}}',  # the audited path
+    '{"tool": "write_register", "arguments": {"addr": 3, "data": 7}, "idempotency_key": "k"}',
+])
+def test_a_write_killed_before_its_record_leaves_an_intent_marked_unknown(
+        tmp_path: Path, raw: str) -> None:
+    """SIGKILL after the device took the write and before its record was committed: the log
+    holds the write's intent, code outcome-unknown, with its tool and arguments."""
+    path = tmp_path / "audit.db"
+    child = subprocess.Popen([sys.executable, "-c", STUCK_CHILD, str(path), raw],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    assert child.stdout.readline() == "written\n"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    (record,) = read_audit(path)
+    assert (record.event, record.ok, record.stage, record.code, record.tool,
+            json.loads(record.arguments or "null")) == (
+        "intent", False, "execute", "outcome-unknown", "write_register",
+        {"addr": 3, "data": 7})
+    assert record.idempotency_key == ("k" if "idempotency_key" in raw else None)
+    assert record.intent is not None and record.message is not None
+    assert "may or may not have run" in record.message
+
+
+def test_a_written_call_shows_its_record_not_its_intent(tmp_path: Path) -> None:
+    """A write that completed: read_audit gives its call record only, naming the intent that
+    was committed before it was sent; a read leaves no intent."""
+    path = tmp_path / "audit.db"
+    with Gate(audit=AuditLog(path)) as gate:
+        assert gate.handle('{"tool": "write_register", "arguments": {"addr": 3, "data": 7}}').ok
+        assert gate.handle('{"tool": "read_register", "arguments": {"addr": 3}}').ok
+    written, read = read_audit(path)
+    assert (written.event, written.ok, read.event, read.intent) == ("call", True, "call", None)
+    assert written.intent is not None and len(written.intent) == 16
+    import sqlite3  # noqa: PLC0415
+
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT event, intent FROM calls ORDER BY id").fetchall()
+    assert rows == [("intent", written.intent), ("call", written.intent), ("call", None)]

@@ -694,11 +694,12 @@ def audited_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gate
 
 def _last_record(gate: Gate) -> dict[str, Any]:
     """The gate's last audit record, column by column, but its id and time, and of each stage
-    time only whether the call reached the stage."""
+    time and of its intent id (random) only whether there is one."""
     assert gate.audit is not None
     gate.audit.flush()
     columns = msgspec.structs.asdict(read_audit(gate.audit.path, last=1)[0])
     del columns["id"], columns["time"]
+    columns["intent"] = columns["intent"] is not None
     for stage in PIPELINE:
         columns[f"{stage}_ns"] = columns[f"{stage}_ns"] is not None
     return columns

@@ -272,7 +272,7 @@ def test_a_foreign_host_header_is_refused(stateless: Served, host: str) -> None:
 #: the caller is (a token over HTTP) and the client's own name (the stdio test client says
 #: clientInfo at initialize; the stateless HTTP requests here carry none).
 VOLATILE = {"id", "time", "parse_ns", "validate_ns", "authorize_ns", "execute_ns",
-            "observe_ns", "device", "device_epoch", "caller", "proposer"}
+            "observe_ns", "device", "device_epoch", "caller", "proposer", "intent"}
 
 
 def _stdio_replies(home: Path, audit: Path, lines: list[bytes]) -> list[dict[str, Any]]:
@@ -465,6 +465,95 @@ def test_a_pending_question_does_not_hold_the_device(served: Served) -> None:
         answered.set()
         worker.join(20)
     assert results[0].structured_content["ok"] is True
+
+
+class _SlowWrite(RegisterFile):
+    """A device whose first write waits (up to 30 s) until register ``addr`` was read
+    ``reads`` times: a write on its way (a slow device) while the other approved call checks
+    the register, which is when two approved writes raced."""
+
+    def __init__(self, addr: int, reads: int) -> None:
+        from regdev.devices._rdl import load_map  # noqa: PLC0415
+
+        super().__init__(regmap=load_map(EXAMPLES / "sensor.rdl"))
+        self.addr, self.reads, self.seen = addr, reads, 0
+        self.read_enough = threading.Event()
+        self.first = threading.Lock()
+
+    def read(self, addr: int) -> int:
+        if addr == self.addr:
+            self.seen += 1
+            if self.seen >= self.reads:
+                self.read_enough.set()
+        return super().read(addr)
+
+    def _slow(self) -> None:
+        if self.first.acquire(blocking=False):  # the first write only
+            self.read_enough.wait(30)
+
+    def write(self, addr: int, data: int) -> int:
+        self._slow()
+        return super().write(addr, data)
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        self._slow()
+        return super().write_masked(addr, mask, data)
+
+    def write_block(self, addr: int, data: Any) -> list[int]:
+        self._slow()
+        return super().write_block(addr, data)
+
+
+@pytest.mark.parametrize(("tool", "first", "second"), [
+    ("write_register", {"addr": 3, "data": 0x11}, {"addr": 3, "data": 0x22}),
+    ("write_field", {"field": "CALIB.OFFSET", "value": 0x11},
+     {"field": "CALIB.OFFSET", "value": 0x22}),
+    ("write_registers", {"addr": 3, "data": [0x11, 1]}, {"addr": 3, "data": [0x22, 2]}),
+])
+def test_two_approved_writes_sent_at_once_run_once(
+        tmp_path: Path, tool: str, first: dict[str, Any], second: dict[str, Any]) -> None:
+    """Two writes of protected CALIB sent at once on a slow device, both approved over the
+    value 0: the first runs, the second is approval-denied (its approver never saw 0x11 or
+    0x22), for a register, a field and a block write."""
+    device = _SlowWrite(3, reads=4)  # two questions asked, two answers checked
+    asked: list[str] = []
+    both_asked = threading.Event()
+
+    async def yes(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        if len(asked) == 2:
+            both_asked.set()
+        await anyio.to_thread.run_sync(both_asked.wait, 30)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    policy = policy_text().replace("protected = [15]", "protected = [3]")
+    results: dict[str, Any] = {}
+    with inprocess_server(tmp_path, policy, device=device) as server:
+        def call(name: str, arguments: dict[str, Any]) -> None:
+            with sdk_client(server.url, token(name), elicit=yes) as client:
+                results[name] = client.call(tool, arguments).structured_content
+
+        workers = [threading.Thread(target=call, args=("alice", first)),
+                   threading.Thread(target=call, args=("carol", second))]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        written = [r for r in server.records() if r.tool == tool]
+    assert len(asked) == 2
+    ran = [name for name, got in results.items() if got["ok"]]
+    assert len(ran) == 1, results
+    denied = results["carol" if ran == ["alice"] else "alice"]
+    held = 0x11 if ran == ["alice"] else 0x22
+    assert denied["code"] == "approval-denied"
+    assert denied["message"] in (  # checked under the register's lock, or at the answer
+        "register CALIB (0x03) is protected and this write was not run: the approval was "
+        f"given while it held 0 (0x00), and it holds {held} (0x{held:02X}) now (another "
+        "write ran meanwhile); ask again",
+        "register CALIB (0x03) is protected and the approver denied this write (register 3 "
+        f"changed from 0 to {held} while the question was open; ask again)")
+    assert device.snapshot()[3] == held
+    assert sorted((r.ok, r.code) for r in written) == [(False, "approval-denied"), (True, None)]
 
 
 @pytest.fixture(scope="module")

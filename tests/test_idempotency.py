@@ -7,10 +7,11 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import CountingDevice
+from conftest import EXAMPLES, CountingDevice
 from regdev import (
     AuditLog,
     DeviceBusy,
@@ -25,6 +26,7 @@ from regdev import (
     parse,
     read_audit,
 )
+from regdev.devices._rdl import load_map
 
 
 def keyed_write(key: object, addr: int = 3, data: int = 7, **extra: object) -> str:
@@ -405,6 +407,20 @@ def test_a_reset_with_an_unknown_outcome_ends_the_keys(
         assert device.write_count == (2 if ended else 1)
 
 
+def test_a_read_in_a_new_epoch_ends_the_loading_of_the_old_epochs_keys(tmp_path: Path) -> None:
+    """A device restarted since its keyed writes, heard from since only by calls without a
+    key (a read, a plain write): its new epoch is in the log, so reopening the audit log
+    loads none of the old epoch's keys, which can never match again."""
+    path = tmp_path / "a.db"
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as first:
+        assert first.handle(keyed_write("old", data=1)).ok
+    with Gate(CountingDevice(state_id="bench-1", epoch="E2"), audit=AuditLog(path)) as second:
+        assert second.handle('{"tool": "read_register", "arguments": {"addr": 3}}').ok
+    with AuditLog(path) as audit:
+        assert audit.idempotency.get(("bench-1@E1", "default", "old")) is None
+        assert len(audit.idempotency) == 0
+
+
 class NoEpoch(RegisterFile):
     """A device that says its id and cannot say its reset epoch."""
 
@@ -442,3 +458,77 @@ def test_keys_of_a_devices_earlier_epochs_are_not_loaded(tmp_path: Path) -> None
         assert third.handle(keyed_write("new", data=3)).replay is True
         assert third.handle(keyed_write("old-1", data=9)).replay is False  # runs: a new key
         assert device.snapshot()[3] == 9 and device.accesses == 1
+
+
+class LostReply(RegisterFile):
+    """The sensor map's registers; every write is applied, then its reply is lost."""
+
+    def __init__(self) -> None:
+        super().__init__(regmap=load_map(EXAMPLES / "sensor.rdl"))
+        self.writes = 0
+
+    def _lost(self) -> DeviceTimeout:
+        self.writes += 1
+        return DeviceTimeout("no answer after 0.5 s")
+
+    def write(self, addr: int, data: int) -> int:
+        super().write(addr, data)
+        raise self._lost()
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        super().write_masked(addr, mask, data)
+        raise self._lost()
+
+    def write_block(self, addr: int, data: Any) -> list[int]:
+        super().write_block(addr, data)
+        raise self._lost()
+
+
+def _keyed(tool: str, arguments: dict[str, Any], key: str = "k") -> str:
+    return json.dumps({"tool": tool, "arguments": arguments, "idempotency_key": key})
+
+
+@pytest.mark.parametrize(("tool", "arguments"), [
+    ("write_register", {"addr": 2, "data": 0x10}),
+    ("write_field", {"field": "STATUS.POR", "value": 1}),
+    ("write_registers", {"addr": 1, "data": [0, 0x10]}),
+])
+def test_a_lost_reply_of_a_write_1_to_clear_write_leaves_its_outcome_unknown(
+        tmp_path: Path, tool: str, arguments: dict[str, Any]) -> None:
+    """A write of 1 to STATUS's write-1-to-clear POR bit whose reply is lost: outcome-unknown
+    (not retryable), its key held; a retry with the key is not run, and says what resolves
+    it; the records say so; a new key runs it."""
+    device = LostReply()
+    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        first = gate.handle(_keyed(tool, arguments))
+        again = gate.handle(_keyed(tool, arguments))
+        fresh = gate.handle(_keyed(tool, arguments, key="k2"))
+    assert (first.code, first.to_dict()["retryable"], again.code, again.replay) == (
+        "outcome-unknown", False, "outcome-unknown", True)
+    assert first.message == again.message == (
+        "the device did not answer in time: no answer after 0.5 s; the write may or may not "
+        "have run, and it is not safe to send twice (it writes 1 to write-1-to-clear bits of "
+        "register STATUS (0x02)): read the register back to learn whether it ran; a retry "
+        "with this idempotency key gets this answer again and does not run (send the call "
+        "with a new key if the read-back says it must run)")
+    assert fresh.code == "outcome-unknown" and device.writes == 2
+    codes = [(r.idempotency_key, r.code, r.replay) for r in read_audit(tmp_path / "a.db")]
+    assert codes == [("k", "outcome-unknown", False), ("k", "outcome-unknown", True),
+                     ("k2", "outcome-unknown", False)]
+
+
+@pytest.mark.parametrize(("tool", "arguments"), [
+    ("write_register", {"addr": 4, "data": 5}),  # DATA[0]: plain read-write
+    ("write_register", {"addr": 2, "data": 0}),  # STATUS, no 1 written to a clear bit
+    ("write_field", {"field": "CTRL.MODE", "value": "ONESHOT"}),
+])
+def test_a_lost_reply_of_a_plain_write_frees_its_key(
+        tmp_path: Path, tool: str, arguments: dict[str, Any]) -> None:
+    """A write harmless to repeat keeps today's behaviour: device-timeout, and the retry with
+    the same key runs."""
+    device = LostReply()
+    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        first = gate.handle(_keyed(tool, arguments))
+        again = gate.handle(_keyed(tool, arguments))
+    assert (first.code, again.code, again.replay, device.writes) == (
+        "device-timeout", "device-timeout", False, 2)

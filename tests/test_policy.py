@@ -830,3 +830,68 @@ def test_the_wait_for_a_token_is_worded_in_a_unit_that_fits(rate: float, wait: s
     assert session.take_token() is None
     refusal = session.take_token()
     assert refusal is not None and refusal.message.endswith(f"retry in {wait}")
+
+
+class _HeldWrite(RegisterFile):
+    """The sensor map's registers; the first write signals that it started and waits until
+    ``release`` is set (a slow device with a write on its way)."""
+
+    def __init__(self) -> None:
+        from regdev.devices._rdl import load_map  # noqa: PLC0415
+
+        super().__init__(regmap=load_map(EXAMPLES / "sensor.rdl"))
+        self.writing, self.release = threading.Event(), threading.Event()
+        self.writes = 0
+
+    def _held(self) -> None:
+        self.writes += 1
+        if self.writes == 1:
+            self.writing.set()
+            self.release.wait(30)
+
+    def write(self, addr: int, data: int) -> int:
+        self._held()
+        return super().write(addr, data)
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        self._held()
+        return super().write_masked(addr, mask, data)
+
+    def write_block(self, addr: int, data: Any) -> list[int]:
+        self._held()
+        return super().write_block(addr, data)
+
+
+@pytest.mark.parametrize(("tool", "first", "second"), [
+    ("write_register", {"addr": 3, "data": 0x11}, {"addr": 3, "data": 0x22}),
+    ("write_field", {"field": "CALIB.OFFSET", "value": 0x11},
+     {"field": "CALIB.OFFSET", "value": 0x22}),
+    ("write_registers", {"addr": 3, "data": [0x11, 1]}, {"addr": 3, "data": [0x22, 2]}),
+])
+def test_an_approval_holds_only_while_its_register_holds_what_was_shown(
+        tool: str, first: dict[str, Any], second: dict[str, Any]) -> None:
+    """Two approved writes of protected CALIB (0 shown to both approvers): the second, approved
+    while the first is on its way to the device, re-reads CALIB under its lock once the first
+    is done and is approval-denied, naming the value shown and the value now; nothing of it
+    is sent."""
+    device = _HeldWrite()
+
+    def approve(request: ApprovalRequest) -> Approval:
+        if request.arguments == second:  # answered while the first write is on its way
+            assert device.writing.wait(30)
+            device.release.set()
+        return Approval(True, f"token:{request.arguments}", holds=((3, 0),))
+
+    gate = Gate(device, policy=Policy(approve=approve))
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(
+        gate.handle_call({"tool": tool, "arguments": first})))
+    worker.start()
+    assert device.writing.wait(30)
+    denied = gate.handle_call({"tool": tool, "arguments": second})
+    worker.join(30)
+    assert results[0].ok and device.snapshot()[3] == 0x11  # the second never reached it
+    assert (denied.code, denied.message) == ("approval-denied", (
+        "register CALIB (0x03) is protected and this write was not run: the approval was "
+        "given while it held 0 (0x00), and it holds 17 (0x11) now (another write ran "
+        "meanwhile); ask again"))

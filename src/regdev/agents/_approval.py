@@ -9,8 +9,12 @@ Rules of this file:
   :data:`ASKING` for the duration of the call.
 * The question names the caller, the register, its value now (read from the device when the
   question is asked) and the value to be written. A yes runs the write only if the register
-  still holds that value when the answer comes: an approval is of one change, never of a
-  register someone else changed meanwhile.
+  still holds that value when the write is sent: an approval is of one change, never of a
+  register someone else changed meanwhile. The yes says so (:attr:`Approval.holds`), and the
+  gate re-reads the register and sends the write in one atomic step for that register (its
+  lock held from the re-read to the device's answer), so of two approved writes sent at once
+  only the first runs. A register already changed when the answer comes is denied here at
+  once.
 * Two ways to ask (the policy's ``approval.via``):
   ``elicitation``, MCP elicitation in form mode through the caller's own client, which asks
   its user (the SDK warns that an agent client may answer by itself: the approver recorded is
@@ -40,6 +44,7 @@ import base64
 import concurrent.futures
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import hmac
 import html
@@ -553,13 +558,15 @@ class Approvals:
             return None
 
     def _unchanged(self, question: Question, approval: Approval) -> Approval:
-        """A yes stands only if the register still holds the value the question showed."""
+        """A yes stands only if the register still holds the value the question showed: now
+        (else denied at once), and when the write is sent (the gate checks
+        :attr:`Approval.holds` again in one atomic step with the write)."""
         addr = question.request.addr
         if addr is None or question.old is None:
             return approval
         now = self._read(addr)
         if now == question.old:
-            return approval
+            return dataclasses.replace(approval, holds=((addr, question.old),))
         return Approval(False, approval.approver, approval.via,
                         f"register {addr} changed from {question.old} to "
                         f"{'an unreadable value' if now is None else now} while the question "

@@ -90,8 +90,9 @@ CREATE TRIGGER IF NOT EXISTS device_resets_append_only_delete BEFORE DELETE ON d
 """
 #: The stored keys that can still match, the only ones loaded: those of each scope's current
 #: host epoch (its last reset through regdev's, or '' when never reset), and of each device's
-#: last reset epoch as the audit log saw it: the scope ``ID@EPOCH`` of the last keyed record
-#: (``calls``, append order) from device ``ID`` that says an epoch. A device says a new epoch
+#: last reset epoch as the audit log saw it: the scope ``ID@EPOCH`` of the last record
+#: (``calls``, append order, keyed or not: a read heard the epoch as surely as a keyed write)
+#: from device ``ID`` that says an epoch. A device says a new epoch
 #: at every reset and restart and never an old one again, so a key of an earlier epoch of the
 #: same id can never match: loading it would only hold memory. The keys of a device that
 #: cannot say its epoch (scope ``ID@``) are all loaded: they are never replayed, but a
@@ -104,8 +105,7 @@ WHERE epoch = coalesce((SELECT epoch FROM device_resets AS r WHERE r.device = k.
   AND (substr(device, -1) = '@'
        OR device IN (SELECT c.device || '@' || c.device_epoch FROM calls AS c
                      WHERE c.id IN (SELECT max(id) FROM calls
-                                    WHERE idempotency_key IS NOT NULL
-                                      AND device IS NOT NULL AND device_epoch IS NOT NULL
+                                    WHERE device IS NOT NULL AND device_epoch IS NOT NULL
                                     GROUP BY device)))
 """
 #: Each device's current epoch: the epoch of its last reset.

@@ -5,6 +5,13 @@ Rules of this file:
 * Append-only: records are only inserted; triggers in the database refuse UPDATE and DELETE.
 * One record per call (``event = "call"``) and one per loop stop (``event = "stop"``, the stop
   reason in ``code``). The columns are described in :class:`AuditRecord`.
+* Intent before a write: a call about to send a tool that changes the device first appends an
+  *intent* record (``event = "intent"``, code ``outcome-unknown``), committed before the
+  request leaves (:meth:`AuditLog.record_intent`); its call record, written after, names the
+  same intent (column ``intent``). So every write the device may have received has a record,
+  even when the process is killed between the device's answer and the call record's commit:
+  an intent with no call record of its own is a write whose outcome is unknown, and
+  :func:`read_audit` shows exactly those (an intent whose call record exists is left out).
 * A record whose call ran a tool that changes the device is *durable*: :meth:`AuditLog.append`
   returns only once it is committed, so a crash can never lose the record of an acknowledged
   write (nor its idempotency key, inserted in the same transaction). Every other record (reads,
@@ -160,6 +167,7 @@ _ADDED_COLUMNS = (
     ("caller", "TEXT"),        # who sent the call, when authenticated (regdev serve --http)
     ("approver", "TEXT"),      # who answered a protected write's approval question
     ("approval", "TEXT"),      # how it was asked: hook, elicitation, url
+    ("intent", "TEXT"),        # the intent a write's records share (event 'intent', 'call')
 )
 
 #: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
@@ -194,7 +202,8 @@ CREATE TABLE IF NOT EXISTS calls (
     proposer        TEXT,                 -- who proposed the call: provider:model, mcp:NAME ...
     caller          TEXT,                 -- who sent it: token:NAME, oauth:SUBJECT (HTTP)
     approver        TEXT,                 -- who answered the approval question
-    approval        TEXT                  -- how it was asked: hook, elicitation, url
+    approval        TEXT,                 -- how it was asked: hook, elicitation, url
+    intent          TEXT                  -- a write's intent id: its intent and call records
 );
 CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -208,13 +217,18 @@ _COLUMNS = (
     "idempotency_key", "replay", *_STAGE_TIMES, *(name for name, _ in _ADDED_COLUMNS),
 )
 _INSERT_INTO = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
+#: What an intent record says (:meth:`AuditLog.record_intent`) until its call's record follows.
+_INTENT = Observation(refusal=Refusal(
+    "execute", "outcome-unknown",
+    "the write was sent to the device and no outcome was recorded after it (the process "
+    "stopped first): it may or may not have run; read the register back"))
 #: The stage times of a record that has none.
 _NOT_TIMED = (None,) * len(_STAGE_TIMES)
 #: A record's stage times and device when it has none (a loop's stop; the proposer follows,
 #: then :data:`_NO_CALLER`).
 _NO_TIMES = (None,) * (len(_STAGE_TIMES) + 2)
-#: A loop stop's caller, approver and approval: none.
-_NO_CALLER = (None,) * 3
+#: A loop stop's caller, approver, approval and intent: none.
+_NO_CALLER = (None,) * 4
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
@@ -491,7 +505,9 @@ class AuditRecord(msgspec.Struct, frozen=True):
     Attributes:
         id: append order, from 1.
         time: Unix time in seconds when the call arrived (or the loop stopped).
-        event: ``"call"``, or ``"stop"`` for a loop's stop.
+        event: ``"call"``, ``"stop"`` for a loop's stop, or ``"intent"`` for a write about to
+            be sent whose call record never followed (its outcome is unknown: code
+            ``outcome-unknown``; see :meth:`AuditLog.record_intent`).
         session: the session's name.
         dialect: the dialect the call was declared in (None for a stop).
         loop_id: the loop the call belongs to (``run_loop``), else None.
@@ -528,6 +544,8 @@ class AuditRecord(msgspec.Struct, frozen=True):
             ``elicitation`` (the caller's MCP client asked its user), ``url`` (a page the
             server serves); None when no question was asked (or the hook said only
             True/False).
+        intent: for a call that sent a write, and for its intent record, the id they share
+            (16 hex digits); None otherwise, and in records written before intents were.
     """
 
     id: int
@@ -561,6 +579,7 @@ class AuditRecord(msgspec.Struct, frozen=True):
     caller: str | None = None
     approver: str | None = None
     approval: str | None = None
+    intent: str | None = None
 
     @property
     def timings(self) -> dict[str, int]:
@@ -755,7 +774,7 @@ class AuditLog:
             timings: Mapping[str, int] | None = None,
             device: tuple[str, str | None] | None = None, proposer: str | None = None,
             caller: str | None = None, approver: str | None = None,
-            approval: str | None = None) -> Row:
+            approval: str | None = None, intent: str | None = None) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -782,11 +801,12 @@ class AuditLog:
             caller: who sent the call, when authenticated (see :class:`AuditRecord`).
             approver: who answered its approval question, if known.
             approval: how that question was asked.
+            intent: the id of the write's intent record (:meth:`record_intent`), if any.
         """
         stage_ns = tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED
         return self._call_row(time, session, dialect, raw, observation, tool, arguments,
                               loop_id, step, idempotency_key, stage_ns, device, proposer,
-                              caller, approver, approval)[0]
+                              caller, approver, approval, intent)[0]
 
     def record_call(self, *, time: float, session: str, dialect: str | None, raw: object,
                     observation: Observation, tool: str | None, arguments: str | None,
@@ -796,7 +816,7 @@ class AuditLog:
                     device: tuple[str, str | None] | None = None, proposer: str | None = None,
                     caller: str | None = None, approver: str | None = None,
                     approval: str | None = None, key_row: KeyRow | None = None,
-                    durable: bool = False) -> None:
+                    durable: bool = False, intent: str | None = None) -> None:
         """Build a call's record as :meth:`row` does and append it as :meth:`append` does, in
         one step (the record's NULLs are known from the arguments, not looked for in the row).
 
@@ -813,8 +833,41 @@ class AuditLog:
         """
         row, shape = self._call_row(time, session, dialect, raw, observation, tool, arguments,
                                     loop_id, step, idempotency_key, stage_ns, device, proposer,
-                                    caller, approver, approval)
+                                    caller, approver, approval, intent)
         self._append(shape, shape.take(row), key_row, durable)
+
+    def record_intent(self, *, time: float, session: str, dialect: str | None,
+                      tool: str, arguments: str | None, loop_id: str | None = None,
+                      step: int | None = None, idempotency_key: str | None = None,
+                      call_id: str | None = None,
+                      device: tuple[str, str | None] | None = None,
+                      proposer: str | None = None, caller: str | None = None,
+                      approver: str | None = None, approval: str | None = None) -> str:
+        """Record, durably, that a call is about to send a write to the device: an ``intent``
+        record (code ``outcome-unknown``), committed (with every record pending before it)
+        before this returns. Pass the id it returns to the call's own record
+        (:meth:`record_call`'s ``intent``) once the outcome is known; an intent left without
+        one says the write may have reached the device and its outcome is unknown. The raw
+        call is not kept in it (the call record keeps it).
+
+        Args:
+            the same as :meth:`record_call`'s, for the call about to run.
+
+        Returns:
+            The intent's id, 16 hex digits.
+
+        Raises:
+            AuditError: the log is closed, or the commit failed (send nothing then).
+        """
+        intent = os.urandom(8).hex()
+        row, shape = self._call_row(time, session, dialect, None, _INTENT, tool, arguments,
+                                    loop_id, step, idempotency_key, _NOT_TIMED, device,
+                                    proposer, caller, approver, approval, intent)
+        row = (time, "intent", *row[2:16], call_id, *row[17:])
+        if call_id is not None:
+            shape = _shape_of(row)
+        self._append(shape, shape.take(row), None, True)
+        return intent
 
     def _call_row(  # noqa: PLR0917 - positional: on every audited call's path
             self, time: float, session: str, dialect: str | None, raw: object,
@@ -822,7 +875,7 @@ class AuditLog:
             loop_id: str | None, step: int | None, idempotency_key: str | None,
             stage_ns: tuple[int | None, ...], device: tuple[str, str | None] | None,
             proposer: str | None, caller: str | None, approver: str | None,
-            approval: str | None) -> tuple[Row, _Shape]:
+            approval: str | None, intent: str | None = None) -> tuple[Row, _Shape]:
         """A call's record (see :meth:`row`) and its shape, told from the arguments."""
         if raw is None:
             kept = raw_size = raw_sha = None
@@ -846,7 +899,7 @@ class AuditLog:
                0 if refusal else 1, stage, code, message, tool, arguments, result, call_id,
                idempotency_key, 1 if observation.replay else 0,
                parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns,
-               device_id, epoch, proposer, caller, approver, approval)
+               device_id, epoch, proposer, caller, approver, approval, intent)
         # Column for column, which values are None: time, event, ok and replay never are; a
         # refusal's stage, code and message are bound (a None among them would be too: slower
         # than a literal NULL, but stored all the same).
@@ -858,7 +911,7 @@ class AuditLog:
                         idempotency_key is None, False, parse_ns is None, validate_ns is None,
                         authorize_ns is None, execute_ns is None, observe_ns is None,
                         device_id is None, epoch is None, proposer is None, caller is None,
-                        approver is None, approval is None))
+                        approver is None, approval is None, intent is None))
         return row, shape
 
     @staticmethod
@@ -1159,6 +1212,9 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     if until is not None:
         where.append("time < ?")
         params.append(until)
+    # An intent whose call record was written is no news: only those without one are shown.
+    where.append("NOT (event = 'intent' AND {intent} IN (SELECT {intent} FROM calls "
+                 "WHERE event = 'call' AND {intent} IS NOT NULL))")
     query = "SELECT id, {columns} FROM calls"  # the columns this database has (_query)
     if where:
         query += " WHERE " + " AND ".join(where)

@@ -82,6 +82,8 @@ def _record_line(record: AuditRecord) -> str:
         return (f"{head}  loop stop: {record.code} ({record.message}){loop}, "
                 f"{count(record.step or 0, 'step')}")
     verdict = "accepted" if record.ok else f"refused {record.stage}/{record.code}"
+    if record.event == "intent":  # a write sent with no record of its outcome after it
+        verdict = "intent: outcome-unknown"
     extras = []
     if record.idempotency_key is not None:
         extras.append(f"key {record.idempotency_key!r}")

@@ -42,6 +42,7 @@ FIXED_CODES: frozenset[str] = frozenset({
     "read-only-register", "idempotency-conflict", "idempotency-in-progress",
     "rate-limited", "approval-denied",                                         # authorize
     "device-timeout", "device-unavailable", "device-busy", "device-error",     # execute
+    "outcome-unknown",
     "output-too-large", "audit-error",                                         # observe
     "internal-error",                                                          # internal
 })
@@ -51,7 +52,7 @@ NAMED_CODES: tuple[str, ...] = ("missing", "type", "range", "denied")
 
 _NOT_RETRYABLE = frozenset(
     {"approval-denied", "read-only-register", "read-only-field", "idempotency-conflict",
-     "device-error",
+     "device-error", "outcome-unknown",
      "output-too-large", "internal-error", "audit-error"}
 )
 

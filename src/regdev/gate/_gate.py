@@ -34,6 +34,19 @@ Rules of this file:
   have changed. A call that executed a tool changing the device is recorded durably (committed
   before its observation is returned) and keeps its idempotency key, whatever happens after
   (``device-timeout`` aside, see ``_idempotency.py``).
+* Before a tool that changes the device is sent, its intent is committed to the audit log,
+  when there is one (:meth:`AuditLog.record_intent`; the call's record names it after), so a
+  process killed between the device's answer and the record still leaves a record of the
+  write, saying its outcome is unknown. An intent that cannot be committed keeps the write
+  from being sent (``audit-error``).
+* An approved call that changes protected registers holds their locks (one per register, in
+  address order) from the re-read of the values its approver was shown
+  (:attr:`Approval.holds`) to the device's answer (:meth:`Gate._execute_approved`): check and
+  write are one step, so of two approved writes of one register sent at once only the first
+  runs, and the second is ``approval-denied`` with nothing sent.
+* A lost reply (``device-timeout``) of a write that is not safe to send twice
+  (:attr:`Tool.repeat_risk`: a 1 written to a write-1-to-clear bit) is ``outcome-unknown``,
+  which keeps its idempotency key: a retry with it is answered, not run.
 * A key is scoped to the device's identity and reset epoch (:meth:`Device.identity`), taken
   before the call runs; a stored observation is replayed only after the device, asked again,
   says the same epoch: a reset by any path since the write means the write runs again.
@@ -207,6 +220,10 @@ class Gate:
         registers = (policy.registers if policy is not None else RegisterPolicy()).for_map(
             regmap)
         self._registers = registers if registers.read_only or registers.protected else None
+        #: One lock per protected register: an approved write holds the locks of the
+        #: protected registers it changes from the re-read of the values its approver saw to
+        #: the device's answer (:meth:`_execute`), so that check and write are one step.
+        self._guards = {addr: threading.Lock() for addr in sorted(registers.protected)}
         #: The registers the device's map makes read-only (refusals name the map for these,
         #: the policy for the others).
         self._map_read_only = regmap.read_only()
@@ -378,7 +395,7 @@ class Gate:
             try:
                 result = handler(self._runner, arguments)
             except RegdevError as error:
-                return Observation(refusal=_device_failure(error), id=call_id)
+                return Observation(refusal=_execute_failure(error, tool, arguments), id=call_id)
             # observe: the result against the output cap (unless its bound is within it)
             if name in self._measured:
                 size = len(_encode(result))
@@ -416,6 +433,7 @@ class Gate:
         bound: Any = None  # its bound arguments
         result: Any = None
         executed = False  # from the device call on, the device may have changed
+        intent: str | None = None  # the id of a write's intent record, once committed
         refusal: Refusal | None
         try:
             # validate: the compiled check (the first failure worded, None, or BIND), then the
@@ -443,11 +461,22 @@ class Gate:
                 if handler is None:
                     refusal = _no_handler(tool)
                 else:
-                    executed = True
-                    try:
-                        result = handler(self._runner, bound)
-                    except RegdevError as error:
-                        refusal = _device_failure(error)
+                    if not tool.read_only:  # the intent, committed before the write leaves
+                        try:
+                            intent = audit.record_intent(
+                                time=arrived, session=self.default_session.name,
+                                dialect="canonical", tool=name, arguments=encode_json(bound),
+                                loop_id=loop_id, step=step, call_id=call_id,
+                                device=self._runner.known_identity(), proposer=proposer,
+                                caller=self.default_session.caller)
+                        except AuditError as error:
+                            refusal = _no_intent(error)
+                    if refusal is None:
+                        executed = True
+                        try:
+                            result = handler(self._runner, bound)
+                        except RegdevError as error:
+                            refusal = _execute_failure(error, tool, bound)
                 now = _now_ns()
                 execute_ns, start = now - start, now
             # observe: the result against the output cap (unless its bound is within it)
@@ -478,7 +507,7 @@ class Gate:
                     loop_id=loop_id, step=step,
                     stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns),
                     device=self._runner.known_identity(), proposer=proposer,
-                    caller=self.default_session.caller, durable=durable)
+                    caller=self.default_session.caller, durable=durable, intent=intent)
             except AuditError as error:
                 if durable:
                     observation = _unrecorded(error, observation.id)
@@ -673,12 +702,15 @@ class Gate:
             return refusal
         assert registers is not None
         arguments = call.arguments
-        return ask_approval(registers, tool, changed,
-                            self.policy.approve if self.policy is not None else None,
-                            lambda addr: ApprovalRequest(session.name, tool.name,
-                                                         dict(arguments), addr,
-                                                         session.caller),
-                            every=every, label=self._label, answered=call.answered)
+        refusal = ask_approval(registers, tool, changed,
+                               self.policy.approve if self.policy is not None else None,
+                               lambda addr: ApprovalRequest(session.name, tool.name,
+                                                            dict(arguments), addr,
+                                                            session.caller),
+                               every=every, label=self._label, answered=call.answered)
+        if refusal is None:  # approved (or nothing protected): its registers' locks at execute
+            call.guarded = tuple(addr for addr in self._guards if addr in changed)
+        return refusal
 
     def _begin_key(self, call: _Call) -> _End:
         """Reserve the call's idempotency key in the scope of the device's identity and reset
@@ -714,11 +746,70 @@ class Gate:
         assert tool is not None and call.arguments is not None
         if tool.handler is None:
             return _no_handler(tool)
+        if call.guarded:
+            return self._execute_approved(call, tool)
+        if self.audit is not None and not tool.read_only:
+            refusal = self._intend(call, tool)
+            if refusal is not None:
+                return refusal
         call.executed = True  # from here on the device may have changed
         try:
             call.result = tool.handler(self._runner, call.arguments)
         except RegdevError as error:
-            return _device_failure(error)
+            return _execute_failure(error, tool, call.arguments)
+        return None
+
+    def _execute_approved(self, call: _Call, tool: Tool) -> Refusal | None:
+        """Execute an approved call that changes protected registers, holding their locks
+        (in address order) from the re-read of the values its approver was shown to the
+        device's answer: an approval is of one change, so a register that no longer holds
+        what the question showed is ``approval-denied`` and nothing is sent."""
+        handler, arguments = tool.handler, call.arguments
+        assert handler is not None and arguments is not None
+        locks = [self._guards[addr] for addr in call.guarded]
+        for lock in locks:
+            lock.acquire()
+        try:
+            holds = call.approval.holds if call.approval is not None else ()
+            for addr, old in holds:
+                try:
+                    now: int | None = self._runner.read(addr)
+                except RegdevError as error:
+                    logger.warning("register %d could not be read back before an approved "
+                                   "write: %s", addr, error)
+                    now = None
+                if now != old:
+                    return _changed_since_asked(self._label(addr), old, now)
+            if self.audit is not None and not tool.read_only:
+                refusal = self._intend(call, tool)
+                if refusal is not None:
+                    return refusal
+            call.executed = True  # from here on the device may have changed
+            try:
+                call.result = handler(self._runner, arguments)
+            except RegdevError as error:
+                return _execute_failure(error, tool, arguments)
+            return None
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+
+    def _intend(self, call: _Call, tool: Tool) -> Refusal | None:
+        """Record the intent of a write about to be sent, durably (``AuditLog.record_intent``);
+        ``audit-error`` (nothing sent) when it cannot be."""
+        assert self.audit is not None
+        approval = call.approval
+        try:
+            call.intent = self.audit.record_intent(
+                time=call.time, session=call.session.name, dialect=call.dialect,
+                tool=tool.name, arguments=encode_json(call.arguments),
+                loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
+                call_id=call.id, device=self._runner.known_identity(),
+                proposer=call.proposer, caller=call.session.caller,
+                approver=approval.approver if approval is not None else None,
+                approval=approval.via if approval is not None else None)
+        except AuditError as error:
+            return _no_intent(error)
         return None
 
     def _observe(self, call: _Call) -> Refusal | None:
@@ -773,7 +864,7 @@ class Gate:
                 caller=call.session.caller,
                 approver=call.approval.approver if call.approval is not None else None,
                 approval=call.approval.via if call.approval is not None else None,
-                key_row=key_row, durable=durable)
+                key_row=key_row, durable=durable, intent=call.intent)
         except AuditError as error:
             if not durable:
                 logger.error("a call's audit record was not written: %s", error)
@@ -922,6 +1013,9 @@ class _Call:
     not_json = False  #: handle_call's call holds Python data JSON cannot (nothing to record)
     stored: str | None = None  #: the observation JSON stored under the key
     approval: Approval | None = None  #: the approval hook's answer, when it gave an Approval
+    #: The protected registers an approved call changes: their locks are held at execute.
+    guarded: tuple[int, ...] = ()
+    intent: str | None = None  #: the id of the write's intent record, once committed
     #: For the audit log only: when the call arrived (Unix seconds), and the nanoseconds
     #: spent in each stage it reached, by name.
     time = 0.0
@@ -982,6 +1076,42 @@ def _device_failure(error: RegdevError) -> Refusal:
     if isinstance(error, DeviceRefused):
         return Refusal("execute", "device-error", f"the device refused: {text}")
     return Refusal("execute", "device-error", f"the device failed: {text}")
+
+
+def _changed_since_asked(register: str, old: int, now: int | None) -> Refusal:
+    """The refusal of an approved write whose register no longer holds the value its
+    approver was shown (another write ran meanwhile): nothing was sent."""
+    held = "a value that could not be read" if now is None else f"{now} (0x{now:02X})"
+    return Refusal("authorize", "approval-denied",
+                   f"register {register} is protected and this write was not run: the "
+                   f"approval was given while it held {old} (0x{old:02X}), and it holds {held} "
+                   "now (another write ran meanwhile); ask again")
+
+
+def _execute_failure(error: RegdevError, tool: Tool, arguments: dict[str, Any]) -> Refusal:
+    """The execute stage's refusal for what the device backend raised running ``tool``:
+    :func:`_device_failure`'s, but ``outcome-unknown`` for a lost reply (``device-timeout``)
+    of a write that is not safe to send twice (:attr:`Tool.repeat_risk`): its idempotency key
+    stays taken, so a retry with the key is answered with this observation, not run."""
+    refusal = _device_failure(error)
+    if refusal.code != "device-timeout" or tool.repeat_risk is None:
+        return refusal
+    risk = tool.repeat_risk(arguments)
+    if risk is None:
+        return refusal
+    return Refusal("execute", "outcome-unknown",
+                   f"{refusal.message}; the write may or may not have run, and it is not "
+                   f"safe to send twice ({risk}): read the register back to learn whether "
+                   "it ran; a retry with this idempotency key gets this answer again and "
+                   "does not run (send the call with a new key if the read-back says it "
+                   "must run)")
+
+
+def _no_intent(error: AuditError) -> Refusal:
+    """The refusal of a write whose intent could not be recorded: nothing was sent."""
+    return Refusal("execute", "audit-error",
+                   "the write was not sent: the audit log could not record it first "
+                   f"({escape_text(error.reason or 'audit log failure', 80)})")
 
 
 def _unrecorded(error: AuditError, call_id: str | None) -> Observation:

@@ -138,7 +138,7 @@ class _MapTools:
                   "required": ["addr", "data"], "additionalProperties": False},
                  idempotent=True, destructive=True, open_world=False,
                  handler=self.write_register, rules=self.write_register_rules,
-                 changes=_one_addr),
+                 changes=_one_addr, repeat_risk=self.write_register_risk),
             Tool("read_register",
                  f"Read one register of {self.device} ({self.where}: {self.summary}). addr is "
                  f"the register address (integer {self.first}..{self.last}). {reads}Returns "
@@ -180,7 +180,7 @@ class _MapTools:
              "required": ["addr", "data"], "additionalProperties": False},
             idempotent=True, destructive=True, open_world=False,
             handler=self.write_registers, rules=self.write_block_rules,
-            changes=_block_addrs))
+            changes=_block_addrs, repeat_risk=self.write_block_risk))
         if self.fields:
             tools.extend(self.field_tools())
         return tools
@@ -209,7 +209,7 @@ class _MapTools:
                   "required": ["field", "value"], "additionalProperties": False},
                  idempotent=True, destructive=True, open_world=False,
                  handler=self.write_field, rules=self.write_field_rules,
-                 changes=self.field_addr),
+                 changes=self.field_addr, repeat_risk=self.write_field_risk),
             Tool("read_fields",
                  f"Read one register of {self.device} by name and decode it into its named "
                  "fields (an enumerated field by its name). register is one of: "
@@ -316,6 +316,30 @@ class _MapTools:
         found = self.map.find_field(arguments["field"])
         assert found is not None
         return (found[0].addr,)
+
+    # --- what makes a write unsafe to send twice (Tool.repeat_risk) -----------------------
+
+    def _clears(self, addr: int, data: int) -> str | None:
+        register = self.map.at(addr)
+        if register is None or not data & register.woclr_mask:
+            return None
+        return f"it writes 1 to write-1-to-clear bits of register {register.label}"
+
+    def write_register_risk(self, arguments: dict[str, Any]) -> str | None:
+        return self._clears(arguments["addr"], arguments["data"])
+
+    def write_block_risk(self, arguments: dict[str, Any]) -> str | None:
+        addr = arguments["addr"]
+        return next((risk for at, data in enumerate(arguments["data"], addr)
+                     if (risk := self._clears(at, data)) is not None), None)
+
+    def write_field_risk(self, arguments: dict[str, Any]) -> str | None:
+        found = self.map.find_field(arguments["field"])
+        if found is None or found[1].onwrite != "woclr":
+            return None
+        register, field = found
+        number = _field_number(field, arguments["value"])
+        return self._clears(register.addr, number << field.lsb) if number else None
 
     # --- handlers (execute) ---------------------------------------------------------------
 

@@ -165,12 +165,21 @@ class Approval:
             within 120 s"); None says only that the approver denied it. With a reason and no
             ``approver`` (nobody answered: a timeout, the caller gone), the refusal says the
             write "was not approved (REASON)", not that an approver denied it.
+        holds: for a yes, the registers the question showed and the values it showed them
+            holding, as ``(address, value)`` pairs: the write runs only if each still holds
+            its value when the write is sent. The gate re-reads them and sends the write in
+            one atomic step for those registers (each protected register's lock is held from
+            the re-read to the write's answer), so two approved writes of one register never
+            both run over the value their approvers saw; a register that changed makes the
+            call ``approval-denied``. Empty (the default): the yes is of the call, whatever
+            the registers hold.
     """
 
     approved: bool
     approver: str | None = None
     via: str = "hook"
     reason: str | None = None
+    holds: tuple[tuple[int, int], ...] = ()
 
 
 #: ``approve(request) -> True`` (or an :class:`Approval` with ``approved``) approves; False,

@@ -64,6 +64,13 @@ class Tool:
             registers: ``(arguments) -> addresses``, or None for every register. When not
             given: none for a read-only tool, else ``arguments["addr"]`` when it is an
             integer, else every register.
+        repeat_risk: why a call is not safe to send twice, when it is not:
+            ``(arguments) -> str | None``, a few words ("it writes 1 to write-1-to-clear
+            bits of STATUS (0x02)"), or None for a call that is harmless to repeat. A call
+            that says a risk and loses its reply (``device-timeout``) is ``outcome-unknown``:
+            its idempotency key stays taken, so a retry with it is not run (``_gate.py``).
+            None (the default): every call of the tool is harmless to repeat, as a write of
+            a plain read-write register is.
         result_bytes: the most bytes the JSON text of the handler's result can take, when
             the handler guarantees a bound (the register tools' results, such as
             ``{"addr":15,"data":255}``, take at most 22); None (the default) for no bound. A
@@ -82,7 +89,8 @@ class Tool:
     """
 
     __slots__ = ("_bind_plan", "_schema", "changes", "description", "destructive", "handler",
-                 "idempotent", "name", "open_world", "read_only", "result_bytes", "rules")
+                 "idempotent", "name", "open_world", "read_only", "repeat_risk", "result_bytes",
+                 "rules")
 
     name: str
     description: str
@@ -93,6 +101,7 @@ class Tool:
     handler: Handler | None
     rules: Rules | None
     changes: Changes | None
+    repeat_risk: Callable[[dict[str, Any]], str | None] | None
     result_bytes: int | None
     _schema: dict[str, Any]
     #: What bind() looks at: the top-level property names, and whether any property is an
@@ -103,7 +112,8 @@ class Tool:
                  read_only: bool = False, idempotent: bool = False, destructive: bool = True,
                  open_world: bool = True, handler: Handler | None = None,
                  rules: Rules | None = None, changes: Changes | None = None,
-                 result_bytes: int | None = None) -> None:
+                 result_bytes: int | None = None,
+                 repeat_risk: Callable[[dict[str, Any]], str | None] | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise SchemaError("a tool name must be a non-empty string", "/name")
         if result_bytes is not None and (type(result_bytes) is not int or result_bytes <= 0):
@@ -121,7 +131,8 @@ class Tool:
                 ("name", name), ("description", description), ("read_only", read_only),
                 ("idempotent", idempotent), ("destructive", destructive),
                 ("open_world", open_world), ("handler", handler), ("rules", rules),
-                ("changes", changes), ("result_bytes", result_bytes), ("_schema", schema),
+                ("changes", changes), ("result_bytes", result_bytes),
+                ("repeat_risk", repeat_risk), ("_schema", schema),
                 ("_bind_plan", (
                     tuple(key for key, sub in properties.items() if isinstance(sub, dict)),
                     any(isinstance(sub, dict)
@@ -168,7 +179,7 @@ class Tool:
         make = functools.partial(Tool, read_only=self.read_only, idempotent=self.idempotent,
                                  destructive=self.destructive, open_world=self.open_world,
                                  handler=self.handler, rules=self.rules, changes=self.changes,
-                                 result_bytes=self.result_bytes)
+                                 result_bytes=self.result_bytes, repeat_risk=self.repeat_risk)
         return (make, (self.name, self.description, self._schema))
 
     def __repr__(self) -> str:
