@@ -1117,3 +1117,16 @@ def test_the_map_table_keeps_its_columns_with_long_names_and_shows_hex(
     assert len(fields) == 12
     assert all(line == ("      [3:0]   LowNoiseAmplifierBoostHighFrequency rw"
                         + " " * 21 + "reset 0x00  OFF=0x00 ON=0x0A;") for line in fields)
+
+
+def test_a_field_of_256_described_values_keeps_its_tools_bounded() -> None:
+    """256 enumerated values with 4096-character descriptions, on 8 registers: every tool
+    description stays within its lists' bounds (6000 characters each, and the tool's own
+    words)."""
+    field = Field("V", 0, 7, encode={f"VALUE_{n}": n for n in range(256)},
+                  enum_descriptions={f"VALUE_{n}": "d" * 4096 for n in range(256)},
+                  description="e" * 4096)
+    big = RegisterMap([Register(f"R{n}", n, description="r" * 4096, fields=(field,))
+                       for n in range(8)])
+    for tool in map_tools(big).values():
+        assert len(tool.description) < 2 * 6000 + 1000, (tool.name, len(tool.description))

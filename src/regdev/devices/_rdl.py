@@ -243,6 +243,9 @@ def _compile_apart(path: Path, top: str | None) -> str:
             name = signal.Signals(-done.returncode).name
         except ValueError:
             name = f"signal {-done.returncode}"
+        if name == "SIGXCPU":  # RLIMIT_CPU
+            raise MapError(f"{path}: the SystemRDL compiler took more than {COMPILE_SECONDS} "
+                           "s of CPU time; a register map compiles in about one")
         raise MapError(f"{path}: the SystemRDL compiler crashed on it ({name}): an "
                        "expression or a nesting too deep, or more than "
                        f"{COMPILE_MEMORY >> 20} MiB of memory")

@@ -138,10 +138,12 @@ def _described(text: str) -> str:
 
 def _bounded_list(items: list[str], what: str, where: str, sep: str = "; ") -> str:
     """``items`` joined by ``sep`` up to :data:`LIST_SHOWN` characters, then how many more
-    ``what`` there are and ``where`` to find them."""
+    ``what`` there are and ``where`` to find them; an item longer than the whole (a field
+    of 256 described values) is cut to it."""
     shown: list[str] = []
     used = 0
-    for item in items:
+    for whole in items:  # (printable ASCII already: cutting an item is safe)
+        item = whole if len(whole) <= LIST_SHOWN else whole[:LIST_SHOWN - 3] + "..."
         if shown and used + len(item) + len(sep) > LIST_SHOWN:
             break
         shown.append(item)
