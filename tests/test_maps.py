@@ -998,21 +998,23 @@ def test_a_map_file_over_a_mebibyte_is_refused_unread(tmp_path: Path) -> None:
 
 # --- the map's descriptions reach the model ------------------------------------------------------
 
-RADIO = RegisterMap([
-    Register("RegOpMode", 1, description="Operating mode.", fields=(
-        Field("Mode", 0, 2, encode={"SLEEP": 0, "STDBY": 1, "TX": 3},
-              enum_descriptions={"TX": "transmit, then \x1b[31mSTDBY"},
-              description="Transceiver mode."),)),
-    Register("RegRssiValue", 0x1B, description="RSSI = -157 + value, in dBm.", fields=(
-        Field("Rssi", 0, 7, "r", description="Current RSSI; dBm = -157 + value."),)),
-    Register("RegNotes", 0x20, description="x" * 4096),
-], name="sx1276")
+def radio() -> RegisterMap:
+    """A radio's map whose descriptions carry units, a formula, an ESC and 4096 characters."""
+    return RegisterMap([
+        Register("RegOpMode", 1, description="Operating mode.", fields=(
+            Field("Mode", 0, 2, encode={"SLEEP": 0, "STDBY": 1, "TX": 3},
+                  enum_descriptions={"TX": "transmit, then \x1b[31mSTDBY"},
+                  description="Transceiver mode."),)),
+        Register("RegRssiValue", 0x1B, description="RSSI = -157 + value, in dBm.", fields=(
+            Field("Rssi", 0, 7, "r", description="Current RSSI; dBm = -157 + value."),)),
+        Register("RegNotes", 0x20, description="x" * 4096),
+    ], name="sx1276")
 
 
 def test_descriptions_reach_the_tool_definitions_bounded_and_escaped() -> None:
     """Register, field and enum descriptions (a formula, units) are in the tools'
     descriptions; escaped (no ESC reaches a model) and cut to 200 characters each."""
-    tools = map_tools(RADIO)
+    tools = map_tools(radio())
     read, fields = tools["read_register"].description, tools["read_fields"].description
     assert "RegRssiValue=0x1B (read-only): RSSI = -157 + value, in dBm" in read
     assert "Rssi (bits 7:0, read-only): Current RSSI; dBm = -157 + value" in fields
