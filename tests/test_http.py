@@ -115,6 +115,16 @@ def test_lists_and_calls_with_the_sdk_client(served: Served, mode: str) -> None:
     assert token("alice") not in served.log()
 
 
+def test_a_read_only_token_is_listed_only_the_tools_it_may_call(served: Served) -> None:
+    """tools/list with a read-only token (session viewer): read_register only, never the
+    write tool its scope would refuse (denied-write_register)."""
+    with sdk_client(served.url, token("victor"), mode=MODERN) as client:
+        assert [tool.name for tool in client.list_tools().tools] == ["read_register"]
+    with sdk_client(served.url, token("alice"), mode=MODERN) as client:
+        assert [tool.name for tool in client.list_tools().tools] == [
+            "write_register", "read_register"]
+
+
 def test_an_oauth_access_token_is_a_caller(served: Served, keys: KeySet) -> None:
     """A JWT signed by the authorization server's key, for this audience: the caller is
     oauth:SUBJECT and its scope chooses the session; a read-only scope is the viewer."""

@@ -391,9 +391,10 @@ def test_each_rule_is_one_code_naming_register_and_field(sensor: RegisterMap) ->
          "addr 9 is not a register of this device; registers: ID=0x00 (read-only), CTRL=0x01"),
         (("read_registers", {"addr": 8, "count": 3}), "no-register",
          "the block of 3 registers from addr 8 reaches 9, which is not a register"),
-        (("write_field", {"field": "STATUS.READY", "value": 0}), "read-only-field",
-         "STATUS.READY is read-only (the device sets it): read it with read_fields; writable "
-         "fields of STATUS: POR, OVF, CRC"),
+        (("write_field", {"field": "STATUS.READY", "value": 0}), "range-field",
+         'field "STATUS.READY" is not one of the 11 allowed; closest: "STATUS.POR", '
+         '"STATUS.CRC", "STATUS.OVF"; the others: "CTRL.EN", "CTRL.MODE", "CTRL.RATE", '
+         '"CALIB.OFFSET", "DATA[0].VALUE", "DATA[1].VALUE", "DATA[2].VALUE", "DATA[3].VALUE"'),
         (("write_register", {"addr": 2, "data": 0x80}), "reserved-bits",
          "data 0x80 sets reserved bit(s) 0x80 of register STATUS (0x02); send them as 0"),
         (("write_field", {"field": "CTRL.RATE", "value": "HZ2"}), "field-value",
@@ -470,16 +471,21 @@ def test_policy_defaults_come_from_the_map_and_the_file_overrides(
 
 
 def test_field_tools_are_offered_and_described_from_the_map(sensor: RegisterMap) -> None:
-    """The tools name the registers and fields; the field enum is every REG.FIELD."""
+    """The tools name the registers and fields; write_field's enum is every writable
+    REG.FIELD, and no read-only one."""
     tools = map_tools(sensor)
     assert {"write_register", "read_register", "read_registers", "write_field",
             "read_fields"} <= set(tools)
     schema = tools["write_field"].input_schema
-    assert schema["properties"]["field"]["enum"][:4] == ["ID.PART", "CTRL.EN", "CTRL.MODE",
-                                                         "CTRL.RATE"]
+    assert schema["properties"]["field"]["enum"] == [
+        "CTRL.EN", "CTRL.MODE", "CTRL.RATE", "STATUS.POR", "STATUS.OVF", "STATUS.CRC",
+        "CALIB.OFFSET", "DATA[0].VALUE", "DATA[1].VALUE", "DATA[2].VALUE", "DATA[3].VALUE"]
     described = tools["write_field"].description
     assert "CTRL.MODE (bits 2:1, SLEEP=0 ONESHOT=1 CONTINUOUS=2)" in described
-    assert "ID=0x00 (read-only), CTRL=0x01" in tools["write_register"].description
+    assert ("Read-only fields, which no call can write (read them with read_fields): "
+            "ID.PART, STATUS.READY, SAMPLE.TEMP, EVENTS.COUNT.") in described
+    assert "ID=0x00 (read-only): Device identification; CTRL=0x01" in (
+        tools["write_register"].description)
     assert tools["read_register"].idempotent is False  # EVENTS clears on read
 
 
@@ -640,7 +646,7 @@ def test_replay_of_the_example_map_meets_every_expectation(
     assert status == 0
     assert all(line["expect_met"] for line in lines[:-1])
     codes = {line["code"] for line in lines[:-1]}
-    assert {"no-register", "read-only-field", "reserved-bits", "field-value",
+    assert {"no-register", "range-field", "reserved-bits", "field-value",
             "read-only-register", "approval-denied", "range-data[]"} <= codes
     assert lines[-1]["registers"] == [0x5A, 0x03, 0x00, 0, 1, 2, 3, 4, 0, 0]
 
@@ -927,3 +933,202 @@ def test_names_at_the_limits_are_taken(capsys: pytest.CaptureFixture[str],
     path.write_text(text, encoding="utf-8")
     status, out, _ = run(capsys, "tools", "--map", str(path))
     assert status == 0 and f"{name}.{field}" in out and f"{enum}=1" in out
+
+
+# --- hostile SystemRDL: bounded before the compiler runs, or around it ---------------------------
+
+_ONE_REG = "addrmap m {{ default regwidth = 8; reg {{ field {{}} F[7:0] = {}; }} R @ 0; }};\n"
+#: The reproductions: (file name, text, what the one line says).
+HOSTILE_RDL = [
+    ("reset.rdl", _ONE_REG.format("+".join(["1"] * 20000)),
+     ":1: a statement of more than 500 tokens"),
+    ("parens.rdl", _ONE_REG.format("(" * 5000 + "1" + ")" * 5000),
+     ":1: brackets nested more than 64 deep"),
+    ("defines.rdl", "`define D0 1\n" + "".join(f"`define D{i} `D{i - 1}+1\n"
+                                               for i in range(1, 3000)) + _ONE_REG.format("`D2999"),
+     ":65: `define macros chained more than 64 deep"),
+    ("sum.rdl", _ONE_REG.format("+".join(["0"] * 10000)),
+     ":1: a statement of more than 500 tokens"),
+    ("perl.rdl", "<% while(1){} %>\n" + _ONE_REG.format("0"),
+     ": embedded Perl (<% ... %>) is not supported by regdev: a map file runs no code"),
+    ("array.rdl", "addrmap m { default regwidth = 8; reg { field {} F[7:0] = 0; } "
+                  "R[100000000] @ 0; };\n",
+     ":1:64: register R[100000000], which makes more than the 256 registers a map holds"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "said"), HOSTILE_RDL,
+                         ids=[case[0] for case in HOSTILE_RDL])
+def test_a_hostile_systemrdl_file_is_one_line_exit_2(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str,
+        said: str) -> None:
+    """A 20,000-term reset, 5000 nested parentheses, 3000 chained `define, a 10,000-term sum,
+    a Perl loop and R[100000000]: each refused in one line naming the file, exit 2."""
+    path = tmp_path / name
+    path.write_text(text)
+    status, out, err = run(capsys, "map", str(path))
+    assert (status, out) == (2, "")
+    assert err.startswith(f"regdev map: error: {path}{said}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_compiler_crash_is_one_line(capsys: pytest.CaptureFixture[str],
+                                      tmp_path: Path) -> None:
+    """The 20,000-term expression in an included file (which the bounds do not read) crashes
+    the compiler's parser: the child process dies, regdev says so in one line, exit 2."""
+    (tmp_path / "body.rdl").write_text(HOSTILE_RDL[0][1])
+    path = tmp_path / "top.rdl"
+    path.write_text('`include "body.rdl"\n')
+    status, out, err = run(capsys, "map", str(path))
+    assert (status, out) == (2, "")
+    assert err.startswith(f"regdev map: error: {path}: the SystemRDL compiler "), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_map_file_over_a_mebibyte_is_refused_unread(tmp_path: Path) -> None:
+    """Either form: more than 1 MiB is one line, before anything parses it."""
+    for name in ("big.json", "big.rdl"):
+        path = tmp_path / name
+        path.write_bytes(b" " * ((1 << 20) + 1))
+        with pytest.raises(MapError) as caught:
+            load_map(path)
+        assert str(caught.value) == (f"{path}: the file is larger than 1048576 bytes, more "
+                                     "than a register map of 256 registers can need")
+
+
+# --- the map's descriptions reach the model ------------------------------------------------------
+
+def radio() -> RegisterMap:
+    """A radio's map whose descriptions carry units, a formula, an ESC and 4096 characters."""
+    return RegisterMap([
+        Register("RegOpMode", 1, description="Operating mode.", fields=(
+            Field("Mode", 0, 2, encode={"SLEEP": 0, "STDBY": 1, "TX": 3},
+                  enum_descriptions={"TX": "transmit, then \x1b[31mSTDBY"},
+                  description="Transceiver mode."),)),
+        Register("RegRssiValue", 0x1B, description="RSSI = -157 + value, in dBm.", fields=(
+            Field("Rssi", 0, 7, "r", description="Current RSSI; dBm = -157 + value."),)),
+        Register("RegNotes", 0x20, description="x" * 4096),
+    ], name="sx1276")
+
+
+def test_descriptions_reach_the_tool_definitions_bounded_and_escaped() -> None:
+    """Register, field and enum descriptions (a formula, units) are in the tools'
+    descriptions; escaped (no ESC reaches a model) and cut to 200 characters each."""
+    tools = map_tools(radio())
+    read, fields = tools["read_register"].description, tools["read_fields"].description
+    assert "RegRssiValue=0x1B (read-only): RSSI = -157 + value, in dBm" in read
+    assert "Rssi (bits 7:0, read-only): Current RSSI; dBm = -157 + value" in fields
+    assert ("RegOpMode.Mode (bits 2:0, SLEEP=0 STDBY=1 TX=3): Transceiver mode. TX: "
+            "transmit, then \\x1b[31mSTDBY") in tools["write_field"].description
+    assert read.endswith("RegNotes=0x20: " + "x" * 197 + "....")  # cut, then the period
+    for tool in tools.values():
+        assert tool.description.isascii() and tool.description.isprintable(), tool.name
+
+
+def test_enum_descriptions_come_from_systemrdl_and_the_json_form(sensor: RegisterMap) -> None:
+    """An enum member's desc is read from SystemRDL, kept by the JSON form, and shown."""
+    mode = sensor.find_field("CTRL.MODE")
+    assert mode is not None
+    assert mode[1].enum_descriptions == (("SLEEP", "no conversions"),
+                                         ("ONESHOT", "one conversion, then sleep"),
+                                         ("CONTINUOUS", "convert at the rate of RATE"))
+    assert RegisterMap.from_json(sensor.to_json()) == sensor
+    assert "ONESHOT: one conversion, then sleep" in map_tools(sensor)["write_field"].description
+
+
+def test_block_tools_state_the_bound_their_schema_has(sensor: RegisterMap) -> None:
+    """A map of 10 registers: read_registers and write_registers say 1..10, as their
+    schemas' maximum and maxItems do (not 1..16)."""
+    tools = map_tools(sensor)
+    read, write = tools["read_registers"], tools["write_registers"]
+    assert read.input_schema["properties"]["count"]["maximum"] == 10
+    assert write.input_schema["properties"]["data"]["maxItems"] == 10
+    assert read.description.startswith("Read 1..10 consecutive registers")
+    assert write.description.startswith("Write 1..10 consecutive registers")
+    assert "16" not in read.description + write.description
+
+
+# --- the standalone module gives the gate's verdicts ---------------------------------------------
+
+
+def test_the_standalone_module_and_the_gate_agree_on_the_map_rules(
+        capsys: pytest.CaptureFixture[str], sensor: RegisterMap) -> None:
+    """`regdev compile --map`: a read-only register, reserved bits, a bad enum value, a gap,
+    a block over a gap: the module's code is the gate's (no policy file) for each."""
+    status, out, _ = run(capsys, "compile", "--map", str(SENSOR))
+    assert status == 0
+    namespace: dict[str, Any] = {}
+    exec(compile(out, "compiled", "exec"), namespace)
+    check = namespace["check"]
+    calls = [
+        ("write_register", {"addr": 0, "data": 1}, "read-only-register"),
+        ("write_register", {"addr": 2, "data": 0x80}, "reserved-bits"),
+        ("write_register", {"addr": 1, "data": 0x06}, "field-value"),
+        ("write_field", {"field": "CTRL.RATE", "value": "HZ2"}, "field-value"),
+        ("write_field", {"field": "CTRL.MODE", "value": 3.0}, "field-value"),
+        ("write_register", {"addr": 9, "data": 1}, "no-register"),
+        ("read_registers", {"addr": 8, "count": 3}, "no-register"),
+        ("write_registers", {"addr": 6, "data": [1, 2, 3, 4]}, "no-register"),
+        ("write_registers", {"addr": 7, "data": [1, 2]}, "read-only-register"),
+        ("write_registers", {"addr": 1, "data": [1, 0x80]}, "reserved-bits"),
+        ("write_field", {"field": "STATUS.READY", "value": 1}, "range-field"),
+        ("write_field", {"field": "CTRL.MODE", "value": "ONESHOT"}, None),
+        ("write_register", {"addr": 4.0, "data": 1e1}, None),
+        ("read_fields", {"register": "EVENTS"}, None),
+    ]
+    for tool, arguments, code in calls:
+        call = {"tool": tool, "arguments": arguments}
+        seen = Gate(RegisterFile(regmap=sensor)).handle(json.dumps(call)).to_dict()
+        assert check(call) == seen.get("code") == code, (call, seen)
+
+
+# --- an unknown field's refusal, and `regdev map`'s table ----------------------------------------
+
+LONG = RegisterMap([Register(f"RegPaRampConfiguration{n}", n, fields=(
+    Field("LowNoiseAmplifierBoostHighFrequency", 0, 3, encode={"OFF": 0, "ON": 0xA}),))
+    for n in range(12)], name="long")
+
+
+def test_an_unknown_field_is_answered_with_the_closest_names_in_full() -> None:
+    """A field name off by a letter: the closest names first, each in full (not cut to 15
+    characters), then all the others (not only 8)."""
+    gate = Gate(RegisterFile(regmap=LONG))
+    seen = handle(gate, "write_field", field="RegPaRampConfiguration3.LowNoiseAmplifierBoost",
+                  value="ON")
+    names = [f"RegPaRampConfiguration{n}.LowNoiseAmplifierBoostHighFrequency"
+             for n in range(12)]
+    assert seen["code"] == "range-field"
+    assert seen["message"] == (
+        'field "RegPaRampConfiguration3.LowNoiseAmp..." is not one of the 12 allowed; '
+        f'closest: "{names[3]}", "{names[9]}", "{names[8]}"; the others: '
+        + ", ".join(f'"{name}"' for name in names[:3] + names[4:8] + names[10:]))
+    assert gate.handle(json.dumps({"tool": "write_field", "arguments": {
+        "field": "nothing.like.it", "value": 1}})).to_dict()["message"] == (
+        'field "nothing.like.it" is not one of ' + ", ".join(f'"{name}"' for name in names))
+
+
+def test_the_map_table_keeps_its_columns_with_long_names_and_shows_hex(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`regdev map`: a field name of 35 characters widens its column for every field (the
+    access column starts at the same place on each line); a 4-bit field's values in hex."""
+    path = tmp_path / "long.json"
+    path.write_text(LONG.to_json())
+    status, out, _ = run(capsys, "map", str(path))
+    assert status == 0
+    fields = [line for line in out.splitlines() if line.startswith("      [3:0]")]
+    assert len(fields) == 12
+    assert all(line == ("      [3:0]   LowNoiseAmplifierBoostHighFrequency rw"
+                        + " " * 21 + "reset 0x00  OFF=0x00 ON=0x0A;") for line in fields)
+
+
+def test_a_field_of_256_described_values_keeps_its_tools_bounded() -> None:
+    """256 enumerated values with 4096-character descriptions, on 8 registers: every tool
+    description stays within its lists' bounds (6000 characters each, and the tool's own
+    words)."""
+    field = Field("V", 0, 7, encode={f"VALUE_{n}": n for n in range(256)},
+                  enum_descriptions={f"VALUE_{n}": "d" * 4096 for n in range(256)},
+                  description="e" * 4096)
+    big = RegisterMap([Register(f"R{n}", n, description="r" * 4096, fields=(field,))
+                       for n in range(8)])
+    for tool in map_tools(big).values():
+        assert len(tool.description) < 2 * 6000 + 1000, (tool.name, len(tool.description))

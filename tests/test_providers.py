@@ -485,20 +485,32 @@ def test_decimals_are_exact_numbers() -> None:
 
 @pytest.mark.parametrize("fmt", ["mcp", "openai", "anthropic"])
 def test_definitions_for_a_session_list_only_the_tools_it_is_offered(fmt: str) -> None:
-    """A session offered read_register only is told of read_register only, in each format."""
+    """A session offered read_register only is told of read_register only, in each format;
+    so is a read-only session (the write tool is not offered to one that cannot call it)."""
     policy = Policy.from_file(EXAMPLES / "policy.toml")
     (only,) = tool_definitions(fmt, session=policy.session("reader"))
     assert only == tool_definitions(fmt)[1]
-    assert tool_definitions(fmt, session=policy.session("viewer")) == tool_definitions(fmt)
+    assert tool_definitions(fmt, session=policy.session("viewer")) == [only]
+    assert tool_definitions(fmt, session=policy.session("default")) == tool_definitions(fmt)
     assert tool_definitions(fmt, session=Session(tools=["read_register", "write_register"])) == [
         *reversed(tool_definitions(fmt))]  # in the session's order
 
 
-def test_regdev_tools_takes_a_policy_and_session(capsys: pytest.CaptureFixture[str]) -> None:
-    """`regdev tools --policy F --session S` prints what `serve` lists to that session."""
+def test_regdev_tools_takes_a_policy_and_session(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    """`regdev tools --policy F --session S` prints what `serve` lists to that session: for a
+    read-only session, the read tools only."""
     policy = str(EXAMPLES / "policy.toml")
     assert main(["tools", "--policy", policy, "--session", "reader"]) == 0
     assert [t["name"] for t in json.loads(capsys.readouterr().out)] == ["read_register"]
+    viewer = tmp_path / "viewer.toml"
+    viewer.write_text('[sessions.viewer]\nscopes = ["read"]\n')
+    for fmt in ("mcp", "openai"):  # read-only: no write tool (the gate would deny it)
+        assert main(["tools", "--format", fmt, "--policy", str(viewer), "--map",
+                     str(EXAMPLES / "sensor.rdl"), "--session", "viewer"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        assert [t.get("name") or t["function"]["name"] for t in listed] == [
+            "read_register", "read_registers", "read_fields"]
     assert main(["tools", "--format", "openai", "--policy", policy, "--session", "nobody"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1

@@ -44,6 +44,7 @@ __all__ = [
     "anthropic_tool_results",
     "mcp_result",
     "observation_schema",
+    "offered_tools",
     "openai_result",
     "openai_tool_results",
     "tool_definitions",
@@ -71,8 +72,9 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
                      session: Session | None = None) -> list[dict[str, Any]]:
     """The tools as one provider declares them to a model, in the tool set's order.
 
-    With a ``session``, only the tools it is offered (:meth:`Session.offers`), in the
-    session's order: a tool the gate would answer ``unknown-tool`` for is not declared.
+    With a ``session``, only the tools it may call (:func:`offered_tools`): a tool the gate
+    would answer ``unknown-tool`` (not offered to it) or ``denied-<tool>`` (its scopes do not
+    cover it: a write tool for a read-only session) for is not declared.
 
     Formats:
 
@@ -98,7 +100,7 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
     Args:
         format: one of :data:`PROVIDER_FORMATS`.
         tools: the tools to declare; the register tools by default.
-        session: declare only the tools this session is offered; None declares them all.
+        session: declare only the tools this session may call; None declares them all.
 
     Returns:
         A new list of new JSON-ready dicts (changing them does not change the registry).
@@ -112,8 +114,7 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
             property's or an array's ``items``), or ``prefixItems``. The
             pointer names the place, e.g. ``/tools/0/inputSchema/required``.
     """
-    offered = list(tools.values()) if session is None or session.tools is None else [
-        tools[name] for name in session.tools if name in tools]
+    offered = offered_tools(tools, session)
     if format == "mcp":
         return [{**tool.definition(), "outputSchema": observation_schema(tool)}
                 for tool in offered]
@@ -122,6 +123,17 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
     if format == "anthropic":
         return [_anthropic_tool(tool, index) for index, tool in enumerate(offered)]
     raise ValueError(f"unknown format {format!r}; expected one of {', '.join(PROVIDER_FORMATS)}")
+
+
+def offered_tools(tools: ToolSet, session: Session | None = None) -> list[Tool]:
+    """The tools of ``tools`` that ``session`` may call, in the session's order (its
+    ``tools``, else the tool set's): those it is offered (:meth:`Session.offers`) whose scope
+    it holds (:meth:`Session.check_scope`: a read-only session gets no write tool). None:
+    every tool."""
+    if session is None:
+        return list(tools.values())
+    names = tools if session.tools is None else [n for n in session.tools if n in tools]
+    return [tools[name] for name in names if session.check_scope(tools[name]) is None]
 
 
 #: The stages a refusal can name: the pipeline's, and ``internal``.

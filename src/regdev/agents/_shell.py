@@ -27,6 +27,7 @@ from ..gate._gate import Gate
 from ..gate._parse import MAX_INT_DIGITS
 from ..gate._policy import Session
 from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
+from ._providers import offered_tools
 
 __all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "run_shell",
            "shell_call",
@@ -313,8 +314,7 @@ def run_shell(gate: Gate, session: Session, out: TextIO, *, where: str,
     out.write(display_text(f"regdev shell on {where}. Type help for the commands, quit to "
                            "leave.") + "\n")
     out.flush()  # before the device is asked who it is, which may take --timeout seconds
-    callable_ = [name for name in gate.tools
-                 if session.offers(name) and session.check_scope(gate.tools[name]) is None]
+    callable_ = [tool.name for tool in offered_tools(gate.tools, session)]
     if "identify_device" in callable_:
         out.write(_show(gate.handle(shell_call(["identify"]), session=session)) + "\n")
     else:  # a greeting the session would be refused is no greeting

@@ -22,7 +22,7 @@ from ..core._text import display_text
 from ..core._wording import json_problem
 from ..devices._device import Device, RegisterFile
 from ..devices._modbus import ModbusDevice, is_modbus_url
-from ..devices._rdl import load_map
+from ..devices._rdl import MAX_MAP_BYTES, load_map
 from ..devices._regmap import RegisterMap
 from ..devices._serial import MAX_BAUDRATE, SerialDevice
 from ..gate._gate import Gate
@@ -232,10 +232,11 @@ def read_map(path: str | Path) -> RegisterMap:
     target = Path(path)
     if target.suffix.lower() != ".rdl":
         try:
-            data = target.read_bytes()
+            with target.open("rb") as file:
+                data: bytes | None = file.read(MAX_MAP_BYTES + 1)
         except OSError:
             data = None  # load_map says why, in its words
-        if data is not None:
+        if data is not None and len(data) <= MAX_MAP_BYTES:  # (larger: load_map says so)
             try:
                 msgspec.json.decode(data)
             except (msgspec.DecodeError, ValueError, RecursionError) as error:

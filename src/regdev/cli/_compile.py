@@ -87,7 +87,10 @@ def add_parser(sub: Any) -> None:
                     "register map with --map FILE, or --tools FILE) into "
                     "a Python module that needs only the standard library and defines "
                     "check(call, tool_choice=None): None for a valid canonical call "
-                    '{"tool": NAME, "arguments": {...}}, else the verdict code. A schema '
+                    '{"tool": NAME, "arguments": {...}}, else the verdict code. With --map, '
+                    "check also applies the map's rules after the schema's (no-register, "
+                    "reserved-bits, field-value, and read-only-register for a register the "
+                    "map makes read-only): the gate's verdicts up to authorize. A schema "
                     "keyword outside the supported subset (docs/validator.md) is an error "
                     "naming the keyword and its JSON Pointer, exit 2.")
     compile_.add_argument("--tools", metavar="FILE",

@@ -28,17 +28,31 @@ def _bits(mask: int) -> str:
     return ", ".join(runs)
 
 
-def _field_line(field: Field) -> str:
+#: Fields this wide or wider show their values (reset, enumerated) in hex, as datasheets and
+#: SystemRDL files write them (``0x80``); narrower ones in decimal, where the two agree but
+#: for 10..15.
+HEX_BITS = 4
+
+
+def _number(field: Field, value: int) -> str:
+    """A value of ``field`` as the table shows it: hex for a field of :data:`HEX_BITS` bits
+    or more (``0x0A``), else decimal."""
+    return f"0x{value:02X}" if field.width >= HEX_BITS else str(value)
+
+
+def _field_line(field: Field, width: int = 10) -> str:
+    """A field's line; ``width`` is the name column's (the map's longest field name)."""
     span = f"[{field.msb}]" if field.width == 1 else f"[{field.msb}:{field.lsb}]"
     what = [field.access]
     if field.onwrite:
         what.append("write 1 to clear")
     if field.onread:
         what.append("clears on read")
-    reset = f"0x{field.reset:02X}" if field.width > 4 else str(field.reset)
-    line = f"      {span:<7} {field.name:<10} {', '.join(what):<22} reset {reset:<5}"
+    reset = _number(field, field.reset)
+    line = f"      {span:<7} {field.name:<{width}} {', '.join(what):<22} reset {reset:<5}"
     if field.encode:
-        line += " " + " ".join(f"{name}={value}" for name, value in field.encode) + ";"
+        line += " " + " ".join(f"{name}={_number(field, value)}"
+                               for name, value in field.encode) + ";"
     if field.description:
         line += f"  {field.description}"
     return display_text(line.rstrip())  # a description is the map file's text
@@ -47,15 +61,18 @@ def _field_line(field: Field) -> str:
 def format_map(regmap: RegisterMap) -> str:
     """The register table of ``regdev map``: a line per register (address, name, access,
     reset value, protected, description), then a line per field (bits, name, access and
-    behaviour, reset value, enumerated values, description) and the reserved bits."""
+    behaviour, reset value, enumerated values, description) and the reserved bits. The name
+    columns are as wide as the longest name, so a long name never shifts the columns after
+    it; values of fields of 4 bits or more are in hex (``0x80``)."""
     width = max([len(r.name or "-") for r in regmap.registers] + [4])
+    named = max([len(f.name) for r in regmap.registers for f in r.fields] + [10])
     head = regmap.name or "register map"
     lines = [display_text(f"{head}: {regmap.description}" if regmap.description else head),
              f"{len(regmap)} register{'s' * (len(regmap) != 1)} of 8 bits"]
     lines.append(f"{'addr':<6}{'name':<{width + 2}}{'access':<8}{'reset':<7}description")
     for register in regmap.registers:
         lines.append(_register_line(register, width))
-        lines.extend(_field_line(field) for field in register.fields)
+        lines.extend(_field_line(field, named) for field in register.fields)
         if register.fields and register.reserved_mask:
             lines.append(f"      [{_bits(register.reserved_mask)}] reserved (read as 0, "
                          "write as 0)")

@@ -12,6 +12,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..agents._address import is_loopback, parse_address
+from ..agents._providers import offered_tools
 from ._common import (
     STDOUT_CLOSED,
     UsageError,
@@ -135,7 +136,7 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
         gate, session = open_gate(args, device, policy=policy, approve=approve)
         with gate:  # closing it commits the last audit records
             log.info("serving MCP on stdio: tools %s on %s, session %s, audit log %s",
-                     ", ".join(t for t in gate.tools if session.offers(t)), identity,
+                     ", ".join(t.name for t in offered_tools(gate.tools, session)), identity,
                      session.name,
                      gate.audit.path if gate.audit is not None else "off")
             try:

@@ -7,18 +7,37 @@ compiled JSON form (any other suffix; standard library only).
 What regdev takes from SystemRDL (``docs/maps.md`` has the table): the top ``addrmap`` (the
 last one defined, or ``top=``), its registers (arrays unrolled: ``DATA[0]``...), their names,
 addresses, ``desc``, fields with bit ranges, ``sw`` access (``r``, ``rw``, ``w``), ``reset``,
-``encode`` enums, ``onwrite = woclr``, ``onread = rclr`` (``rclr``), and the user-defined
+``encode`` enums (with their members' ``desc`` or ``name``), ``onwrite = woclr``,
+``onread = rclr`` (``rclr``), and the user-defined
 property ``regdev_protected`` on a register. Anything it cannot honour is refused naming the
 construct and its ``file:line``, never ignored: a register that is not 8 bits wide, an
 ``accesswidth`` other than 8, a register file or memory or nested ``addrmap``, ``external``
 blocks, counters, interrupts, other ``onwrite`` and ``onread`` behaviours, ``singlepulse``,
 ``sw`` access ``w1``, ``rw1`` or ``na``, a reset value given by reference, an address above
 255. The compiler's own errors are shown as it words them, with their ``file:line:column``.
+
+A map file is untrusted input (a vendor's, a colleague's, an attacker's), and the compiler
+is not hardened against it: a 20,000-term expression crashes its parser (SIGSEGV), deep
+nesting exhausts Python's recursion, embedded Perl runs, an array of 10**8 registers fills
+memory. So what a map may be is bounded before the compiler runs (:data:`MAX_MAP_BYTES`,
+:data:`MAX_NESTING`, :data:`MAX_STATEMENT_TOKENS`), and the compiler runs in a child process
+of its own, limited in memory (:data:`COMPILE_MEMORY`) and time (:data:`COMPILE_SECONDS`),
+with no Perl to run, which hands back the compiled JSON form; the reader refuses an array of
+more registers than a map may hold (:data:`MAX_REGISTERS`) before unrolling it. Each refusal
+is one :class:`MapError` line, whatever happened in the child (a crash, a recursion, a
+timeout).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +45,29 @@ from ..core._errors import MapError
 from ..core._text import unicode_problem
 from ._regmap import Field, Register, RegisterMap
 
-__all__ = ["PROTECTED_PROPERTY", "RDL_INSTALL", "load_map", "read_rdl"]
+__all__ = ["COMPILE_MEMORY", "COMPILE_SECONDS", "MAX_MAP_BYTES", "MAX_NESTING", "MAX_REGISTERS",
+           "MAX_STATEMENT_TOKENS", "PROTECTED_PROPERTY", "RDL_INSTALL", "load_map",
+           "read_rdl"]
+
+#: The largest map file read, in bytes (SystemRDL or the JSON form): 1 MiB; a map of 256
+#: registers with every description at its limit is about that.
+MAX_MAP_BYTES = 1 << 20
+#: The deepest nesting of brackets (``(``, ``[``, ``{``) in a SystemRDL file; a map nests
+#: a handful (addrmap, reg, field, enum).
+MAX_NESTING = 64
+#: The most tokens in one SystemRDL statement (between ``;``, ``{`` and ``}``; a string is
+#: one token): a property assignment or an instance takes a few dozen; the compiler's
+#: parser crashes on an expression of some thousands of terms.
+MAX_STATEMENT_TOKENS = 500
+#: The most registers a map holds once its arrays are unrolled (its addresses are 0..0xFF).
+MAX_REGISTERS = 256
+#: Seconds the compiler may take (wall clock, and CPU); then the map is refused.
+COMPILE_SECONDS = 30
+#: Bytes of address space the compiler's process may take (``RLIMIT_AS``, where the platform
+#: has it): 2 GiB.
+COMPILE_MEMORY = 2 << 30
+#: How the child process says the map was refused (its one line follows on stdout).
+_REFUSED = 3
 
 #: The user-defined property that marks a register protected (writes need approval).
 PROTECTED_PROPERTY = "regdev_protected"
@@ -53,11 +94,24 @@ def load_map(path: str | Path) -> RegisterMap:
     path = Path(path)
     if path.suffix.lower() == ".rdl":
         return read_rdl(path)
+    return RegisterMap.from_json(_read_bounded(path), str(path))
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of a map file of at most :data:`MAX_MAP_BYTES` (more is not read).
+
+    Raises:
+        MapError: it cannot be read, or it is larger.
+    """
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            data = file.read(MAX_MAP_BYTES + 1)
     except OSError as error:
         raise MapError(f"cannot read {path}: {error.strerror or error}") from None
-    return RegisterMap.from_json(data, str(path))
+    if len(data) > MAX_MAP_BYTES:
+        raise MapError(f"{path}: the file is larger than {MAX_MAP_BYTES} bytes, more than a "
+                       "register map of 256 registers can need")
+    return data
 
 
 def _where(ref: Any, fallback: str) -> str:
@@ -76,6 +130,10 @@ def _where(ref: Any, fallback: str) -> str:
 def read_rdl(path: str | Path, top: str | None = None) -> RegisterMap:
     """Compile a SystemRDL file and read its top ``addrmap`` as a register map.
 
+    The file is checked against regdev's bounds first (size, nesting, statement length), then
+    compiled in a child process limited in time and memory, with no Perl to run (see the
+    module's docstring); whatever happens there comes back as one line.
+
     Args:
         path: the ``.rdl`` file.
         top: the name of the ``addrmap`` definition to elaborate; None takes the last one
@@ -84,26 +142,157 @@ def read_rdl(path: str | Path, top: str | None = None) -> RegisterMap:
     Raises:
         MapError: systemrdl-compiler is not installed (the message says how to install it),
             the file cannot be read or is not UTF-8 (``invalid UTF-8: byte N is 0xXX``, as a
-            JSON map's), the compiler reports an error (its first, as
-            ``file:line:column: text``), or the map holds a construct regdev does not support
-            (naming it and its ``file:line:column``).
+            JSON map's), it is over a bound (:data:`MAX_MAP_BYTES`, :data:`MAX_NESTING`,
+            :data:`MAX_STATEMENT_TOKENS`, :data:`MAX_REGISTERS`, naming ``file:line``), it
+            embeds Perl, the compiler reports an error (its first, as ``file:line:column:
+            text``), crashes, recurses too deeply, or takes more than
+            :data:`COMPILE_SECONDS` or :data:`COMPILE_MEMORY`, or the map holds a construct
+            regdev does not support (naming it and its ``file:line:column``).
     """
     path = Path(path)
-    try:
-        systemrdl = importlib.import_module("systemrdl")
-        messages = importlib.import_module("systemrdl.messages")
-        udp = importlib.import_module("systemrdl.udp")
-        component = importlib.import_module("systemrdl.component")
-    except ImportError:
+    if importlib.util.find_spec("systemrdl") is None:
         raise MapError(f"{path}: reading SystemRDL needs the systemrdl-compiler package: "
-                       f"{RDL_INSTALL}; or give the map in its compiled JSON form") from None
+                       f"{RDL_INSTALL}; or give the map in its compiled JSON form")
+    data = _read_bounded(path)
     try:
-        path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise MapError(f"cannot read {path}: {error.strerror or error}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:  # said as a JSON map's is, never as Python's codec
         raise MapError(f"{path}: not valid SystemRDL: {unicode_problem(error)}") from None
+    problem = _over_bounds(text)
+    if problem is not None:
+        raise MapError(f"{path}:{problem}")
+    return RegisterMap.from_json(_compile_apart(path, top), str(path))
 
+
+#: SystemRDL's tokens as far as the bounds care: comments and strings (skipped whole), a
+#: preprocessor directive's line (with its continuations; it ends a statement), the brackets,
+#: the statement ends, and any other token.
+_TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|'
+                    r"(`(?:define|undef|include|ifdef|ifndef|elsif|else|endif|line)\b"
+                    r"(?:\\\n|[^\n])*)|([(\[{])|([)\]}])|(;)|[A-Za-z0-9_'`$]+|\S", re.S)
+
+
+#: A macro's definition, and a macro's use.
+_DEFINE = re.compile(r"`define\s+(\w+)(.*)", re.S)
+_USE = re.compile(r"`(\w+)")
+
+
+def _over_bounds(text: str) -> str | None:
+    """``LINE: why`` when ``text`` nests brackets deeper than :data:`MAX_NESTING`, has a
+    statement of more than :data:`MAX_STATEMENT_TOKENS` tokens, or a chain of ```define``
+    macros (each using the one before) longer than :data:`MAX_NESTING`; else None."""
+    depth = tokens = 0
+    macros: dict[str, int] = {}  # how deep each macro's expansion nests
+    for match in _TOKEN.finditer(text):
+        directive, opening, closing, end = match.groups()
+        if directive:
+            define = _DEFINE.match(directive)
+            if define is not None:
+                nests = 1 + max((macros.get(use, 0) for use in _USE.findall(define[2])),
+                                default=0)
+                macros[define[1]] = nests
+                if nests > MAX_NESTING:
+                    return (f"{text.count(chr(10), 0, match.start()) + 1}: `define macros "
+                            f"chained more than {MAX_NESTING} deep")
+        elif opening:
+            depth += 1
+            if depth > MAX_NESTING:
+                return (f"{text.count(chr(10), 0, match.start()) + 1}: brackets nested more "
+                        f"than {MAX_NESTING} deep; a register map needs a handful")
+        elif closing:
+            depth -= 1
+        if directive or opening == "{" or closing == "}" or end:
+            tokens = 0
+            continue
+        if match.group().startswith(("//", "/*")):
+            continue
+        tokens += 1
+        if tokens > MAX_STATEMENT_TOKENS:
+            return (f"{text.count(chr(10), 0, match.start()) + 1}: a statement of more than "
+                    f"{MAX_STATEMENT_TOKENS} tokens (an expression that long is not a "
+                    "register map's)")
+    return None
+
+
+def _compile_apart(path: Path, top: str | None) -> str:
+    """The compiled JSON form of the SystemRDL file ``path``, made by a child process
+    (:func:`_child`) limited to :data:`COMPILE_SECONDS` and :data:`COMPILE_MEMORY`.
+
+    Raises:
+        MapError: the child refused the map (its line), crashed, or ran out of time.
+    """
+    env = dict(os.environ, PATH="")  # no perl: embedded Perl is refused, never run
+    command = [sys.executable, "-c", _CHILD, str(Path(__file__).resolve().parents[1]),
+               str(path), top or ""]
+    try:
+        done = subprocess.run(command, capture_output=True, env=env, check=False,
+                              timeout=COMPILE_SECONDS, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise MapError(f"{path}: the SystemRDL compiler took more than {COMPILE_SECONDS} s; "
+                       "a register map compiles in about one") from None
+    except OSError as error:
+        raise MapError(f"{path}: cannot run the SystemRDL compiler: "
+                       f"{error.strerror or error}") from None
+    out = done.stdout.decode("utf-8", "replace")
+    if done.returncode == 0:
+        return out
+    if done.returncode == _REFUSED:
+        raise MapError(out.strip() or f"{path}: refused by the SystemRDL compiler")
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        if name == "SIGXCPU":  # RLIMIT_CPU
+            raise MapError(f"{path}: the SystemRDL compiler took more than {COMPILE_SECONDS} "
+                           "s of CPU time; a register map compiles in about one")
+        raise MapError(f"{path}: the SystemRDL compiler crashed on it ({name}): an "
+                       "expression or a nesting too deep, or more than "
+                       f"{COMPILE_MEMORY >> 20} MiB of memory")
+    raise MapError(f"{path}: the SystemRDL compiler failed (exit status {done.returncode}); "
+                   "rerun with the compiled JSON form to see if the map is the cause")
+
+
+#: The child's program: regdev's package directory stands for the package, so that what
+#: ``regdev/__init__.py`` imports (everything) is not imported; this module and the map
+#: model import only the standard library (and systemrdl).
+_CHILD = ("import sys, types; package = types.ModuleType('regdev'); "
+          "package.__path__ = [sys.argv.pop(1)]; sys.modules['regdev'] = package; "
+          "from regdev.devices._rdl import _child; _child()")
+
+
+def _child() -> None:
+    """The child process of :func:`_compile_apart`: ``argv`` is the file and the top
+    addrmap's name (or ""); writes the compiled JSON form (exit 0) or one line (exit 3)."""
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource  # noqa: PLC0415 - POSIX only (not on Windows: no limit there)
+
+        resource.setrlimit(resource.RLIMIT_AS, (COMPILE_MEMORY, COMPILE_MEMORY))
+        resource.setrlimit(resource.RLIMIT_CPU, (COMPILE_SECONDS, COMPILE_SECONDS))
+    path, top = sys.argv[1], sys.argv[2] or None
+    try:
+        text = _compile(Path(path), top).to_json()
+    except MapError as error:
+        line, status = str(error), _REFUSED
+    except RecursionError:
+        line, status = (f"{path}: nested too deeply for the SystemRDL compiler (an expression "
+                        "or a chain of `define macros)"), _REFUSED
+    except MemoryError:
+        line, status = (f"{path}: the SystemRDL compiler needed more than "
+                        f"{COMPILE_MEMORY >> 20} MiB"), _REFUSED
+    else:
+        line, status = text, 0
+    sys.stdout.write(line)
+    sys.stdout.flush()
+    os._exit(status)  # nothing more to run: skip the interpreter's teardown
+
+
+def _compile(path: Path, top: str | None) -> RegisterMap:
+    """Compile and read the map, in this process (the child's work)."""
+    systemrdl = importlib.import_module("systemrdl")
+    messages = importlib.import_module("systemrdl.messages")
+    udp = importlib.import_module("systemrdl.udp")
+    component = importlib.import_module("systemrdl.component")
     errors: list[str] = []
 
     class _Collect(messages.MessagePrinter):  # type: ignore[misc,name-defined]
@@ -111,6 +300,9 @@ def read_rdl(path: str | Path, top: str | None = None) -> RegisterMap:
 
         def print_message(self, severity: Any, text: str, src_ref: Any) -> None:
             if severity >= messages.Severity.ERROR:
+                if text.startswith("Input contains Perl preprocessor tags"):
+                    text = ("embedded Perl (<% ... %>) is not supported by regdev: a map file "
+                            "runs no code")
                 errors.append(f"{_where(src_ref, str(path))}: {text}")
 
     class _Protected(udp.UDPDefinition):  # type: ignore[misc,name-defined]
@@ -154,6 +346,18 @@ class _Reader:
 
     def map(self, top: Any) -> RegisterMap:
         node = self.node
+        count = 0
+        for child in top.descendants(unroll=False):  # counted before anything is unrolled
+            if isinstance(child, node.RegNode):
+                size = 1
+                for dimension in child.array_dimensions or ():
+                    size *= dimension
+                count += size
+                if count > MAX_REGISTERS:
+                    shape = "".join(f"[{d}]" for d in child.array_dimensions or ())
+                    raise self.refuse(child, f"register {child.inst_name}{shape}, which makes "
+                                             f"more than the {MAX_REGISTERS} registers a map "
+                                             "holds (addresses 0..0xFF),")
         registers = []
         for child in top.descendants(unroll=True):
             if isinstance(child, node.RegNode):
@@ -227,12 +431,15 @@ class _Reader:
             raise self.refuse(field, f"{what}: a reset value by reference", "reset")
         encode = field.get_property("encode", default=None)
         pairs = tuple((member.name, member.value) for member in encode) if encode else ()
+        meanings = tuple((member.name, _text(member.rdl_desc or member.rdl_name))
+                         for member in encode or () if member.rdl_desc or member.rdl_name)
         try:
             return Field(name=field.inst_name, lsb=field.lsb, msb=field.msb, access=access,
                          reset=reset or 0, onwrite="woclr" if onwrite is not None else None,
                          onread="rclr" if onread is not None else None, encode=pairs,
                          description=_text(field.get_property("desc", default=None)
-                                           or field.get_property("name", default="")))
+                                           or field.get_property("name", default="")),
+                         enum_descriptions=meanings)
         except MapError as error:
             raise MapError(f"{_where(field.inst_src_ref, str(self.path))}: {error}") from None
 

@@ -147,6 +147,9 @@ class Field:
         encode: the field's enumerated values, ``(NAME, value)`` pairs (a mapping is taken
             too); names are identifiers, values fit the field. Empty: a plain number.
         description: what the field is, for people and models.
+        enum_descriptions: what enumerated values mean, ``(NAME, description)`` pairs (a
+            mapping is taken too), each NAME one of ``encode``'s, once; a description at
+            most 4096 characters. Values without one are left out.
 
     Raises:
         MapError: any of the above does not hold (the message names the field).
@@ -161,12 +164,15 @@ class Field:
     onread: str | None = None
     encode: tuple[tuple[str, int], ...] = ()
     description: str = ""
+    enum_descriptions: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.encode, Mapping):
-            object.__setattr__(self, "encode", tuple(self.encode.items()))
-        elif not isinstance(self.encode, tuple):
-            object.__setattr__(self, "encode", tuple(self.encode))
+        for name in ("encode", "enum_descriptions"):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, name, tuple(value.items()))
+            elif not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
         self.check(f"field {self.name}" if _name_problem(self.name) is None else "a field")
 
     def check(self, where: str) -> None:
@@ -211,6 +217,19 @@ class Field:
         problem = _description_problem(self.description)
         if problem is not None:
             raise _fail(where, problem)
+        described: set[str] = set()
+        for meaning in self.enum_descriptions:
+            if not (isinstance(meaning, tuple) and len(meaning) == 2):
+                raise _fail(where, f"enum_descriptions holds {_shown(meaning)}, not a (NAME, "
+                                   "description) pair")
+            name, text = meaning
+            if name not in names or name in described:
+                raise _fail(where, f"enum_descriptions: {_shown(name)} is not an enumerated "
+                                   "value of the field, or is described twice")
+            described.add(name)
+            problem = _description_problem(text)
+            if problem is not None:
+                raise _fail(where, f"enum {name}: {problem}")
 
     @property
     def width(self) -> int:
@@ -447,7 +466,9 @@ class Register:
             "rclr_mask": self.rclr_mask,
             "fields": [{"name": f.name, "lsb": f.lsb, "msb": f.msb, "access": f.access,
                         "reset": f.reset, "onwrite": f.onwrite, "onread": f.onread,
-                        "encode": dict(f.encode), "description": f.description}
+                        "encode": dict(f.encode), "description": f.description,
+                        **({"enum_descriptions": dict(f.enum_descriptions)}
+                           if f.enum_descriptions else {})}
                        for f in self.fields],
         }
 
@@ -602,7 +623,9 @@ class RegisterMap:
                             "protected", "reserved_mask", "woclr_mask", "rclr_mask",
                             "fields": [{"name", "lsb", "msb", "access", "reset",
                                         "onwrite": null|"woclr", "onread": null|"rclr",
-                                        "encode": {NAME: value}, "description"}]}]}
+                                        "encode": {NAME: value}, "description",
+                                        "enum_descriptions": {NAME: text} (only when
+                                        some value has one)}]}]}
 
         The masks are derived from the fields (a reader may use them rather than the
         fields); :meth:`from_json` checks that they agree.
@@ -669,7 +692,7 @@ class RegisterMap:
 _KEYS_REGISTER = {"name", "addr", "access", "reset", "description", "protected",
                   "reserved_mask", "woclr_mask", "rclr_mask", "fields"}
 _KEYS_FIELD = {"name", "lsb", "msb", "access", "reset", "onwrite", "onread", "encode",
-               "description"}
+               "description", "enum_descriptions"}
 
 
 class _Reader:
@@ -738,11 +761,17 @@ class _Reader:
         if type(encode) is not dict:
             raise self.error(f"{where}.encode", "must be an object of NAME: value")
         description = self.text(data.get("description", ""), f"{where}.description")
+        meanings = data.get("enum_descriptions", {})
+        if type(meanings) is not dict:
+            raise self.error(f"{where}.enum_descriptions", "must be an object of NAME: text")
+        for name, text in meanings.items():
+            self.text(text, f"{where}.enum_descriptions.{escape_text(name)}")
         try:
             return Field(name=data["name"], lsb=data["lsb"], msb=data["msb"],
                          access=data.get("access", "rw"), reset=data.get("reset", 0),
                          onwrite=data.get("onwrite"), onread=data.get("onread"),
-                         encode=tuple(encode.items()), description=description)
+                         encode=tuple(encode.items()), description=description,
+                         enum_descriptions=tuple(meanings.items()))
         except MapError as error:
             raise self.error(where, str(error).partition(": ")[2] or str(error)) from None
 

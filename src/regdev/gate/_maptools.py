@@ -11,14 +11,24 @@ tool                what it does
 write_register      one byte to one register (the seed tool), ``addr`` bounded by the map
 read_register       one register (the seed tool); decoded into named fields when it has some
 read_registers      ``count`` registers from ``addr`` (one frame over serial)
-write_registers     ``data`` (1..16 bytes) from ``addr``, all or nothing (one frame)
-write_field         one field by name (``CTRL.MODE``), by enumerated name or number: one
-                    atomic read-modify-write (one masked-write frame), nothing else changes
+write_registers     ``data`` (1..N bytes, N the smaller of 16 and the map's number of
+                    registers, as the schema and the description say) from ``addr``, all or
+                    nothing (one frame); ``read_registers``' ``count`` likewise
+write_field         one writable field by name (``CTRL.MODE``; a read-only field is not in
+                    its ``enum``), by enumerated name or number: one atomic
+                    read-modify-write (one masked-write frame), nothing else changes
 read_fields         one register by name, decoded into named fields
 ==================  ==========================================================================
 
 The default map (:meth:`RegisterMap.default`) gets the two seed tools exactly as they were
 (:data:`~regdev.REGISTER_TOOLS`), so its tools, verdicts and messages do not change.
+
+The map's descriptions reach the model in the tools' descriptions: each register's (in
+``write_register``, ``read_register`` and ``read_fields``), each field's and each enumerated
+value's (in ``write_field`` for the writable fields, ``read_fields`` for all), so units,
+scaling and formulas (``RSSI = -157 + value``) are where the model reads. They are the map
+file's text, not the tool author's: each is escaped (printable ASCII, ``core/_text.py``) and
+cut to :data:`DESCRIPTION_SHOWN` characters, and each list to :data:`LIST_SHOWN`.
 
 Why one generic ``write_field(field, value)`` and not a tool per register
 (``write_CTRL(EN, MODE)``): the field's name is one closed ``enum`` of ``REGISTER.FIELD``
@@ -34,7 +44,9 @@ The rules, in the order they run (the first failure decides), each one code:
 
 * ``no-register``: an address (or an address of a block) that is no register (a gap in the
   map, or past its end);
-* ``read-only-field``: ``write_field`` on a field software cannot write (final);
+* ``read-only-field``: ``write_field`` on a field software cannot write (final; the schema's
+  ``enum`` holds only writable fields, so a call reaches this only from a caller that
+  bypasses the schema: defence in depth);
 * ``reserved-bits``: data that sets a bit no field defines;
 * ``field-value``: a field's value outside its enumerated values or its width (for
   ``write_field``; and for the bits of an enumerated field in ``write_register`` and
@@ -46,6 +58,7 @@ authorize (the map's read-only registers are the policy's by default).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..core._errors import DeviceError
@@ -53,23 +66,55 @@ from ..core._observation import Refusal
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, MAX_BLOCK, Device
 from ..devices._regmap import Field, Register, RegisterMap
+from ._compile import render_value
+from ._maprules import MAP_RULES_SOURCE, map_changes, map_field_number, map_finding
 from ._tools import REGISTER_TOOLS, Tool, ToolSet
 
-__all__ = ["map_tools", "register_summary"]
+__all__ = ["DESCRIPTION_SHOWN", "LIST_SHOWN", "map_tools", "register_summary", "rule_table"]
+
+#: The most characters of one description from the map (a register's, a field's, an
+#: enumerated value's) a tool description shows, escaped (then ``...``).
+DESCRIPTION_SHOWN = 200
+#: The most characters a tool description spends on its list of registers or of fields with
+#: their descriptions; past it, the list says how many more there are.
+LIST_SHOWN = 6000
 
 
 def map_tools(regmap: RegisterMap) -> ToolSet:
     """The tools offered to models for a device with ``regmap`` (see the module's table).
 
     The default map gets :data:`~regdev.REGISTER_TOOLS` (the two seed tools, unchanged).
-    ``write_field`` and ``read_fields`` are offered when some register has fields.
+    ``write_field`` is offered when some register has a writable field, ``read_fields`` when
+    some register has fields. The tool set carries the map's rules as standalone source
+    (:attr:`ToolSet.standalone_rules`), so ``regdev compile --map`` writes a module whose
+    verdicts are the gate's up to authorize.
 
     Raises:
         SchemaError: never for a valid map (a bug otherwise).
     """
     if regmap.is_default:
         return REGISTER_TOOLS
-    return ToolSet(_MapTools(regmap).tools())
+    built = _MapTools(regmap)
+    return ToolSet(built.tools(), standalone_rules=built.standalone_rules())
+
+
+def rule_table(regmap: RegisterMap) -> dict[str, Any]:
+    """The map's rule table (plain JSON-like data; its layout is in ``_maprules.py``): what
+    the map's rules and ``changes`` hooks read, in process and in a standalone module."""
+    registers: list[Any] = [None] * (regmap.last + 1)
+    fields: dict[str, list[int]] = {}
+    for register in regmap.registers:
+        rows = []
+        for index, field in enumerate(register.fields):
+            values = dict(field.encode) if field.encode else None
+            rows.append([field.name, field.lsb, field.mask, field.writable,
+                         bool(field.encode) and field.writable and field.onwrite != "woclr",
+                         field.top, values])
+            if register.name:
+                fields[f"{register.name}.{field.name}"] = [register.addr, index]
+        registers[register.addr] = [register.name, register.reserved_mask, rows]
+    return {"registers": registers, "fields": fields,
+            "read_only": sorted(regmap.read_only())}
 
 
 def register_summary(regmap: RegisterMap, limit: int = 24) -> str:
@@ -84,8 +129,43 @@ def register_summary(regmap: RegisterMap, limit: int = 24) -> str:
     return ", ".join(parts) + (f", and {more} more" if more > 0 else "")
 
 
+def _described(text: str) -> str:
+    """A description from the map as a tool description shows it: without its final period
+    (the list puts its own separators), escaped (the map is a file, its text is not the
+    tool author's) and cut to :data:`DESCRIPTION_SHOWN` characters."""
+    return escape_text(text.rstrip("."), DESCRIPTION_SHOWN)
+
+
+def _bounded_list(items: list[str], what: str, where: str, sep: str = "; ") -> str:
+    """``items`` joined by ``sep`` up to :data:`LIST_SHOWN` characters, then how many more
+    ``what`` there are and ``where`` to find them; an item longer than the whole (a field
+    of 256 described values) is cut to it."""
+    shown: list[str] = []
+    used = 0
+    for whole in items:  # (printable ASCII already: cutting an item is safe)
+        item = whole if len(whole) <= LIST_SHOWN else whole[:LIST_SHOWN - 3] + "..."
+        if shown and used + len(item) + len(sep) > LIST_SHOWN:
+            break
+        shown.append(item)
+        used += len(item) + len(sep)
+    more = len(items) - len(shown)
+    return sep.join(shown) + (f"{sep}and {more} more {what} ({where})" if more else "")
+
+
+def _register_entry(register: Register) -> str:
+    """``CTRL=0x01: Control: enable and conversion mode.``: a register for a tool
+    description, with its access and its description."""
+    name = register.name or f"register {register.addr}"
+    access = {"r": " (read-only)", "w": " (write-only)"}.get(register.access or "rw", "")
+    text = f"{name}=0x{register.addr:02X}{access}"
+    if register.protected:
+        text += " (protected: a write needs approval)"
+    return text + (f": {_described(register.description)}" if register.description else "")
+
+
 def _field_summary(register: Register, field: Field) -> str:
-    """``CTRL.MODE (bits 2:1, SLOW=0 FAST=1)``: a field for a tool description."""
+    """``CTRL.MODE (bits 2:1, SLEEP=0 ONESHOT=1): Conversion mode. SLEEP: no conversions``:
+    a field for a tool description, with its description and its values' descriptions."""
     details = [field.bits()]
     if field.access == "r":
         details.append("read-only")
@@ -97,7 +177,10 @@ def _field_summary(register: Register, field: Field) -> str:
         details.append("clears when read")
     if field.encode:
         details.append(" ".join(f"{name}={value}" for name, value in field.encode))
-    return f"{register.name}.{field.name} ({', '.join(details)})"
+    text = f"{register.name}.{field.name} ({', '.join(details)})"
+    notes = [_described(field.description)] if field.description else []
+    notes += [f"{name}: {_described(text)}" for name, text in field.enum_descriptions]
+    return text + (": " + ". ".join(notes) if notes else "")
 
 
 class _MapTools:
@@ -105,13 +188,39 @@ class _MapTools:
 
     def __init__(self, regmap: RegisterMap) -> None:
         self.map = regmap
+        self.table = rule_table(regmap)
         self.first, self.last = regmap.registers[0].addr, regmap.last
         self.summary = register_summary(regmap)
         self.fields = [(register, field) for register in regmap.registers if register.name
                        for field in register.fields]
+        self.writable = [(register, field) for register, field in self.fields
+                         if field.writable]
         self.where = (f"{len(regmap)} registers at 0x{self.first:02X}..0x{self.last:02X}"
                       + ("" if regmap.contiguous else " (with gaps)"))
-        self.device = f"the device{' ' + regmap.name if regmap.name else ''}"
+        self.device = f"the device{' ' + _described(regmap.name) if regmap.name else ''}"
+        self.block = min(MAX_BLOCK, len(regmap))
+        self.registers = _bounded_list([_register_entry(r) for r in regmap.registers],
+                                       "registers", "read_register gives any of them")
+
+    def standalone_rules(self) -> str:
+        """Source defining ``tool_rules(name, a)`` for a standalone module: the map's rules'
+        code, then ``read-only-register`` for a write the map makes impossible (what the gate
+        answers at authorize, with no policy file); None when all hold."""
+        return (MAP_RULES_SOURCE + "\n\n_MAP = " + render_value(self.table) + "\n"
+                "_READ_ONLY = frozenset(_MAP['read_only'])\n\n\n"
+                "def tool_rules(name, a):\n"
+                '    """None when the map\'s rules hold for a call that passed the schema, '
+                'else its code."""\n'
+                "    finding = map_finding(_MAP, name, a)\n"
+                "    if finding is not None:\n"
+                "        return finding[0]\n"
+                "    if not _READ_ONLY.isdisjoint(map_changes(_MAP, name, a)):\n"
+                "        return 'read-only-register'\n"
+                "    return None\n")
+
+    def changes(self, name: str) -> Any:
+        """The ``changes`` hook of tool ``name``: the registers its call may change."""
+        return functools.partial(map_changes, self.table, name)
 
     # --- schemas --------------------------------------------------------------------------
 
@@ -125,197 +234,191 @@ class _MapTools:
                 "description": f"Value to store, 0..{DATA_MAX} (one unsigned byte)."}
         clears = any(register.rclr_mask for register in self.map.registers)
         reads = ("A read clears the clear-on-read bits it returns. " if clears else "")
+        about = (f" The device: {_described(self.map.description)}."
+                 if self.map.description else "")
         tools = [
             Tool("write_register",
-                 f"Write one byte to one register of {self.device} ({self.where}: "
-                 f"{self.summary}). addr is the register address (integer "
-                 f"{self.first}..{self.last}); data is the value (integer 0..{DATA_MAX}). Bits "
+                 f"Write one byte to one register of {self.device} ({self.where}).{about} "
+                 f"addr is the register address (integer {self.first}..{self.last}); data is "
+                 f"the value (integer 0..{DATA_MAX}). Bits "
                  "of read-only fields keep their value, write-1-to-clear bits clear where "
                  "data has a 1, reserved bits must be 0. To change one field without "
                  "touching the others, use write_field. Returns the address and the value "
-                 "the register holds after the write.",
+                 f"the register holds after the write. Registers: {self.registers}.",
                  {"type": "object", "properties": {"addr": self.addr(), "data": data},
                   "required": ["addr", "data"], "additionalProperties": False},
                  idempotent=True, destructive=True, open_world=False,
-                 handler=self.write_register, rules=self.write_register_rules,
-                 changes=_one_addr, repeat_risk=self.write_register_risk),
+                 handler=self.write_register, rules=self.rules("write_register"),
+                 changes=self.changes("write_register"), repeat_risk=self.write_register_risk),
             Tool("read_register",
-                 f"Read one register of {self.device} ({self.where}: {self.summary}). addr is "
+                 f"Read one register of {self.device} ({self.where}).{about} addr is "
                  f"the register address (integer {self.first}..{self.last}). {reads}Returns "
                  f"the address, the value (0..{DATA_MAX}) and, for a register with fields, "
-                 "its fields by name.",
+                 f"its fields by name. Registers: {self.registers}.",
                  {"type": "object", "properties": {"addr": self.addr()},
                   "required": ["addr"], "additionalProperties": False},
                  read_only=True, idempotent=not clears, destructive=False, open_world=False,
-                 handler=self.read_register, rules=self.addr_rules),
+                 handler=self.read_register, rules=self.rules("read_register")),
             Tool("read_registers",
-                 f"Read {f'1..{MAX_BLOCK}'} consecutive registers of {self.device} at once, "
-                 f"from addr up ({self.where}). {reads}Returns the first address and the "
-                 "values, lowest address first.",
+                 f"Read 1..{self.block} consecutive registers of {self.device} at once, "
+                 f"from addr up ({self.where}). count is how many (integer 1..{self.block}). "
+                 f"{reads}Returns the first address and the values, lowest address first.",
                  {"type": "object",
                   "properties": {"addr": self.addr(),
                                  "count": {"type": "integer", "minimum": 1,
-                                           "maximum": min(MAX_BLOCK, len(self.map)),
-                                           "description": "How many registers to read."}},
+                                           "maximum": self.block,
+                                           "description": "How many registers to read, "
+                                                          f"1..{self.block}."}},
                   "required": ["addr", "count"], "additionalProperties": False},
                  read_only=True, idempotent=not clears, destructive=False, open_world=False,
-                 handler=self.read_registers, rules=self.read_block_rules),
+                 handler=self.read_registers, rules=self.rules("read_registers")),
         ]
         tools.append(Tool(
             "write_registers",
-            f"Write 1..{MAX_BLOCK} consecutive registers of {self.device} at once, from "
+            f"Write 1..{self.block} consecutive registers of {self.device} at once, from "
             f"addr up ({self.where}), all or nothing: every value is checked before any "
             "is written, and nothing is written if one is refused. data is the values, "
-            f"lowest address first (integers 0..{DATA_MAX}). Returns the first address and "
-            "the values after the write.",
+            f"lowest address first (1..{self.block} integers 0..{DATA_MAX}). Returns the "
+            "first address and the values after the write.",
             {"type": "object",
              "properties": {"addr": self.addr(),
                             "data": {"type": "array",
                                      "items": {"type": "integer", "minimum": 0,
                                                "maximum": DATA_MAX},
                                      "minItems": 1,
-                                     "maxItems": min(MAX_BLOCK, len(self.map)),
-                                     "description": "The values to write, lowest "
-                                                    "address first."}},
+                                     "maxItems": self.block,
+                                     "description": f"The values to write (1..{self.block}), "
+                                                    "lowest address first."}},
              "required": ["addr", "data"], "additionalProperties": False},
             idempotent=True, destructive=True, open_world=False,
-            handler=self.write_registers, rules=self.write_block_rules,
-            changes=_block_addrs, repeat_risk=self.write_block_risk))
+            handler=self.write_registers, rules=self.rules("write_registers"),
+            changes=self.changes("write_registers"), repeat_risk=self.write_block_risk))
+        if self.writable:
+            tools.append(self.write_field_tool())
         if self.fields:
-            tools.extend(self.field_tools())
+            tools.append(self.read_fields_tool())
         return tools
 
-    def field_tools(self) -> list[Tool]:
-        named = [register.name for register in self.map.registers
+    def write_field_tool(self) -> Tool:
+        fields = _bounded_list([_field_summary(r, f) for r, f in self.writable],
+                               "fields", "read_fields decodes a register into its fields")
+        read_only = [f"{r.name}.{f.name}" for r, f in self.fields if not f.writable]
+        others = (f" Read-only fields, which no call can write (read them with read_fields): "
+                  f"{_bounded_list(read_only, 'fields', 'read_fields lists them', ', ')}."
+                  if read_only else "")
+        return Tool(
+            "write_field",
+            f"Set one field of one register of {self.device}, and nothing else: the "
+            "device changes only that field's bits, in one atomic read-modify-write. "
+            'field is "REGISTER.FIELD", one of the writable fields; value is the field\'s '
+            "enumerated name, or a number that fits the field. Returns the field, the "
+            "register's address, its value after and its fields by name. Writable fields: "
+            f"{fields}.{others}",
+            {"type": "object",
+             "properties": {
+                 "field": {"type": "string",
+                           "enum": [f"{r.name}.{f.name}" for r, f in self.writable],
+                           "description": 'The field, as "REGISTER.FIELD".'},
+                 "value": {"type": ["string", "integer"], "minimum": 0,
+                           "maximum": DATA_MAX, "maxLength": 64,
+                           "description": "The field's new value: one of its "
+                                          "enumerated names, or a number within its "
+                                          "width."}},
+             "required": ["field", "value"], "additionalProperties": False},
+            idempotent=True, destructive=True, open_world=False,
+            handler=self.write_field, rules=self.rules("write_field"),
+            changes=self.changes("write_field"), repeat_risk=self.write_field_risk)
+
+    def read_fields_tool(self) -> Tool:
+        named = [register for register in self.map.registers
                  if register.name and register.fields]
-        fields = "; ".join(_field_summary(register, field) for register, field in self.fields)
-        return [
-            Tool("write_field",
-                 f"Set one field of one register of {self.device}, and nothing else: the "
-                 "device changes only that field's bits, in one atomic read-modify-write. "
-                 'field is "REGISTER.FIELD"; value is the field\'s enumerated name, or a '
-                 "number that fits the field. Fields: " + fields + ". Returns the field, the "
-                 "register's address, its value after and its fields by name.",
-                 {"type": "object",
-                  "properties": {
-                      "field": {"type": "string",
-                                "enum": [f"{r.name}.{f.name}" for r, f in self.fields],
-                                "description": 'The field, as "REGISTER.FIELD".'},
-                      "value": {"type": ["string", "integer"], "minimum": 0,
-                                "maximum": DATA_MAX, "maxLength": 64,
-                                "description": "The field's new value: one of its "
-                                               "enumerated names, or a number within its "
-                                               "width."}},
-                  "required": ["field", "value"], "additionalProperties": False},
-                 idempotent=True, destructive=True, open_world=False,
-                 handler=self.write_field, rules=self.write_field_rules,
-                 changes=self.field_addr, repeat_risk=self.write_field_risk),
-            Tool("read_fields",
-                 f"Read one register of {self.device} by name and decode it into its named "
-                 "fields (an enumerated field by its name). register is one of: "
-                 f"{', '.join(named)}.",
-                 {"type": "object",
-                  "properties": {"register": {"type": "string", "enum": named,
-                                              "description": "The register's name."}},
-                  "required": ["register"], "additionalProperties": False},
-                 read_only=True,
-                 idempotent=not any(self.map.named(n).rclr_mask  # type: ignore[union-attr]
-                                    for n in named),
-                 destructive=False, open_world=False, handler=self.read_fields),
-        ]
+        entries = [_register_entry(register) + " [fields: " + ", ".join(
+            _field_summary(register, field).removeprefix(f"{register.name}.")
+            for field in register.fields) + "]" for register in named]
+        return Tool(
+            "read_fields",
+            f"Read one register of {self.device} by name and decode it into its named "
+            "fields (an enumerated field by its name). register is one of the registers: "
+            f"{_bounded_list(entries, 'registers', 'read_register gives any register')}.",
+            {"type": "object",
+             "properties": {"register": {"type": "string",
+                                         "enum": [register.name for register in named],
+                                         "description": "The register's name."}},
+             "required": ["register"], "additionalProperties": False},
+            read_only=True,
+            idempotent=not any(register.rclr_mask for register in named),
+            destructive=False, open_world=False, handler=self.read_fields)
 
     # --- rules (validate, after ranges) ---------------------------------------------------
+
+    def rules(self, name: str) -> Any:
+        """The ``rules`` hook of tool ``name``: the map's rules (``_maprules.py``), each
+        finding worded for a model."""
+        table = self.table
+
+        def rules(arguments: dict[str, Any]) -> Refusal | None:
+            finding = map_finding(table, name, arguments)
+            return None if finding is None else self.refusal(name, arguments, finding)
+
+        return rules
+
+    def refusal(self, name: str, arguments: dict[str, Any], finding: tuple[Any, ...]
+                ) -> Refusal:
+        """The refusal of a call of ``name`` whose rules gave ``finding``."""
+        code = finding[0]
+        if code == "no-register":
+            missing: list[int] = finding[1]
+            if name in ("read_register", "write_register"):
+                return self._no_register(f"addr {missing[0]}")
+            count = (arguments["count"] if name == "read_registers"
+                     else len(arguments["data"]))
+            shown = (", ".join(str(a) for a in missing[:4])
+                     + (", ..." if len(missing) > 4 else ""))
+            return self._no_register(
+                f"the block of {count} register{'s' * (count != 1)} from addr "
+                f"{arguments['addr']} reaches {shown}, which",
+                "is" if len(missing) == 1 else "are")
+        if name == "write_field":
+            register = self.map.at(finding[1])
+            assert register is not None
+            return self._field_refusal(register, register.fields[finding[2]], code,
+                                       arguments["value"])
+        index, addr, data = finding[1], finding[2], finding[3]
+        register = self.map.at(addr)
+        assert register is not None
+        what = f"data[{index}]" if name == "write_registers" else "data"
+        if code == "reserved-bits":
+            fields = ", ".join(f"{f.name} ({f.bits()})" for f in register.fields)
+            return Refusal("validate", "reserved-bits",
+                           f"{what} 0x{data:02X} sets reserved bit(s) 0x{finding[4]:02X} of "
+                           f"register {register.label}; send them as 0 (its fields: "
+                           f"{fields})")
+        field = register.fields[finding[4]]
+        return Refusal("validate", "field-value",
+                       f"{what} 0x{data:02X} would set {register.name}.{field.name} to "
+                       f"{finding[5]}, which is not one of its values: {_enum_list(field)}")
 
     def _no_register(self, what: str, verb: str = "is") -> Refusal:
         return Refusal("validate", "no-register",
                        f"{what} {verb} not a register of this device; registers: "
                        f"{self.summary}")
 
-    def addr_rules(self, arguments: dict[str, Any]) -> Refusal | None:
-        addr = arguments["addr"]
-        if self.map.at(addr) is None:
-            return self._no_register(f"addr {addr}")
-        return None
-
-    def read_block_rules(self, arguments: dict[str, Any]) -> Refusal | None:
-        return self._block(arguments["addr"], arguments["count"])
-
-    def _block(self, addr: int, count: int) -> Refusal | None:
-        missing = [a for a in range(addr, addr + count) if self.map.at(a) is None]
-        if not missing:
-            return None
-        shown = ", ".join(str(a) for a in missing[:4]) + (", ..." if len(missing) > 4 else "")
-        return self._no_register(
-            f"the block of {count} register{'s' * (count != 1)} from addr {addr} "
-            f"reaches {shown}, which", "is" if len(missing) == 1 else "are")
-
-    def _value_rules(self, register: Register, data: int, what: str) -> Refusal | None:
-        """reserved-bits, then field-value, for one byte written to ``register``."""
-        reserved = data & register.reserved_mask
-        if reserved:
-            fields = ", ".join(f"{f.name} ({f.bits()})" for f in register.fields)
-            return Refusal("validate", "reserved-bits",
-                           f"{what} 0x{data:02X} sets reserved bit(s) 0x{reserved:02X} of "
-                           f"register {register.label}; send them as 0 (its fields: "
-                           f"{fields})")
-        for field in register.fields:
-            if not field.encode or not field.writable or field.onwrite == "woclr":
-                continue
-            number = (data & field.mask) >> field.lsb
-            if field.name_of(number) is None:
-                return Refusal("validate", "field-value",
-                               f"{what} 0x{data:02X} would set {register.name}.{field.name} to "
-                               f"{number}, which is not one of its values: "
-                               f"{_enum_list(field)}")
-        return None
-
-    def write_register_rules(self, arguments: dict[str, Any]) -> Refusal | None:
-        refusal = self.addr_rules(arguments)
-        if refusal is not None:
-            return refusal
-        register = self.map.at(arguments["addr"])
-        assert register is not None
-        return self._value_rules(register, arguments["data"], "data")
-
-    def write_block_rules(self, arguments: dict[str, Any]) -> Refusal | None:
-        addr, data = arguments["addr"], arguments["data"]
-        refusal = self._block(addr, len(data))
-        if refusal is not None:
-            return refusal
-        for index, value in enumerate(data):
-            register = self.map.at(addr + index)
-            assert register is not None
-            refusal = self._value_rules(register, value, f"data[{index}]")
-            if refusal is not None:
-                return refusal
-        return None
-
-    def write_field_rules(self, arguments: dict[str, Any]) -> Refusal | None:
-        found = self.map.find_field(arguments["field"])
-        assert found is not None  # the schema's enum
-        register, field = found
+    def _field_refusal(self, register: Register, field: Field, code: str,
+                       value: object) -> Refusal:
         path = f"{register.name}.{field.name}"
-        if not field.writable:
+        if code == "read-only-field":
             writable = [f.name for f in register.fields if f.writable]
             others = (f"; writable fields of {register.name}: {', '.join(writable)}"
                       if writable else f"; no field of {register.name} is writable")
             return Refusal("validate", "read-only-field",
                            f"{path} is read-only (the device sets it): read it with "
                            f"read_fields{others}")
-        value = arguments["value"]
-        if _field_number(field, value) is None:
-            got = (f'"{escape_text(value, 40)}"' if type(value) is str else str(value))
-            if field.encode:
-                allowed = f"one of {_enum_list(field)} (by name or number)"
-            else:
-                allowed = f"a number 0..{field.top} ({field.width} bit{'s' * (field.width > 1)})"
-            return Refusal("validate", "field-value", f"{path} takes {allowed}, got {got}")
-        return None
-
-    def field_addr(self, arguments: dict[str, Any]) -> tuple[int, ...]:
-        found = self.map.find_field(arguments["field"])
-        assert found is not None
-        return (found[0].addr,)
+        got = (f'"{escape_text(value, 40)}"' if type(value) is str else str(value))
+        if field.encode:
+            allowed = f"one of {_enum_list(field)} (by name or number)"
+        else:
+            allowed = f"a number 0..{field.top} ({field.width} bit{'s' * (field.width > 1)})"
+        return Refusal("validate", "field-value", f"{path} takes {allowed}, got {got}")
 
     # --- what makes a write unsafe to send twice (Tool.repeat_risk) -----------------------
 
@@ -334,12 +437,14 @@ class _MapTools:
                      if (risk := self._clears(at, data)) is not None), None)
 
     def write_field_risk(self, arguments: dict[str, Any]) -> str | None:
-        found = self.map.find_field(arguments["field"])
-        if found is None or found[1].onwrite != "woclr":
+        addr, index = self.table["fields"][arguments["field"]]
+        register = self.map.at(addr)
+        assert register is not None
+        field = register.fields[index]
+        if field.onwrite != "woclr":
             return None
-        register, field = found
-        number = _field_number(field, arguments["value"])
-        return self._clears(register.addr, number << field.lsb) if number else None
+        number = map_field_number(self.table["registers"][addr][2][index], arguments["value"])
+        return self._clears(addr, number << field.lsb) if number else None
 
     # --- handlers (execute) ---------------------------------------------------------------
 
@@ -385,10 +490,11 @@ class _MapTools:
         return {"addr": addr, "data": after}
 
     def write_field(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
-        found = self.map.find_field(arguments["field"])
-        assert found is not None
-        register, field = found
-        number = _field_number(field, arguments["value"])
+        addr, index = self.table["fields"][arguments["field"]]
+        register = self.map.at(addr)
+        assert register is not None
+        field = register.fields[index]
+        number = map_field_number(self.table["registers"][addr][2][index], arguments["value"])
         assert number is not None
         data = number << field.lsb
         after = _byte(device.write_masked(register.addr, field.mask, data),
@@ -406,30 +512,8 @@ class _MapTools:
                                             f"read {register.name}"))
 
 
-def _one_addr(arguments: dict[str, Any]) -> tuple[int, ...]:
-    return (arguments["addr"],)
-
-
-def _block_addrs(arguments: dict[str, Any]) -> tuple[int, ...]:
-    addr = arguments["addr"]
-    return tuple(range(addr, addr + len(arguments["data"])))
-
-
 def _enum_list(field: Field) -> str:
     return ", ".join(f"{name}={value}" for name, value in field.encode)
-
-
-def _field_number(field: Field, value: object) -> int | None:
-    """The number ``value`` (an enumerated name, or a number) means for ``field``, or None when
-    it is none of its values (an enumerated field takes only its enumerated values)."""
-    if type(value) is str:
-        found = field.values.get(value)
-        return found
-    if type(value) is not int or not 0 <= value <= field.top:
-        return None
-    if field.encode and field.name_of(value) is None:
-        return None
-    return value
 
 
 def _byte(value: object, what: str) -> int:

@@ -313,12 +313,20 @@ class ToolSet(Mapping[str, Tool]):
 
     Args:
         tools: the tools, in the order they are offered to models.
+        standalone_rules: the tools' own rules (their ``rules`` hooks, and which registers
+            they may never change) as Python source for a standalone module: standard library
+            only, no import, defining ``tool_rules(name, a) -> str | None`` (the verdict code
+            of a call that passed its schema, or None). :func:`~regdev.generate_source` puts
+            it in the module it writes, so the module's verdicts are the gate's up to
+            authorize. None (the default): the tools have no rules beyond their schemas.
 
     Raises:
         SchemaError: two tools share a name.
     """
 
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    def __init__(self, tools: Iterable[Tool], *, standalone_rules: str | None = None) -> None:
+        #: The tools' rules as standalone source (see the class's ``standalone_rules``).
+        self.standalone_rules = standalone_rules
         self._tools: dict[str, Tool] = {}
         for index, tool in enumerate(tools):
             if tool.name in self._tools:

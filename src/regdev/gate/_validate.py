@@ -34,6 +34,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -384,9 +385,57 @@ def _out_of_range(node: _Node, value: Any, where: str) -> Refusal | None:
     elif keyword == "multipleOf":
         message = (f"{where} {show_value(value)} is not a multiple of "
                    f"{show_value(schema['multipleOf'])}")
+    elif keyword == "enum" and type(value) is str and _string_enum(schema):
+        message = f"{where} {show_value(value)} {_not_one_of(value, schema['enum'])}"
     else:
         message = f"{where} {show_value(value)} {node.violation}"
     return Refusal("validate", f"range-{node.label}", message)
+
+
+#: The most characters one allowed string of an ``enum`` takes in a refusal (names such as
+#: a register map's ``"REGISTER.FIELD"``, up to 129, are shown in full).
+ENUM_SHOWN = 140
+#: The most characters a refusal spends on an ``enum``'s strings; past it, how many more.
+ENUM_LIST_SHOWN = 1500
+#: How many of the closest strings a refusal names first, and how close they must be
+#: (``difflib.get_close_matches``' ``n`` and ``cutoff``).
+CLOSEST, CLOSE_ENOUGH = 3, 0.6
+
+
+def _string_enum(schema: Mapping[str, Any]) -> bool:
+    """True when the schema's ``enum`` holds strings only (then a refusal names the
+    closest)."""
+    items = schema.get("enum")
+    return type(items) is list and bool(items) and all(type(i) is str for i in items)
+
+
+def _not_one_of(value: str, items: list[str]) -> str:
+    """Why ``value`` fails a string ``enum``, for a model: the closest strings first, in full
+    (:data:`ENUM_SHOWN` characters each, escaped), found by :mod:`difflib` regardless of
+    case, then the others in the schema's order, up to :data:`ENUM_LIST_SHOWN` characters:
+    ``is not one of the 9 allowed; closest: "CTRL.MODE"; the others: "CTRL.EN", ...``, or
+    ``is not one of "A", "B"`` when none is close."""
+    by_fold: dict[str, str] = {}
+    for item in items:
+        by_fold.setdefault(item.casefold(), item)
+    close = [by_fold[match] for match in difflib.get_close_matches(
+        value[:ENUM_SHOWN].casefold(), list(by_fold), CLOSEST, CLOSE_ENOUGH)]
+    others = [item for item in items if item not in close]
+    shown: list[str] = []
+    used = 0
+    for item in others:
+        text = show_value(item, ENUM_SHOWN)
+        if shown and used + len(text) > ENUM_LIST_SHOWN:
+            break
+        shown.append(text)
+        used += len(text) + 2
+    more = len(others) - len(shown)
+    rest = ", ".join(shown) + (f", and {more} more" if more else "")
+    if not close:
+        return f"is not one of {rest}"
+    closest = ", ".join(show_value(item, ENUM_SHOWN) for item in close)
+    return (f"is not one of the {len(items)} allowed; closest: {closest}"
+            + (f"; the others: {rest}" if others else ""))
 
 
 def _check_level(level: _Level, value: dict[Any, Any], where: str) -> Refusal | None:
@@ -509,6 +558,8 @@ def range_parts(node: _Node) -> tuple[str, str] | None:
     are all bounds (``"addr "``, ``" is outside 0..15"``), else None (:func:`out_of_range`
     words it: the message depends on the keyword that failed)."""
     if not node.ranged or not _RANGE_KEYWORDS.intersection(node.schema) <= _BOUNDS_WORDED:
+        return None
+    if _string_enum(node.schema):  # the closest strings depend on the value
         return None
     return f"{node.label} ", f" {node.violation}"
 

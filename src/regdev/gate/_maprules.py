@@ -1,0 +1,131 @@
+"""A register map's rules as one source text: the gate runs it, and ``regdev compile`` copies it.
+
+Rules of this file:
+
+* The rules a schema cannot say (``no-register``, ``read-only-field``, ``reserved-bits``,
+  ``field-value``; see ``_maptools.py``) and which registers a call changes are decided here
+  once, by functions over a map's **rule table** (plain data: lists, dicts, strings, ints,
+  booleans and None, which ``_compile._render`` can write as source). The map's tools
+  (``_maptools.py``) word a finding for a model; the standalone module ``regdev compile
+  --map`` writes carries the same text and the same table, and returns the finding's code,
+  so the two cannot disagree.
+* Standard library only, no import at all; a string, not ``inspect.getsource`` (regdev may be
+  installed as bytecode only), registered in :mod:`linecache` so tracebacks show its lines.
+* The arguments have passed the tool's schema: integers within their ranges (``3.0`` in a
+  standalone module, which does not bind them: hence the ``int()`` calls, exact for those).
+
+The rule table (:func:`rule_table` in ``_maptools.py`` builds it):
+
+``{"registers": [...], "fields": {"REG.FIELD": [addr, index]}, "read_only": [addr, ...]}``,
+where ``registers[addr]`` is None for no register, else ``[name, reserved_mask, fields]``,
+and each field is ``[name, lsb, mask, writable, checked, top, values]``: ``checked`` is True
+when a register write's bits for it must be one of its enumerated ``values`` (a dict of
+name to number; None for a plain number).
+"""
+
+from __future__ import annotations
+
+import linecache
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MAP_RULES_FILENAME", "MAP_RULES_SOURCE", "map_changes", "map_field_number",
+           "map_finding"]
+
+#: The rules' functions; a finding is None or a tuple whose first item is the verdict code.
+MAP_RULES_SOURCE = '''\
+def map_missing(registers, addr, count):
+    """The addresses of ``addr``..``addr + count - 1`` that are no register, in order."""
+    top = len(registers)
+    return [each for each in range(addr, addr + count)
+            if each >= top or registers[each] is None]
+
+
+def map_value_finding(register, data):
+    """For one byte written to a register (a table row): None, ``("reserved-bits", bits)``
+    or ``("field-value", field index, the field's number)``."""
+    reserved = data & register[1]
+    if reserved:
+        return ("reserved-bits", reserved)
+    for index, field in enumerate(register[2]):
+        if field[4]:
+            number = (data & field[2]) >> field[1]
+            if number not in field[6].values():
+                return ("field-value", index, number)
+    return None
+
+
+def map_field_number(field, value):
+    """The number ``value`` (an enumerated name, or a number) means for ``field`` (a table
+    field), or None when it is none of its values."""
+    values = field[6]
+    if type(value) is str:
+        return None if values is None else values.get(value)
+    value = int(value)
+    if not 0 <= value <= field[5]:
+        return None
+    if values is not None and value not in values.values():
+        return None
+    return value
+
+
+def map_finding(table, name, a):
+    """The first of the map's rules the call of tool ``name`` with arguments ``a`` breaks:
+    None, or ``(code, ...)``: ``("no-register", missing addresses)``, ``("reserved-bits",
+    index, addr, data, bits)``, ``("field-value", index, addr, data, field index, number)``
+    (``index`` the position in a block, 0 for one register), ``("read-only-field", addr,
+    field index)``, ``("field-value", addr, field index)`` (a write_field value)."""
+    registers = table["registers"]
+    if name == "write_field":
+        addr, index = table["fields"][a["field"]]
+        field = registers[addr][2][index]
+        if not field[3]:
+            return ("read-only-field", addr, index)
+        if map_field_number(field, a["value"]) is None:
+            return ("field-value", addr, index)
+        return None
+    if name == "read_fields":
+        return None
+    addr = int(a["addr"])
+    if name == "write_registers":
+        data = [int(each) for each in a["data"]]
+    elif name == "write_register":
+        data = [int(a["data"])]
+    else:
+        data = None
+    count = int(a["count"]) if name == "read_registers" else 1 if data is None else len(data)
+    missing = map_missing(registers, addr, count)
+    if missing:
+        return ("no-register", missing)
+    for index, value in enumerate(data or ()):
+        found = map_value_finding(registers[addr + index], value)
+        if found is not None:
+            return (found[0], index, addr + index, value, *found[1:])
+    return None
+
+
+def map_changes(table, name, a):
+    """The addresses a call of tool ``name`` with arguments ``a`` may change."""
+    if name == "write_register":
+        return (int(a["addr"]),)
+    if name == "write_registers":
+        addr = int(a["addr"])
+        return tuple(range(addr, addr + len(a["data"])))
+    if name == "write_field":
+        return (table["fields"][a["field"]][0],)
+    return ()
+'''
+
+#: The fake file name the text is compiled and registered under (shown in tracebacks).
+MAP_RULES_FILENAME = "<regdev map rules (regdev.gate._maprules.MAP_RULES_SOURCE)>"
+
+_namespace: dict[str, Any] = {"__name__": __name__}
+exec(compile(MAP_RULES_SOURCE, MAP_RULES_FILENAME, "exec"), _namespace)
+linecache.cache[MAP_RULES_FILENAME] = (len(MAP_RULES_SOURCE), None,
+                                       MAP_RULES_SOURCE.splitlines(True), MAP_RULES_FILENAME)
+
+map_finding: Callable[[dict[str, Any], str, dict[str, Any]], tuple[Any, ...] | None] = (
+    _namespace["map_finding"])
+map_changes: Callable[[dict[str, Any], str, dict[str, Any]], tuple[int, ...]] = (
+    _namespace["map_changes"])
+map_field_number: Callable[[list[Any], object], int | None] = _namespace["map_field_number"]
