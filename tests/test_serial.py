@@ -42,6 +42,7 @@ from regdev.agents._replay import load_replay, run_replay
 from regdev.devices import _protocol as wire
 from regdev.devices._serial import (
     MAX_BAUDRATE,
+    MODBUS_URL_FORMS,
     URL_FORMS,
     SerialDevice,
     map_exceptions,
@@ -546,7 +547,9 @@ def test_a_misnamed_port_repeats_the_accepted_forms(url: str, detail: str) -> No
     """A port whose name is wrong is TransportError naming the port, the cause and the forms."""
     with pytest.raises(TransportError) as info:
         SerialDevice(url)
-    assert str(info.value) == f"cannot open port {url}: {detail}; expected {URL_FORMS}"
+    modbus = f", or a Modbus device: {MODBUS_URL_FORMS}" if "://" in url else ""
+    assert str(info.value) == (f"cannot open port {url}: {detail}; expected {URL_FORMS}"
+                               f"{modbus}")
 
 
 @pytest.mark.parametrize(

@@ -96,10 +96,15 @@ from ._protocol import (
 )
 from ._regmap import RegisterMap
 
-__all__ = ["MAX_BAUDRATE", "URL_FORMS", "SerialDevice", "map_exceptions", "port_state_id"]
+__all__ = ["MAX_BAUDRATE", "MODBUS_URL_FORMS", "URL_FORMS", "SerialDevice", "map_exceptions", "port_state_id"]
 
 #: The port forms :class:`SerialDevice` accepts, repeated in errors about a port's name.
 URL_FORMS = "a device path (/dev/ttyUSB0, COM3), socket://HOST:PORT or rfc2217://HOST:PORT"
+#: The forms of a Modbus URL (``docs/modbus.md``), repeated in errors about one, and after the
+#: serial forms for a port whose scheme no one knows (``modbus://`` for ``modbus+tcp://``).
+MODBUS_URL_FORMS = ("modbus+tcp://HOST[:PORT]?unit=1 or modbus+rtu://PORT?baud=19200&unit=1 "
+                    "(PORT a device path such as /dev/ttyUSB0, or a pyserial URL such as "
+                    "socket://HOST:PORT)")
 #: Highest line speed accepted, in baud: above the fastest USB serial adapters (12 Mbaud), and
 #: far below where pyserial overflows (it passes the rate to the OS as a C int).
 MAX_BAUDRATE = 20_000_000
@@ -175,11 +180,14 @@ class _NoReply(Exception):
 
 def _open_message(url: str, error: BaseException) -> str:
     """One line for a port that cannot be opened; the accepted forms when the name is at
-    fault (an unknown scheme, or no such device path), not when the port is busy or refuses."""
+    fault (no such device path: the serial forms; an unknown scheme: the Modbus forms too), not
+    when the port is busy or refuses."""
     text = f"cannot open port {url}: {serial_problem(error)}"
-    named_wrongly = (str(error).startswith("invalid URL")
-                     or getattr(error, "errno", None) == errno.ENOENT)
-    return f"{text}; expected {URL_FORMS}" if named_wrongly else text
+    if str(error).startswith("invalid URL"):
+        return f"{text}; expected {URL_FORMS}, or a Modbus device: {MODBUS_URL_FORMS}"
+    if getattr(error, "errno", None) == errno.ENOENT:
+        return f"{text}; expected {URL_FORMS}"
+    return text
 
 
 @contextlib.contextmanager
