@@ -9,6 +9,8 @@ import collections
 import contextlib
 import os
 import select
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
 from conftest import ROOT
+from regdev.devices._modbus_codec import crc16
 
 SIM = ROOT / "firmware-sim" / "regdev_firmware_sim.py"
 
@@ -178,10 +181,6 @@ class Duplicating:
     """
 
     def __init__(self, framing: str, registers: list[int]) -> None:
-        import socket
-
-        from regdev.devices._modbus_codec import crc16
-        self._crc16 = crc16
         self.framing = framing
         self.registers = registers
         self.executed: list[tuple[int, int]] = []
@@ -218,7 +217,6 @@ class Duplicating:
     def _take(self, buffer: bytes) -> tuple[int, bytes | None] | None:
         """The size of the request at the start of ``buffer`` and the reply to send (None:
         none), or None when the request is not all there yet."""
-        import struct
         if self.framing == "tcp":
             if len(buffer) < 7:
                 return None
@@ -244,7 +242,7 @@ class Duplicating:
                 reply = struct.pack(">HHHB", tid, 0, len(answer) + 1, unit) + answer
             else:
                 body = bytes((unit,)) + answer
-                reply = body + self._crc16(body)
+                reply = body + crc16(body)
             if self.duplicate_next:
                 self.duplicate_next = False
                 reply += reply
@@ -253,7 +251,6 @@ class Duplicating:
         return size, reply
 
     def _answer(self, pdu: bytes) -> bytes:
-        import struct
         function, address, second = struct.unpack_from(">BHH", pdu)
         self.executed.append((function, address))
         if function == 3:

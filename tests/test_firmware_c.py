@@ -97,7 +97,8 @@ def test_core_answers_the_protocol_doc_examples(core: CCore) -> None:
     pairs = [(request, reply) for (request, kind), (reply, _) in itertools.pairwise(rows)
              if kind.endswith("Request")]
     assert [request[:5] for request, _ in pairs] == ["$01 I", "$02 R", "$03 W", "$04 D", "$05 Z",
-                                                    "$06 R", "$0A G", "$0B P", "$0C M", "$0D D"]
+                                                    "$06 R", "$0A G", "$0B P", "$0C M", "$0D D",
+                                                    "$0E I"]
     before = {"$0A G": [wire.WriteRequest(0x20, 2, 0x10), wire.WriteRequest(0x21, 3, 0x5A)],
               "$0C M": [wire.WriteRequest(0x22, 1, 0x01)]}
     for request, reply in pairs:
@@ -172,6 +173,18 @@ def test_core_cuts_its_description_to_fit_its_id(core: CCore, device_id: str,
     assert identify(core) == text == c_identify_text(HOST_IDENTITY, device_id, 4, 0)
     assert len(text) <= wire.MAX_TEXT
     assert wire.split_identify_text(text)[1:] == (device_id, "00040000")
+
+
+def test_core_says_the_digest_of_the_map_it_was_built_with(core: CCore) -> None:
+    """I 01: `map=DIGEST NAME`, the digest regdev computes for the map the image was built
+    with (a host compares it with its own map's); I 00 (spelt I) and I 02 are e SYNTAX."""
+    reply = ask(core, wire.IdentifyRequest(7, wire.MAP_PAGE))
+    assert reply == wire.IdentifyReply(7, f"map={RegisterMap.default().digest()} default")
+    assert wire.split_map_text(reply.text) == (RegisterMap.default().digest(), "default")
+    for page in (b"00", b"02"):
+        payload = b"08 I " + page
+        line = b"$" + payload + b"*%02X\n" % wire.crc8(payload)
+        assert wire.decode(core.feed(line)) == wire.ErrorReply(8, "SYNTAX")
 
 
 @pytest.mark.parametrize("device_id", ["ABCDEFGHIJKLMNOPQ", "5f3a9c01", "5F3A 9C01", "", None])
