@@ -48,8 +48,10 @@ It says who it is and when it last started over, as ``docs/protocol.md`` describ
 identify reply ends with ``id=ID epoch=EPOCH``. The id is ``--device-id`` (by default 8
 random hex digits drawn at start: a new device each run, unless given); the epoch is drawn at
 start and again at every reset (``Z``), so a restart of the simulator is a power cycle that a
-host sees. ``--plain-identify`` answers the description alone, as a device that cannot say
-(protocol 1 without the extension).
+host sees. It says which register map it serves too: ``I 01`` is answered ``map=DIGEST NAME``
+(the map's digest, which a host compares with its own map's). ``--plain-identify`` answers the
+description alone, and ``I 01`` with ``e SYNTAX``, as a device that cannot say (protocol 1
+without the extension).
 
 Over TCP it serves one client at a time: a connection made while another is served is closed
 at once, unread, so a request sent on it never runs later.
@@ -173,7 +175,7 @@ class Firmware:
             or ``*``; with ``plain``, the whole text, 1..48 characters).
         device_id: the id said to ``I``, 1..16 of ``0-9A-Z``; by default 8 random hex digits.
         plain: answer ``I`` with ``identity`` alone, as a device that cannot say its id and
-            epoch.
+            epoch (nor its map: ``I 01`` is answered ``e SYNTAX``).
         regmap: the register map of the default register file (the default map when None).
         extension: answer the protocol extension's frames (``G``, ``P``, ``M`` and ``D AA``);
             False answers them ``e SYNTAX``, as a device of protocol 1 alone (the C firmware).
@@ -213,6 +215,10 @@ class Firmware:
                 or (isinstance(request, wire.DumpRequest) and request.addr)):
             return wire.ErrorReply(seq, "SYNTAX")  # a frame protocol 1 alone cannot read
         match request:
+            case wire.IdentifyRequest(page=wire.MAP_PAGE):
+                if self.plain:  # a device that cannot say
+                    return wire.ErrorReply(seq, "SYNTAX")
+                return wire.IdentifyReply(seq, wire.map_text(regmap.digest(), regmap.name))
             case wire.IdentifyRequest():
                 return wire.IdentifyReply(seq, self.identify_text())
             case wire.ResetRequest():

@@ -9,6 +9,8 @@ import collections
 import contextlib
 import os
 import select
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
 from conftest import ROOT
+from regdev.devices._modbus_codec import crc16
 
 SIM = ROOT / "firmware-sim" / "regdev_firmware_sim.py"
 
@@ -162,3 +165,117 @@ def modbus_sim_process(*args: str) -> Iterator[str]:
             process.wait(timeout=5)
         process.stdout.close()
         process.stderr.close()
+
+
+class Duplicating:
+    """A hand-made Modbus device on 127.0.0.1 (regdev's codec builds its frames), RTU framing
+    over TCP (``modbus+rtu://socket://...``) or Modbus TCP, that can misbehave as a faulty
+    device does: send its next reply twice (``duplicate_next``) and ignore requests
+    (``deaf``: read, not executed, not answered).
+
+    Attributes:
+        url: the regdev URL, unit 1.
+        registers: the holding registers (16, from 0), live.
+        executed: the requests executed, as ``(function code, address)``, in order.
+        sent: replies sent so far (a duplicate counts once more).
+    """
+
+    def __init__(self, framing: str, registers: list[int]) -> None:
+        self.framing = framing
+        self.registers = registers
+        self.executed: list[tuple[int, int]] = []
+        self.sent = 0
+        self.duplicate_next = False
+        self.deaf = False
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        port = self._server.getsockname()[1]
+        self.url = (f"modbus+tcp://127.0.0.1:{port}?unit=1" if framing == "tcp"
+                    else f"modbus+rtu://socket://127.0.0.1:{port}?unit=1")
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            client, _ = self._server.accept()
+            with client:
+                buffer = b""
+                while True:
+                    data = client.recv(4096)
+                    if not data:
+                        return
+                    buffer += data
+                    while True:
+                        taken = self._take(buffer)
+                        if taken is None:
+                            break
+                        size, reply = taken
+                        buffer = buffer[size:]
+                        if reply is not None:
+                            client.sendall(reply)
+
+    def _take(self, buffer: bytes) -> tuple[int, bytes | None] | None:
+        """The size of the request at the start of ``buffer`` and the reply to send (None:
+        none), or None when the request is not all there yet."""
+        if self.framing == "tcp":
+            if len(buffer) < 7:
+                return None
+            tid, _, length, unit = struct.unpack_from(">HHHB", buffer)
+            size = 6 + length
+            if len(buffer) < size:
+                return None
+            pdu = buffer[7:size]
+        else:
+            if len(buffer) < 8:
+                return None
+            function = buffer[1]
+            size = 9 + buffer[6] + 2 if function == 16 else (10 if function == 22 else 8)
+            if len(buffer) < size:
+                return None
+            pdu = buffer[1:size - 2]
+            unit, tid = buffer[0], 0
+        with self._lock:
+            if self.deaf:
+                return size, None
+            answer = self._answer(pdu)
+            if self.framing == "tcp":
+                reply = struct.pack(">HHHB", tid, 0, len(answer) + 1, unit) + answer
+            else:
+                body = bytes((unit,)) + answer
+                reply = body + crc16(body)
+            if self.duplicate_next:
+                self.duplicate_next = False
+                reply += reply
+                self.sent += 1
+            self.sent += 1
+        return size, reply
+
+    def _answer(self, pdu: bytes) -> bytes:
+        function, address, second = struct.unpack_from(">BHH", pdu)
+        self.executed.append((function, address))
+        if function == 3:
+            values = self.registers[address:address + second]
+            return struct.pack(f">BB{len(values)}H", 3, 2 * len(values), *values)
+        if function == 6:
+            self.registers[address] = second
+            return pdu[:5]
+        if function == 16:
+            values = struct.unpack_from(f">{second}H", pdu, 6)
+            self.registers[address:address + second] = values
+            return pdu[:5]
+        if function == 22:
+            and_mask, or_mask = struct.unpack_from(">HH", pdu, 3)
+            old = self.registers[address]
+            self.registers[address] = (old & and_mask) | (or_mask & ~and_mask & 0xFFFF)
+            return pdu[:7]
+        return bytes((function | 0x80, 1))
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.close()
+
+    def __enter__(self) -> Duplicating:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -144,3 +144,14 @@ def test_simulator_base_and_registers_are_served() -> None:
         device.write(3, 9)
         assert device.snapshot() == [0, 0, 0, 9]
         assert server.model.executed[(6, 103, (9,))] == 1
+
+
+def test_a_modbus_url_typo_is_told_the_modbus_forms(capsys: pytest.CaptureFixture[str]) -> None:
+    """--port modbus://HOST:PORT (no +tcp): one line, exit 2, whose hint lists the Modbus forms
+    as well as the serial ones."""
+    status, out, err = run(capsys, "shell", "--port", "modbus://127.0.0.1:5020")
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert err.startswith("regdev shell: error: cannot open port modbus://127.0.0.1:5020: ")
+    assert "modbus+tcp://HOST[:PORT]?unit=1 or modbus+rtu://PORT?baud=19200&unit=1" in err
+    assert "socket://HOST:PORT or rfc2217://HOST:PORT" in err

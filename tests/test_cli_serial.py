@@ -22,7 +22,7 @@ from regdev import read_audit
 from regdev.cli._firmware_sim import FAULT_HELP
 from regdev.cli._main import main
 from regdev.devices import _protocol as wire
-from regdev.devices._serial import URL_FORMS, SerialDevice
+from regdev.devices._serial import MODBUS_URL_FORMS, URL_FORMS, SerialDevice
 
 REGDEV = Path(sys.executable).parent / "regdev"
 
@@ -63,8 +63,9 @@ def test_port_that_cannot_open_is_one_line_exit_2(capsys: pytest.CaptureFixture[
     for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"]):
         status, out, err = run(capsys, *command, "--port", port)
         assert (status, out) == (2, "")
+        modbus = f", or a Modbus device: {MODBUS_URL_FORMS}" if "://" in port else ""
         assert err == (f"regdev {command[0]}: error: cannot open port {port}: {detail}; expected "
-                       f"{URL_FORMS}\n")
+                       f"{URL_FORMS}{modbus}\n")
 
 
 def test_a_file_that_is_not_a_serial_port_is_named_so(capsys: pytest.CaptureFixture[str],

@@ -901,8 +901,8 @@ IDENTIFIER = "(a letter or _, then letters, digits, _; array indices as in DATA[
     (_one_register("CTRL", access="r\x1bw"), "`registers[0]`: register CTRL: access must be "
      "rw, r or w, got `r\\x1bw`"),
     ('{"format": "regdev-map", "version": 1, "registers": [{"addr": 0, "\\u001b[2J": 1}]}',
-     "`registers[0].\\x1b[2J`: unknown key; allowed: access, addr, description, fields, name, "
-     "protected, rclr_mask, reserved_mask, reset, woclr_mask"),
+     "`registers[0].\\x1b[2J`: unknown key; allowed: access, addr, description, fields, "
+     "identity, name, protected, rclr_mask, reserved_mask, reset, woclr_mask"),
 ])
 def test_map_names_are_bounded_and_quoted_in_one_escape_style(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, why: str) -> None:

@@ -18,7 +18,7 @@ from pymodbus.pdu.register_message import WriteSingleRegisterResponse
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT
-from modbus_servers import Plain
+from modbus_servers import Duplicating, Plain
 from regdev import (
     DeviceBusy,
     DeviceError,
@@ -490,3 +490,35 @@ def test_a_timeout_out_of_range_is_refused_before_the_port_opens(timeout: Any,
         ModbusDevice("modbus+tcp://127.0.0.1:9?unit=1", timeout=timeout)
     assert str(raised.value) == ("timeout must be a number of seconds in 0.001..86400, got "
                                  f"{shown}")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("framing", ["rtu", "tcp"])
+def test_a_duplicated_reply_is_never_taken_for_a_later_reads(framing: str) -> None:
+    """A device that sends one reply twice: the copy, there before the next request was sent,
+    is never that request's reply (a later read gets what the device holds)."""
+    for _ in range(5):
+        with Duplicating(framing, [0, 0, 0, 251] + [0] * 12) as fake, \
+                ModbusDevice(fake.url, timeout=PATIENT) as device:
+            assert device.read(5) == 0  # (RTU: after the line's synchronising read)
+            fake.duplicate_next = True
+            assert device.read(0) == 0
+            assert device.read(3) == 251
+            assert device.read_block(0, 1) == [0]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("framing", ["rtu", "tcp"])
+def test_a_duplicated_acknowledgement_never_reports_a_later_write_done(framing: str) -> None:
+    """A device that acknowledges a write twice, then executes nothing: the same write sent
+    again is a timeout (its outcome unknown), never done on the strength of the old copy."""
+    for _ in range(3):
+        with Duplicating(framing, [0] * 16) as fake, \
+                ModbusDevice(fake.url, timeout=TIMEOUT) as device:
+            assert device.read(5) == 0  # (RTU: after the line's synchronising read)
+            fake.duplicate_next = True
+            assert device.write(2, 7) == 7
+            fake.deaf = True
+            with pytest.raises(DeviceTimeout, match="may or may not have happened"):
+                device.write(2, 7)
+            assert fake.executed.count((6, 2)) == 1

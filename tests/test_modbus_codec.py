@@ -230,6 +230,23 @@ def test_rtu_skips_garbage_damage_and_stale_frames_before_the_reply() -> None:
     assert link.skipped > 0
 
 
+@pytest.mark.parametrize(("first", "reply", "second"), [
+    (ReadHolding(0), ReadReply((0,)), ReadHolding(3)),
+    (WriteSingle(2, 7), WriteSingleReply(2, 7), WriteSingle(2, 7))])
+def test_rtu_bytes_received_before_a_request_are_never_its_reply(
+        first: Request, reply: ReadReply | WriteSingleReply, second: Request) -> None:
+    """A reply sent twice: the copy, received before the next request was sent, is dropped
+    at the send (counted as skipped), never taken for that request's reply."""
+    link = ClientConnection(RTU, 1)
+    link.send(first)
+    copy = rtu_reply(reply, first.function)
+    link.receive_data(copy + copy)
+    assert link.next_event() == reply
+    link.send(second)
+    assert link.next_event() is NEED_DATA
+    assert link.skipped == len(copy)
+
+
 def test_rtu_an_incomplete_false_start_does_not_hide_the_reply() -> None:
     """Noise that looks like the start of a long read reply (unit, 03, byte count 250) does
     not hold up the real reply behind it."""

@@ -3,6 +3,7 @@ socket:// and rfc2217://, under faults; and its own rules (sent once, synchronis
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import serial
@@ -42,6 +43,7 @@ from regdev.agents._replay import load_replay, run_replay
 from regdev.devices import _protocol as wire
 from regdev.devices._serial import (
     MAX_BAUDRATE,
+    MODBUS_URL_FORMS,
     URL_FORMS,
     SerialDevice,
     map_exceptions,
@@ -546,7 +548,9 @@ def test_a_misnamed_port_repeats_the_accepted_forms(url: str, detail: str) -> No
     """A port whose name is wrong is TransportError naming the port, the cause and the forms."""
     with pytest.raises(TransportError) as info:
         SerialDevice(url)
-    assert str(info.value) == f"cannot open port {url}: {detail}; expected {URL_FORMS}"
+    modbus = f", or a Modbus device: {MODBUS_URL_FORMS}" if "://" in url else ""
+    assert str(info.value) == (f"cannot open port {url}: {detail}; expected {URL_FORMS}"
+                               f"{modbus}")
 
 
 @pytest.mark.parametrize(
@@ -868,3 +872,58 @@ def test_the_posix_exchange_and_the_general_wait_agree_under_faults(
             sessions.append(_faulted_session(path))
     assert sessions[0] == sessions[1] == sessions[2]
     assert any(isinstance(each, tuple) for each in sessions[0][:-1])  # some faults fired
+
+
+class _Duplicating:
+    """A hand-made device of the serial protocol on 127.0.0.1 (the simulator's firmware
+    answers) that can send its next reply twice (``duplicate_next``) and ignore requests
+    (``deaf``)."""
+
+    def __init__(self, firmware: sim.Firmware) -> None:
+        self.firmware = firmware
+        self.duplicate_next = False
+        self.deaf = False
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"socket://127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            client, _ = self._server.accept()
+            with client, client.makefile("rb") as lines:
+                for line in lines:
+                    request = cast(wire.Request, wire.decode(line.rstrip(b"\n")))
+                    if self.deaf:
+                        continue
+                    reply = wire.encode(self.firmware.answer(request))
+                    if self.duplicate_next:
+                        self.duplicate_next = False
+                        reply += reply
+                    client.sendall(reply)
+
+    def close(self) -> None:
+        self._server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_duplicated_reply_is_never_taken_for_a_later_requests() -> None:
+    """The serial protocol has no window for a reply sent twice: the copy carries the old
+    sequence number, so a later read gets what the device holds and a later write the device
+    never executed is a timeout, never done."""
+    firmware = sim.Firmware()
+    firmware.registers.write(3, 251)
+    fake = _Duplicating(firmware)
+    try:
+        with SerialDevice(fake.url, timeout=TIMEOUT) as device:
+            assert device.read(5) == 0  # (after the synchronising identify)
+            fake.duplicate_next = True
+            assert device.read(0) == 0
+            assert device.read(3) == 251
+            fake.duplicate_next = True
+            assert device.write(2, 7) == 7
+            fake.deaf = True
+            with pytest.raises(DeviceTimeout, match="may or may not have happened"):
+                device.write(2, 7)
+            assert device.stale_replies == 2
+    finally:
+        fake.close()

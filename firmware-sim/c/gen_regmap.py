@@ -119,6 +119,14 @@ def header(path: Path | None) -> str:
     return render(regmap, name, path.name if path is not None else "the default map")
 
 
+def map_text(regmap: Any, name: str) -> str:
+    """The answer to ``I 01``: ``map=DIGEST NAME`` (docs/protocol.md, "Which map the device
+    serves"), the map's digest and its name as the identify text has it, cut to fit 48
+    bytes."""
+    text = f"map={regmap.digest()}"
+    return text + (f" {name[:MAX_TEXT - len(text) - 1]}" if name else "")
+
+
 def render(regmap: Any, name: str, source: str) -> str:
     """The C header for a map: its name, its register count, and the table (one row per
     column of :data:`COLUMNS`, each with one value per register, in address order)."""
@@ -144,6 +152,7 @@ def render(regmap: Any, name: str, source: str) -> str:
         '#include "regdev_rom.h"',
         "",
         f'#define REGDEV_MAP_NAME "{name}"',
+        f'#define REGDEV_MAP_TEXT "{map_text(regmap, name)}"',
         f"#define REGDEV_REGISTER_COUNT {len(regmap.registers)}u",
         "",
         "#endif",

@@ -8,8 +8,8 @@
  * real time, until SIGINT, SIGTERM or SIGHUP (exit 0). --stats prints on stderr at exit how
  * many cycles ran in how much wall-clock and CPU time; -v logs each line the image sends and
  * receives, and simavr's own messages, on stderr. --poll-us N: how often, in simulated
- * microseconds, bytes waiting on the pty are moved into the UART (100; 0 leaves it to
- * uart_pty, once a millisecond: a read round trip then takes about 1 ms more). The MCU and clock come from the image's
+ * microseconds, bytes waiting on the pty are moved into the UART (100; 0: once a simulated
+ * millisecond, which adds about 1 ms to a read round trip). The MCU and clock come from the image's
  * .mmcu section when it has one, else from --mcu (atmega328p) and --freq (16000000, in
  * 1..100000000 Hz; --poll-us is 0..1000000: a number outside, or not in decimal digits, is
  * refused in one line naming the flag and the range). Failures: one line on stderr, exit status 2 (cannot start) or 1 (the image crashed or
@@ -27,30 +27,34 @@
  * Without --eeprom the EEPROM lasts the run, with a random id: a new board each run (--id
  * without --eeprom is refused: a fixed id would say the same epochs again after a restart).
  *
- * It uses simavr 1.6's uart_pty part (libsimavrparts), minding how that version behaves:
+ * The bridge between USART0 and the pty is its own (below), in simavr's thread: simavr 1.6's
+ * uart_pty part can stop moving bytes for good (its thread copies what it read from the pty
+ * into its FIFO only when select() says something else is ready: after a read larger than the
+ * room left, one over-long line or a burst of noise left the board deaf), and it needs a thread
+ * of its own, signals blocked around it, and a /tmp/simavr-uart0 link. It minds how simavr 1.6
+ * behaves:
  * - avr_make_mcu_by_name leaves the clock at 1 MHz: the frequency is set before the image runs
  *   (its UBRR0 setting is turned into a bit time by it).
- * - libsimavr and uart_pty print to standard output: file descriptor 1 is pointed at stderr
- *   (with -v) or /dev/null before simavr starts, and the port goes to the saved one.
- * - A signal that interrupts uart_pty's thread ends the bridge silently: signals are blocked
- *   while the thread starts (it keeps that mask) and handled in this thread only.
- * - uart_pty_stop() can hang in pthread_join: it is not called; exit ends the thread.
+ * - libsimavr prints to standard output: file descriptor 1 is pointed at stderr (with -v) or
+ *   /dev/null before simavr starts, and the port goes to the saved one.
  * - AVR_UART_FLAG_POLL_SLEEP (on by default) sleeps 1 us on every read of UCSR0A that finds
  *   nothing: cleared, so a firmware polling UDRE0 while it sends is not slowed down.
- * - uart_pty always points /tmp/simavr-uart0 at its pty: that link is removed at exit when it
- *   is still ours; --link gives a path of one's own.
+ * - The UART's input FIFO (64 bytes) drops a byte that comes when it is full: the bridge moves
+ *   no more bytes from the pty than the FIFO has room for; the rest wait in the pty (the
+ *   kernel's buffer), so no byte a host sends is lost however much it sends at once.
  */
 #define _GNU_SOURCE
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,7 +64,6 @@
 #include "sim_avr.h"
 #include "sim_elf.h"
 #include "sim_time.h"
-#include "uart_pty.h"
 
 #include "../host/own_file.h"
 #include "../host/own_link.h"
@@ -68,7 +71,6 @@
 /* The name its messages start with: argv[0]'s last part ("regdev-simavr" run by hand;
  * regdev firmware-sim --avr runs it as "regdev firmware-sim", so its lines are regdev's). */
 static const char *prog = "regdev-simavr";
-#define SIMAVR_LINK "/tmp/simavr-uart0"
 /* The ranges of --freq (hertz: an AVR runs at 20 MHz at most; simavr's clock is a uint32)
  * and --poll-us (simulated microseconds: a second at most). */
 #define MAX_FREQ 100000000UL
@@ -76,7 +78,6 @@ static const char *prog = "regdev-simavr";
 
 static volatile sig_atomic_t stop;
 static int verbose;
-static uart_pty_t bridge;
 static const char *link_path;
 static own_link_t link_made;
 
@@ -97,13 +98,6 @@ static void quiet_logger(avr_t *avr, const int level, const char *format, va_lis
 
 static void cleanup_links(void)
 {
-    char target[256];
-    ssize_t n = readlink(SIMAVR_LINK, target, sizeof target - 1);
-    if (n > 0) {
-        target[n] = 0;
-        if (strcmp(target, bridge.pty.slavename) == 0)
-            unlink(SIMAVR_LINK);
-    }
     own_link_remove(&link_made);
 }
 
@@ -121,10 +115,8 @@ typedef struct {
 } line_log_t;
 static line_log_t log_in = {"<- ", {0}, 0}, log_out = {"-> ", {0}, 0};
 
-static void log_byte(struct avr_irq_t *irq, uint32_t value, void *param)
+static void log_byte(line_log_t *log, uint32_t value)
 {
-    line_log_t *log = param;
-    (void)irq;
     if (log->len < sizeof log->text - 5) {
         if (value >= 0x20 && value < 0x7F && value != '\\')
             log->text[log->len++] = (char)value;
@@ -137,18 +129,92 @@ static void log_byte(struct avr_irq_t *irq, uint32_t value, void *param)
     }
 }
 
-/* --poll-us: uart_pty moves bytes from the pty into the UART when the UART raises XON and
- * then once a millisecond, which adds up to 1 ms to every request. This timer raises XON
- * itself (in simavr's thread, as the UART would) every so often while there is room. */
-static avr_irq_t *xon_irq;
+/* --- the bridge: USART0 and a pseudo-terminal, in simavr's thread ---------------------- */
+
+static int pty_master = -1, pty_slave = -1;
+static char pty_name[256];
+static avr_uart_t *uart0;
+static avr_irq_t *uart_input;
+/* What the image sent and the pty has not taken yet (nobody reads it: the pty's buffer is
+ * full). Past this, the oldest bytes are dropped, as a line nobody listens on loses them. */
+static uint8_t tx_ring[4096];
+static size_t tx_head, tx_len;
+
+static void flush_output(void)
+{
+    while (tx_len > 0) {
+        size_t run = sizeof tx_ring - tx_head;
+        ssize_t done = write(pty_master, tx_ring + tx_head, run < tx_len ? run : tx_len);
+        if (done <= 0)
+            return; /* EAGAIN: the pty is full; the next poll tries again */
+        tx_head = (tx_head + (size_t)done) % sizeof tx_ring;
+        tx_len -= (size_t)done;
+    }
+}
+
+/* A byte the image sent: to the pty. */
+static void on_output(struct avr_irq_t *irq, uint32_t value, void *param)
+{
+    (void)irq;
+    (void)param;
+    if (verbose)
+        log_byte(&log_out, value);
+    if (tx_len == sizeof tx_ring) {
+        tx_head = (tx_head + 1u) % sizeof tx_ring;
+        tx_len--;
+    }
+    tx_ring[(tx_head + tx_len) % sizeof tx_ring] = (uint8_t)value;
+    tx_len++;
+    flush_output();
+}
+
+/* Every --poll-us (or simulated millisecond): the output the pty could not take, then as many
+ * waiting bytes from the pty as the UART's input FIFO has room for, once the image has
+ * enabled the receiver (until then they wait in the pty, as uart_pty kept them until XON). */
 static avr_cycle_count_t poll_cycles;
 static avr_cycle_count_t poll_bridge(avr_t *avr, avr_cycle_count_t when, void *param)
 {
-    (void)avr;
+    uint8_t bytes[uart_fifo_fifo_size];
+    unsigned used = (unsigned)(uart0->input.write - uart0->input.read) &
+                    (uart_fifo_fifo_size - 1u);
+    size_t room = uart_fifo_fifo_size - 1u - used;
     (void)param;
-    if (bridge.xon)
-        avr_raise_irq(xon_irq, 1);
+    if (tx_len > 0)
+        flush_output();
+    if (room > 0 && avr_regbit_get(avr, uart0->rxen)) { /* (a byte before RXEN is lost) */
+        ssize_t got = read(pty_master, bytes, room), i;
+        for (i = 0; i < got; i++) {
+            if (verbose)
+                log_byte(&log_in, bytes[i]);
+            avr_raise_irq(uart_input, bytes[i]);
+        }
+    }
     return when + poll_cycles;
+}
+
+/* The MCU's USART0, found among its IO modules; NULL when it has none. */
+static avr_uart_t *find_uart0(avr_t *avr)
+{
+    avr_io_t *io;
+    for (io = avr->io_port; io; io = io->next)
+        if (io->kind && strcmp(io->kind, "uart") == 0 && ((avr_uart_t *)io)->name == '0')
+            return (avr_uart_t *)io;
+    return NULL;
+}
+
+/* A pty in raw mode (no echo, no line editing, 8 bits through), its master non-blocking;
+ * the slave stays open here too, so that a host closing its end leaves the pty usable. */
+static int open_bridge(void)
+{
+    struct termios tio;
+    if (openpty(&pty_master, &pty_slave, pty_name, NULL, NULL) < 0)
+        return -1;
+    if (tcgetattr(pty_slave, &tio) < 0)
+        return -1;
+    cfmakeraw(&tio);
+    if (tcsetattr(pty_slave, TCSANOW, &tio) < 0)
+        return -1;
+    return fcntl(pty_master, F_SETFL, fcntl(pty_master, F_GETFL) | O_NONBLOCK);
 }
 
 /* --eeprom: the board's EEPROM in a file. */
@@ -279,7 +345,6 @@ int main(int argc, char **argv)
     const char *path = NULL, *mcu = "atmega328p";
     unsigned long freq = 16000000UL, poll_us = 100;
     int stats = 0, i, port_fd, quiet_fd;
-    sigset_t all, old;
     struct sigaction action;
     avr_t *avr;
     uint32_t flags = 0;
@@ -411,27 +476,20 @@ int main(int argc, char **argv)
         avr_cycle_timer_register(avr, eeprom_cycles, poll_eeprom, NULL);
     }
 
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    uart_pty_init(avr, &bridge);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!bridge.pty.s)
+    uart0 = find_uart0(avr);
+    uart_input = avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ('0'), UART_IRQ_INPUT);
+    if (!uart0 || !uart_input)
+        return fail("this MCU has no USART0 to bridge", image.mmcu);
+    if (open_bridge() < 0)
         return fail("cannot open a pseudo-terminal", strerror(errno));
-    uart_pty_connect(&bridge, '0');
+    avr_irq_register_notify(avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ('0'), UART_IRQ_OUTPUT),
+                            on_output, NULL);
     avr_ioctl(avr, AVR_IOCTL_UART_GET_FLAGS('0'), &flags);
     flags &= ~(uint32_t)(AVR_UART_FLAG_POLL_SLEEP | AVR_UART_FLAG_STDIO);
     avr_ioctl(avr, AVR_IOCTL_UART_SET_FLAGS('0'), &flags);
-    if (poll_us) {
-        poll_cycles = avr_usec_to_cycles(avr, (uint32_t)poll_us);
-        xon_irq = avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ('0'), UART_IRQ_OUT_XON);
-        avr_cycle_timer_register(avr, poll_cycles, poll_bridge, NULL);
-    }
-    if (verbose) {
-        avr_irq_register_notify(bridge.irq + IRQ_UART_PTY_BYTE_OUT, log_byte, &log_in);
-        avr_irq_register_notify(bridge.irq + IRQ_UART_PTY_BYTE_IN, log_byte, &log_out);
-    }
-    if (link_path &&
-        own_link_make(&link_made, link_path, bridge.pty.slavename, why, sizeof why) < 0) {
+    poll_cycles = avr_usec_to_cycles(avr, (uint32_t)(poll_us ? poll_us : 1000u));
+    avr_cycle_timer_register(avr, poll_cycles, poll_bridge, NULL);
+    if (link_path && own_link_make(&link_made, link_path, pty_name, why, sizeof why) < 0) {
         cleanup_links();
         snprintf(what, sizeof what, "cannot make the link %s", link_path);
         return fail(what, why);
@@ -447,7 +505,7 @@ int main(int argc, char **argv)
 
     {
         char line[320];
-        int n = snprintf(line, sizeof line, "%s\n", link_path ? link_path : bridge.pty.slavename);
+        int n = snprintf(line, sizeof line, "%s\n", link_path ? link_path : pty_name);
         if (write(port_fd, line, (size_t)n) != n) {
             int error = errno;
             cleanup_links();
@@ -490,5 +548,5 @@ int main(int argc, char **argv)
                 (unsigned)avr->pc);
         _exit(1);
     }
-    _exit(0); /* not uart_pty_stop(): its pthread_join can hang */
+    _exit(0);
 }

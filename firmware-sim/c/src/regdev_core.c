@@ -26,6 +26,10 @@ typedef char regdev_map_fits[(REGDEV_REGISTER_COUNT < NO_REGISTER) ? 1 : -1];
  * one fails to compile. */
 typedef char regdev_identity_fits[(sizeof(ID_TEXT) - 1u <= REGDEV_MAX_TEXT) ? 1 : -1];
 const char regdev_identity[] REGDEV_ROM = ID_TEXT;
+/* The answer to I 01, "map=<digest> <map name>" (docs/protocol.md, "Which map the device
+ * serves"), from gen_regmap.py; at most 48 bytes. */
+typedef char regdev_map_text_fits[(sizeof(REGDEV_MAP_TEXT) - 1u <= REGDEV_MAX_TEXT) ? 1 : -1];
+static const char MAP_TEXT[] REGDEV_ROM = REGDEV_MAP_TEXT;
 static const char TEXT_ID[] REGDEV_ROM = " id=";
 static const char TEXT_EPOCH[] REGDEV_ROM = " epoch=";
 /* The bytes of " id=" and " epoch=", and of the epoch BBBBRRRR. */
@@ -75,7 +79,7 @@ HANDLER(do_block);
 
 /* Every frame of docs/protocol.md, "The frames". */
 static const kind_t KINDS[] REGDEV_ROM = {
-    {'I', SHAPE_NONE, 0, 0, do_identify},
+    {'I', SHAPE_HEX, 0, 1, do_identify},              /* I, or I 01 (the map) */
     {'R', SHAPE_HEX, 1, 1, do_register},              /* R AA */
     {'W', SHAPE_HEX, 2, 2, do_register},              /* W AA DD */
     {'Z', SHAPE_NONE, 0, 0, do_reset},
@@ -239,15 +243,19 @@ static void reset_registers(regdev_core_t *core)
 /* --- the requests ---------------------------------------------------------------------- */
 
 /* i <description> id=<ID> epoch=<BBBBRRRR>, the description cut (and stripped of the spaces
- * the cut leaves at its end) to fit 48 bytes; without an id, the description alone. */
+ * the cut leaves at its end) to fit 48 bytes; without an id, the description alone. I 01:
+ * i map=<digest> <name>, the map this image was built with; I 00 is spelt I. */
 HANDLER(do_identify)
 {
     const char *text = regdev_identity, *id = core->id;
     uint8_t *start = out + 2, *end = start, room = REGDEV_MAX_TEXT, c;
-    (void)args;
-    (void)count;
     out[0] = 'i';
     out[1] = ' ';
+    if (count) {
+        if (args[0] != 1u)
+            return put_error(out, CODE_SYNTAX);
+        return (uint8_t)(put_text(start, MAP_TEXT) - out);
+    }
     if (*id) {
         room = (uint8_t)(REGDEV_MAX_TEXT - EXTENSION_BYTES - EPOCH_DIGITS);
         while (*id++)

@@ -68,15 +68,17 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (0, "every step got the verdict the script shows, and the loop stopped as scripted"),
         (1, "a step got another verdict (a policy denial, a device failure), so the session "
             "went otherwise than scripted; or the output could not be written"),
-        (2, "a usage, policy or audit-log error, or the device cannot be opened or failed "
-            "outside a call (identify, the register dump)"),
+        (2, "a usage, policy or audit-log error, or the device cannot be opened, is not the "
+            "map's (another map, another chip), or failed outside a call (identify, the "
+            "register dump)"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "replay": (
         (0, "every expectation was met"),
         (1, "some expectation was not met; or the output could not be written"),
         (2, "a file error (nothing run; with -, the lines before it ran), a usage, policy or "
-            "audit-log error, or a device error; when only the register dump after the last "
+            "audit-log error, or a device error (one not the map's included); when only the "
+            "register dump after the last "
             "line failed, the results and the summary are printed first"),
         (130, "interrupted (Ctrl-C): the results so far and the summary of what ran are "
               "printed first"),
@@ -92,7 +94,8 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (0, "every command was accepted (or none was given) until quit or end of input"),
         (1, "some command was refused, failed, was interrupted or was not understood (the "
             "shell went on to the end); or the output could not be written"),
-        (2, "a usage, policy or audit-log error, or the device cannot be opened"),
+        (2, "a usage, policy or audit-log error, or the device cannot be opened or is not the "
+            "map's (another map, another chip)"),
         (130, "interrupted (Ctrl-C) outside a prompt and a command"),
     ),
     "firmware-sim": (
@@ -121,14 +124,14 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
             "client gone); the calls that ran are recorded"),
         (2, "a usage, policy or audit-log error, the mcp extra missing, standard output "
             "closed (stdio), the --http address cannot be listened on, or the device cannot "
-            "be opened or does not identify"),
+            "be opened, does not identify or is not the map's"),
     ),
     "agent": (
         (0, "the model finished (stop: done)"),
         (1, "the loop stopped for another reason (budget, rejected, truncated, "
             "model-refusal, provider-error); or the output could not be written"),
         (2, "a usage, policy or audit-log error, the models extra missing, or the device "
-            "cannot be opened or failed outside a call"),
+            "cannot be opened, is not the map's, or failed outside a call"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "eval": (
@@ -483,14 +486,40 @@ def port_device(args: argparse.Namespace) -> Device:
         raise UsageError(f"--timeout {problem}")
     if baudrate is not None and not 1 <= baudrate <= MAX_BAUDRATE:
         raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {baudrate}")
+    device: Device
     try:
         if modbus:
-            return ModbusDevice(args.port, baudrate=baudrate, timeout=timeout,
-                                regmap=register_map(args))
-        return SerialDevice(args.port, baudrate=baudrate or 115200, timeout=timeout,
-                            regmap=register_map(args))
+            device = ModbusDevice(args.port, baudrate=baudrate, timeout=timeout,
+                                  regmap=register_map(args))
+        else:
+            device = SerialDevice(args.port, baudrate=baudrate or 115200, timeout=timeout,
+                                  regmap=register_map(args))
     except (RegdevError, ValueError) as error:
         raise UsageError(str(error)) from None
+    check_map(args, device)
+    return device
+
+
+def check_map(args: argparse.Namespace, device: Device) -> None:
+    """Refuse a device that is not one of the map's (:meth:`Device.map_mismatch`: the map
+    digest it says, else the map's identity registers), closing it. A device that does not
+    answer the check is left to the command (its calls will say what fails).
+
+    Raises:
+        UsageError: the device serves another map, or an identity register holds another
+            chip's value (one line naming both).
+    """
+    try:
+        problem = device.map_mismatch()
+    except RegdevError:
+        return
+    if problem is None:
+        return
+    device.close()
+    path = getattr(args, "map", None)
+    ours = f"--map {display_text(path)}" if path is not None else "the default map (no --map)"
+    raise UsageError(f"the device on {display_text(args.port)} is not the one {ours} "
+                     f"describes: {problem}; give --map the device's own map")
 
 
 def device_call(args: argparse.Namespace, action: Any) -> Any:

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from ..core._errors import DeviceBusy, DeviceRefused, DeviceTimeout, RegisterRangeError
 from ..core._limits import seconds_problem
+from ..core._text import escape_text
 from ._regmap import Register, RegisterMap
 
 __all__ = ["DATA_MAX", "MAX_BLOCK", "REGISTER_COUNT", "Device", "DeviceIdentity",
@@ -218,6 +219,27 @@ class Device(ABC):
     def identify(self) -> str:
         """Return a one-line description of the device."""
         return type(self).__name__
+
+    def map_mismatch(self) -> str | None:
+        """Why the device is not one of :attr:`regmap`'s (one phrase naming both sides), or
+        None when nothing says so. Asked once, when a command connects (every command with
+        ``--port``): a host must not drive one chip with another chip's map.
+
+        By default the map's identity registers (:meth:`RegisterMap.identity`, a chip ID) are
+        read: each must hold its reset value. A backend whose device says which map it serves
+        compares that first (:class:`~regdev.devices._serial.SerialDevice`).
+
+        Raises:
+            DeviceError, TransportError: reading an identity register failed.
+        """
+        for register in self.regmap.identity():
+            value = self.read(register.addr)
+            if value != register.reset:
+                name = self.regmap.name
+                which = f"the map `{escape_text(name)}`" if name else "the map"
+                return (f"its identity register {register.label} holds 0x{value:02X}, where "
+                        f"{which} says 0x{register.reset:02X} (another chip)")
+        return None
 
     def state_id(self) -> str:
         """Who the device is: the ``device`` of :meth:`identity`.
@@ -482,6 +504,10 @@ class RegisterFile(Device):
         registers of its map)."""
         return f"regdev register file, {len(self._regmap)} x 8-bit (in process)"
 
+    def map_mismatch(self) -> str | None:
+        """None: the register file is made from its map."""
+        return None
+
     def state_id(self) -> str:
         """The ``state_id`` given at construction, else ``"RegisterFile:"`` and 16 random hex
         digits."""
@@ -602,6 +628,12 @@ class TimeoutDevice(Device):
     def identify(self) -> str:
         """The wrapped device's description."""
         return self.device.identify()
+
+    def map_mismatch(self) -> str | None:
+        """The wrapped device's :meth:`~Device.map_mismatch`, waiting at most ``timeout``
+        seconds."""
+        result: str | None = self._call(self.device.map_mismatch)
+        return result
 
     @property
     def regmap(self) -> RegisterMap:

@@ -29,6 +29,10 @@ Rules of this file (those of the serial backend, ``_serial.py``, for Modbus):
 * A write (06, 16, 22) and a reset are sent once, never again. After a timeout their outcome
   is unknown (:class:`DeviceTimeout`, "may or may not have happened"). Reads (03) are sent
   again up to ``retries`` times.
+* Bytes that arrived before a request was sent are never its reply. RTU: the port's input is
+  flushed, and the codec's buffer dropped, before every request is written (a device that sends
+  one reply twice leaves a copy that matches the next request of the same shape byte for byte).
+  TCP: a reply is its request's only by transaction id.
 * A late reply is never taken for a later request's. TCP: after a timeout or a malformed reply
   the connection is closed and the next call opens a new one, so nothing still on its way
   reaches it (a TCP stream whose framing is in doubt cannot be trusted anyway). RTU (no
@@ -91,7 +95,7 @@ from ._modbus_codec import (
     WriteSingle,
 )
 from ._regmap import Register, RegisterMap
-from ._serial import MAX_BAUDRATE, map_exceptions, port_state_id
+from ._serial import MAX_BAUDRATE, MODBUS_URL_FORMS, map_exceptions, port_state_id
 
 __all__ = ["MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget", "is_modbus_url",
            "parse_modbus_url"]
@@ -99,9 +103,7 @@ __all__ = ["MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget", "is_mo
 #: The URL schemes of :class:`ModbusDevice`.
 MODBUS_SCHEMES = ("modbus+tcp", "modbus+rtu")
 #: The forms of a Modbus URL, repeated in errors about one.
-URL_FORMS = ("modbus+tcp://HOST[:PORT]?unit=1 or modbus+rtu://PORT?baud=19200&unit=1 (PORT "
-             "a device path such as /dev/ttyUSB0, or a pyserial URL such as "
-             "socket://HOST:PORT)")
+URL_FORMS = MODBUS_URL_FORMS
 #: The parities pyserial takes, by the letter used in a URL.
 _PARITIES = {"N": serial.PARITY_NONE, "E": serial.PARITY_EVEN, "O": serial.PARITY_ODD}
 #: The URL's own query keys; any other is passed on to the pyserial URL under modbus+rtu.
@@ -774,9 +776,11 @@ class ModbusDevice(Device):
                 DeviceTimeout (no matching reply in time, or a TCP reply that breaks framing).
         """
         codec = self._codec
-        data = codec.send(request)
+        data = codec.send(request)  # RTU: drops the bytes received before it
         sent = False
         try:
+            if self.target.framing == RTU:
+                link.flush_input()  # and those on their way in: none can be its reply
             link.write(data)
             sent = True
             deadline = time.monotonic() + self.timeout

@@ -30,6 +30,11 @@ Rules of this file:
   :attr:`ClientConnection.skipped`).
 * The buffer is capped (:data:`MAX_BUFFER` bytes); past it the oldest bytes are dropped (RTU)
   or the stream is given up (TCP).
+* RTU: bytes received before a request is sent can never be its reply (a device that sent one
+  reply twice, a reply that came late): :meth:`ClientConnection.send` drops them (counted in
+  :attr:`ClientConnection.skipped`), and the caller flushes its port's input before writing
+  the request. What RTU cannot tell apart is a copy that arrives only after the request was
+  sent and is byte for byte its reply (RTU has no transaction id); TCP's transaction id does.
 
 Requests (the function codes regdev uses): :class:`ReadHolding` (03), :class:`WriteSingle`
 (06), :class:`WriteMultiple` (16), :class:`MaskWrite` (22), and :class:`Echo` (08, sub-function
@@ -402,7 +407,9 @@ class ClientConnection:
         return self._pending
 
     def send(self, request: Request) -> bytes:
-        """The bytes of ``request``, framed; it is now the request awaited.
+        """The bytes of ``request``, framed; it is now the request awaited. On RTU the bytes
+        received and not yet read are dropped: they came before the request, so none of them
+        is its reply.
 
         Raises:
             LocalProtocolError: a request is already awaiting its reply, or a field of this
@@ -414,6 +421,9 @@ class ClientConnection:
         self._pending_tid = self._tid
         self._tid = (self._tid + 1) & 0xFFFF
         self._pending = request
+        if self.framing == RTU and self._buffer:
+            self.skipped += len(self._buffer)
+            self._buffer.clear()
         self._sent = frame(self.framing, self.unit, pdu, self._pending_tid)
         self._echo_due = self.local_echo and self.framing == RTU
         self._echo_probe = (self.framing == RTU and not self.local_echo

@@ -47,6 +47,7 @@ __all__ = [
     "DEVICE",
     "ERROR_CODES",
     "HOST",
+    "MAP_PAGE",
     "MAX_BLOCK",
     "MAX_EPOCH",
     "MAX_FRAME",
@@ -82,7 +83,9 @@ __all__ = [
     "decode",
     "encode",
     "identify_text",
+    "map_text",
     "split_identify_text",
+    "split_map_text",
 ]
 
 #: Largest frame on the wire, in bytes, from ``$`` to LF inclusive (a CR before LF counts).
@@ -143,9 +146,13 @@ def crc8(data: bytes) -> int:
 
 @dataclass(frozen=True, slots=True)
 class IdentifyRequest:
-    """``I``: ask the device to identify itself. Answered by :class:`IdentifyReply`."""
+    """``I``: ask the device to identify itself; ``I 01`` (``page`` 1): ask which register map
+    it serves (:data:`MAP_PAGE`, answered ``i map=DIGEST NAME``, :func:`map_text`). Answered
+    by :class:`IdentifyReply`; a device without page 1 answers ``I 01`` with ``e SYNTAX``.
+    ``I 00`` is spelt ``I``."""
 
     seq: int
+    page: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +369,51 @@ def split_identify_text(text: str) -> tuple[str, str | None, str | None]:
     return description, device_id, epoch
 
 
+#: The identify page that says which register map the device serves (``I 01``).
+MAP_PAGE: Final = 1
+#: The characters a map's name keeps in the map page's text (a run of others becomes ``-``),
+#: and those of a digest (16 of them).
+_MAP_NAME_KEEPS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                   "0123456789_.-")
+_DIGEST_CHARACTERS: Final = frozenset("0123456789ABCDEF")
+
+
+def _is_digest(text: str) -> bool:
+    return len(text) == 16 and set(text) <= _DIGEST_CHARACTERS
+
+
+def map_text(digest: str, name: str) -> str:
+    """The text a device answers to ``I 01``: ``map=DIGEST NAME``, DIGEST the map's
+    :meth:`~regdev.devices._regmap.RegisterMap.digest` (16 upper-case hex digits), NAME its
+    name for people (characters other than letters, digits, ``_``, ``.`` and ``-`` made
+    ``-``, cut to fit the 48 bytes of a text: 27 characters), or nothing after the digest
+    for a map without a name.
+
+    Raises:
+        LocalProtocolError: ``digest`` is not 16 upper-case hex digits.
+    """
+    if not isinstance(digest, str) or not _is_digest(digest):
+        raise LocalProtocolError(f"a map digest is 16 upper-case hex digits, got {digest!r}")
+    kept: list[str] = []
+    for char in name:
+        if char in _MAP_NAME_KEEPS:
+            kept.append(char)
+        elif not kept or kept[-1] != "\0":
+            kept.append("\0")  # a run of others: one `-`
+    shown = "".join(kept).replace("\0", "-").strip("-")[:MAX_TEXT - 21]
+    return f"map={digest}" + (f" {shown}" if shown else "")
+
+
+def split_map_text(text: str) -> tuple[str, str] | None:
+    """The digest and name of a ``map=DIGEST NAME`` text (:func:`map_text`), or None when
+    the text is not of that form."""
+    head, _, name = text.partition(" ")
+    digest = head.removeprefix("map=")
+    if not head.startswith("map=") or not _is_digest(digest):
+        return None
+    return digest, name
+
+
 def identify_text(description: str, device_id: str, epoch: str) -> str:
     """The identify text of a device that says who it is and when it last started over:
     ``f"{description} id={device_id} epoch={epoch}"``.
@@ -424,8 +476,8 @@ def _payload(frame: Frame) -> str:
         ):
             letter = {WriteRequest: "W", ReadReply: "r", WriteReply: "w"}[type(frame)]
             return f"{seq:02X} {letter} {_byte('addr', addr):02X} {_byte('data', data):02X}"
-        case IdentifyRequest():
-            return f"{seq:02X} I"
+        case IdentifyRequest(page=page):
+            return f"{seq:02X} I" + (f" {_byte('page', page):02X}" if page else "")
         case ResetRequest():
             return f"{seq:02X} Z"
         case DumpRequest(addr=addr):
@@ -636,6 +688,8 @@ def _decode_fields(seq: int, letter: int, fields: bytes, has_fields: bool) -> Fr
     if letter == 0x44:  # D AA
         addr = _HEX2.get(fields)
         return DumpRequest(seq, addr) if addr else None  # `D 00` is spelt `D`
+    if letter == 0x49:  # I 01: the only page there is (`I 00` is spelt `I`)
+        return IdentifyRequest(seq, MAP_PAGE) if _HEX2.get(fields) == MAP_PAGE else None
     if letter == 0x64:  # d [AA ]
         addr = 0
         if len(fields) == 35 and fields[2] == 0x20:

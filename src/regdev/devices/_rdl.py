@@ -45,9 +45,9 @@ from ..core._errors import MapError
 from ..core._text import unicode_problem
 from ._regmap import Field, Register, RegisterMap
 
-__all__ = ["COMPILE_MEMORY", "COMPILE_SECONDS", "MAX_MAP_BYTES", "MAX_NESTING", "MAX_REGISTERS",
-           "MAX_STATEMENT_TOKENS", "PROTECTED_PROPERTY", "RDL_INSTALL", "load_map",
-           "read_rdl"]
+__all__ = ["COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY", "MAX_MAP_BYTES",
+           "MAX_NESTING", "MAX_REGISTERS", "MAX_STATEMENT_TOKENS", "PROTECTED_PROPERTY",
+           "RDL_INSTALL", "load_map", "read_rdl"]
 
 #: The largest map file read, in bytes (SystemRDL or the JSON form): 1 MiB; a map of 256
 #: registers with every description at its limit is about that.
@@ -71,6 +71,8 @@ _REFUSED = 3
 
 #: The user-defined property that marks a register protected (writes need approval).
 PROTECTED_PROPERTY = "regdev_protected"
+#: The user-defined property that marks an identity register (a chip ID, read on connect).
+IDENTITY_PROPERTY = "regdev_identity"
 #: How to get systemrdl-compiler (regdev is not on PyPI yet: from a clone).
 RDL_INSTALL = ("in a clone of regdev: .venv/bin/pip install -e '.[rdl]' (scripts/test, "
                "scripts/demo and scripts/serve install it)")
@@ -310,16 +312,23 @@ def _compile(path: Path, top: str | None) -> RegisterMap:
         valid_components = {component.Reg}  # noqa: RUF012 - the library reads a class attribute
         valid_type = bool
 
+    class _Identity(udp.UDPDefinition):  # type: ignore[misc,name-defined]
+        name = IDENTITY_PROPERTY
+        valid_components = {component.Reg}  # noqa: RUF012 - the library reads a class attribute
+        valid_type = bool
+
     compiler = systemrdl.RDLCompiler(message_printer=_Collect())
     compiler.register_udp(_Protected, soft=True)
+    compiler.register_udp(_Identity, soft=True)
     try:
         compiler.compile_file(str(path))
         root = compiler.elaborate(top_def_name=top)
     except systemrdl.RDLCompileError as error:
         first = errors[0] if errors else f"{path}: {error}"
-        if f"property '{PROTECTED_PROPERTY}'" in first:
-            first += (f" (declare it first: property {PROTECTED_PROPERTY} {{ type = boolean; "
-                      "component = reg; };)")
+        for udp_name in (PROTECTED_PROPERTY, IDENTITY_PROPERTY):
+            if f"property '{udp_name}'" in first:
+                first += (f" (declare it first: property {udp_name} {{ type = boolean; "
+                          "component = reg; };)")
         raise MapError(first) from None
     except OSError as error:  # a file it includes
         raise MapError(f"{path}: cannot read a file it includes: {error.strerror or error}"
@@ -400,11 +409,12 @@ class _Reader:
             raise self.refuse(reg, f"{what}: address 0x{addr:X} (addresses are 0..0xFF)")
         fields = tuple(self.field(reg, name, each) for each in reg.fields())
         protected = reg.get_property(PROTECTED_PROPERTY, default=None)
+        identity = reg.get_property(IDENTITY_PROPERTY, default=None)
         try:
             return Register(name=name, addr=addr,
                             description=_text(reg.get_property("desc", default=None)
                                               or reg.get_property("name", default="")),
-                            fields=fields, protected=bool(protected))
+                            fields=fields, protected=bool(protected), identity=bool(identity))
         except MapError as error:
             raise MapError(f"{_where(reg.inst_src_ref, str(self.path))}: {error}") from None
 

@@ -40,6 +40,7 @@ the device regdev had before it had maps.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -288,9 +289,14 @@ class Register:
             Empty: the register is one value of 8 bits with the register's access.
         protected: True when writing it needs approval (the policy's ``protected``; a
             policy file that lists ``registers.protected`` overrides the map's).
+        identity: True when its value says which chip this is (a chip ID): a read-only
+            register, without clear-on-read bits, whose reset value is the chip's value.
+            regdev reads it when it connects to a device that cannot say its map (Modbus)
+            and refuses to go on when it holds another value (``docs/maps.md``).
 
     Raises:
-        MapError: the register is not consistent (the message names it and its field).
+        MapError: the register is not consistent (the message names it and its field), or
+            an identity register is writable or clears bits when read.
     """
 
     name: str | None
@@ -300,6 +306,7 @@ class Register:
     description: str = ""
     fields: tuple[Field, ...] = ()
     protected: bool = False
+    identity: bool = False
     #: The masks, worked out once: field, writable, readable, woclr, rclr.
     _masks: tuple[int, int, int, int, int] = _dataclass_field(
         init=False, repr=False, compare=False, default=(0, 0, 0, 0, 0))
@@ -356,6 +363,8 @@ class Register:
             raise _fail(where, problem)
         if type(self.protected) is not bool:
             raise _fail(where, f"protected must be true or false, got {_shown(self.protected)}")
+        if type(self.identity) is not bool:
+            raise _fail(where, f"identity must be true or false, got {_shown(self.identity)}")
         if fields:
             masks = [0] * 5
             for each in fields:
@@ -367,6 +376,9 @@ class Register:
         else:
             object.__setattr__(self, "_masks", (_FULL, _FULL if self.access != "r" else 0,
                                                 _FULL if self.access != "w" else 0, 0, 0))
+        if self.identity and (self.writable_mask or self.rclr_mask or not self.readable_mask):
+            raise _fail(where, "an identity register must be read-only, readable, and clear "
+                               "nothing when read (its reset value is the chip's ID)")
 
     # --- the bits, by behaviour -----------------------------------------------------------
 
@@ -462,8 +474,8 @@ class Register:
         return {
             "name": self.name, "addr": self.addr, "access": self.access, "reset": self.reset,
             "description": self.description, "protected": self.protected,
-            "reserved_mask": self.reserved_mask, "woclr_mask": self.woclr_mask,
-            "rclr_mask": self.rclr_mask,
+            "identity": self.identity, "reserved_mask": self.reserved_mask,
+            "woclr_mask": self.woclr_mask, "rclr_mask": self.rclr_mask,
             "fields": [{"name": f.name, "lsb": f.lsb, "msb": f.msb, "access": f.access,
                         "reset": f.reset, "onwrite": f.onwrite, "onread": f.onread,
                         "encode": dict(f.encode), "description": f.description,
@@ -487,7 +499,7 @@ class RegisterMap:
             ``FIELD`` name that is not unique in its register.
     """
 
-    __slots__ = ("_by_addr", "_by_name", "description", "name", "registers")
+    __slots__ = ("_by_addr", "_by_name", "_digest", "description", "name", "registers")
 
     name: str
     description: str
@@ -602,6 +614,33 @@ class RegisterMap:
         """Addresses of the registers the map marks protected."""
         return frozenset(r.addr for r in self.registers if r.protected)
 
+    def identity(self) -> tuple[Register, ...]:
+        """The identity registers (a chip ID), lowest address first: each must read its
+        reset value on a device of this map."""
+        return tuple(r for r in self.registers if r.identity)
+
+    def digest(self) -> str:
+        """Which map this is, as 16 upper-case hex digits: the first 8 bytes of the SHA-256
+        of the map's device form, its name and each register's name, address, access, reset,
+        identity flag and fields (name, bits, access, reset, onwrite, onread, enumerated
+        values), as compact JSON with sorted keys (``docs/protocol.md``, "Which map the device
+        serves"). Descriptions and ``protected`` are left out: they change no register. A
+        device that says its map says this digest; a host compares it with its own map's."""
+        cached: str | None = getattr(self, "_digest", None)
+        if cached is not None:
+            return cached
+        form = {"name": self.name, "registers": [
+            {"name": r.name, "addr": r.addr, "access": r.access, "reset": r.reset,
+             "identity": r.identity,
+             "fields": [{"name": f.name, "lsb": f.lsb, "msb": f.msb, "access": f.access,
+                         "reset": f.reset, "onwrite": f.onwrite, "onread": f.onread,
+                         "encode": [list(pair) for pair in f.encode]} for f in r.fields]}
+            for r in self.registers]}
+        text = json.dumps(form, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        digest = hashlib.sha256(text.encode("ascii")).hexdigest()[:16].upper()
+        object.__setattr__(self, "_digest", digest)
+        return digest
+
     def label(self, addr: int) -> str:
         """How messages name the register at ``addr`` (``CTRL (0x01)``, or ``3``)."""
         register = self._by_addr.get(addr)
@@ -689,7 +728,7 @@ class RegisterMap:
             raise MapError(f"{source}: {error}") from None
 
 
-_KEYS_REGISTER = {"name", "addr", "access", "reset", "description", "protected",
+_KEYS_REGISTER = {"name", "addr", "access", "reset", "description", "protected", "identity",
                   "reserved_mask", "woclr_mask", "rclr_mask", "fields"}
 _KEYS_FIELD = {"name", "lsb", "msb", "access", "reset", "onwrite", "onread", "encode",
                "description", "enum_descriptions"}
@@ -740,13 +779,17 @@ class _Reader:
         protected = data.get("protected", False)
         if type(protected) is not bool:
             raise self.error(f"{where}.protected", "must be true or false")
+        identity = data.get("identity", False)
+        if type(identity) is not bool:
+            raise self.error(f"{where}.identity", "must be true or false")
         addr = self.integer(data["addr"], f"{where}.addr", 0, 255)
         description = self.text(data.get("description", ""), f"{where}.description")
         try:
             register = Register(
                 name=name, addr=addr,
                 access=data.get("access"), reset=data.get("reset"),
-                description=description, fields=parsed, protected=protected)
+                description=description, fields=parsed, protected=protected,
+                identity=identity)
         except MapError as error:
             raise self.error(where, str(error)) from None
         for key in ("reserved_mask", "woclr_mask", "rclr_mask"):

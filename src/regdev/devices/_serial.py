@@ -68,10 +68,12 @@ from ..core._errors import (
     ReplyLost,
     TransportError,
 )
+from ..core._text import escape_text
 from ..core._wording import serial_problem
 from ._device import Device, DeviceIdentity, check_access, check_block, check_timeout
 from ._protocol import (
     HOST,
+    MAP_PAGE,
     MAX_FRAME,
     NEED_DATA,
     Connection,
@@ -93,13 +95,20 @@ from ._protocol import (
     WriteBlockReply,
     WriteBlockRequest,
     WriteReply,
+    split_map_text,
 )
 from ._regmap import RegisterMap
 
-__all__ = ["MAX_BAUDRATE", "URL_FORMS", "SerialDevice", "map_exceptions", "port_state_id"]
+__all__ = ["MAX_BAUDRATE", "MODBUS_URL_FORMS", "URL_FORMS", "SerialDevice", "map_exceptions",
+           "port_state_id"]
 
 #: The port forms :class:`SerialDevice` accepts, repeated in errors about a port's name.
 URL_FORMS = "a device path (/dev/ttyUSB0, COM3), socket://HOST:PORT or rfc2217://HOST:PORT"
+#: The forms of a Modbus URL (``docs/modbus.md``), repeated in errors about one, and after the
+#: serial forms for a port whose scheme no one knows (``modbus://`` for ``modbus+tcp://``).
+MODBUS_URL_FORMS = ("modbus+tcp://HOST[:PORT]?unit=1 or modbus+rtu://PORT?baud=19200&unit=1 "
+                    "(PORT a device path such as /dev/ttyUSB0, or a pyserial URL such as "
+                    "socket://HOST:PORT)")
 #: Highest line speed accepted, in baud: above the fastest USB serial adapters (12 Mbaud), and
 #: far below where pyserial overflows (it passes the rate to the OS as a C int).
 MAX_BAUDRATE = 20_000_000
@@ -175,11 +184,14 @@ class _NoReply(Exception):
 
 def _open_message(url: str, error: BaseException) -> str:
     """One line for a port that cannot be opened; the accepted forms when the name is at
-    fault (an unknown scheme, or no such device path), not when the port is busy or refuses."""
+    fault (no such device path: the serial forms; an unknown scheme: the Modbus forms too), not
+    when the port is busy or refuses."""
     text = f"cannot open port {url}: {serial_problem(error)}"
-    named_wrongly = (str(error).startswith("invalid URL")
-                     or getattr(error, "errno", None) == errno.ENOENT)
-    return f"{text}; expected {URL_FORMS}" if named_wrongly else text
+    if str(error).startswith("invalid URL"):
+        return f"{text}; expected {URL_FORMS}, or a Modbus device: {MODBUS_URL_FORMS}"
+    if getattr(error, "errno", None) == errno.ENOENT:
+        return f"{text}; expected {URL_FORMS}"
+    return text
 
 
 @contextlib.contextmanager
@@ -588,6 +600,44 @@ class SerialDevice(Device):
         """
         return self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries).text
 
+    def map_said(self) -> tuple[str, str] | None:
+        """Which register map the device says it serves: ``(digest, name)`` from its answer
+        to ``I 01`` (``docs/protocol.md``, "Which map the device serves"; the digest is
+        :meth:`RegisterMap.digest`'s 16 hex digits, the name as the device gives it, maybe
+        empty); None for a device that cannot say (it answers ``e SYNTAX``, or another text).
+
+        Raises:
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
+        """
+        try:
+            reply = self._transact(lambda seq: IdentifyRequest(seq, MAP_PAGE), IdentifyReply,
+                                   "map identify", self.retries)
+        except DeviceBusy as error:
+            if error.code == "SYNTAX":  # a device of the protocol without the map page
+                return None
+            raise
+        return split_map_text(reply.text)
+
+    def map_mismatch(self) -> str | None:
+        """Why the device is not one of :attr:`regmap`'s, or None: the digest it says
+        (:meth:`map_said`) against the map's own; a device that cannot say has its map's
+        identity registers read instead (:meth:`Device.map_mismatch`).
+
+        Raises:
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
+        """
+        said = self.map_said()
+        if said is None:
+            return super().map_mismatch()
+        digest, name = said
+        mine = self._regmap.digest()
+        if digest == mine:
+            return None
+        ours = (f"the map `{escape_text(self._regmap.name)}`" if self._regmap.name
+                else "an unnamed map")
+        theirs = f"the register map `{name}`" if name else "an unnamed register map"
+        return f"the device serves {theirs} (digest {digest}), not {ours} (digest {mine})"
+
     def identity(self, *, refresh: bool = False) -> DeviceIdentity:
         """Who the device is and its reset epoch, from its identify reply (``id=ID
         epoch=EPOCH`` at its end, ``docs/protocol.md``): ``DeviceIdentity(ID, EPOCH)``; for a
@@ -693,9 +743,9 @@ class SerialDevice(Device):
         port = self._port
         if port is None or self._flush or not self._synced:
             port = self._prepare(what)
+        request = make if isinstance(make, tuple) else make(self._link.new_seq())
         try:
-            reply = self._exchange(port, make if isinstance(make, tuple)
-                                   else make(self._link.new_seq()))
+            reply = self._exchange(port, request)
         except _PortFailed as failure:
             if not failure.sent:
                 raise _Failed(TransportError(f"the {what} was not sent: {failure}"),
@@ -713,7 +763,8 @@ class SerialDevice(Device):
         if type(reply) is int:  # the usual exchange's answer
             return reply
         if isinstance(reply, IdentifyReply):
-            self._learn(reply)
+            if not getattr(request, "page", 0):  # (the map page says nothing of who it is)
+                self._learn(reply)
         elif isinstance(reply, ErrorReply):
             meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
             if reply.code in _BUSY:
