@@ -26,11 +26,10 @@ from ._common import (
     add_gate_options,
     audit_note,
     device_call,
+    device_options,
     json_line,
-    map_option,
     open_gate,
     port_device,
-    port_options,
     write_line,
 )
 
@@ -190,7 +189,6 @@ def add_parser(sub: Any) -> None:
     agent.add_argument("--json", action="store_true",
                        help="one JSON object per turn and per call, then the stop and the "
                             "registers")
-    map_option(agent)
-    port_options(agent)
+    device_options(agent)
     add_gate_options(agent)
     agent.set_defaults(func=cmd_agent)

@@ -22,11 +22,10 @@ from ._common import (
     add_gate_options,
     audit_note,
     device_call,
+    device_options,
     json_line,
-    map_option,
     open_gate,
     port_device,
-    port_options,
     register_map,
     write_line,
 )
@@ -130,7 +129,6 @@ def add_parser(sub: Any) -> None:
                     "write and read, and a read-only register.")
     demo.add_argument("--json", action="store_true",
                       help="one JSON object per step, then the stop reason and the registers")
-    map_option(demo)
-    port_options(demo)
+    device_options(demo)
     add_gate_options(demo)
     demo.set_defaults(func=cmd_demo)

@@ -35,14 +35,13 @@ from ._common import (
     check_tool_choice,
     count,
     device_call,
+    device_options,
     dialect_options,
     json_line,
     load_policy,
-    map_option,
     map_tools_of,
     open_gate,
     port_device,
-    port_options,
     tell,
     write_line,
 )
@@ -180,8 +179,7 @@ def add_parser(sub: Any) -> None:
                              "\"interrupted\": true after Ctrl-C). A file error "
                              "(exit 2, nothing run) stays one line of text on stderr, as "
                              "without --json")
-    map_option(replay)
-    port_options(replay)
+    device_options(replay)
     replay.add_argument("--reset", action="store_true",
                         help="with --port: reset the device before the replay (without "
                              "--port the device is a fresh in-process one)")
