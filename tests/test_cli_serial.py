@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES, default_signals, run
+from conftest import EXAMPLES, default_rows, default_signals, run
 from firmware import is_sim_identity, sim_process, sim_thread
 from regdev import read_audit
 from regdev.cli._firmware_sim import FAULT_HELP
@@ -39,7 +39,8 @@ def test_demo_and_replay_over_a_port_match_in_process(capsys: pytest.CaptureFixt
         # The demo left registers set: --reset gives the replay a fresh device.
         remote_replay = run(capsys, "replay", wild, "--json", "--port", port, "--reset")
     assert remote_replay == local_replay
-    assert json.loads(remote_replay[1].splitlines()[-1]) == {"registers": [0, 0, 0, 200] + [0] * 12}
+    assert json.loads(remote_replay[1].splitlines()[-1]) == {
+        "registers": default_rows([0, 0, 0, 200] + [0] * 12)}
 
 
 @pytest.mark.timeout(30)
@@ -130,10 +131,10 @@ def test_every_command_that_runs_calls_takes_the_device_options() -> None:
     """call, shell, demo, replay, agent and serve all take --port, --map, --timeout and --baud,
     from one definition."""
     parser = build_parser()
-    sub = next(action for action in parser._actions  # noqa: SLF001
-               if isinstance(action, argparse._SubParsersAction))  # noqa: SLF001
+    sub = next(action for action in parser._actions
+               if isinstance(action, argparse._SubParsersAction))
     for command in ("call", "shell", "demo", "replay", "agent", "serve"):
-        options = {option for action in sub.choices[command]._actions  # noqa: SLF001
+        options = {option for action in sub.choices[command]._actions
                    for option in action.option_strings}
         assert {"--port", "--map", "--timeout", "--baud"} <= options, command
 
@@ -325,7 +326,8 @@ def test_replay_reset_ends_the_keys_of_the_port(tmp_path: Path,
             registers = device.snapshot()
     assert [status for status, _, _ in (first, again, reset)] == [0, 0, 0]
     assert [record.replay for record in read_audit(audit)] == [False, True, False]
-    assert json.loads(reset[1].splitlines()[-1]) == {"registers": [0, 0, 0, 200] + [0] * 12}
+    assert json.loads(reset[1].splitlines()[-1]) == {
+        "registers": default_rows([0, 0, 0, 200] + [0] * 12)}
     assert registers[3] == 200
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from conftest import default_rows
 from provider_server import (
     MALFORMED,
     ProviderServer,
@@ -305,7 +306,7 @@ def test_regdev_agent_shows_progress_and_exits_by_its_stop(
     assert status == 1
     assert lines[0]["stop"] == "provider-error"
     assert lines[0]["detail"] == "the OpenAI API refused the API key (401): bad key"
-    assert lines[1] == {"registers": [0] * 16}
+    assert lines[1] == {"registers": default_rows([0] * 16)}
 
 
 def test_anthropic_temperature_and_strict_are_sent_only_when_asked() -> None:

@@ -28,9 +28,8 @@ from ..gate._parse import MAX_INT_DIGITS
 from ..gate._policy import Session
 from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 
-__all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "run_shell",
-           "shell_call",
-           "shell_tools"]
+__all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "register_rows",
+           "run_shell", "shell_call", "shell_tools"]
 
 
 #: A result's Decimal numbers as the JSON numbers they are, never as strings.
@@ -63,6 +62,29 @@ def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -
         lines.append(display_text(f"  0x{register.addr:02X} {register.name or '-':<{width}}  "
                                   f"0x{value:02x}" + (f"  {fields}" if fields else "")))
     return "\n".join(lines)
+
+
+def register_rows(values: Sequence[int], regmap: RegisterMap | None = None
+                  ) -> list[dict[str, int | str]]:
+    """The registers as JSON rows, one per register of the map in its address order:
+    ``{"addr": 3, "name": "CTRL", "data": 200}`` (``name`` only when the map names the
+    register). A map with gaps in its addresses keeps them: the address is given, never left
+    to a value's position. What ``--json`` prints after ``replay``, ``demo`` and ``agent``.
+
+    Args:
+        values: one value per register of the map, in its address order (as
+            :meth:`Device.snapshot` returns them).
+        regmap: the map; None for the default map (addresses 0..15, no names).
+    """
+    regmap = regmap if regmap is not None else RegisterMap.default()
+    rows: list[dict[str, int | str]] = []
+    for register, value in zip(regmap.registers, values, strict=True):
+        row: dict[str, int | str] = {"addr": register.addr}
+        if register.name:
+            row["name"] = register.name
+        row["data"] = value
+        rows.append(row)
+    return rows
 
 
 def _field_text(value: object) -> str:

@@ -16,7 +16,7 @@ from ..agents._models import (
     make_endpoint,
     run_agent,
 )
-from ..agents._shell import describe, format_registers
+from ..agents._shell import describe, format_registers, register_rows
 from ..core._errors import SchemaError
 from ..core._limits import seconds_problem
 from ..core._text import display_text, escape_text
@@ -130,7 +130,7 @@ def _show_end(result: AgentResult, registers: list[int], args: argparse.Namespac
     if args.json:
         json_line({"stop": result.stop, "detail": result.detail, "loop_id": result.loop_id,
                    "proposer": result.proposer}, out)
-        json_line({"registers": registers}, out)
+        json_line({"registers": register_rows(registers, regmap)}, out)
         return
     # the detail is a message with every quoted piece escaped already: shown as it is
     out.write(f"\nloop stopped: {result.stop} ({display_text(result.detail, 300)})\n\n")

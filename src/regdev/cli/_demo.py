@@ -14,7 +14,7 @@ from ..agents._demo import (
     ScriptedProposer,
 )
 from ..agents._loop import Step, run_loop
-from ..agents._shell import describe, format_registers
+from ..agents._shell import describe, format_registers, register_rows
 from ..gate._gate import Gate
 from ..gate._policy import Session
 from ._common import (
@@ -93,7 +93,7 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -
     if args.json:
         json_line({"stop": result.stop, "detail": result.detail,
                    "as_scripted": differs is None}, out)
-        json_line({"registers": registers}, out)
+        json_line({"registers": register_rows(registers, gate.regmap)}, out)
     else:
         write_line(out, f"loop stopped: {result.stop} ({result.detail})")
         if differs is not None:
