@@ -119,8 +119,11 @@ def _show_step(step: AgentStep, args: argparse.Namespace, out: TextIO) -> None:
         label = f"turn {step.turn}" + (" (retry)" if step.retry else "")
         # the raw call is JSON text: shown as it is, escaped once (display_text), so that it
         # stays the JSON the model sent
-        write_line(out, f"{label:<16}calls {escape_text(step.call.name, 60)} "
-                        f"{display_text(step.call.raw.decode('utf-8', 'replace'), 200)}")
+        raw = display_text(step.call.raw.decode('utf-8', 'replace'), 200)
+        if step.observation.code == "call-in-text":  # no call made: it was in the text
+            write_line(out, f"{label:<16}wrote a call into its text: {raw}")
+        else:
+            write_line(out, f"{label:<16}calls {escape_text(step.call.name, 60)} {raw}")
         write_line(out, f"{'':<16}{display_text(describe(step.observation), 300)}")
     out.flush()
 

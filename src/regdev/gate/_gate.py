@@ -545,6 +545,43 @@ class Gate:
         state.sent_key = idempotency_key
         return self._finish(state, self._run(state))
 
+    def refuse(
+        self,
+        raw: str | bytes,
+        refusal: Refusal,
+        *,
+        dialect: str = "canonical",
+        session: Session | None = None,
+        loop_id: str | None = None,
+        step: int | None = None,
+        proposer: str | None = None,
+    ) -> Observation:
+        """Refuse a proposal that never became a call for the pipeline (a tool call a model
+        wrote into its reply's text instead of making it), and record it in the audit log as
+        any refused call is: its raw text, stage and code, loop, step and proposer. Nothing
+        reaches the device.
+
+        Args:
+            raw: what the model sent (the reply's text), recorded as the call's raw text.
+            refusal: the verdict (e.g. parse ``call-in-text``).
+            dialect, session, loop_id, step, proposer: as for :meth:`handle`.
+
+        Returns:
+            The refusal's :class:`Observation` (``audit-error``'s never: nothing ran).
+
+        Raises:
+            ValueError: ``loop_id`` is not a string of Unicode text.
+        """
+        if loop_id is not None:
+            check_loop_id(loop_id)
+        observation = Observation.refused(refusal)
+        if self.audit is None:
+            return observation
+        call = _Call(session or self.default_session, dialect, None, raw, loop_id=loop_id,
+                     step=step, proposer=proposer)
+        call.time, call.timings = time.time(), {}
+        return self._finish(call, observation)
+
     def check_options(self, dialect: str, tool_choice: str | None) -> None:
         """Raise ValueError for a dialect or a forced tool this gate cannot honour."""
         if dialect != "canonical":
