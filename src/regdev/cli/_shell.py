@@ -41,7 +41,8 @@ def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
 def add_parser(sub: Any) -> None:
     """Add ``regdev shell`` to the subcommands."""
     shell = sub.add_parser(
-        "shell", help="an interactive prompt for engineers: read, write, dump, identify, reset",
+        "shell", help="an interactive prompt for engineers: read, write, readblock, writeblock, "
+                      "dump, identify, reset",
         description="Each command is a tool call through the gate, and its verdict is shown. "
                     "Without --port it drives an in-process register file.")
     device_options(shell)

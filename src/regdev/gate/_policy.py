@@ -25,8 +25,9 @@ first refusal decides, nothing after it runs, and the call never reaches the dev
 ====  ===============  ==========================  ============================================
 
 A tool that changes the device and takes no integer ``addr`` (the shell's ``reset_device``)
-changes every register: it is refused when any register is read-only, and needs approval
-when any is protected.
+changes every register: it is refused when the policy makes any register read-only (the
+registers the device's map makes read-only do not refuse it: a reset sets them to their reset
+values, as the hardware does), and needs approval when any is protected.
 
 Why this order: the audit check (0) comes first because a call that cannot be recorded must
 not run (``_gate.py`` does it, since only the gate has the log). The static rights (1, 2) come
@@ -697,10 +698,13 @@ def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, .
         return Refusal("authorize", "read-only-register",
                        f"register {label(changed[0])} is read-only {_source(changed[0], by_map)}"
                        "; no call can write it")
-    hit = sorted(registers.read_only.intersection(changed))
+    whole = changed == every
+    # A call that changes every register (a device reset) sets the map's read-only registers
+    # to their reset values as the hardware does: only the policy's read-only ones refuse it.
+    hit = sorted(registers.read_only.intersection(changed) - (by_map if whole else set()))
     if not hit:
         return None
-    if changed != every:
+    if not whole:
         return Refusal("authorize", "read-only-register",
                        f"{tool.name} writes register {label(hit[0])}, which is read-only "
                        f"{_source(hit[0], by_map)}; no call can write it (leave it out)")
