@@ -54,7 +54,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from msgspec.structs import replace
@@ -97,6 +97,7 @@ from ._policy import (
     ask_approval,
     changed_registers,
     check_read_only,
+    guarded,
 )
 from ._tools import Tool, ToolSet
 from ._validate import ReferenceValidator
@@ -206,7 +207,8 @@ class Gate:
         #: there are any (else the checks are skipped).
         registers = (policy.registers if policy is not None else RegisterPolicy()).for_map(
             regmap)
-        self._registers = registers if registers.read_only or registers.protected else None
+        self._registers = registers if (registers.read_only or registers.protected
+                                        or registers.guards) else None
         #: The registers the device's map makes read-only (refusals name the map for these,
         #: the policy for the others).
         self._map_read_only = regmap.read_only()
@@ -710,12 +712,15 @@ class Gate:
             return refusal
         assert registers is not None
         arguments = call.arguments
+        tripped = guarded(registers.guards, tool, arguments, changed, self.regmap) \
+            if registers.guards else ()
         return ask_approval(registers, tool, changed,
                             self.policy.approve if self.policy is not None else None,
                             lambda addr: ApprovalRequest(session.name, tool.name,
                                                          dict(arguments), addr,
                                                          session.caller),
-                            every=every, label=self._label, answered=call.answered)
+                            every=every, label=self._label, answered=call.answered,
+                            guards=tripped)
 
     def _begin_key(self, call: _Call) -> _End:
         """Reserve the call's idempotency key in the scope of the device's identity and reset
@@ -845,9 +850,13 @@ class Gate:
     @property
     def protected_registers(self) -> frozenset[int]:
         """The addresses (0..255) written only on the approval hook's yes: the policy's
-        ``protected`` merged with the device map's (empty when none)."""
-        return frozenset(self._registers.protected) if self._registers is not None \
-            else frozenset()
+        ``protected`` merged with the device map's, and the registers of its protected fields
+        and value ranges (empty when none)."""
+        registers = self._registers
+        if registers is None:
+            return frozenset()
+        return frozenset(cast("frozenset[int]", registers.protected)) | {
+            guard.addr for guard in registers.guards}
 
     def record_loop_stop(self, loop_id: str, stop: str, detail: str, steps: int,
                          session: Session | None = None, *,
