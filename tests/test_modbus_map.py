@@ -118,7 +118,7 @@ def test_the_map_demo_over_modbus_matches_in_process(
         remote = run(capsys, "demo", "--no-audit", "--json", "--port", url, "--timeout",
                      str(PATIENT), "--map", str(SENSOR))
     assert remote == local
-    assert json.loads(remote[1].splitlines()[-1])["registers"][1]["data"] == 0x25
+    assert json.loads(remote[1].splitlines()[-1])["registers"][1]["data"] == 0x35
 
 
 # --- the access kinds, and the rules before the device -----------------------------------------
