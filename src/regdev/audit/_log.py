@@ -160,6 +160,7 @@ _ADDED_COLUMNS = (
     ("caller", "TEXT"),        # who sent the call, when authenticated (regdev serve --http)
     ("approver", "TEXT"),      # who answered a protected write's approval question
     ("approval", "TEXT"),      # how it was asked: hook, elicitation, url
+    ("map_name", "TEXT"),      # the name of the device's register map, when it has one
 )
 
 #: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
@@ -194,7 +195,8 @@ CREATE TABLE IF NOT EXISTS calls (
     proposer        TEXT,                 -- who proposed the call: provider:model, mcp:NAME ...
     caller          TEXT,                 -- who sent it: token:NAME, oauth:SUBJECT (HTTP)
     approver        TEXT,                 -- who answered the approval question
-    approval        TEXT                  -- how it was asked: hook, elicitation, url
+    approval        TEXT,                 -- how it was asked: hook, elicitation, url
+    map_name        TEXT                  -- the device's register map, by its name
 );
 CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -213,8 +215,8 @@ _NOT_TIMED = (None,) * len(_STAGE_TIMES)
 #: A record's stage times and device when it has none (a loop's stop; the proposer follows,
 #: then :data:`_NO_CALLER`).
 _NO_TIMES = (None,) * (len(_STAGE_TIMES) + 2)
-#: A loop stop's caller, approver and approval: none.
-_NO_CALLER = (None,) * 3
+#: A loop stop's caller, approver, approval and map: none.
+_NO_CALLER = (None,) * 4
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
@@ -528,6 +530,9 @@ class AuditRecord(msgspec.Struct, frozen=True):
             ``elicitation`` (the caller's MCP client asked its user), ``url`` (a page the
             server serves); None when no question was asked (or the hook said only
             True/False).
+        map_name: the name of the device's register map (``sensor``; ``regdev map FILE``
+            shows it), or None (the default map, a map without a name, a stop, an older
+            record).
     """
 
     id: int
@@ -561,6 +566,7 @@ class AuditRecord(msgspec.Struct, frozen=True):
     caller: str | None = None
     approver: str | None = None
     approval: str | None = None
+    map_name: str | None = None
 
     @property
     def timings(self) -> dict[str, int]:
@@ -755,7 +761,7 @@ class AuditLog:
             timings: Mapping[str, int] | None = None,
             device: tuple[str, str | None] | None = None, proposer: str | None = None,
             caller: str | None = None, approver: str | None = None,
-            approval: str | None = None) -> Row:
+            approval: str | None = None, map_name: str | None = None) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -782,11 +788,12 @@ class AuditLog:
             caller: who sent the call, when authenticated (see :class:`AuditRecord`).
             approver: who answered its approval question, if known.
             approval: how that question was asked.
+            map_name: the name of the device's register map, or None.
         """
         stage_ns = tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED
         return self._call_row(time, session, dialect, raw, observation, tool, arguments,
                               loop_id, step, idempotency_key, stage_ns, device, proposer,
-                              caller, approver, approval)[0]
+                              caller, approver, approval, map_name)[0]
 
     def record_call(self, *, time: float, session: str, dialect: str | None, raw: object,
                     observation: Observation, tool: str | None, arguments: str | None,
@@ -796,7 +803,7 @@ class AuditLog:
                     device: tuple[str, str | None] | None = None, proposer: str | None = None,
                     caller: str | None = None, approver: str | None = None,
                     approval: str | None = None, key_row: KeyRow | None = None,
-                    durable: bool = False) -> None:
+                    durable: bool = False, map_name: str | None = None) -> None:
         """Build a call's record as :meth:`row` does and append it as :meth:`append` does, in
         one step (the record's NULLs are known from the arguments, not looked for in the row).
 
@@ -813,7 +820,7 @@ class AuditLog:
         """
         row, shape = self._call_row(time, session, dialect, raw, observation, tool, arguments,
                                     loop_id, step, idempotency_key, stage_ns, device, proposer,
-                                    caller, approver, approval)
+                                    caller, approver, approval, map_name)
         self._append(shape, shape.take(row), key_row, durable)
 
     def _call_row(  # noqa: PLR0917 - positional: on every audited call's path
@@ -822,7 +829,7 @@ class AuditLog:
             loop_id: str | None, step: int | None, idempotency_key: str | None,
             stage_ns: tuple[int | None, ...], device: tuple[str, str | None] | None,
             proposer: str | None, caller: str | None, approver: str | None,
-            approval: str | None) -> tuple[Row, _Shape]:
+            approval: str | None, map_name: str | None = None) -> tuple[Row, _Shape]:
         """A call's record (see :meth:`row`) and its shape, told from the arguments."""
         if raw is None:
             kept = raw_size = raw_sha = None
@@ -846,7 +853,7 @@ class AuditLog:
                0 if refusal else 1, stage, code, message, tool, arguments, result, call_id,
                idempotency_key, 1 if observation.replay else 0,
                parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns,
-               device_id, epoch, proposer, caller, approver, approval)
+               device_id, epoch, proposer, caller, approver, approval, map_name)
         # Column for column, which values are None: time, event, ok and replay never are; a
         # refusal's stage, code and message are bound (a None among them would be too: slower
         # than a literal NULL, but stored all the same).
@@ -858,7 +865,7 @@ class AuditLog:
                         idempotency_key is None, False, parse_ns is None, validate_ns is None,
                         authorize_ns is None, execute_ns is None, observe_ns is None,
                         device_id is None, epoch is None, proposer is None, caller is None,
-                        approver is None, approval is None))
+                        approver is None, approval is None, map_name is None))
         return row, shape
 
     @staticmethod

@@ -214,6 +214,8 @@ class Gate:
         self._map_read_only = regmap.read_only()
         #: Every register's address (what a reset changes), and how messages name them.
         self._every = regmap.addresses
+        #: The map's name in each audit record (None for the default map).
+        self._map_name = None if regmap.is_default else (regmap.name or None)
         self._label = regmap.label
         #: The plain path (in :meth:`handle`) is taken by a gate with nothing to authorize: no
         #: policy, no audit log, no read-only or protected register.
@@ -480,7 +482,8 @@ class Gate:
                     loop_id=loop_id, step=step,
                     stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns),
                     device=self._runner.known_identity(), proposer=proposer,
-                    caller=self.default_session.caller, durable=durable)
+                    caller=self.default_session.caller, durable=durable,
+                    map_name=self._map_name)
             except AuditError as error:
                 if durable:
                     observation = _unrecorded(error, observation.id)
@@ -812,6 +815,7 @@ class Gate:
                 loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
                 stage_ns=tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED,
                 device=self._runner.known_identity(), proposer=call.proposer,
+                map_name=self._map_name,
                 caller=call.session.caller,
                 approver=call.approval.approver if call.approval is not None else None,
                 approval=call.approval.via if call.approval is not None else None,
