@@ -470,7 +470,7 @@ def test_audit_shows_and_filters_the_caller_and_approver(
 def test_audit_shows_and_filters_the_proposer(
         capsys: pytest.CaptureFixture[str], audit_path: Path) -> None:
     """The text listing names each call's proposer (the model), quoted and escaped, and each
-    loop stop's; --proposer (or --model) keeps one proposer's records."""
+    loop stop's; --proposer keeps one proposer's records."""
     with Gate(audit=AuditLog(audit_path)) as gate:
         gate.handle(WRITE, proposer="openai:qwen3:8b", loop_id="L1", step=1)
         gate.record_loop_stop("L1", "done", "the model is done", 1, proposer="openai:qwen3:8b")
@@ -483,9 +483,8 @@ def test_audit_shows_and_filters_the_proposer(
     assert lines[1].endswith("1 step, proposer 'openai:qwen3:8b'")
     assert "proposer 'anthropic:c\\x1b[2J', device " in lines[2]
     assert "proposer" not in lines[3]
-    for option in ("--proposer", "--model"):
-        status, out, _ = run(capsys, "audit", option, "openai:qwen3:8b")
-        assert status == 0 and out.splitlines()[-1] == f"2 records in {audit_path}"
+    status, out, _ = run(capsys, "audit", "--proposer", "openai:qwen3:8b")
+    assert status == 0 and out.splitlines()[-1] == f"2 records in {audit_path}"
     status, out, _ = run(capsys, "audit", "--proposer", "anthropic:c\x1b[2J", "--json")
     assert [json.loads(line)["tool"] for line in out.splitlines()] == ["read_register"]
 

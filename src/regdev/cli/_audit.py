@@ -162,7 +162,7 @@ def add_parser(sub: Any) -> None:
     audit.add_argument("--caller", metavar="NAME",
                        help="only the calls this caller sent: the name shown after `caller` "
                             "(token:NAME or oauth:SUBJECT, the callers of serve --http)")
-    audit.add_argument("--proposer", "--model", metavar="NAME",
+    audit.add_argument("--proposer", metavar="NAME",
                        help="only the calls (and loop stops) this proposer made: the name "
                             "shown after `proposer` (provider:model for regdev agent and "
                             "eval, mcp:NAME VERSION for an MCP client, replay:FILE)")

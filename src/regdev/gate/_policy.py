@@ -20,8 +20,10 @@ first refusal decides, nothing after it runs, and the call never reaches the dev
                                                    with the same call returns the stored
                                                    observation as a replay (``_idempotency.py``)
  4    rate limit       ``rate-limited``            the session's token bucket is empty
- 5    approval         ``approval-denied``         a write to a protected register that the
-                                                   approval hook did not approve (or no hook)
+ 5    approval         ``approval-denied``         a write to a protected register (or one
+                                                   that sets a protected field, or a value
+                                                   in a protected range) that the approval
+                                                   hook did not approve (or no hook)
 ====  ===============  ==========================  ============================================
 
 A tool that changes the device and takes no integer ``addr`` (the shell's ``reset_device``)
@@ -51,7 +53,10 @@ The registers a policy marks are merged with the device's register map
 (:meth:`RegisterPolicy.for_map`): the map's read-only registers are read-only whatever the
 policy says (the device refuses to write them anyway), and the policy's ``read_only`` adds to
 them; the map's protected registers (``regdev_protected`` in SystemRDL) are protected unless
-the policy lists ``protected`` itself, which then overrides the map's.
+the policy lists ``protected`` itself, which then overrides the map's. A policy names
+registers by address or by the map's names, and may protect a field (``"CTRL.MODE"``) or a
+range of a field's or register's values (:class:`Guard`), resolved against the map
+(:attr:`RegisterPolicy.guards`).
 """
 
 from __future__ import annotations
