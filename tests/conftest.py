@@ -134,6 +134,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
+def default_rows(values: Sequence[int]) -> list[dict[str, int]]:
+    """The registers of the default map as ``--json`` prints them after replay, demo and
+    agent: one ``{"addr": A, "data": D}`` per register, address 0 first."""
+    return [{"addr": addr, "data": data} for addr, data in enumerate(values)]
+
+
 @pytest.fixture(autouse=True)
 def audit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The CLI's default audit log, moved into this test's own folder (never ~/.local)."""

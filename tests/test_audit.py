@@ -478,6 +478,28 @@ def test_audit_shows_and_filters_the_caller_and_approver(
     assert (status, out.splitlines()) == (0, [f"0 records in {audit_path}"])
 
 
+def test_audit_shows_and_filters_the_proposer(
+        capsys: pytest.CaptureFixture[str], audit_path: Path) -> None:
+    """The text listing names each call's proposer (the model), quoted and escaped, and each
+    loop stop's; --proposer keeps one proposer's records."""
+    with Gate(audit=AuditLog(audit_path)) as gate:
+        gate.handle(WRITE, proposer="openai:qwen3:8b", loop_id="L1", step=1)
+        gate.record_loop_stop("L1", "done", "the model is done", 1, proposer="openai:qwen3:8b")
+        gate.handle(READ, proposer="anthropic:c\x1b[2J")
+        gate.handle(READ)
+    status, out, _ = run(capsys, "audit")
+    lines = out.splitlines()
+    assert status == 0 and len(lines) == 5
+    assert "(loop L1 step 1, proposer 'openai:qwen3:8b', device " in lines[0]
+    assert lines[1].endswith("1 step, proposer 'openai:qwen3:8b'")
+    assert "proposer 'anthropic:c\\x1b[2J', device " in lines[2]
+    assert "proposer" not in lines[3]
+    status, out, _ = run(capsys, "audit", "--proposer", "openai:qwen3:8b")
+    assert status == 0 and out.splitlines()[-1] == f"2 records in {audit_path}"
+    status, out, _ = run(capsys, "audit", "--proposer", "anthropic:c\x1b[2J", "--json")
+    assert [json.loads(line)["tool"] for line in out.splitlines()] == ["read_register"]
+
+
 def test_audit_code_refuses_a_code_no_record_can_hold(
         capsys: pytest.CaptureFixture[str], audit_path: Path) -> None:
     """--code takes ok, a verdict code (a fixed one, or missing-/type-/range-ARG, denied-TOOL)

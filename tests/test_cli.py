@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES, run
+from conftest import EXAMPLES, default_rows, run
 from regdev import read_audit, tool_definitions
 from regdev.agents._shell import shell_call
 from regdev.audit import _log as _audit
@@ -38,7 +38,7 @@ def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
     lines = [json.loads(line) for line in out.splitlines()]
     assert status == 0
     assert lines[-2] == {"stop": "rejected", "detail": lines[-2]["detail"], "as_scripted": True}
-    assert lines[-1] == {"registers": [165, 255, 66] + [0] * 13}
+    assert lines[-1] == {"registers": default_rows([165, 255, 66] + [0] * 13)}
     codes = [line["observation"].get("code") for line in lines[:-2]]
     assert codes == [None, None, "range-data", None, None, None, "type-addr", "range-addr"]
 
@@ -51,7 +51,7 @@ def test_replay_wild_cases_meets_every_expectation(capsys: pytest.CaptureFixture
     assert all(line["expect_met"] is True for line in lines[:-1])
     assert len(lines) == 19
     assert {"line", "ok", "stage", "code", "message", "result", "expect_met"} <= set(lines[0])
-    assert lines[-1] == {"registers": [0, 0, 0, 200] + [0] * 12}
+    assert lines[-1] == {"registers": default_rows([0, 0, 0, 200] + [0] * 12)}
 
 
 def test_replay_reports_unmet_expectations(capsys: pytest.CaptureFixture[str],
@@ -196,7 +196,7 @@ def test_replay_dash_reads_standard_input(capsys: pytest.CaptureFixture[str],
     from_file = run(capsys, "replay", "--no-audit", "--json", str(EXAMPLES / "wild-calls.jsonl"))
     assert (status, out, err) == from_file
     assert (status, json.loads(out.splitlines()[-1])) == (
-        0, {"registers": [0, 0, 0, 200] + [0] * 12})
+        0, {"registers": default_rows([0, 0, 0, 200] + [0] * 12)})
     bad = b'{"raw": "{}", "expect": "x"}'
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(bad)))
     assert run(capsys, "replay", "--no-audit", "-") == (

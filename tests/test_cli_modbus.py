@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, run
+from conftest import EXAMPLES, default_rows, run
 from modbus_servers import Plain, modbus_sim_process
 from regdev.cli._main import main
 from regdev_modbus_sim import Background
@@ -33,7 +33,8 @@ def test_demo_and_replay_over_modbus_match_in_process(capsys: pytest.CaptureFixt
         remote_replay = run(capsys, "replay", wild, "--json", "--port", url, "--reset",
                             "--timeout", "5")
     assert remote_replay == local_replay
-    assert json.loads(remote_replay[1].splitlines()[-1]) == {"registers": [0, 0, 0, 200] + [0] * 12}
+    assert json.loads(remote_replay[1].splitlines()[-1]) == {
+        "registers": default_rows([0, 0, 0, 200] + [0] * 12)}
 
 
 @pytest.mark.timeout(60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -16,11 +17,11 @@ from pathlib import Path
 import pytest
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES, default_signals, run
+from conftest import EXAMPLES, default_rows, default_signals, run
 from firmware import is_sim_identity, sim_process, sim_thread
 from regdev import read_audit
 from regdev.cli._firmware_sim import FAULT_HELP
-from regdev.cli._main import main
+from regdev.cli._main import build_parser, main
 from regdev.devices import _protocol as wire
 from regdev.devices._serial import MODBUS_URL_FORMS, URL_FORMS, SerialDevice
 
@@ -38,7 +39,8 @@ def test_demo_and_replay_over_a_port_match_in_process(capsys: pytest.CaptureFixt
         # The demo left registers set: --reset gives the replay a fresh device.
         remote_replay = run(capsys, "replay", wild, "--json", "--port", port, "--reset")
     assert remote_replay == local_replay
-    assert json.loads(remote_replay[1].splitlines()[-1]) == {"registers": [0, 0, 0, 200] + [0] * 12}
+    assert json.loads(remote_replay[1].splitlines()[-1]) == {
+        "registers": default_rows([0, 0, 0, 200] + [0] * 12)}
 
 
 @pytest.mark.timeout(30)
@@ -103,7 +105,7 @@ def test_port_options_are_checked_before_anything_runs(
     0.001..86400 s: no NaN, infinity, zero, subnormal or century), on every command that
     takes them; one line, exit 2, nothing run."""
     for command in (["demo"], ["replay", str(EXAMPLES / "wild-calls.jsonl")], ["shell"],
-                    ["serve"],
+                    ["serve"], ["call", '{"tool": "read_register", "arguments": {"addr": 0}}'],
                     ["agent", "--model", "m", "--base-url", "http://127.0.0.1:9", "a task"]):
         if "--reset" in argv and command[0] != "replay":
             continue
@@ -111,6 +113,31 @@ def test_port_options_are_checked_before_anything_runs(
         assert (status, out) == (2, "")
         assert err.startswith(f"regdev {command[0]}: error: {message}")
         assert err.count("\n") == 1
+
+
+@pytest.mark.timeout(30)
+def test_call_runs_on_the_device_at_port(capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev call --port URL RAW runs the call on that device: a write is there for the next
+    call's read (it took no --port, and said the JSON was an unrecognized argument)."""
+    write = '{"tool": "write_register", "arguments": {"addr": 3, "data": 251}}'
+    read = '{"tool": "read_register", "arguments": {"addr": 3}}'
+    with sim_thread() as url:
+        assert run(capsys, "call", "--port", url, write) == (
+            0, '{"ok":true,"tool":"write_register","result":{"addr":3,"data":251}}\n', "")
+        assert run(capsys, "call", "--port", url, "--timeout", "2", "--baud", "9600", read) == (
+            0, '{"ok":true,"tool":"read_register","result":{"addr":3,"data":251}}\n', "")
+
+
+def test_every_command_that_runs_calls_takes_the_device_options() -> None:
+    """call, shell, demo, replay, agent and serve all take --port, --map, --timeout and --baud,
+    from one definition."""
+    parser = build_parser()
+    sub = next(action for action in parser._actions
+               if isinstance(action, argparse._SubParsersAction))
+    for command in ("call", "shell", "demo", "replay", "agent", "serve"):
+        options = {option for action in sub.choices[command]._actions
+                   for option in action.option_strings}
+        assert {"--port", "--map", "--timeout", "--baud"} <= options, command
 
 
 def test_refused_connection_does_not_list_the_url_forms(
@@ -300,7 +327,8 @@ def test_replay_reset_ends_the_keys_of_the_port(tmp_path: Path,
             registers = device.snapshot()
     assert [status for status, _, _ in (first, again, reset)] == [0, 0, 0]
     assert [record.replay for record in read_audit(audit)] == [False, True, False]
-    assert json.loads(reset[1].splitlines()[-1]) == {"registers": [0, 0, 0, 200] + [0] * 12}
+    assert json.loads(reset[1].splitlines()[-1]) == {
+        "registers": default_rows([0, 0, 0, 200] + [0] * 12)}
     assert registers[3] == 200
 
 

@@ -29,7 +29,7 @@ import pytest
 import serial
 
 import regdev_firmware_sim as sim
-from conftest import EXAMPLES, ROOT, run
+from conftest import EXAMPLES, ROOT, default_rows, run
 from firmware import SIM, sim_process
 from firmware_c import (
     C_DIR,
@@ -796,7 +796,7 @@ def test_wild_cases_and_demo_over_the_port_match_in_process(
                             "--timeout", "2", "--reset")
     assert remote_replay == local_replay
     assert json.loads(remote_replay[1].splitlines()[-1]) == {
-        "registers": [0, 0, 0, 200] + [0] * 12}
+        "registers": default_rows([0, 0, 0, 200] + [0] * 12)}
     assert remote_demo == local_demo
 
 
@@ -1223,7 +1223,7 @@ def replay_keyed(capsys: pytest.CaptureFixture[str], calls: Path, port: str,
                            "--timeout", "2", *extra)
     assert status == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
-    return lines[0], lines[-1]["registers"]
+    return lines[0], [row["data"] for row in lines[-1]["registers"]]
 
 
 @pytest.mark.timeout(180)

@@ -1018,3 +1018,38 @@ def test_the_media_type_must_be_json_in_utf_8(stateless: Served, content_type: s
     assert response.json() == {"jsonrpc": "2.0", "id": None,
                                "error": {"code": -32600, "message": message}}
     assert done == []
+
+
+def test_approval_questions_name_the_register_and_field_and_decode_the_values() -> None:
+    """With a map, the question names the register and its fields and decodes their values
+    (enum names, the value now); write_field's question shows the field's value now; the
+    default map keeps numbers by address."""
+    from regdev.agents._approval import approvals_for, describe  # noqa: PLC0415
+    from regdev.cli._common import read_map  # noqa: PLC0415
+    from regdev.gate._policy import ApprovalRequest  # noqa: PLC0415
+
+    sensor = read_map(EXAMPLES / "sensor.rdl")
+    field = ApprovalRequest("default", "write_field", {"field": "CTRL.MODE", "value": "ONESHOT"},
+                            1, "token:alice")
+    assert describe(field, 0x05, sensor) == (
+        "token:alice asks to set CTRL.MODE to ONESHOT (1), which is CONTINUOUS (2), in "
+        "protected register CTRL (0x01). Approve this write?")
+    by_number = ApprovalRequest("default", "write_field", {"field": "CTRL.MODE", "value": 2}, 1)
+    assert describe(by_number, None, sensor).startswith(
+        "a caller in session default asks to set CTRL.MODE to CONTINUOUS (2), which is a value "
+        "that could not be read, in protected register CTRL (0x01)")
+    write = ApprovalRequest("default", "write_register", {"addr": 1, "data": 0x03}, 1,
+                            "token:alice")
+    assert describe(write, 0x05, sensor) == (
+        "token:alice asks to write 0x03 to protected register CTRL (0x01), which holds 0x05: "
+        "set CTRL.MODE to ONESHOT (1), which is CONTINUOUS (2). Approve this write?")
+    plain = ApprovalRequest("default", "write_register", {"addr": 3, "data": 7}, 3)
+    assert describe(plain, 3, None) == (
+        "a caller in session default asks to write 7 (0x07) to protected register 3, which "
+        "holds 3 (0x03). Approve this write?")
+    loaded = Policy.from_dict({"approval": {"via": "url"}})
+    approvals = approvals_for(loaded, RegisterFile(regmap=sensor))
+    question = approvals._open_question(field, "url")  # the text it asks with
+    assert question is not None
+    assert question.text.startswith("token:alice asks to set CTRL.MODE to ONESHOT (1), which "
+                                    "is SLEEP (0)")

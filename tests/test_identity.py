@@ -329,7 +329,7 @@ def replay(capsys: pytest.CaptureFixture[str], path: Path, url: str,
     out, err = capsys.readouterr()
     assert status == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
-    return lines[0], lines[-1]["registers"]
+    return lines[0], [row["data"] for row in lines[-1]["registers"]]
 
 
 @pytest.fixture

@@ -648,18 +648,62 @@ def test_replay_of_the_example_map_meets_every_expectation(
     codes = {line["code"] for line in lines[:-1]}
     assert {"no-register", "range-field", "reserved-bits", "field-value",
             "read-only-register", "approval-denied", "range-data[]"} <= codes
-    assert lines[-1]["registers"] == [0x5A, 0x03, 0x00, 0, 1, 2, 3, 4, 0, 0]
+    assert [row["data"] for row in lines[-1]["registers"]] == [0x5A, 0x03, 0x00, 0, 1, 2, 3,
+                                                             4, 0, 0]
 
 
 def test_the_map_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """regdev demo --map examples/sensor.rdl: fields by name, retries, a final refusal."""
     status, out, _ = run(capsys, "demo", "--no-audit", "--map", str(SENSOR))
     assert status == 0
-    assert ("accepted  write_field: CTRL.EN = 1; register CTRL (0x01) = 0x05 EN=1 "
-            "MODE=CONTINUOUS RATE=HZ1") in out
+    assert "accepted  read_fields: register ID (0x00) = 0x5a PART=0x5a" in out
+    assert ('refused   validate/field-value (retryable): CTRL.MODE takes one of SLEEP=0, '
+            'ONESHOT=1, CONTINUOUS=2 (by name or number), got "UNKNOWN"') in out
+    assert ("accepted  write_field: CTRL.MODE = ONESHOT; register CTRL (0x01) = 0x02 EN=0 "
+            "MODE=ONESHOT RATE=HZ1") in out
     assert "refused   validate/reserved-bits (retryable)" in out
+    assert "accepted  read_registers: registers 4..7 = 0x11 0x22 0x33 0x44" in out
     assert "loop stopped: rejected (read-only-register" in out
-    assert "  0x01 CTRL     0x25  EN=1  MODE=CONTINUOUS  RATE=HZ16" in out
+    assert "  0x01 CTRL     0x35  EN=1  MODE=CONTINUOUS  RATE=HZ64" in out
+    assert "left out" not in out
+
+
+#: A map of another chip (an SX1276-like radio): names, an enumerated field, no reserved bit,
+#: a protected register the demo must not write.
+RADIO = """\
+property regdev_protected { type = boolean; component = reg; };
+addrmap sx {
+    default regwidth = 8; default sw = rw; default hw = r;
+    reg { field { sw = r; hw = na; } Version[7:0] = 0x12; } RegVersion @ 0x42;
+    reg { enum mode_e { SLEEP = 0; STDBY = 1; TX = 3; RX = 5; };
+          field { encode = mode_e; } Mode[2:0] = 1; field { } LowFreq[7:3] = 0; } RegOpMode @ 0x01;
+    reg { regdev_protected = true; field { } OutputPower[7:0] = 0x4F; } RegPaConfig @ 0x09;
+    reg { field { } Frf[7:0] = 0x6C; } RegFrfMsb @ 0x06;
+    reg { field { } Frf[7:0] = 0x80; } RegFrfMid @ 0x07;
+};
+"""
+
+
+def test_the_demo_runs_on_any_map(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """regdev demo --map of another chip: made from the map (its identity register, an enum
+    by name, a block), never writing the protected register; a step the map cannot show is
+    left out with a line saying so; the run is as scripted (exit 0)."""
+    radio = tmp_path / "radio.rdl"
+    radio.write_text(RADIO)
+    status, out, err = run(capsys, "demo", "--no-audit", "--map", str(radio))
+    assert (status, err) == (0, "")
+    assert ("left out: a reserved bit: the map has no register with reserved bits the demo "
+            "may write") in out
+    assert "accepted  read_fields: register RegVersion (0x42) = 0x12 Version=0x12" in out
+    assert 'RegOpMode.Mode takes one of SLEEP=0, STDBY=1, TX=3, RX=5' in out
+    assert "accepted  write_field: RegOpMode.Mode = SLEEP" in out
+    assert "accepted  read_registers: registers 6..7 = 0x11 0x22" in out
+    assert "loop stopped: rejected (read-only-register" in out
+    assert "RegPaConfig" not in out.split("registers after the session:")[0].split(
+        "tools:")[1]
+    status, out, err = run(capsys, "demo", "--no-audit", "--json", "--map", str(radio))
+    assert json.loads(out.splitlines()[-2])["as_scripted"] is True
+
 
 
 def test_tools_and_compile_take_the_map(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from conftest import default_rows
 from provider_server import (
     MALFORMED,
     ProviderServer,
@@ -25,9 +26,11 @@ from regdev.agents._models import (
     AnthropicEndpoint,
     ModelError,
     OpenAIEndpoint,
+    call_in_text,
     make_endpoint,
     run_agent,
 )
+from regdev.audit._report import adherence
 
 pytest.importorskip("openai", reason="the models extra (openai SDK) is not installed")
 pytest.importorskip("anthropic", reason="the models extra (anthropic SDK) is not installed")
@@ -305,7 +308,7 @@ def test_regdev_agent_shows_progress_and_exits_by_its_stop(
     assert status == 1
     assert lines[0]["stop"] == "provider-error"
     assert lines[0]["detail"] == "the OpenAI API refused the API key (401): bad key"
-    assert lines[1] == {"registers": [0] * 16}
+    assert lines[1] == {"registers": default_rows([0] * 16)}
 
 
 def test_anthropic_temperature_and_strict_are_sent_only_when_asked() -> None:
@@ -471,3 +474,77 @@ def test_the_agent_shows_json_and_the_stop_detail_escaped_once(
     assert ('turn 1          calls write_register {"type":"function","function":{"name":'
             '"write_register","arguments":"{\\"addr\\": 3, \\"data\\": 7}"}}') in out
     assert "loop stopped: done (the model is done: done \\x1b[1mbold\\u202e)" in out
+
+
+TEXT_CALLS = [
+    ("tagged", '<tool_call>{"name": "write_register", "arguments": {"addr": 3, "data": 9}}'
+               '</tool_call>'),
+    ("fenced", 'I will write it:\n```json\n{"name": "write_register", "arguments": '
+               '{"addr": 3, "data": 9}}\n```'),
+    ("bare", '{"tool": "write_register", "arguments": {"addr": 3, "data": 9}}'),
+]
+
+
+@pytest.mark.parametrize("text", [text for _, text in TEXT_CALLS],
+                         ids=[name for name, _ in TEXT_CALLS])
+def test_a_call_written_into_the_text_is_refused_answered_and_retried(
+        tmp_path: Path, text: str) -> None:
+    """A turn with no tool call whose text holds one is not `done`: it is a refused call,
+    parse/call-in-text, in the loop, the audit log and the report; the model is told and
+    its retry runs. Nothing runs from the text."""
+    replies = [openai_turn(content=text),
+               openai_turn([("c2", "write_register", '{"addr": 3, "data": 9}')]),
+               openai_turn(content="Register 3 is 9.")]
+    device = RegisterFile()
+    with ProviderServer(replies) as server, \
+            Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+        result = run_agent(openai(server), gate, "write 9 to register 3")
+        told = server.requests[1].body["messages"][-2:]
+    assert result.stop == "done"
+    assert [(s.observation.code, s.retry) for s in result.steps] == [("call-in-text", False),
+                                                                     (None, True)]
+    assert told[0]["role"] == "assistant" and told[0]["content"] == text
+    refusal = json.loads(told[1]["content"])
+    assert told[1]["role"] == "user"
+    assert (refusal["stage"], refusal["code"], refusal["retryable"]) == (
+        "parse", "call-in-text", True)
+    assert refusal["message"].startswith("your reply's text holds a tool call (")
+    records = [r for r in read_audit(tmp_path / "a.db") if r.event == "call"]
+    assert [(r.stage, r.code, r.step) for r in records] == [("parse", "call-in-text", 1),
+                                                            (None, None, 2)]
+    assert records[0].raw == text.encode() and records[0].proposer == "openai:recorded-model"
+    report = adherence(read_audit(tmp_path / "a.db"))[0].to_dict()
+    assert report["codes"] == {"call-in-text": 1}
+    assert (report["first_tries"], report["first_try_valid"]) == (1, 0)
+    assert device.snapshot()[3] == 9  # written once, by the real call
+
+
+def test_a_call_in_the_text_twice_stops_rejected_without_running() -> None:
+    """Two turns writing the call into the text: rejected as any refused retry; the device
+    is untouched."""
+    text = "<tool_call>" + TEXT_CALLS[2][1] + "</tool_call>"
+    replies = [anthropic_turn([{"type": "text", "text": text}]),
+               anthropic_turn([{"type": "text", "text": text}])]
+    device = RegisterFile()
+    with ProviderServer(replies) as server, Gate(device) as gate:
+        result = run_agent(anthropic(server), gate, "task")
+        told = server.requests[1].body["messages"][-1]
+    assert result.stop == "rejected"
+    assert result.detail.startswith("call-in-text: the model's calls were refused in 2 turns")
+    assert told["role"] == "user"
+    assert json.loads(told["content"][0]["text"])["code"] == "call-in-text"
+    assert device.snapshot()[3] == 0
+
+
+@pytest.mark.parametrize("text", [
+    "Done: register 3 holds 9.",
+    'The registers are:\n```json\n{"addr": 3, "data": 9}\n```',
+    '{"name": "CTRL", "value": 4}',
+    "I used <tool_calls> wisely",
+])
+def test_text_without_a_call_is_still_done(text: str) -> None:
+    """JSON that shows data, or words, in a final answer: done, as before."""
+    assert call_in_text(text) is None or "<tool_call>" not in text
+    with ProviderServer([openai_turn(content=text)]) as server, Gate() as gate:
+        result = run_agent(openai(server), gate, "task")
+    assert (result.stop, result.steps) == ("done", [])

@@ -895,3 +895,101 @@ def test_an_approval_holds_only_while_its_register_holds_what_was_shown(
         "register CALIB (0x03) is protected and this write was not run: the approval was "
         "given while it held 0 (0x00), and it holds 17 (0x11) now (another write ran "
         "meanwhile); ask again"))
+
+
+# --- registers and fields by name, value ranges ------------------------------------------------
+
+
+def _sensor_gate(protected: list[Any], asked: list[Any],
+                 read_only: list[Any] | None = None) -> Gate:
+    """A gate on examples/sensor.rdl under a policy protecting ``protected``, whose approval
+    hook notes each request in ``asked`` and says no."""
+    from regdev.cli._common import read_map  # noqa: PLC0415
+
+    registers: dict[str, Any] = {"protected": protected}
+    if read_only is not None:
+        registers["read_only"] = read_only
+    policy = Policy.from_dict({"registers": registers},
+                              approve=lambda request: asked.append(request) or False)
+    return Gate(RegisterFile(regmap=read_map(EXAMPLES / "sensor.rdl")), policy=policy)
+
+
+def _code(gate: Gate, tool: str, **arguments: Any) -> str | None:
+    return gate.handle(json.dumps({"tool": tool, "arguments": arguments})).code
+
+
+def test_registers_are_named_in_a_policy_with_a_map() -> None:
+    """protected = ["CALIB"] and read_only = ["DATA[3]"] name the map's registers (they were
+    refused as "must be an integer")."""
+    asked: list[Any] = []
+    with _sensor_gate(["CALIB"], asked, read_only=["DATA[3]"]) as gate:
+        assert _code(gate, "write_register", addr=3, data=1) == "approval-denied"
+        assert _code(gate, "write_register", addr=7, data=1) == "read-only-register"
+        assert _code(gate, "write_register", addr=4, data=1) is None
+        assert gate.protected_registers == frozenset({3})
+    assert [(r.tool, r.addr) for r in asked] == [("write_register", 3)]
+
+
+def test_a_protected_field_needs_approval_only_for_writes_that_set_it() -> None:
+    """protected = ["CTRL.MODE"]: write_field of MODE and write_register of CTRL ask; a
+    write_field of another field of CTRL does not; the refusal names the field."""
+    asked: list[Any] = []
+    with _sensor_gate(["CTRL.MODE"], asked) as gate:
+        refused = gate.handle(json.dumps({"tool": "write_field", "arguments": {
+            "field": "CTRL.MODE", "value": "ONESHOT"}}))
+        assert refused.code == "approval-denied"
+        assert refused.message == ("field CTRL.MODE is protected and the approver denied "
+                                   "this write")
+        assert _code(gate, "write_register", addr=1, data=0x01) == "approval-denied"
+        assert _code(gate, "write_field", field="CTRL.EN", value=1) is None
+        assert gate.device.snapshot()[1] == 0x01
+    assert [r.addr for r in asked] == [1, 1]
+
+
+def test_a_protected_range_of_values_asks_only_inside_it() -> None:
+    """{field = "DATA[0].VALUE", min = 200} asks for 200..255 only; {register = "CALIB",
+    max = 10} for 0..10; by name or number, a field's enum names counted by their values."""
+    asked: list[Any] = []
+    ranges = [{"field": "DATA[0].VALUE", "min": 200}, {"register": "CALIB", "max": 10},
+              {"field": "CTRL.MODE", "min": 2, "max": 2}]
+    with _sensor_gate(ranges, asked) as gate:
+        assert _code(gate, "write_register", addr=4, data=199) is None
+        assert _code(gate, "write_register", addr=4, data=200) == "approval-denied"
+        assert _code(gate, "write_registers", addr=3, data=[11, 255]) == "approval-denied"
+        assert _code(gate, "write_registers", addr=3, data=[11, 100]) is None
+        assert _code(gate, "write_field", field="CTRL.MODE", value="ONESHOT") is None
+        refused = gate.handle(json.dumps({"tool": "write_field", "arguments": {
+            "field": "CTRL.MODE", "value": "CONTINUOUS"}}))
+    assert refused.message.startswith("field CTRL.MODE (values 2..2) is protected")
+    assert [r.addr for r in asked] == [4, 4, 1]
+
+
+@pytest.mark.parametrize(("protected", "message"), [
+    (["RegPaConfig"], "`registers.protected`: no register `RegPaConfig` in the device's map; "
+                      "its registers: ID, CTRL, STATUS,"),
+    (["ctrl"], "`registers.protected`: no register `ctrl` in the device's map; did you mean "
+               "CTRL? (names are case-sensitive)"),
+    (["CTRL.MOD"], "`registers.protected`: no field `CTRL.MOD` in the device's map; did you "
+                   "mean CTRL.MODE"),
+    ([{"field": "CTRL.MODE", "min": 4}], "`registers.protected`: field CTRL.MODE holds 0..3; "
+                                         "the range from 4 goes past that"),
+    ([{"field": "CTRL.MODE", "register": "CTRL"}], "`registers.protected[0]`: a protected "
+     "range: a protected range names one `field`"),
+    ([{"field": "CTRL.MODE", "above": 1}], "`registers.protected[0]`: a protected range takes "
+                                           "field or register, min and max; not `above`"),
+    ([1.5], "`registers.protected[0]`: an entry is a register's address 0..255 or name, a "
+            "field \"REG.FIELD\", or a table"),
+])
+def test_a_name_or_range_the_map_cannot_honour_is_one_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, protected: list[Any],
+        message: str) -> None:
+    """A misspelt or miscased name gets the closest names; a range past the field's values,
+    or a table that is not a range, is one line; exit 2."""
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"registers": {"protected": protected}}))
+    status = main(["call", "--no-audit", "--map", str(EXAMPLES / "sensor.rdl"), "--policy",
+                   str(path), '{"tool": "read_register", "arguments": {"addr": 1}}'])
+    out, err = capsys.readouterr()
+    assert (status, out) == (2, "")
+    assert err.startswith(f"regdev call: error: {path}: {message}"), err
+    assert err.count("\n") == 1

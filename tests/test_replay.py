@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run
+from conftest import EXAMPLES, default_rows, run
 from regdev import read_audit
 from regdev.agents._replay import LineTooLong, max_line_bytes, read_replay
 
@@ -138,7 +138,7 @@ def test_ctrl_c_during_a_call_keeps_the_results_before_it(
     if json_rows:
         rows = [json.loads(row) for row in out.splitlines()]
         assert [row.get("line") for row in rows[:-1]] == [1, 2]
-        assert rows[-1] == {"registers": [0] * 16, "interrupted": True}
+        assert rows[-1] == {"registers": default_rows([0] * 16), "interrupted": True}
     else:
         assert [row[:9] for row in out.splitlines()[1:3]] == ["line    1", "line    2"]
         assert "\n2 calls, 2 with expectations, 0 not met (interrupted)\n" in out
@@ -265,3 +265,29 @@ def test_a_bad_line_on_stdin_stops_the_replay_after_what_ran(
     assert "\n2 calls, 2 with expectations, 0 not met\n" in out
     assert err == ("regdev replay: error: <stdin>:3: `raw` must be a string (the model's raw "
                    "output), got an integer\n")
+
+
+def test_json_registers_give_addresses_and_names_across_a_gap(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """replay --json's registers are rows with the address and name: on a map with a gap
+    (sensor.rdl has none at 0x09) the last register is EVENTS at 10, not position 9."""
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text('{"raw": "{\\"tool\\": \\"write_register\\", \\"arguments\\": '
+                     '{\\"addr\\": 7, \\"data\\": 66}}", "expect": "ok"}\n')
+    status, out, err = run(capsys, "replay", str(calls), "--json", "--no-audit", "--map",
+                           str(EXAMPLES / "sensor.rdl"))
+    assert (status, err) == (0, "")
+    registers = json.loads(out.splitlines()[-1])["registers"]
+    assert [row["addr"] for row in registers] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10]
+    assert registers[0] == {"addr": 0, "name": "ID", "data": 0x5A}
+    assert registers[7] == {"addr": 7, "name": "DATA[3]", "data": 66}
+    assert registers[-1] == {"addr": 10, "name": "EVENTS", "data": 0}
+
+
+def test_replay_help_describes_the_register_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """replay --help says the registers come as address, name and data (not 16 ints)."""
+    with pytest.raises(SystemExit):
+        run(capsys, "replay", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert '{"addr": A, "name": N, "data": D}' in text
+    assert "16 ints" not in text

@@ -164,3 +164,30 @@ def test_a_version_3_log_gets_the_device_and_proposer_columns(tmp_path: Path) ->
     assert [r.proposer for r in read_audit(db)] == ["m:1"]
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+
+
+def test_the_report_splits_by_map(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each call records its register map's name; regdev report --by map gives one row per
+    proposer and map (the default map named as such); without --by map, one per proposer."""
+    db = tmp_path / "audit.db"
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text('{"raw": "{\\"tool\\": \\"read_register\\", \\"arguments\\": '
+                     '{\\"addr\\": 1}}"}\n{"raw": "{\\"tool\\": \\"read_register\\", '
+                     '\\"arguments\\": {\\"addr\\": 99}}"}\n')
+    assert main(["replay", str(calls), "--audit", str(db), "--map",
+                 str(EXAMPLES / "sensor.rdl")]) == 0
+    assert main(["replay", str(calls), "--audit", str(db)]) == 0
+    capsys.readouterr()
+    assert [r.map_name for r in read_audit(db)] == ["sensor", "sensor", None, None]
+    assert main(["report", "--db", str(db), "--by", "map", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["proposers"]
+    assert [(r["proposer"], r["map"], r["calls"], r["codes"]) for r in rows] == [
+        ("replay:calls.jsonl", None, 2, {"range-addr": 1}),
+        ("replay:calls.jsonl", "sensor", 2, {"range-addr": 1})]
+    assert main(["report", "--db", str(db), "--by", "map"]) == 0
+    text = capsys.readouterr().out
+    assert "replay:calls.jsonl on sensor" in text
+    assert "replay:calls.jsonl on the default map" in text
+    assert main(["report", "--db", str(db), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["proposers"]
+    assert (row["calls"], "map" not in row) == (4, True)

@@ -101,3 +101,81 @@ def test_enter_at_the_prompt_of_a_terminal_keeps_the_shell_open(tmp_path: Path) 
         if shell.poll() is None:
             shell.kill()
         os.close(controller)
+
+
+SENSOR = Path(__file__).resolve().parent.parent / "examples" / "sensor.rdl"
+
+
+def _shell(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+           lines: list[str], *argv: str) -> tuple[int, list[str]]:
+    """``regdev shell ARGV`` fed ``lines`` on a pipe: the status and the lines it printed."""
+    from regdev.cli._main import main  # noqa: PLC0415 - the CLI, as the user runs it
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(line + "\n" for line in lines)))
+    status = main(["shell", "--no-audit", *argv])
+    return status, capsys.readouterr().out.splitlines()
+
+
+def test_block_commands_read_and_write_a_block(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """writeblock and readblock call write_registers and read_registers, by name or by
+    address, on a map with block tools."""
+    status, out = _shell(monkeypatch, capsys, ["writeblock DATA[0] 1 2 0x03 4",
+                                               "readblock 4 4", "readblock DATA[2] 2"],
+                         "--map", str(SENSOR))
+    assert status == 0
+    assert "accepted  write_registers: registers 4..7 = 0x01 0x02 0x03 0x04" in out
+    assert "accepted  read_registers: registers 4..7 = 0x01 0x02 0x03 0x04" in out
+    assert "accepted  read_registers: registers 6..7 = 0x03 0x04" in out
+
+
+def test_reset_runs_on_a_map_with_read_only_registers(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """reset on a map with a read-only ID register runs in process; a register the policy
+    makes read-only still refuses it."""
+    chip = tmp_path / "chip.rdl"
+    chip.write_text("addrmap chip {\n  default regwidth = 8;\n"
+                    "  reg { field { sw = r; hw = na; } PART[7:0] = 0x5A; } ID @ 0;\n"
+                    "  reg { field { sw = rw; hw = r; } MODE[7:0] = 0; } CTRL @ 1;\n"
+                    "  reg { field { sw = rw; hw = r; } VALUE[7:0] = 0; } DATA @ 2;\n};\n")
+    status, out = _shell(monkeypatch, capsys, ["write CTRL 0x05", "reset", "read CTRL",
+                                               "read ID"], "--map", str(chip))
+    assert status == 0
+    assert "accepted  reset_device: every register holds its reset value" in out
+    assert "accepted  read_fields: register CTRL (0x01) = 0x00 MODE=0" in out
+    assert "accepted  read_fields: register ID (0x00) = 0x5a PART=0x5a" in out
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[registers]\nread_only = [2]\n")
+    status, out = _shell(monkeypatch, capsys, ["reset"], "--map", str(chip), "--policy",
+                         str(policy))
+    assert status == 1
+    assert any("refused   authorize/read-only-register" in line
+               and "register DATA (0x02) is read-only by the gate's policy" in line
+               for line in out)
+
+
+def test_names_get_the_closest_and_the_list_says_how_many_more(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """A register or field name in the wrong case or misspelt is refused with the closest
+    names ("did you mean CTRL.MODE?"); a list of names cut at 12 says how many more."""
+    status, out = _shell(monkeypatch, capsys, ["write ctrl.mode ONESHOT", "read ctrl",
+                                               "write CTRL.MOD 1", "read SAMPEL"],
+                         "--map", str(SENSOR))
+    assert status == 1
+    errors = [line for line in out if line.startswith("error: ")]
+    assert errors[0].startswith("error: no field `ctrl.mode`; did you mean CTRL.MODE?; "
+                                "fields: ID.PART, CTRL.EN, CTRL.MODE,")
+    assert errors[0].endswith("and 3 more (`regdev map FILE` lists them all)")
+    assert errors[1] == ("error: no register `ctrl`; did you mean CTRL?; registers: ID, CTRL, "
+                         "STATUS, CALIB, DATA[0], DATA[1], DATA[2], DATA[3], SAMPLE, EVENTS")
+    assert errors[2].startswith("error: no field `CTRL.MOD`; did you mean CTRL.MODE")
+    assert errors[3].startswith("error: no register `SAMPEL`; did you mean SAMPLE?")
+    registers = "".join(f"reg {{ field {{ sw = rw; hw = r; }} F[7:0] = 0; }} R{n} @ {n};\n"
+                        for n in range(20))
+    many = tmp_path / "many.rdl"
+    many.write_text(f"addrmap many {{\ndefault regwidth = 8;\n{registers}}};\n")
+    status, out = _shell(monkeypatch, capsys, ["read NOPE"], "--map", str(many))
+    assert [line for line in out if line.startswith("error: ")] == [
+        "error: no register `NOPE`; registers: R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, "
+        "R11 and 8 more (`regdev map FILE` lists them all)"]

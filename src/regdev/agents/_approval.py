@@ -70,6 +70,7 @@ from ..audit._idempotency import fingerprint
 from ..core._errors import RegdevError
 from ..core._text import escape_text
 from ..devices._device import Device
+from ..devices._regmap import Field, Register, RegisterMap
 from ..gate._access import ApprovalPolicy
 from ..gate._policy import Approval, ApprovalRequest, Policy
 
@@ -534,7 +535,8 @@ class Approvals:
         old = self._read(request.addr)
         now = time.time()
         question = Question(secrets.token_urlsafe(16), request, old,
-                            describe(request, old), via, now + self.policy.timeout)
+                            describe(request, old, self.device.regmap), via,
+                            now + self.policy.timeout)
         with self._lock:
             for stale in [q for q in self._open.values() if q.deadline < now]:
                 del self._open[stale.id]  # a 2026-07-28 page question never asked again
@@ -667,18 +669,78 @@ def approvals_for(policy: Policy, device: Device, state_key: bytes | None = None
     return Approvals(policy.approval, device, StateSeal(state_key))
 
 
-def describe(request: ApprovalRequest, old: int | None) -> str:
-    """The question for a person: who asks to write what, where, over which value."""
+def describe(request: ApprovalRequest, old: int | None,
+             regmap: RegisterMap | None = None) -> str:
+    """The question for a person: who asks to write what, where, over which value. With a
+    register map that names the register, the register and its fields are named and their
+    values decoded by the map (``set RegPaConfig.PaSelect to PA_BOOST (1), which is RFO
+    (0)``); ``write_field``'s question shows the field's value now.
+
+    Args:
+        request: what the approval hook was asked.
+        old: the register's value now (read when the question is asked), None when it could
+            not be read (or the call changes every register).
+        regmap: the device's register map; None for the default map (registers by address).
+    """
     who = request.caller or f"a caller in session {request.session}"
+    register = regmap.at(request.addr) if regmap is not None and request.addr is not None \
+        else None
+    named = register is not None and register.name
     data = request.arguments.get("data")
+    if named and register is not None and request.tool == "write_field":
+        found = regmap.find_field(str(request.arguments.get("field"))) if regmap else None
+        if found is not None and found[0] is register:
+            target = found[1]
+            value = request.arguments.get("value")
+            number = target.values.get(value) if type(value) is str else value
+            if type(number) is int:
+                now = (_field_value(target, (old & target.mask) >> target.lsb)
+                       if old is not None else "a value that could not be read")
+                return (f"{who} asks to set {register.name}.{target.name} to "
+                        f"{_field_value(target, number)}, which is {now}, in protected register "
+                        f"{register.label}. Approve this write?")
     if request.addr is not None and type(data) is int:
+        if named and register is not None:
+            now = f"0x{old:02X}" if old is not None else "a value that could not be read"
+            changes = _field_changes(register, old, data)
+            return (f"{who} asks to write 0x{data:02X} to protected register {register.label}, "
+                    f"which holds {now}{': ' + changes if changes else ''}. Approve this write?")
         now = f"{old} (0x{old:02X})" if old is not None else "a value that could not be read"
         return (f"{who} asks to write {data} (0x{data:02X}) to protected register "
                 f"{request.addr}, which holds {now}. Approve this write?")
     arguments = escape_text(msgspec.json.encode(dict(request.arguments)).decode(), 200)
-    where = f"protected register {request.addr}" if request.addr is not None else \
+    label = register.label if named and register is not None else str(request.addr)
+    where = f"protected register {label}" if request.addr is not None else \
         "every register, protected ones included"
     return f"{who} asks to run {request.tool} {arguments}, which changes {where}. Approve?"
+
+
+def _field_value(target: Field, number: int) -> str:
+    """A field's value for a person: ``PA_BOOST (1)`` for an enumerated one, else the number
+    (and its hex above 9)."""
+    name = target.name_of(number)
+    if name is not None:
+        return f"{name} ({number})"
+    return f"{number} (0x{number:X})" if number > 9 else str(number)
+
+
+def _field_changes(register: Register, old: int | None, data: int) -> str:
+    """What writing ``data`` over ``old`` does to ``register``'s writable fields, in words:
+    ``set CTRL.MODE to ONESHOT (1), which is SLEEP (0)``; each field when ``old`` is not known;
+    "no field changes" when none does."""
+    changes = []
+    for each in register.fields:
+        if not each.writable:
+            continue
+        new = (data & each.mask) >> each.lsb
+        before = None if old is None else (old & each.mask) >> each.lsb
+        if before == new:
+            continue
+        was = "" if before is None else f", which is {_field_value(each, before)}"
+        changes.append(f"set {register.name}.{each.name} to {_field_value(each, new)}{was}")
+    if not register.fields:
+        return ""
+    return "; ".join(changes) if changes else "no field changes"
 
 
 def _outcome(question: Question, approved: bool) -> str:

@@ -1,17 +1,20 @@
 """The demo session: a scripted proposer and the calls it makes.
 
-The script shows, in order: accepted calls, a refused call corrected on its retry, and a
-refusal whose retry is refused too, which stops the loop with ``rejected``.
+The default script shows, in order: accepted calls, a refused call corrected on its retry,
+and a refusal whose retry is refused too, which stops the loop with ``rejected``. With a
+register map, the script is made from the map (:func:`map_demo`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..core._observation import Observation
+from ..devices._regmap import Register, RegisterMap
 
-__all__ = ["DEMO_SCRIPT", "DEMO_STOP", "SENSOR_DEMO_NAMES", "SENSOR_DEMO_SCRIPT",
-           "ScriptedProposer"]
+__all__ = ["DEMO_SCRIPT", "DEMO_STOP", "MapDemo", "ScriptedProposer", "map_demo"]
 
 #: ``(what the model is doing, its raw output, the verdict the script expects)`` in canonical
 #: dialect; the verdict is ``"ok"`` or a refusal's code, None for the step that is never sent.
@@ -35,45 +38,171 @@ DEMO_SCRIPT: tuple[tuple[str, str, str | None], ...] = (
     ("never sent: the loop stops when the retry is refused",
      '{"tool": "write_register", "arguments": {"addr": 15, "data": 1}}', None),
 )
-#: How each scripted session (DEMO_SCRIPT, SENSOR_DEMO_SCRIPT) ends when every step gets the
-#: verdict the script expects.
+#: How :data:`DEMO_SCRIPT` ends when every step gets the verdict the script expects.
 DEMO_STOP = "rejected"
 
 
-#: The demo of a register map: ``regdev demo --map examples/sensor.rdl``. Fields by name, a
-#: wrong enumerated value corrected on its retry, reserved bits, write-1-to-clear, a block
-#: write and read, and a write to a read-only register, which stops the loop (a final
-#: refusal).
-SENSOR_DEMO_SCRIPT: tuple[tuple[str, str, str | None], ...] = (
-    ("read the ID register, by name",
-     '{"tool": "read_fields", "arguments": {"register": "ID"}}', "ok"),
-    ("set CTRL.MODE to FAST (the sensor has no such mode)",
-     '{"tool": "write_field", "arguments": {"field": "CTRL.MODE", "value": "FAST"}}',
-     "field-value"),
-    ("retry with CONTINUOUS",
-     '{"tool": "write_field", "arguments": {"field": "CTRL.MODE", "value": "CONTINUOUS"}}', "ok"),
-    ("set CTRL.EN to 1: MODE keeps its value (one masked write)",
-     '{"tool": "write_field", "arguments": {"field": "CTRL.EN", "value": 1}}', "ok"),
-    ("read STATUS: the power-on flag POR is set",
-     '{"tool": "read_register", "arguments": {"addr": 2}}', "ok"),
-    ("clear STATUS.POR by writing 1 (write 1 to clear)",
-     '{"tool": "write_field", "arguments": {"field": "STATUS.POR", "value": 1}}', "ok"),
-    ("write 0x2D to CTRL (bit 3 is reserved)",
-     '{"tool": "write_register", "arguments": {"addr": 1, "data": 45}}', "reserved-bits"),
-    ("retry with 0x25: EN=1, MODE=CONTINUOUS, RATE=HZ16",
-     '{"tool": "write_register", "arguments": {"addr": 1, "data": 37}}', "ok"),
-    ("write the four DATA registers at once (all or nothing)",
-     '{"tool": "write_registers", "arguments": {"addr": 4, "data": [16, 32, 48, 64]}}', "ok"),
-    ("read them back at once",
-     '{"tool": "read_registers", "arguments": {"addr": 4, "count": 4}}', "ok"),
-    ("write the read-only ID register (refused for good: the loop stops)",
-     '{"tool": "write_register", "arguments": {"addr": 0, "data": 1}}', "read-only-register"),
-    ("never sent: the loop stopped",
-     '{"tool": "read_fields", "arguments": {"register": "STATUS"}}', None),
-)
-#: The register and field names :data:`SENSOR_DEMO_SCRIPT` uses (a map without them cannot
-#: run it).
-SENSOR_DEMO_NAMES = ("ID", "CTRL.MODE", "CTRL.EN", "STATUS.POR", "DATA[3]")
+#: One step of a script: ``(what the model is doing, its raw output, the verdict the script
+#: expects)``.
+DemoStep = tuple[str, str, "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class MapDemo:
+    """The demo of a register map, made from the map (:func:`map_demo`).
+
+    Attributes:
+        steps: the script (as :data:`DEMO_SCRIPT`).
+        stop: how the loop stops when every step gets its verdict: ``rejected`` when the
+            script ends with a write to a read-only register, else ``done``.
+        left_out: one line for each step the map cannot show, saying why.
+    """
+
+    steps: tuple[DemoStep, ...]
+    stop: str
+    left_out: tuple[str, ...]
+
+
+def _call(tool: str, **arguments: object) -> str:
+    return json.dumps({"tool": tool, "arguments": arguments})
+
+
+def _valid_data(register: Register, values: dict[str, int] | None = None) -> int:
+    """A byte the map's rules accept for ``register``: each writable field at a value it takes
+    (``values``' when given, else its reset if that is one of its values, else its first
+    enumerated value); write-1-to-clear bits, read-only fields and reserved bits 0."""
+    data = 0
+    for field in register.fields:
+        if not field.writable or field.onwrite == "woclr":
+            continue
+        number = (values or {}).get(field.name, field.reset)
+        if field.encode and field.name_of(number) is None:
+            number = min(field.values.values())
+        data |= (number << field.lsb) & field.mask
+    if not register.fields:
+        data = (values or {}).get("", register.reset or 0)
+    return data
+
+
+def _writable(register: Register, regmap: RegisterMap) -> bool:
+    """Whether the demo may write ``register``: software can write it, and the map neither
+    makes it read-only nor protects it (no approver watches a demo)."""
+    return (register.writable_mask != 0 and register.addr not in regmap.read_only()
+            and register.addr not in regmap.protected())
+
+
+def map_demo(regmap: RegisterMap) -> MapDemo:
+    """The demo of any register map: read an identity register, a bad enumerated value
+    corrected on its retry, a reserved bit refused and corrected, a block write and read, and
+    a write to a read-only register, which stops the loop. Steps the map cannot show are left
+    out, each with a line saying why.
+
+    Args:
+        regmap: the device's register map (with names: ``regdev demo --map FILE``).
+    """
+    steps: list[DemoStep] = []
+    left_out: list[str] = []
+    registers = list(regmap.registers)
+    read_only = regmap.read_only()
+    identity = next((r for r in registers if r.addr in read_only and r.reset), None)
+    if identity is not None and identity.name and identity.fields:
+        steps.append((f"read the identity register {identity.name}, by name",
+                      _call("read_fields", register=identity.name), "ok"))
+    elif identity is not None:
+        steps.append((f"read the identity register {identity.label}",
+                      _call("read_register", addr=identity.addr), "ok"))
+    else:
+        left_out.append("reading an identity register: the map has no read-only register "
+                        "with a reset value")
+    enum = next(((r, f) for r in registers if r.name and _writable(r, regmap)
+                 for f in r.fields if f.encode and f.writable and f.onwrite is None), None)
+    if enum is not None:
+        register, field = enum
+        path = f"{register.name}.{field.name}"
+        names = sorted(field.values, key=field.values.__getitem__)
+        wanted = next((n for n in names if field.values[n] != field.reset), names[0])
+        bad = "UNKNOWN"
+        while bad in field.values:  # a name the field does not have
+            bad += "_"
+        steps.append((f"set {path} to {bad} (it has no such value)",
+                      _call("write_field", field=path, value=bad), "field-value"))
+        steps.append((f"retry with {wanted}", _call("write_field", field=path, value=wanted),
+                      "ok"))
+    else:
+        left_out.append("writing a field by its enumerated name: the map has no writable "
+                        "enumerated field in a register the demo may write")
+    reserved = next((r for r in registers if r.reserved_mask and _writable(r, regmap)), None)
+    if reserved is not None:
+        good = _valid_data(reserved, {
+            f.name: max(f.values.values()) if f.encode else 1 for f in reserved.fields})
+        bit = reserved.reserved_mask & -reserved.reserved_mask
+        steps.append((f"write 0x{good | bit:02X} to {reserved.label} (bit "
+                      f"{bit.bit_length() - 1} is reserved)",
+                      _call("write_register", addr=reserved.addr, data=good | bit),
+                      "reserved-bits"))
+        steps.append((f"retry with 0x{good:02X}",
+                      _call("write_register", addr=reserved.addr, data=good), "ok"))
+    else:
+        left_out.append("a reserved bit: the map has no register with reserved bits the demo "
+                        "may write")
+    block = _block(registers, regmap)
+    if len(block) >= 2:
+        data = [_block_value(register, index) for index, register in enumerate(block)]
+        first = block[0]
+        steps.append((f"write {len(block)} registers from {first.label} at once (all or "
+                      "nothing)", _call("write_registers", addr=first.addr, data=data), "ok"))
+        steps.append(("read them back at once",
+                      _call("read_registers", addr=first.addr, count=len(block)), "ok"))
+    else:
+        left_out.append("a block write and read: the map has no two consecutive registers "
+                        "the demo may write")
+    stop = "done"
+    target = identity or next((r for r in registers if r.addr in read_only), None)
+    if target is not None:
+        steps.append((f"write the read-only register {target.label} (refused for good: the "
+                      "loop stops)", _call("write_register", addr=target.addr, data=1),
+                      "read-only-register"))
+        steps.append(("never sent: the loop stopped",
+                      _call("read_register", addr=target.addr), None))
+        stop = "rejected"
+    else:
+        left_out.append("a write to a read-only register: the map has none (the loop ends "
+                        "done)")
+    return MapDemo(tuple(steps), stop, tuple(left_out))
+
+
+def _block(registers: list[Register], regmap: RegisterMap) -> list[Register]:
+    """The first run of 2..4 consecutive registers the demo may write, plain ones (no
+    write-1-to-clear or clear-on-read bits) first."""
+    def plain(register: Register) -> bool:
+        return _writable(register, regmap) and not register.woclr_mask \
+            and not register.rclr_mask
+
+    for fits in (plain, lambda register: _writable(register, regmap)):
+        run: list[Register] = []
+        for register in registers:
+            if fits(register) and (not run or register.addr == run[-1].addr + 1):
+                run.append(register)
+                if len(run) == 4:
+                    return run
+            elif len(run) >= 2:
+                return run
+            else:
+                run = [register] if fits(register) else []
+        if len(run) >= 2:
+            return run
+    return []
+
+
+def _block_value(register: Register, index: int) -> int:
+    """A value for the ``index``-th register of the block: its plain writable fields (or the
+    whole register) set to 0x11 times ``index + 1``, masked; enumerated fields valid."""
+    pattern = 0x11 * (index + 1)
+    plain = {f.name: (pattern >> f.lsb) & (f.mask >> f.lsb) for f in register.fields
+             if f.writable and not f.encode and f.onwrite is None}
+    if not register.fields:
+        return pattern & register.writable_mask & ~register.reserved_mask & 0xFF
+    return _valid_data(register, plain)
 
 
 class ScriptedProposer:

@@ -10,16 +10,21 @@ Rules of this file:
   the same path as any raw call; its observation goes back to the model as that provider's
   tool result (ids paired; ``is_error`` for Anthropic). Calls of one turn run in order, each
   on its own. A turn cut off at the token limit is never dispatched: its calls may be partial.
-* The loop stops with one reason (:data:`AgentStop`): ``done`` (a turn with no tool call: the
-  model says it has finished), ``budget`` (``max_steps`` calls made), ``rejected`` (a turn
-  with a refused call, then ``retries`` more such turns in a row, or a refusal that is not
-  retryable), ``truncated`` (the response hit the token limit), ``model-refusal`` (the model
-  declined the task), ``provider-error`` (the API failed after the SDK's own retries: 401,
-  403, 404, 429, 5xx, a time-out, no connection; or it answered with a body that is not a
-  response of its API: not JSON, an error object, a missing or mistyped field; the detail
-  says which in words), ``error`` (the loop was stopped from outside: an interrupt, the
-  output closed, a callback that raised; recorded, then re-raised). The audit log's stop
-  record always holds the reason the loop really stopped.
+* A turn with no tool call whose text holds one anyway (a ``<tool_call>`` block, a fenced or
+  bare JSON object naming a tool and its arguments: :func:`call_in_text`) is no answer: the
+  call was not made, and it is not run from the text either. It is a refused call, parse
+  ``call-in-text``, recorded as any call and answered to the model as the user's message,
+  and it takes the model's retries as any refusal does.
+* The loop stops with one reason (:data:`AgentStop`): ``done`` (a turn with no tool call and
+  none written into its text: the model says it has finished), ``budget`` (``max_steps`` calls
+  made), ``rejected`` (a turn with a refused call, then ``retries`` more such turns in a row,
+  or a refusal that is not retryable), ``truncated`` (the response hit the token limit),
+  ``model-refusal`` (the model declined the task), ``provider-error`` (the API failed after
+  the SDK's own retries: 401, 403, 404, 429, 5xx, a time-out, no connection; or it answered
+  with a body that is not a response of its API: not JSON, an error object, a missing or
+  mistyped field; the detail says which in words), ``error`` (the loop was stopped from
+  outside: an interrupt, the output closed, a callback that raised; recorded, then re-raised).
+  The audit log's stop record always holds the reason the loop really stopped.
 * An API key is read from the environment, handed to the SDK and nothing else: never printed,
   logged, recorded or put in an error message.
 * Who proposed each call is recorded: every audit record of the loop carries
@@ -29,6 +34,7 @@ Rules of this file:
 from __future__ import annotations
 
 import os
+import re
 import socket
 import urllib.parse
 import uuid
@@ -39,7 +45,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from ..core._errors import RegdevError
-from ..core._observation import Observation
+from ..core._observation import Observation, Refusal
 from ..core._text import escape_text
 from ..gate._gate import Gate, check_loop_id
 from ..gate._policy import Session
@@ -57,6 +63,7 @@ __all__ = [
     "OpenAIEndpoint",
     "ToolCall",
     "Turn",
+    "call_in_text",
     "make_endpoint",
     "run_agent",
 ]
@@ -163,7 +170,9 @@ class Endpoint:
         raise NotImplementedError
 
     def answer(self, turn: Turn, observations: list[Observation]) -> None:
-        """Put ``turn`` and the observations of its calls (one each, in order) in the history."""
+        """Put ``turn`` and the observations of its calls (one each, in order) in the history.
+        A turn without calls has one observation, the refusal of the call written into its
+        text (``call-in-text``): it goes back as the user's message."""
         raise NotImplementedError
 
     @property
@@ -410,6 +419,10 @@ class OpenAIEndpoint(Endpoint):
 
     def answer(self, turn: Turn, observations: list[Observation]) -> None:
         self.messages.append(turn.message)
+        if not turn.calls:  # a call written into the text: no id to answer to
+            self.messages.extend({"role": "user", "content": observation.to_json()}
+                                 for observation in observations)
+            return
         self.messages.extend(openai_result(observation, call.id)
                              for call, observation in zip(turn.calls, observations, strict=True))
 
@@ -479,6 +492,10 @@ class AnthropicEndpoint(Endpoint):
 
     def answer(self, turn: Turn, observations: list[Observation]) -> None:
         self.messages.append(turn.message)
+        if not turn.calls:  # a call written into the text: no tool_use to answer to
+            self.messages.append({"role": "user", "content": [
+                {"type": "text", "text": observation.to_json()} for observation in observations]})
+            return
         self.messages.append({"role": "user", "content": [
             anthropic_result(observation, call.id)
             for call, observation in zip(turn.calls, observations, strict=True)]})
@@ -491,6 +508,69 @@ def _name(entry: object) -> str:
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
+
+
+#: ``<tool_call>...</tool_call>`` (Hermes, Qwen and others write calls so when they are not
+#: parsed as calls), the closing tag optional at the end of the text.
+_TAGGED = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+#: A fenced code block (Markdown), any info string (```json, ```).
+_FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+#: The keys a call written as JSON names its tool and its arguments with, in the dialects
+#: models imitate (canonical, MCP, OpenAI's function, Anthropic's tool_use, and variants).
+_NAME_KEYS = ("tool", "name", "tool_name", "function")
+_ARGUMENT_KEYS = ("arguments", "parameters", "input", "args")
+
+
+def call_in_text(text: str) -> str | None:
+    """How a reply's text holds a tool call the model wrote instead of making it, in words
+    for the model (``a <tool_call> block``, ``a fenced JSON block naming a tool``); None when
+    it holds none.
+
+    A ``<tool_call>`` tag counts whatever follows it. A fenced code block, or the whole text,
+    counts when it is one JSON object that names a tool (``tool``, ``name``, ``tool_name`` or
+    ``function``, a string or an object with a string ``name``) and gives its arguments
+    (``arguments``, ``parameters``, ``input`` or ``args``): JSON that shows data (a register
+    dump) is no call. The text is the model's (untrusted); nothing here runs it.
+    """
+    if "<tool_call>" in text:
+        return "a <tool_call> block"
+    for block in _FENCED.findall(text):
+        if _names_a_call(block):
+            return "a fenced JSON block naming a tool"
+    if _names_a_call(text):
+        return "a JSON object naming a tool"
+    return None
+
+
+def _names_a_call(text: str) -> bool:
+    """Whether ``text`` is one JSON object naming a tool and its arguments."""
+    text = text.strip()
+    if not text.startswith("{") or len(text) > MAX_TEXT_CALL:
+        return False
+    try:
+        doc = msgspec.json.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    if not isinstance(doc, dict):
+        return False
+    if isinstance(doc.get("function"), dict):  # OpenAI's shape: the name and arguments in it
+        doc = {**doc, **doc["function"]}
+    named = any(isinstance(doc.get(key), str) and doc[key] for key in _NAME_KEYS)
+    return named and any(key in doc for key in _ARGUMENT_KEYS)
+
+
+#: The longest JSON text :func:`call_in_text` decodes to see whether it is a call (bytes):
+#: the gate's default input cap.
+MAX_TEXT_CALL = 65536
+
+
+def text_call_refusal(where: str) -> Refusal:
+    """The parse ``call-in-text`` refusal of a call written into a reply's text (``where``:
+    :func:`call_in_text`'s words)."""
+    return Refusal("parse", "call-in-text",
+                   f"your reply's text holds a tool call ({where}); it was not run: make it "
+                   "as a tool call of the API with one of the tools offered, or answer "
+                   "without a call when the task is done")
 
 
 def make_endpoint(provider: str, model: str, **options: Any) -> Endpoint:
@@ -636,11 +716,23 @@ def _drive(result: AgentResult, endpoint: Endpoint, gate: Gate, session: Session
             result.stop = "model-refusal"
             result.detail = f"the model declined: {escape_text(turn.text, 160) or '(no reason)'}"
             return
-        if not turn.calls:
+        written = None if turn.calls else call_in_text(turn.text)
+        if not turn.calls and written is None:
             result.stop = "done"
             result.detail = f"the model is done: {escape_text(turn.text, 160) or '(no text)'}"
             return
         observations, final = [], None
+        if written is not None:  # a call in the text: refused, answered, the model retries
+            raw = turn.text.encode("utf-8", "replace")
+            observation = gate.refuse(raw, text_call_refusal(written), dialect=endpoint.dialect,
+                                      session=session, loop_id=result.loop_id,
+                                      step=len(result.steps) + 1, proposer=endpoint.proposer)
+            step = AgentStep(len(result.turns), ToolCall("", "", raw), observation,
+                             refused_turns > 0)
+            result.steps.append(step)
+            observations.append(observation)
+            if on_step is not None:
+                on_step(step)
         for index, call in enumerate(turn.calls):
             if len(result.steps) >= max_steps:
                 result.detail += (f"; {len(turn.calls) - index} call(s) of the last turn were "

@@ -12,6 +12,7 @@ treat them as any other tool (a session that is not offered one gets ``unknown-t
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -22,16 +23,15 @@ import msgspec
 from ..core._observation import Observation
 from ..core._text import display_text, escape_text
 from ..devices._device import Device
-from ..devices._regmap import RegisterMap
+from ..devices._regmap import Register, RegisterMap
 from ..gate._gate import Gate
 from ..gate._parse import MAX_INT_DIGITS
 from ..gate._policy import Session
 from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 from ._providers import offered_tools
 
-__all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "run_shell",
-           "shell_call",
-           "shell_tools"]
+__all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "register_rows",
+           "run_shell", "shell_call", "shell_tools"]
 
 
 #: A result's Decimal numbers as the JSON numbers they are, never as strings.
@@ -64,6 +64,29 @@ def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -
         lines.append(display_text(f"  0x{register.addr:02X} {register.name or '-':<{width}}  "
                                   f"0x{value:02x}" + (f"  {fields}" if fields else "")))
     return "\n".join(lines)
+
+
+def register_rows(values: Sequence[int], regmap: RegisterMap | None = None
+                  ) -> list[dict[str, int | str]]:
+    """The registers as JSON rows, one per register of the map in its address order:
+    ``{"addr": 3, "name": "CTRL", "data": 200}`` (``name`` only when the map names the
+    register). A map with gaps in its addresses keeps them: the address is given, never left
+    to a value's position. What ``--json`` prints after ``replay``, ``demo`` and ``agent``.
+
+    Args:
+        values: one value per register of the map, in its address order (as
+            :meth:`Device.snapshot` returns them).
+        regmap: the map; None for the default map (addresses 0..15, no names).
+    """
+    regmap = regmap if regmap is not None else RegisterMap.default()
+    rows: list[dict[str, int | str]] = []
+    for register, value in zip(regmap.registers, values, strict=True):
+        row: dict[str, int | str] = {"addr": register.addr}
+        if register.name:
+            row["name"] = register.name
+        row["data"] = value
+        rows.append(row)
+    return rows
 
 
 def _field_text(value: object) -> str:
@@ -140,6 +163,10 @@ commands (numbers in ASCII decimal or 0x hex: 3, 0x1f):
   read ADDR         read_register: one register, ADDR 0..15
   write ADDR DATA   write_register: DATA 0..255 to register ADDR
   dump              all 16 registers
+  readblock ADDR COUNT
+                    read_registers: COUNT registers from ADDR up (a map's block tool)
+  writeblock ADDR DATA...
+                    write_registers: the DATA values from ADDR up, all or nothing
   identify          the device's identity line
   reset             every register to its reset value
   help              this text
@@ -153,6 +180,8 @@ commands (numbers in ASCII decimal or 0x hex: 3, 0x1f; names as in `regdev map`)
   read REG               read_fields (by name) or read_register (ADDR): one register
   write REG DATA         write_register: DATA 0..255 to register REG (a name or an ADDR)
   write REG.FIELD VALUE  write_field: one field, by enumerated name or number
+  readblock REG COUNT    read_registers: COUNT registers from REG (a name or an ADDR) up
+  writeblock REG DATA... write_registers: the DATA values from REG up, all or nothing
   dump                   every register, with its fields
   identify               the device's identity line
   reset                  every register to its reset value
@@ -165,6 +194,8 @@ every command is a tool call through the gate; its verdict is shown as the model
 _COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "read": ("read_register", ("ADDR",)),
     "write": ("write_register", ("ADDR", "DATA")),
+    "readblock": ("read_registers", ("ADDR", "COUNT")),
+    "writeblock": ("write_registers", ("ADDR", "DATA...")),
     "dump": ("dump_registers", ()),
     "identify": ("identify_device", ()),
     "reset": ("reset_device", ()),
@@ -209,49 +240,111 @@ def _too_long(name: str) -> str:
             "use a number like 3 or 0x1f")
 
 
+#: The most register names a "no register" error lists after the closest ones.
+_LISTED_NAMES = 12
+
+
+def _closest(name: str, names: Sequence[str]) -> list[str]:
+    """The names closest to ``name``: the one equal but for case alone, else at most 3 by
+    difflib's ratio on case-folded text, best first."""
+    folded = {each.casefold(): each for each in reversed(names)}
+    if name.casefold() in folded:  # the same name but for case: that one alone
+        return [folded[name.casefold()]]
+    found = difflib.get_close_matches(name.casefold(), list(folded), n=3, cutoff=0.6)
+    return [folded[each] for each in found]
+
+
+def _unknown(kind: str, target: str, names: Sequence[str]) -> str:
+    """``no register `X`; did you mean Y?; registers: ...``: the closest names in full first,
+    then the first :data:`_LISTED_NAMES` of ``names`` and how many more there are."""
+    text = f"no {kind} `{escape_text(target)}`"
+    close = _closest(target, names)
+    if close:
+        text += f"; did you mean {', '.join(close[:-1]) + ' or ' if close[1:] else ''}" \
+                f"{close[-1]}?"
+    listed = ", ".join(names[:_LISTED_NAMES])
+    more = len(names) - _LISTED_NAMES
+    text += f"; {kind}s: {listed}" + (
+        f" and {more} more (`regdev map FILE` lists them all)" if more > 0 else "")
+    return text
+
+
+def _register_of(target: str, regmap: RegisterMap) -> Register:
+    """The register named ``target``.
+
+    Raises:
+        ValueError: no register has that name (the closest names said first).
+    """
+    register = regmap.named(target)
+    if register is None:
+        if "." in target:
+            holder = regmap.named(target.partition(".")[0])
+            if holder is not None:
+                raise ValueError(f"`{escape_text(target)}` is a field; name its register "
+                                 f"`{holder.name}` here")
+        raise ValueError(_unknown("register", target,
+                                  [r.name for r in regmap.registers if r.name]))
+    return register
+
+
+def _check_field(target: str, regmap: RegisterMap) -> None:
+    """Nothing when ``target`` (``REG.FIELD``) is a field of the map.
+
+    Raises:
+        ValueError: it is not (the closest field names said first).
+    """
+    if regmap.find_field(target) is not None:
+        return
+    paths = [f"{r.name}.{f.name}" for r in regmap.registers if r.name for f in r.fields]
+    raise ValueError(_unknown("field", target, paths))
+
+
 def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
-    """The call for ``read NAME``, ``write NAME DATA`` or ``write REG.FIELD VALUE`` with a
-    map; None when the words are the default form (numbers), left to :func:`shell_call`."""
+    """The call for ``read NAME``, ``write NAME DATA``, ``write REG.FIELD VALUE``,
+    ``readblock NAME COUNT`` or ``writeblock NAME DATA...`` with a map; None when the words are
+    the default form (numbers), left to :func:`shell_call`."""
     command, *rest = words
-    if command in ("read", "write") and not rest:
-        raise ValueError("usage: read REG" if command == "read" else
-                         "usage: write REG DATA, or write REG.FIELD VALUE")
-    if command not in ("read", "write") or _number(rest[0]) is not None:
+    usage = {"read": "usage: read REG", "readblock": "usage: readblock REG COUNT",
+             "write": "usage: write REG DATA, or write REG.FIELD VALUE",
+             "writeblock": "usage: writeblock REG DATA..."}
+    if command in usage and not rest:
+        raise ValueError(usage[command])
+    if command not in usage or _number(rest[0]) is not None:
         return None
     target = rest[0]
-    if command == "write" and "." in target:
+    if command == "write" and "." in target and regmap.named(target) is None:
         if len(rest) != 2:
             raise ValueError("usage: write REG.FIELD VALUE")
+        _check_field(target, regmap)
         number = _number(rest[1], "VALUE")
         value: int | str = number if number is not None else rest[1]
         return msgspec.json.encode({"tool": "write_field", "arguments": {
             "field": target, "value": value}}).decode()
-    register = regmap.named(target)
-    if register is None and command == "read" and "." in target:
+    if command == "read" and "." in target and regmap.named(target) is None:
         holder = regmap.named(target.partition(".")[0])
         if holder is not None:  # a field: its register is read whole, fields shown
             raise ValueError(f"read takes a register, not a field: `read {holder.name}` "
                              "shows its fields")
-    if register is None:
-        names = ", ".join(r.name for r in regmap.registers[:12] if r.name)
-        raise ValueError(f"no register `{escape_text(target)}`; registers: {names}")
+    register = _register_of(target, regmap)
     if command == "read":
         if len(rest) != 1:
-            raise ValueError("usage: read REG")
+            raise ValueError(usage["read"])
         if register.fields:
             return msgspec.json.encode({"tool": "read_fields",
                                         "arguments": {"register": target}}).decode()
         return shell_call(["read", str(register.addr)])
-    if len(rest) != 2:
+    if command == "write" and len(rest) != 2:
         raise ValueError("usage: write REG DATA")
-    return shell_call(["write", str(register.addr), rest[1]])
+    return shell_call([command, str(register.addr), *rest[1:]])
 
 
 def shell_call(words: Sequence[str], regmap: RegisterMap | None = None) -> str:
     """The canonical call (JSON text) for one shell line split into words.
 
     With a register map, registers and fields may be named: ``read STATUS``, ``write CTRL
-    0x03``, ``write CTRL.MODE FAST`` (see :data:`SHELL_MAP_HELP`).
+    0x03``, ``write CTRL.MODE FAST``, ``readblock DATA[0] 4`` (see :data:`SHELL_MAP_HELP`);
+    a name that is none of the map's is refused with the closest names (``did you mean
+    CTRL.MODE?``: case and small typos).
 
     Raises:
         ValueError: an unknown command or register, the wrong number of arguments, or an
@@ -265,6 +358,8 @@ def shell_call(words: Sequence[str], regmap: RegisterMap | None = None) -> str:
         if named is not None:
             return named
     tool, names = _COMMANDS[command]
+    if command == "writeblock" and len(rest) >= 2:  # DATA...: one or more values
+        names = ("ADDR", *("DATA" for _ in rest[1:]))
     if len(rest) != len(names):
         raise ValueError(f"usage: {' '.join([command, *names])}")
     values = []
@@ -274,7 +369,13 @@ def shell_call(words: Sequence[str], regmap: RegisterMap | None = None) -> str:
             raise ValueError(f"{name} must be a number like 3 or 0x1f, got "
                              f"`{escape_text(word)}`")
         values.append(value)
-    arguments = dict(zip(("addr", "data"), values, strict=False))
+    arguments: dict[str, int | list[int]]
+    if command == "readblock":
+        arguments = {"addr": values[0], "count": values[1]}
+    elif command == "writeblock":
+        arguments = {"addr": values[0], "data": values[1:]}
+    else:
+        arguments = dict(zip(("addr", "data"), values, strict=False))
     return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
 
 

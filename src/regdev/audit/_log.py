@@ -168,6 +168,7 @@ _ADDED_COLUMNS = (
     ("approver", "TEXT"),      # who answered a protected write's approval question
     ("approval", "TEXT"),      # how it was asked: hook, elicitation, url
     ("intent", "TEXT"),        # the intent a write's records share (event 'intent', 'call')
+    ("map_name", "TEXT"),      # the name of the device's register map, when it has one
 )
 
 #: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
@@ -203,7 +204,8 @@ CREATE TABLE IF NOT EXISTS calls (
     caller          TEXT,                 -- who sent it: token:NAME, oauth:SUBJECT (HTTP)
     approver        TEXT,                 -- who answered the approval question
     approval        TEXT,                 -- how it was asked: hook, elicitation, url
-    intent          TEXT                  -- a write's intent id: its intent and call records
+    intent          TEXT,                 -- a write's intent id: its intent and call records
+    map_name        TEXT                  -- the device's register map, by its name
 );
 CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -227,8 +229,8 @@ _NOT_TIMED = (None,) * len(_STAGE_TIMES)
 #: A record's stage times and device when it has none (a loop's stop; the proposer follows,
 #: then :data:`_NO_CALLER`).
 _NO_TIMES = (None,) * (len(_STAGE_TIMES) + 2)
-#: A loop stop's caller, approver, approval and intent: none.
-_NO_CALLER = (None,) * 4
+#: A loop stop's caller, approver, approval, intent and map: none.
+_NO_CALLER = (None,) * 5
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
@@ -546,6 +548,9 @@ class AuditRecord(msgspec.Struct, frozen=True):
             True/False).
         intent: for a call that sent a write, and for its intent record, the id they share
             (16 hex digits); None otherwise, and in records written before intents were.
+        map_name: the name of the device's register map (``sensor``; ``regdev map FILE``
+            shows it), or None (the default map, a map without a name, a stop, an older
+            record).
     """
 
     id: int
@@ -580,6 +585,7 @@ class AuditRecord(msgspec.Struct, frozen=True):
     approver: str | None = None
     approval: str | None = None
     intent: str | None = None
+    map_name: str | None = None
 
     @property
     def timings(self) -> dict[str, int]:
@@ -774,7 +780,8 @@ class AuditLog:
             timings: Mapping[str, int] | None = None,
             device: tuple[str, str | None] | None = None, proposer: str | None = None,
             caller: str | None = None, approver: str | None = None,
-            approval: str | None = None, intent: str | None = None) -> Row:
+            approval: str | None = None, intent: str | None = None,
+            map_name: str | None = None) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -802,11 +809,12 @@ class AuditLog:
             approver: who answered its approval question, if known.
             approval: how that question was asked.
             intent: the id of the write's intent record (:meth:`record_intent`), if any.
+            map_name: the name of the device's register map, or None.
         """
         stage_ns = tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED
         return self._call_row(time, session, dialect, raw, observation, tool, arguments,
                               loop_id, step, idempotency_key, stage_ns, device, proposer,
-                              caller, approver, approval, intent)[0]
+                              caller, approver, approval, intent, map_name)[0]
 
     def record_call(self, *, time: float, session: str, dialect: str | None, raw: object,
                     observation: Observation, tool: str | None, arguments: str | None,
@@ -816,7 +824,8 @@ class AuditLog:
                     device: tuple[str, str | None] | None = None, proposer: str | None = None,
                     caller: str | None = None, approver: str | None = None,
                     approval: str | None = None, key_row: KeyRow | None = None,
-                    durable: bool = False, intent: str | None = None) -> None:
+                    durable: bool = False, intent: str | None = None,
+                    map_name: str | None = None) -> None:
         """Build a call's record as :meth:`row` does and append it as :meth:`append` does, in
         one step (the record's NULLs are known from the arguments, not looked for in the row).
 
@@ -833,7 +842,7 @@ class AuditLog:
         """
         row, shape = self._call_row(time, session, dialect, raw, observation, tool, arguments,
                                     loop_id, step, idempotency_key, stage_ns, device, proposer,
-                                    caller, approver, approval, intent)
+                                    caller, approver, approval, intent, map_name)
         self._append(shape, shape.take(row), key_row, durable)
 
     def record_intent(self, *, time: float, session: str, dialect: str | None,
@@ -875,7 +884,8 @@ class AuditLog:
             loop_id: str | None, step: int | None, idempotency_key: str | None,
             stage_ns: tuple[int | None, ...], device: tuple[str, str | None] | None,
             proposer: str | None, caller: str | None, approver: str | None,
-            approval: str | None, intent: str | None = None) -> tuple[Row, _Shape]:
+            approval: str | None, intent: str | None = None,
+            map_name: str | None = None) -> tuple[Row, _Shape]:
         """A call's record (see :meth:`row`) and its shape, told from the arguments."""
         if raw is None:
             kept = raw_size = raw_sha = None
@@ -899,7 +909,7 @@ class AuditLog:
                0 if refusal else 1, stage, code, message, tool, arguments, result, call_id,
                idempotency_key, 1 if observation.replay else 0,
                parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns,
-               device_id, epoch, proposer, caller, approver, approval, intent)
+               device_id, epoch, proposer, caller, approver, approval, intent, map_name)
         # Column for column, which values are None: time, event, ok and replay never are; a
         # refusal's stage, code and message are bound (a None among them would be too: slower
         # than a literal NULL, but stored all the same).
@@ -911,7 +921,8 @@ class AuditLog:
                         idempotency_key is None, False, parse_ns is None, validate_ns is None,
                         authorize_ns is None, execute_ns is None, observe_ns is None,
                         device_id is None, epoch is None, proposer is None, caller is None,
-                        approver is None, approval is None, intent is None))
+                        approver is None, approval is None, intent is None,
+                        map_name is None))
         return row, shape
 
     @staticmethod

@@ -55,6 +55,9 @@ class ModelReport:
         recovered: episodes recovered, by the retry that recovered them (1 = first retry).
         stops: loops' stop reasons, counted.
         loops: loops seen.
+        map_name: with ``by_map``, the register map the calls were made on (None: the default
+            map, or records from before maps were recorded).
+        by_map: True when the report is split by map as well as by proposer.
     """
 
     proposer: str
@@ -68,6 +71,16 @@ class ModelReport:
     recovered: Counter[int] = field(default_factory=Counter)
     stops: Counter[str] = field(default_factory=Counter)
     loops: int = 0
+    map_name: str | None = None
+    by_map: bool = False
+
+    @property
+    def label(self) -> str:
+        """The row's name: the proposer, and with ``by_map`` the map (``openai:m on
+        sensor``; ``on the default map``)."""
+        if not self.by_map:
+            return self.proposer
+        return f"{self.proposer} on {self.map_name or 'the default map'}"
 
     @property
     def first_try_validity(self) -> float | None:
@@ -86,8 +99,11 @@ class ModelReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The figures as one JSON object (rates as fractions, None where undefined)."""
+        head: dict[str, Any] = {"proposer": self.proposer}
+        if self.by_map:
+            head["map"] = self.map_name
         return {
-            "proposer": self.proposer, "calls": self.calls, "accepted": self.accepted,
+            **head, "calls": self.calls, "accepted": self.accepted,
             "refused": self.calls - self.accepted, "first_tries": self.first_tries,
             "first_try_valid": self.first_try_valid,
             "first_try_validity": self.first_try_validity,
@@ -101,22 +117,34 @@ class ModelReport:
         }
 
 
-def adherence(records: Iterable[AuditRecord]) -> list[ModelReport]:
+def adherence(records: Iterable[AuditRecord], *, by_map: bool = False) -> list[ModelReport]:
     """Adherence per proposer, from audit records in append order.
 
     Args:
         records: call and stop records (as :func:`~regdev.read_audit` returns them, oldest
             first); filter them first (by time, session, device, proposer).
+        by_map: split each proposer's figures by the register map its calls were made on
+            (a loop's stop goes with its loop's calls).
 
     Returns:
-        One :class:`ModelReport` per proposer, ordered by proposer name.
+        One :class:`ModelReport` per proposer (and map), ordered by proposer name (then map).
     """
-    reports: dict[str, ModelReport] = {}
-    loops: dict[tuple[str, str], list[AuditRecord]] = defaultdict(list)
-    loop_ids: dict[str, set[str]] = defaultdict(set)
+    reports: dict[Any, ModelReport] = {}
+    loops: dict[tuple[Any, str], list[AuditRecord]] = defaultdict(list)
+    loop_ids: dict[Any, set[str]] = defaultdict(set)
+    loop_maps: dict[str | None, str | None] = {}  # a loop's map, from its calls
+    records = list(records)
+    if by_map:
+        for record in records:
+            if record.event == "call" and record.loop_id is not None:
+                loop_maps.setdefault(record.loop_id, record.map_name)
     for record in records:
-        name = getattr(record, "proposer", None) or UNKNOWN
-        report = reports.get(name) or reports.setdefault(name, ModelReport(name))
+        proposer = getattr(record, "proposer", None) or UNKNOWN
+        map_name = (record.map_name if record.event == "call"
+                    else loop_maps.get(record.loop_id)) if by_map else None
+        name = (proposer, map_name) if by_map else proposer
+        report = reports.get(name) or reports.setdefault(
+            name, ModelReport(proposer, map_name=map_name, by_map=by_map))
         if record.loop_id is not None:
             loop_ids[name].add(record.loop_id)
         if record.event == "stop":
@@ -138,7 +166,7 @@ def adherence(records: Iterable[AuditRecord]) -> list[ModelReport]:
         _loop_figures(reports[name], sorted(calls, key=lambda r: (r.step or 0, r.id)))
     for name, ids in loop_ids.items():
         reports[name].loops = len(ids)
-    return [reports[name] for name in sorted(reports)]
+    return sorted(reports.values(), key=lambda r: (r.proposer, r.map_name or ""))
 
 
 def _loop_figures(report: ModelReport, calls: list[AuditRecord]) -> None:
@@ -174,12 +202,12 @@ def format_report(reports: list[ModelReport]) -> str:
     lines = [head, "-" * len(head)]
     for r in reports:
         per = "-" if r.proposals_per_accepted is None else f"{r.proposals_per_accepted:.2f}"
-        lines.append(f"{escape_text(r.proposer, 32):<32} {r.calls:>6} {r.accepted:>6} "
+        lines.append(f"{escape_text(r.label, 32):<32} {r.calls:>6} {r.accepted:>6} "
                      f"{_percent(r.first_try_validity):>13} {_percent(r.recovery_rate):>9} "
                      f"{per:>8} {r.loops:>5}")
     for r in reports:
         lines.append("")
-        lines.append(f"{escape_text(r.proposer, 60)}:")
+        lines.append(f"{escape_text(r.label, 60)}:")
         if r.codes:
             refused = r.calls - r.accepted
             lines.append("  refusals: " + ", ".join(
@@ -265,7 +293,7 @@ def plot_report(reports: list[ModelReport], path: str,
     """
     chart_format = plot_format(path)
     plt = _pyplot()
-    names = [escape_text(r.proposer, 40) for r in reports]
+    names = [escape_text(r.label, 40) for r in reports]
     rows = range(len(reports))
     height = max(2.5, 0.6 * len(reports) + 1.5)
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, height + 0.6), layout="constrained")

@@ -16,7 +16,7 @@ from ..agents._models import (
     make_endpoint,
     run_agent,
 )
-from ..agents._shell import describe, format_registers
+from ..agents._shell import describe, format_registers, register_rows
 from ..core._errors import SchemaError
 from ..core._limits import seconds_problem
 from ..core._text import display_text, escape_text
@@ -26,11 +26,10 @@ from ._common import (
     add_gate_options,
     audit_note,
     device_call,
+    device_options,
     json_line,
-    map_option,
     open_gate,
     port_device,
-    port_options,
     write_line,
 )
 
@@ -120,8 +119,11 @@ def _show_step(step: AgentStep, args: argparse.Namespace, out: TextIO) -> None:
         label = f"turn {step.turn}" + (" (retry)" if step.retry else "")
         # the raw call is JSON text: shown as it is, escaped once (display_text), so that it
         # stays the JSON the model sent
-        write_line(out, f"{label:<16}calls {escape_text(step.call.name, 60)} "
-                        f"{display_text(step.call.raw.decode('utf-8', 'replace'), 200)}")
+        raw = display_text(step.call.raw.decode('utf-8', 'replace'), 200)
+        if step.observation.code == "call-in-text":  # no call made: it was in the text
+            write_line(out, f"{label:<16}wrote a call into its text: {raw}")
+        else:
+            write_line(out, f"{label:<16}calls {escape_text(step.call.name, 60)} {raw}")
         write_line(out, f"{'':<16}{display_text(describe(step.observation), 300)}")
     out.flush()
 
@@ -131,7 +133,7 @@ def _show_end(result: AgentResult, registers: list[int], args: argparse.Namespac
     if args.json:
         json_line({"stop": result.stop, "detail": result.detail, "loop_id": result.loop_id,
                    "proposer": result.proposer}, out)
-        json_line({"registers": registers}, out)
+        json_line({"registers": register_rows(registers, regmap)}, out)
         return
     # the detail is a message with every quoted piece escaped already: shown as it is
     out.write(f"\nloop stopped: {result.stop} ({display_text(result.detail, 300)})\n\n")
@@ -190,7 +192,6 @@ def add_parser(sub: Any) -> None:
     agent.add_argument("--json", action="store_true",
                        help="one JSON object per turn and per call, then the stop and the "
                             "registers")
-    map_option(agent)
-    port_options(agent)
+    device_options(agent)
     add_gate_options(agent)
     agent.set_defaults(func=cmd_agent)

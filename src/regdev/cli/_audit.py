@@ -79,8 +79,9 @@ def _record_line(record: AuditRecord) -> str:
     head = f"{record.id:>6}  {when}Z  {record.session:<10}"
     loop = f"  loop {record.loop_id[:8]}" if record.loop_id else ""
     if record.event == "stop":
+        by = f", proposer {record.proposer!r}" if record.proposer is not None else ""
         return (f"{head}  loop stop: {record.code} ({record.message}){loop}, "
-                f"{count(record.step or 0, 'step')}")
+                f"{count(record.step or 0, 'step')}{by}")
     verdict = "accepted" if record.ok else f"refused {record.stage}/{record.code}"
     if record.event == "intent":  # a write sent with no record of its outcome after it
         verdict = "intent: outcome-unknown"
@@ -91,6 +92,8 @@ def _record_line(record: AuditRecord) -> str:
         extras.append("replayed (not executed)")
     if record.loop_id:
         extras.append(f"loop {record.loop_id[:8]} step {record.step}")
+    if record.proposer is not None:
+        extras.append(f"proposer {record.proposer!r}")
     if record.caller is not None:
         extras.append(f"caller {record.caller!r}")
     if record.approver is not None:
@@ -122,7 +125,7 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
         loop_id = find_loop(path, args.loop) if args.loop is not None else None
         records = read_audit(path, session=args.session, code=args.code, since=since,
                              until=until, loop_id=loop_id, last=args.last, device=args.device,
-                             caller=args.caller)
+                             caller=args.caller, proposer=args.proposer)
     except AuditError as error:
         raise UsageError(str(error)) from None
     unreadable = 0
@@ -149,7 +152,8 @@ def add_parser(sub: Any) -> None:
         "audit", help="show, filter and export the audit log",
         description="Show the records of an audit log, oldest first: every call (accepted or "
                     "refused) with its session, dialect, verdict, tool, arguments, "
-                    "idempotency key, caller and approver (serve --http), the device it "
+                    "idempotency key, proposer (the model), caller and approver (serve "
+                    "--http), the device it "
                     "reached and time spent, and every loop's stop. Filters combine. "
                     "Times are shown in UTC.")
     audit.add_argument("--db", metavar="PATH", type=Path,
@@ -160,6 +164,10 @@ def add_parser(sub: Any) -> None:
     audit.add_argument("--caller", metavar="NAME",
                        help="only the calls this caller sent: the name shown after `caller` "
                             "(token:NAME or oauth:SUBJECT, the callers of serve --http)")
+    audit.add_argument("--proposer", metavar="NAME",
+                       help="only the calls (and loop stops) this proposer made: the name "
+                            "shown after `proposer` (provider:model for regdev agent and "
+                            "eval, mcp:NAME VERSION for an MCP client, replay:FILE)")
     audit.add_argument("--code", metavar="CODE",
                        help="only this verdict code (e.g. range-addr, approval-denied; "
                             "docs/errors.md lists them), or a loop stop reason (done, "

@@ -1,23 +1,27 @@
-"""``regdev call``: one raw call through the gate on a fresh in-process device."""
+"""``regdev call``: one raw call through the gate, on a fresh in-process device or the device
+at ``--port``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..devices._device import Device
 from ._common import (
     add_gate_options,
     check_stdin,
     check_tool_choice,
+    device_options,
     dialect_options,
     json_line,
-    map_option,
     map_tools_of,
     open_gate,
+    port_device,
     tell,
 )
 
@@ -26,7 +30,12 @@ def cmd_call(args: argparse.Namespace, out: TextIO) -> int:
     check_tool_choice(args.tool_choice, map_tools_of(args))
     if args.raw == "-":
         check_stdin()
-    gate, session = open_gate(args)
+    with contextlib.closing(port_device(args)) as device:
+        return _call(args, out, device)
+
+
+def _call(args: argparse.Namespace, out: TextIO, device: Device) -> int:
+    gate, session = open_gate(args, device)
     with gate:
         # stdin is read as bytes, at most one byte over the cap: the gate refuses it as too-large.
         # RAW is given as the bytes on the command line (os.fsencode undoes the decoding of
@@ -55,10 +64,11 @@ def _names_a_file(text: str) -> bool:
 def add_parser(sub: Any) -> None:
     """Add ``regdev call`` to the subcommands."""
     call = sub.add_parser(
-        "call", help="run one raw call against a fresh in-process device (of --map FILE)",
+        "call", help="run one raw call against a fresh in-process device (of --map FILE), or "
+                     "the device at --port",
         description="Print the observation as one line of JSON.")
     call.add_argument("raw", metavar="RAW", help="the call as JSON text, or - to read stdin")
     dialect_options(call, "")
-    map_option(call)
+    device_options(call)
     add_gate_options(call)
     call.set_defaults(func=cmd_call)

@@ -87,7 +87,7 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (0, "the call was accepted"),
         (1, "the call was refused (the observation says why); or the output could not be "
             "written"),
-        (2, "a usage, policy or audit-log error"),
+        (2, "a usage, policy or audit-log error, or the device cannot be opened"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "shell": (
@@ -258,8 +258,17 @@ def map_tools_of(args: argparse.Namespace) -> ToolSet:
     return map_tools(register_map(args))
 
 
+def device_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--map``, ``--port``, ``--timeout`` and ``--baud``: the one definition of the
+    device options that every command running calls takes (``call``, ``shell``, ``demo``,
+    ``replay``, ``agent``, ``serve``); open the device with :func:`port_device`."""
+    map_option(p)
+    port_options(p)
+
+
 def port_options(p: argparse.ArgumentParser) -> None:
-    """Add ``--port``, ``--timeout`` and ``--baud``: the device a command runs on."""
+    """Add ``--port``, ``--timeout`` and ``--baud``: the device a command runs on (with
+    ``--map``: :func:`device_options`)."""
     p.add_argument("--port", metavar="URL",
                    help="run against the device on this serial port instead of in process: "
                         "/dev/ttyUSB0, COM3, socket://HOST:PORT or rfc2217://HOST:PORT "

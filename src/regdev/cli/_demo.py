@@ -6,49 +6,36 @@ import argparse
 import contextlib
 from typing import Any, TextIO
 
-from ..agents._demo import (
-    DEMO_SCRIPT,
-    DEMO_STOP,
-    SENSOR_DEMO_NAMES,
-    SENSOR_DEMO_SCRIPT,
-    ScriptedProposer,
-)
+from ..agents._demo import DEMO_SCRIPT, DEMO_STOP, ScriptedProposer, map_demo
 from ..agents._loop import Step, run_loop
-from ..agents._shell import describe, format_registers
+from ..agents._shell import describe, format_registers, register_rows
 from ..gate._gate import Gate
 from ..gate._policy import Session
 from ._common import (
-    UsageError,
     add_gate_options,
     audit_note,
     device_call,
+    device_options,
     json_line,
-    map_option,
     open_gate,
     port_device,
-    port_options,
     register_map,
     write_line,
 )
 
 
-def _script(args: argparse.Namespace) -> tuple[tuple[str, str, str | None], ...]:
-    """The default demo, or the register-map demo with ``--map`` (written for
-    examples/sensor.rdl: UsageError for a map without its registers and fields)."""
+def _script(args: argparse.Namespace) -> None:
+    """The default demo, or with ``--map`` the demo made from the map (``args.script``,
+    ``args.stop``, ``args.left_out``)."""
     if args.map is None:
-        return DEMO_SCRIPT
-    regmap = register_map(args)
-    missing = [name for name in SENSOR_DEMO_NAMES
-               if regmap.named(name) is None and regmap.find_field(name) is None]
-    if missing:
-        raise UsageError(f"the register-map demo is written for examples/sensor.rdl; "
-                         f"{args.map} has no {missing[0]} (try regdev shell --map "
-                         f"{args.map})")
-    return SENSOR_DEMO_SCRIPT
+        args.script, args.stop, args.left_out = DEMO_SCRIPT, DEMO_STOP, ()
+        return
+    made = map_demo(register_map(args))
+    args.script, args.stop, args.left_out = made.steps, made.stop, made.left_out
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    args.script = _script(args)
+    _script(args)
     with contextlib.closing(port_device(args)) as device:
         gate, session = open_gate(args, device)
         with gate:
@@ -67,6 +54,8 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -
         write_line(out, f"regdev demo: a scripted agent drives {where} through the gate.")
         write_line(out, f"device: {identity}; tools: {', '.join(gate.tools)}; one retry after "
                         "a refusal.")
+        for line in args.left_out:
+            write_line(out, f"left out: {line}")
         write_line(out)
     verdicts: list[str | None] = []
 
@@ -89,12 +78,12 @@ def _demo(args: argparse.Namespace, out: TextIO, gate: Gate, session: Session) -
     registers = device_call(args, gate.device.snapshot)
     expected = [verdict for _, _, verdict in args.script if verdict is not None]
     differs = _first_difference(verdicts, expected)
-    if differs is None and result.stop != DEMO_STOP:
-        differs = f"the loop stopped with {result.stop}, the script with {DEMO_STOP}"
+    if differs is None and result.stop != args.stop:
+        differs = f"the loop stopped with {result.stop}, the script with {args.stop}"
     if args.json:
         json_line({"stop": result.stop, "detail": result.detail,
                    "as_scripted": differs is None}, out)
-        json_line({"registers": registers}, out)
+        json_line({"registers": register_rows(registers, gate.regmap)}, out)
     else:
         write_line(out, f"loop stopped: {result.stop} ({result.detail})")
         if differs is not None:
@@ -125,12 +114,13 @@ def add_parser(sub: Any) -> None:
         description="A scripted agent makes accepted calls, a refused call corrected on its "
                     "retry, and a refusal whose retry is refused too; then the registers are "
                     "dumped. It drives a fresh in-process register file, or the device at "
-                    "--port. With --map examples/sensor.rdl, the register-map demo: fields "
-                    "by name, enumerated values, reserved bits, write-1-to-clear, a block "
-                    "write and read, and a read-only register.")
+                    "--port. With --map FILE, a demo made from the map: an identity register "
+                    "read by name, a field written by its enumerated name after a bad "
+                    "value, a reserved bit refused and corrected, a block write and read, "
+                    "and a write to a read-only register; a step the map cannot show is left "
+                    "out, with a line saying so.")
     demo.add_argument("--json", action="store_true",
                       help="one JSON object per step, then the stop reason and the registers")
-    map_option(demo)
-    port_options(demo)
+    device_options(demo)
     add_gate_options(demo)
     demo.set_defaults(func=cmd_demo)

@@ -22,7 +22,7 @@ from ..agents._replay import (
     max_line_bytes,
     read_replay,
 )
-from ..agents._shell import describe, format_registers
+from ..agents._shell import describe, format_registers, register_rows
 from ..gate._gate import Gate
 from ..gate._parse import DEFAULT_MAX_INPUT_BYTES
 from ..gate._policy import Session
@@ -35,14 +35,13 @@ from ._common import (
     check_tool_choice,
     count,
     device_call,
+    device_options,
     dialect_options,
     json_line,
     load_policy,
-    map_option,
     map_tools_of,
     open_gate,
     port_device,
-    port_options,
     tell,
     write_line,
 )
@@ -108,7 +107,8 @@ def _replay(args: argparse.Namespace, out: TextIO, records: Iterable[ReplayItem]
         registers, unread = None, f"the registers could not be read after the replay: {error}"
     failed = sum(o.expect_met is False for o in outcomes)
     if args.json:
-        end: dict[str, Any] = ({"registers": registers} if unread is None
+        end: dict[str, Any] = ({"registers": register_rows(registers, gate.regmap)}
+                               if registers is not None
                                else {"registers": None, "error": unread})
         if interrupted is not None:
             end["interrupted"] = True
@@ -174,14 +174,16 @@ def add_parser(sub: Any) -> None:
                              "input")
     dialect_options(replay, "A line's own `dialect` wins.")
     replay.add_argument("--json", action="store_true",
-                        help="one JSON object per line, then {\"registers\": [16 ints]} (or "
+                        help="one JSON object per line, then the registers after the "
+                             "calls, {\"registers\": [{\"addr\": A, \"name\": N, "
+                             "\"data\": D}, ...]} in address order (name when the map "
+                             "names the register; or "
                              "{\"registers\": null, \"error\": TEXT} when the registers "
                              "could not be read after the calls: exit 2; and "
                              "\"interrupted\": true after Ctrl-C). A file error "
                              "(exit 2, nothing run) stays one line of text on stderr, as "
                              "without --json")
-    map_option(replay)
-    port_options(replay)
+    device_options(replay)
     replay.add_argument("--reset", action="store_true",
                         help="with --port: reset the device before the replay (without "
                              "--port the device is a fresh in-process one)")

@@ -29,7 +29,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
                              proposer=args.model, device=args.device)
     except AuditError as error:
         raise UsageError(str(error)) from None
-    reports = adherence(records)
+    reports = adherence(records, by_map=args.by == "map")
     tasks = None
     if args.eval is not None:
         try:
@@ -92,6 +92,10 @@ def add_parser(sub: Any) -> None:
     report.add_argument("--eval", metavar="RESULTS",
                         help="also the task success of regdev eval's results file (JSON "
                              "Lines): trials passed and pass^k per proposer")
+    report.add_argument("--by", choices=("proposer", "map"), default="proposer",
+                        help="one row per proposer (default), or per proposer and register "
+                             "map (map: the map's name the calls were made on; `the default "
+                             "map` without --map)")
     report.add_argument("--json", action="store_true", help="one JSON object")
     report.add_argument("--plot", metavar="FILE.png",
                         help="also draw the report as a chart in FILE, in the format its "

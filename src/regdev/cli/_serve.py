@@ -18,11 +18,10 @@ from ._common import (
     UsageError,
     add_gate_options,
     device_call,
+    device_options,
     load_policy,
-    map_option,
     open_gate,
     port_device,
-    port_options,
 )
 from ._output import LogFormatter, output_failed
 
@@ -271,7 +270,6 @@ def add_parser(sub: Any) -> None:
                        default="info",
                        help="regdev's log level on stderr (default: info; debug logs "
                             "each call's verdict)")
-    map_option(serve)
-    port_options(serve)
+    device_options(serve)
     add_gate_options(serve)
     serve.set_defaults(func=cmd_serve)

@@ -14,11 +14,10 @@ from ..gate._gate import Gate
 from ._common import (
     add_gate_options,
     check_stdin,
-    map_option,
+    device_options,
     map_tools_of,
     open_gate,
     port_device,
-    port_options,
 )
 
 
@@ -42,10 +41,10 @@ def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
 def add_parser(sub: Any) -> None:
     """Add ``regdev shell`` to the subcommands."""
     shell = sub.add_parser(
-        "shell", help="an interactive prompt for engineers: read, write, dump, identify, reset",
+        "shell", help="an interactive prompt for engineers: read, write, readblock, writeblock, "
+                      "dump, identify, reset",
         description="Each command is a tool call through the gate, and its verdict is shown. "
                     "Without --port it drives an in-process register file.")
-    map_option(shell)
-    port_options(shell)
+    device_options(shell)
     add_gate_options(shell)
     shell.set_defaults(func=cmd_shell)

@@ -35,7 +35,7 @@ PIPELINE: tuple[PipelineStage, ...] = get_args(PipelineStage)
 #: section for each). The others are ``missing-ARG``, ``type-ARG``, ``range-ARG`` (ARG an
 #: argument's dotted path, e.g. ``limits.low``) and ``denied-TOOL``: see :data:`NAMED_CODES`.
 FIXED_CODES: frozenset[str] = frozenset({
-    "too-large", "not-json",                                                   # parse
+    "too-large", "not-json", "call-in-text",                                   # parse
     "not-an-object", "missing-tool", "bad-arguments", "wrong-tool", "unknown-tool",
     "unknown-argument", "bad-idempotency-key",
     "no-register", "read-only-field", "reserved-bits", "field-value",          # validate

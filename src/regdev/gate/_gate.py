@@ -67,7 +67,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from msgspec.structs import replace
@@ -110,6 +110,7 @@ from ._policy import (
     ask_approval,
     changed_registers,
     check_read_only,
+    guarded,
 )
 from ._tools import Tool, ToolSet
 from ._validate import ReferenceValidator
@@ -219,16 +220,22 @@ class Gate:
         #: there are any (else the checks are skipped).
         registers = (policy.registers if policy is not None else RegisterPolicy()).for_map(
             regmap)
-        self._registers = registers if registers.read_only or registers.protected else None
-        #: One lock per protected register: an approved write holds the locks of the
-        #: protected registers it changes from the re-read of the values its approver saw to
-        #: the device's answer (:meth:`_execute`), so that check and write are one step.
-        self._guards = {addr: threading.Lock() for addr in sorted(registers.protected)}
+        self._registers = registers if (registers.read_only or registers.protected
+                                        or registers.guards) else None
+        #: One lock per protected register (and per register with a protected field or
+        #: range): an approved write holds the locks of those it changes from the re-read of
+        #: the values its approver saw to the device's answer (:meth:`_execute`), so that
+        #: check and write are one step.
+        self._guards = {addr: threading.Lock() for addr in sorted(
+            {addr for addr in registers.protected if isinstance(addr, int)}
+            | {guard.addr for guard in registers.guards})}
         #: The registers the device's map makes read-only (refusals name the map for these,
         #: the policy for the others).
         self._map_read_only = regmap.read_only()
         #: Every register's address (what a reset changes), and how messages name them.
         self._every = regmap.addresses
+        #: The map's name in each audit record (None for the default map).
+        self._map_name = None if regmap.is_default else (regmap.name or None)
         self._label = regmap.label
         #: The plain path (in :meth:`handle`) is taken by a gate with nothing to authorize: no
         #: policy, no audit log, no read-only or protected register.
@@ -507,7 +514,8 @@ class Gate:
                     loop_id=loop_id, step=step,
                     stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns),
                     device=self._runner.known_identity(), proposer=proposer,
-                    caller=self.default_session.caller, durable=durable, intent=intent)
+                    caller=self.default_session.caller, durable=durable, intent=intent,
+                    map_name=self._map_name)
             except AuditError as error:
                 if durable:
                     observation = _unrecorded(error, observation.id)
@@ -573,6 +581,43 @@ class Gate:
             state.id = call_id
         state.sent_key = idempotency_key
         return self._finish(state, self._run(state))
+
+    def refuse(
+        self,
+        raw: str | bytes,
+        refusal: Refusal,
+        *,
+        dialect: str = "canonical",
+        session: Session | None = None,
+        loop_id: str | None = None,
+        step: int | None = None,
+        proposer: str | None = None,
+    ) -> Observation:
+        """Refuse a proposal that never became a call for the pipeline (a tool call a model
+        wrote into its reply's text instead of making it), and record it in the audit log as
+        any refused call is: its raw text, stage and code, loop, step and proposer. Nothing
+        reaches the device.
+
+        Args:
+            raw: what the model sent (the reply's text), recorded as the call's raw text.
+            refusal: the verdict (e.g. parse ``call-in-text``).
+            dialect, session, loop_id, step, proposer: as for :meth:`handle`.
+
+        Returns:
+            The refusal's :class:`Observation` (``audit-error``'s never: nothing ran).
+
+        Raises:
+            ValueError: ``loop_id`` is not a string of Unicode text.
+        """
+        if loop_id is not None:
+            check_loop_id(loop_id)
+        observation = Observation.refused(refusal)
+        if self.audit is None:
+            return observation
+        call = _Call(session or self.default_session, dialect, None, raw, loop_id=loop_id,
+                     step=step, proposer=proposer)
+        call.time, call.timings = time.time(), {}
+        return self._finish(call, observation)
 
     def check_options(self, dialect: str, tool_choice: str | None) -> None:
         """Raise ValueError for a dialect or a forced tool this gate cannot honour."""
@@ -702,12 +747,15 @@ class Gate:
             return refusal
         assert registers is not None
         arguments = call.arguments
+        tripped = guarded(registers.guards, tool, arguments, changed, self.regmap) \
+            if registers.guards else ()
         refusal = ask_approval(registers, tool, changed,
                                self.policy.approve if self.policy is not None else None,
                                lambda addr: ApprovalRequest(session.name, tool.name,
                                                             dict(arguments), addr,
                                                             session.caller),
-                               every=every, label=self._label, answered=call.answered)
+                               every=every, label=self._label, answered=call.answered,
+                               guards=tripped)
         if refusal is None:  # approved (or nothing protected): its registers' locks at execute
             call.guarded = tuple(addr for addr in self._guards if addr in changed)
         return refusal
@@ -861,6 +909,7 @@ class Gate:
                 loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
                 stage_ns=tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED,
                 device=self._runner.known_identity(), proposer=call.proposer,
+                map_name=self._map_name,
                 caller=call.session.caller,
                 approver=call.approval.approver if call.approval is not None else None,
                 approval=call.approval.via if call.approval is not None else None,
@@ -899,9 +948,13 @@ class Gate:
     @property
     def protected_registers(self) -> frozenset[int]:
         """The addresses (0..255) written only on the approval hook's yes: the policy's
-        ``protected`` merged with the device map's (empty when none)."""
-        return frozenset(self._registers.protected) if self._registers is not None \
-            else frozenset()
+        ``protected`` merged with the device map's, and the registers of its protected fields
+        and value ranges (empty when none)."""
+        registers = self._registers
+        if registers is None:
+            return frozenset()
+        return frozenset(cast("frozenset[int]", registers.protected)) | {
+            guard.addr for guard in registers.guards}
 
     def record_loop_stop(self, loop_id: str, stop: str, detail: str, steps: int,
                          session: Session | None = None, *,

@@ -20,13 +20,16 @@ first refusal decides, nothing after it runs, and the call never reaches the dev
                                                    with the same call returns the stored
                                                    observation as a replay (``_idempotency.py``)
  4    rate limit       ``rate-limited``            the session's token bucket is empty
- 5    approval         ``approval-denied``         a write to a protected register that the
-                                                   approval hook did not approve (or no hook)
+ 5    approval         ``approval-denied``         a write to a protected register (or one
+                                                   that sets a protected field, or a value
+                                                   in a protected range) that the approval
+                                                   hook did not approve (or no hook)
 ====  ===============  ==========================  ============================================
 
 A tool that changes the device and takes no integer ``addr`` (the shell's ``reset_device``)
-changes every register: it is refused when any register is read-only, and needs approval
-when any is protected.
+changes every register: it is refused when the policy makes any register read-only (the
+registers the device's map makes read-only do not refuse it: a reset sets them to their reset
+values, as the hardware does), and needs approval when any is protected.
 
 Why this order: the audit check (0) comes first because a call that cannot be recorded must
 not run (``_gate.py`` does it, since only the gate has the log). The static rights (1, 2) come
@@ -50,25 +53,36 @@ The registers a policy marks are merged with the device's register map
 (:meth:`RegisterPolicy.for_map`): the map's read-only registers are read-only whatever the
 policy says (the device refuses to write them anyway), and the policy's ``read_only`` adds to
 them; the map's protected registers (``regdev_protected`` in SystemRDL) are protected unless
-the policy lists ``protected`` itself, which then overrides the map's.
+the policy lists ``protected`` itself, which then overrides the map's. A policy names
+registers by address or by the map's names, and may protect a field (``"CTRL.MODE"``) or a
+range of a field's or register's values (:class:`Guard`), resolved against the map
+(:attr:`RegisterPolicy.guards`).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import sys
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
 
 from ..core._errors import PolicyError
 from ..core._observation import Refusal
@@ -90,6 +104,8 @@ __all__ = [
     "Approval",
     "ApprovalRequest",
     "Approver",
+    "FieldGuard",
+    "Guard",
     "Policy",
     "RateLimit",
     "RegisterPolicy",
@@ -100,6 +116,7 @@ __all__ = [
     "ask_approval",
     "changed_registers",
     "check_read_only",
+    "guarded",
 ]
 
 Scope = Literal["read", "write"]
@@ -112,6 +129,8 @@ logger = logging.getLogger("regdev")
 POLICY_SUFFIXES = (".toml", ".json")
 
 _Address = Annotated[int, Field(strict=True, ge=0, le=MAX_REGISTERS - 1)]
+#: The most a register holds (8 bits).
+REGISTER_MAX = 0xFF
 #: The slowest rate limit, calls per second: one call in about 32 years. A slower one would
 #: keep a caller waiting longer than any wait regdev can state or time (a rate of 5e-324
 #: leaves 1/rate = inf seconds to wait).
@@ -208,53 +227,287 @@ class RateLimit(_Model):
     burst: _Burst
 
 
+#: A register or field named in a policy: ``CTRL``, ``CTRL.MODE`` (the names of the device's
+#: register map, as ``regdev map FILE`` shows them).
+_Name = Annotated[str, Field(strict=True, min_length=1, max_length=200)]
+_FieldValue = Annotated[int, Field(strict=True, ge=0, le=2**64 - 1)]
+
+
+class Guard(_Model):
+    """A protected field or register value range: a write that sets ``field`` (or
+    ``register``) to a value in ``min..max`` needs approval; other writes do not.
+
+    Attributes:
+        field: ``REGISTER.FIELD`` of the device's map; or None with ``register``.
+        register_name: a register's name or address (``register`` in a file); or None with
+            ``field``.
+        min: the lowest value that needs approval (inclusive); None: from 0.
+        max: the highest (inclusive); None: up to the field's or register's top.
+
+    Raises:
+        pydantic.ValidationError: neither or both of ``field`` and ``register``, or ``min``
+            above ``max``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    field: _Name | None = None
+    #: ``register`` in a policy file (the name pydantic's BaseModel keeps for itself).
+    register_name: _Name | _Address | None = Field(default=None, alias="register")
+    min: _FieldValue | None = None
+    max: _FieldValue | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Guard:
+        if (self.field is None) == (self.register_name is None):
+            raise ValueError("a protected range names one `field` (\"REG.FIELD\") or one "
+                             "`register`, not both and not neither")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"a protected range's min {self.min} is above its max {self.max}")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class FieldGuard:
+    """A protected field or value range, resolved against the device's map.
+
+    Attributes:
+        addr: the register's address.
+        mask: the guarded bits of the register (a field's, or all of them).
+        lsb: the lowest guarded bit: a value is ``(data & mask) >> lsb``.
+        low: the lowest value that needs approval (inclusive).
+        high: the highest (inclusive).
+        what: how a message names it: ``field CTRL.MODE``, ``register CALIB (0x03)``, with
+            ``values 1..2`` when it is a range.
+    """
+
+    addr: int
+    mask: int
+    lsb: int
+    low: int
+    high: int
+    what: str
+
+
+_ENTRY = "a register's address 0..{top} or name{more}"
+
+
+def _register_entry(value: object, *, ranges: bool = False) -> int | str | Guard:
+    """One entry of ``registers.read_only`` (``ranges`` False) or ``registers.protected``:
+    an address, a name, or (protected only) a :class:`Guard` table; refused in one line
+    saying what an entry may be."""
+    what = _ENTRY.format(top=MAX_REGISTERS - 1,
+                         more=", a field \"REG.FIELD\", or a table {field = ..., min = ..., "
+                              "max = ...}" if ranges else "")
+    if type(value) is int:
+        if 0 <= value < MAX_REGISTERS:
+            return value
+        bound = f"at most {MAX_REGISTERS - 1}" if value > 0 else "at least 0"
+        raise ValueError(f"must be {bound}, got {_show(value)}")
+    if type(value) is str:
+        if 1 <= len(value) <= 200:
+            return value
+        raise ValueError(f"an entry is {what}; got a name of {len(value)} characters")
+    if ranges and isinstance(value, Mapping):
+        try:
+            return Guard.model_validate(dict(value))
+        except ValidationError as error:
+            first = error.errors()[0]
+            if first["type"] == "extra_forbidden":
+                raise ValueError(f"a protected range takes field or register, min and max; "
+                                 f"not `{escape_text(str(first['loc'][-1]), 40)}`") from None
+            raise ValueError(f"a protected range: {_describe(error)}") from None
+    if isinstance(value, Guard) and ranges:
+        return value
+    raise ValueError(f"an entry is {what}; got {_show(value)}")
+
+
+_ReadOnlyEntry = Annotated[int | str, PlainValidator(_register_entry)]
+_ProtectedEntry = Annotated[int | str | Guard,
+                            PlainValidator(lambda value: _register_entry(value, ranges=True))]
+
+
 class RegisterPolicy(_Model):
     """Which registers tool calls may not write, or may write only with approval.
 
     Attributes:
-        read_only: addresses (0..255, registers of the device's map) no tool call may write
-            (``read-only-register``).
-        protected: addresses written only when the approval hook approves
-            (``approval-denied`` otherwise).
+        read_only: registers (addresses 0..255, or names of the device's map) no tool call
+            may write (``read-only-register``).
+        protected: registers (addresses or names), fields (``"CTRL.MODE"``) or value ranges
+            (:class:`Guard`: ``{field = "CTRL.MODE", min = 1}``) written only when the
+            approval hook approves (``approval-denied`` otherwise). A field is guarded
+            against writes that set it; a range against writes that set a value in it.
+        guards: (after :meth:`for_map`) the protected fields and ranges, resolved.
 
     Raises:
-        pydantic.ValidationError: an address is outside 0..255 or in both sets.
+        pydantic.ValidationError: an address is outside 0..255, a name is empty, or a
+            register is in both sets.
     """
 
-    read_only: frozenset[_Address] = frozenset()
-    protected: frozenset[_Address] = frozenset()
+    read_only: frozenset[_ReadOnlyEntry] = frozenset()
+    protected: frozenset[_ProtectedEntry] = frozenset()
+    guards: tuple[FieldGuard, ...] = Field(default=(), exclude=True)
 
     @model_validator(mode="after")
     def _disjoint(self) -> RegisterPolicy:
-        both = sorted(self.read_only & self.protected)
+        both = sorted(self.read_only & self.protected, key=str)
         if both:
             raise ValueError(f"register {both[0]} is both read_only and protected; pick one")
+        if self.guards:
+            raise ValueError("`guards` is worked out from `protected`; it cannot be declared")
         return self
 
     def for_map(self, regmap: DeviceMap) -> RegisterPolicy:
-        """These registers merged with the defaults of the device's map: read-only is the
-        map's read-only registers and this policy's; protected is this policy's when it lists
-        ``protected`` at all (even empty), else the map's. A register both read-only and
-        protected is read-only.
+        """These registers merged with the defaults of the device's map, names resolved to
+        addresses: read-only is the map's read-only registers and this policy's; protected
+        is this policy's when it lists ``protected`` at all (even empty), else the map's. A
+        register both read-only and protected is read-only. Protected fields and ranges go to
+        :attr:`guards`.
 
         Raises:
-            PolicyError: this policy names an address that is no register of ``regmap``.
+            PolicyError: this policy names an address, a register or a field that is not in
+                ``regmap`` (the closest names said), or a range outside a field's values.
         """
-        for kind in ("read_only", "protected"):
-            for addr in sorted(getattr(self, kind)):
-                if regmap.at(addr) is None:
-                    last = regmap.last
-                    raise PolicyError(
-                        f"`registers.{kind}`: register {addr} is not a register of "
-                        f"the device's map (its registers are at "
-                        f"{'0..' + str(last) if regmap.contiguous else 'other addresses'})")
-        read_only = self.read_only | regmap.read_only()
-        protected = self.protected if "protected" in self.model_fields_set \
+        read_only = frozenset(_resolve(regmap, "read_only", item) for item in self.read_only)
+        whole: set[int] = set()
+        guards: list[FieldGuard] = []
+        for item in sorted(self.protected, key=str):  # names, addresses and ranges
+            if isinstance(item, Guard):
+                guards.append(_guard(regmap, item))
+            elif isinstance(item, str) and regmap.named(item) is None and "." in item:
+                guards.append(_guard(regmap, Guard(field=item)))
+            else:
+                whole.add(_resolve(regmap, "protected", item))
+        both = sorted(read_only & whole)
+        if both:
+            raise PolicyError(f"register {regmap.label(both[0])} is both read_only and "
+                              "protected; pick one")
+        read_only |= regmap.read_only()
+        protected = frozenset(whole) if "protected" in self.model_fields_set \
             else regmap.protected()
-        if read_only == self.read_only and protected == self.protected:
-            return self
+        kept = tuple(g for g in guards if g.addr not in read_only)
         return RegisterPolicy.model_construct(read_only=read_only,
-                                              protected=protected - read_only)
+                                              protected=protected - read_only, guards=kept)
+
+
+def _resolve(regmap: DeviceMap, kind: str, item: object) -> int:
+    """The address of a register a policy names (by address or by name).
+
+    Raises:
+        PolicyError: no register of ``regmap`` is at that address or has that name.
+    """
+    if isinstance(item, int):
+        if regmap.at(item) is None:
+            last = regmap.last
+            raise PolicyError(
+                f"`registers.{kind}`: register {item} is not a register of the device's map "
+                f"(its registers are at "
+                f"{'0..' + str(last) if regmap.contiguous else 'other addresses'})")
+        return item
+    register = regmap.named(str(item))
+    if register is None:
+        names = [r.name for r in regmap.registers if r.name]
+        raise PolicyError(f"`registers.{kind}`: no register `{escape_text(str(item))}` in the "
+                          f"device's map{_closest(str(item), names, 'registers')}")
+    return register.addr
+
+
+def _closest(name: str, names: list[str], kind: str) -> str:
+    """``; did you mean X?`` (difflib, case-folded), or the names it has; or that it has none."""
+    if not names:
+        return f" (it names no {kind}: a map without names takes addresses)"
+    folded = {each.casefold(): each for each in reversed(names)}
+    if name.casefold() in folded:  # the same name but for case: that one alone
+        return f"; did you mean {folded[name.casefold()]}? (names are case-sensitive)"
+    close = difflib.get_close_matches(name.casefold(), list(folded), n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {' or '.join(folded[c] for c in close)}?"
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    return f"; its {kind}: {shown}"
+
+
+def _guard(regmap: DeviceMap, guard: Guard) -> FieldGuard:
+    """A :class:`Guard` resolved against ``regmap``.
+
+    Raises:
+        PolicyError: its field or register is not in ``regmap``, or its range is outside the
+            values the field or register holds.
+    """
+    if guard.field is not None:
+        found = regmap.find_field(guard.field)
+        if found is None:
+            paths = [f"{r.name}.{f.name}" for r in regmap.registers if r.name for f in r.fields]
+            raise PolicyError(f"`registers.protected`: no field `{escape_text(guard.field)}` "
+                              f"in the device's map{_closest(guard.field, paths, 'fields')}")
+        register, field = found
+        mask, lsb, top = field.mask, field.lsb, field.top
+        what = f"field {register.name}.{field.name}"
+    else:
+        addr = _resolve(regmap, "protected", guard.register_name)
+        held = regmap.at(addr)
+        assert held is not None
+        register, lsb, mask = held, 0, REGISTER_MAX
+        top = REGISTER_MAX
+        what = f"register {register.label}"
+    low = guard.min or 0
+    high = top if guard.max is None else guard.max
+    if high > top or low > top:
+        shown = f"{low}..{guard.max}" if guard.max is not None else f"from {low}"
+        raise PolicyError(f"`registers.protected`: {what} holds 0..{top}; the range {shown} "
+                          "goes past that")
+    if (low, high) != (0, top):
+        what += f" (values {low}..{high})"
+    return FieldGuard(register.addr, mask, lsb, low, high, what)
+
+
+def guarded(guards: Iterable[FieldGuard], tool: Tool, arguments: Mapping[str, Any],
+            changed: tuple[int, ...], regmap: DeviceMap) -> list[FieldGuard]:
+    """The guards a call may trip: those of the registers it changes whose guarded bits it
+    sets to a value in the guard's range. What a call writes is known for ``write_register``,
+    ``write_registers`` and ``write_field`` (a field's write leaves the register's other
+    fields as they are); any other tool that changes a guarded register trips its guard
+    (approval is asked rather than a write let through unseen).
+    """
+    hits = []
+    for guard in guards:
+        if guard.addr not in changed:
+            continue
+        written = _written(tool.name, arguments, guard.addr, regmap)
+        if written is None:  # not known what the call writes there: ask
+            hits.append(guard)
+            continue
+        bits, data = written
+        if not bits & guard.mask:
+            continue  # the call leaves the guarded bits as they are
+        value = (data & guard.mask) >> guard.lsb
+        if bits & guard.mask != guard.mask or guard.low <= value <= guard.high:
+            hits.append(guard)
+    return hits
+
+
+def _written(tool: str, arguments: Mapping[str, Any], addr: int,
+             regmap: DeviceMap) -> tuple[int, int] | None:
+    """``(the bits written, their value)`` of register ``addr`` by a call, or None when it is
+    not known."""
+    if tool == "write_register" and type(arguments.get("data")) is int:
+        return REGISTER_MAX, arguments["data"]
+    if tool == "write_registers" and type(arguments.get("addr")) is int:
+        data = arguments.get("data")
+        index = addr - arguments["addr"]
+        if isinstance(data, list) and 0 <= index < len(data) and type(data[index]) is int:
+            return REGISTER_MAX, data[index]
+        return None
+    if tool == "write_field":
+        found = regmap.find_field(str(arguments.get("field")))
+        if found is None or found[0].addr != addr:
+            return None
+        field = found[1]
+        value = arguments.get("value")
+        number = field.values.get(value) if type(value) is str else value
+        if type(number) is not int:
+            return None
+        return field.mask, (number << field.lsb) & field.mask
+    return None
 
 
 class SessionPolicy(_Model):
@@ -700,16 +953,20 @@ def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, .
         by_map: the registers the device's register map makes read-only (every field
             ``sw = r``); the others in ``registers.read_only`` are the policy's.
     """
+    read_only = cast("frozenset[int]", registers.read_only)  # addresses, after for_map
     if len(changed) == 1:
-        if changed[0] not in registers.read_only:
+        if changed[0] not in read_only:
             return None
         return Refusal("authorize", "read-only-register",
                        f"register {label(changed[0])} is read-only {_source(changed[0], by_map)}"
                        "; no call can write it")
-    hit = sorted(registers.read_only.intersection(changed))
+    whole = changed == every
+    # A call that changes every register (a device reset) sets the map's read-only registers
+    # to their reset values as the hardware does: only the policy's read-only ones refuse it.
+    hit = sorted(read_only.intersection(changed) - (by_map if whole else set()))
     if not hit:
         return None
-    if changed != every:
+    if not whole:
         return Refusal("authorize", "read-only-register",
                        f"{tool.name} writes register {label(hit[0])}, which is read-only "
                        f"{_source(hit[0], by_map)}; no call can write it (leave it out)")
@@ -728,7 +985,8 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
                  request: Callable[[int | None], ApprovalRequest], *,
                  every: tuple[int, ...] = EVERY_REGISTER,
                  label: Callable[[int], str] = _register,
-                 answered: Callable[[Approval], None] | None = None) -> Refusal | None:
+                 answered: Callable[[Approval], None] | None = None,
+                 guards: Sequence[FieldGuard] = ()) -> Refusal | None:
     """Step 5: for a call that changes a protected register, ask ``approve``;
     ``approval-denied`` unless it returns ``True`` or an :class:`Approval` that approves
     (anything else it returns, or an ``Exception`` it raises, denies; ``KeyboardInterrupt``
@@ -745,19 +1003,23 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
         label: how a message names a register.
         answered: called with the hook's :class:`Approval` when it returned one (the gate
             records who answered, and how).
+        guards: the protected fields and ranges the call trips (:func:`guarded`): asked
+            about as a protected register is.
     """
-    hit = sorted(registers.protected.intersection(changed))
-    if not hit:
+    hit = sorted(cast("frozenset[int]", registers.protected).intersection(changed))
+    if not hit and not guards:
         return None
     whole = len(changed) > 1 and changed == every
-    what = (f"{tool.name} changes every register, and register {label(hit[0])} is protected"
-            if whole else f"register {label(hit[0])} is protected")
+    shown = f"register {label(hit[0])}" if hit else guards[0].what
+    addr = hit[0] if hit else guards[0].addr
+    what = (f"{tool.name} changes every register, and {shown} is protected"
+            if whole else f"{shown} is protected")
     if approve is None:
         return Refusal("authorize", "approval-denied",
                        f"{what}: writing it needs approval, and no approver is configured")
     reason, nobody = None, False
     try:
-        answer = approve(request(None if whole else hit[0]))
+        answer = approve(request(None if whole else addr))
     except Exception:  # the hook's failure is a denial, never an approval
         logger.exception("the approval hook raised; the call is denied")
         answer = False
