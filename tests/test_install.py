@@ -173,6 +173,7 @@ class Smoke:
     and the audit log under ``tmp``, and nothing of this tree on the path."""
 
     def __init__(self, bin_: Path, tmp: Path) -> None:
+        tmp.mkdir(exist_ok=True)
         self.bin = bin_
         self.work = tmp / "work"
         self.work.mkdir()
@@ -184,9 +185,10 @@ class Smoke:
                     "XDG_CACHE_HOME": str(self.cache),
                     "PATH": f"{bin_}{os.pathsep}{env.get('PATH', '')}"}
 
-    def popen(self, *argv: str, **kwargs: object) -> subprocess.Popen[str]:
+    def popen(self, *argv: str) -> subprocess.Popen[str]:
+        """``regdev ARGV`` started, its stdout and stderr piped."""
         return subprocess.Popen([str(self.bin / "regdev"), *argv], cwd=self.work, env=self.env,
-                                text=True, **kwargs)  # type: ignore[call-overload]
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def run(self, *argv: str, stdin: str = "", status: int = 0) -> str:
         """``regdev ARGV`` (``python ...`` when argv[0] is python): its stdout, once it
@@ -200,39 +202,28 @@ class Smoke:
         return done.stdout
 
 
-def smoke_every_command(bin_: Path, tmp: Path) -> None:
-    """The smoke path of every command, from an empty folder, against the installed regdev."""
-    smoke = Smoke(bin_, tmp)
+def smoke_data_files(smoke: Smoke) -> tuple[Path, list[str]]:
+    """The commands that use the package's data files: the version, the examples' list, the
+    demo on the default and the example map, the simulator on a pty with the shell against
+    it. Returns the installed package's folder and the examples' paths."""
     audit = ["--audit", str(smoke.audit)]
     assert smoke.run("python", "-m", "regdev", "--version") == f"regdev {__version__}\n"
 
     # the examples are installed with the package, and regdev says where
     listed = smoke.run("map", "--examples").splitlines()
-    site = subprocess.run([str(bin_ / "python"), "-c", "import regdev; print(regdev.__file__)"],
-                          capture_output=True, text=True, check=True, cwd=smoke.work,
-                          env=smoke.env).stdout.strip()
+    site = subprocess.run([str(smoke.bin / "python"), "-c",
+                           "import regdev; print(regdev.__file__)"], capture_output=True,
+                          text=True, check=True, cwd=smoke.work, env=smoke.env).stdout.strip()
     package = Path(site).parent
     assert [Path(line).name for line in listed] == sorted(
         path.name for path in EXAMPLES.iterdir() if not path.name.startswith("."))
     assert all(Path(line).parent == package / "_examples" for line in listed), listed
     sensor, = (line for line in listed if line.endswith("sensor.rdl"))
-    wild, = (line for line in listed if line.endswith("wild-calls.jsonl"))
-
     assert "loop stopped: rejected" in smoke.run("demo", *audit)
     assert "loop stopped" in smoke.run("demo", "--map", sensor, *audit)
-    table = smoke.run("map", sensor)
-    assert "CTRL" in table and "STATUS" in table
-    smoke.run("map", sensor, "--json", "-o", "sensor.json")
-    assert json.loads((smoke.work / "sensor.json").read_text())["format"] == "regdev-map"
-    tools = json.loads(smoke.run("tools"))
-    assert [tool["name"] for tool in tools] == ["write_register", "read_register"]
-    assert "18 calls, 18 with expectations, 0 not met" in smoke.run("replay", wild, *audit)
-    smoke.run("compile", "-o", "validator.py")
-    assert "def " in (smoke.work / "validator.py").read_text()
 
     # the Python simulator on a pty, the shell against it
-    simulator = smoke.popen("firmware-sim", "--pty", stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    simulator = smoke.popen("firmware-sim", "--pty")
     try:
         assert simulator.stdout is not None
         port = simulator.stdout.readline().strip()
@@ -242,6 +233,25 @@ def smoke_every_command(bin_: Path, tmp: Path) -> None:
     finally:
         simulator.terminate()
         simulator.communicate(timeout=COMMAND_TIMEOUT)
+    return package, listed
+
+
+def smoke_every_command(bin_: Path, tmp: Path) -> None:
+    """The smoke path of every command, from an empty folder, against the installed regdev."""
+    smoke = Smoke(bin_, tmp)
+    audit = ["--audit", str(smoke.audit)]
+    package, listed = smoke_data_files(smoke)
+    sensor, = (line for line in listed if line.endswith("sensor.rdl"))
+    wild, = (line for line in listed if line.endswith("wild-calls.jsonl"))
+    table = smoke.run("map", sensor)
+    assert "CTRL" in table and "STATUS" in table
+    smoke.run("map", sensor, "--json", "-o", "sensor.json")
+    assert json.loads((smoke.work / "sensor.json").read_text())["format"] == "regdev-map"
+    tools = json.loads(smoke.run("tools"))
+    assert [tool["name"] for tool in tools] == ["write_register", "read_register"]
+    assert "18 calls, 18 with expectations, 0 not met" in smoke.run("replay", wild, *audit)
+    smoke.run("compile", "-o", "validator.py")
+    assert "def " in (smoke.work / "validator.py").read_text()
 
     # serve over stdio, driven by the SDK's client
     params = StdioServerParameters(command=str(bin_ / "regdev"),
@@ -272,8 +282,7 @@ def smoke_every_command(bin_: Path, tmp: Path) -> None:
         "bench", "--quick")
 
     if AVR_READY:  # the Uno image, built into the cache, never into site-packages
-        avr = smoke.popen("firmware-sim", "--avr", stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE)
+        avr = smoke.popen("firmware-sim", "--avr")
         try:
             assert avr.stdout is not None
             assert avr.stdout.readline().startswith("/dev/"), avr.stderr
@@ -286,24 +295,33 @@ def smoke_every_command(bin_: Path, tmp: Path) -> None:
 
 @pytest.mark.install
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("kind", ["wheel", "sdist"])
-def test_installed_commands_run(kind: str, dist: dict[str, Path], tmp_path: Path) -> None:
-    """The wheel, and the sdist, installed into a fresh environment outside the tree: every
-    command's smoke path runs from an empty folder (the firmware from the package, the
-    examples found installed); the sdist's own tests run from the unpacked sdist."""
-    with fresh_venv(tmp_path / "venv", f"{dist[kind]}[{EXTRAS}]") as bin_:
-        smoke_every_command(bin_, tmp_path)
-        if kind == "sdist":
-            unpacked = tmp_path / "unpacked"
-            with tarfile.open(dist["sdist"]) as tar:
-                tar.extractall(unpacked, filter="data")
-            (top,) = unpacked.iterdir()
-            subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_ / "python"),
-                            "install", "--quiet", "pytest", "pytest-timeout", "hypothesis"],
-                           check=True, capture_output=True, timeout=600)
-            done = subprocess.run(
-                [str(bin_ / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                 "tests/test_parse.py", "tests/test_schema_suite.py"],
-                cwd=top, capture_output=True, text=True, timeout=600, check=False,
-                env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-            assert done.returncode == 0, done.stdout[-3000:]
+def test_what_users_install_runs(dist: dict[str, Path], tmp_path: Path) -> None:
+    """The wheel installed into a fresh environment outside the tree runs every command's
+    smoke path from an empty folder (the firmware from the package, the examples found
+    installed); then the sdist installed over it, as pip builds it for a user without the
+    wheel, runs the data files' smoke path, and its own tests run from the unpacked sdist.
+    (The sdist shares the environment's dependencies: they are the wheel's, and installing
+    them twice would double the test's time; regdev itself is reinstalled from the sdist.)"""
+    pip = [sys.executable, "-m", "pip", "--python", str(tmp_path / "venv" / "bin" / "python"),
+           "install", "--quiet", "--no-compile", "--disable-pip-version-check"]
+    with fresh_venv(tmp_path / "venv", "--no-compile", f"{dist['wheel']}[{EXTRAS}]") as bin_:
+        smoke_every_command(bin_, tmp_path / "wheel")
+        for install in (["--force-reinstall", "--no-deps", str(dist["sdist"])],
+                        ["pytest", "pytest-timeout", "hypothesis"]):
+            done = subprocess.run([*pip, *install], capture_output=True, text=True,
+                                  timeout=600, check=False)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        where = tmp_path / "sdist"
+        where.mkdir()
+        smoke_data_files(Smoke(bin_, where))
+        unpacked = tmp_path / "unpacked"
+        with tarfile.open(dist["sdist"]) as tar:
+            tar.extractall(unpacked, filter="data")
+        (top,) = unpacked.iterdir()
+        done = subprocess.run(
+            [str(bin_ / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "tests/test_parse.py", "tests/test_schema_suite.py"],
+            cwd=top, capture_output=True, text=True, timeout=600, check=False,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert " passed" in done.stdout.splitlines()[-1]
