@@ -26,6 +26,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT, run
+from firmware_c import missing
 from provider_server import ProviderServer
 from recorded_models import responder
 from regdev import _files
@@ -39,9 +40,6 @@ COMMAND_TIMEOUT = 240
 #: The firmware's files the wheel must carry (besides its Python modules).
 FIRMWARE_FILES = ("c/Makefile", "c/gen_regmap.py", "c/regdev-uno.hex", "c/src/regdev_core.c",
                   "c/avr/main.c", "c/host/main.c", "c/sim/harness.c")
-#: The avr toolchain and simavr, for the one step that builds the Uno image.
-AVR_READY = all(shutil.which(tool) for tool in sim.AVR_TOOLS) and Path(
-    "/usr/include/simavr/sim_avr.h").is_file()
 
 
 # --- the quick checks ------------------------------------------------------------------------
@@ -281,7 +279,7 @@ def smoke_every_command(bin_: Path, tmp: Path) -> None:
     assert "every contender agreed with regdev's verdict on every case" in smoke.run(
         "bench", "--quick")
 
-    if AVR_READY:  # the Uno image, built into the cache, never into site-packages
+    if missing("avr") is None:  # the Uno image, built into the cache, not into site-packages
         avr = smoke.popen("firmware-sim", "--avr")
         try:
             assert avr.stdout is not None
