@@ -24,7 +24,8 @@ reads SystemRDL, compiling it first.
 needed (``make sim``: avr-gcc, avr-libc and simavr's development files) and becomes its simavr
 harness, which runs the ATmega328P image you would flash on an Arduino Uno, in real time, with
 its USART0 on a pty (docs/firmware.md). It takes ``--link``, ``-v``, ``--map`` (the image is
-then built with that register map, in a build folder of its own), ``--eeprom FILE`` (the
+then built with that register map, in a build folder of its own; builds go to the user's
+cache folder, :func:`avr_cache`, never beside the sources), ``--eeprom FILE`` (the
 board's EEPROM, where the firmware keeps its id and start count, kept in FILE so that a restart
 is a power cycle of the same board) and, with ``--eeprom``, ``--device-id`` (8 upper-case hex
 digits, the id a new FILE's board gets; else a random one); faults, ``--no-extension``,
@@ -962,14 +963,26 @@ def _built(folder: Path, compiled: Path | None) -> bool:
     return True
 
 
+def avr_cache() -> Path:
+    """Where ``--avr`` builds: ``$XDG_CACHE_HOME/regdev/firmware-`` and 12 hex digits of the
+    SHA-256 of :data:`FIRMWARE_C`'s path, where ``$XDG_CACHE_HOME`` defaults to ``~/.cache``
+    and a relative one is ignored (XDG Base Directory Specification). Never beside the
+    sources, which may be an installed package's (site-packages); one folder per copy of the
+    sources, so that two installations do not take each other's images for built."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+    digest = hashlib.sha256(str(FIRMWARE_C).encode("utf-8")).hexdigest()[:12]
+    return root / "regdev" / f"firmware-{digest}"
+
+
 def avr_build(build: Path | None = None, regmap: RegisterMap | None = None, *,
               source: str | None = None) -> tuple[Path, Path]:
     """Build the C firmware's Uno image and simavr harness if needed (``make sim``).
 
     Args:
-        build: the build directory (default ``firmware-sim/c/build``; with a map other than
-            the default, ``firmware-sim/c/build/map-`` and 12 hex digits of its compiled
-            form's SHA-256, where that form is written as ``map.json``).
+        build: the build directory (default :func:`avr_cache`; with a map other than the
+            default, its ``map-`` and 12 hex digits of the compiled form's SHA-256, where
+            that form is written as ``map.json``).
         regmap: the register map the image serves (the default map when None).
         source: how messages name the map (the user's file); default ``the map``.
 
@@ -983,7 +996,7 @@ def avr_build(build: Path | None = None, regmap: RegisterMap | None = None, *,
             packages only when a header, library or command was not found).
     """
     named = source if source is not None else "the map"
-    folder = build if build is not None else FIRMWARE_C / "build"
+    folder = build if build is not None else avr_cache()
     compiled = None
     if regmap is not None and not regmap.is_default:
         problem = avr_refusal(regmap)
@@ -992,7 +1005,7 @@ def avr_build(build: Path | None = None, regmap: RegisterMap | None = None, *,
         text = regmap.to_json()
         if build is None:
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-            folder = FIRMWARE_C / "build" / f"map-{digest}"
+            folder = avr_cache() / f"map-{digest}"
         compiled = folder / "map.json"
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -1402,12 +1402,12 @@ def test_firmware_sim_avr_refuses_a_map_the_firmware_cannot_hold(
     many = RegisterMap([Register(f"R{addr}", addr) for addr in range(129)])
     path.write_text(many.to_json(), encoding="utf-8")
     digest = hashlib.sha256(many.to_json().encode("utf-8")).hexdigest()[:12]
-    shutil.rmtree(C_DIR / "build" / f"map-{digest}", ignore_errors=True)  # this map's alone
+    shutil.rmtree(sim.avr_cache() / f"map-{digest}", ignore_errors=True)  # this map's alone
     assert main(["firmware-sim", "--avr", "--map", str(path)]) == 2
     assert capsys.readouterr().err == (
         f"regdev firmware-sim: error: {path}: the C firmware holds at most 128 registers (one "
         "byte of RAM each); this map has 129\n")
-    assert not (C_DIR / "build" / f"map-{digest}").exists()
+    assert not (sim.avr_cache() / f"map-{digest}").exists()
 
 
 @pytest.mark.parametrize(("said", "advice"), [

@@ -56,10 +56,13 @@ class MapError(Exception):
 
 
 def regmap_module() -> types.ModuleType:
-    """regdev's map model (``devices/_regmap.py``), from the source tree beside this file
-    under a private package name, so that neither regdev nor its dependencies need be
-    installed."""
-    source = Path(__file__).resolve().parents[2] / "src" / "regdev"
+    """regdev's map model (``devices/_regmap.py``), from the regdev beside this file under a
+    private package name, so that neither regdev nor its dependencies need be installed: in a
+    source tree ``src/regdev``, in an installed regdev the package itself (this file is then
+    ``regdev/_firmware/c/gen_regmap.py``)."""
+    here = Path(__file__).resolve().parents[2]
+    source = next((folder for folder in (here / "src" / "regdev", here)
+                   if (folder / "devices" / "_regmap.py").is_file()), here / "src" / "regdev")
     name = "_regdev_gen_regmap"
     if name not in sys.modules:
         package = types.ModuleType(name, "regdev's stdlib-only modules, for gen_regmap.py")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._files import DataFileError, example
 from ..agents._eval import (
     EvalFileError,
     EvalStopped,
@@ -30,18 +31,20 @@ from ._common import (
     write_line,
 )
 
-#: The shipped suite and its map, beside the package in a clone of regdev.
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-DEFAULT_TASKS = EXAMPLES / "eval-tasks.jsonl"
-DEFAULT_MAP = EXAMPLES / "sensor.rdl"
+#: The shipped suite and its map, among the installed examples (``regdev map --examples``).
+DEFAULT_TASKS = "eval-tasks.jsonl"
+DEFAULT_MAP = "sensor.rdl"
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     if args.k < 1:
         raise UsageError(f"-k must be at least 1, got {args.k}")
-    if args.map is None:
-        args.map = str(DEFAULT_MAP)
-    tasks_path = Path(args.tasks) if args.tasks else DEFAULT_TASKS
+    try:
+        if args.map is None:
+            args.map = str(example(DEFAULT_MAP))
+        tasks_path = Path(args.tasks) if args.tasks else example(DEFAULT_TASKS)
+    except DataFileError as error:
+        raise UsageError(str(error)) from None
     regmap = register_map(args)
     try:
         tasks = load_tasks(tasks_path, regmap)

@@ -7,10 +7,10 @@ import importlib.util
 import shutil
 import sys
 import textwrap
-from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from .._files import FIRMWARE_SIMULATOR, DataFileError, firmware_file
 from ._common import (
     UsageError,
     exit_status_epilog,
@@ -19,14 +19,17 @@ from ._common import (
 
 
 def _firmware_sim_module() -> ModuleType:
-    """The firmware simulator, from ``firmware-sim/`` in the source tree regdev runs from."""
+    """The firmware simulator, ``firmware-sim/regdev_firmware_sim.py`` where regdev is
+    installed (its data files: regdev/_files.py)."""
     if "regdev_firmware_sim" in sys.modules:
         return sys.modules["regdev_firmware_sim"]
-    path = Path(__file__).resolve().parents[3] / "firmware-sim" / "regdev_firmware_sim.py"
+    try:
+        path = firmware_file(FIRMWARE_SIMULATOR)
+    except DataFileError as error:
+        raise UsageError(str(error)) from None
     spec = importlib.util.spec_from_file_location("regdev_firmware_sim", path)
-    if not path.is_file() or spec is None or spec.loader is None:
-        raise UsageError("the firmware simulator lives in the source tree (firmware-sim/), "
-                         f"not found at {path}; run regdev from a clone (pip install -e .)")
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot load the firmware simulator from {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._files import DataFileError, examples
 from ..core._text import display_text
 from ..devices._regmap import Field, Register, RegisterMap
 from ._common import UsageError, register_map
@@ -88,6 +89,18 @@ def _register_line(register: Register, width: int) -> str:
 
 
 def cmd_map(args: argparse.Namespace, out: TextIO) -> int:
+    if args.examples:
+        if args.map is not None or args.json or args.output is not None:
+            raise UsageError("--examples takes no FILE, --json or --output")
+        try:
+            found = examples()
+        except DataFileError as error:
+            raise UsageError(str(error)) from None
+        out.write("".join(display_text(str(path)) + "\n" for path in found))
+        return 0
+    if args.map is None:
+        raise UsageError("give a register map FILE (.rdl or .json), or --examples for the "
+                         "shipped ones")
     regmap = register_map(args)
     text = regmap.to_json() if args.json else format_map(regmap)
     if args.output in (None, "-"):
@@ -110,8 +123,13 @@ def add_parser(sub: Any) -> None:
                     "enumerated values. With --json, write the compiled JSON form instead, "
                     "which the firmware simulator reads with the standard library alone and "
                     "which every --map option takes. A map regdev cannot honour is an error "
-                    "naming the construct and its file:line (exit 2). See docs/maps.md.")
-    map_.add_argument("map", metavar="FILE", help="the register map (.rdl or .json)")
+                    "naming the construct and its file:line (exit 2). With --examples, list "
+                    "the example files installed with regdev (maps, eval tasks, recorded "
+                    "calls, policies), one path a line. See docs/maps.md.")
+    map_.add_argument("map", metavar="FILE", nargs="?", help="the register map (.rdl or .json)")
+    map_.add_argument("--examples", action="store_true",
+                      help="print the path of each example file installed with regdev "
+                           "(e.g. sensor.rdl, eval-tasks.jsonl), one a line, and exit")
     map_.add_argument("--json", action="store_true",
                       help="write the compiled JSON form (format regdev-map, version 1)")
     map_.add_argument("-o", "--output", metavar="OUT",
