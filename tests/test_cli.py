@@ -272,9 +272,9 @@ def test_serve_without_the_mcp_extra_says_how_to_install_it(
     monkeypatch.delitem(sys.modules, "regdev.agents._mcp", raising=False)
     status, out, err = run(capsys, "serve")
     assert status == 2 and out == ""
-    assert err == ("regdev serve: error: the MCP server needs the `mcp` package: in a clone "
-                   "of regdev, scripts/serve installs it into .venv and runs the server (or: "
-                   ".venv/bin/pip install -e '.[mcp]')\n")
+    assert err == ("regdev serve: error: the MCP server needs the `mcp` package: pip install "
+                   "'regdev[mcp]' (pipx install 'regdev[mcp]' for the command); in a clone of "
+                   "regdev, scripts/serve installs it into .venv and runs the server\n")
 
 
 def test_serve_port_that_cannot_open_is_one_line_exit_2(

@@ -28,9 +28,9 @@ from ._output import LogFormatter, output_failed
 if TYPE_CHECKING:
     from ..agents._http_limits import HttpLimits
 
-#: How to get the ``mcp`` extra (regdev is not on PyPI yet: from a clone).
-MCP_INSTALL = ("in a clone of regdev, scripts/serve installs it into .venv and runs the "
-               "server (or: .venv/bin/pip install -e '.[mcp]')")
+#: How to get the ``mcp`` extra: installed as a tool, or in a clone.
+MCP_INSTALL = ("pip install 'regdev[mcp]' (pipx install 'regdev[mcp]' for the command); in a "
+               "clone of regdev, scripts/serve installs it into .venv and runs the server")
 
 
 #: The signals that stop ``regdev serve`` as end of file does (those this platform has).

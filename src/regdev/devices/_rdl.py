@@ -73,9 +73,9 @@ _REFUSED = 3
 PROTECTED_PROPERTY = "regdev_protected"
 #: The user-defined property that marks an identity register (a chip ID, read on connect).
 IDENTITY_PROPERTY = "regdev_identity"
-#: How to get systemrdl-compiler (regdev is not on PyPI yet: from a clone).
-RDL_INSTALL = ("in a clone of regdev: .venv/bin/pip install -e '.[rdl]' (scripts/test, "
-               "scripts/demo and scripts/serve install it)")
+#: How to get systemrdl-compiler: installed as a tool, or in a clone.
+RDL_INSTALL = ("pip install 'regdev[rdl]' (pipx install 'regdev[rdl]' for the command; in a "
+               "clone of regdev, scripts/test, scripts/demo and scripts/serve install it)")
 #: Field properties regdev refuses when set (a non-default value), and why.
 _REFUSED_FIELD = {
     "counter": "counters", "intr": "interrupts", "singlepulse": "singlepulse fields",
