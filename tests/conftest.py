@@ -10,12 +10,23 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from regdev import Field, Gate, Register, RegisterFile, RegisterMap, Tool
 from regdev.cli._main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+#: The project's shared folder, beside this checkout: the peer test data and the real-world
+#: cases that the copies under examples/ and tests/data were taken from.
+SHARED = ROOT.parent / "shared"
+
+
+def shared_missing(path: Path) -> str:
+    """The reason to skip a test that compares a copy with ``path`` in the shared folder:
+    what is missing, and the command that puts the shared folder in place."""
+    return (f"{path} not found: the project's shared folder is not beside this checkout "
+            f"(ln -s /path/to/shared {SHARED})")
 
 #: A tool using every keyword of the supported subset, nested objects included (shared by the
 #: reference and compiler tests).
@@ -120,11 +131,31 @@ def default_signals(argv: Sequence[str], *, ignored: Sequence[str] = ()) -> list
 
 
 # ci, the default: derandomized, so a failure in CI repeats on the next run and on any
-# machine. HYPOTHESIS_PROFILE=dev draws new examples each run, to explore.
+# machine; it draws the same examples every run, so it keeps no example database (which would
+# be one folder written by every pytest-xdist worker). HYPOTHESIS_PROFILE=dev draws new
+# examples each run, to explore, and keeps the failing ones in a database of each worker's
+# own (.hypothesis/examples-gw0, ...; .hypothesis/examples-main without workers).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 settings.register_profile("ci", max_examples=300, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dev", max_examples=100, deadline=None)
+                          database=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=100, deadline=None,
+                          database=DirectoryBasedExampleDatabase(
+                              ROOT / ".hypothesis" / f"examples-{_WORKER}"))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: The pytest-xdist workers of ``-n auto`` (scripts/test passes it), chosen by measurement on
+#: a 2-core machine: the suite mostly waits on ptys, subprocesses and servers, so more
+#: workers than cores pay. PYTEST_XDIST_AUTO_NUM_WORKERS=N or ``-n N`` chooses another.
+AUTO_WORKERS = 4
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """The worker count of ``-n auto``: :data:`AUTO_WORKERS`, unless
+    PYTEST_XDIST_AUTO_NUM_WORKERS says otherwise (pytest-xdist's own default reads it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return AUTO_WORKERS
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -178,12 +209,38 @@ def gate(device: RegisterFile) -> Gate:
     return Gate(device)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep each test file on one pytest-xdist worker, its tests in their order (scripts/test
+    distributes with ``--dist loadgroup``): a module-scoped server or build is made once, and
+    a test that looks at what the file's earlier tests left on it (the fuzz server's log)
+    sees all of them. A test marked ``xdist_group`` goes with its group instead (before
+    pytest-xdist reads the marks: tryfirst)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
+#: The user property under which a test leaves a line for the end of the run.
+_SUMMARY = "regdev-summary"
+
+
+def summary_line(request: pytest.FixtureRequest, line: str) -> None:
+    """Print ``line`` at the end of the pytest run (after the test, on whichever pytest-xdist
+    worker it ran: the line travels in the test's report)."""
+    request.node.user_properties.append((_SUMMARY, line))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print how many JSON Schema Test Suite cases ran and how many were refused, and in one
-    line which C firmware tests were skipped for want of a tool, and why."""
-    suite = sys.modules.get("test_schema_suite")
-    for line in getattr(suite, "SUMMARY", []):
-        terminalreporter.write_line(line)
+    """Print the lines tests left with :func:`summary_line` (how many JSON Schema Test Suite
+    cases ran and how many were refused), in the order of the tests, and in one line which C
+    firmware tests were skipped for want of a tool, and why."""
+    reports = [report for reports in terminalreporter.stats.values() for report in reports
+               if getattr(report, "when", None) == "call"]
+    for report in sorted(reports, key=lambda report: report.nodeid):
+        for name, line in report.user_properties:
+            if name == _SUMMARY:
+                terminalreporter.write_line(str(line))
     skipped = [report for report in terminalreporter.stats.get("skipped", [])
                if report.nodeid.startswith("tests/test_firmware_c.py")
                and isinstance(report.longrepr, tuple)]

@@ -36,6 +36,12 @@ _SIMAVR_PROBE: Final = """
 int main(void) { uart_pty_t p; (void)p; return avr_make_mcu_by_name("atmega328p") == 0; }
 """
 
+#: Marks the tests that build into, or run from, firmware-sim/c/build (where `firmware-sim
+#: --avr` builds, by default and for a map): they run on one pytest-xdist worker, one after
+#: another (scripts/test distributes with ``--dist loadgroup``), as two makes into one
+#: folder would race.
+SHARED_BUILD: Final = pytest.mark.xdist_group("firmware-sim-c-build")
+
 #: The line printed when firmware tests were skipped, and the skip reasons, by group.
 GROUPS: Final = {"host": "the C firmware's host build and differential tests",
                  "avr": "the simavr firmware tests"}

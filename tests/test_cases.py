@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, SHARED, shared_missing
 from regdev import Gate
 from regdev.agents._replay import load_replay, run_replay
 
 CASES = EXAMPLES / "wild-calls.jsonl"
-SHARED = ROOT.parent / "shared" / "cases" / "wild-calls.jsonl"
+SHARED_CASES = SHARED / "cases" / "wild-calls.jsonl"
 
 
 def test_every_wild_case_gets_its_verdict() -> None:
@@ -25,7 +25,7 @@ def test_every_wild_case_gets_its_verdict() -> None:
     assert gate.device.snapshot() == [0, 0, 0, 200] + [0] * 12
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="no ../shared checkout beside this one")
+@pytest.mark.skipif(not SHARED_CASES.exists(), reason=shared_missing(SHARED_CASES))
 def test_examples_copy_matches_shared_cases() -> None:
     """The copy under examples/ is the shared file, unchanged."""
-    assert Path(CASES).read_bytes() == SHARED.read_bytes()
+    assert Path(CASES).read_bytes() == SHARED_CASES.read_bytes()

@@ -34,6 +34,7 @@ from firmware import SIM, sim_process
 from firmware_c import (
     C_DIR,
     DEVICE_ID,
+    SHARED_BUILD,
     STARTS,
     CCore,
     CEpochs,
@@ -757,7 +758,7 @@ def serving(command: list[str]) -> Iterator[str]:
     assert (status, err) == (0, "")
 
 
-@pytest.fixture(params=["host", "avr"])
+@pytest.fixture(params=["host", pytest.param("avr", marks=SHARED_BUILD)])
 def device_command(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                    ) -> list[str]:
     """The command serving the C firmware on a pty: the host build, or the Uno image in
@@ -1202,7 +1203,7 @@ def test_host_build_refuses_a_state_it_cannot_keep(host_build: Path, tmp_path: P
     assert names["state"].read_text() == "BENCH7 3\n"
 
 
-@pytest.fixture(params=["host", "avr"])
+@pytest.fixture(params=["host", pytest.param("avr", marks=SHARED_BUILD)])
 def restartable(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
     """The command serving the C firmware as one device across restarts: the host build with
     a state file, or the Uno image in simavr with an EEPROM file (a restart is a power
@@ -1393,6 +1394,7 @@ def test_firmware_sim_avr_runs_a_built_image_without_the_tools(
         sim.avr_build(stale)
 
 
+@SHARED_BUILD
 def test_firmware_sim_avr_refuses_a_map_the_firmware_cannot_hold(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A map regdev reads but the C firmware cannot hold (129 registers) is refused before
@@ -1433,6 +1435,7 @@ def test_firmware_sim_avr_build_failure_is_one_line_without_makes_noise(
         packages if advice else "")
 
 
+@SHARED_BUILD
 @pytest.mark.timeout(240)
 def test_firmware_sim_avr_harness_errors_are_regdevs(tmp_path: Path) -> None:
     """What the simavr harness refuses under `regdev firmware-sim --avr` (an EEPROM file of
@@ -1447,6 +1450,7 @@ def test_firmware_sim_avr_harness_errors_are_regdevs(tmp_path: Path) -> None:
                            "bytes (the MCU's EEPROM)\n")
 
 
+@SHARED_BUILD
 @pytest.mark.timeout(240)
 def test_firmware_sim_avr_serves_a_register_map(capsys: pytest.CaptureFixture[str],
                                                sensor_json: Path) -> None:
@@ -1473,6 +1477,7 @@ def test_firmware_sim_avr_serves_a_register_map(capsys: pytest.CaptureFixture[st
     assert len(on_the_uno) > 10
 
 
+@SHARED_BUILD
 @pytest.mark.timeout(120)
 def test_firmware_sim_avr_rebuilds_after_a_source_change(tmp_path: Path) -> None:
     """--avr builds what is out of date before it runs: a touched source is compiled again."""

@@ -26,8 +26,7 @@ INSPECTOR = "0.15.0"
 INSTALLED = ROOT / ".inspector" / "node_modules" / "@modelcontextprotocol" / "inspector-cli"
 #: Preloaded into the Inspector: adds the bearer token to every request (0.15 has no option).
 BEARER = ROOT / "tests" / "data" / "inspector-bearer.mjs"
-INSTALL = (f"npm install --prefix .inspector @modelcontextprotocol/inspector-cli@{INSPECTOR}, "
-           "as .ci/run does")
+INSTALL = f"npm install --prefix .inspector @modelcontextprotocol/inspector-cli@{INSPECTOR}"
 
 
 def _missing() -> str | None:

@@ -22,14 +22,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, SHARED, shared_missing, summary_line
 from regdev import ReferenceValidator, SchemaError, ToolSet, compile_validator
 from regdev.gate._schema import ANNOTATION_KEYWORDS, VALIDATION_KEYWORDS
 
 #: The copies in the repository, each beside the shared folder it was copied from.
 COPIES = ("json-schema-test-suite", "json-schema-test-suite-arrays")
 DATA = ROOT / "tests" / "data"
-SHARED = ROOT.parent / "shared" / "peer-tests"
+PEER_TESTS = SHARED / "peer-tests"
 FILES = sorted(path for copy in COPIES for path in (DATA / copy / "draft2020-12").glob("*.json"))
 
 #: The parser's decoding (fractions and exponents as Decimal), and Python's json module's
@@ -38,10 +38,6 @@ DECODERS = {
     "decimal": msgspec.json.Decoder(float_hook=Decimal).decode,
     "float": json.loads,
 }
-
-
-#: One line per decoding, printed at the end of the pytest run (see conftest.py).
-SUMMARY: list[str] = []
 
 
 def _tool(schema: Any) -> list[dict[str, Any]]:
@@ -125,28 +121,28 @@ def run_suite(decode: Any) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("decoding", list(DECODERS))
-def test_json_schema_test_suite(decoding: str) -> None:
+def test_json_schema_test_suite(decoding: str, request: pytest.FixtureRequest) -> None:
     """Every supported case gets its validity; every other group is refused at compile time."""
     counts = run_suite(DECODERS[decoding])
-    SUMMARY.append(f"JSON Schema Test Suite, numbers as {decoding}: {counts['cases']} cases ran "
-                   f"in {counts['groups'] - counts['refused_groups']} groups; "
-                   f"{counts['refused_groups']} groups ({counts['refused_cases']} cases) "
-                   "refused at compile time"
-                   + (f"; {counts['float_differs']} multipleOf cases judged by the floats' exact "
-                      "values, not the decimals the suite wrote" if counts["float_differs"]
-                      else ""))
+    summary_line(request, f"JSON Schema Test Suite, numbers as {decoding}: {counts['cases']} "
+                 f"cases ran in {counts['groups'] - counts['refused_groups']} groups; "
+                 f"{counts['refused_groups']} groups ({counts['refused_cases']} cases) "
+                 "refused at compile time"
+                 + (f"; {counts['float_differs']} multipleOf cases judged by the floats' "
+                    "exact values, not the decimals the suite wrote" if counts["float_differs"]
+                    else ""))
     assert counts == {"groups": 105, "refused_groups": 11, "cases": 416, "refused_cases": 36,
                       "float_differs": 2 if decoding == "float" else 0, "oracle_differs": 0}
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="no ../shared checkout beside this one")
+@pytest.mark.skipif(not PEER_TESTS.exists(), reason=shared_missing(PEER_TESTS))
 @pytest.mark.parametrize("copy", COPIES)
 def test_suite_copy_matches_shared(copy: str) -> None:
     """Each copy under tests/data is its shared folder, file for file."""
     ours = {p.relative_to(DATA / copy): p.read_bytes()
             for p in (DATA / copy).rglob("*") if p.is_file()}
-    theirs = {p.relative_to(SHARED / copy): p.read_bytes()
-              for p in (SHARED / copy).rglob("*") if p.is_file()}
+    theirs = {p.relative_to(PEER_TESTS / copy): p.read_bytes()
+              for p in (PEER_TESTS / copy).rglob("*") if p.is_file()}
     assert ours == theirs
 
 
