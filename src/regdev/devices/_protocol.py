@@ -24,15 +24,6 @@ Rules of this file:
   echoing line, and must not answer it); a host drops replies it is not awaiting (stale).
 * The receive buffer is bounded (``max_buffer_size`` bytes); a frame is at most
   :data:`MAX_FRAME` bytes.
-* One shortcut, the usual exchange of a host that reads a line at a time (issue 13): a read
-  or a write sent without a frame object (:meth:`Connection.send_usual`: the frame and its
-  reply's form joined from tables, the checksum as the XOR of its fields' parts), and a line
-  that is exactly its awaited reply taken as its data (:meth:`Connection.take_value`:
-  sequence number, letter, address, two hex digits, checksum, LF) without the buffer and the
-  general decoder. Each moves the state as the general way would, by the move
-  :data:`TRANSITIONS` gives (read from it once, at import); anything else is left alone, for
-  the general way, which builds the request object then (:attr:`Connection.pending`). The
-  same bytes, errors and state as the general way, which the tests compare.
 """
 
 from __future__ import annotations
@@ -469,13 +460,6 @@ def _hex(values: tuple[int, ...]) -> str:
 def _payload(frame: Frame) -> str:
     seq = _byte("seq", frame.seq)
     match frame:
-        case ReadRequest(addr=addr):
-            return f"{seq:02X} R {_byte('addr', addr):02X}"
-        case WriteRequest(addr=addr, data=data) | ReadReply(addr=addr, data=data) | WriteReply(
-            addr=addr, data=data
-        ):
-            letter = {WriteRequest: "W", ReadReply: "r", WriteReply: "w"}[type(frame)]
-            return f"{seq:02X} {letter} {_byte('addr', addr):02X} {_byte('data', data):02X}"
         case IdentifyRequest(page=page):
             return f"{seq:02X} I" + (f" {_byte('page', page):02X}" if page else "")
         case ResetRequest():
@@ -505,8 +489,6 @@ def _payload(frame: Frame) -> str:
         case MaskedWriteRequest(addr=addr, mask=mask, data=data):
             return (f"{seq:02X} M {_byte('addr', addr):02X} {_byte('mask', mask):02X} "
                     f"{_byte('data', data):02X}")
-        case MaskedWriteReply(addr=addr, data=data):
-            return f"{seq:02X} m {_byte('addr', addr):02X} {_byte('data', data):02X}"
         case IdentifyReply(text=text):
             raw = text.encode("ascii") if isinstance(text, str) and text.isascii() else b""
             if not 1 <= len(raw) <= MAX_TEXT or not set(raw) <= _TEXT_BYTES:
@@ -536,14 +518,14 @@ def encode(frame: Frame) -> bytes:
             allowed on the wire.
     """
     letter = _SHORT_LETTERS.get(type(frame))
-    if letter is not None:  # the usual frames, without the general match (issue 13)
+    if letter is not None:  # the frames of one-byte fields, from tables
         return _encode_short(frame.seq, letter, frame.addr,  # type: ignore[union-attr]
                              getattr(frame, "data", None))
     payload = _payload(frame).encode("ascii")
     return b"$%s*%02X\n" % (payload, crc8(payload))
 
 
-# --- the usual frames, from tables (issue 13) ------------------------------------------------
+# --- the frames of one-byte fields, from tables -----------------------------------------------
 # A host's read and write and the replies ``r``, ``w`` and ``m`` have the payload ``SS L AA``
 # (7 bytes) or ``SS L AA DD`` (10 bytes): they are encoded by joining bytes from tables. Their
 # checksum too: CRC-8 with no initial value and no final XOR is linear, crc8(a ^ b) ==
@@ -581,11 +563,6 @@ _FIELD_CRC: Final = {
                   for digits in _HEX)
     for letter in b"RWrwm"}
 _DATA_CRC: Final = tuple(_crc_at(10, 8, digits) for digits in _HEX)
-#: The tables of the usual exchange's four frames (:meth:`Connection.send_usual`).
-_READ, _WRITE, _READ_REPLY, _WRITE_REPLY = (
-    (_FIELD[letter], _FIELD_CRC[letter]) for letter in b"RWrw")
-_SEQ_CRC_7: Final = _SEQ_CRC[7]
-_SEQ_CRC_10: Final = _SEQ_CRC[10]
 
 
 def _head_crc(seq: int, letter: int, addr: int) -> int:
@@ -743,56 +720,6 @@ def _block_size(frame: Frame) -> int | None:
     return None
 
 
-# --- the awaited reply's form, for Connection.take_reply ----------------------------------------
-
-#: A reply of the form ``LETTER AA DD``.
-_ShortReply: TypeAlias = ReadReply | WriteReply | MaskedWriteReply
-#: What a host's awaited reply looks like when only its last field is unknown: the bytes from
-#: ``$`` up to the space before that field (``$SS L AA``), the checksum of the payload but for
-#: that field's part (:func:`_head_crc`), the reply's type,
-#: its sequence number and address; and the data of a write (None for the other requests),
-#: from which the request itself is built when it was sent without a frame object
-#: (:meth:`Connection.send_usual`, :func:`_usual_request`).
-_Template: TypeAlias = tuple[bytes, int, type[_ShortReply], int, int, int | None]
-
-
-def _template(request: Request) -> _Template | None:
-    """The form of the reply to ``request`` when it is a read (``r AA DD``), a write
-    (``w AA DD``) or a masked write (``m AA DD``), else None."""
-    kind = _SHORT_REPLIES.get(type(request))
-    if kind is None:
-        return None
-    letter, reply = kind
-    seq, addr = request.seq, request.addr  # type: ignore[union-attr]
-    data = request.data if type(request) is WriteRequest else None
-    return _usual_template(seq, letter, addr, reply, data)
-
-
-def _usual_template(seq: int, letter: int, addr: int, reply: type[_ShortReply],
-                    data: int | None) -> _Template:
-    """The :data:`_Template` of the reply ``$SS LETTER AA DD`` (each field 0..255)."""
-    return (_HEAD[seq] + _FIELD[letter][addr], _head_crc(seq, letter, addr), reply, seq, addr,
-            data)
-
-
-def _usual_request(expected: _Template) -> ReadRequest | WriteRequest:
-    """The read or write whose reply is ``expected``: the frame object of a request sent
-    without one (:meth:`Connection.send_usual`), built only when the general way needs it."""
-    _, _, reply, seq, addr, data = expected
-    if reply is ReadReply:
-        return ReadRequest(seq, addr)
-    assert reply is WriteReply and data is not None
-    return WriteRequest(seq, addr, data)
-
-
-#: The requests whose reply is ``LETTER AA DD``: that letter and the reply's type.
-_SHORT_REPLIES: Final[dict[type[Request], tuple[int, type[_ShortReply]]]] = {
-    ReadRequest: (ord("r"), ReadReply),
-    WriteRequest: (ord("w"), WriteReply),
-    MaskedWriteRequest: (ord("m"), MaskedWriteReply),
-}
-
-
 # --- the state machine ------------------------------------------------------------------------
 
 
@@ -849,13 +776,6 @@ TRANSITIONS: Final[dict[tuple[Role, State, Action], State]] = {
 }
 
 
-#: The two moves of a host's usual exchange (:meth:`Connection.send_usual`,
-#: :meth:`Connection.take_value`), read from the table once: a request sent while idle, the
-#: awaited reply received.
-_USUAL_SENT: Final = TRANSITIONS[(HOST, _S.IDLE, Action.SEND_REQUEST)]
-_USUAL_TAKEN: Final = TRANSITIONS[(HOST, _S.AWAITING_REPLY, Action.RECEIVE_REPLY)]
-_IDLE: Final = _S.IDLE
-
 
 class _Sentinel(enum.Enum):
     NEED_DATA = "NEED_DATA"
@@ -895,10 +815,7 @@ class Connection:
         self.max_buffer_size = max_buffer_size
         self._state = State.IDLE
         self._buffer = bytearray()
-        # The request awaiting (host) or owed (device); a host's usual request sent without a
-        # frame object (send_usual) has none, and `pending` builds it from `_expected`.
-        self._pending: Request | None = None
-        self._expected: _Template | None = None  # the awaited reply's form (take_value)
+        self._pending: Request | None = None  # awaited (host) or owed (device)
         self._last_seq = first_seq - 1  # new_seq() counts up from here, skipping 0
         self.discarded = 0
         self.stale = 0
@@ -916,10 +833,7 @@ class Connection:
     @property
     def pending(self) -> Request | None:
         """The request whose reply is awaited (host) or owed (device), if any."""
-        pending = self._pending
-        if pending is None and self._expected is not None:  # sent by send_usual
-            pending = self._pending = _usual_request(self._expected)
-        return pending
+        return self._pending
 
     def _move(self, action: Action, local: bool) -> None:
         # (Role, State and Action hash by identity, in C: their members are singletons that
@@ -952,10 +866,6 @@ class Connection:
             LocalProtocolError: this end may not send this frame now, or a field is out of
                 range. The state does not change.
         """
-        if type(frame) is ReadRequest and self.role is HOST:
-            return self._send_usual(frame.seq, frame.addr, None, frame)
-        if type(frame) is WriteRequest and self.role is HOST:
-            return self._send_usual(frame.seq, frame.addr, frame.data, frame)
         request = frame if isinstance(frame, _REQUESTS) else None
         if request is not None:
             action = Action.SEND_REQUEST
@@ -976,76 +886,7 @@ class Connection:
         data = encode(frame)
         self._move(action, local=True)
         self._pending = request
-        self._expected = _template(request) if request is not None and self.role is HOST \
-            else None
         return data
-
-    def send_usual(self, addr: int, data: int | None = None) -> bytes:
-        """Host: send a read of register ``addr`` (``data`` None) or a write of ``data`` to it,
-        numbered by :meth:`new_seq`, without a frame object: the usual exchange (issue 13).
-
-        The same bytes, errors, state and awaited reply as ``send(ReadRequest(new_seq(),
-        addr))`` (or the :class:`WriteRequest`); :attr:`pending` builds that request only
-        when it is asked for (the general way does, should the reply not be the usual one).
-        The awaited reply is then taken by :meth:`take_value`, or the general way.
-
-        Args:
-            addr: the register's address, 0..255.
-            data: the value to write, 0..255; None for a read.
-
-        Returns:
-            The bytes of the request.
-
-        Raises:
-            LocalProtocolError: a field is out of range or not an int, or this end may not
-                send a request now (not a host, or a reply still awaited). The state does
-                not change (a sequence number is used up).
-        """
-        seq = self.new_seq()
-        if (self._state is not _IDLE or self.role is not HOST or type(addr) is not int
-                or not 0 <= addr <= 0xFF or (data is not None and (
-                    type(data) is not int or not 0 <= data <= 0xFF))):
-            # Anything unusual the general way, which raises in its own words:
-            return self.send(ReadRequest(seq, addr) if data is None
-                             else WriteRequest(seq, addr, data))
-        head = _HEAD[seq]
-        if data is None:  # `$SS R AA*CC`, awaiting `$SS r AA DD*CC`
-            field, crc = _READ
-            frame = head + field[addr] + _END[_SEQ_CRC_7[seq] ^ crc[addr]]
-            field, crc = _READ_REPLY
-            self._expected = (head + field[addr], _SEQ_CRC_10[seq] ^ crc[addr], ReadReply, seq,
-                              addr, None)
-        else:  # `$SS W AA DD*CC`, awaiting `$SS w AA DD*CC`
-            field, crc = _WRITE
-            frame = (head + field[addr] + _DATA[data]
-                     + _END[_SEQ_CRC_10[seq] ^ crc[addr] ^ _DATA_CRC[data]])
-            field, crc = _WRITE_REPLY
-            self._expected = (head + field[addr], _SEQ_CRC_10[seq] ^ crc[addr], WriteReply, seq,
-                              addr, data)
-        self._state = _USUAL_SENT
-        self._pending = None  # built from _expected if the general way asks for it
-        return frame
-
-    def _send_usual(self, seq: int, addr: int, data: int | None,
-                    request: ReadRequest | WriteRequest | None) -> bytes:
-        """A host's read (``data`` None) or write, straight: the frame and its reply's form
-        from tables, the state's one move taken from :data:`TRANSITIONS` at import; the same
-        bytes, errors and state as the general way of :meth:`send` (the tests compare them).
-        ``request`` is the frame object, if the caller has one."""
-        if seq == 0:
-            raise LocalProtocolError("sequence number 0 is reserved; requests use 1..255")
-        if data is None:
-            frame = _encode_short(seq, 0x52, addr, None)  # R; checks seq and addr
-            expected = _usual_template(seq, 0x72, addr, ReadReply, None)  # r
-        else:
-            frame = _encode_short(seq, 0x57, addr, data)  # W; checks data too
-            expected = _usual_template(seq, 0x77, addr, WriteReply, data)  # w
-        if self._state is not _IDLE or self.role is not HOST:
-            self._move(Action.SEND_REQUEST, local=True)  # raises, in the table's words
-        self._state = _USUAL_SENT
-        self._pending = request
-        self._expected = expected
-        return frame
 
     def abandon(self) -> None:
         """Host: give up the awaited reply (after a timeout) and drop the buffered bytes.
@@ -1056,7 +897,7 @@ class Connection:
             LocalProtocolError: no reply is awaited.
         """
         self._move(Action.ABANDON, local=True)
-        self._pending = self._expected = None
+        self._pending = None
         self.discard_buffer()
 
     def discard_buffer(self) -> None:
@@ -1152,7 +993,7 @@ class Connection:
             return True
         if is_request:
             raise _syntax(line, "a request reached the host (does the line echo?)", frame.seq)
-        pending = self.pending
+        pending = self._pending
         if pending is None or frame.seq != pending.seq:
             self.stale += 1
             return False
@@ -1163,49 +1004,8 @@ class Connection:
         if not answers:
             raise _syntax(line, f"does not answer the request {encode(pending)!r}", frame.seq)
         self._move(Action.RECEIVE_REPLY, local=False)
-        self._pending = self._expected = None
+        self._pending = None
         return True
-
-    def take_value(self, line: bytes) -> int | None:
-        """Host: the data (0..255) of ``line`` when it is exactly the awaited reply to a read,
-        a write or a masked write: ``$``, the request's sequence number, the reply's letter,
-        the request's address, two upper-case hex digits, ``*``, the checksum of it all, LF,
-        and nothing else, with no byte still buffered. The state then moves as
-        :meth:`receive_data` and :meth:`next_event` would move it, for the same frame, and
-        no frame object is built (the usual exchange, issue 13).
-
-        A shortcut for a host that reads the line a line at a time (``SerialDevice`` on a
-        POSIX port): anything else (another request's reply, an error reply, a bad checksum,
-        a CR before the LF, two frames, a frame in pieces) is None, nothing changes, and the
-        caller gives the bytes to :meth:`receive_data`.
-
-        Args:
-            line: bytes read from the line.
-
-        Returns:
-            The reply's data, or None.
-        """
-        expected = self._expected
-        if expected is None or self._buffer:
-            return None
-        # `$SS L AA`, a space, the data's two digits, then `*`, the checksum and LF (15 bytes)
-        if len(line) != 15 or line[8] != 0x20 or not line.startswith(expected[0]):
-            return None
-        value = _HEX2.get(line[9:11])
-        if value is None or line[11:] != _END[expected[1] ^ _DATA_CRC[value]]:
-            return None
-        self._state = _USUAL_TAKEN  # the table's move for the awaited reply
-        self._pending = self._expected = None
-        return value
-
-    def take_reply(self, line: bytes) -> Reply | None:
-        """Host: :meth:`take_value`, as the reply frame (a :class:`ReadReply`,
-        :class:`WriteReply` or :class:`MaskedWriteReply`), or None."""
-        expected = self._expected
-        value = self.take_value(line)
-        if value is None or expected is None:
-            return None
-        return expected[2](expected[3], expected[4], value)
 
     def __repr__(self) -> str:
         return (f"Connection({self.role.value}, state={self._state.value}, "
