@@ -150,12 +150,19 @@ def map_exceptions(url: str, *, opening: bool = False) -> Iterator[None]:
         yield
     except _PORT_ERRORS as error:
         if not opening:
-            raise TransportError(f"port {url} failed: {serial_problem(error)}") from error
+            raise _port_failure(url, error) from error
         raise TransportError(_open_message(url, error)) from error
     except (ValueError, OverflowError, NotImplementedError) as error:
         if not opening:
             raise
         raise TransportError(_open_message(url, error)) from error
+
+
+def _port_failure(url: str, error: BaseException) -> TransportError:
+    """The :class:`TransportError` of port ``url`` failing with ``error`` (one of
+    :data:`_PORT_ERRORS`): what :func:`map_exceptions` raises, and :class:`PortLink` on
+    the way of every request (a generator's context manager costs as much as the codec)."""
+    return TransportError(f"port {url} failed: {serial_problem(error)}")
 
 
 def _check_url(url: str) -> None:
@@ -249,19 +256,23 @@ class PortLink:
             self.port: serial.Serial = serial.serial_for_url(port, **options)
 
     def write(self, data: bytes) -> None:
-        with map_exceptions(self.url):
+        try:
             self.port.write(data)
+        except _PORT_ERRORS as error:
+            raise _port_failure(self.url, error) from error
 
     def read(self, deadline: float) -> bytes:
         """The bytes waiting, as soon as there are some; b"" when none came by ``deadline``
         (``time.monotonic()`` seconds). Overshoots it by at most the poll (:data:`_POLL`)."""
         port = self.port
-        with map_exceptions(self.url):
+        try:
             while time.monotonic() < deadline:
                 chunk: bytes = port.read(1)  # returns at the first byte, or after _POLL s
                 if chunk:
                     waiting = port.in_waiting
                     return chunk + port.read(min(waiting, _READ_CHUNK)) if waiting else chunk
+        except _PORT_ERRORS as error:
+            raise _port_failure(self.url, error) from error
         return b""
 
     def flush_input(self) -> None:
