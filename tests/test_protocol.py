@@ -24,6 +24,7 @@ from regdev.devices._protocol import (
     State,
     WriteReply,
     WriteRequest,
+    _writers,
     decode,
     encode,
 )
@@ -35,7 +36,19 @@ from strategies import (
 )
 
 PROTOCOL_DOC = ROOT / "docs" / "protocol.md"
-SOURCE = ROOT / "src" / "regdev" / "devices" / "_protocol.py"
+PACKAGE = ROOT / "src" / "regdev" / "devices" / "_protocol"
+SOURCE = PACKAGE / "__init__.py"
+#: The codec's modules but its front door, each with the standard-library and regdev modules it
+#: may import.
+CODEC_FILES = {
+    "_events.py": {"__future__", "dataclasses", "typing", "...core._errors"},
+    "_checksum.py": {"__future__"},
+    "_writers.py": {"__future__", "typing", "...core._errors", "._checksum", "._events"},
+    "_readers.py": {"__future__", "typing", "...core._errors", "._checksum", "._events"},
+    "_state.py": {"__future__", "enum", "typing"},
+    "_connection.py": {"__future__", "enum", "typing", "...core._errors", "._events",
+                       "._readers", "._state", "._writers"},
+}
 
 
 def events(link: Connection, data: bytes = b"") -> list[object]:
@@ -60,21 +73,30 @@ def events(link: Connection, data: bytes = b"") -> list[object]:
 # --- the module itself ----------------------------------------------------------------------------
 
 
-def test_codec_imports_no_io_modules() -> None:
-    """_protocol.py imports only enum, dataclasses, typing and regdev's errors: no I/O, no time."""
-    tree = ast.parse(SOURCE.read_text(encoding="utf-8"))
+def _imports(path: Path) -> set[str]:
+    """The modules ``path`` imports, relative ones with their dots."""
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or ""))
-    assert imported == {"__future__", "enum", "dataclasses", "typing", "..core._errors"}
+    return imported
+
+
+def test_codec_imports_no_io_modules() -> None:
+    """Each file of the codec imports only what it is listed with (enum, dataclasses, typing,
+    regdev's errors, its sibling files): no I/O, no time; the package holds no other file."""
+    assert {path.name for path in PACKAGE.glob("*.py")} == set(CODEC_FILES) | {"__init__.py"}
+    for name, allowed in CODEC_FILES.items():
+        assert _imports(PACKAGE / name) == allowed, name
+    assert _imports(SOURCE) == {"__future__"} | {each.removesuffix(".py").replace("_", "._", 1)
+                                                  for each in CODEC_FILES}
 
 
 def test_every_state_change_goes_through_the_table() -> None:
     """The state is assigned in __init__ and in _move (from TRANSITIONS), nowhere else."""
-    tree = ast.parse(SOURCE.read_text(encoding="utf-8"))
+    tree = ast.parse((PACKAGE / "_connection.py").read_text(encoding="utf-8"))
     assigned = [ast.unparse(node.value) for node in ast.walk(tree)
                 if isinstance(node, ast.Assign) and any(
                     ast.unparse(target) == "self._state" for target in node.targets)]
@@ -117,7 +139,8 @@ def test_protocol_doc_example_decodes_as_documented(frame: str, decoded: str) ->
 SHOWN_FRAME = re.compile(rb"\$[0-9A-F]{2} [^*`|\n]*\*[0-9A-F]{2}")
 
 
-@pytest.mark.parametrize("path", [PROTOCOL_DOC, SOURCE], ids=["protocol.md", "_protocol.py"])
+@pytest.mark.parametrize("path", [PROTOCOL_DOC, SOURCE],
+                         ids=["protocol.md", "_protocol/__init__.py"])
 def test_every_frame_shown_in_the_docs_is_valid(path: Path) -> None:
     """Every frame written out in the protocol doc and the codec's source decodes."""
     shown = SHOWN_FRAME.findall(path.read_bytes())
@@ -127,7 +150,7 @@ def test_every_frame_shown_in_the_docs_is_valid(path: Path) -> None:
 
 
 def test_codec_docstring_examples_decode_as_described() -> None:
-    """The two frames in _protocol.py's module docstring are the write and its reply."""
+    """The two frames in the codec package's docstring are the write and its reply."""
     shown = SHOWN_FRAME.findall((wire.__doc__ or "").encode("ascii"))
     assert [decode(frame) for frame in shown] == [WriteRequest(5, 3, 255), WriteReply(5, 3, 255)]
 
@@ -552,7 +575,7 @@ def _general_encoding(frame: wire.Frame) -> bytes:
         text = " ".join([f"{fields[0]:02X}", letter] + [f"{each:02X}" for each in fields[1:]])
         payload = text.encode("ascii")
     else:
-        payload = wire._payload(frame).encode("ascii")
+        payload = _writers._payload(frame).encode("ascii")
     return b"$%s*%02X\n" % (payload, wire.crc8(payload))
 
 
@@ -606,10 +629,10 @@ def test_the_checksum_parts_add_up_to_crc8() -> None:
             for seq, addr in ((value, 0xA5), (0x3C, value)):
                 payload = b"%02X %c %02X" % (seq, letter, addr)
                 if letter == ord("R"):
-                    assert wire._head_crc(seq, letter, addr) == wire.crc8(payload)
+                    assert _writers._head_crc(seq, letter, addr) == wire.crc8(payload)
                 else:
-                    assert wire._head_crc(seq, letter, addr) ^ wire._DATA_CRC[0x5A] == (
+                    assert _writers._head_crc(seq, letter, addr) ^ _writers._DATA_CRC[0x5A] == (
                         wire.crc8(payload + b" 5A"))
             if letter != ord("R"):
-                assert wire._head_crc(0x3C, letter, 0xA5) ^ wire._DATA_CRC[value] == (
+                assert _writers._head_crc(0x3C, letter, 0xA5) ^ _writers._DATA_CRC[value] == (
                     wire.crc8(b"3C %c A5 %02X" % (letter, value)))
