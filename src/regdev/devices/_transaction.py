@@ -195,8 +195,8 @@ class Transactions(Generic[_Reply]):
         bad_frames: bad frames received and dropped so far.
     """
 
-    def __init__(self, url: str, timeout: Callable[[], float], open_link: Callable[[], Link], codec: Codec,
-                 wire: Wire, *, synced: bool = False) -> None:
+    def __init__(self, url: str, timeout: Callable[[], float], open_link: Callable[[], Link],
+                 codec: Codec, wire: Wire, *, synced: bool = False) -> None:
         self.url = url
         self._timeout = timeout
         self.codec = codec
