@@ -19,7 +19,8 @@ Rules of this file:
   a late reply that still arrives carries an old sequence number and is dropped as stale.
 * A device's ``e`` reply: :class:`DeviceBusy` for ``BUSY``, ``CKSUM`` or ``SYNTAX`` (not
   executed, may succeed later), :class:`DeviceRefused` for another code (not executed).
-* pyserial and OS exceptions are mapped to regdev's in one place, :func:`map_exceptions`.
+* pyserial and OS exceptions are mapped to regdev's in one place, :func:`_port_failure`
+  (through :func:`map_exceptions` around opening and settings).
 * Who the device is comes from its identify reply (``docs/protocol.md``, the ``id=`` and
   ``epoch=`` ending), learnt from every identify reply, the synchronising one included, and
   asked again after every reset sent: :meth:`SerialDevice.identity`. A device that does not

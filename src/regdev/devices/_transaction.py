@@ -25,7 +25,8 @@ Rules of this file:
 * The line is synchronised before it is trusted: after the link is opened (and whenever
   :meth:`Wire.lost_sync` says so) the input is flushed, the codec's buffer dropped, and the
   backend's synchronising request (:meth:`Wire.sync_request`) exchanged before any other.
-* A link that failed is closed and opened again by the next attempt. After a reply that did
+* A link that failed is set aside, and closed when the next attempt opens it again, outside
+  any reply's deadline (pyserial's close of a network port sleeps 0.3 s). After a reply that did
   not come, the input is flushed before the next request (a late reply still on its way is
   stale, and the codec drops it); a link whose :attr:`Link.flush_before_request` is True
   flushes its input before every request.
@@ -213,11 +214,6 @@ class Transactions(Generic[_Reply]):
         #: have restarted since an answer of another generation.
         self.generation = 0
         self.link: Link | None = open_link()
-
-    @property
-    def synced(self) -> bool:
-        """True when the line is synchronised (the link open and trusted)."""
-        return self._synced and self.link is not None
 
     def transact(self, request: Callable[[], object] | object, what: str,
                  retries: int) -> _Reply:
