@@ -2,8 +2,8 @@
 
 A noise-free companion to ``serial_roundtrip.py``, whose CPU figures move by 20-40% on a
 shared machine. Here the system calls are faked (``os.write`` takes the request, ``select``
-says the reply is there, ``os.read`` returns it, both for regdev's port reads and for
-pyserial's), and every bytecode the interpreter runs for one call is counted, by function
+says the reply is there, ``os.read`` returns it, in pyserial, through which both sides read),
+and every bytecode the interpreter runs for one call is counted, by function
 (``sys.settrace`` with opcode events; the fakes' own bytecodes are left out). Run::
 
     .venv/bin/python benchmarks/serial_bytecodes.py [--by-function]
@@ -30,7 +30,6 @@ import serial.serialposix
 
 from regdev import Gate, SerialDevice
 from regdev.devices import _protocol as wire
-from regdev.devices import _serial
 from serial_roundtrip import READ_CALL, WRITE_CALL, anchor_exchanges, simulator
 
 #: The reply to each request frame these calls send (any sequence number).
@@ -97,7 +96,7 @@ def main() -> None:
         fake = FakeLine({device._port.fd, line.fd})  # type: ignore[union-attr]
         faked = {"os": types.SimpleNamespace(write=fake.write, read=fake.read),
                  "select": types.SimpleNamespace(select=fake.select, error=OSError)}
-        modules = (_serial, serial.serialposix)  # regdev's port reads, pyserial's
+        modules = (serial.serialposix,)  # pyserial's port reads: regdev's and the anchor's
         saved = [{name: vars(module)[name] for name in faked} for module in modules]
         for module in modules:
             vars(module).update(faked)

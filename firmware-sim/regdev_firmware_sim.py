@@ -106,6 +106,13 @@ NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "core._erro
           "core._text")
 
 
+def _source_file(source: Path, name: str) -> Path:
+    """The file of regdev module ``name`` (``devices._device``) under ``source``: the module's
+    own, or a package's ``__init__.py`` (the codec, ``devices._protocol``, is a package)."""
+    path = source / name.replace(".", "/")
+    return path / "__init__.py" if name == "devices._protocol" else path.with_suffix(".py")
+
+
 def _standalone_modules() -> tuple[types.ModuleType, ...]:
     """regdev's codec, register and error modules, for this file run as a script.
 
@@ -114,7 +121,7 @@ def _standalone_modules() -> tuple[types.ModuleType, ...]:
     installed regdev; else one line on stderr naming the files needed, and exit status 2.
     """
     source = Path(__file__).resolve().parent.parent / "src" / "regdev"
-    if all((source / f"{name.replace('.', '/')}.py").is_file() for name in NEEDED):
+    if all(_source_file(source, name).is_file() for name in NEEDED):
         package = types.ModuleType("_regdev_sim", "regdev's stdlib-only modules, for the simulator")
         package.__path__ = [str(source)]
         sys.modules[package.__name__] = package
@@ -122,7 +129,7 @@ def _standalone_modules() -> tuple[types.ModuleType, ...]:
     try:
         return tuple(importlib.import_module(f"regdev.{name}") for name in NEEDED)
     except ImportError:
-        files = ", ".join(f"src/regdev/{name.replace('.', '/')}.py" for name in NEEDED)
+        files = ", ".join(f"src/regdev/{_source_file(Path(), name)}" for name in NEEDED)
         print(f"{Path(sys.argv[0]).name}: error: the simulator needs regdev's {files}: run it "
               "from a regdev source tree (firmware-sim/ beside src/), or install regdev",
               file=sys.stderr)

@@ -24,12 +24,11 @@ from regdev.devices._protocol import (
     State,
     WriteReply,
     WriteRequest,
+    _writers,
     decode,
     encode,
 )
 from strategies import (
-    usual_reply_lines,
-    wire_bytes,
     wire_frames,
     wire_noise,
     wire_replies,
@@ -37,7 +36,19 @@ from strategies import (
 )
 
 PROTOCOL_DOC = ROOT / "docs" / "protocol.md"
-SOURCE = ROOT / "src" / "regdev" / "devices" / "_protocol.py"
+PACKAGE = ROOT / "src" / "regdev" / "devices" / "_protocol"
+SOURCE = PACKAGE / "__init__.py"
+#: The codec's modules but its front door, each with the standard-library and regdev modules it
+#: may import.
+CODEC_FILES = {
+    "_events.py": {"__future__", "dataclasses", "typing", "...core._errors"},
+    "_checksum.py": {"__future__"},
+    "_writers.py": {"__future__", "typing", "...core._errors", "._checksum", "._events"},
+    "_readers.py": {"__future__", "typing", "...core._errors", "._checksum", "._events"},
+    "_state.py": {"__future__", "enum", "typing"},
+    "_connection.py": {"__future__", "enum", "typing", "...core._errors", "._events",
+                       "._readers", "._state", "._writers"},
+}
 
 
 def events(link: Connection, data: bytes = b"") -> list[object]:
@@ -62,35 +73,34 @@ def events(link: Connection, data: bytes = b"") -> list[object]:
 # --- the module itself ----------------------------------------------------------------------------
 
 
-def test_codec_imports_no_io_modules() -> None:
-    """_protocol.py imports only enum, dataclasses, typing and regdev's errors: no I/O, no time."""
-    tree = ast.parse(SOURCE.read_text(encoding="utf-8"))
+def _imports(path: Path) -> set[str]:
+    """The modules ``path`` imports, relative ones with their dots."""
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or ""))
-    assert imported == {"__future__", "enum", "dataclasses", "typing", "..core._errors"}
+    return imported
+
+
+def test_codec_imports_no_io_modules() -> None:
+    """Each file of the codec imports only what it is listed with (enum, dataclasses, typing,
+    regdev's errors, its sibling files): no I/O, no time; the package holds no other file."""
+    assert {path.name for path in PACKAGE.glob("*.py")} == set(CODEC_FILES) | {"__init__.py"}
+    for name, allowed in CODEC_FILES.items():
+        assert _imports(PACKAGE / name) == allowed, name
+    assert _imports(SOURCE) == {"__future__"} | {each.removesuffix(".py").replace("_", "._", 1)
+                                                  for each in CODEC_FILES}
 
 
 def test_every_state_change_goes_through_the_table() -> None:
-    """The state is assigned in __init__, in _move (from TRANSITIONS), and in the usual
-    exchange's two moves, whose states are read from TRANSITIONS at import."""
-    tree = ast.parse(SOURCE.read_text(encoding="utf-8"))
+    """The state is assigned in __init__ and in _move (from TRANSITIONS), nowhere else."""
+    tree = ast.parse((PACKAGE / "_connection.py").read_text(encoding="utf-8"))
     assigned = [ast.unparse(node.value) for node in ast.walk(tree)
                 if isinstance(node, ast.Assign) and any(
                     ast.unparse(target) == "self._state" for target in node.targets)]
-    assert set(assigned) == {"State.IDLE", "_USUAL_SENT", "_USUAL_TAKEN", "new"}
-    defined = {ast.unparse(node.targets[0]): ast.unparse(node.value)
-               for node in tree.body if isinstance(node, ast.AnnAssign | ast.Assign)
-               for _ in [0] if getattr(node, "targets", None)} | {
-        ast.unparse(node.target): ast.unparse(node.value) for node in tree.body
-        if isinstance(node, ast.AnnAssign) and node.value is not None}
-    assert defined["_USUAL_SENT"] == "TRANSITIONS[HOST, _S.IDLE, Action.SEND_REQUEST]"
-    assert defined["_USUAL_TAKEN"] == ("TRANSITIONS[HOST, _S.AWAITING_REPLY, "
-                                       "Action.RECEIVE_REPLY]")
-    assert wire._USUAL_SENT is State.AWAITING_REPLY and wire._USUAL_TAKEN is State.IDLE
+    assert set(assigned) == {"State.IDLE", "new"}
 
 
 def test_crc8_check_value() -> None:
@@ -129,7 +139,8 @@ def test_protocol_doc_example_decodes_as_documented(frame: str, decoded: str) ->
 SHOWN_FRAME = re.compile(rb"\$[0-9A-F]{2} [^*`|\n]*\*[0-9A-F]{2}")
 
 
-@pytest.mark.parametrize("path", [PROTOCOL_DOC, SOURCE], ids=["protocol.md", "_protocol.py"])
+@pytest.mark.parametrize("path", [PROTOCOL_DOC, SOURCE],
+                         ids=["protocol.md", "_protocol/__init__.py"])
 def test_every_frame_shown_in_the_docs_is_valid(path: Path) -> None:
     """Every frame written out in the protocol doc and the codec's source decodes."""
     shown = SHOWN_FRAME.findall(path.read_bytes())
@@ -139,7 +150,7 @@ def test_every_frame_shown_in_the_docs_is_valid(path: Path) -> None:
 
 
 def test_codec_docstring_examples_decode_as_described() -> None:
-    """The two frames in _protocol.py's module docstring are the write and its reply."""
+    """The two frames in the codec package's docstring are the write and its reply."""
     shown = SHOWN_FRAME.findall((wire.__doc__ or "").encode("ascii"))
     assert [decode(frame) for frame in shown] == [WriteRequest(5, 3, 255), WriteReply(5, 3, 255)]
 
@@ -542,88 +553,7 @@ def test_protocol_errors_are_regdev_errors() -> None:
     assert issubclass(LocalProtocolError, ProtocolError)
 
 
-# --- the host's shortcut: take_reply ----------------------------------------------------------
-
-_SHORT = {ReadRequest: wire.ReadReply, WriteRequest: wire.WriteReply,
-          wire.MaskedWriteRequest: wire.MaskedWriteReply}
-
-
-@st.composite
-def lines_for(draw: st.DrawFn, request: wire.Request) -> bytes:
-    """Bytes a host may read while it awaits the reply to ``request``: the awaited reply
-    itself most often (any data), or another reply, an error reply, a CR before the LF, one
-    byte changed, two frames, a frame cut short, noise."""
-    reply_type = _SHORT.get(type(request))
-    addr = getattr(request, "addr", 0)
-    awaited = (encode(reply_type(request.seq, addr, draw(wire_bytes))) if reply_type
-               else encode(draw(wire_replies)))
-    other = encode(draw(wire_replies))
-    line = draw(st.sampled_from([awaited, awaited, awaited, other,
-                                 awaited[:-1] + b"\r\n", awaited + other, other + awaited,
-                                 encode(ErrorReply(request.seq, "BUSY")),
-                                 awaited[:draw(st.integers(0, len(awaited)))]]))
-    if line and draw(st.integers(0, 3)) == 0:
-        at = draw(st.integers(0, len(line) - 1))
-        line = line[:at] + bytes([draw(st.integers(0, 255))]) + line[at + 1:]
-    return line
-
-
-def _drain(link: Connection) -> list[object]:
-    """Every event the buffered bytes give, an error as its type and code."""
-    out: list[object] = []
-    while True:
-        try:
-            event = link.next_event()
-        except RemoteProtocolError as error:
-            out.append(("error", error.code))
-            continue
-        if event is wire.NEED_DATA:
-            return out
-        out.append(event)
-
-
-@given(wire_requests, st.data())
-def test_take_reply_takes_what_the_codec_would_and_nothing_else(
-        request: wire.Request, data: st.DataObject) -> None:
-    """A line given to take_reply: taken, it is the reply the buffer and decoder give for the
-    same bytes, with the same state after; not taken, nothing changed, and the bytes then go
-    the general way exactly as they would have. The exact awaited reply to a read, a write or
-    a masked write is always taken."""
-    line = data.draw(lines_for(request))
-    fast, slow = Connection(HOST), Connection(HOST)
-    fast.send(request)
-    slow.send(request)
-    taken = fast.take_reply(line)
-    slow.receive_data(line)
-    if taken is not None:
-        assert _drain(slow) == [taken]
-        assert fast.state is slow.state is State.IDLE and fast.pending is slow.pending is None
-        assert type(request) in _SHORT
-    else:
-        assert fast.state is State.AWAITING_REPLY and fast.pending == request
-        fast.receive_data(line)
-        assert _drain(fast) == _drain(slow)
-        assert (fast.state, fast.pending, fast.stale) == (slow.state, slow.pending, slow.stale)
-    reply_type = _SHORT.get(type(request))
-    if reply_type is not None:
-        exact = reply_type(request.seq, request.addr, 0x5A)  # type: ignore[attr-defined]
-        host = Connection(HOST)
-        host.send(request)
-        assert host.take_reply(encode(exact)) == exact and host.state is State.IDLE
-
-
-def test_take_reply_needs_an_awaited_reply_and_an_empty_buffer() -> None:
-    """Nothing is taken by a host awaiting nothing, a device, or with bytes still buffered."""
-    reply = encode(wire.ReadReply(5, 3, 7))
-    assert Connection(HOST).take_reply(reply) is None
-    assert Connection(DEVICE).take_reply(reply) is None
-    host = Connection(HOST)
-    host.send(ReadRequest(5, 3))
-    host.receive_data(b"$0")
-    assert host.take_reply(reply) is None and host.state is State.AWAITING_REPLY
-
-
-# --- the usual frames, from tables (issue 13) --------------------------------------------------
+# --- the frames of one-byte fields, from tables -------------------------------------------------
 
 _SHORT_FRAMES = (ReadRequest, WriteRequest, wire.ReadReply, wire.WriteReply,
                  wire.MaskedWriteReply)
@@ -631,8 +561,21 @@ _ODD_FIELDS = st.one_of(st.integers(-2, 0x102), st.booleans(), st.just("3"), st.
 
 
 def _general_encoding(frame: wire.Frame) -> bytes:
-    """The bytes of ``frame`` the general way: its text, then the CRC loop."""
-    payload = wire._payload(frame).encode("ascii")
+    """The bytes of ``frame`` written out here: its text, then the CRC loop (the frames of
+    one-byte fields, which the codec builds from tables, as the protocol spells them)."""
+    if type(frame) in _SHORT_FRAMES:
+        fields = [frame.seq, frame.addr]  # type: ignore[union-attr]
+        if type(frame) is not ReadRequest:
+            fields.append(frame.data)  # type: ignore[union-attr]
+        for name, value in zip(("seq", "addr", "data"), fields, strict=False):
+            if type(value) is not int or not 0 <= value <= 0xFF:
+                raise LocalProtocolError(f"`{name}` must be an int 0..255, got {value!r}")
+        letter = {ReadRequest: "R", WriteRequest: "W", wire.ReadReply: "r",
+                  wire.WriteReply: "w", wire.MaskedWriteReply: "m"}[type(frame)]
+        text = " ".join([f"{fields[0]:02X}", letter] + [f"{each:02X}" for each in fields[1:]])
+        payload = text.encode("ascii")
+    else:
+        payload = _writers._payload(frame).encode("ascii")
     return b"$%s*%02X\n" % (payload, wire.crc8(payload))
 
 
@@ -663,25 +606,19 @@ def test_the_usual_frames_refuse_a_bad_field_as_the_general_way(
 def test_a_hosts_read_and_write_are_sent_as_any_request(request: wire.Request,
                                                         state: State) -> None:
     """A host's read and write (sent straight) give the general encoder's bytes, await the
-    same reply (take_reply's form from _template) and move the state the same way; sent in
+    same reply and move the state the same way; sent in
     the wrong state, or with sequence number 0, they raise and change nothing."""
     host = Connection(HOST)
     if state is State.AWAITING_REPLY:
         host.send(wire.IdentifyRequest(7))
-    before = (host.state, host.pending, host._expected)
+    before = (host.state, host.pending)
     if state is State.IDLE and request.seq != 0:
         assert host.send(request) == _general_encoding(request)
         assert host.state is State.AWAITING_REPLY and host.pending == request
-        assert host._expected == wire._template(request)
     else:
         with pytest.raises(LocalProtocolError):
             host.send(request)
-        assert (host.state, host.pending, host._expected) == before
-
-
-# --- the usual exchange without frame objects: send_usual and take_value (issue 13) ----------
-
-_FIELDS = st.one_of(wire_bytes, _ODD_FIELDS)
+        assert (host.state, host.pending) == before
 
 
 def test_the_checksum_parts_add_up_to_crc8() -> None:
@@ -692,91 +629,10 @@ def test_the_checksum_parts_add_up_to_crc8() -> None:
             for seq, addr in ((value, 0xA5), (0x3C, value)):
                 payload = b"%02X %c %02X" % (seq, letter, addr)
                 if letter == ord("R"):
-                    assert wire._head_crc(seq, letter, addr) == wire.crc8(payload)
+                    assert _writers._head_crc(seq, letter, addr) == wire.crc8(payload)
                 else:
-                    assert wire._head_crc(seq, letter, addr) ^ wire._DATA_CRC[0x5A] == (
+                    assert _writers._head_crc(seq, letter, addr) ^ _writers._DATA_CRC[0x5A] == (
                         wire.crc8(payload + b" 5A"))
             if letter != ord("R"):
-                assert wire._head_crc(0x3C, letter, 0xA5) ^ wire._DATA_CRC[value] == (
+                assert _writers._head_crc(0x3C, letter, 0xA5) ^ _writers._DATA_CRC[value] == (
                     wire.crc8(b"3C %c A5 %02X" % (letter, value)))
-
-
-@given(wire_bytes.filter(bool), _FIELDS, st.one_of(st.none(), _FIELDS),
-       st.sampled_from([State.IDLE, State.AWAITING_REPLY, "device"]))
-def test_send_usual_is_send_of_the_request(seq: int, addr: object, data: object,
-                                           state: State | str) -> None:
-    """send_usual(addr, data) gives what send(ReadRequest(new_seq(), addr)) (or the
-    WriteRequest) gives: the same bytes, or the same LocalProtocolError with nothing changed
-    but the sequence number used up; the same state, awaited reply and (built when asked)
-    pending request."""
-    links = []
-    for _ in range(2):
-        link = Connection(DEVICE if state == "device" else HOST, first_seq=seq)
-        if state is State.AWAITING_REPLY:
-            link.send(wire.IdentifyRequest(7))
-        links.append(link)
-    fast, slow = links
-    outcomes: list[object] = []
-    for send in (lambda: fast.send_usual(addr, data),  # type: ignore[arg-type]
-                 lambda: slow.send(
-                     ReadRequest(slow.new_seq(), addr) if data is None  # type: ignore[arg-type]
-                     else WriteRequest(slow.new_seq(), addr, data))):  # type: ignore[arg-type]
-        try:
-            outcomes.append(send())
-        except LocalProtocolError as error:
-            outcomes.append(str(error))
-    assert outcomes[0] == outcomes[1]
-    assert (fast.state, fast._expected, fast._last_seq) == (
-        slow.state, slow._expected, slow._last_seq)
-    assert fast.pending == slow.pending
-
-
-@given(st.integers(1, 255), wire_bytes, st.one_of(st.none(), wire_bytes),
-       st.data())
-def test_take_value_takes_what_the_codec_would_and_nothing_else(
-        seq: int, addr: int, data: int | None, drawn: st.DataObject) -> None:
-    """After send_usual, a line given to take_value: taken, its value is the data of the one
-    reply the buffer and decoder give for the same bytes after send(request), with the same
-    state after; not taken (another sequence number, address or letter, a bad checksum, an
-    error reply, extra bytes...), nothing changed, and the bytes then go the general way
-    exactly as they would have, the request object built for it."""
-    line = drawn.draw(usual_reply_lines(seq, addr, data))
-    request = ReadRequest(seq, addr) if data is None else WriteRequest(seq, addr, data)
-    fast, slow = Connection(HOST, first_seq=seq), Connection(HOST, first_seq=seq)
-    fast.send_usual(addr, data)
-    slow.send(request)
-    value = fast.take_value(line)
-    slow.receive_data(line)
-    if value is not None:
-        kind = ReadReply if data is None else WriteReply
-        assert _drain(slow) == [kind(seq, addr, value)]
-        assert fast.state is slow.state is State.IDLE and fast.pending is slow.pending is None
-        assert fast.buffered == slow.buffered == 0
-    else:
-        assert fast.state is State.AWAITING_REPLY and fast._pending is None  # not built yet
-        fast.receive_data(line)
-        assert _drain(fast) == _drain(slow)
-        assert (fast.state, fast.pending, fast.stale, fast.discarded, fast.buffered) == (
-            slow.state, slow.pending, slow.stale, slow.discarded, slow.buffered)
-    exact = Connection(HOST, first_seq=seq)
-    exact.send_usual(addr, data)
-    reply = (ReadReply if data is None else WriteReply)(seq, addr, 0x5A)
-    assert exact.take_value(encode(reply)) == 0x5A and exact.state is State.IDLE
-
-
-def test_take_value_needs_an_awaited_usual_reply_and_an_empty_buffer() -> None:
-    """take_value takes nothing for a host awaiting nothing or another request's reply, for a
-    device, or with bytes still buffered; take_reply gives the frame of what it takes."""
-    line = encode(ReadReply(5, 3, 7))
-    assert Connection(HOST).take_value(line) is None
-    assert Connection(DEVICE).take_value(line) is None
-    host = Connection(HOST, first_seq=5)
-    host.send(wire.IdentifyRequest(host.new_seq()))
-    assert host.take_value(line) is None and host.state is State.AWAITING_REPLY
-    host = Connection(HOST, first_seq=5)
-    host.send_usual(3)
-    host.receive_data(b"$0")
-    assert host.take_value(line) is None and host.state is State.AWAITING_REPLY
-    host = Connection(HOST, first_seq=5)
-    host.send_usual(3)
-    assert host.take_reply(line) == ReadReply(5, 3, 7) and host.pending is None

@@ -10,7 +10,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -753,125 +753,6 @@ def test_a_reset_through_the_pty_ends_the_keys_of_its_link(tmp_path: Path) -> No
 
 
 # --- the POSIX fast path: select and os.read up to the line feed ----------------------------------
-
-
-def _counting_select(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Record the timeout of every select() the backend makes."""
-    import regdev.devices._serial as backend  # noqa: PLC0415
-
-    waits: list[float] = []
-    real = backend.select.select
-
-    def spy(read: Any, write: Any, error: Any, timeout: float) -> Any:
-        waits.append(timeout)
-        return real(read, write, error, timeout)
-
-    monkeypatch.setattr(backend.select, "select", spy)
-    return waits
-
-
-def test_a_reply_is_read_up_to_its_line_feed_not_a_fixed_count(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A reply of any length ends the wait at its LF: a short error reply is read by one
-    select and one read (a read of the awaited reply's length would wait out the poll)."""
-    from regdev.devices._serial import _read_line  # noqa: PLC0415
-
-    waits = _counting_select(monkeypatch)
-    reading, writing = os.pipe()
-    try:
-        os.set_blocking(reading, False)
-        busy = wire.encode(wire.ErrorReply(5, "BUSY"))
-        os.write(writing, busy)
-        assert _read_line(reading, time.monotonic() + 60) == busy
-        assert len(waits) == 1
-        # In pieces: each piece is waited for, up to the LF, and nothing past the deadline.
-        reply = wire.encode(wire.ReadReply(5, 3, 7))
-        os.write(writing, reply[:4])
-        threading.Timer(0.05, os.write, (writing, reply[4:])).start()
-        assert _read_line(reading, time.monotonic() + 60) == reply
-        os.write(writing, b"$05 r")
-        assert _read_line(reading, time.monotonic() + 0.05) == b"$05 r"
-    finally:
-        os.close(writing)
-    try:
-        with pytest.raises(serial.SerialException, match="returned no data"):
-            _read_line(reading, time.monotonic() + 60)  # the other end closed
-    finally:
-        os.close(reading)
-
-
-def test_replies_over_a_pty_are_taken_at_once_and_others_go_to_the_codec(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over a pty, the exact replies to reads and writes are taken by take_value (their data,
-    no frame object); an error reply goes to the codec, and an identify is offered to
-    take_reply, then to the codec; the results are the same either way."""
-    taken: list[tuple[str, object]] = []
-
-    def spying(name: str) -> Callable[..., object]:
-        take = getattr(wire.Connection, name)
-
-        def spy(self: wire.Connection, line: bytes) -> object:
-            result = take(self, line)
-            taken.append((name, result))
-            return result
-        return spy
-
-    for name in ("take_value", "take_reply"):
-        monkeypatch.setattr(wire.Connection, name, spying(name))
-    firmware = CountingFirmware()
-    faults = sim.Faults({"busy": 1.0}, after=3, count=1)
-    with sim_pty_thread(firmware, faults) as path, SerialDevice(path, timeout=PATIENT,
-                                                                retries=0) as device:
-        assert device.write(3, 0x33) == 0x33  # replies 1 (the identify) and 2
-        assert device.read(3) == 0x33  # reply 3
-        with pytest.raises(DeviceBusy):
-            device.read(3)  # reply 4: e BUSY
-    assert taken == [("take_value", None), ("take_reply", None),  # the identify (take_reply
-                     ("take_value", 0x33), ("take_value", 0x33),  # asks take_value)
-                     ("take_value", None)]
-    assert device.bad_frames == 0 and device.stale_replies == 0
-
-
-def _faulted_session(path: str) -> list[object]:
-    """Writes and reads through a faulted line: each call's value, or its exception's type
-    and code; then the device's counters."""
-    seen: list[object] = []
-    with SerialDevice(path, timeout=TIMEOUT, first_seq=1) as device:
-        for step in range(24):
-            addr = step % 16
-            try:
-                seen.append(device.write(addr, step) if step % 2 == 0 else device.read(addr))
-            except (DeviceError, TransportError) as error:
-                seen.append((type(error).__name__, getattr(error, "code", None)))
-        seen.append((device.timeouts, device.bad_frames, device.stale_replies))
-    return seen
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_the_posix_exchange_and_the_general_wait_agree_under_faults(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same seeded faults (replies dropped, corrupted, garbled, BUSY) give the same values,
-    exceptions and counters whether the replies are read straight on the POSIX port (one
-    line, take_value), through pyserial and the codec's general wait, or with no shortcut at
-    all: each request sent as its frame object, each reply read by the codec's decoder."""
-
-    def send_as_frame(self: wire.Connection, addr: int, data: int | None = None) -> bytes:
-        seq = self.new_seq()
-        return self.send(wire.ReadRequest(seq, addr) if data is None
-                         else wire.WriteRequest(seq, addr, data))
-
-    rates = {"drop": 0.08, "corrupt": 0.15, "garbage": 0.15, "busy": 0.15}
-    sessions = []
-    for way in ("posix", "general wait", "no shortcut"):
-        if way == "general wait":
-            monkeypatch.setattr("regdev.devices._serial._POSIX_PORT", None)
-        if way == "no shortcut":
-            monkeypatch.setattr(wire.Connection, "send_usual", send_as_frame)
-            monkeypatch.setattr(wire.Connection, "take_value", lambda self, line: None)
-        with sim_pty_thread(CountingFirmware(), sim.Faults(rates, seed=seed)) as path:
-            sessions.append(_faulted_session(path))
-    assert sessions[0] == sessions[1] == sessions[2]
-    assert any(isinstance(each, tuple) for each in sessions[0][:-1])  # some faults fired
 
 
 class _Duplicating:

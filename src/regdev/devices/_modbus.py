@@ -21,7 +21,10 @@ value written (read-only, write-only, write-1-to-clear or clear-on-read bits) is
 a 03. Modbus has no read without side effects and no reset request: with a map, a dump clears
 the clear-on-read bits it shows, and :meth:`ModbusDevice.reset` is refused.
 
-Rules of this file (those of the serial backend, ``_serial.py``, for Modbus):
+Rules of this file (those of the serial backend, ``_serial.py``, for Modbus; the transactions
+are the engine's, :mod:`regdev.devices._transaction`, over a :class:`_TcpLink` or the serial
+backend's :class:`~regdev.devices._serial.PortLink`, with what Modbus replies mean in
+:class:`_ModbusWire`):
 
 * One request at a time per device (a lock), one reply awaited, matched to the request: on
   TCP by transaction id, on both by unit, function code and, for writes, the address and
@@ -56,13 +59,11 @@ from __future__ import annotations
 import contextlib
 import secrets
 import socket
-import threading
 import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
 
 import serial
 
@@ -72,8 +73,6 @@ from ..core._errors import (
     DeviceRefused,
     DeviceTimeout,
     RegisterRangeError,
-    RemoteProtocolError,
-    ReplyLost,
     TransportError,
 )
 from ..core._limits import seconds_problem
@@ -95,7 +94,8 @@ from ._modbus_codec import (
     WriteSingle,
 )
 from ._regmap import Register, RegisterMap
-from ._serial import MAX_BAUDRATE, MODBUS_URL_FORMS, map_exceptions, port_state_id
+from ._serial import MAX_BAUDRATE, MODBUS_URL_FORMS, PortLink, map_exceptions, port_state_id
+from ._transaction import Transactions
 
 __all__ = ["MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget", "is_modbus_url",
            "parse_modbus_url"]
@@ -135,17 +135,6 @@ _EXCEPTIONS: dict[int, tuple[type[DeviceError], str]] = {
                           "failed to respond); it may or may not have happened: read the "
                           "register back"),
 }
-#: What a write or reset whose outcome is unknown asks the caller to do.
-_UNKNOWN = {
-    "write": "the write may or may not have happened: read the register back",
-    "block write": "the block write may or may not have happened: read the registers back",
-    "clear-on-read read": "the read may have cleared its clear-on-read bits, and its value "
-                          "is lost (it is not sent again)",
-    "masked write": "the masked write may or may not have happened: read the register back",
-    "reset": "the reset may or may not have happened: read the registers back",
-}
-
-
 def is_modbus_url(url: str) -> bool:
     """True when ``url`` names a Modbus device (``modbus+tcp://`` or ``modbus+rtu://``)."""
     scheme, sep, _ = url.partition("://")
@@ -263,87 +252,85 @@ def _split_query(rest: str) -> tuple[str, str, str]:
     return port, sep, query
 
 
-class _Failed(Exception):
-    """Inside a transaction: one attempt failed. ``again`` is True when sending the request
-    again may help (reads only)."""
+class _TcpLink:
+    """A TCP connection to a Modbus server, as the transaction engine's link."""
 
-    def __init__(self, error: DeviceError | TransportError, *, again: bool) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.again = again
+    flush_before_request = False  # a reply is its request's by transaction id
 
-
-class _Link:
-    """The byte stream to the device: a TCP socket or a pyserial port."""
-
-    def __init__(self, target: ModbusTarget, url: str, timeout: float, baudrate: int) -> None:
+    def __init__(self, target: ModbusTarget, url: str, timeout: float) -> None:
         self.url = url
-        self.sock: socket.socket | None = None
-        self.port: serial.Serial | None = None
-        if target.framing == TCP:
-            try:
-                self.sock = socket.create_connection((target.host, target.tcp_port),
-                                                     timeout=timeout)
-            except OSError as error:
-                raise TransportError(f"cannot connect to {target.port} ({url}): "
-                                     f"{_reason(error)}") from error
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        else:
-            options: dict[str, Any] = {
-                "baudrate": baudrate, "parity": _PARITIES[target.parity],
-                "stopbits": target.stopbits, "bytesize": 8, "exclusive": True,
-                "timeout": min(_POLL, timeout)}
-            if not target.port.lower().startswith("rfc2217://"):
-                options["write_timeout"] = timeout
-            with map_exceptions(target.port, opening=True):
-                self.port = serial.serial_for_url(target.port, **options)
+        try:
+            self.sock = socket.create_connection((target.host, target.tcp_port),
+                                                 timeout=timeout)
+        except OSError as error:
+            raise TransportError(f"cannot connect to {target.port} ({url}): "
+                                 f"{_reason(error)}") from error
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def write(self, data: bytes) -> None:
         with map_exceptions(self.url):
-            if self.sock is not None:
-                self.sock.sendall(data)
-            else:
-                assert self.port is not None
-                self.port.write(data)
+            self.sock.sendall(data)
 
     def read(self, deadline: float) -> bytes:
         """The next bytes, or b"" when none came by ``deadline`` (time.monotonic seconds).
 
         Raises:
-            TransportError: the port failed, or the peer closed the connection.
+            TransportError: the connection failed, or the peer closed it.
         """
         with map_exceptions(self.url):
-            if self.sock is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return b""
-                self.sock.settimeout(left)
-                try:
-                    data = self.sock.recv(_READ_CHUNK)
-                except TimeoutError:
-                    return b""
-                if not data:
-                    raise TransportError(f"port {self.url} failed: the device closed the "
-                                         "connection")
-                return data
-            port = self.port
-            assert port is not None
-            chunk: bytes = port.read(1)  # the first byte, or b"" after _POLL seconds
-            if chunk and (waiting := port.in_waiting):
-                chunk += port.read(min(waiting, _READ_CHUNK))
-            return chunk
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b""
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(_READ_CHUNK)
+            except TimeoutError:
+                return b""
+            if not data:
+                raise TransportError(f"port {self.url} failed: the device closed the "
+                                     "connection")
+            return data
 
     def flush_input(self) -> None:
-        if self.port is not None:
-            with map_exceptions(self.url):
-                self.port.reset_input_buffer()
+        pass  # a stale reply carries another transaction id
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, serial.SerialException):
-            if self.sock is not None:
-                self.sock.close()
-            if self.port is not None:
-                self.port.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class _ModbusWire:
+    """Modbus replies and the RTU line's synchronisation, for the transaction engine."""
+
+    need_data = NEED_DATA
+    sync_name = "read that synchronises the line"
+    bad_frame_ends_wait = True  # TCP: the stream's framing is in doubt
+
+    def __init__(self, device: ModbusDevice) -> None:
+        self._device = device
+
+    def sync_request(self, what: str) -> object | None:
+        return self._device._sync_request()
+
+    def synced(self, reply: object | None) -> None:
+        device = self._device
+        device._unanswered.clear()  # every late reply came before the sync's, and was dropped
+        codec = device._codec
+        if codec.echo_seen and not codec.local_echo:
+            codec.local_echo = device.echo = True  # the line echoes: drop the copies
+
+    def refusal(self, request: object, reply: object) -> DeviceError | None:
+        if isinstance(reply, ExceptionReply):
+            return _exception_error(reply.code)
+        return None
+
+    def abandoned(self, request: object) -> None:
+        if isinstance(request, ReadHolding):  # its reply may still come
+            self._device._unanswered.add(request.count)
+
+    def lost_sync(self) -> str:
+        """TCP drops the connection; RTU synchronises before the next request."""
+        return "reopen" if self._device.target.framing == TCP else "sync"
 
 
 def _reason(error: OSError) -> str:
@@ -447,23 +434,37 @@ class ModbusDevice(Device):
         self.retries = retries
         self.baudrate = target.baudrate or baudrate or 19200
         self.count = count
-        self.timeouts = 0
-        self.bad_replies = 0
         self.echo = target.echo
-        self._lock = threading.Lock()
         self._codec = ClientConnection(target.framing, target.unit, first_tid,
                                        local_echo=target.echo)
-        self._synced = target.framing == TCP  # RTU: a sync exchange is due
         self._state_id = _state_id(target)
-        self._link: _Link | None = self._open()
+        self._tx: Transactions[Reply] = Transactions(
+            url, lambda: self.timeout, self._open, self._codec, _ModbusWire(self),
+            synced=target.framing == TCP)  # RTU: a sync exchange is due
+
+    @property
+    def timeouts(self) -> int:
+        """Replies waited for in vain so far."""
+        return self._tx.timeouts
+
+    @property
+    def bad_replies(self) -> int:
+        """Replies so malformed that the link was dropped, so far."""
+        return self._tx.bad_frames
 
     @property
     def stale_replies(self) -> int:
         """Replies dropped so far because they did not answer the request awaited."""
         return self._codec.stale
 
-    def _open(self) -> _Link:
-        return _Link(self.target, self.url, self.timeout, self.baudrate)
+    def _open(self) -> _TcpLink | PortLink:
+        target = self.target
+        if target.framing == TCP:
+            return _TcpLink(target, self.url, self.timeout)
+        # RTU: bytes that came before a request are never its reply (no transaction id)
+        return PortLink(target.port, self.timeout, flush_before_request=True, name=self.url,
+                        baudrate=self.baudrate, parity=_PARITIES[target.parity],
+                        stopbits=target.stopbits, bytesize=8)
 
     # --- the Device interface -----------------------------------------------------------------
 
@@ -690,8 +691,7 @@ class ModbusDevice(Device):
 
     def close(self) -> None:
         """Close the link. Idempotent; a later transaction opens it again."""
-        with self._lock:
-            self._drop_link()
+        self._tx.close()
 
     def __enter__(self) -> ModbusDevice:
         return self
@@ -716,112 +716,8 @@ class ModbusDevice(Device):
         return list(reply.values)
 
     def _transact(self, request: Request, what: str, retries: int) -> Reply:
-        """One transaction: up to ``retries + 1`` attempts. Once an attempt was sent without
-        a definite outcome, the transaction's failure is that unknown outcome, whatever the
-        later attempts met."""
-        with self._lock:
-            started = time.monotonic()
-            attempts = 0
-            unknown: DeviceTimeout | None = None
-            while True:
-                attempts += 1
-                try:
-                    return self._attempt(request, what)
-                except _Failed as failed:
-                    error, cause = failed.error, failed.__cause__
-                    if isinstance(error, DeviceTimeout):
-                        unknown = error
-                    if failed.again and attempts <= retries:
-                        continue
-                if unknown is not None and isinstance(error, (TransportError, DeviceBusy)):
-                    error = type(unknown)(f"{unknown}; the retry failed: {error}")
-                if attempts > 1:
-                    spent = time.monotonic() - started
-                    error.args = (f"{error} ({attempts} attempts, {spent:.2f} s in all)",)
-                raise error from cause
-
-    def _attempt(self, request: Request, what: str) -> Reply:
-        """Open and synchronise when due, send ``request``, return its matching reply."""
-        try:
-            link = self._link if self._link is not None else self._reopen()
-        except TransportError as error:
-            raise _Failed(TransportError(f"the {what} was not sent: {error}"),
-                          again=False) from error
-        if not self._synced:
-            sync = self._sync_request()
-            try:
-                link.flush_input()
-                self._codec.discard_buffer()
-                if sync is not None:  # else the flush alone
-                    self._exchange(link, sync, "synchronising read")
-            except _Failed as failed:
-                raise _Failed(TransportError(f"the {what} was not sent: the line could not be "
-                                             f"synchronised: {failed.error}"),
-                              again=isinstance(failed.error, DeviceTimeout)) from failed.__cause__
-            self._synced = True
-            self._unanswered.clear()  # every late reply came before the sync's, and was dropped
-            if self._codec.echo_seen and not self._codec.local_echo:
-                self._codec.local_echo = self.echo = True  # the line echoes: drop the copies
-        reply = self._exchange(link, request, what)
-        if isinstance(reply, ExceptionReply):
-            refusal = _exception_error(reply.code)
-            raise _Failed(refusal, again=isinstance(refusal, DeviceBusy))
-        return reply
-
-    def _exchange(self, link: _Link, request: Request, what: str) -> Reply:
-        """Write ``request`` and await its matching reply.
-
-        Raises:
-            _Failed: TransportError (not sent), ReplyLost (the link failed after sending), or
-                DeviceTimeout (no matching reply in time, or a TCP reply that breaks framing).
-        """
-        codec = self._codec
-        data = codec.send(request)  # RTU: drops the bytes received before it
-        sent = False
-        try:
-            if self.target.framing == RTU:
-                link.flush_input()  # and those on their way in: none can be its reply
-            link.write(data)
-            sent = True
-            deadline = time.monotonic() + self.timeout
-            while True:
-                try:
-                    event = codec.next_event()
-                except RemoteProtocolError as error:
-                    self.bad_replies += 1
-                    self._drop_link()  # TCP: the stream's framing is in doubt
-                    raise _Failed(self._no_reply(what, f"a malformed reply ({error})"),
-                                  again=True) from None
-                if event is not NEED_DATA:
-                    assert not isinstance(event, type(NEED_DATA))
-                    return event
-                chunk = link.read(deadline)
-                if chunk:
-                    codec.receive_data(chunk)
-                elif time.monotonic() >= deadline:
-                    self.timeouts += 1
-                    self._lost_sync()
-                    raise _Failed(self._no_reply(what, f"no matching reply within "
-                                                       f"{self.timeout:g} s"), again=True)
-        except TransportError as error:
-            self._drop_link()
-            if not sent:
-                raise _Failed(TransportError(f"the {what} was not sent: {error}"),
-                              again=False) from error.__cause__
-            cause = str(error).partition(" failed: ")[2] or str(error)
-            raise _Failed(ReplyLost(f"{_UNKNOWN.get(what, f'the {what} failed')}; port "
-                                    f"{self.url} failed after it was sent: {cause}"),
-                          again=True) from error.__cause__
-        except RemoteProtocolError as error:  # receive_data: TCP buffer overrun
-            self.bad_replies += 1
-            self._drop_link()
-            raise _Failed(self._no_reply(what, f"a malformed reply ({error})"),
-                          again=True) from None
-        finally:
-            if codec.pending is not None:
-                codec.abandon()
-                if isinstance(request, ReadHolding):  # its reply may still come
-                    self._unanswered.add(request.count)
+        """One transaction of ``request`` (:meth:`Transactions.transact`)."""
+        return self._tx.transact(request, what, retries)
 
     def _sync_request(self) -> ReadHolding | None:
         """The synchronising read: of a number of registers no unanswered read has (so no
@@ -831,29 +727,6 @@ class ModbusDevice(Device):
             if count not in self._unanswered:
                 return ReadHolding(self.target.base + start, count)
         return None
-
-    def _no_reply(self, what: str, why: str) -> DeviceTimeout:
-        unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
-        return DeviceTimeout(f"{why}{unknown}")
-
-    def _lost_sync(self) -> None:
-        """After a timeout: TCP drops the connection; RTU synchronises before the next request."""
-        if self.target.framing == TCP:
-            self._drop_link()
-        else:
-            self._synced = False
-
-    def _reopen(self) -> _Link:
-        self._synced = self.target.framing == TCP
-        self._codec.discard_buffer()
-        self._link = self._open()
-        return self._link
-
-    def _drop_link(self) -> None:
-        link, self._link = self._link, None
-        self._synced = self.target.framing == TCP
-        if link is not None:
-            link.close()
 
 
 def _runs(addresses: Sequence[int], longest: int = MAX_READ) -> list[tuple[int, int]]:

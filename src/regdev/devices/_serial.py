@@ -6,36 +6,21 @@
 
 Rules of this file:
 
-* One request at a time per port (a lock), one reply awaited, matched by sequence number.
-* A write is reported done only when the device acknowledged it with the value written.
-  Writes and resets are sent once, never again.
-* The line is synchronised before it is trusted. After the port is opened (or reopened) the
-  input is flushed and an identify request is exchanged before any other: the device answers
-  in order, so every reply still on its way from before (the late reply to another process's
-  request, say) has arrived and been dropped by then. Sequence numbers start at a random value,
-  so a new process does not reuse the numbers of the one before it either.
+* The transactions are the engine's (:mod:`regdev.devices._transaction`: the lock, the
+  attempts, what a failure says became of the request, synchronising, reopening); this file
+  gives it the port (:class:`PortLink`, pyserial's own reads and writes, for every port kind)
+  and what the protocol's replies mean (:class:`_SerialWire`).
+* The line is synchronised before it is trusted: after the port is opened (or reopened) the
+  input is flushed and an identify request exchanged before any other. The device answers in
+  order, so every reply still on its way from before has arrived and been dropped by then.
+  Sequence numbers start at a random value, so a new process does not reuse the numbers of
+  the one before it either.
 * After a timeout the input is flushed and the codec's buffer dropped before the next request;
   a late reply that still arrives carries an old sequence number and is dropped as stale.
-* A failure says what happened to the request: :class:`TransportError`, it was not sent
-  (the port failed, or the line could not be synchronised first: nothing ran);
-  :class:`DeviceTimeout`, it was sent and no valid reply came, so a write may or may not have
-  run (:class:`ReplyLost` when the port failed after sending it); :class:`DeviceBusy`, the
-  device answered ``BUSY``, ``CKSUM`` or ``SYNTAX`` (not executed, may succeed later);
-  :class:`DeviceRefused`, it answered another error code (not executed). Once an attempt of a
-  transaction was sent, its failure is the unknown outcome, whatever a retry then meets.
-* The port's read timeout is set once, at open, to a short poll interval, and each wait runs to
-  its own deadline: pyserial reconfigures the port on every assignment to ``timeout``
-  (``tcsetattr`` on POSIX, a renegotiation with sleeps over RFC 2217).
-* A port that failed is set aside and closed when the next transaction reopens it, outside
-  any reply's deadline (pyserial's close of a network port sleeps 0.3 s).
-* pyserial and OS exceptions are mapped to regdev's in one place, :func:`map_exceptions`.
-* The usual exchange fast, everything else general (issue 13). A read or a write is sent as
-  ``(addr, data)`` (:meth:`Connection.send_usual`: no frame object). On a POSIX port its
-  reply is read with ``select`` and ``os.read`` up to its line feed (the bytes there are,
-  never a fixed count: a short error reply must not wait out the poll), and taken at once as
-  the register's value when it is exactly the awaited reply (:meth:`Connection.take_value`).
-  Any other bytes go to the codec, with the bytes already read, as on every other port;
-  ``socket://`` and ``rfc2217://`` ports read through pyserial.
+* A device's ``e`` reply: :class:`DeviceBusy` for ``BUSY``, ``CKSUM`` or ``SYNTAX`` (not
+  executed, may succeed later), :class:`DeviceRefused` for another code (not executed).
+* pyserial and OS exceptions are mapped to regdev's in one place, :func:`_port_failure`
+  (through :func:`map_exceptions` around opening and settings).
 * Who the device is comes from its identify reply (``docs/protocol.md``, the ``id=`` and
   ``epoch=`` ending), learnt from every identify reply, the synchronising one included, and
   asked again after every reset sent: :meth:`SerialDevice.identity`. A device that does not
@@ -48,33 +33,22 @@ import contextlib
 import errno
 import os
 import secrets
-import select
 import sys
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 import serial
 
-from ..core._errors import (
-    DeviceBusy,
-    DeviceError,
-    DeviceRefused,
-    DeviceTimeout,
-    RemoteProtocolError,
-    ReplyLost,
-    TransportError,
-)
+from ..core._errors import DeviceBusy, DeviceError, DeviceRefused, TransportError
 from ..core._text import escape_text
 from ..core._wording import serial_problem
 from ._device import Device, DeviceIdentity, check_access, check_block, check_timeout
 from ._protocol import (
     HOST,
     MAP_PAGE,
-    MAX_FRAME,
     NEED_DATA,
     Connection,
     DumpReply,
@@ -87,17 +61,19 @@ from ._protocol import (
     ReadBlockReply,
     ReadBlockRequest,
     ReadReply,
+    ReadRequest,
     Reply,
     Request,
     ResetReply,
     ResetRequest,
-    State,
     WriteBlockReply,
     WriteBlockRequest,
     WriteReply,
+    WriteRequest,
     split_map_text,
 )
 from ._regmap import RegisterMap
+from ._transaction import ITSELF, Transactions
 
 __all__ = ["MAX_BAUDRATE", "MODBUS_URL_FORMS", "URL_FORMS", "SerialDevice", "map_exceptions",
            "port_state_id"]
@@ -125,28 +101,14 @@ _REFUSALS = {
 #: Codes that say nothing about the request itself (:class:`DeviceBusy`): sending it again
 #: may succeed. Any other code is a refusal for good (:class:`DeviceRefused`).
 _BUSY = frozenset({"CKSUM", "SYNTAX", "BUSY"})
-#: What a write or reset whose outcome is unknown asks the caller to do.
-_UNKNOWN = {
-    "write": "the write may or may not have happened: read the register back",
-    "block write": "the block write may or may not have happened: read the registers back",
-    "masked write": "the masked write may or may not have happened: read the register back",
-    "reset": "the reset may or may not have happened: dump the registers",
-    "clear-on-read read": "the read may have cleared its clear-on-read bits, and its value "
-                          "is lost",
-}
 #: Most bytes taken from the port per read call (the codec's buffer holds 1024).
 _READ_CHUNK = 256
 #: The port's read timeout, in seconds: how often a wait wakes to check its deadline when
 #: nothing arrives (bytes that arrive end the wait at once), so how far it may overshoot.
 _POLL = 0.01
+_R = TypeVar("_R", bound=Reply)
 #: Schemes whose URL must name a host and a port; checked before pyserial sees them.
 _NETWORK_SCHEMES = ("socket", "rfc2217")
-
-_R = TypeVar("_R", bound=Reply | int)
-#: A usual request, a read or a write, as :meth:`Connection.send_usual` takes it: the
-#: register's address and the value written (None for a read). Its answer is the register's
-#: value: an int, without frame objects on the way (issue 13).
-_Usual: TypeAlias = tuple[int, int | None]
 
 try:  # POSIX: pyserial lets termios.error (not an OSError) out of a port's settings
     from termios import error as _TermiosError
@@ -154,32 +116,6 @@ try:  # POSIX: pyserial lets termios.error (not an OSError) out of a port's sett
                                                  _TermiosError)
 except ImportError:  # pragma: no cover - Windows
     _PORT_ERRORS = (serial.SerialException, OSError)
-
-
-class _Failed(Exception):
-    """Inside a transaction: one attempt failed. ``error`` is what the caller is told;
-    ``again`` is True when sending the request again may help (reads only)."""
-
-    def __init__(self, error: DeviceError | TransportError, *, again: bool) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.again = again
-
-
-class _PortFailed(Exception):
-    """Inside a transaction: the port failed, before the request was written or after."""
-
-    def __init__(self, error: TransportError, *, sent: bool) -> None:
-        super().__init__(str(error))
-        self.sent = sent
-
-
-class _NoReply(Exception):
-    """Inside a transaction: no valid reply within the timeout (``bad`` frames dropped)."""
-
-    def __init__(self, bad: int) -> None:
-        super().__init__()
-        self.dropped = f" ({bad} bad frame{'s' * (bad != 1)} dropped)" if bad else ""
 
 
 def _open_message(url: str, error: BaseException) -> str:
@@ -225,8 +161,8 @@ def map_exceptions(url: str, *, opening: bool = False) -> Iterator[None]:
 
 def _port_failure(url: str, error: BaseException) -> TransportError:
     """The :class:`TransportError` of port ``url`` failing with ``error`` (one of
-    :data:`_PORT_ERRORS`): what :func:`map_exceptions` raises, for the transaction's own
-    ``try`` (a generator's context manager costs as much as the codec's work)."""
+    :data:`_PORT_ERRORS`): what :func:`map_exceptions` raises, and :class:`PortLink` on
+    the way of every request (a generator's context manager costs as much as the codec)."""
     return TransportError(f"port {url} failed: {serial_problem(error)}")
 
 
@@ -290,68 +226,100 @@ def _extension(letter: str) -> Iterator[None]:
                             "SYNTAX") from None
 
 
-def _posix_port_type() -> type[serial.Serial] | None:
-    """pyserial's class of a port opened by its device path on POSIX, else None."""
-    try:
-        from serial.serialposix import Serial  # noqa: PLC0415 - POSIX only
-    except ImportError:  # pragma: no cover - not POSIX: every port reads through pyserial
-        return None
-    return Serial
+class PortLink:
+    """A pyserial port as the :class:`~regdev.devices._transaction.Link` of a transaction:
+    any port ``serial.serial_for_url`` opens, read through pyserial.
 
+    The port's read timeout is set once, at open, to a short poll (:data:`_POLL`), and each
+    read runs to its own deadline: pyserial reconfigures the port on every assignment to
+    ``timeout``.
 
-#: The ports whose replies are read with ``select`` and ``os.read`` (:func:`_read_line`).
-_POSIX_PORT = _posix_port_type()
-#: What ``os.read`` on a port may fail with that is no failure: try again (as pyserial does).
-_AGAIN = frozenset({errno.EAGAIN, errno.EALREADY, errno.EWOULDBLOCK, errno.EINPROGRESS,
-                    errno.EINTR})
-
-
-def _read_line(fd: int, deadline: float) -> bytes:
-    """Bytes from a POSIX port's file descriptor (non-blocking, as pyserial opens it) up to a
-    line feed, or what came by ``deadline`` (``time.monotonic()`` seconds; b"" only when
-    nothing came by then): ``select`` waits for bytes, ``os.read`` takes what is there (up to
-    a frame's worth at a time), so a reply of any length ends the wait as soon as its LF
-    arrives.
+    Args:
+        port: the pyserial URL or device path.
+        timeout: seconds a write may take (where the port type supports a write timeout).
+        flush_before_request: flush the input before every request.
+        name: the port's name in messages (``port`` by default).
+        settings: more of ``serial_for_url``'s settings (``baudrate``, ``parity``...).
 
     Raises:
-        serial.SerialException: the port says bytes are ready and gives none (a device
-            unplugged), as pyserial's own read raises it; OSError: the port failed.
+        TransportError: the port cannot be opened (:func:`map_exceptions`).
     """
-    received = b""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select((fd,), (), (), left)[0]:
-            return received
+
+    def __init__(self, port: str, timeout: float, *, flush_before_request: bool = False,
+                 name: str | None = None, **settings: Any) -> None:
+        self.url = port if name is None else name
+        self.flush_before_request = flush_before_request
+        options: dict[str, Any] = {"exclusive": True, "timeout": min(_POLL, timeout),
+                                   **settings}
+        if not port.lower().startswith("rfc2217://"):
+            options["write_timeout"] = timeout  # pyserial's RFC 2217 port refuses one
+        with map_exceptions(port, opening=True):
+            self.port: serial.Serial = serial.serial_for_url(port, **options)
+
+    def write(self, data: bytes) -> None:
         try:
-            chunk = os.read(fd, MAX_FRAME)
-        except OSError as error:
-            if error.errno in _AGAIN:
-                continue
-            raise
-        if not chunk:
-            raise serial.SerialException(
-                "device reports readiness to read but returned no data (device disconnected "
-                "or multiple access on port?)")
-        received += chunk
-        if b"\n" in chunk or len(received) >= MAX_FRAME:
-            return received
+            self.port.write(data)
+        except _PORT_ERRORS as error:
+            raise _port_failure(self.url, error) from error
+
+    def read(self, deadline: float) -> bytes:
+        """The bytes waiting, as soon as there are some; b"" when none came by ``deadline``
+        (``time.monotonic()`` seconds). Overshoots it by at most the poll (:data:`_POLL`)."""
+        port = self.port
+        try:
+            while time.monotonic() < deadline:
+                chunk: bytes = port.read(1)  # returns at the first byte, or after _POLL s
+                if chunk:
+                    waiting = port.in_waiting
+                    return chunk + port.read(min(waiting, _READ_CHUNK)) if waiting else chunk
+        except _PORT_ERRORS as error:
+            raise _port_failure(self.url, error) from error
+        return b""
+
+    def flush_input(self) -> None:
+        with map_exceptions(self.url):
+            self.port.reset_input_buffer()
+
+    def close(self) -> None:
+        # Closing a port that may have failed: there is nothing more to release.
+        with contextlib.suppress(serial.SerialException, OSError):
+            self.port.close()
 
 
-def _read_port(port: serial.Serial, deadline: float) -> bytes:
-    """The bytes waiting on a port that :func:`_read_line` cannot read (``socket://``,
-    ``rfc2217://``), through pyserial, as soon as there are some; b"" when none came by
-    ``deadline`` (``time.monotonic()`` seconds). Overshoots the deadline by at most the port's
-    poll (:data:`_POLL`).
+class _SerialWire:
+    """The serial protocol's replies and synchronisation, for the transaction engine."""
 
-    Raises:
-        serial.SerialException, OSError: the port failed.
-    """
-    while time.monotonic() < deadline:
-        chunk = port.read(1)  # returns at the first byte, or after _POLL seconds
-        if chunk:
-            waiting = port.in_waiting
-            return chunk + port.read(min(waiting, _READ_CHUNK)) if waiting else chunk
-    return b""
+    need_data = NEED_DATA
+    sync_name = "identify that synchronises the line"
+    bad_frame_ends_wait = False
+
+    def __init__(self, device: SerialDevice) -> None:
+        self._device = device
+
+    def sync_request(self, what: str) -> object:
+        # An identify is its own synchronisation: a stale identify reply taken for its answer
+        # says the same, and arrives after every older reply all the same.
+        if what == "identify":
+            return ITSELF
+        return IdentifyRequest(self._device._link.new_seq())
+
+    def synced(self, reply: object | None) -> None:
+        self._device._learn(reply)
+
+    def refusal(self, request: object, reply: object) -> DeviceError | None:
+        if isinstance(reply, ErrorReply):
+            meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
+            kind = DeviceBusy if reply.code in _BUSY else DeviceRefused
+            return kind(f"{meaning} ({reply.code})", reply.code)
+        if not getattr(request, "page", 0):  # (the map page says nothing of who it is)
+            self._device._learn(reply)
+        return None
+
+    def abandoned(self, request: object) -> None:
+        pass
+
+    def lost_sync(self) -> str:
+        return "flush"  # a late reply carries an old sequence number: the codec drops it
 
 
 class SerialDevice(Device):
@@ -417,29 +385,43 @@ class SerialDevice(Device):
         self.baudrate = baudrate
         self.timeout = float(timeout)
         self.retries = retries
-        self.timeouts = 0
-        self.bad_frames = 0
-        self._lock = threading.Lock()
         self._link = Connection(HOST, first_seq=first_seq)
         self._known: DeviceIdentity | None = None  # from the last identify reply
+        self._known_at = -1  # the engine's link generation of that reply
         self._stale = True  # nothing known, or a reset was sent since: identity() asks
-        self._synced = False  # a reply to our identify came since the port was opened
-        self._flush = False  # a reply was abandoned: flush the input before the next request
-        self._failed: serial.Serial | None = None  # a port that failed, closed at the reopen
-        self._port: serial.Serial | None = self._open()
+        self._tx: Transactions[Reply] = Transactions(
+            url, lambda: self.timeout, lambda: PortLink(url, self.timeout, baudrate=baudrate),
+            self._link, _SerialWire(self))
+
+    @property
+    def _port(self) -> serial.Serial | None:
+        """The open port, if any (None after a failure, until the next transaction)."""
+        link = self._tx.link
+        return link.port if isinstance(link, PortLink) else None
+
+    @property
+    def timeouts(self) -> int:
+        """Replies waited for in vain so far."""
+        return self._tx.timeouts
+
+    @property
+    def bad_frames(self) -> int:
+        """Bad frames received and dropped so far."""
+        return self._tx.bad_frames
 
     @property
     def stale_replies(self) -> int:
         """Replies dropped so far because no request awaited them (late, after a timeout)."""
         return self._link.stale
 
-    def _open(self) -> serial.Serial:
-        options: dict[str, Any] = {"baudrate": self.baudrate, "exclusive": True,
-                                   "timeout": min(_POLL, self.timeout)}
-        if not self.url.lower().startswith("rfc2217://"):
-            options["write_timeout"] = self.timeout  # pyserial's RFC 2217 port refuses one
-        with map_exceptions(self.url, opening=True):
-            return serial.serial_for_url(self.url, **options)
+    def _transact(self, make: Callable[[int], Request], expect: type[_R], what: str,
+                  retries: int) -> _R:
+        """One transaction (:meth:`Transactions.transact`) of the request ``make`` builds
+        from its sequence number; its reply, of type ``expect``."""
+        link = self._link
+        reply = self._tx.transact(lambda: make(link.new_seq()), what, retries)
+        assert isinstance(reply, expect)  # the codec matched it to the request
+        return reply
 
     # --- the Device interface -----------------------------------------------------------------
 
@@ -461,8 +443,10 @@ class SerialDevice(Device):
         if clears is None:  # no register there: check_access refuses it, in its words
             check_access(addr, 0, self._regmap)
         if clears:
-            return self._transact((addr, None), int, "clear-on-read read", 0)
-        return self._transact((addr, None), int, "read", self.retries)
+            return self._transact(lambda seq: ReadRequest(seq, addr), ReadReply,
+                                  "clear-on-read read", 0).data
+        return self._transact(lambda seq: ReadRequest(seq, addr), ReadReply, "read",
+                              self.retries).data
 
     def write(self, addr: int, data: int) -> int:
         """Write ``data`` (0..255) to register ``addr`` (0..15); return the value acknowledged.
@@ -487,7 +471,8 @@ class SerialDevice(Device):
         if (type(addr) is not int or addr not in self._clears or type(data) is not int
                 or not 0 <= data <= 0xFF):  # check_access refuses them, in its words
             check_access(addr, data, self._regmap)
-        value = self._transact((addr, data), int, "write", 0)
+        value = self._transact(lambda seq: WriteRequest(seq, addr, data), WriteReply, "write",
+                               0).data
         if value != data and self._regmap.is_default:
             raise DeviceError(f"the device acknowledged register {addr} = 0x{value:02x}, "
                               f"not the 0x{data:02x} written")
@@ -654,7 +639,7 @@ class SerialDevice(Device):
         """
         if not refresh:
             known = self._known
-            if known is not None and not self._stale:
+            if known is not None and not self._stale and self._known_at == self._tx.generation:
                 return known
         reply = self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries)
         return self._identity_of(reply)
@@ -669,17 +654,16 @@ class SerialDevice(Device):
         return (DeviceIdentity(device_id, epoch) if device_id is not None
                 else DeviceIdentity(self._state_id, None))
 
-    def _learn(self, reply: Reply) -> None:
+    def _learn(self, reply: object) -> None:
         """Keep what an identify reply says of the device (the transaction lock held)."""
         if isinstance(reply, IdentifyReply):
             self._known = self._identity_of(reply)
+            self._known_at = self._tx.generation
             self._stale = False
 
     def close(self) -> None:
         """Close the port. Idempotent; a later transaction reopens it (and synchronises)."""
-        with self._lock:
-            self._set_port_aside()
-            self._close_failed()
+        self._tx.close()
 
     def __enter__(self) -> SerialDevice:
         return self
@@ -690,248 +674,3 @@ class SerialDevice(Device):
 
     def __repr__(self) -> str:
         return f"SerialDevice({self.url!r}, baudrate={self.baudrate}, timeout={self.timeout})"
-
-    # --- transactions -------------------------------------------------------------------------
-
-    def _transact(self, make: Callable[[int], Request] | _Usual, expect: type[_R], what: str,
-                  retries: int) -> _R:
-        """One transaction: up to ``retries + 1`` attempts, each synchronising when due.
-
-        ``make`` builds the request from its sequence number; a read or a write is given as
-        ``(addr, data)`` instead (:data:`_Usual`), sent without a frame object, and answered
-        with the register's value (``expect`` is int).
-
-        An attempt is sent again only when that may help (no valid reply, a port that failed
-        after sending, a busy device, a synchronising identify without a reply). Once any
-        attempt was sent without a definite outcome, the transaction's failure is that unknown
-        outcome (:class:`DeviceTimeout`, :class:`ReplyLost`), whatever the later attempts met:
-        never "not sent".
-        """
-        with self._lock:
-            started = time.monotonic()
-            attempts = 0
-            unknown: DeviceTimeout | None = None  # the last attempt sent without an outcome
-            while True:
-                attempts += 1
-                try:
-                    reply = self._attempt(make, what)
-                except _Failed as failed:
-                    error, cause = failed.error, failed.__cause__
-                    if isinstance(error, DeviceTimeout):
-                        unknown = error
-                    if failed.again and attempts <= retries:
-                        continue
-                else:
-                    assert isinstance(reply, expect)  # the codec matched it to the request
-                    return reply
-                if unknown is not None and isinstance(error, (TransportError, DeviceBusy)):
-                    error = type(unknown)(f"{unknown}; the retry failed: {error}")
-                if attempts > 1:
-                    spent = time.monotonic() - started
-                    error.args = (f"{error} ({attempts} attempts, {spent:.2f} s in all)",)
-                raise error from cause
-
-    def _attempt(self, make: Callable[[int], Request] | _Usual, what: str) -> Reply | int:
-        """Synchronise when due, then send the request and return its reply (the register's
-        value for a usual request).
-
-        Messages put the request's fate first (the gate shows a model the first 120 characters).
-
-        Raises:
-            _Failed: the attempt failed; its ``error`` says what became of the request.
-        """
-        port = self._port
-        if port is None or self._flush or not self._synced:
-            port = self._prepare(what)
-        request = make if isinstance(make, tuple) else make(self._link.new_seq())
-        try:
-            reply = self._exchange(port, request)
-        except _PortFailed as failure:
-            if not failure.sent:
-                raise _Failed(TransportError(f"the {what} was not sent: {failure}"),
-                              again=False) from failure.__cause__
-            cause = str(failure).partition(" failed: ")[2]
-            lost = (ReplyLost(f"{_UNKNOWN[what]}; port {self.url} failed after it was sent: "
-                              f"{cause}") if what in _UNKNOWN
-                    else ReplyLost(f"port {self.url} failed after the {what} was sent: {cause}"))
-            raise _Failed(lost, again=True) from failure.__cause__
-        except _NoReply as failure:
-            unknown = f"; {_UNKNOWN[what]}" if what in _UNKNOWN else ""
-            raise _Failed(DeviceTimeout(f"no valid reply within {self.timeout:g} s"
-                                        f"{failure.dropped}{unknown}"), again=True) from None
-        self._synced = True  # any answer to a request of ours is a synchronisation
-        if type(reply) is int:  # the usual exchange's answer
-            return reply
-        if isinstance(reply, IdentifyReply):
-            if not getattr(request, "page", 0):  # (the map page says nothing of who it is)
-                self._learn(reply)
-        elif isinstance(reply, ErrorReply):
-            meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
-            if reply.code in _BUSY:
-                raise _Failed(DeviceBusy(f"{meaning} ({reply.code})", reply.code), again=True)
-            raise _Failed(DeviceRefused(f"{meaning} ({reply.code})", reply.code), again=False)
-        elif isinstance(make, tuple):  # a usual request answered the general way
-            assert isinstance(reply, (ReadReply, WriteReply))
-            return reply.data
-        return reply
-
-    def _prepare(self, what: str) -> serial.Serial:
-        """Before an attempt, when due: open the port again, flush its input (after a reply
-        abandoned or a reopen), and synchronise the line (an identify exchanged).
-
-        Raises:
-            _Failed: the line is not ready; nothing of the ``what`` was sent.
-        """
-        try:
-            port = self._port if self._port is not None else self._reopen()
-            if self._flush or not self._synced:
-                with map_exceptions(self.url):
-                    port.reset_input_buffer()
-                self._link.discard_buffer()
-                self._flush = False
-        except TransportError as error:
-            self._set_port_aside()
-            raise _Failed(TransportError(f"the {what} was not sent: {error}"),
-                          again=False) from error
-        # An identify is its own synchronisation: a stale identify reply taken for its answer
-        # says the same, and arrives after every older reply all the same.
-        if not self._synced and what != "identify":
-            try:
-                reply = self._exchange(port, IdentifyRequest(self._link.new_seq()))
-                assert not isinstance(reply, int)  # an identify is no usual request
-                self._learn(reply)
-            except _PortFailed as failure:
-                raise _Failed(TransportError(f"the {what} was not sent: {failure} (while "
-                                             "synchronising the line)"),
-                              again=False) from failure.__cause__
-            except _NoReply as failure:
-                raise _Failed(TransportError(
-                    f"the {what} was not sent: no valid reply within {self.timeout:g} s to the "
-                    f"identify that synchronises the line{failure.dropped}"), again=True) from None
-            self._synced = True
-        return port
-
-    def _exchange(self, port: serial.Serial, request: Request | _Usual) -> Reply | int:
-        """Write one request and await its reply.
-
-        On a POSIX port (the usual case, issue 13): one ``os.write``, the bytes up to the
-        first LF (:func:`_read_line`), and when they are exactly the awaited reply, that reply
-        (:meth:`Connection.take_value` for a read or a write given as ``(addr, data)``: the
-        register's value, no frame object built; :meth:`Connection.take_reply` for the
-        others). Any other bytes go to the codec and the wait goes on there
-        (:meth:`_await_reply`), as on every other port.
-
-        Raises:
-            _PortFailed: the port failed; ``sent`` is False when the write itself failed (a
-                frame cut short is never executed).
-            _NoReply: no valid reply within ``timeout`` seconds.
-        """
-        link = self._link
-        take: Callable[[bytes], Reply | int | None]  # the awaited reply, exactly, else None
-        if isinstance(request, tuple):  # a read or a write: its data, no frame object
-            data, take = link.send_usual(*request), link.take_value
-        else:
-            data, take = link.send(request), link.take_reply
-        sent = False
-        try:
-            if type(port) is not _POSIX_PORT:
-                port.write(data)
-                sent = True
-                return self._await_reply(port, None, time.monotonic() + self.timeout, b"")
-            fd: int = port.fd  # type: ignore[assignment]  # (an open port has one)
-            try:  # noqa: SIM105 - contextlib.suppress costs more than this write
-                data = data[os.write(fd, data):]  # a frame fits the output buffer at once
-            except BlockingIOError:
-                pass  # the output buffer is full: pyserial waits, within write_timeout
-            if data:
-                port.write(data)
-            sent = True
-            deadline = time.monotonic() + self.timeout
-            if link.buffered:  # bytes received before (a reply that came late): first
-                return self._await_reply(port, fd, deadline, b"")
-            line = _read_line(fd, deadline)
-            reply = take(line)
-            if reply is not None:
-                return reply
-            return self._await_reply(port, fd, deadline, line)
-        except _PORT_ERRORS as error:  # as map_exceptions maps them
-            self._abandon()
-            self._set_port_aside()
-            raise _PortFailed(_port_failure(self.url, error), sent=sent) from error
-        except BaseException:
-            self._abandon()
-            raise
-
-    def _abandon(self) -> None:
-        """After an exchange that failed: give up its reply, if it is still awaited, and flush
-        the port's input before the next request."""
-        if self._link.state is State.AWAITING_REPLY:
-            self._link.abandon()
-            self._flush = True
-
-    def _await_reply(self, port: serial.Serial, fd: int | None, deadline: float,
-                     received: bytes) -> Reply:
-        """The reply to the request just written, from the bytes ``received`` so far and those
-        read until ``deadline`` (``time.monotonic()`` seconds), through the codec: any frames
-        before it dropped (stale, bad), a reply in pieces joined.
-
-        Raises:
-            _NoReply: no valid reply in time.
-            serial.SerialException, OSError: the port failed (the caller maps them).
-        """
-        link = self._link
-        bad = 0
-        chunk = received
-        while True:
-            if chunk:
-                try:
-                    link.receive_data(chunk)
-                except RemoteProtocolError:
-                    self.bad_frames += 1
-                    bad += 1
-            while link.buffered:
-                try:
-                    event = link.next_event()
-                except RemoteProtocolError:
-                    self.bad_frames += 1
-                    bad += 1
-                    continue
-                if event is NEED_DATA:
-                    break
-                assert not isinstance(event, Request)  # a host's codec yields only replies
-                return event
-            if fd is not None:
-                chunk = _read_line(fd, deadline)
-                reply = link.take_reply(chunk)  # exactly the awaited reply, else None
-                if reply is not None:
-                    return reply
-            else:
-                chunk = _read_port(port, deadline)
-            if not chunk:  # each reader gives b"" only once the deadline passed
-                self.timeouts += 1
-                raise _NoReply(bad)
-
-    # --- the port -----------------------------------------------------------------------------
-
-    def _reopen(self) -> serial.Serial:
-        self._close_failed()
-        self._synced = False
-        self._port = self._open()
-        return self._port
-
-    def _set_port_aside(self) -> None:
-        """After a failure (or on close): the next transaction opens the port again, and the
-        next :meth:`identity` asks the device (it may have been restarted meanwhile)."""
-        port, self._port = self._port, None
-        self._synced = False
-        self._stale = True
-        if port is not None:
-            self._close_failed()
-            self._failed = port
-
-    def _close_failed(self) -> None:
-        port, self._failed = self._failed, None
-        if port is not None:
-            # Closing a port that already failed: there is nothing more to release.
-            with contextlib.suppress(serial.SerialException, OSError):
-                port.close()

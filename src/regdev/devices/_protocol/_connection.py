@@ -1,0 +1,269 @@
+"""One end of the serial line, sans-IO: :class:`Connection` feeds bytes to the readers and
+frames to the writers, and moves through :data:`~._state.TRANSITIONS`."""
+
+from __future__ import annotations
+
+import enum
+from typing import Final, Literal
+
+from ...core._errors import LocalProtocolError, RemoteProtocolError
+from ._events import (
+    _ANSWER,
+    _REQUESTS,
+    MAX_FRAME,
+    ErrorReply,
+    Frame,
+    ReadBlockReply,
+    ReadBlockRequest,
+    Request,
+    WriteBlockReply,
+    WriteBlockRequest,
+)
+from ._readers import _HEX2, _syntax, decode
+from ._state import DEVICE, TRANSITIONS, Action, Role, State
+from ._writers import encode
+
+
+def _block_size(frame: Frame) -> int | None:
+    """How many registers a block frame moves (None for other frames), so that a block
+    reply must carry as many values as its request asked for."""
+    if isinstance(frame, ReadBlockRequest):
+        return frame.count
+    if isinstance(frame, (ReadBlockReply, WriteBlockRequest, WriteBlockReply)):
+        return len(frame.values)
+    return None
+
+
+class _Sentinel(enum.Enum):
+    NEED_DATA = "NEED_DATA"
+
+
+#: Returned by :meth:`Connection.next_event` when no whole frame is buffered yet.
+NEED_DATA: Final = _Sentinel.NEED_DATA
+
+
+class Connection:
+    """One end of the serial line: feed it bytes, read frames; give it frames, send bytes.
+
+    Args:
+        role: :data:`HOST` (sends requests) or :data:`DEVICE` (answers them).
+        max_buffer_size: most bytes held unread, at least :data:`MAX_FRAME` (default 1024).
+        first_seq: the sequence number :meth:`new_seq` gives first, 1..255 (default 1). A host
+            process should start at a random one, so that it does not reuse the numbers of the
+            process before it on the same line (the caller draws it: this module has no I/O
+            and no randomness, and stays deterministic in tests).
+
+    Raises:
+        LocalProtocolError: ``max_buffer_size`` is below :data:`MAX_FRAME`, or ``first_seq``
+            is not an int in 1..255.
+
+    Attributes:
+        discarded: bytes dropped so far: outside any frame, in bad frames, in replies a
+            device heard (its own echo), or abandoned.
+        stale: replies dropped because the host was not awaiting them (an old sequence number).
+    """
+
+    def __init__(self, role: Role, *, max_buffer_size: int = 1024, first_seq: int = 1) -> None:
+        if type(max_buffer_size) is not int or max_buffer_size < MAX_FRAME:
+            raise LocalProtocolError(f"max_buffer_size must be an int >= {MAX_FRAME}")
+        if type(first_seq) is not int or not 1 <= first_seq <= 0xFF:
+            raise LocalProtocolError(f"first_seq must be an int 1..255, got {first_seq!r}")
+        self.role = role
+        self.max_buffer_size = max_buffer_size
+        self._state = State.IDLE
+        self._buffer = bytearray()
+        self._pending: Request | None = None  # awaited (host) or owed (device)
+        self._last_seq = first_seq - 1  # new_seq() counts up from here, skipping 0
+        self.discarded = 0
+        self.stale = 0
+
+    @property
+    def state(self) -> State:
+        """The current :class:`State`."""
+        return self._state
+
+    @property
+    def buffered(self) -> int:
+        """How many received bytes wait to be read as frames (by :meth:`next_event`)."""
+        return len(self._buffer)
+
+    @property
+    def pending(self) -> Request | None:
+        """The request whose reply is awaited (host) or owed (device), if any."""
+        return self._pending
+
+    def _move(self, action: Action, local: bool) -> None:
+        # (Role, State and Action hash by identity, in C: their members are singletons that
+        # compare by identity anyway, and Enum's own __hash__, of the name, is Python code.)
+        new = TRANSITIONS.get((self.role, self._state, action))
+        if new is None:
+            text = (f"cannot {action.value} as the {self.role.value} in state "
+                    f"{self._state.value}")
+            raise LocalProtocolError(text) if local else RemoteProtocolError(text)
+        self._state = new
+
+    def new_seq(self) -> int:
+        """The next sequence number for a host's request: ``first_seq`` first, then counting
+        up to 255 and on from 1 again (0 is never used)."""
+        self._last_seq = self._last_seq % 255 + 1
+        return self._last_seq
+
+    def send(self, frame: Frame) -> bytes:
+        """Turn a frame this end may send now into the bytes to write.
+
+        Args:
+            frame: a request (host) or a reply (device). A device's reply must carry the
+                owed request's ``seq``; an :class:`ErrorReply` may also answer a frame that
+                raised :class:`RemoteProtocolError` (its ``seq``, or 0).
+
+        Returns:
+            The bytes of the frame (see :func:`encode`).
+
+        Raises:
+            LocalProtocolError: this end may not send this frame now, or a field is out of
+                range. The state does not change.
+        """
+        request = frame if isinstance(frame, _REQUESTS) else None
+        if request is not None:
+            action = Action.SEND_REQUEST
+            if request.seq == 0:
+                raise LocalProtocolError("sequence number 0 is reserved; requests use 1..255")
+        elif isinstance(frame, ErrorReply):
+            action = Action.SEND_ERROR
+        else:
+            action = Action.SEND_REPLY
+        owed = self._pending if self.role is DEVICE else None
+        if owed is not None and frame.seq != owed.seq:
+            raise LocalProtocolError(
+                f"the reply owed is to sequence number {owed.seq}, not {frame.seq}")
+        if owed is not None and action is Action.SEND_REPLY and not isinstance(
+                frame, _ANSWER[type(owed)]):
+            raise LocalProtocolError(
+                f"{type(frame).__name__} does not answer {type(owed).__name__}")
+        data = encode(frame)
+        self._move(action, local=True)
+        self._pending = request
+        return data
+
+    def abandon(self) -> None:
+        """Host: give up the awaited reply (after a timeout) and drop the buffered bytes.
+
+        A late reply to the abandoned request is then stale: :meth:`next_event` drops it.
+
+        Raises:
+            LocalProtocolError: no reply is awaited.
+        """
+        self._move(Action.ABANDON, local=True)
+        self._pending = None
+        self.discard_buffer()
+
+    def discard_buffer(self) -> None:
+        """Drop the bytes received and not yet read as frames (counted in ``discarded``).
+
+        For a host resynchronising its line: it flushes its port's input and calls this, so
+        the next frame is read from bytes that arrived after. The state does not change.
+        """
+        self.discarded += len(self._buffer)
+        self._buffer.clear()
+
+    def receive_data(self, data: bytes) -> None:
+        """Add bytes read from the line to the receive buffer.
+
+        Raises:
+            RemoteProtocolError: the buffer would hold more than ``max_buffer_size`` bytes
+                (an overrun, as in a UART): the buffered bytes and ``data`` are dropped.
+        """
+        if len(self._buffer) + len(data) > self.max_buffer_size:
+            self.discarded += len(self._buffer) + len(data)
+            self._buffer.clear()
+            raise RemoteProtocolError(
+                f"receive buffer overrun: more than {self.max_buffer_size} bytes unread; "
+                "the buffered bytes were dropped")
+        self._buffer += data
+
+    def next_event(self) -> Frame | Literal[_Sentinel.NEED_DATA]:
+        """The next frame for this end, or :data:`NEED_DATA`.
+
+        Bytes before a ``$`` are dropped. A host drops replies it is not awaiting (stale); a
+        device drops every reply frame (on an echoing line it hears its own replies, and
+        answering them would never end).
+
+        Returns:
+            A request (device) or the awaited reply (host), or :data:`NEED_DATA`.
+
+        Raises:
+            RemoteProtocolError: the next frame is bad (checksum, syntax, over-long, cut short
+                by a new ``$``, a request reaching a host, or a reply that does not answer the
+                request). It has been dropped; call again to go on.
+            LocalProtocolError: a device calls this before sending the reply it owes.
+        """
+        if self._state is State.MUST_REPLY:
+            raise LocalProtocolError("send the reply owed before reading the next request")
+        buffer = self._buffer
+        while True:
+            start = buffer.find(b"$")
+            if start < 0:
+                self.discarded += len(buffer)
+                buffer.clear()
+                return NEED_DATA
+            if start:
+                self.discarded += start
+                del buffer[:start]
+            end = buffer.find(b"\n", 1, MAX_FRAME)
+            cut = buffer.find(b"$", 1, end if end >= 0 else MAX_FRAME)
+            if cut >= 0:
+                line = bytes(buffer[:cut])
+                self._drop(cut)
+                raise _syntax(line, "cut short by a new `$` (a byte was lost)",
+                              _HEX2.get(line[1:3]))
+            if end < 0:
+                if len(buffer) < MAX_FRAME:
+                    return NEED_DATA
+                line = bytes(buffer[:MAX_FRAME])
+                self._drop(MAX_FRAME)
+                raise _syntax(line, f"no LF within {MAX_FRAME} bytes",
+                              _HEX2.get(line[1:3]))
+            line = bytes(buffer[:end])
+            try:
+                frame = decode(line)
+            except RemoteProtocolError:
+                self._drop(end + 1)
+                raise
+            del buffer[:end + 1]
+            if self._accept(frame, line):
+                return frame
+
+    def _drop(self, count: int) -> None:
+        self.discarded += count
+        del self._buffer[:count]
+
+    def _accept(self, frame: Frame, line: bytes) -> bool:
+        """Apply a received frame to the state; False when it is dropped (a stale reply at
+        a host, any reply at a device)."""
+        is_request = isinstance(frame, _REQUESTS)
+        if self.role is DEVICE:
+            if not is_request:
+                self.discarded += len(line) + 1  # its own echo, or another device's reply
+                return False
+            self._move(Action.RECEIVE_REQUEST, local=False)
+            self._pending = frame if isinstance(frame, _REQUESTS) else None
+            return True
+        if is_request:
+            raise _syntax(line, "a request reached the host (does the line echo?)", frame.seq)
+        pending = self._pending
+        if pending is None or frame.seq != pending.seq:
+            self.stale += 1
+            return False
+        answers = isinstance(frame, ErrorReply) or (
+            isinstance(frame, _ANSWER[type(pending)])
+            and getattr(frame, "addr", None) == getattr(pending, "addr", None)
+            and _block_size(frame) == _block_size(pending))
+        if not answers:
+            raise _syntax(line, f"does not answer the request {encode(pending)!r}", frame.seq)
+        self._move(Action.RECEIVE_REPLY, local=False)
+        self._pending = None
+        return True
+
+    def __repr__(self) -> str:
+        return (f"Connection({self.role.value}, state={self._state.value}, "
+                f"buffered={len(self._buffer)})")
