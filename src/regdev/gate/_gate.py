@@ -2,15 +2,15 @@
 
 Rules of this file:
 
-* One pipeline, :meth:`Gate._pipeline`, read top to bottom: parse, validate (the schema's
+* One pipeline, in :meth:`Gate.handle`, read top to bottom: parse, validate (the schema's
   checks, then the register map's rules), authorize (the audit log's health, the session's
   scopes, read-only registers, the idempotency key, the rate limit, approval), execute (the
-  intent record, then the device), observe, record. Every call takes it: :meth:`Gate.handle`
-  and :meth:`Gate.handle_call`, any dialect, session or gate. Each stage runs only while
-  nothing has ended the call: the first refusal (or, from authorize, the stored observation
-  of a replayed idempotency key) decides the observation, and nothing reaches the device
-  unless every earlier stage passed. What the stages learn about the call is kept in the
-  pipeline's local variables.
+  intent record, then the device), observe, record. Every call takes it:
+  :meth:`Gate.handle`'s text, :meth:`Gate.handle_call`'s decoded call, any dialect, session
+  or gate. Each stage runs only while nothing has ended the call: the first refusal (or, from
+  authorize, the stored observation of a replayed idempotency key) decides the observation,
+  and nothing reaches the device unless every earlier stage passed. What the stages learn
+  about the call is kept in the pipeline's local variables.
 * Steps a gate does not have cost one test each, not another copy of the pipeline: without
   an audit log no stage is timed, no intent is written and nothing is recorded; authorize's
   checks run only for what there is (an audit log, a limited session, read-only or protected
@@ -37,10 +37,10 @@ Rules of this file:
   write, saying its outcome is unknown. An intent that cannot be committed keeps the write
   from being sent (``audit-error``).
 * An approved call that changes protected registers holds their locks (one per register, in
-  address order) from the re-read of the values its approver was shown
-  (:attr:`Approval.holds`) to the device's answer (the execute stage): check and
-  write are one step, so of two approved writes of one register sent at once only the first
-  runs, and the second is ``approval-denied`` with nothing sent.
+  address order) from the re-read of the values its approver was shown (:attr:`Approval.holds`,
+  at authorize) to the device's answer: check and write are one step, so of two approved
+  writes of one register sent at once only the first runs, and the second is
+  ``approval-denied`` with nothing sent.
 * A lost reply (``device-timeout``) of a write that is not safe to send twice
   (:attr:`Tool.repeat_risk`: a 1 written to a write-1-to-clear bit) is ``outcome-unknown``,
   which keeps its idempotency key: a retry with it is answered, not run.
@@ -63,7 +63,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from msgspec.structs import replace
@@ -210,7 +210,7 @@ class Gate:
         self._registers = registers if registers.read_only or registers.protected else None
         #: One lock per protected register: an approved write holds the locks of the
         #: protected registers it changes from the re-read of the values its approver saw to
-        #: the device's answer (the execute stage), so that check and write are one step.
+        #: the device's answer, so that check and write are one step.
         self._guards = {addr: threading.Lock() for addr in sorted(registers.protected)}
         #: The registers the device's map makes read-only (refusals name the map for these,
         #: the policy for the others).
@@ -218,6 +218,9 @@ class Gate:
         #: Every register's address (what a reset changes), and how messages name them.
         self._every = regmap.addresses
         self._label = regmap.label
+        #: Authorize has something to check whatever the session: a policy, an audit log, or
+        #: read-only or protected registers (else only a session with limits has).
+        self._authorizes = policy is not None or audit is not None or self._registers is not None
         self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
         #: Told once, in words, when a call's idempotency key is ignored because the gate has
         #: no audit log (the command line prints it on stderr); the ``regdev`` logger's
@@ -293,8 +296,211 @@ class Gate:
             self.check_options(dialect, tool_choice)
         if loop_id is not None:
             check_loop_id(loop_id)
-        return self._pipeline(raw, dialect, tool_choice, session or self.default_session,
-                              loop_id, step, proposer)
+        # The one pipeline: parse -> validate -> authorize -> execute -> observe -> record,
+        # top to bottom. Each stage runs only while nothing has ended the call (``end`` is
+        # None): the first refusal, or a replayed observation, decides what the call gets. A
+        # step the gate does not have costs one test: without an audit log no stage is timed
+        # and nothing is recorded; authorize checks only what there is.
+        session = session or self.default_session
+        audit = self.audit
+        start = 0
+        arrived = 0.0
+        if audit is not None:  # stage times and the record are for the audit log
+            arrived = time.time()
+            start = _now_ns()
+        parse_ns = validate_ns = authorize_ns = execute_ns = observe_ns = None
+        end: Refusal | Observation | None = None  # what ends the call, once something does
+        name: str | None = None  # the usual call's tool name, decoded in one step
+        arguments: Any = None  # its arguments as sent
+        document: object = None  # any other call's decoded document
+        call_id: str | None = None  # the correlation id to echo
+        sent: object = None  # the idempotency key as sent, not yet checked
+        key: str | None = None  # the idempotency key in force (None: none, or no audit log)
+        not_data = False  # handle_call's call holds Python data JSON cannot (nothing to record)
+        tool: Tool | None = None  # the validated call's tool
+        bound: dict[str, Any] | None = None  # its validated, bound arguments
+        slot: Slot | None = None  # where its key is reserved (this call holds it)
+        print_: bytes | None = None  # the key's fingerprint of tool and arguments
+        approval: Approval | None = None  # the approval hook's answer, when an Approval
+        locks: list[threading.Lock] | None = None  # an approved write's registers' locks
+        intent: str | None = None  # the id of a write's intent record, once committed
+        executed = False  # the device call started: from then on the device may have changed
+        result: Any = None  # what the device answered
+        text_raw: str | bytes | None = raw  # the raw text, for the record
+        observation: Observation
+        try:
+            # parse: the usual call (one object: a string tool, object arguments, maybe an id)
+            # in one decode and one colon count; any other text through parse(), with its
+            # dialect and idempotency key; handle_call's call checked for JSON data
+            usual = decode_canonical(raw, self.max_input_bytes) \
+                if dialect == "canonical" else None
+            if type(usual) is tuple:
+                name, arguments, call_id = usual
+            elif usual is not None:  # not-json
+                end = usual  # type: ignore[assignment]
+            elif type(given := cast(object, raw)) is _Decoded:
+                document, call_id, sent = given.call, given.call_id, given.key
+                text_raw = None  # (recorded as the call's JSON, when it is JSON data)
+                text = encode_json_data(document, self.max_input_bytes)
+                if isinstance(text, str):
+                    not_data = True
+                    end = Refusal("parse", "not-json", f"the tool call is not JSON data: {text}")
+                else:
+                    sent = check_idempotency_key(sent, "idempotency_key")
+            else:
+                parsed = parse(raw, dialect, max_bytes=self.max_input_bytes)
+                if isinstance(parsed, Refusal):  # too-large, not-json
+                    end = parsed
+                else:
+                    document, call_id, end = parsed.call, parsed.id, parsed.refusal
+                    sent = parsed.idempotency_key
+            if end is None and sent is not None:
+                if isinstance(sent, Refusal):
+                    end = sent
+                else:
+                    assert type(sent) is str
+                    taken = self._take_key(dialect, sent, loop_id)
+                    if isinstance(taken, Refusal):
+                        end = taken
+                    else:
+                        key = taken
+            if audit is not None:
+                now = _now_ns()
+                parse_ns, start = now - start, now
+
+            # validate: the compiled check of the session's tools (the first failure worded,
+            # None, or BIND: valid, with values to make ints), then the register map's rules
+            if end is None:
+                check = self._validators.get(session.tools) or self._validators_for(
+                    session.tools)
+                if name is not None:
+                    verdict = check.refusal(name, arguments, tool_choice)
+                else:
+                    verdict = check(document, tool_choice)
+                if verdict is None or verdict is BIND:
+                    if name is None:
+                        canonical: dict[str, Any] = document  # type: ignore[assignment]
+                        name, arguments = canonical["tool"], canonical["arguments"]
+                    tool = self._tool_by_name[name]  # valid: the tool is offered
+                    bound = tool.bind(arguments) if verdict is BIND else arguments
+                    if tool.rules is not None:  # the map's rules, after the schema's ranges
+                        end = tool.rules(bound)
+                else:
+                    end = verdict
+                if audit is not None:
+                    now = _now_ns()
+                    validate_ns, start = now - start, now
+
+            # authorize, in the order of _policy.py: nothing runs that cannot be recorded,
+            # the session's scopes, read-only registers, the idempotency key, the rate limit,
+            # approval of protected registers
+            if end is None and (self._authorizes or session.limited):
+                assert tool is not None and bound is not None
+                registers = self._registers
+                if audit is not None and (audit.failure is not None or audit.closed):
+                    end = _check_audit(audit, tool)
+                if end is None and session.limited:
+                    end = session.check_scope(tool)
+                changed: tuple[int, ...] = ()
+                if end is None and registers is not None:
+                    changed = changed_registers(tool, bound, self._every)
+                    if changed:
+                        end = check_read_only(registers, tool, changed, every=self._every,
+                                              label=self._label, by_map=self._map_read_only)
+                if end is None and key is not None and not tool.read_only:
+                    print_ = fingerprint(tool.name, bound)
+                    slot, end = self._reserve_key(session, key, print_)
+                    if isinstance(end, Observation):  # a replay, with this call's id
+                        end = replace(end, id=call_id)
+                if end is None and session.limited:
+                    end = session.take_token()
+                if end is None and changed:
+                    assert registers is not None
+                    answers: list[Approval] = []
+                    end = ask_approval(registers, tool, changed,
+                                       self.policy.approve if self.policy is not None else None,
+                                       _request_of(session, tool, bound), every=self._every,
+                                       label=self._label, answered=answers.append)
+                    approval = answers[-1] if answers else None
+                    if end is None:  # approved, or nothing protected
+                        # The locks of its protected registers, held from the re-read of what
+                        # its approver was shown to the device's answer: check and write are
+                        # one step (released when the call is over, before its record).
+                        locks = [self._guards[addr] for addr in self._guards if addr in changed]
+                        for lock in locks:
+                            lock.acquire()
+                        if approval is not None:
+                            end = self._changed_since_approved(approval)
+                if audit is not None:
+                    now = _now_ns()
+                    authorize_ns, start = now - start, now
+
+            # execute: a write's intent committed before it leaves, then the device (through
+            # the timeout worker when there is a timeout)
+            if end is None:
+                assert tool is not None and bound is not None
+                handler = tool.handler
+                if handler is None:
+                    end = _no_handler(tool)
+                else:
+                    if audit is not None and not tool.read_only:
+                        intended = self._intend(
+                            tool, bound, arrived=arrived, session=session, dialect=dialect,
+                            loop_id=loop_id, step=step, key=key, call_id=call_id,
+                            proposer=proposer, approval=approval)
+                        if isinstance(intended, Refusal):
+                            end = intended
+                        else:
+                            intent = intended
+                    if end is None:
+                        executed = True
+                        try:
+                            result = handler(self._runner, bound)
+                        except RegdevError as error:
+                            end = _execute_failure(error, tool, bound)
+                if audit is not None:
+                    now = _now_ns()
+                    execute_ns, start = now - start, now
+
+            # observe: the result against the output cap (unless its bound is within it)
+            if end is None:
+                assert tool is not None
+                if tool.name in self._measured:
+                    size = len(_encode(result))
+                    if size > self.max_output_bytes:
+                        end = _too_large(tool, size, self.max_output_bytes)
+                if audit is not None:
+                    observe_ns = _now_ns() - start
+            if end is None:
+                assert tool is not None
+                observation = Observation(tool.name, result, None, call_id)
+            elif isinstance(end, Observation):  # authorize's replay of a stored one
+                observation = end
+            else:
+                observation = Observation(refusal=end, id=call_id)
+        except Exception:  # the gate's promise: one observation, never an exception
+            observation = _internal_error()
+        except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
+            observation = _internal_error(_interrupted(error), log=False)
+            raise
+        finally:
+            if locks is not None:  # an approved write's: the device has answered
+                for lock in reversed(locks):
+                    lock.release()
+            # record: the call's audit record, committed before the answer when it executed
+            # a write; then its idempotency key settled
+            if audit is not None:
+                observation = self._record(
+                    observation, arrived=arrived, session=session, dialect=dialect,
+                    raw=text_raw,
+                    document=document if name is None else {"tool": name,
+                                                            "arguments": arguments},
+                    not_data=not_data, tool=tool, bound=bound, loop_id=loop_id, step=step,
+                    key=key, stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns,
+                                       observe_ns),
+                    proposer=proposer, approval=approval, slot=slot, print_=print_,
+                    executed=executed, intent=intent)
+        return observation
 
     def handle_call(
         self,
@@ -341,12 +547,11 @@ class Gate:
             KeyboardInterrupt, SystemExit: as for :meth:`handle`.
         """
         self.check_options("canonical", tool_choice)
-        if loop_id is not None:
-            check_loop_id(loop_id)
         if type(call_id) is not str or len(call_id) > MAX_ID_CHARS or not is_text(call_id):
             call_id = None
-        return self._pipeline(None, "canonical", tool_choice, session or self.default_session,
-                              loop_id, step, proposer, (call, call_id, idempotency_key))
+        decoded: Any = _Decoded(call, call_id, idempotency_key)  # in place of raw text
+        return self.handle(decoded, tool_choice=tool_choice, session=session, loop_id=loop_id,
+                           step=step, proposer=proposer)
 
     def check_options(self, dialect: str, tool_choice: str | None) -> None:
         """Raise ValueError for a dialect or a forced tool this gate cannot honour."""
@@ -358,223 +563,6 @@ class Gate:
                              f"{', '.join(self.tools)}")
 
     # --- the pipeline --------------------------------------------------------------------
-
-    def _pipeline(  # noqa: PLR0917 - positional: on every call's path
-            self, raw: str | bytes | None, dialect: str, tool_choice: str | None,
-            session: Session, loop_id: str | None, step: int | None, proposer: str | None,
-            decoded: tuple[object, str | None, object] | None = None) -> Observation:
-        """parse -> validate -> authorize -> execute -> observe -> record, top to bottom.
-
-        Each stage runs only while nothing has ended the call (``end`` is None): the first
-        refusal, or a replayed observation, decides what the call gets. A step the gate does
-        not have costs one test: without an audit log no stage is timed and nothing is
-        recorded; without a policy, an audit log or a read-only or protected register,
-        authorize checks nothing.
-
-        Args:
-            raw: the text to parse; None for :meth:`handle_call`'s call, given as ``decoded``:
-                ``(call, correlation id, idempotency key as sent)``.
-        """
-        audit = self.audit
-        start = 0
-        arrived = 0.0
-        if audit is not None:  # stage times and the record are for the audit log
-            arrived = time.time()
-            start = _now_ns()
-        parse_ns = validate_ns = authorize_ns = execute_ns = observe_ns = None
-        end: Refusal | Observation | None = None  # what ends the call, once something does
-        name: str | None = None  # the usual call's tool name, decoded in one step
-        arguments: Any = None  # its arguments as sent
-        document: object = None  # any other call's decoded document
-        call_id: str | None = None  # the correlation id to echo
-        sent: object = None  # the idempotency key as sent, not yet checked
-        key: str | None = None  # the idempotency key in force (None: none, or no audit log)
-        not_data = False  # handle_call's call holds Python data JSON cannot (nothing to record)
-        tool: Tool | None = None  # the validated call's tool
-        bound: dict[str, Any] | None = None  # its validated, bound arguments
-        slot: Slot | None = None  # where its key is reserved (this call holds it)
-        print_: bytes | None = None  # the key's fingerprint of tool and arguments
-        approval: Approval | None = None  # the approval hook's answer, when an Approval
-        guarded: tuple[int, ...] = ()  # the protected registers whose locks execute holds
-        intent: str | None = None  # the id of a write's intent record, once committed
-        executed = False  # the device call started: from then on the device may have changed
-        result: Any = None  # what the device answered
-        observation: Observation
-        try:
-            # parse: the usual call (one object: a string tool, object arguments, maybe an id)
-            # in one decode and one colon count; any other text through parse(), with its
-            # dialect and idempotency key; handle_call's call checked for JSON data
-            if raw is None:
-                assert decoded is not None
-                document, call_id, sent = decoded
-                text = encode_json_data(document, self.max_input_bytes)
-                if isinstance(text, str):
-                    not_data = True
-                    end = Refusal("parse", "not-json", f"the tool call is not JSON data: {text}")
-                else:
-                    sent = check_idempotency_key(sent, "idempotency_key")
-            else:
-                usual = decode_canonical(raw, self.max_input_bytes) \
-                    if dialect == "canonical" else None
-                if type(usual) is tuple:
-                    name, arguments, call_id = usual
-                elif usual is not None:  # not-json
-                    end = usual  # type: ignore[assignment]
-                else:
-                    parsed = parse(raw, dialect, max_bytes=self.max_input_bytes)
-                    if isinstance(parsed, Refusal):  # too-large, not-json
-                        end = parsed
-                    else:
-                        document, call_id, end = parsed.call, parsed.id, parsed.refusal
-                        sent = parsed.idempotency_key
-            if end is None and sent is not None:
-                if isinstance(sent, Refusal):
-                    end = sent
-                else:
-                    assert type(sent) is str
-                    taken = self._take_key(dialect, sent, loop_id)
-                    if isinstance(taken, Refusal):
-                        end = taken
-                    else:
-                        key = taken
-            if audit is not None:
-                now = _now_ns()
-                parse_ns, start = now - start, now
-
-            # validate: the compiled check of the session's tools (the first failure worded,
-            # None, or BIND: valid, with values to make ints), then the register map's rules
-            if end is None:
-                check = self._validators.get(session.tools) or self._validators_for(
-                    session.tools)
-                if name is not None:
-                    verdict = check.refusal(name, arguments, tool_choice)
-                else:
-                    verdict = check(document, tool_choice)
-                if verdict is None or verdict is BIND:
-                    if name is None:
-                        canonical: dict[str, Any] = document  # type: ignore[assignment]
-                        name, arguments = canonical["tool"], canonical["arguments"]
-                    tool = self._tool_by_name[name]  # valid: the tool is offered
-                    bound = tool.bind(arguments) if verdict is BIND else arguments
-                    if tool.rules is not None:  # the map's rules, after the schema's ranges
-                        end = tool.rules(bound)
-                else:
-                    end = verdict
-                if audit is not None:
-                    now = _now_ns()
-                    validate_ns, start = now - start, now
-
-            # authorize, in the order of _policy.py: nothing runs that cannot be recorded,
-            # the session's scopes, read-only registers, the idempotency key, the rate limit,
-            # approval of protected registers
-            if end is None:
-                assert tool is not None and bound is not None
-                registers = self._registers
-                if audit is not None and (audit.failure is not None or audit.closed):
-                    end = _check_audit(audit, tool)
-                if end is None and session.limited:
-                    end = session.check_scope(tool)
-                changed: tuple[int, ...] = ()
-                if end is None and registers is not None:
-                    changed = changed_registers(tool, bound, self._every)
-                    if changed:
-                        end = check_read_only(registers, tool, changed, every=self._every,
-                                              label=self._label, by_map=self._map_read_only)
-                if end is None and key is not None and not tool.read_only:
-                    print_ = fingerprint(tool.name, bound)
-                    slot, end = self._reserve_key(session, key, print_)
-                    if isinstance(end, Observation):  # a replay, with this call's id
-                        end = replace(end, id=call_id)
-                if end is None and session.limited:
-                    end = session.take_token()
-                if end is None and changed:
-                    assert registers is not None
-                    answers: list[Approval] = []
-                    end = ask_approval(registers, tool, changed,
-                                       self.policy.approve if self.policy is not None else None,
-                                       _request_of(session, tool, bound), every=self._every,
-                                       label=self._label, answered=answers.append)
-                    approval = answers[-1] if answers else None
-                    if end is None:  # approved, or nothing protected: locks held at execute
-                        guarded = tuple(addr for addr in self._guards if addr in changed)
-                if audit is not None:
-                    now = _now_ns()
-                    authorize_ns, start = now - start, now
-
-            # execute: an approved write holds its protected registers' locks from the
-            # re-read of what its approver was shown to the device's answer; a write's intent
-            # is committed before it leaves; then the device (through the timeout worker)
-            if end is None:
-                assert tool is not None and bound is not None
-                handler = tool.handler
-                if handler is None:
-                    end = _no_handler(tool)
-                else:
-                    locks = [self._guards[addr] for addr in guarded] if guarded else None
-                    if locks is not None:
-                        for lock in locks:
-                            lock.acquire()
-                    try:
-                        if locks is not None and approval is not None:
-                            end = self._changed_since_approved(approval)
-                        if end is None and audit is not None and not tool.read_only:
-                            intended = self._intend(
-                                tool, bound, arrived=arrived, session=session,
-                                dialect=dialect, loop_id=loop_id, step=step, key=key,
-                                call_id=call_id, proposer=proposer, approval=approval)
-                            if isinstance(intended, Refusal):
-                                end = intended
-                            else:
-                                intent = intended
-                        if end is None:
-                            executed = True
-                            try:
-                                result = handler(self._runner, bound)
-                            except RegdevError as error:
-                                end = _execute_failure(error, tool, bound)
-                    finally:
-                        if locks is not None:
-                            for lock in reversed(locks):
-                                lock.release()
-                if audit is not None:
-                    now = _now_ns()
-                    execute_ns, start = now - start, now
-
-            # observe: the result against the output cap (unless its bound is within it)
-            if end is None:
-                assert tool is not None
-                if tool.name in self._measured:
-                    size = len(_encode(result))
-                    if size > self.max_output_bytes:
-                        end = _too_large(tool, size, self.max_output_bytes)
-                if audit is not None:
-                    observe_ns = _now_ns() - start
-            if end is None:
-                assert tool is not None
-                observation = Observation(tool.name, result, None, call_id)
-            elif isinstance(end, Observation):  # authorize's replay of a stored one
-                observation = end
-            else:
-                observation = Observation(refusal=end, id=call_id)
-        except Exception:  # the gate's promise: one observation, never an exception
-            observation = _internal_error()
-        except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
-            observation = _internal_error(_interrupted(error), log=False)
-            raise
-        finally:
-            # record: the call's audit record, committed before the answer when it executed
-            # a write; then its idempotency key settled
-            if audit is not None:
-                observation = self._record(
-                    observation, arrived=arrived, session=session, dialect=dialect, raw=raw,
-                    document=document if name is None else {"tool": name,
-                                                            "arguments": arguments},
-                    not_data=not_data, tool=tool, bound=bound, loop_id=loop_id, step=step,
-                    key=key, stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns,
-                                       observe_ns),
-                    proposer=proposer, approval=approval, slot=slot, print_=print_,
-                    executed=executed, intent=intent)
-        return observation
 
     def _take_key(self, dialect: str, sent: str, loop_id: str | None) -> str | Refusal | None:
         """The idempotency key in force for a call that sent ``sent`` (see
@@ -815,6 +803,16 @@ def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
     return Refusal("authorize", "audit-error",
                    f"the audit log failed to commit ({escape_text(failure, 80)}), so calls "
                    "that change the device are refused until a commit succeeds; reads still run")
+
+
+class _Decoded:
+    """:meth:`Gate.handle_call`'s call, decoded already, on its way through the pipeline in
+    place of raw text, with its correlation id (checked) and its idempotency key (as sent)."""
+
+    __slots__ = ("call", "call_id", "key")
+
+    def __init__(self, call: object, call_id: str | None, key: object) -> None:
+        self.call, self.call_id, self.key = call, call_id, key
 
 
 def _request_of(session: Session, tool: Tool,
