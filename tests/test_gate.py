@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import CountingDevice
@@ -39,12 +39,10 @@ from regdev import (
     run_loop,
 )
 from regdev.core._observation import PIPELINE
-from regdev.gate._parse import decode_canonical
 from strategies import (
     canonical_calls,
     json_values,
     python_calls,
-    raw_gate_calls,
     raw_register_calls,
     to_json,
 )
@@ -583,72 +581,7 @@ def test_python_data_messages_name_huge_integers_and_cycles() -> None:
         "than regdev reads")
 
 
-# --- the plain path and the general path give the same observations ---------------------------
-
-_ECHO = Tool("echo", "Echo the bound arguments.", {
-    "type": "object",
-    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 255},
-                   "s": {"type": "string", "maxLength": 3},
-                   "o": {"type": "object", "properties": {"x": {"type": "integer"}}}},
-    "required": ["n"], "additionalProperties": False},
-    handler=lambda device, arguments: {"arguments": arguments})
-_BLOCKS = Tool("blocks", "Echo an array of bytes.", {
-    "type": "object",
-    "properties": {"v": {"type": "array", "maxItems": 3,
-                         "items": {"type": "integer", "minimum": 0, "maximum": 255}}},
-    "required": ["v"], "additionalProperties": False},
-    handler=lambda device, arguments: {"v": arguments["v"]})
-_PATH_TOOLS = ToolSet([*REGISTER_TOOLS.values(), _ECHO, _BLOCKS])
-
-
-@pytest.fixture(scope="module")
-def four_gates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gate]]:
-    """The same tools on four gates: the plain one (its plain path), the same forced through
-    the general path, one with an empty policy, one with an audit log. Small caps, so that
-    both ways past each cap are drawn."""
-    caps = {"max_input_bytes": 400, "max_output_bytes": 25}
-    plain = Gate(RegisterFile(), _PATH_TOOLS, **caps)
-    general = Gate(RegisterFile(), _PATH_TOOLS, **caps)
-    general._plain_path = False
-    policed = Gate(RegisterFile(), _PATH_TOOLS, policy=Policy(), **caps)
-    audited = Gate(RegisterFile(), _PATH_TOOLS, **caps,
-                   audit=AuditLog(tmp_path_factory.mktemp("paths") / "audit.db"))
-    assert plain._plain_path and not policed._plain_path and not audited._plain_path
-    yield [plain, general, policed, audited]
-    audited.close()
-
-
-@settings(max_examples=1000)
-@given(raw=raw_gate_calls(),
-       tool_choice=st.sampled_from([None, None, None, "write_register", "echo"]))
-def test_plain_path_observes_as_the_general_path(four_gates: list[Gate], raw: str | bytes,
-                                                  tool_choice: str | None) -> None:
-    """Generated raw calls: the plain gate's straight-line path gives exactly the observation
-    (values, their types, key order, id) that the stage methods give, with a policy and with
-    an audit log too (idempotency keys aside, which only an audit log keeps), and the devices
-    agree."""
-    keyed = (b"idempotency_key" if type(raw) is bytes else "idempotency_key") in raw
-    gates = four_gates[:3] if keyed else four_gates
-    seen = [gate.handle(raw, tool_choice=tool_choice) for gate in gates]
-    decoded = decode_canonical(raw, gates[0].max_input_bytes)
-    event("decoded in one step" if type(decoded) is tuple else "not-json in one step"
-          if decoded is not None else "the general parse")
-    event(f"observed {seen[0].code or 'ok'}")
-    for observation in seen[1:]:
-        assert observation == seen[0]
-        assert repr(observation) == repr(seen[0])
-    assert len({tuple(gate.device.snapshot()) for gate in gates}) == 1
-
-
-def test_plain_path_is_taken_only_by_a_gate_with_nothing_to_authorize(tmp_path: Path) -> None:
-    """A policy, an audit log or a read-only register send every call the general way."""
-    assert Gate()._plain_path
-    assert not Gate(policy=Policy())._plain_path
-    with Gate(audit=AuditLog(tmp_path / "a.db")) as audited:
-        assert not audited._plain_path
-
-
-# --- the audited path and the general path give the same observations and records -------------
+# --- a handler that fails, and a log that cannot commit: the answer and the record -----------
 
 _BOOM = Tool("boom", "A handler that fails in a way regdev does not know.", {
     "type": "object", "properties": {}, "additionalProperties": False},
@@ -664,32 +597,10 @@ def _interrupt(device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
     raise KeyboardInterrupt
 
 
-_AUDITED_TOOLS = ToolSet([*_PATH_TOOLS.values(), _BOOM, _LATE, _UNBUILT,
+_FAILING_TOOLS = ToolSet([*REGISTER_TOOLS.values(), _BOOM, _LATE, _UNBUILT,
                           Tool("stop", "Ctrl-C while the device runs it.", {
                               "type": "object", "properties": {},
                               "additionalProperties": False}, handler=_interrupt)])
-
-
-def _audited_pair(folder: Path) -> list[Gate]:
-    """Two gates with an audit log over devices alike (one state id and epoch): the first takes its
-    audited path, the second is forced the general way. Small caps, so that both ways past
-    each cap are drawn (the arguments column's too)."""
-    gates = [Gate(RegisterFile(state_id="twin", epoch="E1"), _AUDITED_TOOLS, max_input_bytes=400,
-                  max_output_bytes=25,
-                  audit=AuditLog(folder / f"{name}.db", flush_interval=3600, max_raw_bytes=40))
-             for name in ("audited", "general")]
-    gates[1]._audited_path = False
-    assert gates[0]._audited_path and not gates[0]._plain_path
-    return gates
-
-
-@pytest.fixture(scope="module")
-def audited_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gate]]:
-    """:func:`_audited_pair`, for a module's examples."""
-    gates = _audited_pair(tmp_path_factory.mktemp("audited"))
-    yield gates
-    for gate in gates:
-        gate.close()
 
 
 def _last_record(gate: Gate) -> dict[str, Any]:
@@ -705,75 +616,34 @@ def _last_record(gate: Gate) -> dict[str, Any]:
     return columns
 
 
-@settings(max_examples=400)
-@given(raw=raw_gate_calls(),
-       tool_choice=st.sampled_from([None, None, None, "write_register", "echo"]),
-       loop=st.sampled_from([(None, None), ("loop-1", 3)]),
-       proposer=st.sampled_from([None, "mcp:test 1.0"]))
-def test_audited_path_records_as_the_general_path(
-        audited_pair: list[Gate], raw: str | bytes, tool_choice: str | None,
-        loop: tuple[str | None, int | None], proposer: str | None) -> None:
-    """Generated raw calls on a gate with an audit log: its straight-line audited path gives
-    exactly the observation and the audit record (every column but id, time and the stage
-    times' values) that the stage methods give, and the devices agree."""
-    loop_id, step = loop
-    seen = [gate.handle(raw, tool_choice=tool_choice, loop_id=loop_id, step=step,
-                        proposer=proposer) for gate in audited_pair]
-    assert seen[0] == seen[1]
-    assert repr(seen[0]) == repr(seen[1])
-    first, second = (_last_record(gate) for gate in audited_pair)
-    assert first == second
-    event(f"observed {seen[0].code or 'ok'}, stages reached: "
-          f"{sum(first[f'{stage}_ns'] for stage in PIPELINE)}")
-    assert len({tuple(gate.device.snapshot()) for gate in audited_pair}) == 1
-
-
 @pytest.mark.parametrize("tool", ["boom", "late", "unbuilt", "stop"])
-def test_audited_path_records_a_failing_call_as_the_general_path(tmp_path: Path,
-                                                                  tool: str) -> None:
+def test_a_failing_call_is_answered_and_recorded_with_its_code(tmp_path: Path,
+                                                               tool: str) -> None:
     """A handler that raises (an error regdev does not know, a device timeout, Ctrl-C) or a
-    tool with no handler: the same observation, or the same exception raised after the call
-    is recorded, and the same record either way."""
-    gates = _audited_pair(tmp_path)
-    raw = json.dumps({"tool": tool, "arguments": {}, "id": "c1"})
-    outcomes: list[object] = []
-    for gate in gates:
-        try:
-            outcomes.append(gate.handle(raw))
-        except KeyboardInterrupt:
-            outcomes.append("interrupted")
-    assert outcomes[0] == outcomes[1]
-    first, second = (_last_record(gate) for gate in gates)
-    assert first == second
-    assert first["code"] == {"boom": "internal-error", "late": "device-timeout",
-                             "unbuilt": "device-error", "stop": "internal-error"}[tool]
-    assert first["execute_ns"] is (tool in ("late", "unbuilt"))  # a raise is not timed
-    for gate in gates:
-        gate.close()
+    tool with no handler: its code, or Ctrl-C raised after the call is recorded."""
+    code = {"boom": "internal-error", "late": "device-timeout", "unbuilt": "device-error",
+            "stop": "internal-error"}[tool]
+    with Gate(RegisterFile(), _FAILING_TOOLS,
+              audit=AuditLog(tmp_path / "audit.db", flush_interval=3600)) as gate:
+        raw = json.dumps({"tool": tool, "arguments": {}, "id": "c1"})
+        if tool == "stop":
+            with pytest.raises(KeyboardInterrupt):
+                gate.handle(raw)
+        else:
+            assert gate.handle(raw).code == code
+        record = _last_record(gate)
+    assert (record["code"], record["tool"]) == (code, tool)
+    assert record["execute_ns"] is (tool in ("late", "unbuilt"))  # a raise is not timed
 
 
-def test_audited_path_refuses_writes_while_the_log_cannot_commit(tmp_path: Path) -> None:
-    """A closed audit log refuses every call at authorize on the audited path, as on the
-    general path, and nothing reaches the device."""
-    gates = _audited_pair(tmp_path)
-    for gate in gates:
-        assert gate.audit is not None
-        gate.audit.close()
-    seen = [gate.handle(to_json({"tool": "write_register", "arguments": {"addr": 1, "data": 2}}))
-            for gate in gates]
-    assert seen[0] == seen[1]
-    assert (seen[0].stage, seen[0].code) == ("authorize", "audit-error")
-    assert all(gate.device.snapshot()[1] == 0 for gate in gates)
-
-
-def test_audited_path_is_taken_only_by_a_gate_whose_only_check_is_its_audit_log(
-        tmp_path: Path) -> None:
-    """An audit log without a policy or protected registers; never a plain gate's."""
-    assert not Gate()._audited_path
-    with Gate(audit=AuditLog(tmp_path / "a.db")) as audited:
-        assert audited._audited_path
-    with Gate(audit=AuditLog(tmp_path / "b.db"), policy=Policy()) as policed:
-        assert not policed._audited_path
+def test_a_closed_audit_log_refuses_at_authorize_and_nothing_is_sent(tmp_path: Path) -> None:
+    """A closed audit log refuses every call at authorize, and nothing reaches the device."""
+    gate = Gate(RegisterFile(), audit=AuditLog(tmp_path / "audit.db"))
+    assert gate.audit is not None
+    gate.audit.close()
+    seen = gate.handle(to_json({"tool": "write_register", "arguments": {"addr": 1, "data": 2}}))
+    assert (seen.stage, seen.code) == ("authorize", "audit-error")
+    assert gate.device.snapshot()[1] == 0
 
 
 def test_a_value_quoted_by_repr_is_escaped_once() -> None:

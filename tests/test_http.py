@@ -221,7 +221,7 @@ def test_a_read_only_token_is_refused_a_write_and_recorded(served: Served) -> No
         listed = [tool.name for tool in client.list_tools().tools]
         denied = client.call("write_register", {"addr": 9, "data": 44})
         read = client.call("read_register", {"addr": 9})
-    assert listed == ["write_register", "read_register"]  # viewer is offered both
+    assert listed == ["read_register"]  # viewer is offered only what it may call
     assert denied.structured_content == {
         "ok": False, "stage": "authorize", "code": "denied-write_register",
         "message": "session viewer holds the read scope; write_register needs the write "

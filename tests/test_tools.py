@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import pickle
 from decimal import Decimal
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -17,9 +19,11 @@ from regdev import (
     WRITE_REGISTER,
     Gate,
     ReferenceValidator,
+    RegisterMap,
     Tool,
     ToolSet,
     compile_validator,
+    map_tools,
 )
 
 
@@ -129,3 +133,13 @@ def test_a_result_is_measured_unless_its_bound_is_within_the_cap() -> None:
     assert refused.code == "output-too-large"
     assert refused.message == ("write_register ran and its effect stands, but its result is 22 "
                                "bytes, over the cap of 21 bytes")
+
+
+def test_the_default_maps_tools_are_pinned_word_for_word() -> None:
+    """The default map's tools (the seed tools) as models see them: names, descriptions,
+    schemas and hints, word for word (tests/data/default_map_tools.json, the golden copy)."""
+    golden = json.loads((Path(__file__).parent / "data" / "default_map_tools.json").read_text())
+    offered = map_tools(RegisterMap.default())
+    assert [tool.definition() for tool in offered.values()] == golden
+    assert [tool.definition() for tool in Gate().tools.values()] == golden
+    assert [WRITE_REGISTER.definition(), READ_REGISTER.definition()] == golden

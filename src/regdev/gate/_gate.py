@@ -2,35 +2,32 @@
 
 Rules of this file:
 
-* One pipeline: parse, validate, authorize, execute, observe, written out in :meth:`Gate.handle`
-  for the plain path (below), and as a loop over the stage methods in :meth:`Gate._run`. Each
-  stage is a small method that returns None to let the call go on, or what ends it: a
-  :class:`Refusal` (or, from authorize, the stored observation of a replayed idempotency key).
-  Nothing after the first refusal runs, and nothing reaches the device unless every earlier
-  stage passed. Then :meth:`Gate._finish` records the call in the audit log, when there is one,
-  and settles its idempotency key. What the stages learn about the call is kept in one
-  :class:`_Call`.
+* One pipeline, in :meth:`Gate.handle`, read top to bottom: parse, validate (the schema's
+  checks, then the register map's rules), authorize (the audit log's health, the session's
+  scopes, read-only registers, the idempotency key, the rate limit, approval), execute (the
+  intent record, then the device), observe, record. Every call takes it:
+  :meth:`Gate.handle`'s text, :meth:`Gate.handle_call`'s decoded call, any dialect, session
+  or gate. Each stage runs only while nothing has ended the call: the first refusal (or, from
+  authorize, the stored observation of a replayed idempotency key) decides the observation,
+  and nothing reaches the device unless every earlier stage passed. What the stages learn
+  about the call is kept in the pipeline's local variables.
+* Steps a gate does not have cost one test each, not another copy of the pipeline: without
+  an audit log no stage is timed, no intent is written and nothing is recorded; authorize's
+  checks run only for what there is (an audit log, a limited session, read-only or protected
+  registers, an idempotency key). Per tool and per session, what can be worked out once is
+  worked out at construction: the compiled check of each session's tools, which results are
+  measured against the output cap, the locks of the protected registers.
+* Parse takes the usual canonical call (one object holding a string tool, object arguments
+  and maybe an id) in one decode and one colon count (:func:`decode_canonical`); any other
+  text goes through :func:`parse`, with its dialect and idempotency key.
 * Validation runs the gate's compiled check (``_compile.py``, :func:`compile_refusals`) of the
   tools the caller's session is offered: it returns the first failure as the refusal the
   reference validator gives, worded in the generated code (the reference words the rest). So
   a tool the session is not offered is ``unknown-tool`` exactly where a tool that does not
   exist is, listing the session's tools.
-* Three ways through, one pipeline. :meth:`Gate.handle` runs the pipeline itself, written out
-  top to bottom (the plain path), for a canonical call of the default session on a gate with
-  nothing to authorize (no policy, no audit log, no read-only or protected register): parse
-  (the usual call in one decode and one colon count, :func:`decode_canonical`; any other text
-  through :func:`parse`), validate, (authorize: nothing), execute, observe.
-  :meth:`Gate._audited` writes the same stages out again for a gate whose only authorize step
-  is its audit log (an audit log, no policy, no read-only or protected register), for the
-  usual canonical call of the default session (the audited path): each stage timed, the audit
-  log's check at authorize, then the call's record (:meth:`AuditLog.record_call`), committed
-  before the call returns when it executed a write. Every other call, and every call of any
-  other gate, goes through :meth:`Gate._run`, the same stages as methods over one
-  :class:`_Call`, where the authorize checks, the idempotency keys, the stage times and the
-  audit record join (:meth:`Gate._finish`).
-  All three give the same observation for the same call, and the audited path the record the
-  general one writes (``tests/test_gate.py`` compares them on generated raw calls).
-* ``_Call.executed`` is set immediately before the device call: from then on the device may
+* The record step (:meth:`Gate._record`) writes the call's audit record, committed before the
+  call returns when it executed a write, and settles its idempotency key.
+* ``executed`` is set immediately before the device call: from then on the device may
   have changed. A call that executed a tool changing the device is recorded durably (committed
   before its observation is returned) and keeps its idempotency key, whatever happens after
   (``device-timeout`` aside, see ``_idempotency.py``).
@@ -40,10 +37,10 @@ Rules of this file:
   write, saying its outcome is unknown. An intent that cannot be committed keeps the write
   from being sent (``audit-error``).
 * An approved call that changes protected registers holds their locks (one per register, in
-  address order) from the re-read of the values its approver was shown
-  (:attr:`Approval.holds`) to the device's answer (:meth:`Gate._execute_approved`): check and
-  write are one step, so of two approved writes of one register sent at once only the first
-  runs, and the second is ``approval-denied`` with nothing sent.
+  address order) from the re-read of the values its approver was shown (:attr:`Approval.holds`,
+  at authorize) to the device's answer: check and write are one step, so of two approved
+  writes of one register sent at once only the first runs, and the second is
+  ``approval-denied`` with nothing sent.
 * A lost reply (``device-timeout``) of a write that is not safe to send twice
   (:attr:`Tool.repeat_risk`: a 1 written to a write-1-to-clear bit) is ``outcome-unknown``,
   which keeps its idempotency key: a retry with it is answered, not run.
@@ -57,8 +54,7 @@ Rules of this file:
   ``internal-error`` observation (and is logged), so no stack trace reaches a model. A
   ``KeyboardInterrupt`` or ``SystemExit`` from inside (the approval hook, a device) is recorded
   as ``internal-error`` in the audit log and then raised again: the program is being stopped.
-* Stage times are taken only when there is an audit log to keep them, and the plain and
-  audited paths build no :class:`_Call`: the plain gate pays for neither.
+* Stage times are taken only when there is an audit log to keep them.
 """
 
 from __future__ import annotations
@@ -84,7 +80,7 @@ from ..core._errors import (
     ReplyLost,
     TransportError,
 )
-from ..core._observation import PIPELINE, Observation, Refusal
+from ..core._observation import Observation, Refusal
 from ..core._text import display_text, escape_text, is_text
 from ..devices._device import Device, DeviceIdentity, RegisterFile, TimeoutDevice
 from ._compile import BIND, RefusalCheck, compile_refusals
@@ -92,13 +88,10 @@ from ._maptools import map_tools
 from ._parse import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_ID_CHARS,
-    NOT_JSON,
     check_dialect,
     check_idempotency_key,
     decode_canonical,
-    decode_json,
     encode_json_data,
-    not_json,
     parse,
 )
 from ._policy import (
@@ -133,10 +126,6 @@ _DERIVED_KEY_PREFIXES = tuple(f"{dialect}{mark}" for mark in ":@" for dialect in
 KEYS_IGNORED = ("an idempotency key was ignored: there is no audit log to keep keys in, so a "
                 "call sent again with the same key runs again (said once)")
 
-#: The stage times of a call that reached no stage (none taken: no audit log to keep them).
-_NOT_TIMED = (None,) * len(PIPELINE)
-#: What a stage returns: None (go on), a refusal, or (authorize) a replayed observation.
-_End = Refusal | Observation | None
 
 
 class Gate:
@@ -214,7 +203,6 @@ class Gate:
         #: worded as the reference validator of the same tools words them.
         self._validators: dict[tuple[str, ...] | None, RefusalCheck] = {
             None: compile_refusals(tools, ReferenceValidator(tools))}
-        self._check = self._validators[None].refusal  # every tool's, bound once
         self._str_cap = max_input_bytes >> 2  # a str this long is within the cap in UTF-8
         #: The read-only and protected registers, of the policy and the device's map, when
         #: there are any (else the checks are skipped).
@@ -222,10 +210,9 @@ class Gate:
             regmap)
         self._registers = registers if (registers.read_only or registers.protected
                                         or registers.guards) else None
-        #: One lock per protected register (and per register with a protected field or
-        #: range): an approved write holds the locks of those it changes from the re-read of
-        #: the values its approver saw to the device's answer (:meth:`_execute`), so that
-        #: check and write are one step.
+        #: One lock per protected register: an approved write holds the locks of the
+        #: protected registers it changes from the re-read of the values its approver saw to
+        #: the device's answer, so that check and write are one step.
         self._guards = {addr: threading.Lock() for addr in sorted(
             {addr for addr in registers.protected if isinstance(addr, int)}
             | {guard.addr for guard in registers.guards})}
@@ -237,12 +224,9 @@ class Gate:
         #: The map's name in each audit record (None for the default map).
         self._map_name = None if regmap.is_default else (regmap.name or None)
         self._label = regmap.label
-        #: The plain path (in :meth:`handle`) is taken by a gate with nothing to authorize: no
-        #: policy, no audit log, no read-only or protected register.
-        self._plain_path = policy is None and audit is None and self._registers is None
-        #: The audited path (:meth:`_audited`) is taken by a gate whose only authorize step is
-        #: its audit log: an audit log, no policy, no read-only or protected register.
-        self._audited_path = policy is None and audit is not None and self._registers is None
+        #: Authorize has something to check whatever the session: a policy, an audit log, or
+        #: read-only or protected registers (else only a session with limits has).
+        self._authorizes = policy is not None or audit is not None or self._registers is not None
         self._tool_call_ids_as_keys = policy is not None and policy.tool_call_ids_as_keys
         #: Told once, in words, when a call's idempotency key is ignored because the gate has
         #: no audit log (the command line prints it on stderr); the ``regdev`` logger's
@@ -318,211 +302,213 @@ class Gate:
             self.check_options(dialect, tool_choice)
         if loop_id is not None:
             check_loop_id(loop_id)
-        if not self._plain_path or dialect != "canonical" or (
-                session is not None and session is not self.default_session):
-            if self._audited_path and dialect == "canonical" and (
-                    session is None or session is self.default_session):
-                return self._audited(raw, tool_choice, loop_id, step, proposer)
-            # A policy, protected registers, another dialect or session: the stages as
-            # methods over one _Call (_run), then the audit record (_finish).
-            call = _Call(session or self.default_session, dialect, tool_choice, raw,
-                         loop_id=loop_id, step=step, proposer=proposer)
-            if self.audit is None:
-                return self._run(call)
-            call.time, call.timings = time.time(), {}
-            return self._finish(call, self._run(call))
-        # The plain path: the stages of _run, in its order, written out.
-        try:
-            # parse and validate: the usual call, one object holding a string tool, object
-            # arguments and maybe an id, is decoded, its repeated keys ruled out by one colon
-            # count (decode_canonical's steps, inline for a str), and its arguments checked by
-            # the compiled check: the first failure worded, None, or BIND (valid, with a
-            # number to make an int, or an array or object that may hold one). Any other text
-            # goes through the general parse, and its document through the shape step first.
-            name: str | None = None  # the usual call's tool, once it is known to be one
-            arguments: Any
-            if type(raw) is str and len(raw) <= self._str_cap:
-                doc: Any
-                try:
-                    doc = decode_json(raw)
-                except NOT_JSON as error:
-                    refused = not_json(error, raw)  # None: a lone surrogate, parse() decides
-                    if refused is not None:
-                        return Observation(refusal=refused)
-                    doc = None
-                if (type(doc) is dict and type(tool_name := doc.get("tool")) is str
-                        and type(arguments := doc.get("arguments")) is dict
-                        and ((kept := len(doc)) == 2 or (kept == 3 and "id" in doc))
-                        and raw.count(":") == kept + len(arguments)):
-                    name, call_id = tool_name, None
-                    if kept == 3:
-                        call_id = doc["id"]
-                        if type(call_id) is not str or len(call_id) > MAX_ID_CHARS:
-                            call_id = None
-            else:  # bytes, or a long str
-                decoded = decode_canonical(raw, self.max_input_bytes)
-                if type(decoded) is tuple:
-                    name, arguments, call_id = decoded
-                elif decoded is not None:  # not-json
-                    return Observation(refusal=decoded)  # type: ignore[arg-type]
-            if name is not None:
-                verdict = self._check(name, arguments, tool_choice)
-            else:
-                parsed = parse(raw, max_bytes=self.max_input_bytes)
-                if isinstance(parsed, Refusal):  # too-large, not-json
-                    return Observation(refusal=parsed)
-                call_id, key = parsed.id, parsed.idempotency_key
-                refusal = parsed.refusal or (_prefixed_key(key) if key is not None and
-                                             key.startswith(_DERIVED_KEY_PREFIXES) else None)
-                if refusal is not None:  # a bad idempotency key
-                    return Observation(refusal=refusal, id=call_id)
-                if key is not None and self._keys_ignored.acquire(blocking=False):
-                    self.warn(KEYS_IGNORED)  # kept nowhere without an audit log (said once)
-                verdict = self._validators[None](parsed.call, tool_choice)
-                if isinstance(verdict, Refusal):
-                    return Observation(refusal=verdict, id=call_id)
-                document: dict[str, Any] = parsed.call  # type: ignore[assignment]
-                name, arguments = document["tool"], document["arguments"]
-            if verdict is None:
-                tool = self._tool_by_name[name]  # valid: the tool is offered
-            elif verdict is BIND:
-                tool = self._tool_by_name[name]
-                arguments = tool.bind(arguments)
-            else:
-                return Observation(refusal=verdict, id=call_id)
-            if tool.rules is not None:  # the register map's rules, after the schema's ranges
-                refusal = tool.rules(arguments)
-                if refusal is not None:
-                    return Observation(refusal=refusal, id=call_id)
-            # authorize: nothing to check (no policy, no audit log, no protected register)
-            # execute
-            handler = tool.handler
-            if handler is None:
-                return Observation(refusal=_no_handler(tool), id=call_id)
-            try:
-                result = handler(self._runner, arguments)
-            except RegdevError as error:
-                return Observation(refusal=_execute_failure(error, tool, arguments), id=call_id)
-            # observe: the result against the output cap (unless its bound is within it)
-            if name in self._measured:
-                size = len(_encode(result))
-                if size > self.max_output_bytes:
-                    return Observation(refusal=_too_large(tool, size, self.max_output_bytes),
-                                       id=call_id)
-            return Observation(name, result, None, call_id)
-        except Exception:  # the gate's promise: one observation, never an exception
-            return _internal_error()
-
-    def _audited(self, raw: str | bytes, tool_choice: str | None, loop_id: str | None,
-                 step: int | None, proposer: str | None) -> Observation:
-        """:meth:`handle` on a gate whose only authorize step is its audit log, for the
-        default session: the plain path's stages written out again, each one timed, then the
-        call's record (committed before returning when the call executed a write). The usual
-        call takes it; any other text (an idempotency key, another shape, not JSON) takes the
-        general way, :meth:`_run` and :meth:`_finish`, which give the same observation and
-        record."""
+        # The one pipeline: parse -> validate -> authorize -> execute -> observe -> record,
+        # top to bottom. Each stage runs only while nothing has ended the call (``end`` is
+        # None): the first refusal, or a replayed observation, decides what the call gets. A
+        # step the gate does not have costs one test: without an audit log no stage is timed
+        # and nothing is recorded; authorize checks only what there is.
+        session = session or self.default_session
         audit = self.audit
-        assert audit is not None
-        arrived = time.time()
-        start = _now_ns()
-        # parse: the usual call in one decode and one colon count
-        decoded = decode_canonical(raw, self.max_input_bytes)
-        if type(decoded) is not tuple:
-            call = _Call(self.default_session, "canonical", tool_choice, raw,
-                         loop_id=loop_id, step=step, proposer=proposer)
-            call.time, call.timings = arrived, {}
-            return self._finish(call, self._run(call, start))
-        name, arguments, call_id = decoded
-        now = _now_ns()
-        parse_ns, start = now - start, now
-        validate_ns = authorize_ns = execute_ns = observe_ns = None
+        start = 0
+        arrived = 0.0
+        if audit is not None:  # stage times and the record are for the audit log
+            arrived = time.time()
+            start = _now_ns()
+        parse_ns = validate_ns = authorize_ns = execute_ns = observe_ns = None
+        end: Refusal | Observation | None = None  # what ends the call, once something does
+        name: str | None = None  # the usual call's tool name, decoded in one step
+        arguments: Any = None  # its arguments as sent
+        document: object = None  # any other call's decoded document
+        call_id: str | None = None  # the correlation id to echo
+        sent: object = None  # the idempotency key as sent, not yet checked
+        key: str | None = None  # the idempotency key in force (None: none, or no audit log)
+        not_data = False  # handle_call's call holds Python data JSON cannot (nothing to record)
         tool: Tool | None = None  # the validated call's tool
-        bound: Any = None  # its bound arguments
-        result: Any = None
-        executed = False  # from the device call on, the device may have changed
+        bound: dict[str, Any] | None = None  # its validated, bound arguments
+        slot: Slot | None = None  # where its key is reserved (this call holds it)
+        print_: bytes | None = None  # the key's fingerprint of tool and arguments
+        approval: Approval | None = None  # the approval hook's answer, when an Approval
+        locks: list[threading.Lock] | None = None  # an approved write's registers' locks
         intent: str | None = None  # the id of a write's intent record, once committed
-        refusal: Refusal | None
+        executed = False  # the device call started: from then on the device may have changed
+        result: Any = None  # what the device answered
+        text_raw: str | bytes | None = raw  # the raw text, for the record
+        observation: Observation
         try:
-            # validate: the compiled check (the first failure worded, None, or BIND), then the
-            # register map's rules, after the schema's ranges
-            verdict = self._check(name, arguments, tool_choice)
-            if verdict is None or verdict is BIND:
-                tool = self._tool_by_name[name]  # valid: the tool is offered
-                bound = tool.bind(arguments) if verdict is BIND else arguments
-                refusal = tool.rules(bound) if tool.rules is not None else None
+            # parse: the usual call (one object: a string tool, object arguments, maybe an id)
+            # in one decode and one colon count; any other text through parse(), with its
+            # dialect and idempotency key; handle_call's call checked for JSON data
+            usual = decode_canonical(raw, self.max_input_bytes) \
+                if dialect == "canonical" else None
+            if type(usual) is tuple:
+                name, arguments, call_id = usual
+            elif usual is not None:  # not-json
+                end = usual  # type: ignore[assignment]
+            elif type(given := cast(object, raw)) is _Decoded:
+                document, call_id, sent = given.call, given.call_id, given.key
+                text_raw = None  # (recorded as the call's JSON, when it is JSON data)
+                text = encode_json_data(document, self.max_input_bytes)
+                if isinstance(text, str):
+                    not_data = True
+                    end = Refusal("parse", "not-json", f"the tool call is not JSON data: {text}")
+                else:
+                    sent = check_idempotency_key(sent, "idempotency_key")
             else:
-                refusal = verdict
-            now = _now_ns()
-            validate_ns, start = now - start, now
-            # authorize: nothing runs that cannot be recorded (no policy, no protected register)
-            if refusal is None:
-                assert tool is not None
-                if audit.failure is not None or audit.closed:
-                    refusal = _check_audit(audit, tool)
+                parsed = parse(raw, dialect, max_bytes=self.max_input_bytes)
+                if isinstance(parsed, Refusal):  # too-large, not-json
+                    end = parsed
+                else:
+                    document, call_id, end = parsed.call, parsed.id, parsed.refusal
+                    sent = parsed.idempotency_key
+            if end is None and sent is not None:
+                if isinstance(sent, Refusal):
+                    end = sent
+                else:
+                    assert type(sent) is str
+                    taken = self._take_key(dialect, sent, loop_id)
+                    if isinstance(taken, Refusal):
+                        end = taken
+                    else:
+                        key = taken
+            if audit is not None:
                 now = _now_ns()
-                authorize_ns, start = now - start, now
-            # execute
-            if refusal is None:
-                assert tool is not None
+                parse_ns, start = now - start, now
+
+            # validate: the compiled check of the session's tools (the first failure worded,
+            # None, or BIND: valid, with values to make ints), then the register map's rules
+            if end is None:
+                check = self._validators.get(session.tools) or self._validators_for(
+                    session.tools)
+                if name is not None:
+                    verdict = check.refusal(name, arguments, tool_choice)
+                else:
+                    verdict = check(document, tool_choice)
+                if verdict is None or verdict is BIND:
+                    if name is None:
+                        canonical: dict[str, Any] = document  # type: ignore[assignment]
+                        name, arguments = canonical["tool"], canonical["arguments"]
+                    tool = self._tool_by_name[name]  # valid: the tool is offered
+                    bound = tool.bind(arguments) if verdict is BIND else arguments
+                    if tool.rules is not None:  # the map's rules, after the schema's ranges
+                        end = tool.rules(bound)
+                else:
+                    end = verdict
+                if audit is not None:
+                    now = _now_ns()
+                    validate_ns, start = now - start, now
+
+            # authorize, in the order of _policy.py: nothing runs that cannot be recorded,
+            # the session's scopes, read-only registers, the idempotency key, the rate limit,
+            # approval of protected registers
+            if end is None and (self._authorizes or session.limited):
+                assert tool is not None and bound is not None
+                registers = self._registers
+                if audit is not None and (audit.failure is not None or audit.closed):
+                    end = _check_audit(audit, tool)
+                if end is None and session.limited:
+                    end = session.check_scope(tool)
+                changed: tuple[int, ...] = ()
+                if end is None and registers is not None:
+                    changed = changed_registers(tool, bound, self._every)
+                    if changed:
+                        end = check_read_only(registers, tool, changed, every=self._every,
+                                              label=self._label, by_map=self._map_read_only)
+                if end is None and key is not None and not tool.read_only:
+                    print_ = fingerprint(tool.name, bound)
+                    slot, end = self._reserve_key(session, key, print_)
+                    if isinstance(end, Observation):  # a replay, with this call's id
+                        end = replace(end, id=call_id)
+                if end is None and session.limited:
+                    end = session.take_token()
+                if end is None and changed:
+                    assert registers is not None
+                    answers: list[Approval] = []
+                    tripped = guarded(registers.guards, tool, bound, changed, self.regmap) \
+                        if registers.guards else ()
+                    end = ask_approval(registers, tool, changed,
+                                       self.policy.approve if self.policy is not None else None,
+                                       _request_of(session, tool, bound), every=self._every,
+                                       label=self._label, answered=answers.append,
+                                       guards=tripped)
+                    approval = answers[-1] if answers else None
+                    if end is None:  # approved, or nothing protected
+                        # The locks of its protected registers, held from the re-read of what
+                        # its approver was shown to the device's answer: check and write are
+                        # one step (released when the call is over, before its record).
+                        locks = [self._guards[addr] for addr in self._guards if addr in changed]
+                        for lock in locks:
+                            lock.acquire()
+                        if approval is not None:
+                            end = self._changed_since_approved(approval)
+                if audit is not None:
+                    now = _now_ns()
+                    authorize_ns, start = now - start, now
+
+            # execute: a write's intent committed before it leaves, then the device (through
+            # the timeout worker when there is a timeout)
+            if end is None:
+                assert tool is not None and bound is not None
                 handler = tool.handler
                 if handler is None:
-                    refusal = _no_handler(tool)
+                    end = _no_handler(tool)
                 else:
-                    if not tool.read_only:  # the intent, committed before the write leaves
-                        try:
-                            intent = audit.record_intent(
-                                time=arrived, session=self.default_session.name,
-                                dialect="canonical", tool=name, arguments=encode_json(bound),
-                                loop_id=loop_id, step=step, call_id=call_id,
-                                device=self._runner.known_identity(), proposer=proposer,
-                                caller=self.default_session.caller)
-                        except AuditError as error:
-                            refusal = _no_intent(error)
-                    if refusal is None:
+                    if audit is not None and not tool.read_only:
+                        intended = self._intend(
+                            tool, bound, arrived=arrived, session=session, dialect=dialect,
+                            loop_id=loop_id, step=step, key=key, call_id=call_id,
+                            proposer=proposer, approval=approval)
+                        if isinstance(intended, Refusal):
+                            end = intended
+                        else:
+                            intent = intended
+                    if end is None:
                         executed = True
                         try:
                             result = handler(self._runner, bound)
                         except RegdevError as error:
-                            refusal = _execute_failure(error, tool, bound)
-                now = _now_ns()
-                execute_ns, start = now - start, now
+                            end = _execute_failure(error, tool, bound)
+                if audit is not None:
+                    now = _now_ns()
+                    execute_ns, start = now - start, now
+
             # observe: the result against the output cap (unless its bound is within it)
-            if refusal is None:
+            if end is None:
                 assert tool is not None
-                if name in self._measured:
+                if tool.name in self._measured:
                     size = len(_encode(result))
                     if size > self.max_output_bytes:
-                        refusal = _too_large(tool, size, self.max_output_bytes)
-                observe_ns = _now_ns() - start
-            observation = Observation(name, result, None, call_id) if refusal is None \
-                else Observation(refusal=refusal, id=call_id)
+                        end = _too_large(tool, size, self.max_output_bytes)
+                if audit is not None:
+                    observe_ns = _now_ns() - start
+            if end is None:
+                assert tool is not None
+                observation = Observation(tool.name, result, None, call_id)
+            elif isinstance(end, Observation):  # authorize's replay of a stored one
+                observation = end
+            else:
+                observation = Observation(refusal=end, id=call_id)
         except Exception:  # the gate's promise: one observation, never an exception
             observation = _internal_error()
         except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
             observation = _internal_error(_interrupted(error), log=False)
             raise
         finally:
-            # The record: what the general path's _record writes for the same call.
-            durable = executed and tool is not None and not tool.read_only
-            try:
-                audit.record_call(
-                    time=arrived, session=self.default_session.name, dialect="canonical",
-                    raw=raw, observation=observation,
-                    tool=tool.name if tool is not None else name[:200],
-                    arguments=encode_json(bound) if bound is not None
-                    else _arguments_text({"arguments": arguments}, audit.max_raw_bytes),
-                    loop_id=loop_id, step=step,
-                    stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns),
-                    device=self._runner.known_identity(), proposer=proposer,
-                    caller=self.default_session.caller, durable=durable, intent=intent,
-                    map_name=self._map_name)
-            except AuditError as error:
-                if durable:
-                    observation = _unrecorded(error, observation.id)
-                else:
-                    logger.error("a call's audit record was not written: %s", error)
-            except Exception:
-                observation = _internal_error()
+            if locks is not None:  # an approved write's: the device has answered
+                for lock in reversed(locks):
+                    lock.release()
+            # record: the call's audit record, committed before the answer when it executed
+            # a write; then its idempotency key settled
+            if audit is not None:
+                observation = self._record(
+                    observation, arrived=arrived, session=session, dialect=dialect,
+                    raw=text_raw,
+                    document=document if name is None else {"tool": name,
+                                                            "arguments": arguments},
+                    not_data=not_data, tool=tool, bound=bound, loop_id=loop_id, step=step,
+                    key=key, stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns,
+                                       observe_ns),
+                    proposer=proposer, approval=approval, slot=slot, print_=print_,
+                    executed=executed, intent=intent)
         return observation
 
     def handle_call(
@@ -570,17 +556,11 @@ class Gate:
             KeyboardInterrupt, SystemExit: as for :meth:`handle`.
         """
         self.check_options("canonical", tool_choice)
-        if loop_id is not None:
-            check_loop_id(loop_id)
-        state = _Call(session or self.default_session, "canonical", tool_choice, None,
-                      loop_id=loop_id, step=step, proposer=proposer)
-        if self.audit is not None:
-            state.time, state.timings = time.time(), {}
-        state.call = call
-        if type(call_id) is str and len(call_id) <= MAX_ID_CHARS and is_text(call_id):
-            state.id = call_id
-        state.sent_key = idempotency_key
-        return self._finish(state, self._run(state))
+        if type(call_id) is not str or len(call_id) > MAX_ID_CHARS or not is_text(call_id):
+            call_id = None
+        decoded: Any = _Decoded(call, call_id, idempotency_key)  # in place of raw text
+        return self.handle(decoded, tool_choice=tool_choice, session=session, loop_id=loop_id,
+                           step=step, proposer=proposer)
 
     def refuse(
         self,
@@ -614,10 +594,11 @@ class Gate:
         observation = Observation.refused(refusal)
         if self.audit is None:
             return observation
-        call = _Call(session or self.default_session, dialect, None, raw, loop_id=loop_id,
-                     step=step, proposer=proposer)
-        call.time, call.timings = time.time(), {}
-        return self._finish(call, observation)
+        return self._record(
+            observation, arrived=time.time(), session=session or self.default_session,
+            dialect=dialect, raw=raw, document=None, not_data=False, tool=None, bound=None,
+            loop_id=loop_id, step=step, key=None, stage_ns=(None,) * 5, proposer=proposer,
+            approval=None, slot=None, print_=None, executed=False, intent=None)
 
     def check_options(self, dialect: str, tool_choice: str | None) -> None:
         """Raise ValueError for a dialect or a forced tool this gate cannot honour."""
@@ -630,308 +611,130 @@ class Gate:
 
     # --- the pipeline --------------------------------------------------------------------
 
-    def _run(self, call: _Call, start: int | None = None) -> Observation:
-        """parse -> validate -> authorize -> execute -> observe: the first stage that ends
-        the call decides its observation; if none does, the call succeeded. ``start``: when
-        the parse stage started (``perf_counter_ns``), if before this call."""
-        timings = call.timings  # None without an audit log: nothing to time
-        if start is None:
-            start = _now_ns() if timings is not None else 0
-        try:
-            for name, stage in _STAGES:
-                end = stage(self, call)
-                if timings is not None:
-                    now = _now_ns()
-                    timings[name] = now - start
-                    start = now
-                if end is not None:
-                    if isinstance(end, Observation):  # authorize's replay of a stored one
-                        return end
-                    return Observation(refusal=end, id=call.id)
-        except Exception:  # the gate's promise: one observation, never an exception
-            return _internal_error()
-        except BaseException as error:  # Ctrl-C, exit: record the call, then let it go on
-            self._finish(call, _internal_error(_interrupted(error), log=False))
-            raise
-        assert call.tool is not None and call.result is not None
-        return Observation(call.tool.name, call.result, id=call.id)
-
-    def _parse(self, call: _Call) -> Refusal | None:
-        """Raw text to the canonical call, its correlation id and its idempotency key."""
-        if call.raw is None:  # handle_call: decoded already, but maybe not JSON data
-            text = encode_json_data(call.call, self.max_input_bytes)
-            if isinstance(text, str):
-                call.not_json = True
-                return Refusal("parse", "not-json", f"the tool call is not JSON data: {text}")
-            key = check_idempotency_key(call.sent_key, "idempotency_key")
-        else:
-            decoded = decode_canonical(call.raw, self.max_input_bytes) \
-                if call.dialect == "canonical" else None
-            if type(decoded) is tuple:  # the usual call: no key, nothing else to adapt
-                name, arguments, call.id = decoded
-                call.call = {"tool": name, "arguments": arguments}
-                return None
-            if decoded is not None:  # not-json
-                return decoded  # type: ignore[return-value]
-            parsed = parse(call.raw, call.dialect, max_bytes=self.max_input_bytes)
-            if isinstance(parsed, Refusal):
-                return parsed
-            call.call, call.id = parsed.call, parsed.id
-            if parsed.refusal is not None:
-                return parsed.refusal
-            key = parsed.idempotency_key
-        if key is None:
-            return None
-        if isinstance(key, Refusal):
-            return key
-        return self._take_key(call, key)
-
-    def _take_key(self, call: _Call, key: str) -> Refusal | None:
-        """Keep the call's idempotency key (see ``_idempotency.py`` for which count)."""
-        if call.dialect in PROVIDER_DIALECTS:  # the provider's tool call id
+    def _take_key(self, dialect: str, sent: str, loop_id: str | None) -> str | Refusal | None:
+        """The idempotency key in force for a call that sent ``sent`` (see
+        ``_idempotency.py`` for which count): a provider's tool call id only when the policy
+        says so; an explicit key that takes a provider's prefix is refused; None without an
+        audit log to keep keys in (the caller is told once)."""
+        key: str | None = None
+        if dialect in PROVIDER_DIALECTS:  # the provider's tool call id
             if self._tool_call_ids_as_keys:
-                call.key = _derived_key(call.dialect, key, call.loop_id)
-        elif key.startswith(_DERIVED_KEY_PREFIXES):
-            return _prefixed_key(key)
+                key = _derived_key(dialect, sent, loop_id)
+        elif sent.startswith(_DERIVED_KEY_PREFIXES):
+            return _prefixed_key(sent)
         else:
-            call.key = key
-        if self.audit is None and call.key is not None:  # keys live in the audit log:
-            call.key = None  # without one they are ignored, and the caller is told once
+            key = sent
+        if self.audit is None and key is not None:  # keys live in the audit log
+            key = None
             if self._keys_ignored.acquire(blocking=False):
                 self.warn(KEYS_IGNORED)
-        return None
+        return key
 
-    def _validate(self, call: _Call) -> Refusal | None:
-        """The call against the schemas of the tools its session is offered; a valid call's
-        tool and bound arguments."""
-        tools = call.session.tools
-        check = self._validators.get(tools) or self._validators_for(tools)
-        verdict = check(call.call, call.tool_choice)
-        if isinstance(verdict, Refusal):
-            return verdict
-        canonical: dict[str, Any] = call.call  # type: ignore[assignment]
-        tool = call.tool = self._tool_by_name[canonical["tool"]]
-        arguments = canonical["arguments"]
-        arguments = call.arguments = tool.bind(arguments) if verdict is BIND else arguments
-        if tool.rules is not None:  # the register map's rules, after the schema's ranges
-            return tool.rules(arguments)
-        return None
-
-    def _authorize(self, call: _Call) -> _End:
-        """The authorize stage, in the order of ``_policy.py``; None lets the call run."""
-        session, tool, audit, registers = call.session, call.tool, self.audit, self._registers
-        assert tool is not None and call.arguments is not None
-        if audit is None and registers is None and not session.limited:
-            return None  # nothing to check
-        if audit is not None:
-            refusal = _check_audit(audit, tool)
-            if refusal is not None:
-                return refusal
-        refusal = session.check_scope(tool)
-        if refusal is not None:
-            return refusal
-        every = self._every
-        changed = changed_registers(tool, call.arguments, every) if registers is not None else ()
-        if changed:
-            assert registers is not None
-            refusal = check_read_only(registers, tool, changed, every=every,
-                                      label=self._label, by_map=self._map_read_only)
-            if refusal is not None:
-                return refusal
-        if call.key is not None and not tool.read_only:
-            end = self._begin_key(call)
-            if end is not None:
-                return end
-        refusal = session.take_token()
-        if refusal is not None or not changed:
-            return refusal
-        assert registers is not None
-        arguments = call.arguments
-        tripped = guarded(registers.guards, tool, arguments, changed, self.regmap) \
-            if registers.guards else ()
-        refusal = ask_approval(registers, tool, changed,
-                               self.policy.approve if self.policy is not None else None,
-                               lambda addr: ApprovalRequest(session.name, tool.name,
-                                                            dict(arguments), addr,
-                                                            session.caller),
-                               every=every, label=self._label, answered=call.answered,
-                               guards=tripped)
-        if refusal is None:  # approved (or nothing protected): its registers' locks at execute
-            call.guarded = tuple(addr for addr in self._guards if addr in changed)
-        return refusal
-
-    def _begin_key(self, call: _Call) -> _End:
-        """Reserve the call's idempotency key in the scope of the device's identity and reset
-        epoch, or end the call: a replay, once the device, asked again, said the epoch the
-        key was stored in; or a refusal. A device that cannot say its epoch gets no replay."""
+    def _reserve_key(self, session: Session, key: str, print_: bytes
+                     ) -> tuple[Slot | None, Refusal | Observation | None]:
+        """Reserve ``key`` in the scope of the device's identity and reset epoch: ``(slot,
+        None)``; or ``(None, what ends the call)``: a replay, once the device, asked again,
+        said the epoch the key was stored in, or a refusal. A device that cannot say its
+        epoch gets no replay."""
         audit = self.audit
-        assert audit is not None and call.tool is not None and call.key is not None
-        call.fingerprint = print_ = fingerprint(call.tool.name, call.arguments or {})
+        assert audit is not None
         try:
             identity = self._runner.identity()  # what the device said last (or asked now)
-            slot = self._slot(identity, call)
+            slot = key_scope(identity.device, identity.epoch), session.name, key
             found = audit.begin_key(slot, print_, replay=identity.epoch is not None)
             if type(found) is Observation:  # not before the device confirms its epoch
                 fresh = self._runner.identity(refresh=True)
                 if fresh != identity:  # reset since: the write runs again in the new epoch
-                    slot = self._slot(fresh, call)
+                    slot = key_scope(fresh.device, fresh.epoch), session.name, key
                     found = audit.begin_key(slot, print_, replay=fresh.epoch is not None)
         except RegdevError as error:
-            return _unidentified(error)
-        if found is None:
-            call.slot, call.reserved = slot, True
-            return None
-        return replace(found, id=call.id) if type(found) is Observation else found
+            return None, _unidentified(error)
+        return (slot, None) if found is None else (None, found)
 
-    @staticmethod
-    def _slot(identity: DeviceIdentity, call: _Call) -> Slot:
-        assert call.key is not None
-        return key_scope(identity.device, identity.epoch), call.session.name, call.key
-
-    def _execute(self, call: _Call) -> Refusal | None:
-        """Run the tool on the device (through the timeout worker when there is a timeout)."""
-        tool = call.tool
-        assert tool is not None and call.arguments is not None
-        if tool.handler is None:
-            return _no_handler(tool)
-        if call.guarded:
-            return self._execute_approved(call, tool)
-        if self.audit is not None and not tool.read_only:
-            refusal = self._intend(call, tool)
-            if refusal is not None:
-                return refusal
-        call.executed = True  # from here on the device may have changed
-        try:
-            call.result = tool.handler(self._runner, call.arguments)
-        except RegdevError as error:
-            return _execute_failure(error, tool, call.arguments)
+    def _changed_since_approved(self, approval: Approval) -> Refusal | None:
+        """With the locks of the protected registers held: ``approval-denied`` (nothing
+        sent) when a register no longer holds the value the approver was shown (an approval
+        is of one change), else None."""
+        for addr, old in approval.holds:
+            try:
+                now: int | None = self._runner.read(addr)
+            except RegdevError as error:
+                logger.warning("register %d could not be read back before an approved "
+                               "write: %s", addr, error)
+                now = None
+            if now != old:
+                return _changed_since_asked(self._label(addr), old, now)
         return None
 
-    def _execute_approved(self, call: _Call, tool: Tool) -> Refusal | None:
-        """Execute an approved call that changes protected registers, holding their locks
-        (in address order) from the re-read of the values its approver was shown to the
-        device's answer: an approval is of one change, so a register that no longer holds
-        what the question showed is ``approval-denied`` and nothing is sent."""
-        handler, arguments = tool.handler, call.arguments
-        assert handler is not None and arguments is not None
-        locks = [self._guards[addr] for addr in call.guarded]
-        for lock in locks:
-            lock.acquire()
-        try:
-            holds = call.approval.holds if call.approval is not None else ()
-            for addr, old in holds:
-                try:
-                    now: int | None = self._runner.read(addr)
-                except RegdevError as error:
-                    logger.warning("register %d could not be read back before an approved "
-                                   "write: %s", addr, error)
-                    now = None
-                if now != old:
-                    return _changed_since_asked(self._label(addr), old, now)
-            if self.audit is not None and not tool.read_only:
-                refusal = self._intend(call, tool)
-                if refusal is not None:
-                    return refusal
-            call.executed = True  # from here on the device may have changed
-            try:
-                call.result = handler(self._runner, arguments)
-            except RegdevError as error:
-                return _execute_failure(error, tool, arguments)
-            return None
-        finally:
-            for lock in reversed(locks):
-                lock.release()
-
-    def _intend(self, call: _Call, tool: Tool) -> Refusal | None:
-        """Record the intent of a write about to be sent, durably (``AuditLog.record_intent``);
-        ``audit-error`` (nothing sent) when it cannot be."""
+    def _intend(self, tool: Tool, bound: dict[str, Any], *, arrived: float,
+                session: Session, dialect: str, loop_id: str | None, step: int | None,
+                key: str | None, call_id: str | None, proposer: str | None,
+                approval: Approval | None) -> str | Refusal:
+        """Record the intent of a write about to be sent, durably
+        (``AuditLog.record_intent``): its id, or ``audit-error`` (nothing sent) when it
+        cannot be."""
         assert self.audit is not None
-        approval = call.approval
         try:
-            call.intent = self.audit.record_intent(
-                time=call.time, session=call.session.name, dialect=call.dialect,
-                tool=tool.name, arguments=encode_json(call.arguments),
-                loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
-                call_id=call.id, device=self._runner.known_identity(),
-                proposer=call.proposer, caller=call.session.caller,
+            return self.audit.record_intent(
+                time=arrived, session=session.name, dialect=dialect, tool=tool.name,
+                arguments=encode_json(bound), loop_id=loop_id, step=step,
+                idempotency_key=key, call_id=call_id, device=self._runner.known_identity(),
+                proposer=proposer, caller=session.caller,
                 approver=approval.approver if approval is not None else None,
                 approval=approval.via if approval is not None else None)
         except AuditError as error:
             return _no_intent(error)
-        return None
 
-    def _observe(self, call: _Call) -> Refusal | None:
-        """The result's size against the output cap (unless its bound is within it)."""
-        assert call.tool is not None
-        if call.tool.name not in self._measured:
-            return None
-        size = len(_encode(call.result))
-        if size <= self.max_output_bytes:
-            return None
-        assert call.tool is not None
-        return _too_large(call.tool, size, self.max_output_bytes)
-
-    # --- after the pipeline: the audit record and the idempotency key --------------------
-
-    def _finish(self, call: _Call, observation: Observation) -> Observation:
-        """Record the call (durably when it executed a write) and settle its key."""
-        if self.audit is None:
-            return observation
+    def _record(self, observation: Observation, *, arrived: float, session: Session,
+                dialect: str, raw: str | bytes | None, document: object, not_data: bool,
+                tool: Tool | None, bound: dict[str, Any] | None, loop_id: str | None,
+                step: int | None, key: str | None, stage_ns: tuple[int | None, ...],
+                proposer: str | None, approval: Approval | None, slot: Slot | None,
+                print_: bytes | None, executed: bool, intent: str | None) -> Observation:
+        """The record step: append the call's audit record, committed before returning when
+        the call executed a tool that changes the device (``audit-error`` if that commit
+        fails), then settle its reserved key: stored once the call executed
+        (``device-timeout`` aside), so it never runs twice; else freed for the next call."""
+        audit = self.audit
+        assert audit is not None
+        durable = executed and tool is not None and not tool.read_only
+        stored: str | None = None  # the observation JSON stored under the key
         try:
-            observation = self._record(call, observation)
+            key_row = None
+            if slot is not None and durable and _keeps_key(observation):
+                assert print_ is not None
+                stored = _stored(observation)
+                key_row = audit.key_row(slot, print_, stored, arrived)
+            try:
+                audit.record_call(
+                    time=arrived, session=session.name, dialect=dialect,
+                    raw=raw if raw is not None else None if not_data else encode_json(document),
+                    observation=observation,
+                    tool=tool.name if tool is not None else _tool_name(document),
+                    arguments=encode_json(bound) if bound is not None
+                    else None if not_data else _arguments_text(document, audit.max_raw_bytes),
+                    loop_id=loop_id, step=step, idempotency_key=key, stage_ns=stage_ns,
+                    device=self._runner.known_identity(), proposer=proposer,
+                    caller=session.caller,
+                    approver=approval.approver if approval is not None else None,
+                    approval=approval.via if approval is not None else None,
+                    key_row=key_row, durable=durable, intent=intent,
+                    map_name=self._map_name)
+            except AuditError as error:
+                if durable:
+                    stored = None
+                    observation = _unrecorded(error, observation.id)
+                else:
+                    logger.error("a call's audit record was not written: %s", error)
         except Exception:
             observation = _internal_error()
-        if call.reserved:
-            self._settle_key(call, observation)
+        if slot is not None:
+            if executed and _keeps_key(observation):
+                assert print_ is not None
+                audit.complete_key(slot, print_, stored or _stored(observation))
+            else:
+                audit.release_key(slot)
         return observation
-
-    def _record(self, call: _Call, observation: Observation) -> Observation:
-        """Append the call's audit record: committed before returning when the call executed
-        a tool that changes the device (``audit-error`` if that commit fails)."""
-        audit, tool = self.audit, call.tool
-        assert audit is not None
-        durable = call.executed and tool is not None and not tool.read_only
-        key_row = None
-        if call.reserved and durable and _keeps_key(observation):
-            assert call.slot is not None and call.fingerprint is not None
-            call.stored = _stored(observation)
-            key_row = audit.key_row(call.slot, call.fingerprint, call.stored, call.time)
-        timings = call.timings
-        try:
-            audit.record_call(
-                time=call.time, session=call.session.name, dialect=call.dialect,
-                raw=call.raw if call.raw is not None
-                else None if call.not_json else encode_json(call.call),
-                observation=observation,
-                tool=tool.name if tool is not None else _tool_name(call.call),
-                arguments=encode_json(call.arguments) if call.arguments is not None
-                else None if call.not_json else _arguments_text(call.call, audit.max_raw_bytes),
-                loop_id=call.loop_id, step=call.step, idempotency_key=call.key,
-                stage_ns=tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED,
-                device=self._runner.known_identity(), proposer=call.proposer,
-                map_name=self._map_name,
-                caller=call.session.caller,
-                approver=call.approval.approver if call.approval is not None else None,
-                approval=call.approval.via if call.approval is not None else None,
-                key_row=key_row, durable=durable, intent=call.intent)
-        except AuditError as error:
-            if not durable:
-                logger.error("a call's audit record was not written: %s", error)
-                return observation
-            call.stored = None
-            return _unrecorded(error, observation.id)
-        return observation
-
-    def _settle_key(self, call: _Call, observation: Observation) -> None:
-        """Store the reserved key's outcome once the call executed (``device-timeout``
-        aside), so it never runs twice; else free the key for the next call."""
-        assert self.audit is not None and call.slot is not None
-        slot = call.slot
-        if call.executed and _keeps_key(observation):
-            assert call.fingerprint is not None
-            self.audit.complete_key(slot, call.fingerprint, call.stored or _stored(observation))
-        else:
-            self.audit.release_key(slot)
 
     def _validators_for(self, tools: tuple[str, ...] | None) -> RefusalCheck:
         """The compiled check of the tools in ``tools`` (None: every tool), compiled once."""
@@ -1041,55 +844,6 @@ class Gate:
         return f"Gate(device={type(self.device).__name__}, tools={list(self.tools)!r})"
 
 
-#: The stages in order, each ``stage(gate, call) -> None, or what ends the call``: the method
-#: ``Gate._<name>`` of each name in :data:`PIPELINE`.
-_STAGES: tuple[tuple[str, Callable[[Gate, _Call], _End]], ...] = tuple(
-    (name, getattr(Gate, f"_{name}")) for name in PIPELINE)
-
-
-class _Call:
-    """What the pipeline learns about one call on its way, for the later stages and the audit
-    record. Attributes not set in ``__init__`` keep the class defaults until a stage sets them.
-    """
-
-    call: object = None  #: the decoded canonical call (or whatever document was sent)
-    id: str | None = None  #: the correlation id to echo
-    sent_key: object = None  #: handle_call's idempotency key, not yet checked
-    key: str | None = None  #: the idempotency key in force (None: none, or no audit log)
-    tool: Tool | None = None  #: the validated call's tool
-    arguments: dict[str, Any] | None = None  #: its validated, bound arguments
-    result: dict[str, Any] | None = None  #: what the device answered
-    executed = False  #: the device call started: the device may have changed
-    fingerprint: bytes | None = None  #: the key's fingerprint of tool and arguments
-    slot: Slot | None = None  #: where its key is reserved: the device's scope, session, key
-    reserved = False  #: this call holds the reservation of its key
-    not_json = False  #: handle_call's call holds Python data JSON cannot (nothing to record)
-    stored: str | None = None  #: the observation JSON stored under the key
-    approval: Approval | None = None  #: the approval hook's answer, when it gave an Approval
-    #: The protected registers an approved call changes: their locks are held at execute.
-    guarded: tuple[int, ...] = ()
-    intent: str | None = None  #: the id of the write's intent record, once committed
-    #: For the audit log only: when the call arrived (Unix seconds), and the nanoseconds
-    #: spent in each stage it reached, by name.
-    time = 0.0
-    timings: dict[str, int] | None = None
-
-    def __init__(self, session: Session, dialect: str, tool_choice: str | None,
-                 raw: str | bytes | None, *, loop_id: str | None, step: int | None,
-                 proposer: str | None = None) -> None:
-        self.session = session
-        self.dialect = dialect
-        self.tool_choice = tool_choice
-        self.raw = raw  #: the raw text to parse; None for a decoded call (handle_call)
-        self.loop_id = loop_id
-        self.step = step
-        self.proposer = proposer  #: who proposed the call (for the audit log)
-
-    def answered(self, approval: Approval) -> None:
-        """Keep the approval hook's answer for the audit record."""
-        self.approval = approval
-
-
 def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
     """Authorize step 0: nothing runs that cannot be recorded."""
     if audit.closed:
@@ -1101,6 +855,24 @@ def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
     return Refusal("authorize", "audit-error",
                    f"the audit log failed to commit ({escape_text(failure, 80)}), so calls "
                    "that change the device are refused until a commit succeeds; reads still run")
+
+
+class _Decoded:
+    """:meth:`Gate.handle_call`'s call, decoded already, on its way through the pipeline in
+    place of raw text, with its correlation id (checked) and its idempotency key (as sent)."""
+
+    __slots__ = ("call", "call_id", "key")
+
+    def __init__(self, call: object, call_id: str | None, key: object) -> None:
+        self.call, self.call_id, self.key = call, call_id, key
+
+
+def _request_of(session: Session, tool: Tool,
+                arguments: dict[str, Any]) -> Callable[[int | None], ApprovalRequest]:
+    """What the approval hook is asked about a call's write to the protected register at an
+    address."""
+    return lambda addr: ApprovalRequest(session.name, tool.name, dict(arguments), addr,
+                                        session.caller)
 
 
 def _device_failure(error: RegdevError) -> Refusal:
