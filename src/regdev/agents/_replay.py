@@ -28,10 +28,11 @@ from typing import IO, Any
 import msgspec
 
 from ..core._errors import RegdevError
+from ..core._json import load_json
 from ..core._observation import FIXED_CODES, NAMED_CODES, Observation, Refusal
 from ..core._text import escape_text
 from ..gate._gate import Gate
-from ..gate._parse import DEFAULT_MAX_INPUT_BYTES, DIALECTS, load_json
+from ..gate._parse import DEFAULT_MAX_INPUT_BYTES, DIALECTS
 from ..gate._policy import Session
 from ..gate._schema import a_json_type
 from ..gate._tools import REGISTER_TOOLS, ToolSet

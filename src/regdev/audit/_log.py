@@ -82,7 +82,8 @@ from ..core._errors import AuditError, AuditInUse
 from ..core._limits import seconds_problem
 from ..core._observation import PIPELINE, Observation, Refusal
 from ..core._text import is_text, text_bytes
-from ..core._wording import json_problem, sqlite_problem
+from ..core._json import json_problem
+from ..core._wording import sqlite_problem
 from ._idempotency import (
     INSERT_KEY,
     INSERT_RESET,

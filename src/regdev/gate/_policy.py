@@ -71,6 +71,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..core._errors import PolicyError
+from ..core._json import load_json
 from ..core._observation import Refusal
 from ..core._text import escape_text
 from ..core._wording import toml_problem
@@ -78,7 +79,6 @@ from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
 from ._access import ApprovalPolicy, HttpAccess, LabToken, OAuthTokens, Seconds
-from ._parse import load_json
 from ._schema import a_json_type
 from ._tools import Tool
 from ._validate import show_value
