@@ -85,7 +85,7 @@ from pydantic import ValidationError
 
 from .._version import __version__
 from ..core._json import lenient_members, strict_value
-from ..core._observation import Observation, Refusal
+from ..core._observation import Observation, Refusal, refuse
 from ..gate._gate import Gate
 from ..gate._parse import parse
 from ..gate._policy import Session
@@ -285,7 +285,7 @@ class MessageReader:
                 parsed = parse(line, max_bytes=self.max_line_bytes)
             except Exception:  # a defect in the parser: the line is refused, never run
                 logger.exception("regdev: the parser failed on a message")
-                parsed = Refusal("parse", "not-json", "the message could not be decoded")
+                parsed = refuse("not-json", "the message could not be decoded")
             if not isinstance(parsed, Refusal):
                 return self._message(parsed.call, line)
             reason, code = parsed.message, types.PARSE_ERROR

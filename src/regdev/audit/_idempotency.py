@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ..core._json import decode_json
-from ..core._observation import Observation, Refusal
+from ..core._observation import Observation, Refusal, refuse
 from ..core._text import escape_text
 
 __all__ = ["INSERT_KEY", "INSERT_RESET", "KEYS_SCHEMA", "PROVIDER_DIALECTS",
@@ -200,8 +200,8 @@ class IdempotencyStore:
                     self._running[slot] = (print_, self._epochs.get(slot[0], ""))
                     return None
                 if running[0] == print_:
-                    return Refusal(
-                        "authorize", "idempotency-in-progress",
+                    return refuse(
+                        "idempotency-in-progress",
                         f"a call with idempotency key {_show(slot[2])} is still running; send "
                         "it again shortly to get its observation")
                 return _conflict(slot[2])
@@ -266,6 +266,6 @@ def _show(key: str) -> str:
 
 
 def _conflict(key: str) -> Refusal:
-    return Refusal("authorize", "idempotency-conflict",
-                   f"idempotency key {_show(key)} was already used for a different call; "
-                   "send each distinct call with a new key")
+    return refuse("idempotency-conflict",
+                  f"idempotency key {_show(key)} was already used for a different call; "
+                  "send each distinct call with a new key")

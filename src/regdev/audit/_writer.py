@@ -54,7 +54,7 @@ from typing import Any, Literal
 
 from ..core._errors import AuditError
 from ..core._limits import seconds_problem
-from ..core._observation import PIPELINE, Observation, Refusal
+from ..core._observation import PIPELINE, Observation, Refusal, refuse
 from ..core._text import is_text, text_bytes
 from ..core._wording import sqlite_problem
 from ._idempotency import (
@@ -100,8 +100,8 @@ MAX_PENDING = 4096
 Durability = Literal["crash", "power-loss"]
 _SYNCHRONOUS: dict[str, str] = {"crash": "NORMAL", "power-loss": "FULL"}
 #: What an intent record says (:meth:`AuditLog.record_intent`) until its call's record follows.
-_INTENT = Observation(refusal=Refusal(
-    "execute", "outcome-unknown",
+_INTENT = Observation(refusal=refuse(
+    "outcome-unknown",
     "the write was sent to the device and no outcome was recorded after it (the process "
     "stopped first): it may or may not have run; read the register back"))
 #: The stage times of a record that has none.

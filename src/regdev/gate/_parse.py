@@ -37,7 +37,7 @@ from ..core._json import (
     json_problem,
     load_json,
 )
-from ..core._observation import Refusal
+from ..core._observation import Refusal, refuse
 from ..core._text import escape_text, is_text, text_bytes
 from ._schema import a_json_type
 
@@ -114,9 +114,9 @@ def check_idempotency_key(value: object, field: str) -> str | Refusal | None:
         return value
     got = (("a string holding a lone surrogate (not Unicode text)" if not is_text(value)
             else f"{len(value)} characters") if type(value) is str else a_json_type(value))
-    return Refusal("validate", "bad-idempotency-key",
-                   f"{field} must be a string of 1..{MAX_IDEMPOTENCY_KEY_CHARS} characters, "
-                   f"got {got}")
+    return refuse("bad-idempotency-key",
+                  f"{field} must be a string of 1..{MAX_IDEMPOTENCY_KEY_CHARS} characters, "
+                  f"got {got}")
 
 
 def _with_key(call: dict[str, Any], call_id: str | None, key: str | Refusal | None) -> ParsedCall:
@@ -157,13 +157,13 @@ def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall:
     # OpenAI: the arguments are JSON text. Without a tool name the shape step refuses first.
     text = out["arguments"]
     if type(text) is not str:
-        return ParsedCall(out, call_id, Refusal(
-            "validate", "bad-arguments",
+        return ParsedCall(out, call_id, refuse(
+            "bad-arguments",
             f"function.arguments must be JSON text (a string), got {a_json_type(text)}"))
     out["arguments"], error = decode_strict(text)
     if error is not None:
-        return ParsedCall(out, call_id, Refusal(
-            "parse", "not-json", f"function.arguments is not one strict JSON document: {error}"))
+        return ParsedCall(out, call_id, refuse(
+            "not-json", f"function.arguments is not one strict JSON document: {error}"))
     return _with_key(out, call_id, key)
 
 
@@ -294,8 +294,8 @@ def not_json(error: Exception, raw: str | bytes) -> Refusal | None:
 
 
 def _not_json(error: str) -> Refusal:
-    return Refusal("parse", "not-json",
-                   f"not one strict JSON document: {error}; send one JSON object")
+    return refuse("not-json",
+                  f"not one strict JSON document: {error}; send one JSON object")
 
 
 def _sized(raw: object, max_bytes: int) -> tuple[str | bytes, Refusal | None]:
@@ -313,17 +313,17 @@ def _sized(raw: object, max_bytes: int) -> tuple[str | bytes, Refusal | None]:
     elif type(raw) is bytes:
         size = len(raw)
     else:
-        return "", Refusal("parse", "not-json",
-                           f"expected JSON text, got a Python {type(raw).__name__}")
+        return "", refuse("not-json",
+                          f"expected JSON text, got a Python {type(raw).__name__}")
     if size > max_bytes:
         return "", _too_large(max_bytes)
     return raw, None
 
 
 def _too_large(max_bytes: int) -> Refusal:
-    return Refusal("parse", "too-large",
-                   f"the call is over the cap of {max_bytes} bytes; send one call of at most "
-                   f"{max_bytes} bytes")
+    return refuse("too-large",
+                  f"the call is over the cap of {max_bytes} bytes; send one call of at most "
+                  f"{max_bytes} bytes")
 
 
 def encode_json_data(value: object, max_bytes: int) -> bytes | str:

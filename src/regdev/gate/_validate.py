@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, cast
 
-from ..core._observation import Refusal
+from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ._runtime import is_multiple, json_first_repeat
 from ._schema import (
@@ -344,8 +344,8 @@ def _level(schema: Mapping[str, Any], tool: str, label: str) -> ArgumentLevel:
 def _missing(level: ArgumentLevel, name: str, where: str) -> Refusal:
     field = level.fields.get(name)
     allowed = field.allowed if field is not None else describe_schema(True)
-    return Refusal("validate", f"missing-{_child(level.label, name)}",
-                   f"missing required argument {_child(where, name)} ({allowed})")
+    return refuse(f"missing-{_child(level.label, name)}",
+                  f"missing required argument {_child(where, name)} ({allowed})")
 
 
 def _unknown(level: ArgumentLevel, key: object, where: str) -> Refusal:
@@ -355,8 +355,8 @@ def _unknown(level: ArgumentLevel, key: object, where: str) -> Refusal:
         name = (f"{_child(where, _python_repr(key))} "
                 f"(a key of Python type {type(key).__name__})")
     allowed = ", ".join(_child(where, p) for p in level.fields) or "no arguments"
-    return Refusal("validate", "unknown-argument",
-                   f"unknown argument {name}; {where or level.tool} takes: {allowed}")
+    return refuse("unknown-argument",
+                  f"unknown argument {name}; {where or level.tool} takes: {allowed}")
 
 
 def _python_repr(value: object) -> str:
@@ -373,9 +373,9 @@ def _wrong_type(node: ArgumentNode, value: object, where: str) -> Refusal:
     if node.schema is False and node.element:  # an element no schema allows
         array = where[:where.rindex("[")]
         past = "" if node.past < 0 else f"; {array} holds at most {_plural(node.past, 'item')}"
-        return Refusal("validate", f"type-{node.label}", f"{where} is not allowed{past}")
-    return Refusal("validate", f"type-{node.label}",
-                   f"{where} must be {node.allowed}, got {_got(value)}")
+        return refuse(f"type-{node.label}", f"{where} is not allowed{past}")
+    return refuse(f"type-{node.label}",
+                  f"{where} must be {node.allowed}, got {_got(value)}")
 
 
 def _out_of_range(node: ArgumentNode, value: Any, where: str) -> Refusal | None:
@@ -404,7 +404,7 @@ def _out_of_range(node: ArgumentNode, value: Any, where: str) -> Refusal | None:
         message = f"{where} {show_value(value)} {_not_one_of(value, schema['enum'])}"
     else:
         message = f"{where} {show_value(value)} {node.violation}"
-    return Refusal("validate", f"range-{node.label}", message)
+    return refuse(f"range-{node.label}", message)
 
 
 #: The most characters one allowed string of an ``enum`` takes in a refusal (names such as
@@ -727,12 +727,12 @@ class ReferenceValidator:
         """
         if type(call) is not dict:
             hint = "; send one call at a time" if type(call) is list else ""
-            return Refusal("validate", "not-an-object",
-                           f"a tool call must be a JSON object, got {a_json_type(call)}{hint}")
+            return refuse("not-an-object",
+                          f"a tool call must be a JSON object, got {a_json_type(call)}{hint}")
         if "tool" not in call or type(call["tool"]) is not str:
             got = "" if "tool" not in call else f" (got {a_json_type(call['tool'])})"
-            return Refusal("validate", "missing-tool",
-                           f"the call names no tool{got}; available tools: {self._names}")
+            return refuse("missing-tool",
+                          f"the call names no tool{got}; available tools: {self._names}")
         if type(call.get("arguments")) is not dict:
             if "arguments" not in call:
                 message = "the call has no arguments; send them as a JSON object"
@@ -741,15 +741,15 @@ class ReferenceValidator:
                 message = f"arguments must be a JSON object, got {a_json_type(got)}"
                 if type(got) is str:
                     message += " (a string holding JSON is still a string)"
-            return Refusal("validate", "bad-arguments", message)
+            return refuse("bad-arguments", message)
         name, arguments = call["tool"], call["arguments"]
         if tool_choice is not None and name != tool_choice:
-            return Refusal("validate", "wrong-tool",
-                           f"this step requires tool {tool_choice}, got {show_value(name)}")
+            return refuse("wrong-tool",
+                          f"this step requires tool {tool_choice}, got {show_value(name)}")
         level = self._levels.get(name)
         if level is None:
-            return Refusal("validate", "unknown-tool",
-                           f"unknown tool {show_value(name)}; available tools: {self._names}")
+            return refuse("unknown-tool",
+                          f"unknown tool {show_value(name)}; available tools: {self._names}")
         return _check_level(level, arguments, "")
 
     def explain(self, call: object, code: str, tool_choice: str | None = None) -> Refusal:
