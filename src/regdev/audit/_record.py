@@ -35,9 +35,7 @@ from ..core._errors import AuditError
 from ..core._json import decode_json, json_problem
 from ..core._observation import PIPELINE, Observation, Refusal
 from ..core._wording import sqlite_problem
-from ._idempotency import (
-    KEYS_SCHEMA,
-)
+from ._idempotency import KEYS_SCHEMA
 
 #: 2: idempotency keys are scoped to a device (version 1's keys, unscoped, are kept aside).
 #: 3: and to the device's epoch, which a reset through regdev ends (table ``device_resets``);

@@ -30,6 +30,7 @@ Rules of this file:
   flusher's own connection once about :data:`CHECKPOINT_FRAMES` WAL frames accumulated, not
   inside a writer's commit as SQLite's automatic checkpoint would (a writer paid about 12 us a
   commit for it, averaged); the writing connection keeps an automatic checkpoint at
+  :data:`BACKSTOP_CHECKPOINT_FRAMES` frames in case the flusher's fail or fall behind.
 * One writer a database: each :class:`AuditLog` indexes the idempotency keys in memory when it
   opens the database, so a second writer would not see the first's keys nor its device resets,
   and would replay a stale key: it holds the writer's lock (:mod:`regdev.audit._lock`) from its
