@@ -49,6 +49,7 @@ def test_a_refusal_built_from_the_table_takes_its_stage_and_retryable_from_it() 
     stages, and refuses a code the table lacks; retryable reads the same table."""
     assert refuse("range-addr", "m") == Refusal("validate", "range-addr", "m")
     assert refuse("denied-write_register", "m").stage == "authorize"
+    assert refuse("missing-", "m").stage == "validate"  # a property may be named ""
     assert refuse("audit-error", "m", "execute") == Refusal("execute", "audit-error", "m")
     with pytest.raises(ValueError, match="name the stage"):
         refuse("audit-error", "m")

@@ -106,8 +106,8 @@ def code_entry(code: str) -> Code | None:
     None when it is no verdict code of regdev's."""
     entry = CODES.get(code)
     if entry is None:
-        kind, dash, name = code.partition("-")
-        if dash and name:
+        kind, dash, _ = code.partition("-")
+        if dash:  # (the name may be empty: a schema may declare a property "")
             entry = NAMED.get(kind)
     return entry
 
