@@ -34,7 +34,8 @@ from pathlib import Path
 
 from _script import MAX_ROUNDS, Parser, count
 from regdev import AuditLog, Gate, Observation
-from regdev.audit._log import _SCHEMA, _SYNCHRONOUS, insert_statement
+from regdev.audit._record import SCHEMA
+from regdev.audit._writer import _SYNCHRONOUS, insert_statement
 
 CALLS = {
     "write": '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}',
@@ -82,7 +83,7 @@ def sqlite_inserts(path: Path, durability: str, calls: int) -> Callable[[], floa
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
-    conn.executescript(_SCHEMA)
+    conn.executescript(SCHEMA)
     with AuditLog(path.with_suffix(".rowsource.db")) as source:  # the same record the gate writes
         row = source.row(time=time.time(), session="default", dialect="canonical",
                          raw=CALLS["write"].encode(),

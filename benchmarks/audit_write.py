@@ -24,7 +24,8 @@ from pathlib import Path
 
 from _compare import Goal, case, compare, options
 from regdev import AuditLog, Gate, Observation
-from regdev.audit._log import _SCHEMA, _SYNCHRONOUS, insert_statement
+from regdev.audit._record import SCHEMA
+from regdev.audit._writer import _SYNCHRONOUS, insert_statement
 from regdev.gate._bench import Contender
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}'
@@ -35,7 +36,7 @@ def sqlite_insert(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute(f"PRAGMA synchronous={_SYNCHRONOUS['crash']}")
-    connection.executescript(_SCHEMA)
+    connection.executescript(SCHEMA)
     return connection
 
 

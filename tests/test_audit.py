@@ -39,9 +39,6 @@ from regdev import (
 )
 from regdev.audit._idempotency import KeyRow
 from regdev.audit._log import (
-    _ADDED_COLUMNS,
-    _COLUMNS,
-    _SCHEMA,
     BACKSTOP_CHECKPOINT_FRAMES,
     CHECKPOINT_FRAMES,
     default_audit_path,
@@ -49,6 +46,7 @@ from regdev.audit._log import (
     insert_statement,
     lock_path,
 )
+from regdev.audit._record import ADDED_COLUMNS, COLUMNS, SCHEMA
 from regdev.core._observation import PIPELINE, Stage
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
@@ -92,16 +90,16 @@ def test_the_stage_names_come_from_one_tuple(db: Path) -> None:
     """The refusal stages and the audit columns all read PIPELINE."""
     assert PIPELINE == ("parse", "validate", "authorize", "execute", "observe")
     assert typing.get_args(Stage) == (*PIPELINE, "internal")
-    assert AuditRecord.__struct_fields__ == ("id", *_COLUMNS)
-    times = _COLUMNS.index("replay") + 1
-    assert _COLUMNS[times:times + len(PIPELINE)] == tuple(f"{stage}_ns" for stage in PIPELINE)
-    assert _COLUMNS[times + len(PIPELINE):] == tuple(name for name, _ in _ADDED_COLUMNS)
+    assert AuditRecord.__struct_fields__ == ("id", *COLUMNS)
+    times = COLUMNS.index("replay") + 1
+    assert COLUMNS[times:times + len(PIPELINE)] == tuple(f"{stage}_ns" for stage in PIPELINE)
+    assert COLUMNS[times + len(PIPELINE):] == tuple(name for name, _ in ADDED_COLUMNS)
     with AuditLog(db):
         pass
     with sqlite3.connect(db) as conn:
         calls = [row[1] for row in conn.execute("PRAGMA table_info(calls)")]
         keys = [row[1] for row in conn.execute("PRAGMA table_info(idempotency_keys)")]
-    assert calls == ["id", *_COLUMNS] and keys == list(KeyRow._fields)
+    assert calls == ["id", *COLUMNS] and keys == list(KeyRow._fields)
 
 
 def test_refusals_record_the_stage_reached(db: Path) -> None:
@@ -728,10 +726,10 @@ def test_a_version_1_database_is_upgraded_and_its_unscoped_keys_set_aside(db: Pa
     """Version 1 keys were not tied to a device: they are kept, append-only, but never
     replayed; records stay and new ones follow them."""
     conn = sqlite3.connect(db)
-    conn.executescript(_SCHEMA + V1_KEYS + "PRAGMA user_version = 1;")
+    conn.executescript(SCHEMA + V1_KEYS + "PRAGMA user_version = 1;")
     conn.execute("INSERT INTO idempotency_keys VALUES ('default', 'old', x'00', '{}', 1.0)")
-    conn.execute(f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES "
-                 f"({', '.join('?' * len(_COLUMNS))})",
+    conn.execute(f"INSERT INTO calls ({', '.join(COLUMNS)}) VALUES "
+                 f"({', '.join('?' * len(COLUMNS))})",
                  AuditLog.stop_row(time=1.0, session="s", loop_id="l", stop="done",
                                    detail="d", steps=1))
     conn.commit()
@@ -987,7 +985,7 @@ def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path
     with Gate(audit=AuditLog(db)) as gate:
         gate.handle(READ)  # a read: no intent record, which the regdev before them never wrote
     conn = sqlite3.connect(db)  # as the regdev before them wrote it
-    for name, _ in _ADDED_COLUMNS:
+    for name, _ in ADDED_COLUMNS:
         conn.execute(f"ALTER TABLE calls DROP COLUMN {name}")
     conn.commit()
     conn.close()
@@ -1002,7 +1000,7 @@ def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path
     conn = sqlite3.connect(db)
     names = [row[1] for row in conn.execute("PRAGMA table_info(calls)")]
     conn.close()
-    assert names[-len(_ADDED_COLUMNS):] == [name for name, _ in _ADDED_COLUMNS]
+    assert names[-len(ADDED_COLUMNS):] == [name for name, _ in ADDED_COLUMNS]
     first, second = read_audit(db)
     assert first == old
     assert (second.ok, second.caller, second.approver, second.approval) == (

@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from regdev import AuditError, AuditLog, Gate, Tool, ToolSet, read_audit
-from regdev.audit import _log as audit_module
+from regdev.audit import _lock as lock_module
 from regdev.audit._log import lock_path
 from regdev.cli._main import main
 from regdev.gate._tools import REGISTER_TOOLS
@@ -431,7 +431,7 @@ def test_a_writer_whose_lock_file_was_removed_takes_a_new_one(
     path = tmp_path / "audit.db"
     where = lock_path(path)
     where.write_text("")  # the file a refused writer made and is about to remove
-    flock = audit_module.fcntl.flock
+    flock = lock_module.fcntl.flock
     calls = []
 
     def removed_meanwhile(fd: int, operation: int) -> None:
@@ -440,10 +440,10 @@ def test_a_writer_whose_lock_file_was_removed_takes_a_new_one(
             where.unlink()  # between this writer's open and its flock
         flock(fd, operation)
 
-    monkeypatch.setattr(audit_module.fcntl, "flock", removed_meanwhile)
+    monkeypatch.setattr(lock_module.fcntl, "flock", removed_meanwhile)
     with AuditLog(path):
         assert len(calls) == 2
         assert os.stat(where).st_ino == os.fstat(calls[1]).st_ino
-        monkeypatch.setattr(audit_module.fcntl, "flock", flock)
+        monkeypatch.setattr(lock_module.fcntl, "flock", flock)
         with pytest.raises(AuditError, match="in use"):
             AuditLog(path)  # and the lock it holds is the one others take

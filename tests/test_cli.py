@@ -16,7 +16,7 @@ import pytest
 from conftest import EXAMPLES, default_rows, run
 from regdev import read_audit, tool_definitions
 from regdev.agents._shell import shell_call
-from regdev.audit import _log as _audit
+from regdev.audit import _writer as _audit_writer
 from regdev.cli._main import main
 
 
@@ -489,7 +489,7 @@ def test_an_audit_path_on_a_read_only_file_system_gives_the_os_reason(
     def read_only(path: Path) -> None:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), f"{path}.lock")
 
-    monkeypatch.setattr(_audit, "_lock", read_only)
+    monkeypatch.setattr(_audit_writer, "take_lock", read_only)
     status, out, err = run(capsys, "call", "--audit", str(tmp_path / "a.db"), "{}")
     assert (status, out, err) == (
         2, "", f"regdev call: error: cannot open the audit database {tmp_path / 'a.db'}: "

@@ -4,6 +4,7 @@ and each Python block marked to run prints what its comments show.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from typing import Any
@@ -14,7 +15,7 @@ from conftest import ROOT
 from regdev import ReferenceValidator, ToolSet
 from regdev.agents._shell import shell_tools
 from regdev.cli._main import main
-from regdev.core._observation import FIXED_CODES, NAMED_CODES
+from regdev.core._observation import CODES, FIXED_CODES, NAMED, NAMED_CODES, code_entry
 from regdev.devices._rdl import load_map
 from regdev.gate._maptools import map_tools
 from regdev.gate._tools import REGISTER_TOOLS
@@ -184,9 +185,12 @@ def test_the_stdio_table_says_which_requests_the_server_sends() -> None:
     assert "the server's only requests are its approval questions, `elicitation/create`" in page
 
 
-#: A refusal with a code written out in regdev's source: ``Refusal("stage", "code"`` or
-#: ``Refusal("stage", f"kind-{...}"``, and the reference benchmark's ``refused("code"``.
-SOURCE_CODE = re.compile(r'Refusal\(\s*"[a-z]+",\s*f?"([a-z-]+)|refused\("([a-z-]+)')
+#: A refusal with a code written out in regdev's source: ``refuse("code"`` or
+#: ``refuse(f"kind-{...}"``, ``Refusal("stage", "code"``, and the reference benchmark's
+#: ``refused("code"``.
+SOURCE_CODE = re.compile(r'(?:Refusal\(\s*"[a-z]+",|refuse\(|refused\()\s*f?"([a-z-]+)')
+#: A refusal that spells its stage: ``Refusal("stage", "code"`` (stage and code).
+SPELLED_STAGE = re.compile(r'Refusal\(\s*"([a-z]+)",\s*f?"([a-z-]+)')
 
 
 def test_every_code_regdevs_source_gives_is_a_fixed_or_named_code() -> None:
@@ -194,12 +198,63 @@ def test_every_code_regdevs_source_gives_is_a_fixed_or_named_code() -> None:
     refusal is made with in regdev's source; the others are the named families."""
     found = set()
     for path in (ROOT / "src" / "regdev").rglob("*.py"):
-        for fixed, benched in SOURCE_CODE.findall(path.read_text(encoding="utf-8")):
-            found.add(fixed or benched)
+        found.update(SOURCE_CODE.findall(path.read_text(encoding="utf-8")))
     named = tuple(f"{kind}-" for kind in NAMED_CODES)
     assert len(found) > 20
     assert [code for code in found if code not in FIXED_CODES and not code.startswith(named)
             ] == []
+
+
+def test_every_refusal_that_spells_its_stage_names_a_stage_the_table_gives() -> None:
+    """A refusal written out as ``Refusal("stage", "code", ...)`` names one of the stages the
+    table of codes gives its code (``refuse`` takes the stage from the table)."""
+    found = []
+    for path in (ROOT / "src" / "regdev").rglob("*.py"):
+        for stage, code in SPELLED_STAGE.findall(path.read_text(encoding="utf-8")):
+            entry = code_entry(code + "x" if code.endswith("-") else code)
+            found.append((path.name, code, stage, entry is not None and stage in entry.stages))
+    assert [spelled for spelled in found if not spelled[3]] == []
+
+
+def _errors_sections() -> dict[str, set[str]]:
+    """docs/errors.md: each stage's section (``## parse`` ...) -> the codes it has a
+    ``### `code``` heading for."""
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    sections: dict[str, set[str]] = {}
+    for part in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
+        stage = part.split("\n", 1)[0].strip()
+        sections[stage] = set(re.findall(r"^### `([a-z<>-]+)`$", part, re.MULTILINE))
+    return sections
+
+
+def test_errors_doc_has_each_code_of_the_table_under_its_first_stage() -> None:
+    """Each code of the table has its section in docs/errors.md under the first stage the
+    table gives it, and the page has a section for no code the table lacks."""
+    sections = _errors_sections()
+    wanted = {(entry.stages[0], code) for code, entry in CODES.items()}
+    wanted |= {(entry.stages[0], f"{kind}-<{'tool' if kind == 'denied' else 'arg'}>")
+               for kind, entry in NAMED.items()}
+    documented = {(stage, code) for stage, codes in sections.items() for code in codes}
+    assert documented == wanted
+
+
+#: An observation of a refusal shown in docs/errors.md (one line of JSON).
+REFUSED = re.compile(r'\{"ok": ?false,[^\n]*\}')
+
+
+def test_errors_doc_examples_show_the_stage_and_retryable_the_table_gives() -> None:
+    """Every refusal shown in docs/errors.md names a stage the table gives its code and says
+    ``retryable`` as the table does."""
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    shown = [json.loads(line) for line in REFUSED.findall(text)]
+    assert len(shown) > 30
+    wrong = []
+    for observation in shown:
+        entry = code_entry(observation["code"])
+        if entry is None or observation["stage"] not in entry.stages \
+                or observation["retryable"] is not entry.retryable:
+            wrong.append(observation)
+    assert wrong == []
 
 
 def _argument_codes(tools: ToolSet) -> set[str]:

@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from regdev import Observation, Refusal, mcp_result
+from regdev.core._observation import CODES, refuse
 
 REFUSAL = Refusal("validate", "range-addr", "addr 16 is outside 0..15")
 
@@ -41,3 +42,21 @@ def test_from_dict_rebuilds_what_to_dict_gave() -> None:
     for observation in (Observation.success("read_register", {"addr": 1, "data": 2}, "x"),
                         Observation(refusal=REFUSAL, id="y", replay=True)):
         assert Observation.from_dict(observation.to_dict()) == observation
+
+
+def test_a_refusal_built_from_the_table_takes_its_stage_and_retryable_from_it() -> None:
+    """refuse() takes a code's stage from the table, needs one for a code given at several
+    stages, and refuses a code the table lacks; retryable reads the same table."""
+    assert refuse("range-addr", "m") == Refusal("validate", "range-addr", "m")
+    assert refuse("denied-write_register", "m").stage == "authorize"
+    assert refuse("missing-", "m").stage == "validate"  # a property may be named ""
+    assert refuse("audit-error", "m", "execute") == Refusal("execute", "audit-error", "m")
+    with pytest.raises(ValueError, match="name the stage"):
+        refuse("audit-error", "m")
+    with pytest.raises(ValueError, match="not given at parse"):
+        refuse("range-addr", "m", "parse")
+    with pytest.raises(ValueError, match="not a verdict code"):
+        refuse("no-such-code", "m")
+    assert [code for code, entry in CODES.items()
+            if Refusal(entry.stages[0], code, "").retryable is not entry.retryable] == []
+    assert (refuse("denied-x", "m").retryable, refuse("type-x", "m").retryable) == (False, True)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 
 from regdev import Gate, ParsedCall, Refusal, parse
-from regdev.gate._parse import load_json
+from regdev.core._json import decode_strict, lenient_members, load_json, strict_value
 from strategies import repeated_key_documents, to_json
 
 
@@ -399,3 +399,18 @@ def test_a_key_repeated_anywhere_is_not_json_in_every_dialect(case: tuple[str, s
     clean = to_json(json.loads(text, parse_float=Decimal))
     kept = parse(clean)
     assert not (isinstance(kept, Refusal) and named in kept.message)
+
+
+def test_one_strict_decoder_serves_the_parser_the_files_and_the_mcp_reader() -> None:
+    """core/_json.py decides for all: a repeated key in bytes or str, NaN, and the lenient
+    reading of a refused line keep their strict values and drop the rest."""
+    assert decode_strict(b'{"a": 1, "b": {"a": 2, "a": 3}}') == (
+        None, 'key "a" appears twice in one object')
+    assert decode_strict('[{"k": 1}, {"k": 2}]') == ([{"k": 1}, {"k": 2}], None)
+    assert decode_strict(b'{"x": 1.50}') == ({"x": Decimal("1.50")}, None)
+    with pytest.raises(ValueError, match="is not a JSON number"):
+        load_json('{"x": NaN}')
+    members = lenient_members(b'{"id": 7, "params": {"a": 1, "a": 2}, "id": 8, "method": "m"}')
+    assert members == {"id": [b"7", b"8"], "params": [b'{"a": 1, "a": 2}'],
+                       "method": [b'"m"']}
+    assert [strict_value(text) for text in (b'"m"', b"NaN", b"[1,")] == ["m", None, None]

@@ -11,7 +11,7 @@ import pytest
 from conftest import EXAMPLES
 from provider_server import ProviderServer, openai_turn
 from regdev import AuditLog, Gate, read_audit
-from regdev.audit._log import _SCHEMA
+from regdev.audit._record import SCHEMA
 from regdev.audit._report import adherence, format_report
 from regdev.cli._main import main
 
@@ -153,7 +153,7 @@ def test_a_version_3_log_gets_the_device_and_proposer_columns(tmp_path: Path) ->
     """An audit log written before proposers were recorded is upgraded in place: its records
     read back with no proposer, new ones carry theirs."""
     db = tmp_path / "audit.db"
-    old_schema = "\n".join(line for line in _SCHEMA.splitlines()
+    old_schema = "\n".join(line for line in SCHEMA.splitlines()
                            if not line.lstrip().startswith(("proposer", "device")))
     old_schema = old_schema.replace("observe_ns INTEGER,", "observe_ns INTEGER")
     conn = sqlite3.connect(db)

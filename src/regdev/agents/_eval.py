@@ -43,12 +43,12 @@ import msgspec
 
 from ..audit._log import AuditLog
 from ..core._errors import RegdevError
+from ..core._json import load_json
 from ..core._text import escape_text
 from ..devices._device import RegisterFile
 from ..devices._regmap import RegisterMap
 from ..gate._gate import Gate
 from ..gate._maptools import map_tools
-from ..gate._parse import load_json
 from ._models import AgentResult, Endpoint, run_agent
 
 __all__ = ["FATAL_KINDS", "EvalFileError", "EvalStopped", "Task", "Trial", "load_tasks",

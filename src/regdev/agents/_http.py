@@ -79,7 +79,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .._version import __version__
 from ..core._errors import AuditError
 from ..core._limits import seconds_problem
-from ..core._observation import Observation, Refusal
+from ..core._observation import Observation, refuse
 from ..core._text import escape_text
 from ..gate._access import HttpAccess
 from ..gate._gate import Gate
@@ -723,10 +723,10 @@ def record_too_large(gate: Gate, caller: Caller, body: bytes | None,
         return
     cap = gate.max_input_bytes + ENVELOPE_BYTES
     size = f" (Content-Length {declared})" if declared is not None else ""
-    refusal = Refusal("parse", "too-large",
-                      f"the request body is over the cap of {cap} bytes{size}: a call of at "
-                      f"most {gate.max_input_bytes} bytes and its JSON-RPC envelope; send one "
-                      f"call of at most {gate.max_input_bytes} bytes")
+    refusal = refuse("too-large",
+                     f"the request body is over the cap of {cap} bytes{size}: a call of at "
+                     f"most {gate.max_input_bytes} bytes and its JSON-RPC envelope; send one "
+                     f"call of at most {gate.max_input_bytes} bytes")
     try:
         audit.append(audit.row(time=time.time(), session=caller.session or "default",
                                dialect="mcp", raw=body, observation=Observation.refused(refusal),

@@ -61,7 +61,6 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import re
 import signal
 import threading
 from collections import Counter
@@ -85,7 +84,8 @@ from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from pydantic import ValidationError
 
 from .._version import __version__
-from ..core._observation import Observation, Refusal
+from ..core._json import lenient_members, strict_value
+from ..core._observation import Observation, Refusal, refuse
 from ..gate._gate import Gate
 from ..gate._parse import parse
 from ..gate._policy import Session
@@ -118,7 +118,6 @@ SERVER_STOPPING = -32010
 SERVER_STOPPING_MESSAGE = ("Server stopping: the server was told to stop before this call "
                            "ran; it did not reach the device and is not in the audit log")
 
-_decode_json = msgspec.json.decode
 # The top-level members of a message that the strict parser accepted, each as its exact text.
 _decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
@@ -137,14 +136,6 @@ class Received:
 
 
 # --- reading a line that is not strict JSON, leniently ----------------------------------------
-
-_SPACE = re.compile(rb"[ \t\r\n]*")
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-# Bytes that cannot change the structure of a top-level scan (no quote, bracket, comma or
-# colon): spaces, and bytes that are not JSON at all (a no-break space, a BOM, a letter).
-_JUNK = re.compile(rb'[^"{}\[\],:]*')
-_SPECIAL = re.compile(rb'["\[\]{},]')  # where a string starts, a bracket, or a comma
-
 
 class Envelope(NamedTuple):
     """What a lenient reading of a message's top level found.
@@ -168,76 +159,6 @@ class Envelope(NamedTuple):
     meta: dict[str, Any] | None = None
 
 
-def _value_end(text: bytes, pos: int) -> int:
-    """The end of the member value starting at ``pos``, read leniently; -1 if the text ends.
-
-    The value runs to the first comma, ``}`` or ``]`` outside its strings and brackets,
-    whatever else it holds: bytes that are not JSON (a no-break space or a BOM before an
-    object, ``NaN``) stay inside the value, so the members of an object that follows them
-    are never read as the message's own. Linear in the text: each string is matched once,
-    from its opening quote (a string that never closes ends the scan), and between strings
-    only brackets and commas are looked at.
-    """
-    depth = 0
-    while (match := _SPECIAL.search(text, pos)) is not None:
-        found = match.group()
-        if found == b'"':
-            string = _STRING.match(text, match.start())
-            if string is None:
-                return -1
-            pos = string.end()
-            continue
-        if depth == 0 and found in (b",", b"}", b"]"):
-            return match.start()
-        depth += 1 if found in (b"[", b"{") else -1 if found in (b"]", b"}") else 0
-        pos = match.end()
-    return -1
-
-
-def _members(text: bytes) -> dict[str, list[bytes]]:
-    """The top-level members of a JSON object read leniently: name -> the texts of its
-    values (a repeated name has several). Bytes that are not JSON before the object, or
-    between its members, are skipped; the scan stops where the text stops looking like an
-    object (a bracket where a name should be, a name without a colon, the end)."""
-    found: dict[str, list[bytes]] = {}
-    pos = _skip(_JUNK, text, 0)
-    if text[pos : pos + 1] != b"{":
-        return found
-    pos += 1
-    while True:
-        pos = _skip(_JUNK, text, pos)
-        key = _STRING.match(text, pos)
-        if key is None:
-            break
-        pos = _skip(_JUNK, text, key.end())
-        if text[pos : pos + 1] != b":":
-            break
-        start = _skip(_SPACE, text, pos + 1)
-        end = _value_end(text, start)
-        name = _strict(key.group())
-        if type(name) is str:  # a value cut short is kept as b"", which is no JSON value
-            found.setdefault(name, []).append(text[start:end].rstrip(b" \t\r\n")
-                                              if end >= 0 else b"")
-        if end < 0 or text[end : end + 1] != b",":
-            break
-        pos = end + 1
-    return found
-
-
-def _skip(pattern: re.Pattern[bytes], text: bytes, pos: int) -> int:
-    """Where the run of ``pattern`` (one that matches the empty text) starting at ``pos`` ends."""
-    match = pattern.match(text, pos)
-    return match.end() if match else pos
-
-
-def _strict(text: bytes) -> object:
-    """One JSON value decoded strictly, or None when it is not one."""
-    try:
-        return _decode_json(text)
-    except (msgspec.DecodeError, ValueError, RecursionError):
-        return None
-
-
 def _request_id(value: object) -> int | str | None:
     """``value`` when it is an MCP request id (a string or an integer: never null, unlike
     plain JSON-RPC), else None."""
@@ -250,11 +171,12 @@ def read_envelope(text: bytes) -> Envelope:
     """Read a message's ``id`` and ``method`` leniently, for a line the strict parser refused.
 
     The top level is scanned flat (strings and brackets matched by regular expressions, no
-    recursion), so a repeated key, a NaN or an over-long integer inside ``params``, bytes
-    that are not JSON before or inside a value (a no-break space, a BOM: they stay inside
-    the value, see :func:`_value_end`), or text cut short after the ``id``, still lets the
-    request be answered under its own id, and an ``id`` inside ``params`` is never taken for
-    it. The ``id`` and ``method`` values themselves must be strict JSON. Never raises.
+    recursion: :func:`regdev.core._json.lenient_members`), so a repeated key, a NaN or an
+    over-long integer inside ``params``, bytes that are not JSON before or inside a value (a
+    no-break space, a BOM: they stay inside the value), or text cut short after the ``id``,
+    still lets the request be answered under its own id, and an ``id`` inside ``params`` is
+    never taken for it. The ``id`` and ``method`` values themselves must be strict JSON.
+    Never raises.
 
     Args:
         text: the line as read (UTF-8 bytes, possibly invalid or cut short).
@@ -262,14 +184,14 @@ def read_envelope(text: bytes) -> Envelope:
     Returns:
         The :class:`Envelope`.
     """
-    members = _members(text)
+    members = lenient_members(text)
     ids = members.get("id", [])
-    request_id = _request_id(_strict(ids[0])) if len(ids) == 1 else None
+    request_id = _request_id(strict_value(ids[0])) if len(ids) == 1 else None
     methods = members.get("method", [])
-    method = _strict(methods[0]) if len(methods) == 1 else None
+    method = strict_value(methods[0]) if len(methods) == 1 else None
     params = members.get("params", [])
-    metas = _members(params[0]).get("_meta", []) if len(params) == 1 else []
-    meta = _strict(metas[0]) if len(metas) == 1 else None
+    metas = lenient_members(params[0]).get("_meta", []) if len(params) == 1 else []
+    meta = strict_value(metas[0]) if len(metas) == 1 else None
     return Envelope(
         has_id=bool(ids),
         id=request_id,
@@ -363,7 +285,7 @@ class MessageReader:
                 parsed = parse(line, max_bytes=self.max_line_bytes)
             except Exception:  # a defect in the parser: the line is refused, never run
                 logger.exception("regdev: the parser failed on a message")
-                parsed = Refusal("parse", "not-json", "the message could not be decoded")
+                parsed = refuse("not-json", "the message could not be decoded")
             if not isinstance(parsed, Refusal):
                 return self._message(parsed.call, line)
             reason, code = parsed.message, types.PARSE_ERROR

@@ -28,10 +28,11 @@ from typing import IO, Any
 import msgspec
 
 from ..core._errors import RegdevError
-from ..core._observation import FIXED_CODES, NAMED_CODES, Observation, Refusal
+from ..core._json import load_json
+from ..core._observation import FIXED_CODES, NAMED_CODES, Observation, refuse
 from ..core._text import escape_text
 from ..gate._gate import Gate
-from ..gate._parse import DEFAULT_MAX_INPUT_BYTES, DIALECTS, load_json
+from ..gate._parse import DEFAULT_MAX_INPUT_BYTES, DIALECTS
 from ..gate._policy import Session
 from ..gate._schema import a_json_type
 from ..gate._tools import REGISTER_TOOLS, ToolSet
@@ -70,8 +71,8 @@ class LineTooLong:
 
     def observation(self) -> Observation:
         """The line's verdict: ``parse/too-large``, naming its size and the cap."""
-        return Observation.refused(Refusal(
-            "parse", "too-large", f"the replay line is {self.size} bytes, over the cap of "
+        return Observation.refused(refuse(
+            "too-large", f"the replay line is {self.size} bytes, over the cap of "
                                   f"{self.cap} bytes; it was not read, so nothing ran"))
 
 

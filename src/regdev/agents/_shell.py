@@ -20,12 +20,12 @@ from typing import TextIO
 
 import msgspec
 
+from ..core._json import MAX_INT_DIGITS
 from ..core._observation import Observation
 from ..core._text import display_text, escape_text
 from ..devices._device import Device
 from ..devices._regmap import Register, RegisterMap
 from ..gate._gate import Gate
-from ..gate._parse import MAX_INT_DIGITS
 from ..gate._policy import Session
 from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 from ._providers import offered_tools

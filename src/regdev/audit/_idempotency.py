@@ -46,12 +46,12 @@ import hashlib
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 import msgspec
 
-from ..core._observation import Observation, Refusal
+from ..core._json import decode_json
+from ..core._observation import Observation, Refusal, refuse
 from ..core._text import escape_text
 
 __all__ = ["INSERT_KEY", "INSERT_RESET", "KEYS_SCHEMA", "PROVIDER_DIALECTS",
@@ -146,10 +146,6 @@ def key_scope(device: str, epoch: str | None) -> str:
     ``@``, so the last ``@`` splits the two."""
     return f"{device}@{epoch or ''}"
 
-#: A stored observation's JSON decoded with its numbers exact (a number with a fraction or an
-#: exponent as the Decimal of its text), as the gate decoded the call: a replay gives back the
-#: numbers the first call gave.
-_decode_exact = msgspec.json.Decoder(float_hook=Decimal).decode
 _encode_sorted = msgspec.json.Encoder(order="sorted", decimal_format="number").encode
 
 
@@ -204,14 +200,15 @@ class IdempotencyStore:
                     self._running[slot] = (print_, self._epochs.get(slot[0], ""))
                     return None
                 if running[0] == print_:
-                    return Refusal(
-                        "authorize", "idempotency-in-progress",
+                    return refuse(
+                        "idempotency-in-progress",
                         f"a call with idempotency key {_show(slot[2])} is still running; send "
                         "it again shortly to get its observation")
                 return _conflict(slot[2])
         if stored[0] != print_:
             return _conflict(slot[2])
-        observation = Observation.from_dict(_decode_exact(stored[1]))  # numbers exact
+        # Numbers exact, as the gate decoded the call: a replay gives back the first call's.
+        observation = Observation.from_dict(decode_json(stored[1]))
         return Observation(observation.tool, observation.result, observation.refusal,
                            replay=True)
 
@@ -269,6 +266,6 @@ def _show(key: str) -> str:
 
 
 def _conflict(key: str) -> Refusal:
-    return Refusal("authorize", "idempotency-conflict",
-                   f"idempotency key {_show(key)} was already used for a different call; "
-                   "send each distinct call with a new key")
+    return refuse("idempotency-conflict",
+                  f"idempotency key {_show(key)} was already used for a different call; "
+                  "send each distinct call with a new key")

@@ -17,9 +17,9 @@ from ..audit._log import (
     default_audit_root,
 )
 from ..core._errors import AuditError, AuditInUse, MapError, PolicyError, RegdevError
+from ..core._json import json_problem
 from ..core._limits import seconds_problem
 from ..core._text import display_text
-from ..core._wording import json_problem
 from ..devices._device import Device, RegisterFile
 from ..devices._modbus import ModbusDevice, is_modbus_url
 from ..devices._rdl import MAX_MAP_BYTES, load_map

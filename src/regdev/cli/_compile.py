@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..core._errors import SchemaError
+from ..core._json import load_json
 from ..core._text import display_text
 from ..gate._compile import generate_source
-from ..gate._parse import load_json
 from ..gate._tools import REGISTER_TOOLS, ToolSet
 from ._common import (
     UsageError,

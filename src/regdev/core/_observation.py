@@ -12,15 +12,27 @@ stored observation of an earlier call with the same idempotency key (nothing ran
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import msgspec
 
 #: Decimal numbers (exact numbers of a result) as JSON numbers, never as strings.
 _encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
-__all__ = ["FIXED_CODES", "NAMED_CODES", "PIPELINE", "Observation", "PipelineStage", "Refusal",
-           "Stage"]
+__all__ = [
+    "CODES",
+    "FIXED_CODES",
+    "NAMED",
+    "NAMED_CODES",
+    "PIPELINE",
+    "Code",
+    "Observation",
+    "PipelineStage",
+    "Refusal",
+    "Stage",
+    "code_entry",
+    "refuse",
+]
 
 #: The stages of the pipeline, in order. The names are spelled here only: the gate runs its
 #: methods by them (``Gate._parse`` ...), and the audit log names its columns after them
@@ -31,35 +43,106 @@ Stage = Literal[PipelineStage, "internal"]
 #: The pipeline's stages in order, as a tuple (from :data:`PipelineStage`).
 PIPELINE: tuple[PipelineStage, ...] = get_args(PipelineStage)
 
-#: Every verdict code that names no tool and no argument, by stage (docs/errors.md has a
-#: section for each). The others are ``missing-ARG``, ``type-ARG``, ``range-ARG`` (ARG an
-#: argument's dotted path, e.g. ``limits.low``) and ``denied-TOOL``: see :data:`NAMED_CODES`.
-FIXED_CODES: frozenset[str] = frozenset({
-    "too-large", "not-json", "call-in-text",                                   # parse
-    "not-an-object", "missing-tool", "bad-arguments", "wrong-tool", "unknown-tool",
-    "unknown-argument", "bad-idempotency-key",
-    "no-register", "read-only-field", "reserved-bits", "field-value",          # validate
-    "read-only-register", "idempotency-conflict", "idempotency-in-progress",
-    "rate-limited", "approval-denied",                                         # authorize
-    "device-timeout", "device-unavailable", "device-busy", "device-error",     # execute
-    "outcome-unknown",
-    "output-too-large", "audit-error",                                         # observe
-    "internal-error",                                                          # internal
-})
-#: The verdict codes followed by a name: an argument's dotted path, or a tool's name
-#: (``denied``).
-NAMED_CODES: tuple[str, ...] = ("missing", "type", "range", "denied")
+class Code(NamedTuple):
+    """What the table of verdict codes says of one code (or one family of named codes)."""
 
-_NOT_RETRYABLE = frozenset(
-    {"approval-denied", "read-only-register", "read-only-field", "idempotency-conflict",
-     "device-error", "outcome-unknown",
-     "output-too-large", "internal-error", "audit-error"}
-)
+    #: The stages that give it; the first is its section in ``docs/errors.md``. A code given
+    #: by more than one stage (``audit-error``: the log is closed, a write's intent or its
+    #: record could not be committed) says so, and its refusals name the stage.
+    stages: tuple[Stage, ...]
+    #: Whether a corrected call could succeed (false for policy denials, device errors).
+    retryable: bool
+
+
+#: Every verdict code that names no tool and no argument: the one table. ``docs/errors.md`` has
+#: a section for each, under its first stage (``tests/test_docs.py`` checks it against this).
+CODES: dict[str, Code] = {
+    "too-large": Code(("parse",), True),
+    "not-json": Code(("parse",), True),
+    # (a tool call written into the reply's text instead of made: the loop's, never the gate's)
+    "call-in-text": Code(("parse",), True),
+    "not-an-object": Code(("validate",), True),
+    "missing-tool": Code(("validate",), True),
+    "bad-arguments": Code(("validate",), True),
+    "wrong-tool": Code(("validate",), True),
+    "unknown-tool": Code(("validate",), True),
+    "unknown-argument": Code(("validate",), True),
+    "bad-idempotency-key": Code(("validate",), True),
+    "no-register": Code(("validate",), True),
+    "read-only-field": Code(("validate",), False),
+    "reserved-bits": Code(("validate",), True),
+    "field-value": Code(("validate",), True),
+    "read-only-register": Code(("authorize",), False),
+    "idempotency-conflict": Code(("authorize",), False),
+    "idempotency-in-progress": Code(("authorize",), True),
+    "rate-limited": Code(("authorize",), True),
+    # (at execute: an approved register no longer holds the value its approver was shown)
+    "approval-denied": Code(("authorize", "execute"), False),
+    "device-timeout": Code(("execute",), True),
+    # (at authorize: the device could not be asked its reset epoch for a keyed write)
+    "device-unavailable": Code(("execute", "authorize"), True),
+    "device-busy": Code(("execute", "authorize"), True),
+    "device-error": Code(("execute",), False),
+    "outcome-unknown": Code(("execute",), False),
+    "output-too-large": Code(("observe",), False),
+    # (at authorize: the log is closed or failing; at execute: a write's intent not recorded)
+    "audit-error": Code(("observe", "authorize", "execute"), False),
+    "internal-error": Code(("internal",), False),
+}
+#: The families of verdict codes followed by a name, ``KIND-NAME``: an argument's dotted path
+#: (``missing-limits.low``), or a tool's name (``denied-write_register``).
+NAMED: dict[str, Code] = {
+    "missing": Code(("validate",), True),
+    "type": Code(("validate",), True),
+    "range": Code(("validate",), True),
+    "denied": Code(("authorize",), False),
+}
+#: The codes of :data:`CODES` (what ``regdev audit --code`` and replay check against).
+FIXED_CODES: frozenset[str] = frozenset(CODES)
+#: The kinds of :data:`NAMED`.
+NAMED_CODES: tuple[str, ...] = tuple(NAMED)
+
+
+def code_entry(code: str) -> Code | None:
+    """The table's entry for ``code`` (a fixed code, or ``KIND-NAME`` of a named family), or
+    None when it is no verdict code of regdev's."""
+    entry = CODES.get(code)
+    if entry is None:
+        kind, dash, _ = code.partition("-")
+        if dash:  # (the name may be empty: a schema may declare a property "")
+            entry = NAMED.get(kind)
+    return entry
+
+
+def refuse(code: str, message: str, stage: Stage | None = None) -> Refusal:
+    """A refusal with ``code``, at the stage the table gives it.
+
+    Args:
+        code: a verdict code of :data:`CODES`, or ``KIND-NAME`` of a family of :data:`NAMED`.
+        message: one line for the model: what was wrong and what is allowed.
+        stage: which of its stages, for a code that more than one stage gives; else None.
+
+    Raises:
+        ValueError: ``code`` is in no table; or ``stage`` is not one of its stages, or is
+            None for a code that more than one stage gives (a mistake in regdev's source).
+    """
+    entry = code_entry(code)
+    if entry is None:
+        raise ValueError(f"{code!r} is not a verdict code in the table")
+    if stage is None:
+        if len(entry.stages) > 1:
+            raise ValueError(f"{code!r} is given at {', '.join(entry.stages)}: name the stage")
+        stage = entry.stages[0]
+    elif stage not in entry.stages:
+        raise ValueError(f"{code!r} is not given at {stage}")
+    return Refusal(stage, code, message)
 
 
 def _retryable(code: str) -> bool:
-    """Whether the model can fix the call and try again (a policy denial it cannot)."""
-    return code not in _NOT_RETRYABLE and not code.startswith("denied-")
+    """Whether the model can fix the call and try again (a policy denial it cannot); a code
+    in no table (an old audit record's) counts as retryable."""
+    entry = code_entry(code)
+    return entry is None or entry.retryable
 
 
 class Refusal(msgspec.Struct, frozen=True, gc=False):

@@ -54,8 +54,8 @@ from ._schema import (
 )
 from ._tools import REGISTER_TOOLS, ToolSet
 from ._validate import (
+    ArgumentLevel,
     ReferenceValidator,
-    _Level,
     element_refusal,
     got_value,
     missing_refusal,
@@ -285,7 +285,7 @@ class _Compiler:
         #: where ``name``, ``a`` and ``tool_choice`` are in scope and a failure returns a
         #: refusal; nested levels (their own functions) return codes there too.
         self.top = False
-        self.level_of: _Level | None = None  # the reference's reading of that object
+        self.level_of: ArgumentLevel | None = None  # the reference's reading of that object
         self.constants: list[str] = []  # "_K0 = ..." lines
         self.functions: list[list[str]] = []  # nested levels and per-tool functions
         self.levels = 0

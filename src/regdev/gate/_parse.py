@@ -3,19 +3,10 @@
 Rules of this file:
 
 * The byte cap is checked before any parsing (``too-large``).
-* JSON is parsed by msgspec, which is strict (RFC 8259): NaN and Infinity, raw control
-  characters in strings, trailing data, invalid UTF-8 and truncated input are refused
-  (``not-json``), as is nesting deeper than msgspec's limit (about 1000 levels).
-* Integers stay exact Python ``int`` up to :data:`MAX_INT_DIGITS` digits (msgspec's limit, the
-  default of Python's ``sys.get_int_max_str_digits()``; a lower one set in Python also
-  applies); a longer one is ``not-json``. Numbers with a fraction or an exponent are
-  decoded to ``decimal.Decimal``, so ``3.0`` and ``1e2`` stay exact and can be recognised as
-  integers, and no value is rounded through ``float``.
-* A ``not-json`` message says what is wrong and where in regdev's words
-  (:func:`regdev.core._wording.json_problem`), never msgspec's or Python's codec's.
-* Duplicate object keys are refused (``not-json``): RFC 8259 section 4 leaves them to the
-  parser, and parsers disagree, so an approver, the audit log and the device could each see a
-  different call. I-JSON (RFC 7493 section 2.3) forbids them; so do we.
+* The raw text is decoded by :func:`regdev.core._json.decode_strict`, whose rules are the
+  rules of every JSON text regdev reads (strict RFC 8259, integers exact, fractions as exact
+  ``Decimal``, no key repeated in one object, nesting bounded, the message in regdev's words);
+  text it refuses is ``not-json``.
 * A correlation id is a string of at most :data:`MAX_ID_CHARS` characters; anything else is not
   echoed (it is not a correlation id).
 * A dialect adapter only renames: it never judges the call. The one exception is OpenAI's
@@ -32,16 +23,22 @@ Rules of this file:
 
 from __future__ import annotations
 
-import json
 import math
-from decimal import Decimal, DecimalException
+from decimal import Decimal
 from typing import Any, Literal, cast, get_args
 
 import msgspec
 
-from ..core._observation import Refusal
+from ..core._json import (
+    MAX_INT_DIGITS,
+    NOT_JSON,
+    decode_json,
+    decode_strict,
+    json_problem,
+    load_json,
+)
+from ..core._observation import Refusal, refuse
 from ..core._text import escape_text, is_text, text_bytes
-from ..core._wording import MAX_INT_DIGITS, json_problem
 from ._schema import a_json_type
 
 __all__ = [
@@ -73,13 +70,6 @@ MAX_ID_CHARS = 256
 #: Longest idempotency key, in characters (as for a correlation id).
 MAX_IDEMPOTENCY_KEY_CHARS = MAX_ID_CHARS
 
-_decoder = msgspec.json.Decoder(float_hook=Decimal)
-# Bound once: looking a method up on these C objects costs about as much as a check.
-_decode_json = _decoder.decode
-#: One strict JSON document's text to its value (integers exact, fractions as Decimal); it
-#: raises one of :data:`NOT_JSON` (repeated keys are not its business: see :func:`parse`).
-decode_json = _decode_json
-_encode_json = msgspec.json.Encoder().encode
 _encode_data = msgspec.json.Encoder(decimal_format="number").encode
 
 
@@ -105,138 +95,9 @@ class ParsedCall(msgspec.Struct, frozen=True, gc=False):
     idempotency_key: str | None = None
 
 
-class _DuplicateKey(Exception):
-    pass
-
-
-class _TooDeep(Exception):
-    """The duplicate-key scan could not follow the document's nesting."""
-
-
-def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return out
-
-
-def _duplicate_key(data: bytes | str, doc: object) -> str | None:
-    r"""Return a key that appears twice in one object of ``data``, else None.
-
-    In the raw text each key occurrence is followed by one colon outside strings; every other
-    colon is inside a string, written as ``:`` or as the escape ``\u003a``. A repeated key
-    loses an occurrence in decoding, so:
-
-    1. When the document is an object and the text has exactly as many colons as its top
-       two levels kept keys, no key repeats (the usual call: no deeper object, no colon in a
-       string).
-    2. Else msgspec's compact encoding of the document (one colon per kept key at any depth,
-       plus the colons inside strings, never escaped) has as many colons as the text, counting
-       each ``:`` escape too, only when no key repeats.
-    3. Else (a repeat, or text such as ``\u003a`` that only looks like the escape) the
-       standard library's parser finds the repeated key exactly.
-    """
-    if type(doc) is not dict and type(doc) is not list:
-        return None  # a scalar holds no object
-    text = data.decode("utf-8", "surrogatepass") if type(data) is bytes else data
-    assert type(text) is str
-    colons = text.count(":")
-    if type(doc) is dict:
-        kept = len(doc)
-        for value in doc.values():
-            if type(value) is dict:
-                kept += len(value)
-        if colons == kept:
-            return None
-    if "\\" in text:
-        colons += text.count("\\u003a") + text.count("\\u003A")
-    try:
-        if colons == _encode_json(doc).count(b":"):
-            return None
-        json.loads(text, object_pairs_hook=_pairs_without_duplicates, parse_int=str,
-                   parse_float=str)
-    except _DuplicateKey as error:
-        return str(error.args[0])
-    except RecursionError:
-        # msgspec decoded it, but the standard library's parser (with this call stack) cannot
-        # follow it that deep: refuse rather than let an unchecked object through.
-        raise _TooDeep from None
-    return None
-
-
-#: What msgspec raises for text that is not one strict JSON document.
-NOT_JSON = (msgspec.DecodeError, RecursionError, DecimalException, ValueError, TypeError)
-_NOT_JSON = NOT_JSON
-
-
 #: Integers of more bits than this have more than MAX_INT_DIGITS digits (4300 x log2(10) is
 #: 14284.4; at the edge, msgspec's own refusal decides).
 _MAX_INT_BITS = 14286
-
-
-def _repeated(key: str) -> str:
-    return f'key "{escape_text(key)}" appears twice in one object'
-
-
-def _decode(data: bytes | str) -> tuple[object, str | None]:
-    """Decode one strict JSON document; return ``(value, None)`` or ``(None, error text)``.
-
-    A str carrying bytes that are not UTF-8 (lone surrogates) is decoded as those bytes
-    (:func:`text_bytes`, the bytes the audit log records), so that it gets the verdict and
-    the words those bytes get.
-    """
-    try:
-        doc = _decode_json(data)
-    except UnicodeEncodeError:  # (a ValueError) only a str holding a lone surrogate
-        data = text_bytes(cast(str, data))
-        try:
-            doc = _decode_json(data)
-        except _NOT_JSON as error:
-            return None, json_problem(error, data)
-    except _NOT_JSON as error:
-        return None, json_problem(error, data)
-    try:
-        duplicate = _duplicate_key(data, doc)
-    except _TooDeep:
-        return None, "JSON is nested too deeply"
-    if duplicate is not None:
-        return None, _repeated(duplicate)
-    return doc, None
-
-
-def load_json(data: bytes | str) -> Any:
-    """Decode a JSON file's text as strictly as the gate decodes a call.
-
-    The one loader for every JSON file regdev reads (tool definitions, policy files, each
-    line of a replay file). Its rules are the parser's (see the module docstring): a key
-    repeated in one object, NaN and Infinity, raw control characters in strings, trailing
-    data, invalid UTF-8 and nesting past about 1000 levels are refused; integers are exact
-    ``int``; a number with a fraction or an exponent is an exact ``decimal.Decimal``. Unlike a
-    call, the text may start with a UTF-8 byte order mark (an editor's), which is skipped
-    (a message's ``at byte N`` still counts the file's bytes, the mark's three among them).
-
-    Args:
-        data: the text, as UTF-8 bytes or str.
-
-    Returns:
-        The decoded document: dict, list, str, int, Decimal, bool or None.
-
-    Raises:
-        ValueError: the text is not one strict JSON document; the message says why, e.g.
-            ``key "maximum" appears twice in one object``.
-    """
-    # The mark's three UTF-8 bytes become three spaces (JSON's whitespace), so that a message's
-    # "at byte N" is still the file's byte N.
-    data = (b"   " + data[3:] if data.startswith(b"\xef\xbb\xbf") else data) \
-        if isinstance(data, bytes) else ("   " + data[1:] if data[:1] == "\ufeff" else data)
-    doc, error = _decode(data)
-    if error is not None:
-        raise ValueError(error)
-    return doc
 
 
 def _string_id(value: object) -> str | None:
@@ -253,9 +114,9 @@ def check_idempotency_key(value: object, field: str) -> str | Refusal | None:
         return value
     got = (("a string holding a lone surrogate (not Unicode text)" if not is_text(value)
             else f"{len(value)} characters") if type(value) is str else a_json_type(value))
-    return Refusal("validate", "bad-idempotency-key",
-                   f"{field} must be a string of 1..{MAX_IDEMPOTENCY_KEY_CHARS} characters, "
-                   f"got {got}")
+    return refuse("bad-idempotency-key",
+                  f"{field} must be a string of 1..{MAX_IDEMPOTENCY_KEY_CHARS} characters, "
+                  f"got {got}")
 
 
 def _with_key(call: dict[str, Any], call_id: str | None, key: str | Refusal | None) -> ParsedCall:
@@ -296,13 +157,13 @@ def _adapt(doc: dict[str, Any], dialect: str) -> ParsedCall:
     # OpenAI: the arguments are JSON text. Without a tool name the shape step refuses first.
     text = out["arguments"]
     if type(text) is not str:
-        return ParsedCall(out, call_id, Refusal(
-            "validate", "bad-arguments",
+        return ParsedCall(out, call_id, refuse(
+            "bad-arguments",
             f"function.arguments must be JSON text (a string), got {a_json_type(text)}"))
-    out["arguments"], error = _decode(text)
+    out["arguments"], error = decode_strict(text)
     if error is not None:
-        return ParsedCall(out, call_id, Refusal(
-            "parse", "not-json", f"function.arguments is not one strict JSON document: {error}"))
+        return ParsedCall(out, call_id, refuse(
+            "not-json", f"function.arguments is not one strict JSON document: {error}"))
     return _with_key(out, call_id, key)
 
 
@@ -351,38 +212,11 @@ def parse(
         raw, refusal = _sized(raw, max_bytes)
         if refusal is not None:
             return refusal
-    try:
-        doc = _decode_json(raw)
-    except UnicodeEncodeError:  # a str carrying bytes that are not UTF-8: decode those bytes
-        raw = text_bytes(cast(str, raw))
-        try:
-            doc = _decode_json(raw)
-        except _NOT_JSON as error:
-            return _not_json(json_problem(error, raw))
-    except _NOT_JSON as error:
-        return _not_json(json_problem(error, raw))
+    doc, problem = decode_strict(raw)
+    if problem is not None:
+        return _not_json(problem)
     if type(doc) is not dict:
-        # Parse decides first: an array is one JSON document too, and a key repeated in an
-        # object inside it is not-json before the shape step can call it not-an-object.
-        if type(doc) is list:
-            try:
-                duplicate = _duplicate_key(raw, doc)
-            except _TooDeep:
-                return _not_json("JSON is nested too deeply")
-            if duplicate is not None:
-                return _not_json(_repeated(duplicate))
-        return ParsedCall(doc)
-    # Repeated keys: the usual call is settled by one count, as in _duplicate_key's first
-    # step (only "arguments" is looked into, so any other object inside takes the full check).
-    args = doc.get("arguments")
-    kept = len(doc) + len(args) if type(args) is dict else len(doc)
-    if raw.count(":" if type(raw) is str else b":") != kept:  # type: ignore[arg-type]
-        try:
-            duplicate = _duplicate_key(raw, doc)
-        except _TooDeep:
-            return _not_json("JSON is nested too deeply")
-        if duplicate is not None:
-            return _not_json(_repeated(duplicate))
+        return ParsedCall(doc)  # the shape step refuses it
     if dialect == "canonical" and "idempotency_key" not in doc:  # the usual call, inline
         call_id = doc.get("id")
         return ParsedCall(doc, call_id if type(call_id) is str and len(call_id) <= MAX_ID_CHARS
@@ -399,7 +233,8 @@ def decode_canonical(raw: object, max_bytes: int
     The usual call is a str or bytes within the cap (a str of at most a quarter of it, so
     that its UTF-8 size needs no counting), one JSON object with a string ``tool``, object
     ``arguments``, maybe an ``id`` and no idempotency key, and no other object inside.
-    Repeated keys are ruled out by one colon count, the first step of :func:`parse`'s: each
+    Repeated keys are ruled out by one colon count, the first step of
+    :func:`~regdev.core._json.decode_strict`'s: each
     key occurrence in the text is followed by one colon outside strings, so when the text
     holds exactly as many colons as the top level and ``arguments`` kept keys, no key repeats
     (nor is there a deeper object, or a colon in a string). Anything else is None.
@@ -428,7 +263,7 @@ def decode_canonical(raw: object, max_bytes: int
     else:
         return None
     try:
-        doc = _decode_json(raw)  # type: ignore[arg-type]
+        doc = decode_json(raw)  # type: ignore[arg-type]
     except NOT_JSON as error:
         return not_json(error, raw)  # type: ignore[arg-type]
     if type(doc) is not dict:
@@ -459,8 +294,8 @@ def not_json(error: Exception, raw: str | bytes) -> Refusal | None:
 
 
 def _not_json(error: str) -> Refusal:
-    return Refusal("parse", "not-json",
-                   f"not one strict JSON document: {error}; send one JSON object")
+    return refuse("not-json",
+                  f"not one strict JSON document: {error}; send one JSON object")
 
 
 def _sized(raw: object, max_bytes: int) -> tuple[str | bytes, Refusal | None]:
@@ -478,17 +313,17 @@ def _sized(raw: object, max_bytes: int) -> tuple[str | bytes, Refusal | None]:
     elif type(raw) is bytes:
         size = len(raw)
     else:
-        return "", Refusal("parse", "not-json",
-                           f"expected JSON text, got a Python {type(raw).__name__}")
+        return "", refuse("not-json",
+                          f"expected JSON text, got a Python {type(raw).__name__}")
     if size > max_bytes:
         return "", _too_large(max_bytes)
     return raw, None
 
 
 def _too_large(max_bytes: int) -> Refusal:
-    return Refusal("parse", "too-large",
-                   f"the call is over the cap of {max_bytes} bytes; send one call of at most "
-                   f"{max_bytes} bytes")
+    return refuse("too-large",
+                  f"the call is over the cap of {max_bytes} bytes; send one call of at most "
+                  f"{max_bytes} bytes")
 
 
 def encode_json_data(value: object, max_bytes: int) -> bytes | str:

@@ -85,14 +85,14 @@ from pydantic import (
 )
 
 from ..core._errors import PolicyError
-from ..core._observation import Refusal
+from ..core._json import load_json
+from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ..core._wording import toml_problem
 from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
 from ._access import ApprovalPolicy, HttpAccess, LabToken, OAuthTokens, Seconds
-from ._parse import load_json
 from ._schema import a_json_type
 from ._tools import Tool
 from ._validate import show_value
@@ -874,9 +874,9 @@ class Session:
             return None
         needed = "read" if tool.read_only else "write"
         held = " and ".join(sorted(self.scopes))
-        return Refusal("authorize", f"denied-{tool.name}",
-                       f"session {escape_text(self.name)} holds the {held} scope; {tool.name} "
-                       f"needs the {needed} scope, so this session cannot call it")
+        return refuse(f"denied-{tool.name}",
+                      f"session {escape_text(self.name)} holds the {held} scope; {tool.name} "
+                      f"needs the {needed} scope, so this session cannot call it")
 
     def take_token(self) -> Refusal | None:
         """Step 4: spend one call of the rate limit; ``rate-limited`` when none is left."""
@@ -886,10 +886,10 @@ class Session:
         if not wait:
             return None
         limit = self._bucket
-        return Refusal("authorize", "rate-limited",
-                       f"session {escape_text(self.name)} is over its rate limit of {limit.rate:g} "
-                       f"call{'s' * (limit.rate != 1)} per second (burst {limit.burst}); "
-                       f"retry in {_duration(wait)}")
+        return refuse("rate-limited",
+                      f"session {escape_text(self.name)} is over its rate limit of {limit.rate:g} "
+                      f"call{'s' * (limit.rate != 1)} per second (burst {limit.burst}); "
+                      f"retry in {_duration(wait)}")
 
     def __repr__(self) -> str:
         caller = f", caller={self.caller!r}" if self.caller is not None else ""
@@ -957,9 +957,9 @@ def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, .
     if len(changed) == 1:
         if changed[0] not in read_only:
             return None
-        return Refusal("authorize", "read-only-register",
-                       f"register {label(changed[0])} is read-only {_source(changed[0], by_map)}"
-                       "; no call can write it")
+        return refuse("read-only-register",
+                      f"register {label(changed[0])} is read-only {_source(changed[0], by_map)}"
+                      "; no call can write it")
     whole = changed == every
     # A call that changes every register (a device reset) sets the map's read-only registers
     # to their reset values as the hardware does: only the policy's read-only ones refuse it.
@@ -967,12 +967,12 @@ def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, .
     if not hit:
         return None
     if not whole:
-        return Refusal("authorize", "read-only-register",
-                       f"{tool.name} writes register {label(hit[0])}, which is read-only "
-                       f"{_source(hit[0], by_map)}; no call can write it (leave it out)")
-    return Refusal("authorize", "read-only-register",
-                   f"{tool.name} changes every register, and register {label(hit[0])} is "
-                   f"read-only {_source(hit[0], by_map)}; no call can run it")
+        return refuse("read-only-register",
+                      f"{tool.name} writes register {label(hit[0])}, which is read-only "
+                      f"{_source(hit[0], by_map)}; no call can write it (leave it out)")
+    return refuse("read-only-register",
+                  f"{tool.name} changes every register, and register {label(hit[0])} is "
+                  f"read-only {_source(hit[0], by_map)}; no call can run it")
 
 
 def _source(addr: int, by_map: frozenset[int]) -> str:
@@ -1015,8 +1015,9 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
     what = (f"{tool.name} changes every register, and {shown} is protected"
             if whole else f"{shown} is protected")
     if approve is None:
-        return Refusal("authorize", "approval-denied",
-                       f"{what}: writing it needs approval, and no approver is configured")
+        return refuse("approval-denied",
+                      f"{what}: writing it needs approval, and no approver is configured",
+                      "authorize")
     reason, nobody = None, False
     try:
         answer = approve(request(None if whole else addr))
@@ -1034,7 +1035,7 @@ def ask_approval(registers: RegisterPolicy, tool: Tool, changed: tuple[int, ...]
         return None
     why = f" ({reason})" if reason else ""
     if nobody:  # a timeout, a caller gone, too many questions open: not a person's no
-        return Refusal("authorize", "approval-denied", f"{what} and this "
-                       f"{'call' if whole else 'write'} was not approved{why}")
-    return Refusal("authorize", "approval-denied", f"{what} and the approver denied this "
-                   f"{'call' if whole else 'write'}{why}")
+        return refuse("approval-denied", f"{what} and this "
+                      f"{'call' if whole else 'write'} was not approved{why}", "authorize")
+    return refuse("approval-denied", f"{what} and the approver denied this "
+                  f"{'call' if whole else 'write'}{why}", "authorize")

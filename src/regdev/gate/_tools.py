@@ -14,10 +14,10 @@ from decimal import Decimal
 from typing import Any
 
 from ..core._errors import DeviceError, SchemaError
+from ..core._json import MAX_INT_DIGITS, load_json
 from ..core._observation import Refusal
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, REGISTER_COUNT, Device
-from ._parse import MAX_INT_DIGITS, load_json
 from ._schema import check_input_schema, is_integer
 
 __all__ = [

@@ -26,8 +26,10 @@ Rules of this file:
   one cause, and the schema's author can tell them apart by avoiding such names.
 * This module is the readable reference: any faster validator must return the same code for
   every input, and refusal messages come from here. Each schema is read once, into one
-  ``_Node`` per place a value can sit and one ``_Level`` per object level; ``explain`` words
-  the refusal for a code the compiled validator found, going straight to the place it names.
+  :class:`ArgumentNode` per place a value can sit and one :class:`ArgumentLevel` per object
+  level; ``explain`` words the refusal for a code the compiled validator found, going straight
+  to the place it names. The compiled check (``_compile.py``) uses only this module's public
+  names: these two, and the wording helpers at the end.
 * Untrusted text (an unknown tool or argument name, a string value) enters a message only
   escaped and cut short, and never enters a code.
 """
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, cast
 
-from ..core._observation import Refusal
+from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ._runtime import is_multiple, json_first_repeat
 from ._schema import (
@@ -52,7 +54,20 @@ from ._schema import (
 )
 from ._tools import REGISTER_TOOLS, ToolSet
 
-__all__ = ["ReferenceValidator", "describe_schema", "show_value"]
+__all__ = [
+    "ArgumentLevel",
+    "ArgumentNode",
+    "ReferenceValidator",
+    "describe_schema",
+    "element_refusal",
+    "got_value",
+    "missing_refusal",
+    "out_of_range",
+    "range_parts",
+    "show_value",
+    "type_prefix",
+    "unknown_argument",
+]
 
 _A = {"integer": "an integer", "number": "a number", "string": "a string", "object": "an object",
       "array": "an array", "boolean": "a boolean", "null": "null"}
@@ -216,7 +231,7 @@ def describe_schema(schema: object, depth: int = 0) -> str:
         f"{text}, {shape}" if shape else text)
 
 
-def _type_ok(node: _Node, value: object) -> bool:
+def _type_ok(node: ArgumentNode, value: object) -> bool:
     if node.types is None:
         return node.schema is not False
     for name in node.types:  # noqa: SIM110 - a loop, not any() over a generator (per element)
@@ -275,7 +290,7 @@ def _child(where: str, name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Node:
+class ArgumentNode:
     """One place a value can sit (a property of an object, or an element of an array), with
     the parts of its messages worked out once."""
 
@@ -285,63 +300,63 @@ class _Node:
     ranged: bool  # its schema has a keyword of the ranges step
     allowed: str  # describe_schema(schema), e.g. "an integer 0..15"
     violation: str  # _violation(schema) for a dict, else "": "is outside 0..15"
-    level: _Level | None  # its object level, when the schema is a dict
-    prefix: tuple[_Node, ...]  # the elements prefixItems describes, in order
-    items: _Node | None  # the elements past them (``items``); None when any is allowed
+    level: ArgumentLevel | None  # its object level, when the schema is a dict
+    prefix: tuple[ArgumentNode, ...]  # the elements prefixItems describes, in order
+    items: ArgumentNode | None  # the elements past them (``items``); None when any is allowed
     element: bool = False  # an element of an array (not a property)
     past: int = -1  # for the node of ``items``: how many prefixItems come before it
 
 
 @dataclass(frozen=True, slots=True)
-class _Level:
+class ArgumentLevel:
     """One object level of a tool's input schema, read once (``_level`` builds it)."""
 
     tool: str
     label: str  # the object's place in codes: "" for the arguments, "limits", "pts[]"
-    fields: dict[str, _Node]  # the properties, in declared order
+    fields: dict[str, ArgumentNode]  # the properties, in declared order
     required: tuple[str, ...]  # in declared order
     closed: bool  # additionalProperties is false
 
 
 def _node(schema: Any, label: str, tool: str, element: bool = False,
-          past: int = -1) -> _Node:
+          past: int = -1) -> ArgumentNode:
     if not isinstance(schema, Mapping):
-        return _Node(label, schema, None, False, describe_schema(schema), "", None, (), None,
+        return ArgumentNode(label, schema, None, False, describe_schema(schema), "", None, (), None,
                      element, past)
     prefix = tuple(_node(sub, f"{label}[{index}]", tool, True)
                    for index, sub in enumerate(schema.get("prefixItems") or ()))
     items = (_node(schema["items"], f"{label}[]", tool, True, len(prefix))
              if "items" in schema else None)
     types = schema.get("type")
-    return _Node(label, schema, (types,) if type(types) is str else types and tuple(types),
+    return ArgumentNode(label, schema, (types,) if type(types) is str else types and tuple(types),
                  not _RANGE_KEYWORDS.isdisjoint(schema), describe_schema(schema),
                  _violation(schema), _level(schema, tool, label), prefix, items, element,
                  past)
 
 
-def _level(schema: Mapping[str, Any], tool: str, label: str) -> _Level:
+def _level(schema: Mapping[str, Any], tool: str, label: str) -> ArgumentLevel:
     properties: Mapping[str, Any] = schema.get("properties") or {}
     fields = {name: _node(sub, _child(label, name), tool) for name, sub in properties.items()}
-    return _Level(tool, label, fields, tuple(schema.get("required", ())),
+    return ArgumentLevel(tool, label, fields, tuple(schema.get("required", ())),
                   schema.get("additionalProperties") is False)
 
 
-def _missing(level: _Level, name: str, where: str) -> Refusal:
+def _missing(level: ArgumentLevel, name: str, where: str) -> Refusal:
     field = level.fields.get(name)
     allowed = field.allowed if field is not None else describe_schema(True)
-    return Refusal("validate", f"missing-{_child(level.label, name)}",
-                   f"missing required argument {_child(where, name)} ({allowed})")
+    return refuse(f"missing-{_child(level.label, name)}",
+                  f"missing required argument {_child(where, name)} ({allowed})")
 
 
-def _unknown(level: _Level, key: object, where: str) -> Refusal:
+def _unknown(level: ArgumentLevel, key: object, where: str) -> Refusal:
     if type(key) is str:
         name = show_value(_child(where, key))
     else:  # decoded JSON has string keys only: Python data given to check() directly
         name = (f"{_child(where, _python_repr(key))} "
                 f"(a key of Python type {type(key).__name__})")
     allowed = ", ".join(_child(where, p) for p in level.fields) or "no arguments"
-    return Refusal("validate", "unknown-argument",
-                   f"unknown argument {name}; {where or level.tool} takes: {allowed}")
+    return refuse("unknown-argument",
+                  f"unknown argument {name}; {where or level.tool} takes: {allowed}")
 
 
 def _python_repr(value: object) -> str:
@@ -354,16 +369,16 @@ def _python_repr(value: object) -> str:
         return f"a Python {type(value).__name__}"
 
 
-def _wrong_type(node: _Node, value: object, where: str) -> Refusal:
+def _wrong_type(node: ArgumentNode, value: object, where: str) -> Refusal:
     if node.schema is False and node.element:  # an element no schema allows
         array = where[:where.rindex("[")]
         past = "" if node.past < 0 else f"; {array} holds at most {_plural(node.past, 'item')}"
-        return Refusal("validate", f"type-{node.label}", f"{where} is not allowed{past}")
-    return Refusal("validate", f"type-{node.label}",
-                   f"{where} must be {node.allowed}, got {_got(value)}")
+        return refuse(f"type-{node.label}", f"{where} is not allowed{past}")
+    return refuse(f"type-{node.label}",
+                  f"{where} must be {node.allowed}, got {_got(value)}")
 
 
-def _out_of_range(node: _Node, value: Any, where: str) -> Refusal | None:
+def _out_of_range(node: ArgumentNode, value: Any, where: str) -> Refusal | None:
     """The range refusal of ``value`` at ``node`` (``where`` its concrete path), or None."""
     if not node.ranged:
         return None
@@ -389,7 +404,7 @@ def _out_of_range(node: _Node, value: Any, where: str) -> Refusal | None:
         message = f"{where} {show_value(value)} {_not_one_of(value, schema['enum'])}"
     else:
         message = f"{where} {show_value(value)} {node.violation}"
-    return Refusal("validate", f"range-{node.label}", message)
+    return refuse(f"range-{node.label}", message)
 
 
 #: The most characters one allowed string of an ``enum`` takes in a refusal (names such as
@@ -438,7 +453,7 @@ def _not_one_of(value: str, items: list[str]) -> str:
             + (f"; the others: {rest}" if others else ""))
 
 
-def _check_level(level: _Level, value: dict[Any, Any], where: str) -> Refusal | None:
+def _check_level(level: ArgumentLevel, value: dict[Any, Any], where: str) -> Refusal | None:
     """Fields, types and ranges of one object level (``where`` its concrete path), then what
     its properties hold: nested objects and array elements, in the order of properties."""
     for name in level.required:
@@ -464,7 +479,7 @@ def _check_level(level: _Level, value: dict[Any, Any], where: str) -> Refusal | 
     return None
 
 
-def _inside(node: _Node, value: object, where: str) -> Refusal | None:
+def _inside(node: ArgumentNode, value: object, where: str) -> Refusal | None:
     """What a value holds, once its own type and ranges passed: an object's level, or an
     array's elements."""
     if type(value) is dict and node.level is not None:
@@ -474,7 +489,7 @@ def _inside(node: _Node, value: object, where: str) -> Refusal | None:
     return None
 
 
-def _elements(node: _Node, value: list[Any], where: str) -> Refusal | None:
+def _elements(node: ArgumentNode, value: list[Any], where: str) -> Refusal | None:
     """Each element in order, each wholly (type, ranges, what it holds): the first bad
     element decides."""
     for index, item in enumerate(value):
@@ -495,7 +510,7 @@ def _elements(node: _Node, value: list[Any], where: str) -> Refusal | None:
     return None
 
 
-def _first_extra(level: _Level, value: dict[Any, Any], where: str) -> Refusal | None:
+def _first_extra(level: ArgumentLevel, value: dict[Any, Any], where: str) -> Refusal | None:
     """The unknown-argument refusal of the first closed level (in the order ``_check_level``
     visits them) that holds a key outside its properties, if any."""
     if level.closed:
@@ -510,7 +525,7 @@ def _first_extra(level: _Level, value: dict[Any, Any], where: str) -> Refusal | 
     return None
 
 
-def _first_extra_in(node: _Node, value: object, where: str) -> Refusal | None:
+def _first_extra_in(node: ArgumentNode, value: object, where: str) -> Refusal | None:
     if type(value) is dict and node.level is not None:
         return _first_extra(node.level, value, where)
     if type(value) is list:
@@ -530,13 +545,13 @@ def _first_extra_in(node: _Node, value: object, where: str) -> Refusal | None:
 # say the same words by construction; every other refusal it hands to :meth:`explain`.
 
 
-def missing_refusal(level: _Level, name: str) -> Refusal:
+def missing_refusal(level: ArgumentLevel, name: str) -> Refusal:
     """The refusal of a tool call whose argument ``name`` (required at ``level``, the
     arguments object) is absent: a constant."""
     return _missing(level, name, "")
 
 
-def type_prefix(node: _Node) -> str:
+def type_prefix(node: ArgumentNode) -> str:
     """What the type refusal of an argument says before the value: ``"addr must be an
     integer 0..15, got "`` (then :func:`got_value` of the value)."""
     return f"{node.label} must be {node.allowed}, got "
@@ -553,7 +568,7 @@ _BOUNDS_WORDED = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusive
                             "enum", "const"})
 
 
-def range_parts(node: _Node) -> tuple[str, str] | None:
+def range_parts(node: ArgumentNode) -> tuple[str, str] | None:
     """``(before, after)`` the value in the range refusal of an argument whose range keywords
     are all bounds (``"addr "``, ``" is outside 0..15"``), else None (:func:`out_of_range`
     words it: the message depends on the keyword that failed)."""
@@ -564,14 +579,14 @@ def range_parts(node: _Node) -> tuple[str, str] | None:
     return f"{node.label} ", f" {node.violation}"
 
 
-def out_of_range(node: _Node, value: object) -> Refusal:
+def out_of_range(node: ArgumentNode, value: object) -> Refusal:
     """The range refusal of argument ``node`` holding ``value`` (which fails its ranges)."""
     refusal = _out_of_range(node, value, node.label)
     assert refusal is not None
     return refusal
 
 
-def element_refusal(node: _Node, array: list[Any], element: object, where: str,
+def element_refusal(node: ArgumentNode, array: list[Any], element: object, where: str,
                     past: int) -> Refusal:
     """The refusal of ``element``, the first element of ``array`` (an argument named
     ``where``) past its ``past`` positional ones to fail ``node`` (leaf elements: their
@@ -586,7 +601,7 @@ def element_refusal(node: _Node, array: list[Any], element: object, where: str,
     return refusal
 
 
-def unknown_argument(level: _Level, arguments: dict[Any, Any]) -> Refusal:
+def unknown_argument(level: ArgumentLevel, arguments: dict[Any, Any]) -> Refusal:
     """The refusal of arguments that hold a name ``level`` (the arguments object, closed)
     does not declare: the first such name."""
     for key in arguments:
@@ -611,17 +626,17 @@ class _Target:
 
     kind: str  # "missing" | "type" | "range"
     route: _Route
-    level: _Level | None  # for missing
+    level: ArgumentLevel | None  # for missing
     name: str  # the property, for missing
-    node: _Node | None  # for type and range
-    array: _Node | None
+    node: ArgumentNode | None  # for type and range
+    array: ArgumentNode | None
 
 
 def _add(into: dict[str, _Target | None], code: str, target: _Target) -> None:
     into[code] = None if code in into else target  # a code two places share: no target
 
 
-def _targets_level(level: _Level, route: _Route, array: _Node | None,
+def _targets_level(level: ArgumentLevel, route: _Route, array: ArgumentNode | None,
                    into: dict[str, _Target | None]) -> None:
     """Map every missing-, type- and range- code of a level, and those below it, to its place."""
     for name in level.required:
@@ -631,7 +646,7 @@ def _targets_level(level: _Level, route: _Route, array: _Node | None,
         _targets_node(node, route if array is not None else (*route, name), array, into)
 
 
-def _targets_node(node: _Node, route: _Route, array: _Node | None,
+def _targets_node(node: ArgumentNode, route: _Route, array: ArgumentNode | None,
                   into: dict[str, _Target | None]) -> None:
     for kind in ("type", "range"):
         _add(into, f"{kind}-{node.label}", _Target(kind, route, None, "", node, array))
@@ -689,7 +704,7 @@ class ReferenceValidator:
         """The tools it validates against."""
         return self._tools
 
-    def level(self, tool: str) -> _Level:
+    def level(self, tool: str) -> ArgumentLevel:
         """The arguments object of ``tool`` as read (its properties' nodes and the fixed parts
         of their messages), for the compiled check to word refusals from.
 
@@ -712,12 +727,12 @@ class ReferenceValidator:
         """
         if type(call) is not dict:
             hint = "; send one call at a time" if type(call) is list else ""
-            return Refusal("validate", "not-an-object",
-                           f"a tool call must be a JSON object, got {a_json_type(call)}{hint}")
+            return refuse("not-an-object",
+                          f"a tool call must be a JSON object, got {a_json_type(call)}{hint}")
         if "tool" not in call or type(call["tool"]) is not str:
             got = "" if "tool" not in call else f" (got {a_json_type(call['tool'])})"
-            return Refusal("validate", "missing-tool",
-                           f"the call names no tool{got}; available tools: {self._names}")
+            return refuse("missing-tool",
+                          f"the call names no tool{got}; available tools: {self._names}")
         if type(call.get("arguments")) is not dict:
             if "arguments" not in call:
                 message = "the call has no arguments; send them as a JSON object"
@@ -726,15 +741,15 @@ class ReferenceValidator:
                 message = f"arguments must be a JSON object, got {a_json_type(got)}"
                 if type(got) is str:
                     message += " (a string holding JSON is still a string)"
-            return Refusal("validate", "bad-arguments", message)
+            return refuse("bad-arguments", message)
         name, arguments = call["tool"], call["arguments"]
         if tool_choice is not None and name != tool_choice:
-            return Refusal("validate", "wrong-tool",
-                           f"this step requires tool {tool_choice}, got {show_value(name)}")
+            return refuse("wrong-tool",
+                          f"this step requires tool {tool_choice}, got {show_value(name)}")
         level = self._levels.get(name)
         if level is None:
-            return Refusal("validate", "unknown-tool",
-                           f"unknown tool {show_value(name)}; available tools: {self._names}")
+            return refuse("unknown-tool",
+                          f"unknown tool {show_value(name)}; available tools: {self._names}")
         return _check_level(level, arguments, "")
 
     def explain(self, call: object, code: str, tool_choice: str | None = None) -> Refusal:
