@@ -482,6 +482,20 @@ TEXT_CALLS = [
     ("fenced", 'I will write it:\n```json\n{"name": "write_register", "arguments": '
                '{"addr": 3, "data": 9}}\n```'),
     ("bare", '{"tool": "write_register", "arguments": {"addr": 3, "data": 9}}'),
+    ("upper-tag", '<TOOL_CALL>{"name": "write_register", "arguments": {"addr": 3, "data": 9}}'
+                  '</TOOL_CALL>'),
+    ("array", '[{"name": "write_register", "arguments": {"addr": 3, "data": 9}}]'),
+    ("mistral", '[TOOL_CALLS] [{"name": "write_register", '
+                '"arguments": {"addr": 3, "data": 9}}]'),
+    ("llama", '<function=write_register>{"addr": 3, "data": 9}</function>'),
+    ("python-tag", '<|python_tag|>{"name": "write_register", '
+                   '"parameters": {"addr": 3, "data": 9}}'),
+    ("after-words", 'Calling it now: {"name": "write_register", '
+                    '"arguments": {"addr": 3, "data": 9}}'),
+    ("tilde-fence", '~~~json\n{"name": "write_register", '
+                    '"arguments": {"addr": 3, "data": 9}}\n~~~'),
+    ("fence-one-line", '```json {"name": "write_register", '
+                       '"arguments": {"addr": 3, "data": 9}}```'),
 ]
 
 
@@ -541,6 +555,8 @@ def test_a_call_in_the_text_twice_stops_rejected_without_running() -> None:
     'The registers are:\n```json\n{"addr": 3, "data": 9}\n```',
     '{"name": "CTRL", "value": 4}',
     "I used <tool_calls> wisely",
+    '[{"addr": 3, "data": 9}]',
+    "[]",
 ])
 def test_text_without_a_call_is_still_done(text: str) -> None:
     """JSON that shows data, or words, in a final answer: done, as before."""

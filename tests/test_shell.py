@@ -128,6 +128,17 @@ def test_block_commands_read_and_write_a_block(monkeypatch: pytest.MonkeyPatch,
     assert "accepted  read_registers: registers 6..7 = 0x03 0x04" in out
 
 
+def test_block_commands_work_without_a_map(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """readblock and writeblock, listed by help, run on the default device too (they were
+    unknown-tool refusals without --map)."""
+    status, out = _shell(monkeypatch, capsys, ["writeblock 2 1 2", "readblock 0 4"],
+                         "--no-audit")
+    assert status == 0
+    assert "accepted  write_registers: registers 2..3 = 0x01 0x02" in out
+    assert "accepted  read_registers: registers 0..3 = 0x00 0x00 0x01 0x02" in out
+
+
 def test_reset_runs_on_a_map_with_read_only_registers(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:

@@ -510,15 +510,19 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-#: ``<tool_call>...</tool_call>`` (Hermes, Qwen and others write calls so when they are not
-#: parsed as calls), the closing tag optional at the end of the text.
-_TAGGED = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-#: A fenced code block (Markdown), any info string (```json, ```).
-_FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+#: The markers models write a call after when it is not parsed as one, matched in any case:
+#: ``<tool_call>`` (Hermes, Qwen and others), ``[TOOL_CALLS]`` (Mistral), ``<|python_tag|>``
+#: and ``<function=NAME>`` (Llama 3.1).
+_MARKER = re.compile(r"<tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>|<function=", re.IGNORECASE)
+#: A fenced code block (Markdown: backticks or tildes), any info string (```json, ```); its
+#: text may start on the fence's line.
+_FENCED = re.compile(r"(```|~~~)[^\n`~{\[]*(.*?)\1", re.DOTALL)
 #: The keys a call written as JSON names its tool and its arguments with, in the dialects
 #: models imitate (canonical, MCP, OpenAI's function, Anthropic's tool_use, and variants).
 _NAME_KEYS = ("tool", "name", "tool_name", "function")
 _ARGUMENT_KEYS = ("arguments", "parameters", "input", "args")
+#: The lines of a reply's text looked at for a call after words (``Calling it: {...}``).
+_MAX_CALL_LINES = 32
 
 
 def call_in_text(text: str) -> str | None:
@@ -526,31 +530,49 @@ def call_in_text(text: str) -> str | None:
     for the model (``a <tool_call> block``, ``a fenced JSON block naming a tool``); None when
     it holds none.
 
-    A ``<tool_call>`` tag counts whatever follows it. A fenced code block, or the whole text,
-    counts when it is one JSON object that names a tool (``tool``, ``name``, ``tool_name`` or
-    ``function``, a string or an object with a string ``name``) and gives its arguments
-    (``arguments``, ``parameters``, ``input`` or ``args``): JSON that shows data (a register
-    dump) is no call. The text is the model's (untrusted); nothing here runs it.
+    A marker (``<tool_call>``, ``[TOOL_CALLS]``, ``<|python_tag|>``, ``<function=``, in any
+    case) counts whatever follows it. A fenced code block, the whole text, or the text from a
+    line (or from the first ``{`` or ``[`` of a line, after words) to the end, counts when it
+    is JSON that names a call: one object that names a tool (``tool``, ``name``,
+    ``tool_name`` or ``function``, a string or an object with a string ``name``) and gives its
+    arguments (``arguments``, ``parameters``, ``input`` or ``args``), or an array of such
+    objects (parallel calls). JSON that shows data (a register dump) is no call; only the
+    first 32 lines are looked at. The text is the model's (untrusted); nothing here runs it.
     """
-    if "<tool_call>" in text:
-        return "a <tool_call> block"
-    for block in _FENCED.findall(text):
+    marker = _MARKER.search(text)
+    if marker:
+        found = marker.group(0)  # ASCII: the pattern's own characters
+        return "a <tool_call> block" if found.lower() == "<tool_call>" else f"a call after {found}"
+    for _, block in _FENCED.findall(text):
         if _names_a_call(block):
             return "a fenced JSON block naming a tool"
     if _names_a_call(text):
         return "a JSON object naming a tool"
+    offset = 0
+    for line in text.splitlines(keepends=True)[:_MAX_CALL_LINES]:
+        starts = [i for i in (line.find("{"), line.find("[")) if i >= 0]
+        if starts and _names_a_call(text[offset + min(starts):]):
+            return "a JSON object naming a tool"
+        offset += len(line)
     return None
 
 
 def _names_a_call(text: str) -> bool:
-    """Whether ``text`` is one JSON object naming a tool and its arguments."""
+    """Whether ``text`` is one JSON object naming a tool and its arguments, or a non-empty
+    array of them."""
     text = text.strip()
-    if not text.startswith("{") or len(text) > MAX_TEXT_CALL:
+    if not text.startswith(("{", "[")) or len(text) > MAX_TEXT_CALL:
         return False
     try:
         doc = msgspec.json.decode(text)
     except (msgspec.DecodeError, RecursionError):
         return False
+    calls = doc if isinstance(doc, list) else [doc]
+    return bool(calls) and all(_is_call(item) for item in calls)
+
+
+def _is_call(doc: object) -> bool:
+    """Whether a decoded JSON value is an object naming a tool and its arguments."""
     if not isinstance(doc, dict):
         return False
     if isinstance(doc.get("function"), dict):  # OpenAI's shape: the name and arguments in it

@@ -164,7 +164,7 @@ commands (numbers in ASCII decimal or 0x hex: 3, 0x1f):
   write ADDR DATA   write_register: DATA 0..255 to register ADDR
   dump              all 16 registers
   readblock ADDR COUNT
-                    read_registers: COUNT registers from ADDR up (a map's block tool)
+                    read_registers: COUNT registers from ADDR up
   writeblock ADDR DATA...
                     write_registers: the DATA values from ADDR up, all or nothing
   identify          the device's identity line

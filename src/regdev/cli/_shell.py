@@ -11,13 +11,14 @@ from typing import Any, TextIO
 from ..agents._shell import run_shell, shell_tools
 from ..devices._device import Device
 from ..gate._gate import Gate
+from ..gate._maptools import map_tools
 from ._common import (
     add_gate_options,
     check_stdin,
     device_options,
-    map_tools_of,
     open_gate,
     port_device,
+    register_map,
 )
 
 
@@ -32,7 +33,8 @@ def cmd_shell(args: argparse.Namespace, out: TextIO) -> int:
         def reset(runner: Device) -> None:  # the gate is made with the tools: looked up late
             gate.reset_device(runner)  # the reset ends the device's idempotency keys
 
-        gate, session = open_gate(args, device, shell_tools(reset, map_tools_of(args)))
+        tools = map_tools(register_map(args), blocks=True)  # readblock, writeblock: any map
+        gate, session = open_gate(args, device, shell_tools(reset, tools))
         with gate:
             return run_shell(gate, session, out, where=args.port or "the in-process register "
                              "file", interactive=interactive)

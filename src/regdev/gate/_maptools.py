@@ -80,10 +80,12 @@ DESCRIPTION_SHOWN = 200
 LIST_SHOWN = 6000
 
 
-def map_tools(regmap: RegisterMap) -> ToolSet:
+def map_tools(regmap: RegisterMap, *, blocks: bool = False) -> ToolSet:
     """The tools offered to models for a device with ``regmap`` (see the module's table).
 
-    The default map gets :data:`~regdev.REGISTER_TOOLS` (the two seed tools, unchanged).
+    The default map gets :data:`~regdev.REGISTER_TOOLS` (the two seed tools, unchanged), and
+    with ``blocks`` (the shell's ``readblock`` and ``writeblock``) ``read_registers`` and
+    ``write_registers`` after them.
     ``write_field`` is offered when some register has a writable field, ``read_fields`` when
     some register has fields. The tool set carries the map's rules as standalone source
     (:attr:`ToolSet.standalone_rules`), so ``regdev compile --map`` writes a module whose
@@ -92,9 +94,13 @@ def map_tools(regmap: RegisterMap) -> ToolSet:
     Raises:
         SchemaError: never for a valid map (a bug otherwise).
     """
-    if regmap.is_default:
+    if regmap.is_default and not blocks:
         return REGISTER_TOOLS
     built = _MapTools(regmap)
+    if regmap.is_default:
+        block = [tool for tool in built.tools()
+                 if tool.name in ("read_registers", "write_registers")]
+        return ToolSet([*REGISTER_TOOLS.values(), *block])
     return ToolSet(built.tools(), standalone_rules=built.standalone_rules())
 
 
