@@ -1,6 +1,6 @@
 """Where an audited write's time goes: each piece of ``Gate(audit=AuditLog(path)).handle``.
 
-Issue 13's audit row (``benchmarks/audit_write.py``) compares a write through an audited gate
+The hot-path audit row (``benchmarks/audit_write.py``) compares a write through an audited gate
 with SQLite's own insert and commit of the same kind of record. This script times the pieces
 between the two, each alone, in interleaved rounds of one run, with the CPU clock of this
 thread (a commit in WAL mode with ``synchronous=NORMAL`` writes the WAL into the OS's cache

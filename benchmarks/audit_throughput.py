@@ -13,7 +13,7 @@ configuration once, on the same machine state), and the median round is reported
   database with the same schema and the same pragmas: the rate SQLite itself allows for one
   durable record per write, the floor under any audit that commits each write before answering.
 
-Targets (issue 6, raised by issue 13): sequential writes with the audit on reach >= 85% of the
+Targets (raised by the hot-path work): sequential writes with the audit on reach >= 85% of the
 SQLite rate (``benchmarks/audit_write.py`` times that row alone); with 8 concurrent callers
 the audit costs < 2x (group commit); reads and refusals cost < 2x in both.
 With ``--durability power-loss`` both the audit and the SQLite baseline use

@@ -1,6 +1,6 @@
 """A write through an audited gate against SQLite's own rate of one durable insert a commit.
 
-Issue 13's audit row: ``Gate.handle`` of a valid write on a gate with an audit log
+The hot-path table's audit row: ``Gate.handle`` of a valid write on a gate with an audit log
 (``AuditLog``, durability ``crash``: WAL, ``synchronous=NORMAL``; the write's record committed
 before the call returns), one call after another, against the anchor written out below: one
 thread inserting the same pre-built audit record per autocommit ``INSERT``, with the very

@@ -1,6 +1,6 @@
 """The whole gate against the minimal pipeline: ``Gate.handle`` from raw text to an observation.
 
-Issue 13's first two rows: ``Gate.handle`` on a gate without a policy or an audit log (an
+The hot-path table's first two rows: ``Gate.handle`` on a gate without a policy or an audit log (an
 in-process ``RegisterFile``), on a valid write and read (goal: at most 1.6x the anchor) and on
 the three common refusals, wrong type, out of range and missing field (goal: at most 2x), with
 the one-line message on both sides. Run::

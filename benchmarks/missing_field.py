@@ -1,6 +1,6 @@
 """The compiled check on a missing required argument, against a hand-written floor.
 
-Issue 13's fourth row: ``compile_validator()(call)`` on a ``write_register`` call without
+The hot-path table's fourth row: ``compile_validator()(call)`` on a ``write_register`` call without
 ``addr``, and one without ``data`` (goal: at most 1.15x the anchor for each; a form that
 tests the first name alone first serves one at the other's cost), and on the valid call
 beside it (the missing-field form must not slow it), against the anchor written out below:

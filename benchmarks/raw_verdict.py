@@ -1,6 +1,6 @@
 """Raw text to a verdict: the gate's parse and validate stages against msgspec's typed decoder.
 
-Issue 13's third row: from the raw JSON text of a valid ``write_register`` call to the
+The hot-path table's third row: from the raw JSON text of a valid ``write_register`` call to the
 verdict, regdev's parse and validate stages (the bench's ``regdev-gate`` row:
 ``decode_canonical`` and the gate's compiled check, or the general parse, with the refusal's
 message) against the anchor written out below: ``msgspec.json.Decoder`` of a union of

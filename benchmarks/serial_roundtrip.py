@@ -1,6 +1,6 @@
 """The serial backend against plain pyserial: one request and its reply over a pty.
 
-Issue 13's last two rows: ``SerialDevice.read`` and ``.write`` (goal: at most 1.2x the
+The hot-path table's last two rows: ``SerialDevice.read`` and ``.write`` (goal: at most 1.2x the
 anchor) and ``Gate.handle`` of a read and a write call over the same backend (goal: at most
 1.3x), each against the anchor: plain pyserial writing the same request frame and reading
 its reply by its known length, written out below (no parsing, no checks, no sequence

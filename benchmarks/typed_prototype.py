@@ -1,7 +1,7 @@
 """A typed decode in front of the gate's parse, measured: why raw text -> verdict keeps its path.
 
-Issue 13 asks for valid raw calls near msgspec's typed decoder (at most 2x) "without making any
-refusal slower than today", and suggests "a typed path that cannot fail for a well-formed
+The hot-path goals ask for valid raw calls near msgspec's typed decoder (at most 2x) "without
+making any refusal slower than today", and suggest "a typed path that cannot fail for a well-formed
 call and falls back cheaply". This script builds the best such path found, outside the
 package, and times it against the gate's parse and validate stages as they are (the
 ``regdev-gate`` row of ``regdev bench``, which ``raw_verdict.py`` times against msgspec), on

@@ -606,7 +606,7 @@ def registers_with_fields(draw: st.DrawFn) -> Any:
     return Register("R", 0, fields=tuple(fields))
 
 
-# --- issue 10: a key repeated anywhere in a document; numbers past any float in the audit ----
+# --- a key repeated anywhere in a document; numbers past any float in the audit ------------
 
 #: Keys as JSON text: plain, with a colon, with an escape, and non-ASCII.
 _plain_keys = st.sampled_from(["tool", "arguments", "addr", "a", "k:1", "é", "\U0001f600", ""])

@@ -202,7 +202,7 @@ def test_a_damaged_record_hides_none_of_the_others(tmp_path: Path) -> None:
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
-# --- the raw column holds the bytes received (item 4) ------------------------------------
+# --- the raw column holds the bytes received --------------------------------------------
 
 #: Calls holding bytes that are not UTF-8: a lone 0xFF, a truncated sequence, an encoded
 #: surrogate, a Latin-1 byte in a key, an overlong encoding, a stray continuation byte.
@@ -275,7 +275,7 @@ def test_a_str_carrying_bytes_is_recorded_as_those_bytes(echo_gate: Gate, raw: b
         assert "codec" not in (as_bytes.message or "")
 
 
-# --- reading from a place that cannot be written (item 9) --------------------------------
+# --- reading from a place that cannot be written ----------------------------------------
 
 
 @pytest.fixture
@@ -363,7 +363,7 @@ def test_a_killed_writers_log_in_a_read_only_place_is_read_with_its_wal(
     assert "\n" not in str(info.value)
 
 
-# --- no lock file beside a refused path (item 9) ------------------------------------------
+# --- no lock file beside a refused path --------------------------------------------------
 
 
 def refused_targets(folder: Path) -> dict[str, Path]:

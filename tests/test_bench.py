@@ -519,7 +519,7 @@ def test_floor_gives_the_same_verdicts(call: object) -> None:
 @pytest.mark.parametrize("script", ["gate_pipeline.py", "raw_verdict.py", "missing_field.py",
                                     "typed_prototype.py"])
 def test_hot_path_scripts_print_both_sides_and_the_ratio(script: str) -> None:
-    """Each of issue 13's CPU-bound benchmark scripts runs (one tiny round), its two sides
+    """Each CPU-bound hot-path benchmark script runs (one tiny round), its two sides
     agree on every row's verdict, and its JSON names regdev's and the anchor's figure, the
     ratio, the goal and the noise (no time is asserted)."""
     folder = ROOT / "benchmarks"

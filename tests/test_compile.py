@@ -787,7 +787,7 @@ def test_compile_command_names_a_provider_format(tmp_path: Path,
     assert main(["compile", "--tools", str(path)]) == 0
 
 
-# --- bounds past Decimal's exponent range (issue 10, item 5) ------------------------------
+# --- bounds past Decimal's exponent range ------------------------------------------------
 
 #: Bounds a JSON file can hold that Decimal's default context cannot (its exponents stop at
 #: 999999): abs() or arithmetic on them raises decimal.Overflow; comparisons are exact.

@@ -64,15 +64,20 @@ def runnable_blocks(name: str) -> list[str]:
     return RUNNABLE.findall((ROOT / name).read_text(encoding="utf-8"))
 
 
+#: The pages whose marked Python blocks run here.
+RUNNABLE_PAGES = ("README.md", "docs/agents.md", "docs/errors.md")
+
+
 def test_readme_has_runnable_python_examples() -> None:
-    """The README's From Python and provider-format examples and the errors doc's key
-    example run here."""
-    assert len(runnable_blocks("README.md")) >= 2
+    """The README's example, docs/agents.md's From Python and provider-format examples and
+    the errors doc's key example run here."""
+    assert len(runnable_blocks("README.md")) >= 1
+    assert len(runnable_blocks("docs/agents.md")) >= 2
     assert len(runnable_blocks("docs/errors.md")) >= 1
 
 
 @pytest.mark.parametrize(("name", "block"), [
-    (name, block) for name in ("README.md", "docs/errors.md") for block in runnable_blocks(name)])
+    (name, block) for name in RUNNABLE_PAGES for block in runnable_blocks(name)])
 def test_python_example_runs_and_prints_what_it_shows(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str,
         block: str) -> None:
@@ -94,15 +99,15 @@ def test_errors_doc_has_a_section_for_every_fixed_code() -> None:
     assert headings >= FIXED_CODES | named
 
 
-#: Options a command takes whose README row may leave them out: --help, and those common to
-#: every command that runs calls (the paragraph below the table names them).
+#: Options a command takes whose row in docs/cli.md's table may leave them out: --help, and
+#: those common to every command that runs calls (the paragraph below the table names them).
 _SHARED_OPTIONS = {"-h", "--help", "--map", "--port", "--timeout", "--baud", "--policy",
                    "--session", "--audit", "--no-audit", "--durability"}
 
 
-def _readme_rows() -> dict[str, list[str]]:
-    """The README's command table: command -> the synopses of its rows."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def _command_rows() -> dict[str, list[str]]:
+    """docs/cli.md's command table: command -> the synopses of its rows."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     section = text.split("## Commands", 1)[1].split("\n\n", 2)[1]
     rows: dict[str, list[str]] = {}
     for synopsis in re.findall(r"^\| `regdev ([^`]*)` \|", section, re.MULTILINE):
@@ -110,15 +115,15 @@ def _readme_rows() -> dict[str, list[str]]:
     return rows
 
 
-def test_the_readme_command_table_matches_the_commands() -> None:
-    """Every command has a row in the README's table; every option a row shows is one the
+def test_the_command_table_matches_the_commands() -> None:
+    """Every command has a row in docs/cli.md's table; every option a row shows is one the
     command takes; and every option of report and bench (the ones whose rows fell behind)
     is shown."""
     from regdev.cli._main import build_parser  # noqa: PLC0415
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     commands: dict[str, object] = dict(sub.choices)  # type: ignore[arg-type]
-    rows = _readme_rows()
+    rows = _command_rows()
     assert set(rows) == set(commands)
     for name, synopses in rows.items():
         if name == "firmware-sim":  # its own parser (the simulator's), checked below

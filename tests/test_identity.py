@@ -1,4 +1,4 @@
-"""Who a device is and when it last started over (issue 10, items 1 and 15).
+"""Who a device is and when it last started over.
 
 A replayed idempotency key never claims a write is in effect on a device that was reset since,
 whatever path the reset took: another spelling of the port's URL, another process, a power

@@ -341,7 +341,7 @@ def test_load_json_reads_numbers_exactly_and_skips_a_byte_order_mark() -> None:
     assert load_json("[]") == [] and load_json("3") == 3
 
 
-# --- parse decides first, inside arrays too (issue 10, item 8) ----------------------------
+# --- parse decides first, inside arrays too -----------------------------------------------
 
 DIALECT_NAMES = ("canonical", "mcp", "openai", "anthropic")
 

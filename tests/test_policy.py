@@ -710,7 +710,7 @@ def test_guarded_gate_gives_one_observation_one_record_and_never_runs_a_refusal(
         assert obs.stage is None and call["tool"] in {"read_register", "write_register"}
 
 
-# --- huge and tiny numbers in a policy: regdev's words, never a traceback (issue 10, item 5) --
+# --- huge and tiny numbers in a policy: regdev's words, never a traceback -----------------------
 
 #: Numbers past what the policy's fields hold, as JSON text (TOML writes them the same, but
 #: for the exponent forms, which TOML reads as floats).

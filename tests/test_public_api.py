@@ -23,9 +23,9 @@ EXPECTED = {
     "ModbusDevice",
     # the validator issue: the schema compiler
     "CompiledValidator", "compile_validator",
-    # issue 10: who a device is and when it last started over (idempotency keys, audit)
+    # who a device is and when it last started over (idempotency keys, audit)
     "DeviceIdentity",
-    # register maps (issue 12); the policy's registers became RegisterPolicy
+    # register maps; the policy's registers became RegisterPolicy
     "Field", "Register", "RegisterPolicy", "MapError", "map_tools",
 }
 
