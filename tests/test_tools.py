@@ -16,15 +16,19 @@ import pytest
 from conftest import ARRAYS
 from regdev import (
     READ_REGISTER,
+    REGISTER_TOOLS,
     WRITE_REGISTER,
     Gate,
     ReferenceValidator,
+    Register,
+    RegisterFile,
     RegisterMap,
     Tool,
     ToolSet,
     compile_validator,
     map_tools,
 )
+from regdev.gate._maptools import _MapTools
 
 
 def schema() -> dict[str, Any]:
@@ -143,3 +147,54 @@ def test_the_default_maps_tools_are_pinned_word_for_word() -> None:
     assert [tool.definition() for tool in offered.values()] == golden
     assert [tool.definition() for tool in Gate().tools.values()] == golden
     assert [WRITE_REGISTER.definition(), READ_REGISTER.definition()] == golden
+
+
+def test_the_default_tools_are_built_by_the_map_tool_builder() -> None:
+    """write_register and read_register are the default map's tools, declared once: the map
+    builder's handlers, with no hook where the default map has nothing to check."""
+    assert map_tools(RegisterMap.default()) is REGISTER_TOOLS
+    assert list(REGISTER_TOOLS) == ["write_register", "read_register"]
+    for tool in (WRITE_REGISTER, READ_REGISTER):
+        assert tool is REGISTER_TOOLS[tool.name]
+        assert getattr(tool.handler, "__func__", None) is getattr(_MapTools, tool.name)
+        assert (tool.rules, tool.changes, tool.repeat_risk) == (None, None, None)
+    assert REGISTER_TOOLS.standalone_rules is None
+
+
+def test_a_bare_map_is_worded_as_the_default_map_for_its_size() -> None:
+    """A map of 8 unnamed read-write registers gets the default wording with its own size
+    and range, no list of registers, a result bound of its widths, and no rule hooks."""
+    tools = map_tools(RegisterMap([Register(None, addr) for addr in range(8)]))
+    write, read = tools["write_register"], tools["read_register"]
+    assert write.description == (
+        "Write one byte to one of the device's 8 registers. addr is the register address "
+        "(integer 0..7); data is the value (integer 0..255). Returns the address and the "
+        "value the register holds after the write.")
+    assert read.description == (
+        "Read one of the device's 8 registers. addr is the register address (integer 0..7). "
+        "Returns the address and its current value (0..255).")
+    assert write.input_schema["properties"]["addr"] == {
+        "type": "integer", "minimum": 0, "maximum": 7, "description": "Register address, 0..7."}
+    assert write.result_bytes == read.result_bytes == len('{"addr":7,"data":255}') == 21
+    assert (write.rules, write.changes, write.repeat_risk, read.rules) == (None,) * 4
+    assert "read_registers" in tools  # only the default map keeps to the two tools
+
+
+class _LowNibble(RegisterFile):
+    """A register file that stores the low nibble of what is written (a stuck bus line)."""
+
+    def write(self, addr: int, data: int) -> int:
+        return super().write(addr, data & 0x0F)
+
+
+def test_a_register_without_fields_that_holds_another_value_says_so_as_the_default_does() -> None:
+    """One write handler: a named register without fields fails with the default map's
+    words ("holds 15 after writing 255"), and the default device's message is unchanged."""
+    named = RegisterMap([Register("CTRL", 0), Register("DATA", 1)], name="two")
+    failed = Gate(_LowNibble(regmap=named)).handle(
+        '{"tool": "write_register", "arguments": {"addr": 1, "data": 255}}')
+    assert (failed.code, failed.message) == (
+        "device-error", "the device failed: register DATA (0x01) holds 15 after writing 255")
+    default = Gate(_LowNibble()).handle(
+        '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}')
+    assert default.message == "the device failed: register 3 holds 15 after writing 255"

@@ -42,10 +42,14 @@ from .._version import __version__
 from ..core._errors import SchemaError
 from ..core._observation import Refusal
 from ..core._text import escape_text
+from ._render import INT64 as _INT64
+from ._render import int_literal as _int
+from ._render import render_json as _render
+from ._render import render_value
+from ._render import str_literal as _str
 from ._runtime import RUNTIME_SOURCE
 from ._schema import (
     ANNOTATION_KEYWORDS,
-    MAX_DEPTH,
     TYPE_NAMES,
     check_input_schema,
     is_integer,
@@ -74,12 +78,6 @@ __all__ = ["BIND", "INLINE_TOOLS", "CompiledValidator", "RefusalCheck", "compile
 #: function call costs more than a few string compares).
 INLINE_TOOLS = 4
 
-#: enum/const values nested deeper than this are refused (by ``check_input_schema`` first;
-#: the Python parser's own limit on nested brackets is 200).
-MAX_VALUE_DEPTH = MAX_DEPTH
-
-_INT64 = 2**63
-
 
 class CompiledValidator(Protocol):
     """What :func:`compile_validator` returns: a function with its source attached.
@@ -96,69 +94,6 @@ class CompiledValidator(Protocol):
 
     def __call__(self, call: object, tool_choice: str | None = None) -> str | None:
         """Return None for a valid canonical call, else the first failure's verdict code."""
-
-
-# --- rendering values as source ---------------------------------------------------------------
-
-
-def _str(value: str) -> str:
-    """A str literal in ASCII: the base class repr (a subclass cannot change the text), with
-    every non-ASCII character as its escape (``'\\xe9'``), so the module's text is ASCII."""
-    if not isinstance(value, str):
-        raise TypeError(f"expected str, got {type(value).__name__}")
-    return str.__repr__(value).encode("ascii", "backslashreplace").decode("ascii")
-
-
-def _int(value: int) -> str:
-    """An int literal; past 64 bits as ``int('<hex>', 16)`` (no 4300-digit repr limit)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"expected int, got {type(value).__name__}")
-    if -_INT64 <= value < _INT64:
-        return int.__repr__(value)
-    return f"int({_str(format(int(value), 'x'))}, 16)"
-
-
-def _render(value: object, pointer: str, depth: int = 0) -> str:
-    """Source for a JSON value (None, bool, int, float, Decimal, str, list, dict).
-
-    Every leaf goes through :func:`_str` or :func:`_int`; containers are built around them.
-
-    Raises:
-        SchemaError: the value is not a JSON value, or is nested too deeply.
-    """
-    if depth > MAX_VALUE_DEPTH:
-        raise SchemaError(f"a value nested more than {MAX_VALUE_DEPTH} levels deep is not "
-                          "supported", pointer)
-    if value is None or value is True or value is False:
-        return repr(value)
-    if isinstance(value, int):
-        return _int(value)
-    if isinstance(value, float):
-        return f"float({_str(float.__repr__(value))})"
-    if isinstance(value, Decimal):
-        return f"Decimal({_str(Decimal.__str__(value))})"
-    if isinstance(value, str):
-        return _str(value)
-    if type(value) is list:
-        return "[" + ", ".join(_render(v, pointer, depth + 1) for v in value) + "]"
-    if type(value) is dict:
-        items = []
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise SchemaError("object keys in a JSON value must be strings", pointer)
-            items.append(f"{_str(key)}: {_render(item, pointer, depth + 1)}")
-        return "{" + ", ".join(items) + "}"
-    raise SchemaError(f"a JSON value was expected, got a Python {type(value).__name__}", pointer)
-
-
-def render_value(value: object) -> str:
-    """Source for a JSON-like value (as :func:`_render`, with tuples as lists), for data a
-    generated module carries (a register map's rule table).
-
-    Raises:
-        SchemaError: the value is not JSON-like data, or is nested too deeply.
-    """
-    return _render(value, "")
 
 
 def _whole(bound: object, rounding: str) -> int | None:

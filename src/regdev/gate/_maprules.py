@@ -5,7 +5,7 @@ Rules of this file:
 * The rules a schema cannot say (``no-register``, ``read-only-field``, ``reserved-bits``,
   ``field-value``; see ``_maptools.py``) and which registers a call changes are decided here
   once, by functions over a map's **rule table** (plain data: lists, dicts, strings, ints,
-  booleans and None, which ``_compile._render`` can write as source). The map's tools
+  booleans and None, which ``_render.render_value`` writes as source). The map's tools
   (``_maptools.py``) word a finding for a model; the standalone module ``regdev compile
   --map`` writes carries the same text and the same table, and returns the finding's code,
   so the two cannot disagree.

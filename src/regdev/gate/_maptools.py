@@ -20,8 +20,18 @@ write_field         one writable field by name (``CTRL.MODE``; a read-only field
 read_fields         one register by name, decoded into named fields
 ==================  ==========================================================================
 
-The default map (:meth:`RegisterMap.default`) gets the two seed tools exactly as they were
-(:data:`~regdev.REGISTER_TOOLS`), so its tools, verdicts and messages do not change.
+The default map (:meth:`RegisterMap.default`) gets ``write_register`` and ``read_register``
+only: they are :data:`~regdev.REGISTER_TOOLS`, built here like any map's tools (and built once:
+:func:`map_tools` gives the same set for every map equal to the default). What the builder
+says and checks depends on what the map has: a map that has nothing to say but its size (no
+name, no description, unnamed read-write registers from 0 without fields, none protected, as
+the default map) gets the short wording ("one of the device's 16 registers"), without a list
+of registers; a map whose registers have no fields and no gaps gets no ``rules`` hook on
+``write_register`` and ``read_register`` (nothing to check after the schema), no ``changes``
+hook (the address is what a call changes) and no ``repeat_risk`` hook; a map whose registers
+are unnamed and without fields bounds their results (:attr:`Tool.result_bytes`). A write to a
+register without fields that the device answers with another value fails with "register 3
+holds 15 after writing 255"; with fields, the message shows the bits in hexadecimal.
 
 The map's descriptions reach the model in the tools' descriptions: each register's (in
 ``write_register``, ``read_register`` and ``read_fields``), each field's and each enumerated
@@ -66,11 +76,12 @@ from ..core._observation import Refusal
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, MAX_BLOCK, Device
 from ..devices._regmap import Field, Register, RegisterMap
-from ._compile import render_value
 from ._maprules import MAP_RULES_SOURCE, map_changes, map_field_number, map_finding
-from ._tools import REGISTER_TOOLS, Tool, ToolSet
+from ._render import render_value
+from ._tool import Tool, ToolSet
 
-__all__ = ["DESCRIPTION_SHOWN", "LIST_SHOWN", "map_tools", "register_summary", "rule_table"]
+__all__ = ["DESCRIPTION_SHOWN", "LIST_SHOWN", "READ_REGISTER", "REGISTER_TOOLS",
+           "WRITE_REGISTER", "map_tools", "register_summary", "rule_table"]
 
 #: The most characters of one description from the map (a register's, a field's, an
 #: enumerated value's) a tool description shows, escaped (then ``...``).
@@ -83,25 +94,28 @@ LIST_SHOWN = 6000
 def map_tools(regmap: RegisterMap, *, blocks: bool = False) -> ToolSet:
     """The tools offered to models for a device with ``regmap`` (see the module's table).
 
-    The default map gets :data:`~regdev.REGISTER_TOOLS` (the two seed tools, unchanged), and
-    with ``blocks`` (the shell's ``readblock`` and ``writeblock``) ``read_registers`` and
-    ``write_registers`` after them.
+    The default map gets :data:`~regdev.REGISTER_TOOLS` (``write_register`` and
+    ``read_register``, built from it once), and with ``blocks`` (the shell's ``readblock``
+    and ``writeblock``) ``read_registers`` and ``write_registers`` after them.
     ``write_field`` is offered when some register has a writable field, ``read_fields`` when
     some register has fields. The tool set carries the map's rules as standalone source
     (:attr:`ToolSet.standalone_rules`), so ``regdev compile --map`` writes a module whose
-    verdicts are the gate's up to authorize.
+    verdicts are the gate's up to authorize (None when the map has no rule to check: no tool
+    has a ``rules`` hook and no register is read-only, as for the default map).
 
     Raises:
         SchemaError: never for a valid map (a bug otherwise).
     """
     if regmap.is_default and not blocks:
         return REGISTER_TOOLS
-    built = _MapTools(regmap)
-    if regmap.is_default:
-        block = [tool for tool in built.tools()
-                 if tool.name in ("read_registers", "write_registers")]
-        return ToolSet([*REGISTER_TOOLS.values(), *block])
-    return ToolSet(built.tools(), standalone_rules=built.standalone_rules())
+    return _build(regmap, blocks=blocks)
+
+
+def _build(regmap: RegisterMap, *, blocks: bool = False) -> ToolSet:
+    built = _MapTools(regmap, blocks=blocks)
+    tools = built.tools()
+    checked = any(tool.rules is not None for tool in tools) or bool(regmap.read_only())
+    return ToolSet(tools, standalone_rules=built.standalone_rules() if checked else None)
 
 
 def rule_table(regmap: RegisterMap) -> dict[str, Any]:
@@ -192,8 +206,10 @@ def _field_summary(register: Register, field: Field) -> str:
 class _MapTools:
     """Builds one map's tools: schemas, rules and handlers share what is worked out here."""
 
-    def __init__(self, regmap: RegisterMap) -> None:
+    def __init__(self, regmap: RegisterMap, *, blocks: bool = False) -> None:
         self.map = regmap
+        #: The default map's block tools too (the shell's; models are offered only two).
+        self.blocks = blocks
         self.table = rule_table(regmap)
         self.first, self.last = regmap.registers[0].addr, regmap.last
         self.summary = register_summary(regmap)
@@ -207,6 +223,26 @@ class _MapTools:
         self.block = min(MAX_BLOCK, len(regmap))
         self.registers = _bounded_list([_register_entry(r) for r in regmap.registers],
                                        "registers", "read_register gives any of them")
+        fielded = any(register.fields for register in regmap.registers)
+        #: The map says nothing but its size (the default map): the short wording.
+        self.bare = (not regmap.name and not regmap.description and regmap.contiguous
+                     and self.first == 0 and all(
+                         register.name is None and not register.description
+                         and not register.fields and register.access == "rw"
+                         and not register.protected for register in regmap.registers))
+        #: No gap and no field: write_register and read_register have no rule to check
+        #: after the schema's, and a write changes its address and is harmless to repeat.
+        self.simple = regmap.contiguous and not fielded
+        #: The addresses of unnamed read-write registers without fields: a write there
+        #: stores what it writes, and a result is ``{"addr", "data"}`` and nothing else.
+        self.plain = frozenset(register.addr for register in regmap.registers
+                               if register.name is None and not register.fields
+                               and register.access == "rw")
+        #: The most bytes a write_register or read_register result takes, when no register
+        #: adds a name or fields to it: ``{"addr":15,"data":255}`` is 22.
+        self.result_bytes = (len(f'{{"addr":{self.last},"data":{DATA_MAX}}}')
+                             if all(register.name is None and not register.fields
+                                    for register in regmap.registers) else None)
 
     def standalone_rules(self) -> str:
         """Source defining ``tool_rules(name, a)`` for a standalone module: the map's rules'
@@ -231,9 +267,9 @@ class _MapTools:
     # --- schemas --------------------------------------------------------------------------
 
     def addr(self) -> dict[str, Any]:
+        listed = "" if self.bare else f": {self.summary}"
         return {"type": "integer", "minimum": self.first, "maximum": self.last,
-                "description": f"Register address, {self.first}..{self.last}: "
-                               f"{self.summary}."}
+                "description": f"Register address, {self.first}..{self.last}{listed}."}
 
     def tools(self) -> list[Tool]:
         data = {"type": "integer", "minimum": 0, "maximum": DATA_MAX,
@@ -242,29 +278,48 @@ class _MapTools:
         reads = ("A read clears the clear-on-read bits it returns. " if clears else "")
         about = (f" The device: {_described(self.map.description)}."
                  if self.map.description else "")
+        # The wording follows what the map has: a bare map's tools say its size and range.
+        if self.bare:
+            one = f"one of the device's {len(self.map)} registers"
+            writes, reads_one = f"Write one byte to {one}.", f"Read {one}."
+            fields_note = registers = ""
+            read_result = f" and its current value (0..{DATA_MAX})."
+        else:
+            one = f"one register of {self.device} ({self.where}).{about}"
+            writes, reads_one = f"Write one byte to {one}", f"Read {one}"
+            fields_note = (" Bits of read-only fields keep their value, write-1-to-clear bits "
+                           "clear where data has a 1, reserved bits must be 0. To change one "
+                           "field without touching the others, use write_field.")
+            registers = f" Registers: {self.registers}."
+            read_result = (f", the value (0..{DATA_MAX}) and, for a register with fields, "
+                           "its fields by name.")
+        simple = self.simple
         tools = [
             Tool("write_register",
-                 f"Write one byte to one register of {self.device} ({self.where}).{about} "
-                 f"addr is the register address (integer {self.first}..{self.last}); data is "
-                 f"the value (integer 0..{DATA_MAX}). Bits "
-                 "of read-only fields keep their value, write-1-to-clear bits clear where "
-                 "data has a 1, reserved bits must be 0. To change one field without "
-                 "touching the others, use write_field. Returns the address and the value "
-                 f"the register holds after the write. Registers: {self.registers}.",
+                 f"{writes} addr is the register address (integer {self.first}..{self.last}); "
+                 f"data is the value (integer 0..{DATA_MAX}).{fields_note} Returns the address "
+                 f"and the value the register holds after the write.{registers}",
                  {"type": "object", "properties": {"addr": self.addr(), "data": data},
                   "required": ["addr", "data"], "additionalProperties": False},
                  idempotent=True, destructive=True, open_world=False,
-                 handler=self.write_register, rules=self.rules("write_register"),
-                 changes=self.changes("write_register"), repeat_risk=self.write_register_risk),
+                 handler=self.write_register,
+                 rules=None if simple else self.rules("write_register"),
+                 changes=None if simple else self.changes("write_register"),
+                 repeat_risk=None if simple else self.write_register_risk,
+                 result_bytes=self.result_bytes),
             Tool("read_register",
-                 f"Read one register of {self.device} ({self.where}).{about} addr is "
-                 f"the register address (integer {self.first}..{self.last}). {reads}Returns "
-                 f"the address, the value (0..{DATA_MAX}) and, for a register with fields, "
-                 f"its fields by name. Registers: {self.registers}.",
+                 f"{reads_one} addr is the register address (integer {self.first}..{self.last})"
+                 f". {reads}Returns the address{read_result}{registers}",
                  {"type": "object", "properties": {"addr": self.addr()},
                   "required": ["addr"], "additionalProperties": False},
                  read_only=True, idempotent=not clears, destructive=False, open_world=False,
-                 handler=self.read_register, rules=self.rules("read_register")),
+                 handler=self.read_register,
+                 rules=None if simple else self.rules("read_register"),
+                 result_bytes=self.result_bytes),
+        ]
+        if self.map.is_default and not self.blocks:
+            return tools  # the default map offers the two tools regdev has always offered
+        tools += [
             Tool("read_registers",
                  f"Read 1..{self.block} consecutive registers of {self.device} at once, "
                  f"from addr up ({self.where}). count is how many (integer 1..{self.block}). "
@@ -463,18 +518,30 @@ class _MapTools:
         return out
 
     def write_register(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Write, and count it done only when the device holds what it should; otherwise
+        the device did execute the write (the register changed), so the failure is a
+        :class:`DeviceError`, never a refusal."""
         addr, data = arguments["addr"], arguments["data"]
+        after = device.write(addr, data)
+        # (data is a validated int 0..255, one of CPython's cached small ints: a device that
+        # answers a plain register with an equal int answers with that very object; anything
+        # else takes the full check below.)
+        if after is data and addr in self.plain:
+            return {"addr": addr, "data": after}
         register = self.map.at(addr)
         assert register is not None
-        after = _byte(device.write(addr, data), f"write {addr}")
+        after = _byte(after, f"write {addr}")
         _check_written(register, data, DATA_MAX, after)
         return self._result(register, after)
 
     def read_register(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
         addr = arguments["addr"]
+        data = device.read(addr)
+        if addr in self.plain and type(data) is int and 0 <= data <= DATA_MAX:
+            return {"addr": addr, "data": data}
         register = self.map.at(addr)
         assert register is not None
-        return self._result(register, _byte(device.read(addr), f"read {addr}"))
+        return self._result(register, _byte(data, f"read {addr}"))
 
     def read_registers(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
         addr, count = arguments["addr"], arguments["count"]
@@ -533,12 +600,23 @@ def _check_written(register: Register, data: int, mask: int, after: int) -> None
     (where they can be read back), and the write-1-to-clear bits written as 1 clear.
 
     Raises:
-        DeviceError: the device executed the write and holds something else.
+        DeviceError: the device executed the write and holds something else: "register 3
+            holds 15 after writing 255" for a register without fields, else with the bits in
+            hexadecimal and those that differ.
     """
     seen = register.readable_mask & mask
     wrong = ((after ^ data) & register.store_mask & seen) | (
         after & register.woclr_mask & data & seen)
+    if wrong and not register.fields:
+        raise DeviceError(f"register {register.label} holds {after} after writing {data}")
     if wrong:
         raise DeviceError(f"register {register.label} holds 0x{after:02X} after writing "
                           f"0x{data:02X} (bits 0x{wrong:02X} differ)")
 
+
+#: The two tools regdev offers by default, ``write_register`` first: the default map's tools.
+REGISTER_TOOLS = _build(RegisterMap.default())
+#: ``write_register`` of the default map: one byte to one of 16 registers.
+WRITE_REGISTER = REGISTER_TOOLS["write_register"]
+#: ``read_register`` of the default map: one of 16 registers.
+READ_REGISTER = REGISTER_TOOLS["read_register"]
