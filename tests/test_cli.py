@@ -269,7 +269,7 @@ def test_serve_without_the_mcp_extra_says_how_to_install_it(
     """No mcp package: one line naming the install command, exit 2, no traceback."""
     monkeypatch.setitem(sys.modules, "mcp", None)
     monkeypatch.setitem(sys.modules, "mcp.server", None)
-    monkeypatch.delitem(sys.modules, "regdev.agents._mcp", raising=False)
+    monkeypatch.delitem(sys.modules, "regdev.server._mcp", raising=False)
     status, out, err = run(capsys, "serve")
     assert status == 2 and out == ""
     assert err == ("regdev serve: error: the MCP server needs the `mcp` package: pip install "

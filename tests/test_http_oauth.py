@@ -19,9 +19,9 @@ import pytest
 
 from httpserver import KID, KeySet, Served, inprocess_server, policy_text, post
 from regdev import Policy
-from regdev.agents import _auth
-from regdev.agents._auth import TokenCheck
 from regdev.core._errors import PolicyError
+from regdev.server import _auth
+from regdev.server._auth import TokenCheck
 
 READ = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_register", "arguments": {"addr": 1}}}'  # noqa: E501
 
@@ -134,7 +134,7 @@ def test_callers_alike_up_to_the_cut_get_two_sessions(keys: KeySet) -> None:
     """The live session (and its rate-limit bucket) is the whole subject's: two subjects
     alike up to the cut get two."""
     from regdev import Gate, RegisterFile  # noqa: PLC0415
-    from regdev.agents._http import CallerSessions  # noqa: PLC0415
+    from regdev.server._http import CallerSessions  # noqa: PLC0415
 
     check = check_for(keys)
     callers = [check.caller(verify(check, keys.sign({"sub": "\u5b9f" * 35 + end})))

@@ -26,15 +26,6 @@ from ._version import __version__
 # isort: split
 from .agents._demo import ScriptedProposer
 from .agents._loop import LoopResult, Step, call_with_retry, run_loop
-from .agents._providers import (
-    PROVIDER_FORMATS,
-    anthropic_result,
-    anthropic_tool_results,
-    mcp_result,
-    openai_result,
-    openai_tool_results,
-    tool_definitions,
-)
 from .audit._log import AuditLog, AuditRecord, read_audit
 from .core._errors import (
     AuditError,
@@ -78,6 +69,15 @@ from .gate._policy import (
     RegisterPolicy,
     Session,
     SessionPolicy,
+)
+from .gate._providers import (
+    PROVIDER_FORMATS,
+    anthropic_result,
+    anthropic_tool_results,
+    mcp_result,
+    openai_result,
+    openai_tool_results,
+    tool_definitions,
 )
 from .gate._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
 from .gate._validate import ReferenceValidator

@@ -7,10 +7,10 @@ from typing import Any, TextIO
 
 import msgspec
 
-from ..agents._providers import PROVIDER_FORMATS, tool_definitions
 from ..core._errors import PolicyError
 from ..devices._device import RegisterFile
 from ..gate._gate import Gate
+from ..gate._providers import PROVIDER_FORMATS, tool_definitions
 from ._common import (
     UsageError,
     load_policy,

@@ -4,7 +4,7 @@
 Rules of this file:
 
 * Declarations only (pydantic models of the policy file, checked when it is loaded); the
-  server that enforces them is ``agents/_http.py``.
+  server that enforces them is ``server/_http.py``.
 * A lab token is never stored, only its SHA-256 (tokens are random, 256 bits or more, so a
   fast hash is enough: nothing can be guessed from it). An OAuth access token is a JWT
   checked against its issuer, audience and signature keys (JWKS); only asymmetric signature

@@ -655,7 +655,7 @@ class Approvals:
 
 def approvals_for(policy: Policy, device: Device, state_key: bytes | None = None) -> Approvals:
     """The approval hook of an MCP server on ``device`` under ``policy`` (pass it as the
-    policy's ``approve`` to the gate, and, over HTTP, to :func:`~regdev.agents._http.serve_http`).
+    policy's ``approve`` to the gate, and, over HTTP, to :func:`~regdev.server._http.serve_http`).
 
     Args:
         policy: the policy (its ``[approval]`` table).
