@@ -735,3 +735,16 @@ def test_model_options_out_of_range_are_one_line_before_anything_runs(
                            "http://127.0.0.1:9", "--no-audit", option, *command[1:])
     assert (status, out) == (2, "")
     assert err == f"regdev {command[0]}: error: {message}\n"
+
+
+def test_port_inprocess_is_the_in_process_device_of_the_device_factory(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--port inprocess runs in process, as no --port does; a port's --timeout is refused."""
+    call = '{"tool": "write_register", "arguments": {"addr": 3, "data": 7}}'
+    assert run(capsys, "call", "--no-audit", "--port", "inprocess", call) == run(
+        capsys, "call", "--no-audit", call)
+    status, out, err = run(capsys, "call", "--no-audit", "--port", "inprocess",
+                           "--timeout", "1", call)
+    assert (status, out) == (2, "")
+    assert err == ("regdev call: error: the in-process device takes no timeout (they are for a "
+                   "device at the end of a port)\n")

@@ -9,7 +9,7 @@ A model's tool call is untrusted data: :class:`Gate` parses it, validates it in 
 (shape, name, fields, types, ranges; the first failure decides), authorizes it against a
 :class:`Policy` for the caller's :class:`Session`, and only then runs it on a :class:`Device`:
 the in-process :class:`RegisterFile`, a :class:`SerialDevice` at the end of a serial line, or
-a :class:`ModbusDevice` (Modbus TCP or RTU).
+a :class:`ModbusDevice` (Modbus TCP or RTU); :func:`open_device` opens any of them from a URL.
 The result or the refusal comes back as one :class:`Observation`, and an :class:`AuditLog`
 records every call.
 
@@ -55,6 +55,7 @@ from .devices._device import (
     TimeoutDevice,
 )
 from .devices._modbus import ModbusDevice
+from .devices._open import open_device
 from .devices._regmap import Field, Register, RegisterMap
 from .devices._serial import SerialDevice
 from .gate._compile import CompiledValidator, compile_validator
@@ -142,6 +143,7 @@ __all__ = [
     "compile_validator",
     "map_tools",
     "mcp_result",
+    "open_device",
     "openai_result",
     "openai_tool_results",
     "parse",
