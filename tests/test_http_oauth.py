@@ -104,7 +104,7 @@ def stateful(tmp_path: Path, keys: KeySet) -> Iterator[Served]:
 def test_subjects_alike_up_to_the_cut_are_two_callers(stateful: Served, keys: KeySet) -> None:
     """Two subjects that differ only past the 200-character cut of the shown name: two audit
     names, each with a digest of its subject, and one cannot use the other's MCP session."""
-    from regdev.gate._access import caller_name  # noqa: PLC0415
+    from regdev.server._access import caller_name  # noqa: PLC0415
 
     first, second = "\u5b9f" * 35 + "-a", "\u5b9f" * 35 + "-b"
     names = [caller_name("oauth", first), caller_name("oauth", second)]

@@ -65,7 +65,6 @@ from .gate._parse import DIALECTS, ParsedCall, parse
 from .gate._policy import (
     Approval,
     ApprovalRequest,
-    Policy,
     RateLimit,
     RegisterPolicy,
     Session,
@@ -82,6 +81,7 @@ from .gate._providers import (
 )
 from .gate._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
 from .gate._validate import ReferenceValidator
+from .server._access import Policy
 
 __all__ = [
     "DATA_MAX",

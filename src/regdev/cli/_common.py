@@ -28,8 +28,9 @@ from ..devices._serial import MAX_BAUDRATE
 from ..gate._gate import Gate
 from ..gate._maptools import map_tools
 from ..gate._parse import DIALECTS
-from ..gate._policy import Approver, Policy, Session
+from ..gate._policy import Approver, Session
 from ..gate._tools import ToolSet
+from ..server._access import Policy
 
 
 class UsageError(Exception):

@@ -12,6 +12,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..gate._providers import offered_tools
+from ..server._access import Policy
 from ..server._address import is_loopback, parse_address
 from ._common import (
     STDOUT_CLOSED,
@@ -179,7 +180,7 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
         approvals = approvals_for(policy, device, state_key)
         gate, _ = open_gate(args, device, policy=policy, approve=approvals)
         with gate:  # closing it commits the last audit records
-            assert gate.policy is not None
+            assert isinstance(gate.policy, Policy)  # load_policy's, with the approver
 
             def ready(url: str) -> None:
                 log.info("serving MCP over HTTP at %s (%s): tools %s on %s, audit log %s",

@@ -71,8 +71,8 @@ from ..core._errors import RegdevError
 from ..core._text import escape_text
 from ..devices._device import Device
 from ..devices._regmap import Field, Register, RegisterMap
-from ..gate._access import ApprovalPolicy
-from ..gate._policy import Approval, ApprovalRequest, Policy
+from ..gate._policy import Approval, ApprovalRequest
+from ._access import ApprovalPolicy, Policy
 
 __all__ = [
     "ANSWER_KEY",

@@ -22,7 +22,7 @@ Rules of this file:
   to the token that opened them), or ``stateless`` (no session: any of several server
   processes behind a load balancer can take any request); a request in the 2026-07-28 era is
   stateless either way. Only bodies the strict reader accepted reach it, byte for byte.
-* A token's scopes choose its session (``gate/_access.py``); each caller gets its own live
+* A token's scopes choose its session (``server/_access.py``); each caller gets its own live
   :class:`~regdev.Session` (its own rate-limit bucket), named in the audit log's ``caller``
   column. ``tools/list`` lists the tools of the caller's session.
 * Calls run concurrently, each in a worker thread (the gate and the devices are
@@ -81,10 +81,10 @@ from ..core._errors import AuditError
 from ..core._limits import seconds_problem
 from ..core._observation import Observation, refuse
 from ..core._text import escape_text
-from ..gate._access import HttpAccess
 from ..gate._gate import Gate
-from ..gate._policy import Policy, Session
+from ..gate._policy import Session
 from ..gate._providers import mcp_result, tool_definitions
+from ._access import HttpAccess, Policy
 from ._address import is_loopback
 from ._approval import ASKING, Approvals, Asking
 from ._auth import Caller, Identity, TokenCheck
