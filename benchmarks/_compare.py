@@ -3,10 +3,10 @@
 Each script names its rows (the inputs), the regdev side and the anchor, both written out in
 the script, and the goal of each row's ratio. :func:`compare` checks that both sides give the
 same verdict on every input (a row where they differ is not timed), times them in
-interleaved batches (``regdev.gate._bench.run_bench``, the machinery of ``regdev bench``),
+interleaved batches (``regdev.bench._bench.run_bench``, the machinery of ``regdev bench``),
 and prints per row: regdev's figure, the anchor's, their spread, the ratio regdev / anchor
 measured in this run, and the goal; then the load average, and, by ``regdev bench``'s own
-judgement (``regdev.gate._bench.noise_reasons``), whether the figures mean anything. Not a
+judgement (``regdev.bench._bench.noise_reasons``), whether the figures mean anything. Not a
 test: nothing asserts a time.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from _script import BATCH_MS, MAX_ROUNDS, Parser, count, helper, span
-from regdev.gate._bench import (
+from regdev.bench._bench import (
     CPU_STOPWATCH,
     NOISE_MIN_ROUNDS,
     STOPWATCH,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from regdev.gate._noise import MAX_ROUNDS
+from regdev.bench._noise import MAX_ROUNDS
 
 __all__ = ["BATCH_MS", "INSTALL", "MAX_ROUNDS", "Parser", "count", "helper", "need", "span",
            "suite"]

@@ -26,7 +26,7 @@ from _compare import Goal, case, compare, options
 from regdev import AuditLog, Gate, Observation
 from regdev.audit._record import SCHEMA
 from regdev.audit._writer import _SYNCHRONOUS, insert_statement
-from regdev.gate._bench import Contender
+from regdev.bench._bench import Contender
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}'
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from regdev.gate._bench import CASES, Contender, contenders
+from regdev.bench._bench import CASES, Contender, contenders
 
 ROWS = {row.key: row for row in contenders()}
 TITLES = [case.title for case in CASES]

@@ -5,7 +5,7 @@ check of one ``write_registers(addr, data)`` call with 16 values (valid), and th
 with one value out of range (``data[12] = 300``, refused as ``range-data[]``), by:
 
 * regdev's compiled validator (``compile_validator(BENCH_TOOLS)``, a verdict code, no message);
-* the hand-written floor (``regdev.gate._bench.floor_valid``: valid or not, nothing more);
+* the hand-written floor (``regdev.bench._bench.floor_valid``: valid or not, nothing more);
 * pydantic v2, a strict model (``model_validate``), and fastjsonschema (``compile()``), set up
   as in ``regdev bench``.
 
@@ -26,7 +26,7 @@ import os
 import sys
 
 from _script import BATCH_MS, MAX_ROUNDS, Parser, count, span
-from regdev.gate._bench import CASES, all_agree, contenders, format_table, run_bench
+from regdev.bench._bench import CASES, all_agree, contenders, format_table, run_bench
 
 ROWS = ("regdev-compiled", "floor", "pydantic", "fastjsonschema")
 TITLES = ("block write", "block range")

@@ -24,7 +24,7 @@ import msgspec
 
 from _compare import Goal, case, compare, options
 from regdev import Gate
-from regdev.gate._bench import Contender
+from regdev.bench._bench import Contender
 
 _decode = msgspec.json.Decoder().decode
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from _compare import Goal, compare, options
 from regdev import compile_validator
-from regdev.gate._bench import Case, Contender
+from regdev.bench._bench import Case, Contender
 
 
 def floor(call: Any) -> bool:

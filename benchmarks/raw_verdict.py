@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import msgspec
 
 from _compare import Goal, case, compare, options
-from regdev.gate._bench import (
+from regdev.bench._bench import (
     Contender,
     contenders,
     format_spread,

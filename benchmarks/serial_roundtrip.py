@@ -29,8 +29,8 @@ import serial
 
 from _compare import Goal, case, compare, options
 from regdev import Gate, SerialDevice
+from regdev.bench._bench import Contender
 from regdev.devices import _protocol as wire
-from regdev.gate._bench import Contender
 
 SIM = Path(__file__).resolve().parent.parent / "firmware-sim" / "regdev_firmware_sim.py"
 READ_CALL = '{"tool": "read_register", "arguments": {"addr": 3}}'

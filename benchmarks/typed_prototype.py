@@ -32,7 +32,7 @@ from msgspec import UNSET
 
 from _compare import Goal, compare, options
 from raw_verdict import CASES, anchor
-from regdev.gate._bench import BENCH_TOOLS, Contender, contenders
+from regdev.bench._bench import BENCH_TOOLS, Contender, contenders
 from regdev.gate._compile import BIND, compile_refusals
 
 

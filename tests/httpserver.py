@@ -317,8 +317,8 @@ def inprocess_server(folder: Path, policy: str, *, stateless: bool = False,
     on a fresh register file, recording to ``folder/audit.db``; ``limits`` an ``HttpLimits``
     (None: the defaults)."""
     from regdev import AuditLog, Gate, Policy, RegisterFile  # noqa: PLC0415
-    from regdev.agents._approval import approvals_for  # noqa: PLC0415
-    from regdev.agents._http import serve_http  # noqa: PLC0415
+    from regdev.server._approval import approvals_for  # noqa: PLC0415
+    from regdev.server._http import serve_http  # noqa: PLC0415
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "policy.toml").write_text(policy)

@@ -21,11 +21,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-import regdev.gate._bench as bench
+import regdev.bench._bench as bench
 from conftest import ROOT
-from regdev.cli._main import main
-from regdev.core._observation import Refusal
-from regdev.gate._bench import (
+from regdev.bench._bench import (
     BENCH_TOOLS,
     CASES,
     INSTALL_HINT,
@@ -48,6 +46,8 @@ from regdev.gate._bench import (
     noise_reasons,
     run_bench,
 )
+from regdev.cli._main import main
+from regdev.core._observation import Refusal
 from regdev.gate._gate import _DERIVED_KEY_PREFIXES
 from regdev.gate._parse import decode_canonical, parse
 from regdev.gate._validate import ReferenceValidator
@@ -160,7 +160,7 @@ def test_rows_name_library_version_and_api() -> None:
     assert names["regdev-gate"].startswith(
         f"regdev {metadata.version('regdev')}: parse + the gate's compiled check")
     assert names["regdev-handle"] == (
-        f"regdev {metadata.version('regdev')}: Gate.handle (regdev.gate._bench.bench_gate)")
+        f"regdev {metadata.version('regdev')}: Gate.handle (regdev.bench._bench.bench_gate)")
     assert names["minimal"].startswith("minimal pipeline: msgspec decode, hand-written check")
     assert names["floor"].startswith("floor: hand-written valid-or-not test")
 
@@ -243,7 +243,7 @@ def test_disagreeing_peer_is_not_timed_and_is_named() -> None:
 def test_disagreement_exits_1(monkeypatch: pytest.MonkeyPatch,
                               capsys: pytest.CaptureFixture[str]) -> None:
     """regdev bench exits 1 when a contender disagrees, and says which case."""
-    import regdev.gate._bench as bench  # noqa: PLC0415
+    import regdev.bench._bench as bench  # noqa: PLC0415
 
     monkeypatch.setattr(bench, "contenders",
                         lambda: [_accept_all("a", raw=False), _accept_all("b", raw=False)])

@@ -84,7 +84,7 @@ def runtime_only(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
              "for name in ('pytest', 'pytest_benchmark', 'pymodbus', 'mcp', 'jsonschema'):\n"
              "    try:\n        __import__(name)\n    except ModuleNotFoundError:\n"
              "        continue\n    raise SystemExit(name + ' is importable')\n"
-             "import msgspec, pydantic, serial, regdev.gate._bench\n")
+             "import msgspec, pydantic, serial, regdev.bench._bench\n")
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -109,7 +109,7 @@ RUNS = [*((name, "--help") for name in SCRIPTS), *((name,) for name in SUITES),
 #: [status, stdout, stderr].
 FORKED = """
 import json, os, runpy, sys, tempfile, traceback
-import regdev.gate._bench  # what every script imports first; each child starts from here
+import regdev.bench._bench  # what every script imports first; each child starts from here
 
 results = []
 for run in json.loads(sys.argv[1]):

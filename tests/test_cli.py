@@ -269,7 +269,7 @@ def test_serve_without_the_mcp_extra_says_how_to_install_it(
     """No mcp package: one line naming the install command, exit 2, no traceback."""
     monkeypatch.setitem(sys.modules, "mcp", None)
     monkeypatch.setitem(sys.modules, "mcp.server", None)
-    monkeypatch.delitem(sys.modules, "regdev.agents._mcp", raising=False)
+    monkeypatch.delitem(sys.modules, "regdev.server._mcp", raising=False)
     status, out, err = run(capsys, "serve")
     assert status == 2 and out == ""
     assert err == ("regdev serve: error: the MCP server needs the `mcp` package: pip install "
@@ -735,3 +735,16 @@ def test_model_options_out_of_range_are_one_line_before_anything_runs(
                            "http://127.0.0.1:9", "--no-audit", option, *command[1:])
     assert (status, out) == (2, "")
     assert err == f"regdev {command[0]}: error: {message}\n"
+
+
+def test_port_inprocess_is_the_in_process_device_of_the_device_factory(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--port inprocess runs in process, as no --port does; a port's --timeout is refused."""
+    call = '{"tool": "write_register", "arguments": {"addr": 3, "data": 7}}'
+    assert run(capsys, "call", "--no-audit", "--port", "inprocess", call) == run(
+        capsys, "call", "--no-audit", call)
+    status, out, err = run(capsys, "call", "--no-audit", "--port", "inprocess",
+                           "--timeout", "1", call)
+    assert (status, out) == (2, "")
+    assert err == ("regdev call: error: the in-process device takes no timeout (they are for a "
+                   "device at the end of a port)\n")

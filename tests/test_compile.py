@@ -28,8 +28,8 @@ from regdev import (
     compile_validator,
     tool_definitions,
 )
+from regdev.bench._bench import BENCH_TOOLS
 from regdev.cli._main import main
-from regdev.gate._bench import BENCH_TOOLS
 from regdev.gate._compile import BIND, compile_refusals, generate_source
 from regdev.gate._parse import load_json
 from regdev.gate._runtime import RUNTIME_NAMES

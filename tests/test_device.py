@@ -125,3 +125,75 @@ def test_a_block_write_on_the_default_map_is_all_or_nothing_and_checked_as_write
             device.write(0, bad[1])
         assert str(info.value) == str(expected.value)
     assert device.snapshot()[:6] == [0, 0, 1, 2, 255, 0] and device.write_count == 3
+
+
+def test_open_device_opens_each_scheme_of_its_table() -> None:
+    """open_device picks the backend by the URL's scheme: in process, serial, Modbus TCP."""
+    import socket  # noqa: PLC0415
+
+    from regdev import ModbusDevice, RegisterMap, SerialDevice, open_device  # noqa: PLC0415
+    from regdev.devices._open import SCHEMES  # noqa: PLC0415
+
+    assert sorted(SCHEMES) == ["", "inprocess", "loop", "modbus+rtu", "modbus+tcp",
+                               "rfc2217", "socket"]
+    regmap = RegisterMap.default()
+    for url in (None, "inprocess", "INPROCESS://"):
+        with open_device(url, regmap=regmap) as device:
+            assert type(device) is RegisterFile and device.regmap is regmap
+    with open_device("loop://", timeout=0.2) as device:
+        assert type(device) is SerialDevice and device.regmap == regmap
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with open_device(f"socket://127.0.0.1:{port}", timeout=0.2) as device:
+            assert type(device) is SerialDevice
+        with open_device(f"modbus+tcp://127.0.0.1:{port}?unit=1", timeout=0.2) as device:
+            assert type(device) is ModbusDevice
+
+
+def test_open_device_refuses_an_unknown_scheme_and_port_options_in_process() -> None:
+    """An unknown scheme, and a timeout or baud rate for the in-process device, are refused."""
+    from regdev import TransportError, open_device  # noqa: PLC0415
+
+    with pytest.raises(TransportError, match=r"^cannot open port bogus://x: unknown URL scheme; "
+                                             r"expected .*modbus\+tcp://HOST\[:PORT\]"):
+        open_device("bogus://x")
+    with pytest.raises(ValueError, match=r"^the in-process device takes no baudrate or timeout"):
+        open_device("inprocess", timeout=1.0, baudrate=9600)
+
+
+def test_a_device_is_a_context_manager_that_closes_it() -> None:
+    """`with device:` returns the device and closes it at the end, even when the block raises."""
+    closed = []
+
+    class Recorded(RegisterFile):
+        def close(self) -> None:
+            closed.append(True)
+
+    with Recorded() as device:
+        assert isinstance(device, Recorded)
+    assert closed == [True]
+    with pytest.raises(RuntimeError), Recorded():
+        raise RuntimeError("inside")
+    assert closed == [True, True]
+
+
+def test_the_base_class_takes_the_map_explicitly() -> None:
+    """Device(regmap) keeps the map it is given; without one it is the default map."""
+    from regdev import Register, RegisterMap  # noqa: PLC0415
+
+    class Bare(Device):
+        def read(self, addr: int) -> int:
+            return 0
+
+        def write(self, addr: int, data: int) -> int:
+            return data
+
+        def reset(self) -> None:
+            pass
+
+        def snapshot(self) -> list[int]:
+            return [0] * len(self.regmap)
+
+    regmap = RegisterMap([Register(None, 0), Register(None, 1)])
+    assert Bare(regmap).regmap is regmap
+    assert Bare().regmap == RegisterMap.default()

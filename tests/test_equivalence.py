@@ -13,7 +13,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from regdev import REGISTER_TOOLS, ReferenceValidator, ToolSet, compile_validator
-from regdev.gate._bench import BLOCK_WRITE
+from regdev.bench._bench import BLOCK_WRITE
 from regdev.gate._compile import BIND, RefusalCheck, compile_refusals
 from strategies import (
     array_tool_calls,

@@ -402,8 +402,8 @@ def _report_interrupted(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t:
 
 # bench
 def _bench_with(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, agree: bool) -> int:
-    import regdev.gate._bench as bench  # noqa: PLC0415
-    from regdev.gate._bench import Contender, contenders  # noqa: PLC0415
+    import regdev.bench._bench as bench  # noqa: PLC0415
+    from regdev.bench._bench import Contender, contenders  # noqa: PLC0415
     peers = [contenders()[0]]
     if not agree:
         peers.append(Contender("yes", "yes 1.0", raw=False, on_refusal="bool",
@@ -419,7 +419,7 @@ case("bench", 2)(lambda c, m, t: _run(c, "bench", "--rounds", "0"))
 
 @case("bench", 130)
 def _bench_interrupted(c: pytest.CaptureFixture[str], m: pytest.MonkeyPatch, t: Path) -> int:
-    _interrupt(m, "regdev.gate._bench.run_bench")
+    _interrupt(m, "regdev.bench._bench.run_bench")
     return _run(c, "bench", "--quick")
 
 

@@ -744,8 +744,8 @@ def test_the_example_policy_loads_and_its_tokens_are_what_it_says() -> None:
 def test_a_body_time_out_of_range_is_refused_before_serving(seconds: float) -> None:
     """``body_seconds`` (how long a client has to send a body) outside 0.001..86400, NaN or
     infinite: ValueError naming it and the range, before anything listens."""
-    from regdev.agents._approval import approvals_for  # noqa: PLC0415
-    from regdev.agents._http import build_http_app  # noqa: PLC0415
+    from regdev.server._approval import approvals_for  # noqa: PLC0415
+    from regdev.server._http import build_http_app  # noqa: PLC0415
 
     loaded = Policy.from_dict(tomllib.loads(policy_text()))
     device = RegisterFile()
@@ -760,8 +760,8 @@ def test_callers_sessions_are_an_lru_of_bounded_size() -> None:
     """The live sessions of callers (each with its own rate-limit bucket) are bounded: past
     the cap the least recently used is dropped, and comes back as a new session with a full
     bucket; a caller served again keeps its session (and its spent bucket)."""
-    from regdev.agents._auth import Caller  # noqa: PLC0415
-    from regdev.agents._http import MAX_CALLER_SESSIONS, CallerSessions  # noqa: PLC0415
+    from regdev.server._auth import Caller  # noqa: PLC0415
+    from regdev.server._http import MAX_CALLER_SESSIONS, CallerSessions  # noqa: PLC0415
 
     policy = Policy.from_dict({"rate_limit": {"rate": 1e-6, "burst": 1}})
     callers = [Caller(f"oauth:subject-{n}", frozenset({"regdev:operate"}), "default")
@@ -793,8 +793,8 @@ def test_a_refused_origin_and_host_are_shown_escaped_once(
     (ESC as ``\\x1b``, not ``\\\\x1b``), in backticks, through serve's log formatter."""
     import logging  # noqa: PLC0415
 
-    from regdev.agents._http import Guard  # noqa: PLC0415
     from regdev.cli._output import LogFormatter  # noqa: PLC0415
+    from regdev.server._http import Guard  # noqa: PLC0415
 
     guard = Guard(frozenset({"127.0.0.1:8000"}), frozenset())
     origin = "http://e\x1b[31mvil\x07"
@@ -1024,9 +1024,9 @@ def test_approval_questions_name_the_register_and_field_and_decode_the_values() 
     """With a map, the question names the register and its fields and decodes their values
     (enum names, the value now); write_field's question shows the field's value now; the
     default map keeps numbers by address."""
-    from regdev.agents._approval import approvals_for, describe  # noqa: PLC0415
     from regdev.cli._common import read_map  # noqa: PLC0415
     from regdev.gate._policy import ApprovalRequest  # noqa: PLC0415
+    from regdev.server._approval import approvals_for, describe  # noqa: PLC0415
 
     sensor = read_map(EXAMPLES / "sensor.rdl")
     field = ApprovalRequest("default", "write_field", {"field": "CTRL.MODE", "value": "ONESHOT"},

@@ -27,7 +27,7 @@ from httpserver import (
     sdk_client,
     token,
 )
-from regdev.agents._http_limits import HttpLimits
+from regdev.server._http_limits import HttpLimits
 
 INITIALIZE = json.dumps({
     "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -333,7 +333,7 @@ def test_session_limits_count_exactly() -> None:
     """SessionLimits on a clock of its own: --initialize-rate N admits N at once, then one
     every 60/N s; a session counts against its caller while the SDK holds it, an initialize
     that opened none does not."""
-    from regdev.agents._http_limits import LimitRefusal, SessionLimits  # noqa: PLC0415
+    from regdev.server._http_limits import LimitRefusal, SessionLimits  # noqa: PLC0415
 
     now = [100.0]
     live: set[str] = set()
@@ -433,7 +433,7 @@ def test_session_limits_count_callers_by_identity_not_shown_name() -> None:
     """Two subjects whose shown names agree (cut at 200 characters) are two callers: each
     has its own share of sessions and its own initialize bucket, and the refusal shows the
     name, not the identity."""
-    from regdev.agents._http_limits import LimitRefusal, SessionLimits  # noqa: PLC0415
+    from regdev.server._http_limits import LimitRefusal, SessionLimits  # noqa: PLC0415
 
     live: set[str] = set()
     limits = SessionLimits(HttpLimits(initialize_rate=2, max_caller_sessions=2,

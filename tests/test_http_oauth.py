@@ -19,9 +19,9 @@ import pytest
 
 from httpserver import KID, KeySet, Served, inprocess_server, policy_text, post
 from regdev import Policy
-from regdev.agents import _auth
-from regdev.agents._auth import TokenCheck
 from regdev.core._errors import PolicyError
+from regdev.server import _auth
+from regdev.server._auth import TokenCheck
 
 READ = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_register", "arguments": {"addr": 1}}}'  # noqa: E501
 
@@ -104,7 +104,7 @@ def stateful(tmp_path: Path, keys: KeySet) -> Iterator[Served]:
 def test_subjects_alike_up_to_the_cut_are_two_callers(stateful: Served, keys: KeySet) -> None:
     """Two subjects that differ only past the 200-character cut of the shown name: two audit
     names, each with a digest of its subject, and one cannot use the other's MCP session."""
-    from regdev.gate._access import caller_name  # noqa: PLC0415
+    from regdev.server._access import caller_name  # noqa: PLC0415
 
     first, second = "\u5b9f" * 35 + "-a", "\u5b9f" * 35 + "-b"
     names = [caller_name("oauth", first), caller_name("oauth", second)]
@@ -134,7 +134,7 @@ def test_callers_alike_up_to_the_cut_get_two_sessions(keys: KeySet) -> None:
     """The live session (and its rate-limit bucket) is the whole subject's: two subjects
     alike up to the cut get two."""
     from regdev import Gate, RegisterFile  # noqa: PLC0415
-    from regdev.agents._http import CallerSessions  # noqa: PLC0415
+    from regdev.server._http import CallerSessions  # noqa: PLC0415
 
     check = check_for(keys)
     callers = [check.caller(verify(check, keys.sign({"sub": "\u5b9f" * 35 + end})))

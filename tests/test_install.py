@@ -57,6 +57,31 @@ def test_package_list_names_every_package() -> None:
                                          "regdev._examples": "examples"}
 
 
+def test_no_module_of_the_package_imports_itself_back() -> None:
+    """No import cycle among regdev's modules (TYPE_CHECKING imports count): the strongly
+    connected components of grimp's import graph are single modules."""
+    import grimp  # noqa: PLC0415 - import-linter's graph builder (the dev extra)
+
+    graph = grimp.build_graph("regdev", cache_dir=None)
+    modules = sorted(graph.modules)
+    cycles = [(module, other) for module in modules for other in modules
+              if module < other and graph.chain_exists(module, other)
+              and graph.chain_exists(other, module)
+              and "regdev" not in (module, other)]  # the root package re-exports
+    assert cycles == []
+
+
+def test_the_public_policy_is_the_gates_with_the_servers_tables() -> None:
+    """regdev.Policy adds the server's [http] and [approval] tables to the gate's policy,
+    which knows nothing of them."""
+    from regdev import Policy  # noqa: PLC0415
+    from regdev.gate._policy import Policy as GatePolicy  # noqa: PLC0415
+
+    assert issubclass(Policy, GatePolicy)
+    assert {"http", "approval"} & set(GatePolicy.model_fields) == set()
+    assert set(Policy.model_fields) - set(GatePolicy.model_fields) == {"http", "approval"}
+
+
 def test_data_files_are_found_through_importlib_resources() -> None:
     """The editable install finds firmware-sim/ and examples/ where the repository keeps
     them, as regdev._firmware and regdev._examples."""

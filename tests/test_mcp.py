@@ -33,7 +33,8 @@ import regdev_firmware_sim as sim
 from conftest import EXAMPLES, default_signals
 from firmware import sim_thread
 from regdev import Gate, RegisterFile, read_audit, tool_definitions
-from regdev.agents._mcp import (
+from regdev.agents._replay import load_replay
+from regdev.server._mcp import (
     NOT_INITIALIZED,
     SERVER_STOPPING,
     Envelope,
@@ -41,7 +42,6 @@ from regdev.agents._mcp import (
     Received,
     read_envelope,
 )
-from regdev.agents._replay import load_replay
 
 REGDEV = str(Path(sys.executable).with_name("regdev"))
 SERVE = [REGDEV, "serve", "--log-level", "warning"]
@@ -901,7 +901,7 @@ def test_reader_refuses_a_line_the_parser_fails_on(monkeypatch: pytest.MonkeyPat
     def broken(*args: object, **kwargs: object) -> object:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr("regdev.agents._mcp.parse", broken)
+    monkeypatch.setattr("regdev.server._mcp.parse", broken)
     reader = MessageReader(1000)
     ping = reader.judge(b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}')
     assert isinstance(ping, types.JSONRPCError) and (ping.id, ping.error.code) == (3, -32700)

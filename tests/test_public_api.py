@@ -27,6 +27,8 @@ EXPECTED = {
     "DeviceIdentity",
     # register maps; the policy's registers became RegisterPolicy
     "Field", "Register", "RegisterPolicy", "MapError", "map_tools",
+    # the device factory: one table of URL schemes for every command and library user
+    "open_device",
 }
 
 

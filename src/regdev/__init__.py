@@ -9,7 +9,7 @@ A model's tool call is untrusted data: :class:`Gate` parses it, validates it in 
 (shape, name, fields, types, ranges; the first failure decides), authorizes it against a
 :class:`Policy` for the caller's :class:`Session`, and only then runs it on a :class:`Device`:
 the in-process :class:`RegisterFile`, a :class:`SerialDevice` at the end of a serial line, or
-a :class:`ModbusDevice` (Modbus TCP or RTU).
+a :class:`ModbusDevice` (Modbus TCP or RTU); :func:`open_device` opens any of them from a URL.
 The result or the refusal comes back as one :class:`Observation`, and an :class:`AuditLog`
 records every call.
 
@@ -26,15 +26,6 @@ from ._version import __version__
 # isort: split
 from .agents._demo import ScriptedProposer
 from .agents._loop import LoopResult, Step, call_with_retry, run_loop
-from .agents._providers import (
-    PROVIDER_FORMATS,
-    anthropic_result,
-    anthropic_tool_results,
-    mcp_result,
-    openai_result,
-    openai_tool_results,
-    tool_definitions,
-)
 from .audit._log import AuditLog, AuditRecord, read_audit
 from .core._errors import (
     AuditError,
@@ -64,6 +55,7 @@ from .devices._device import (
     TimeoutDevice,
 )
 from .devices._modbus import ModbusDevice
+from .devices._open import open_device
 from .devices._regmap import Field, Register, RegisterMap
 from .devices._serial import SerialDevice
 from .gate._compile import CompiledValidator, compile_validator
@@ -73,14 +65,23 @@ from .gate._parse import DIALECTS, ParsedCall, parse
 from .gate._policy import (
     Approval,
     ApprovalRequest,
-    Policy,
     RateLimit,
     RegisterPolicy,
     Session,
     SessionPolicy,
 )
+from .gate._providers import (
+    PROVIDER_FORMATS,
+    anthropic_result,
+    anthropic_tool_results,
+    mcp_result,
+    openai_result,
+    openai_tool_results,
+    tool_definitions,
+)
 from .gate._tools import READ_REGISTER, REGISTER_TOOLS, WRITE_REGISTER, Tool, ToolSet
 from .gate._validate import ReferenceValidator
+from .server._access import Policy
 
 __all__ = [
     "DATA_MAX",
@@ -142,6 +143,7 @@ __all__ = [
     "compile_validator",
     "map_tools",
     "mcp_result",
+    "open_device",
     "openai_result",
     "openai_tool_results",
     "parse",

@@ -49,8 +49,8 @@ from ..core._observation import Observation, Refusal
 from ..core._text import escape_text
 from ..gate._gate import Gate, check_loop_id
 from ..gate._policy import Session
+from ..gate._providers import anthropic_result, openai_result, tool_definitions
 from ._loop import _interruption
-from ._providers import anthropic_result, openai_result, tool_definitions
 
 __all__ = [
     "PROVIDERS",

@@ -27,8 +27,8 @@ from ..devices._device import Device
 from ..devices._regmap import Register, RegisterMap
 from ..gate._gate import Gate
 from ..gate._policy import Session
+from ..gate._providers import offered_tools
 from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
-from ._providers import offered_tools
 
 __all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "register_rows",
            "run_shell", "shell_call", "shell_tools"]

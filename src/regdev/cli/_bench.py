@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from ..gate._noise import (
+from ..bench._noise import (
     MAX_ROUNDS,
     NOISE_CELL_SPREAD,
     NOISE_MIN_ROUNDS,
@@ -21,7 +21,7 @@ from ._common import (
 
 
 def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
-    from ..gate._bench import (  # noqa: PLC0415 - imports the peers
+    from ..bench._bench import (  # noqa: PLC0415 - imports the peers
         CPU_STOPWATCH,
         all_agree,
         format_table,

@@ -20,16 +20,17 @@ from ..core._errors import AuditError, AuditInUse, MapError, PolicyError, Regdev
 from ..core._json import json_problem
 from ..core._limits import seconds_problem
 from ..core._text import display_text
-from ..devices._device import Device, RegisterFile
-from ..devices._modbus import ModbusDevice, is_modbus_url
+from ..devices._device import Device
+from ..devices._open import open_device
 from ..devices._rdl import MAX_MAP_BYTES, load_map
 from ..devices._regmap import RegisterMap
-from ..devices._serial import MAX_BAUDRATE, SerialDevice
+from ..devices._serial import MAX_BAUDRATE
 from ..gate._gate import Gate
 from ..gate._maptools import map_tools
 from ..gate._parse import DIALECTS
-from ..gate._policy import Approver, Policy, Session
+from ..gate._policy import Approver, Session
 from ..gate._tools import ToolSet
+from ..server._access import Policy
 
 
 class UsageError(Exception):
@@ -274,7 +275,8 @@ def port_options(p: argparse.ArgumentParser) -> None:
                         "/dev/ttyUSB0, COM3, socket://HOST:PORT or rfc2217://HOST:PORT "
                         "(see docs/protocol.md); or a Modbus device: "
                         "modbus+tcp://HOST:PORT?unit=1 or modbus+rtu:///dev/ttyUSB0?baud="
-                        "19200&unit=1 (see docs/modbus.md)")
+                        "19200&unit=1 (see docs/modbus.md); inprocess is the in-process "
+                        "device, as without --port")
     p.add_argument("--timeout", metavar="SECONDS", type=float,
                    help="with --port: seconds to wait for each reply, 0.001..86400 (default "
                         "0.5)")
@@ -356,7 +358,7 @@ def open_gate(args: argparse.Namespace, device: Device | None = None,
     if approve is not None and policy is not None:
         policy = policy.model_copy(update={"approve": approve})
     if device is None:
-        device = RegisterFile(regmap=register_map(args))
+        device = open_device(None, regmap=register_map(args))
     audit = None if args.no_audit else open_audit(args)
     try:
         gate = Gate(device, tools, policy=policy, audit=audit)
@@ -471,8 +473,9 @@ def audit_note(gate: Gate, out: TextIO) -> None:
 
 
 def port_device(args: argparse.Namespace) -> Device:
-    """The device the command runs on, with the register map of ``--map``: the serial or
-    Modbus device at ``--port``, else in process.
+    """The device the command runs on, with the register map of ``--map``: the device at
+    ``--port`` (:func:`~regdev.open_device`'s table of URL schemes: a serial port, a Modbus
+    device, ``inprocess``), else in process.
 
     Raises:
         UsageError: ``--timeout``, ``--baud`` or ``--reset`` without ``--port``, or out of
@@ -486,23 +489,15 @@ def port_device(args: argparse.Namespace) -> Device:
         if given:
             raise UsageError(f"{' and '.join(given)} go{'es' * (len(given) == 1)} with "
                              "--port URL (without --port the device is in process)")
-        return RegisterFile(regmap=register_map(args))
-    timeout = 0.5 if args.timeout is None else args.timeout
-    modbus = is_modbus_url(args.port)
-    baudrate = (None if modbus else 115200) if args.baud is None else args.baud
-    problem = seconds_problem(timeout)
+        return open_device(None, regmap=register_map(args))
+    problem = None if args.timeout is None else seconds_problem(args.timeout)
     if problem is not None:
         raise UsageError(f"--timeout {problem}")
-    if baudrate is not None and not 1 <= baudrate <= MAX_BAUDRATE:
-        raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {baudrate}")
-    device: Device
+    if args.baud is not None and not 1 <= args.baud <= MAX_BAUDRATE:
+        raise UsageError(f"--baud must be 1..{MAX_BAUDRATE} (baud), got {args.baud}")
     try:
-        if modbus:
-            device = ModbusDevice(args.port, baudrate=baudrate, timeout=timeout,
-                                  regmap=register_map(args))
-        else:
-            device = SerialDevice(args.port, baudrate=baudrate or 115200, timeout=timeout,
-                                  regmap=register_map(args))
+        device = open_device(args.port, regmap=register_map(args), timeout=args.timeout,
+                             baudrate=args.baud)
     except (RegdevError, ValueError) as error:
         raise UsageError(str(error)) from None
     check_map(args, device)

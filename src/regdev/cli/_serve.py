@@ -11,8 +11,9 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..agents._address import is_loopback, parse_address
-from ..agents._providers import offered_tools
+from ..gate._providers import offered_tools
+from ..server._access import Policy
+from ..server._address import is_loopback, parse_address
 from ._common import (
     STDOUT_CLOSED,
     UsageError,
@@ -26,7 +27,7 @@ from ._common import (
 from ._output import LogFormatter, output_failed
 
 if TYPE_CHECKING:
-    from ..agents._http_limits import HttpLimits
+    from ..server._http_limits import HttpLimits
 
 #: How to get the ``mcp`` extra: installed as a tool, or in a clone.
 MCP_INSTALL = ("pip install 'regdev[mcp]' (pipx install 'regdev[mcp]' for the command); in a "
@@ -122,8 +123,8 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
         return None
     try:
         # the optional `mcp` extra, imported lazily
-        from ..agents._approval import approvals_for  # noqa: PLC0415
-        from ..agents._mcp import serve_stdio  # noqa: PLC0415
+        from ..server._approval import approvals_for  # noqa: PLC0415
+        from ..server._mcp import serve_stdio  # noqa: PLC0415
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("mcp", "anyio"):
             raise
@@ -167,8 +168,8 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
     state_key = _state_key(args.state_key_file)
     try:
         # the optional `mcp` extra, imported lazily
-        from ..agents._approval import approvals_for  # noqa: PLC0415
-        from ..agents._http import serve_http  # noqa: PLC0415
+        from ..server._approval import approvals_for  # noqa: PLC0415
+        from ..server._http import serve_http  # noqa: PLC0415
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("mcp", "anyio", "jwt", "uvicorn",
                                                     "starlette", "h11"):
@@ -179,7 +180,7 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
         approvals = approvals_for(policy, device, state_key)
         gate, _ = open_gate(args, device, policy=policy, approve=approvals)
         with gate:  # closing it commits the last audit records
-            assert gate.policy is not None
+            assert isinstance(gate.policy, Policy)  # load_policy's, with the approver
 
             def ready(url: str) -> None:
                 log.info("serving MCP over HTTP at %s (%s): tools %s on %s, audit log %s",
@@ -205,7 +206,7 @@ def _limits(args: argparse.Namespace) -> HttpLimits | None:
     """The ``HttpLimits`` of the options given (the defaults for the others); a value out of
     its range is a usage error naming the option."""
     try:
-        from ..agents._http_limits import HttpLimits  # noqa: PLC0415  (the `mcp` extra)
+        from ..server._http_limits import HttpLimits  # noqa: PLC0415  (the `mcp` extra)
     except ImportError:
         return None  # said once the server is imported
     given = {name: getattr(args, name) for name in LIMIT_OPTIONS

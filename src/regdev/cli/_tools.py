@@ -7,10 +7,10 @@ from typing import Any, TextIO
 
 import msgspec
 
-from ..agents._providers import PROVIDER_FORMATS, tool_definitions
 from ..core._errors import PolicyError
-from ..devices._device import RegisterFile
+from ..devices._open import open_device
 from ..gate._gate import Gate
+from ..gate._providers import PROVIDER_FORMATS, tool_definitions
 from ._common import (
     UsageError,
     load_policy,
@@ -26,7 +26,7 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
     policy = load_policy(args)
     if policy is not None:
         try:  # checks the session, its tools and its registers as serve does
-            with Gate(RegisterFile(regmap=register_map(args)), tools, policy=policy) as gate:
+            with Gate(open_device(None, regmap=register_map(args)), tools, policy=policy) as gate:
                 session = gate.session(args.session)
         except PolicyError as error:  # the session names a tool that is not there
             raise UsageError(f"{args.policy}: {error}") from None

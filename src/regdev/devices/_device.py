@@ -28,7 +28,7 @@ import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 from ..core._errors import DeviceBusy, DeviceRefused, DeviceTimeout, RegisterRangeError
 from ..core._limits import seconds_problem
@@ -155,14 +155,31 @@ class Device(ABC):
 
     Implementations raise only :class:`~regdev.DeviceError` subclasses (and
     :class:`~regdev.TransportError` for a port that cannot be used).
+
+    A device is a context manager: ``with open_device(url) as device: ...`` closes it at the
+    end of the block (:meth:`close`), whether the block raised or not.
+
+    Args:
+        regmap: the register map the device honours (:attr:`regmap`); None for the default
+            map (16 unnamed read-write registers, reset 0). A backend passes its map here.
     """
+
+    def __init__(self, regmap: RegisterMap | None = None) -> None:
+        self._regmap: RegisterMap = regmap if regmap is not None else RegisterMap.default()
 
     @property
     def regmap(self) -> RegisterMap:
-        """The register map this device honours: the default map (16 unnamed read-write
-        registers, reset 0) unless the backend was given another (``_regmap``)."""
+        """The register map this device honours: the one given to :class:`Device`, or the
+        default map (16 unnamed read-write registers, reset 0) when none was (or when a
+        subclass did not call ``Device.__init__``)."""
         found: RegisterMap | None = getattr(self, "_regmap", None)
         return found if found is not None else RegisterMap.default()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @abstractmethod
     def read(self, addr: int) -> int:
@@ -334,7 +351,7 @@ class RegisterFile(Device):
             raise ValueError(f"state_id must be a non-empty string, got {state_id!r}")
         self._identity = DeviceIdentity(state_id or f"RegisterFile:{secrets.token_hex(8)}",
                                         new_epoch() if epoch is None else check_epoch(epoch))
-        self._regmap = regmap
+        super().__init__(regmap)
         self._default = regmap.is_default
         size = regmap.last + 1
         #: The register at each address (None: no register), and whether a read or a write
@@ -554,6 +571,7 @@ class TimeoutDevice(Device):
 
     def __init__(self, device: Device, timeout: float) -> None:
         check_timeout(timeout)
+        super().__init__(device.regmap)
         self.device = device
         self.timeout = float(timeout)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()

@@ -63,7 +63,6 @@ import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 
 import serial
 
@@ -418,7 +417,7 @@ class ModbusDevice(Device):
         if regmap is None:  # count plain read-write registers; the default map for 16
             regmap = (RegisterMap.default() if count == REGISTER_COUNT else
                       RegisterMap([Register(None, each) for each in range(count)]))
-        self._regmap = regmap
+        super().__init__(regmap)
         self._mapped = mapped
         #: The shapes of the RTU synchronising read, most wanted first: (address, count).
         self._sync_shapes = _sync_shapes(regmap if mapped else None, count)
@@ -692,13 +691,6 @@ class ModbusDevice(Device):
     def close(self) -> None:
         """Close the link. Idempotent; a later transaction opens it again."""
         self._tx.close()
-
-    def __enter__(self) -> ModbusDevice:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"ModbusDevice({self.url!r}, timeout={self.timeout})"

@@ -37,7 +37,6 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from types import TracebackType
 from typing import Any, TypeVar
 
 import serial
@@ -375,7 +374,7 @@ class SerialDevice(Device):
         elif type(first_seq) is not int or not 1 <= first_seq <= 255:
             raise ValueError(f"first_seq must be an int 1..255, got {first_seq!r}")
         _check_url(url)
-        self._regmap = regmap if regmap is not None else RegisterMap.default()
+        super().__init__(regmap)
         # Each register's address, and whether a read of it clears bits (then it is sent once,
         # never again): read() and write() check an address with one look-up.
         self._clears = {addr: bool(self._regmap.at(addr).rclr_mask)  # type: ignore[union-attr]
@@ -664,13 +663,6 @@ class SerialDevice(Device):
     def close(self) -> None:
         """Close the port. Idempotent; a later transaction reopens it (and synchronises)."""
         self._tx.close()
-
-    def __enter__(self) -> SerialDevice:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SerialDevice({self.url!r}, baudrate={self.baudrate}, timeout={self.timeout})"

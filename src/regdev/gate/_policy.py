@@ -64,6 +64,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import math
 import sys
 import threading
 import time
@@ -72,7 +73,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, Self, cast, get_args, get_origin
 
 import msgspec
 from pydantic import (
@@ -83,16 +84,17 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from ..core._errors import PolicyError
 from ..core._json import load_json
+from ..core._limits import seconds_problem, seconds_range
 from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ..core._wording import toml_problem
 from ..devices._device import REGISTER_COUNT
 from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
-from ._access import ApprovalPolicy, HttpAccess, LabToken, OAuthTokens, Seconds
 from ._schema import a_json_type
 from ._tools import Tool
 from ._validate import show_value
@@ -138,6 +140,27 @@ MIN_RATE = 1e-9
 #: The largest burst: a float (the bucket's count of tokens) holds every whole number up to
 #: 2**53 exactly; a larger burst is refused rather than rounded (or overflowing to inf).
 MAX_BURST = 2**53
+
+
+def _a_duration(value: object) -> float:
+    """A policy file's duration as a float: an int, float or (JSON's exact) Decimal in
+    ``MIN_SECONDS..MAX_SECONDS``; refused with the range and the number as the file gave it."""
+    if type(value) in (int, float) or isinstance(value, Decimal):
+        try:
+            seconds = float(value)  # type: ignore[arg-type]
+        except OverflowError:  # an int past a float: past the range too
+            seconds = math.inf
+        if seconds_problem(seconds) is None:
+            return seconds
+        raise PydanticCustomError("seconds_range", "must be a number of seconds in {range}",
+                                  {"range": seconds_range()})
+    raise PydanticCustomError("float_type", "must be a number")
+
+
+#: A duration in a policy file: seconds, a number in 0.001..86400 (``MIN_SECONDS`` and
+#: ``MAX_SECONDS`` of ``core/_limits.py``); NaN, infinities, zero, subnormals and numbers past
+#: a day are refused, naming the range.
+Seconds = Annotated[float, PlainValidator(_a_duration)]
 _Rate = Annotated[float, Field(strict=True, ge=MIN_RATE, allow_inf_nan=False)]
 _Burst = Annotated[int, Field(strict=True, ge=1, le=MAX_BURST)]
 _Bytes = Annotated[int, Field(strict=True, gt=0)]
@@ -528,6 +551,9 @@ class Policy(_Model):
     """The gate's safety policy: limits, the register map, rate limits and sessions.
 
     Every field is optional; the empty policy allows everything, as a gate without one does.
+    The public :class:`regdev.Policy` is this class with the MCP server's tables of a policy
+    file, ``[http]`` and ``[approval]`` (``server/_access.py``): the gate enforces what is
+    here, the server the rest, and a file with either table loads as ``regdev.Policy``.
 
     Attributes:
         timeout: seconds the gate waits for one device call before answering
@@ -552,13 +578,6 @@ class Policy(_Model):
             correlation ids, and calls in those dialects carry no key.
         approve: the approval hook for protected registers (Python only, never in a file);
             None denies every protected write.
-        http: who may call ``regdev serve --http`` (bearer tokens and the sessions their
-            scopes choose, browser origins); see :class:`~regdev.gate._access.HttpAccess`.
-            None: ``regdev serve --http`` refuses to start (it serves no caller it cannot
-            name).
-        approval: how ``regdev serve`` asks a person to approve a protected write
-            (elicitation through the MCP client, or a page it serves); see
-            :class:`~regdev.gate._access.ApprovalPolicy`.
 
     Raises:
         pydantic.ValidationError: a field is invalid (:meth:`from_file` and :meth:`from_dict`
@@ -572,22 +591,11 @@ class Policy(_Model):
     rate_limit: RateLimit | None = None
     sessions: dict[str, SessionPolicy] = Field(default_factory=dict)
     tool_call_ids_as_keys: Annotated[bool, Field(strict=True)] = False
-    http: HttpAccess | None = None
-    approval: ApprovalPolicy = ApprovalPolicy()
     approve: Approver | None = Field(default=None, exclude=True)
-
-    @model_validator(mode="after")
-    def _scopes_name_sessions(self) -> Policy:
-        for scope, session in (self.http.scopes.items() if self.http is not None else ()):
-            if session != "default" and session not in self.sessions:
-                known = ", ".join(sorted({"default", *self.sessions}))
-                raise ValueError(f"http.scopes: scope {scope!r} names session {session!r}, "
-                                 f"which the policy does not declare; sessions: {known}")
-        return self
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "policy",
-                  approve: Approver | None = None) -> Policy:
+                  approve: Approver | None = None) -> Self:
         """Validate a policy given as decoded TOML or JSON.
 
         Args:
@@ -606,11 +614,11 @@ class Policy(_Model):
         try:
             policy = cls.model_validate(dict(data))
         except ValidationError as error:
-            raise PolicyError(f"{source}: {_describe(error)}") from None
+            raise PolicyError(f"{source}: {_describe(error, cls)}") from None
         return policy.model_copy(update={"approve": approve}) if approve else policy
 
     @classmethod
-    def from_file(cls, path: str | Path, *, approve: Approver | None = None) -> Policy:
+    def from_file(cls, path: str | Path, *, approve: Approver | None = None) -> Self:
         """Load a policy from a TOML (``.toml``) or JSON (``.json``) file, the suffix in any
         case. Any other suffix is refused, before the file is read: a policy in Python (one
         with an approval hook, say) is built in your own program, as ``Policy(...)``, never
@@ -689,15 +697,16 @@ class Policy(_Model):
                        rate_limit=spec.rate_limit or self.rate_limit, caller=caller)
 
 
-def _describe(error: ValidationError) -> str:
-    """A pydantic error as one line: the first problem's location, what is expected, and
-    what was given."""
+def _describe(error: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """A pydantic error as one line: the first problem's location (in ``model``, the policy
+    by default), what is expected, and what was given."""
     first = error.errors()[0]
     where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}"
                     for part in first["loc"] if part != "[key]").lstrip(".")
     kind, ctx = first["type"], first.get("ctx") or {}
     if kind == "extra_forbidden":
-        message = f"unknown field; allowed here: {', '.join(_fields_at(first['loc'][:-1]))}"
+        fields = _fields_at(first["loc"][:-1], model or Policy)
+        message = f"unknown field; allowed here: {', '.join(fields)}"
     elif kind == "value_error":  # our own validators: their message is already ours
         message = str(ctx.get("error", first["msg"]))
     else:
@@ -767,27 +776,31 @@ def _show(value: object) -> str:
 _encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
 
-#: The nested models of a policy file, by field name.
-_NESTED: dict[str, type[BaseModel]] = {
-    "registers": RegisterPolicy, "rate_limit": RateLimit, "http": HttpAccess,
-    "approval": ApprovalPolicy, "oauth": OAuthTokens}
-#: The tables of named entries, by field name, and the model of each entry.
-_NAMED: dict[str, type[BaseModel]] = {"sessions": SessionPolicy, "tokens": LabToken}
+def _nested(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The model a field's annotation holds (``Model``, ``Model | None``), else the model of
+    each entry of a table of named entries (``dict[str, Model]``, then True)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    if get_origin(annotation) is dict:
+        return _nested(get_args(annotation)[1])[0], True
+    for arg in get_args(annotation):
+        found = _nested(arg)
+        if found[0] is not None:
+            return found
+    return None, False
 
 
-def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
-    """The fields a policy file may give at ``loc`` (a pydantic error location)."""
-    model: type[BaseModel] = Policy
+def _fields_at(loc: tuple[int | str, ...], model: type[BaseModel]) -> list[str]:
+    """The fields a policy file may give at ``loc`` (a pydantic error location) of ``model``
+    (the policy, or an extension of it), found through the models' own annotations."""
     parts = list(loc)
     while parts:
-        part = parts.pop(0)
-        if part in _NAMED and parts:
-            parts.pop(0)  # the entry's name
-            model = _NAMED[str(part)]
-            continue
-        nested = _NESTED.get(str(part))
+        field = model.model_fields.get(str(parts.pop(0)))
+        nested, named = _nested(field.annotation) if field is not None else (None, False)
         if nested is None:
             return []
+        if named and parts:
+            parts.pop(0)  # the entry's name
         model = nested
     return [name for name in model.model_fields if name != "approve"]
 

@@ -58,8 +58,18 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from ..core._observation import Refusal
 from ..devices._device import Device, RegisterFile
-from ._compile import BIND, compile_refusals, compile_validator
-from ._gate import _DERIVED_KEY_PREFIXES, Gate, _prefixed_key
+from ..gate._compile import BIND, compile_refusals, compile_validator
+from ..gate._gate import _DERIVED_KEY_PREFIXES, Gate, _prefixed_key
+from ..gate._parse import (
+    DEFAULT_MAX_INPUT_BYTES,
+    NOT_JSON,
+    decode_canonical,
+    decode_json,
+    not_json,
+    parse,
+)
+from ..gate._tools import REGISTER_TOOLS, Tool, ToolSet
+from ..gate._validate import ReferenceValidator
 from ._noise import (
     NOISE_CELL_SPREAD,
     NOISE_MIN_ROUNDS,
@@ -69,16 +79,6 @@ from ._noise import (
     noise_line,
     noise_reasons,
 )
-from ._parse import (
-    DEFAULT_MAX_INPUT_BYTES,
-    NOT_JSON,
-    decode_canonical,
-    decode_json,
-    not_json,
-    parse,
-)
-from ._tools import REGISTER_TOOLS, Tool, ToolSet
-from ._validate import ReferenceValidator
 
 __all__ = [
     "BENCH_TOOLS",
@@ -602,7 +602,7 @@ def contenders() -> list[Contender]:
                   run=reference.check, valid=lambda call: reference.check(call) is None,
                   version=_version("regdev")),
         Contender("floor", "floor: hand-written valid-or-not test of these three tools "
-                  "(regdev.gate._bench.floor_valid)", raw=False, on_refusal="bool",
+                  "(regdev.bench._bench.floor_valid)", raw=False, on_refusal="bool",
                   run=floor_valid, valid=floor_valid),
     ]
     pydantic = f"pydantic {_version('pydantic')}"
@@ -678,12 +678,12 @@ def contenders() -> list[Contender]:
         Contender("msgspec-decode", f"{msgspec_name} (json.Decoder of the tagged Structs, "
                   "decode)", raw=True, on_refusal="exception", run=decode,
                   valid=_raises_means_invalid(decode), version=_version("msgspec")),
-        Contender("regdev-handle", f"{ours}: Gate.handle (regdev.gate._bench.bench_gate)",
+        Contender("regdev-handle", f"{ours}: Gate.handle (regdev.bench._bench.bench_gate)",
                   raw=True, on_refusal="observation", run=handle,
                   valid=lambda raw: handle(raw).ok, version=_version("regdev"),
                   section="gate"),
         Contender("minimal", "minimal pipeline: msgspec decode, hand-written check, locked "
-                  "bytearray write, observation dict (regdev.gate._bench.MinimalPipeline)",
+                  "bytearray write, observation dict (regdev.bench._bench.MinimalPipeline)",
                   raw=True, on_refusal="observation", run=minimal,
                   valid=lambda raw: minimal(raw)["ok"], section="gate"),
     ]

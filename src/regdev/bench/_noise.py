@@ -1,18 +1,15 @@
 """When a benchmark's figures mean nothing: one judgement for ``regdev bench``
-(:mod:`regdev.gate._bench`) and the scripts in ``benchmarks/``, with its limits; and the most
+(:mod:`regdev.bench._bench`) and the scripts in ``benchmarks/``, with its limits; and the most
 rounds a run may ask for.
 
-Kept apart from :mod:`regdev.gate._bench` so that ``regdev bench --help`` can state the limits
+Kept apart from :mod:`regdev.bench._bench` so that ``regdev bench --help`` can state the limits
 without importing the peers. A spread is a cell's interquartile range over its median, shown
 as half of it each side of the median (0.20 is "±10%").
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ._bench import BenchResult
+from typing import Protocol
 
 __all__ = [
     "MAX_ROUNDS",
@@ -20,6 +17,7 @@ __all__ = [
     "NOISE_MIN_ROUNDS",
     "NOISE_RATIO",
     "NOISE_SPREAD",
+    "Measured",
     "format_spread",
     "noise_line",
     "noise_reasons",
@@ -40,19 +38,38 @@ NOISE_MIN_ROUNDS = 10
 MAX_ROUNDS = 1000
 
 
+class Measured(Protocol):
+    """What the judgement reads of a run (``regdev bench``'s :class:`BenchResult`, or a
+    script's own): declared here so that this module imports no harness (and the harness,
+    which imports this one, makes no cycle)."""
+
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def spread(self) -> float: ...
+    @property
+    def widest(self) -> tuple[float, str] | None: ...
+    @property
+    def control(self) -> float | None: ...
+    @property
+    def load(self) -> tuple[float | None, float | None]: ...
+    @property
+    def environment(self) -> dict[str, str]: ...
+
+
 def format_spread(spread: float | None) -> str:
     """A cell's spread (interquartile range over median) as ``±6%`` (half the range each
     side)."""
     return "-" if spread is None else f"\u00b1{spread * 50:.0f}%"
 
 
-def _cpus(result: BenchResult) -> int | None:
+def _cpus(result: Measured) -> int | None:
     """The CPU count the run recorded (None where the platform did not say)."""
     cpus = result.environment.get("cpus", "")
     return int(cpus) if cpus.isdigit() and int(cpus) > 0 else None
 
 
-def noise_reasons(result: BenchResult, control: str = "the floor") -> list[str]:
+def noise_reasons(result: Measured, control: str = "the floor") -> list[str]:
     """Why ``result``'s figures cannot be trusted, one phrase each; [] when they can.
 
     The limits (each a module constant): at least :data:`NOISE_MIN_ROUNDS` rounds; the cells'
@@ -86,7 +103,7 @@ def noise_reasons(result: BenchResult, control: str = "the floor") -> list[str]:
     return reasons
 
 
-def noise_line(result: BenchResult, control: str = "the floor") -> str:
+def noise_line(result: Measured, control: str = "the floor") -> str:
     """One line on how far the run's figures can be trusted: ``noise: FACTS`` when they can;
     ``! these figures mean nothing: REASONS. Measured: FACTS. Run again ...`` when
     :func:`noise_reasons` gives a reason (REASONS joined by ``; ``). ``control`` names what

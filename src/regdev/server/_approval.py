@@ -71,8 +71,8 @@ from ..core._errors import RegdevError
 from ..core._text import escape_text
 from ..devices._device import Device
 from ..devices._regmap import Field, Register, RegisterMap
-from ..gate._access import ApprovalPolicy
-from ..gate._policy import Approval, ApprovalRequest, Policy
+from ..gate._policy import Approval, ApprovalRequest
+from ._access import ApprovalPolicy, Policy
 
 __all__ = [
     "ANSWER_KEY",
@@ -655,7 +655,7 @@ class Approvals:
 
 def approvals_for(policy: Policy, device: Device, state_key: bytes | None = None) -> Approvals:
     """The approval hook of an MCP server on ``device`` under ``policy`` (pass it as the
-    policy's ``approve`` to the gate, and, over HTTP, to :func:`~regdev.agents._http.serve_http`).
+    policy's ``approve`` to the gate, and, over HTTP, to :func:`~regdev.server._http.serve_http`).
 
     Args:
         policy: the policy (its ``[approval]`` table).

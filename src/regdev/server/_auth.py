@@ -4,11 +4,11 @@ scopes choose.
 Rules of this file:
 
 * Two kinds of bearer token (``Authorization: Bearer TOKEN``), as the policy's ``[http]``
-  table declares them (``gate/_access.py``): lab tokens, looked up by their SHA-256; and OAuth
+  table declares them (``server/_access.py``): lab tokens, looked up by their SHA-256; and OAuth
   access tokens, JWTs verified with PyJWT against the authorization server's issuer, this
   server's audience and the keys it publishes (JWKS), asymmetric algorithms only.
 * The token itself is never stored, logged or recorded: a caller is named ``token:NAME`` or
-  ``oauth:SUBJECT`` (:func:`~regdev.gate._access.caller_name`), and that name is what the
+  ``oauth:SUBJECT`` (:func:`~regdev.server._access.caller_name`), and that name is what the
   audit log and approval questions show. Who the caller *is* (its session, its rate-limit
   bucket, the MCP sessions it owns) is the full subject, never the shortened name. The SDK's
   ``AccessToken.token`` holds the token's SHA-256, not the token.
@@ -39,7 +39,7 @@ import jwt
 from mcp.server.auth.provider import AccessToken, principal_components
 
 from ..core._text import escape_text
-from ..gate._access import HttpAccess, caller_name
+from ._access import HttpAccess, caller_name
 
 __all__ = ["Caller", "Identity", "KeySet", "TokenCheck", "token_sha256"]
 
@@ -81,7 +81,7 @@ class Caller:
     Attributes:
         name: ``token:NAME`` or ``oauth:SUBJECT``: what the audit log and questions show (a
             subject longer than 200 characters once escaped is shortened, with a digest of
-            the whole; see :func:`~regdev.gate._access.caller_name`).
+            the whole; see :func:`~regdev.server._access.caller_name`).
         scopes: the scopes its token holds.
         session: the policy session those scopes choose (the first entry of ``http.scopes``
             the token holds), or None when they choose none (the request is refused, 403).

@@ -1,10 +1,11 @@
 """Who may call over the network, and how a person approves a protected write: the policy's
-``[http]`` and ``[approval]`` tables (read by ``regdev serve --http``, see ``docs/agents.md``).
+``[http]`` and ``[approval]`` tables (read by ``regdev serve``, see ``docs/agents.md``), and
+:class:`Policy`, the public ``regdev.Policy``: the gate's policy with these two tables.
 
 Rules of this file:
 
 * Declarations only (pydantic models of the policy file, checked when it is loaded); the
-  server that enforces them is ``agents/_http.py``.
+  server that enforces them is ``server/_http.py``.
 * A lab token is never stored, only its SHA-256 (tokens are random, 256 bits or more, so a
   fast hash is enough: nothing can be guessed from it). An OAuth access token is a JWT
   checked against its issuer, audience and signature keys (JWKS); only asymmetric signature
@@ -18,17 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import math
 import re
-from decimal import Decimal
 from typing import Annotated, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..core._limits import seconds_problem, seconds_range
 from ..core._text import escape_text
+from ..gate._policy import Policy as GatePolicy
+from ..gate._policy import Seconds
 
 __all__ = [
     "JWT_ALGORITHMS",
@@ -37,6 +36,7 @@ __all__ = [
     "JwtAlgorithm",
     "LabToken",
     "OAuthTokens",
+    "Policy",
     "caller_name",
 ]
 
@@ -49,25 +49,6 @@ JWT_ALGORITHMS: tuple[str, ...] = get_args(JwtAlgorithm)
 
 
 
-def _a_duration(value: object) -> float:
-    """A policy file's duration as a float: an int, float or (JSON's exact) Decimal in
-    ``MIN_SECONDS..MAX_SECONDS``; refused with the range and the number as the file gave it."""
-    if type(value) in (int, float) or isinstance(value, Decimal):
-        try:
-            seconds = float(value)  # type: ignore[arg-type]
-        except OverflowError:  # an int past a float: past the range too
-            seconds = math.inf
-        if seconds_problem(seconds) is None:
-            return seconds
-        raise PydanticCustomError("seconds_range", "must be a number of seconds in {range}",
-                                  {"range": seconds_range()})
-    raise PydanticCustomError("float_type", "must be a number")
-
-
-#: A duration in a policy file: seconds, a number in 0.001..86400 (``MIN_SECONDS`` and
-#: ``MAX_SECONDS`` of ``core/_limits.py``); NaN, infinities, zero, subnormals and numbers past
-#: a day are refused, naming the range.
-Seconds = Annotated[float, PlainValidator(_a_duration)]
 #: An OAuth scope token (RFC 6749 section 3.3: printable ASCII but space, quote, backslash).
 _SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
 #: A caller's name in a lab token's table: what the audit log shows as ``token:NAME``.
@@ -227,3 +208,36 @@ def caller_name(kind: Literal["token", "oauth"], name: str) -> str:
         digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         shown = f"{shown[:MAX_CALLER_CHARS - 20]}...#{digest}"
     return f"{kind}:{shown}"
+
+
+class Policy(GatePolicy):
+    """The safety policy (``regdev.Policy``): the gate's (:class:`regdev.gate._policy.Policy`:
+    limits, the register map, rate limits, sessions, the approval hook) and the MCP server's
+    tables, ``[http]`` and ``[approval]``. Every command loads a policy file as this class,
+    and a gate given one enforces its gate part; ``regdev serve`` reads the rest.
+
+    Attributes:
+        http: who may call ``regdev serve --http`` (bearer tokens and the sessions their
+            scopes choose, browser origins); see :class:`HttpAccess`. None: ``regdev serve
+            --http`` refuses to start (it serves no caller it cannot name).
+        approval: how ``regdev serve`` asks a person to approve a protected write
+            (elicitation through the MCP client, or a page it serves); see
+            :class:`ApprovalPolicy`.
+
+    Raises:
+        pydantic.ValidationError: a field is invalid (:meth:`from_file` and :meth:`from_dict`
+            turn it into a one-line :class:`~regdev.PolicyError`), or ``http.scopes`` names
+            a session the policy does not declare.
+    """
+
+    http: HttpAccess | None = None
+    approval: ApprovalPolicy = ApprovalPolicy()
+
+    @model_validator(mode="after")
+    def _scopes_name_sessions(self) -> Policy:
+        for scope, session in (self.http.scopes.items() if self.http is not None else ()):
+            if session != "default" and session not in self.sessions:
+                known = ", ".join(sorted({"default", *self.sessions}))
+                raise ValueError(f"http.scopes: scope {scope!r} names session {session!r}, "
+                                 f"which the policy does not declare; sessions: {known}")
+        return self

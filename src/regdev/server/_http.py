@@ -9,7 +9,7 @@ Rules of this file:
   a POST its ``Content-Type`` (``application/json``, UTF-8: 415 otherwise), then the body: its
   declared size against the cap before any of it is read (413), read in
   full within :data:`BODY_SECONDS` (408), and judged by the same strict reader as stdio
-  (``_mcp.py``'s :class:`~regdev.agents._mcp.MessageReader`): the same bytes get the same
+  (``_mcp.py``'s :class:`~regdev.server._mcp.MessageReader`): the same bytes get the same
   answer, and a ``tools/call`` the same verdict and audit record, over both transports. So
   nothing unauthenticated reaches the gate, and nothing the strict parser refuses reaches
   the SDK but as the stand-in that has the gate refuse it, as on stdio.
@@ -22,7 +22,7 @@ Rules of this file:
   to the token that opened them), or ``stateless`` (no session: any of several server
   processes behind a load balancer can take any request); a request in the 2026-07-28 era is
   stateless either way. Only bodies the strict reader accepted reach it, byte for byte.
-* A token's scopes choose its session (``gate/_access.py``); each caller gets its own live
+* A token's scopes choose its session (``server/_access.py``); each caller gets its own live
   :class:`~regdev.Session` (its own rate-limit bucket), named in the audit log's ``caller``
   column. ``tools/list`` lists the tools of the caller's session.
 * Calls run concurrently, each in a worker thread (the gate and the devices are
@@ -81,9 +81,10 @@ from ..core._errors import AuditError
 from ..core._limits import seconds_problem
 from ..core._observation import Observation, refuse
 from ..core._text import escape_text
-from ..gate._access import HttpAccess
 from ..gate._gate import Gate
-from ..gate._policy import Policy, Session
+from ..gate._policy import Session
+from ..gate._providers import mcp_result, tool_definitions
+from ._access import HttpAccess, Policy
 from ._address import is_loopback
 from ._approval import ASKING, Approvals, Asking
 from ._auth import Caller, Identity, TokenCheck
@@ -104,7 +105,6 @@ from ._mcp import (
     _explain_the_sdk,
     client_name,
 )
-from ._providers import mcp_result, tool_definitions
 
 __all__ = [
     "BODY_SECONDS",
@@ -383,7 +383,7 @@ class McpFront:
     async def _open_session(self, scope: Scope, caller: Caller, receive: Receive,
                             send: Send) -> None:
         """Hand the SDK an ``initialize`` that opens a session, within the session limits
-        (:class:`~regdev.agents._http_limits.SessionLimits`), and count the session it
+        (:class:`~regdev.server._http_limits.SessionLimits`), and count the session it
         opens for ``caller``."""
         assert self.sessions is not None
         try:
@@ -889,7 +889,7 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
         gate: the gate and device to serve; its policy must be ``policy``, with ``approvals``
             as its approval hook.
         policy: the policy, with its ``[http]`` table (who may call).
-        approvals: the approval hook (:func:`~regdev.agents._approval.approvals_for`); its
+        approvals: the approval hook (:func:`~regdev.server._approval.approvals_for`); its
             pages are served here.
         host: the address to listen on (``127.0.0.1``, ``::1``, ``0.0.0.0``...).
         port: the TCP port; 0 picks a free one (``ready`` is told which).

@@ -89,9 +89,9 @@ from ..core._observation import Observation, Refusal, refuse
 from ..gate._gate import Gate
 from ..gate._parse import parse
 from ..gate._policy import Session
+from ..gate._providers import mcp_result, tool_definitions
 from ..gate._schema import a_json_type
 from ._approval import ASKING, Approvals, Asking
-from ._providers import mcp_result, tool_definitions
 
 __all__ = [
     "ENVELOPE_BYTES",

@@ -31,10 +31,10 @@ from typing import Any, Literal, get_args
 from ..core._errors import SchemaError
 from ..core._observation import PIPELINE, Observation
 from ..core._text import display_text, escape_text, is_text
-from ..gate._gate import Gate, check_loop_id
-from ..gate._parse import encode_json_data
-from ..gate._policy import Session
-from ..gate._tools import REGISTER_TOOLS, Tool, ToolSet
+from ._gate import Gate, check_loop_id
+from ._parse import encode_json_data
+from ._policy import Session
+from ._tools import REGISTER_TOOLS, Tool, ToolSet
 
 __all__ = [
     "OBSERVATION_STAGES",
