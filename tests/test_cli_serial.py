@@ -210,8 +210,9 @@ def test_shell_runs_every_command_through_the_gate() -> None:
 @pytest.mark.timeout(60)
 def test_ctrl_c_in_the_shell_cancels_the_command_not_the_shell() -> None:
     """Ctrl-C while a command waits for the device cancels that command; the shell goes on."""
-    # Replies: 1 the shell's identify (which synchronises the line), 2 read 3: 3 s late.
-    args = ["--pty", "--fault", "delay=1", "--fault-after", "1", "--fault-count", "1",
+    # Replies: 1 the identify that synchronises the line on open, 2 the map check on
+    # connect, 3 the shell's identify, 4 read 3: 3 s late.
+    args = ["--pty", "--fault", "delay=1", "--fault-after", "3", "--fault-count", "1",
             "--delay", "3", "-v"]
     with sim_process(*args) as (port, simulator):
         # The shell's own environment: stdout a pipe, block-buffered (no PYTHONUNBUFFERED),

@@ -31,6 +31,7 @@ the transition table, ``_connection`` one end of the line):
 
 from __future__ import annotations
 
+from ...core._errors import LocalProtocolError, RemoteProtocolError
 from ._checksum import crc8
 from ._connection import NEED_DATA, Connection
 from ._events import (
@@ -90,12 +91,14 @@ __all__ = [
     "Frame",
     "IdentifyReply",
     "IdentifyRequest",
+    "LocalProtocolError",
     "MaskedWriteReply",
     "MaskedWriteRequest",
     "ReadBlockReply",
     "ReadBlockRequest",
     "ReadReply",
     "ReadRequest",
+    "RemoteProtocolError",
     "Reply",
     "Request",
     "ResetReply",
