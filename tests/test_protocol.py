@@ -636,3 +636,19 @@ def test_the_checksum_parts_add_up_to_crc8() -> None:
             if letter != ord("R"):
                 assert _writers._head_crc(0x3C, letter, 0xA5) ^ _writers._DATA_CRC[value] == (
                     wire.crc8(b"3C %c A5 %02X" % (letter, value)))
+
+
+def test_a_usual_frame_changed_in_any_one_byte_is_refused() -> None:
+    """A read, write or masked write request or reply with any one byte changed to any value
+    (an `H` among its hex digits too) is refused with RemoteProtocolError, never decoded."""
+    for frame in (wire.ReadRequest(0x3C, 0xA5), wire.WriteRequest(0x3C, 0xA5, 0x5A),
+                  wire.ReadReply(0x3C, 0xA5, 0x5A), wire.WriteReply(0x3C, 0xA5, 0x5A),
+                  wire.MaskedWriteReply(0x3C, 0xA5, 0x5A)):
+        line = wire.encode(frame)[:-1]
+        assert wire.decode(line) == frame
+        for at in range(len(line)):
+            for value in range(256):
+                if value == line[at]:
+                    continue
+                with pytest.raises(RemoteProtocolError):
+                    wire.decode(line[:at] + bytes([value]) + line[at + 1:])

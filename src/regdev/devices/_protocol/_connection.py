@@ -253,29 +253,41 @@ class Connection:
                 self.discarded += start
                 del buffer[:start]
             end = buffer.find(b"\n", 1, MAX_FRAME)
-            cut = buffer.find(b"$", 1, end if end >= 0 else MAX_FRAME)
-            if cut >= 0:
-                line = bytes(buffer[:cut])
-                self._drop(cut)
-                raise _syntax(line, "cut short by a new `$` (a byte was lost)",
-                              _HEX2.get(line[1:3]))
-            if end < 0:
-                if len(buffer) < MAX_FRAME:
-                    return NEED_DATA
-                line = bytes(buffer[:MAX_FRAME])
-                self._drop(MAX_FRAME)
-                raise _syntax(line, f"no LF within {MAX_FRAME} bytes",
-                              _HEX2.get(line[1:3]))
-            line = bytes(buffer[:end])
-            try:
-                frame = decode(line)
-            except RemoteProtocolError:
+            if end > 0:
+                line = bytes(buffer[:end])
+                try:
+                    frame = decode(line)
+                except RemoteProtocolError as error:
+                    refused = error
+                else:
+                    # (No frame decode accepts holds a `$` after its first byte: a line cut
+                    # short by a new `$` is looked for only when decode refused it.)
+                    del buffer[:end + 1]
+                    if self._accept(frame, line):
+                        return frame
+                    continue
+                self._cut_short(end)  # a `$` in the line is the error, not decode's
                 self._drop(end + 1)
-                raise
-            del buffer[:end + 1]
-            if self._accept(frame, line):
-                return frame
+                raise refused
+            self._cut_short(MAX_FRAME)
+            if len(buffer) < MAX_FRAME:
+                return NEED_DATA
+            line = bytes(buffer[:MAX_FRAME])
+            self._drop(MAX_FRAME)
+            raise _syntax(line, f"no LF within {MAX_FRAME} bytes", _HEX2.get(line[1:3]))
         return NEED_DATA
+
+    def _cut_short(self, end: int) -> None:
+        """Raise (RemoteProtocolError) when a new ``$`` comes before ``end`` in the buffer,
+        which starts at a ``$``: the frame was cut short (a byte was lost), and is dropped
+        up to that ``$``."""
+        buffer = self._buffer
+        cut = buffer.find(b"$", 1, end)
+        if cut >= 0:
+            line = bytes(buffer[:cut])
+            self._drop(cut)
+            raise _syntax(line, "cut short by a new `$` (a byte was lost)",
+                          _HEX2.get(line[1:3]))
 
     def _drop(self, count: int) -> None:
         self.discarded += count

@@ -3,8 +3,7 @@ of ``docs/protocol.md``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from ...core._errors import RemoteProtocolError
 from ._checksum import _DATA_CRC, _FIELD_CRC, _SEQ_CRC, crc8
@@ -39,10 +38,11 @@ from ._events import (
 _HEX2: Final = {f"{i:02X}".encode(): i for i in range(256)}
 
 
-#: A line's shape: each upper-case hex digit as ``H``, any other byte as it is.
-_SHAPE: Final = bytes.maketrans(b"0123456789ABCDEF", b"H" * 16)
+#: A line's shape: each upper-case hex digit as ``H``, ``H`` itself as NUL (so that only a
+#: hex digit makes an ``H``), any other byte as it is.
+_SHAPE: Final = bytes.maketrans(b"0123456789ABCDEFH", b"H" * 16 + b"\0")
 #: The frames of one-byte fields (``_checksum.short_crc``), by their shape (without LF).
-_SHORT_SHAPES: Final[dict[bytes, Callable[..., Frame]]] = {
+_SHORT_SHAPES: Final[dict[bytes, Any]] = {  # (Any: the frame types, of 2 or 3 fields)
     b"$HH R HH*HH": ReadRequest, b"$HH W HH HH*HH": WriteRequest,
     b"$HH r HH HH*HH": ReadReply, b"$HH w HH HH*HH": WriteReply,
     b"$HH m HH HH*HH": MaskedWriteReply}
