@@ -86,7 +86,8 @@ def decode(line: bytes) -> Frame:
                 value = _HEX2[line[9:11]]
                 if (_SEQ_CRC[10][number] ^ _FIELD_CRC[letter][at] ^ _DATA_CRC[value]
                         == _HEX2[line[12:14]]):
-                    return kind(number, at, value)
+                    short: Frame = kind(number, at, value)
+                    return short
     if line.endswith(b"\n"):
         line = line[:-1]
     if line.endswith(b"\r"):
