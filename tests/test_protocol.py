@@ -636,3 +636,47 @@ def test_the_checksum_parts_add_up_to_crc8() -> None:
             if letter != ord("R"):
                 assert _writers._head_crc(0x3C, letter, 0xA5) ^ _writers._DATA_CRC[value] == (
                     wire.crc8(b"3C %c A5 %02X" % (letter, value)))
+
+
+def test_a_usual_frame_changed_in_any_one_byte_is_refused() -> None:
+    """A read, write or masked write request or reply with any one byte changed to any value
+    (an `H` among its hex digits too) is refused with RemoteProtocolError, never decoded."""
+    for frame in (wire.ReadRequest(0x3C, 0xA5), wire.WriteRequest(0x3C, 0xA5, 0x5A),
+                  wire.ReadReply(0x3C, 0xA5, 0x5A), wire.WriteReply(0x3C, 0xA5, 0x5A),
+                  wire.MaskedWriteReply(0x3C, 0xA5, 0x5A)):
+        line = wire.encode(frame)[:-1]
+        assert wire.decode(line) == frame
+        for at in range(len(line)):
+            for value in range(256):
+                if value == line[at]:
+                    continue
+                with pytest.raises(RemoteProtocolError):
+                    wire.decode(line[:at] + bytes([value]) + line[at + 1:])
+
+
+def test_awaited_size_is_the_length_of_the_answer_on_the_wire() -> None:
+    """A host's awaited_size is the encoded length of the answer to each request of a fixed
+    one, less the bytes buffered (at least 1); 0 for an identify and when nothing is awaited."""
+    answers = ((wire.ReadRequest(7, 3), wire.ReadReply(7, 3, 0xFF)),
+               (wire.WriteRequest(7, 3, 1), wire.WriteReply(7, 3, 1)),
+               (wire.MaskedWriteRequest(7, 3, 1, 1), wire.MaskedWriteReply(7, 3, 1)),
+               (wire.ResetRequest(7), wire.ResetReply(7)),
+               (wire.DumpRequest(7), wire.DumpReply(7, tuple(range(16)))),
+               (wire.DumpRequest(7, 0x10), wire.DumpReply(7, tuple(range(16)), 0x10)),
+               (wire.ReadBlockRequest(7, 3, 5), wire.ReadBlockReply(7, 3, (1,) * 5)),
+               (wire.WriteBlockRequest(7, 3, (1, 2)), wire.WriteBlockReply(7, 3, (1, 2))))
+    for request, reply in answers:
+        host = Connection(HOST)
+        assert host.awaited_size() == 0
+        host.send(request)
+        data = wire.encode(reply)
+        assert host.awaited_size() == len(data)
+        host.receive_data(data[:4])
+        assert host.awaited_size() == len(data) - 4
+        host.receive_data(data[4:])
+        assert host.awaited_size() == 1
+        assert host.next_event() == reply
+        assert host.awaited_size() == 0
+    host = Connection(HOST)
+    host.send(wire.IdentifyRequest(7))
+    assert host.awaited_size() == 0

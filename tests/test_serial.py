@@ -808,3 +808,32 @@ def test_a_duplicated_reply_is_never_taken_for_a_later_requests() -> None:
             assert device.stale_replies == 2
     finally:
         fake.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_usual_reply_is_read_by_its_size() -> None:
+    """A read's and a write's reply (15 bytes) is asked of pyserial by its size, then by
+    what is left of it: never byte by byte (an error reply of another size:
+    test_device_refusal_is_typed_and_not_retried)."""
+    with sim_process("--pty") as (port, _), SerialDevice(port, timeout=2.0) as device:
+        device.read(0)  # the line synchronised (an identify, of a text of any length)
+        line = device._port
+        assert line is not None
+        asked: list[tuple[int, int]] = []
+        read = line.read
+
+        def counting_read(size: int = 1) -> bytes:
+            data: bytes = read(size)
+            asked.append((size, len(data)))
+            return data
+
+        line.read = counting_read  # type: ignore[method-assign]
+        for call in (lambda: device.read(3), lambda: device.write(4, 90)):
+            asked.clear()
+            call()
+            assert asked[0][0] == 15
+            got = 0
+            for size, count in asked:
+                assert size == 15 - got
+                got += count
+            assert got == 15

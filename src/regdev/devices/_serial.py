@@ -238,6 +238,9 @@ class PortLink:
         timeout: seconds a write may take (where the port type supports a write timeout).
         flush_before_request: flush the input before every request.
         name: the port's name in messages (``port`` by default).
+        reply_size: how many bytes the awaited reply still takes (the codec's
+            :meth:`Connection.awaited_size`), 0 when that cannot be told; None (the
+            default) when it never can.
         settings: more of ``serial_for_url``'s settings (``baudrate``, ``parity``...).
 
     Raises:
@@ -245,9 +248,11 @@ class PortLink:
     """
 
     def __init__(self, port: str, timeout: float, *, flush_before_request: bool = False,
-                 name: str | None = None, **settings: Any) -> None:
+                 name: str | None = None, reply_size: Callable[[], int] | None = None,
+                 **settings: Any) -> None:
         self.url = port if name is None else name
         self.flush_before_request = flush_before_request
+        self._reply_size = reply_size
         options: dict[str, Any] = {"exclusive": True, "timeout": min(_POLL, timeout),
                                    **settings}
         if not port.lower().startswith("rfc2217://"):
@@ -262,12 +267,23 @@ class PortLink:
             raise _port_failure(self.url, error) from error
 
     def read(self, deadline: float) -> bytes:
-        """The bytes waiting, as soon as there are some; b"" when none came by ``deadline``
-        (``time.monotonic()`` seconds). Overshoots it by at most the poll (:data:`_POLL`)."""
+        """The bytes that came: the rest of the awaited reply as soon as it is all there
+        (``reply_size``), or those that came within a poll (:data:`_POLL`), or, when the
+        reply's size cannot be told, the bytes waiting as soon as there are some; b"" when
+        none came by ``deadline`` (``time.monotonic()`` seconds). Overshoots it by at most
+        the poll.
+
+        One pyserial ``read`` of the reply's size takes a usual reply (as a caller of
+        pyserial who knows the size would); a shorter one (an error reply) comes at the
+        end of the poll.
+        """
         port = self.port
+        size = self._reply_size() if self._reply_size is not None else 0
         try:
             while time.monotonic() < deadline:
-                chunk: bytes = port.read(1)  # returns at the first byte, or after _POLL s
+                chunk: bytes = port.read(size or 1)  # at `size or 1` bytes, or after _POLL s
+                if chunk and size:
+                    return chunk
                 if chunk:
                     waiting = port.in_waiting
                     return chunk + port.read(min(waiting, _READ_CHUNK)) if waiting else chunk
@@ -310,8 +326,8 @@ class _SerialWire:
             meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
             kind = DeviceBusy if reply.code in _BUSY else DeviceRefused
             return kind(f"{meaning} ({reply.code})", reply.code)
-        if not getattr(request, "page", 0):  # (the map page says nothing of who it is)
-            self._device._learn(reply)
+        if type(reply) is IdentifyReply and not getattr(request, "page", 0):
+            self._device._learn(reply)  # (the map page says nothing of who it is)
         return None
 
     def abandoned(self, request: object) -> None:
@@ -389,7 +405,9 @@ class SerialDevice(Device):
         self._known_at = -1  # the engine's link generation of that reply
         self._stale = True  # nothing known, or a reset was sent since: identity() asks
         self._tx: Transactions[Reply] = Transactions(
-            url, lambda: self.timeout, lambda: PortLink(url, self.timeout, baudrate=baudrate),
+            url, lambda: self.timeout,
+            lambda: PortLink(url, self.timeout, baudrate=baudrate,
+                             reply_size=self._link.awaited_size),
             self._link, _SerialWire(self))
 
     @property

@@ -264,7 +264,9 @@ class Transactions(Generic[_Reply]):
         Raises:
             _Failed: the attempt failed; its ``error`` says what became of the request.
         """
-        link = self._prepare(what)
+        link = self.link
+        if link is None or self._flush or not self._synced:  # (the usual attempt is ready)
+            link = self._prepare(what)
         request = make() if callable(make) else make
         try:
             reply = self._exchange(link, request)

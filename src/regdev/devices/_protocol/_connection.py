@@ -11,13 +11,18 @@ from ._events import (
     _ANSWER,
     _REQUESTS,
     MAX_FRAME,
+    DumpRequest,
     ErrorReply,
     Frame,
+    MaskedWriteRequest,
     ReadBlockReply,
     ReadBlockRequest,
+    ReadRequest,
     Request,
+    ResetRequest,
     WriteBlockReply,
     WriteBlockRequest,
+    WriteRequest,
 )
 from ._readers import _HEX2, _syntax, decode
 from ._state import DEVICE, TRANSITIONS, Action, Role, State
@@ -32,6 +37,28 @@ def _block_size(frame: Frame) -> int | None:
     if isinstance(frame, (ReadBlockReply, WriteBlockRequest, WriteBlockReply)):
         return len(frame.values)
     return None
+
+
+#: The request types, for a look-up by a decoded frame's type.
+_REQUEST_TYPES: Final = frozenset(_REQUESTS)
+#: The replies of a block, whose values must be as many as the request's.
+_BLOCK_REPLIES: Final = frozenset({ReadBlockReply, WriteBlockReply})
+#: The length on the wire (``$`` through LF) of the reply to each request of a fixed one.
+_REPLY_SIZE: Final[dict[type[Frame], int]] = {
+    ReadRequest: 15, WriteRequest: 15, MaskedWriteRequest: 15, ResetRequest: 9}
+
+
+def _reply_size(request: Request) -> int:
+    """How many bytes the reply to ``request`` has on the wire, ``$`` through LF, when it is
+    an answer (an error reply's may differ); 0 when its request cannot say (an identify's
+    text is of any length)."""
+    size = _REPLY_SIZE.get(type(request))
+    if size is not None:
+        return size
+    if isinstance(request, DumpRequest):  # $SS d [AA ]<16 values>*CC LF
+        return 42 + 3 * bool(request.addr)
+    count = _block_size(request)  # $SS g AA <values>*CC LF
+    return 13 + 2 * count if count is not None else 0
 
 
 class _Sentinel(enum.Enum):
@@ -101,6 +128,22 @@ class Connection:
                     f"{self._state.value}")
             raise LocalProtocolError(text) if local else RemoteProtocolError(text)
         self._state = new
+
+    def awaited_size(self) -> int:
+        """Host: how many more bytes the awaited reply takes, so that a caller may read them
+        in one call: the reply's length on the wire (``$`` through LF) less the bytes
+        buffered, at least 1.
+
+        Returns:
+            That count; 0 when no reply is awaited or its length cannot be told (an
+            identify's). An error reply may be shorter: a reader asking for this many bytes
+            should take fewer when its wait ends.
+        """
+        pending = self._pending
+        if pending is None or self.role is DEVICE:
+            return 0
+        size = _REPLY_SIZE.get(type(pending)) or _reply_size(pending)
+        return max(size - len(self._buffer), 1) if size else 0
 
     def new_seq(self) -> int:
         """The next sequence number for a host's request: ``first_seq`` first, then counting
@@ -200,38 +243,51 @@ class Connection:
         if self._state is State.MUST_REPLY:
             raise LocalProtocolError("send the reply owed before reading the next request")
         buffer = self._buffer
-        while True:
-            start = buffer.find(b"$")
-            if start < 0:
-                self.discarded += len(buffer)
-                buffer.clear()
-                return NEED_DATA
-            if start:
+        while buffer:
+            if buffer[0] != 0x24:  # "$"
+                start = buffer.find(b"$")
+                if start < 0:
+                    self.discarded += len(buffer)
+                    buffer.clear()
+                    break
                 self.discarded += start
                 del buffer[:start]
             end = buffer.find(b"\n", 1, MAX_FRAME)
-            cut = buffer.find(b"$", 1, end if end >= 0 else MAX_FRAME)
-            if cut >= 0:
-                line = bytes(buffer[:cut])
-                self._drop(cut)
-                raise _syntax(line, "cut short by a new `$` (a byte was lost)",
-                              _HEX2.get(line[1:3]))
-            if end < 0:
-                if len(buffer) < MAX_FRAME:
-                    return NEED_DATA
-                line = bytes(buffer[:MAX_FRAME])
-                self._drop(MAX_FRAME)
-                raise _syntax(line, f"no LF within {MAX_FRAME} bytes",
-                              _HEX2.get(line[1:3]))
-            line = bytes(buffer[:end])
-            try:
-                frame = decode(line)
-            except RemoteProtocolError:
+            if end > 0:
+                line = bytes(buffer[:end])
+                try:
+                    frame = decode(line)
+                except RemoteProtocolError as error:
+                    refused = error
+                else:
+                    # (No frame decode accepts holds a `$` after its first byte: a line cut
+                    # short by a new `$` is looked for only when decode refused it.)
+                    del buffer[:end + 1]
+                    if self._accept(frame, line):
+                        return frame
+                    continue
+                self._cut_short(end)  # a `$` in the line is the error, not decode's
                 self._drop(end + 1)
-                raise
-            del buffer[:end + 1]
-            if self._accept(frame, line):
-                return frame
+                raise refused
+            self._cut_short(MAX_FRAME)
+            if len(buffer) < MAX_FRAME:
+                return NEED_DATA
+            line = bytes(buffer[:MAX_FRAME])
+            self._drop(MAX_FRAME)
+            raise _syntax(line, f"no LF within {MAX_FRAME} bytes", _HEX2.get(line[1:3]))
+        return NEED_DATA
+
+    def _cut_short(self, end: int) -> None:
+        """Raise (RemoteProtocolError) when a new ``$`` comes before ``end`` in the buffer,
+        which starts at a ``$``: the frame was cut short (a byte was lost), and is dropped
+        up to that ``$``."""
+        buffer = self._buffer
+        cut = buffer.find(b"$", 1, end)
+        if cut >= 0:
+            line = bytes(buffer[:cut])
+            self._drop(cut)
+            raise _syntax(line, "cut short by a new `$` (a byte was lost)",
+                          _HEX2.get(line[1:3]))
 
     def _drop(self, count: int) -> None:
         self.discarded += count
@@ -240,13 +296,14 @@ class Connection:
     def _accept(self, frame: Frame, line: bytes) -> bool:
         """Apply a received frame to the state; False when it is dropped (a stale reply at
         a host, any reply at a device)."""
-        is_request = isinstance(frame, _REQUESTS)
+        kind = type(frame)  # a decoded frame's type is one of _events' (never a subclass)
+        is_request = kind in _REQUEST_TYPES
         if self.role is DEVICE:
             if not is_request:
                 self.discarded += len(line) + 1  # its own echo, or another device's reply
                 return False
             self._move(Action.RECEIVE_REQUEST, local=False)
-            self._pending = frame if isinstance(frame, _REQUESTS) else None
+            self._pending = frame  # type: ignore[assignment]  # a request (is_request)
             return True
         if is_request:
             raise _syntax(line, "a request reached the host (does the line echo?)", frame.seq)
@@ -254,10 +311,10 @@ class Connection:
         if pending is None or frame.seq != pending.seq:
             self.stale += 1
             return False
-        answers = isinstance(frame, ErrorReply) or (
-            isinstance(frame, _ANSWER[type(pending)])
+        answers = kind is ErrorReply or (
+            kind is _ANSWER[type(pending)]
             and getattr(frame, "addr", None) == getattr(pending, "addr", None)
-            and _block_size(frame) == _block_size(pending))
+            and (kind not in _BLOCK_REPLIES or _block_size(frame) == _block_size(pending)))
         if not answers:
             raise _syntax(line, f"does not answer the request {encode(pending)!r}", frame.seq)
         self._move(Action.RECEIVE_REPLY, local=False)

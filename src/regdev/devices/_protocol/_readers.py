@@ -3,10 +3,10 @@ of ``docs/protocol.md``."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from ...core._errors import RemoteProtocolError
-from ._checksum import crc8
+from ._checksum import _DATA_CRC, _FIELD_CRC, _SEQ_CRC, crc8
 from ._events import (
     _CODE_LETTERS,
     _TEXT_BYTES,
@@ -38,6 +38,17 @@ from ._events import (
 _HEX2: Final = {f"{i:02X}".encode(): i for i in range(256)}
 
 
+#: A line's shape: each upper-case hex digit as ``H``, ``H`` itself as NUL (so that only a
+#: hex digit makes an ``H``), any other byte as it is.
+_SHAPE: Final = bytes.maketrans(b"0123456789ABCDEFH", b"H" * 16 + b"\0")
+#: The frames of one-byte fields (``_checksum.short_crc``), by their shape (without LF).
+_SHORT_SHAPES: Final[dict[bytes, Any]] = {  # (Any: the frame types, of 2 or 3 fields)
+    b"$HH R HH*HH": ReadRequest, b"$HH W HH HH*HH": WriteRequest,
+    b"$HH r HH HH*HH": ReadReply, b"$HH w HH HH*HH": WriteReply,
+    b"$HH m HH HH*HH": MaskedWriteReply}
+_SHORT_LENGTHS: Final = frozenset(len(shape) for shape in _SHORT_SHAPES)
+
+
 def _syntax(line: bytes, why: str, seq: int | None) -> RemoteProtocolError:
     shown = repr(line[:MAX_FRAME])
     return RemoteProtocolError(f"bad frame {shown}: {why}", "SYNTAX", seq)
@@ -59,6 +70,24 @@ def decode(line: bytes) -> Frame:
             ``*`` and two hex digits), the checksum, then the sequence number, letter and
             fields; so a frame of any length with a wrong checksum is ``"CKSUM"``.
     """
+    # A frame of one-byte fields, ``$SS L AA DD*CC`` or ``$SS R AA*CC`` (a host's usual
+    # reply, a device's usual request), is read in one step: its shape (hex digits as `H`)
+    # by one look-up, its fields by table, its checksum from the checksums of its parts
+    # (``_checksum.short_crc``). Any other line, or one of these that does not check, takes
+    # the steps below (which give every error).
+    if len(line) in _SHORT_LENGTHS:
+        kind = _SHORT_SHAPES.get(line.translate(_SHAPE))
+        if kind is not None:
+            number, letter, at = _HEX2[line[1:3]], line[4], _HEX2[line[6:8]]
+            if kind is ReadRequest:
+                if _SEQ_CRC[7][number] ^ _FIELD_CRC[letter][at] == _HEX2[line[9:11]]:
+                    return ReadRequest(number, at)
+            else:
+                value = _HEX2[line[9:11]]
+                if (_SEQ_CRC[10][number] ^ _FIELD_CRC[letter][at] ^ _DATA_CRC[value]
+                        == _HEX2[line[12:14]]):
+                    short: Frame = kind(number, at, value)
+                    return short
     if line.endswith(b"\n"):
         line = line[:-1]
     if line.endswith(b"\r"):

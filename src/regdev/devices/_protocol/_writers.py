@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from ...core._errors import LocalProtocolError
-from ._checksum import crc8
+from ._checksum import _DATA_CRC, _HEX, _head_crc, crc8, short_crc  # noqa: F401 (a test reads _DATA_CRC, _head_crc here)
 from ._events import (
     _CODE_LETTERS,
     _TEXT_BYTES,
@@ -112,27 +112,13 @@ def encode(frame: Frame) -> bytes:
 
 # --- the frames of one-byte fields, from tables -----------------------------------------------
 # A host's read and write and the replies ``r``, ``w`` and ``m`` have the payload ``SS L AA``
-# (7 bytes) or ``SS L AA DD`` (10 bytes): they are encoded by joining bytes from tables. Their
-# checksum too: CRC-8 with no initial value and no final XOR is linear, crc8(a ^ b) ==
-# crc8(a) ^ crc8(b) for bytes a and b of one length, so a payload's checksum is the XOR of
-# the checksums of its parts, each in its place among zero bytes (a test checks every field
-# value against crc8).
-
-#: The two upper-case hex digits of each byte value.
-_HEX: Final = tuple(b"%02X" % value for value in range(256))
-
-
-def _crc_at(size: int, at: int, part: bytes) -> int:
-    """crc8 of ``part`` at offset ``at`` among ``size`` zero bytes."""
-    return crc8(bytes(at) + part + bytes(size - at - len(part)))
-
+# (7 bytes) or ``SS L AA DD`` (10 bytes): they are encoded by joining bytes from tables, and
+# their checksum is :func:`~._checksum.short_crc`'s, from the checksums of their parts.
 
 #: The letter of each frame of the form ``SS L AA`` or ``SS L AA DD`` (fields of one byte).
 _SHORT_LETTERS: Final[dict[type[Frame], int]] = {
     ReadRequest: ord("R"), WriteRequest: ord("W"), ReadReply: ord("r"), WriteReply: ord("w"),
     MaskedWriteReply: ord("m")}
-#: The payload's size by letter: 7 bytes for ``SS R AA``, 10 for the others (``SS L AA DD``).
-_SIZE: Final = {letter: 7 if letter == ord("R") else 10 for letter in b"RWrwm"}
 #: The pieces of the bytes: ``$SS `` by sequence number; ``L AA`` by letter, then address;
 #: `` DD`` by data; ``*CC`` and LF by checksum.
 _HEAD: Final = tuple(b"$%s " % digits for digits in _HEX)
@@ -140,20 +126,6 @@ _FIELD: Final = {letter: tuple(b"%c %s" % (letter, digits) for digits in _HEX)
                  for letter in b"RWrwm"}
 _DATA: Final = tuple(b" " + digits for digits in _HEX)
 _END: Final = tuple(b"*%s\n" % digits for digits in _HEX)
-#: The checksum's parts: the sequence number's, in a payload of 7 and of 10 bytes; the
-#: letter's and address's (with the spaces), by letter, then address; the data's.
-_SEQ_CRC: Final = {size: tuple(_crc_at(size, 0, digits) for digits in _HEX) for size in (7, 10)}
-_FIELD_CRC: Final = {
-    letter: tuple(_crc_at(_SIZE[letter], 2, (b" %c %s " % (letter, digits))[:_SIZE[letter] - 2])
-                  for digits in _HEX)
-    for letter in b"RWrwm"}
-_DATA_CRC: Final = tuple(_crc_at(10, 8, digits) for digits in _HEX)
-
-
-def _head_crc(seq: int, letter: int, addr: int) -> int:
-    """The checksum of ``SS L AA`` (letter ``R``), or of ``SS L AA DD`` but for its data's
-    part (:data:`_DATA_CRC`)."""
-    return _SEQ_CRC[_SIZE[letter]][seq] ^ _FIELD_CRC[letter][addr]
 
 
 def _encode_short(seq: int, letter: int, addr: int, data: int | None) -> bytes:
@@ -164,8 +136,8 @@ def _encode_short(seq: int, letter: int, addr: int, data: int | None) -> bytes:
         _byte("seq", seq)  # raises for the first field out of range, in the general words
         _byte("addr", addr)
     if data is None:
-        return _HEAD[seq] + _FIELD[letter][addr] + _END[_head_crc(seq, letter, addr)]
+        return _HEAD[seq] + _FIELD[letter][addr] + _END[short_crc(seq, letter, addr, None)]
     if type(data) is not int or not 0 <= data <= 0xFF:
         _byte("data", data)
-    crc = _head_crc(seq, letter, addr) ^ _DATA_CRC[data]
-    return _HEAD[seq] + _FIELD[letter][addr] + _DATA[data] + _END[crc]
+    return (_HEAD[seq] + _FIELD[letter][addr] + _DATA[data]
+            + _END[short_crc(seq, letter, addr, data)])
