@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -249,3 +250,44 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                           for report in skipped})
         terminalreporter.write_line(f"firmware tests skipped: {len(skipped)} "
                                     f"({'; '.join(reasons)})")
+
+
+class HeldFirstWrite(RegisterFile):
+    """The sensor map's registers, whose first write of any kind (``write``, ``write_masked``,
+    ``write_block``) calls :meth:`first_write` before it runs: a slow device with a write on
+    its way, for the tests of two approved writes racing."""
+
+    def __init__(self) -> None:
+        from regdev.devices._rdl import load_map  # noqa: PLC0415
+
+        super().__init__(regmap=load_map(EXAMPLES / "sensor.rdl"))
+        self._first = threading.Lock()
+
+    def first_write(self) -> None:
+        """What the first write does before it runs (the subclass says)."""
+
+    def _starts(self) -> None:
+        if self._first.acquire(blocking=False):  # the first write only
+            self.first_write()
+
+    def write(self, addr: int, data: int) -> int:
+        self._starts()
+        return super().write(addr, data)
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        self._starts()
+        return super().write_masked(addr, mask, data)
+
+    def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
+        self._starts()
+        return super().write_block(addr, data)
+
+
+#: Two writes of each kind to the sensor map's protected CALIB (0x03): a register, a field and
+#: a block write (first, second).
+CALIB_WRITE_PAIRS = [
+    ("write_register", {"addr": 3, "data": 0x11}, {"addr": 3, "data": 0x22}),
+    ("write_field", {"field": "CALIB.OFFSET", "value": 0x11},
+     {"field": "CALIB.OFFSET", "value": 0x22}),
+    ("write_registers", {"addr": 3, "data": [0x11, 1]}, {"addr": 3, "data": [0x22, 2]}),
+]

@@ -18,7 +18,7 @@ import anyio
 import pytest
 from mcp import types
 
-from conftest import EXAMPLES
+from conftest import CALIB_WRITE_PAIRS, EXAMPLES, HeldFirstWrite
 from httpserver import (
     ISSUER,
     MCP_HEADERS,
@@ -477,18 +477,15 @@ def test_a_pending_question_does_not_hold_the_device(served: Served) -> None:
     assert results[0].structured_content["ok"] is True
 
 
-class _SlowWrite(RegisterFile):
+class _SlowWrite(HeldFirstWrite):
     """A device whose first write waits (up to 30 s) until register ``addr`` was read
     ``reads`` times: a write on its way (a slow device) while the other approved call checks
     the register, which is when two approved writes raced."""
 
     def __init__(self, addr: int, reads: int) -> None:
-        from regdev.devices._rdl import load_map  # noqa: PLC0415
-
-        super().__init__(regmap=load_map(EXAMPLES / "sensor.rdl"))
+        super().__init__()
         self.addr, self.reads, self.seen = addr, reads, 0
         self.read_enough = threading.Event()
-        self.first = threading.Lock()
 
     def read(self, addr: int) -> int:
         if addr == self.addr:
@@ -497,29 +494,11 @@ class _SlowWrite(RegisterFile):
                 self.read_enough.set()
         return super().read(addr)
 
-    def _slow(self) -> None:
-        if self.first.acquire(blocking=False):  # the first write only
-            self.read_enough.wait(30)
-
-    def write(self, addr: int, data: int) -> int:
-        self._slow()
-        return super().write(addr, data)
-
-    def write_masked(self, addr: int, mask: int, data: int) -> int:
-        self._slow()
-        return super().write_masked(addr, mask, data)
-
-    def write_block(self, addr: int, data: Any) -> list[int]:
-        self._slow()
-        return super().write_block(addr, data)
+    def first_write(self) -> None:
+        self.read_enough.wait(30)
 
 
-@pytest.mark.parametrize(("tool", "first", "second"), [
-    ("write_register", {"addr": 3, "data": 0x11}, {"addr": 3, "data": 0x22}),
-    ("write_field", {"field": "CALIB.OFFSET", "value": 0x11},
-     {"field": "CALIB.OFFSET", "value": 0x22}),
-    ("write_registers", {"addr": 3, "data": [0x11, 1]}, {"addr": 3, "data": [0x22, 2]}),
-])
+@pytest.mark.parametrize(("tool", "first", "second"), CALIB_WRITE_PAIRS)
 def test_two_approved_writes_sent_at_once_run_once(
         tmp_path: Path, tool: str, first: dict[str, Any], second: dict[str, Any]) -> None:
     """Two writes of protected CALIB sent at once on a slow device, both approved over the

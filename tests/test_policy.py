@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import EXAMPLES, CountingDevice
+from conftest import CALIB_WRITE_PAIRS, EXAMPLES, CountingDevice, HeldFirstWrite
 from regdev import (
     Approval,
     ApprovalRequest,
@@ -832,42 +832,19 @@ def test_the_wait_for_a_token_is_worded_in_a_unit_that_fits(rate: float, wait: s
     assert refusal is not None and refusal.message.endswith(f"retry in {wait}")
 
 
-class _HeldWrite(RegisterFile):
-    """The sensor map's registers; the first write signals that it started and waits until
-    ``release`` is set (a slow device with a write on its way)."""
+class _HeldWrite(HeldFirstWrite):
+    """The first write signals that it started and waits until ``release`` is set."""
 
     def __init__(self) -> None:
-        from regdev.devices._rdl import load_map  # noqa: PLC0415
-
-        super().__init__(regmap=load_map(EXAMPLES / "sensor.rdl"))
+        super().__init__()
         self.writing, self.release = threading.Event(), threading.Event()
-        self.writes = 0
 
-    def _held(self) -> None:
-        self.writes += 1
-        if self.writes == 1:
-            self.writing.set()
-            self.release.wait(30)
-
-    def write(self, addr: int, data: int) -> int:
-        self._held()
-        return super().write(addr, data)
-
-    def write_masked(self, addr: int, mask: int, data: int) -> int:
-        self._held()
-        return super().write_masked(addr, mask, data)
-
-    def write_block(self, addr: int, data: Any) -> list[int]:
-        self._held()
-        return super().write_block(addr, data)
+    def first_write(self) -> None:
+        self.writing.set()
+        self.release.wait(30)
 
 
-@pytest.mark.parametrize(("tool", "first", "second"), [
-    ("write_register", {"addr": 3, "data": 0x11}, {"addr": 3, "data": 0x22}),
-    ("write_field", {"field": "CALIB.OFFSET", "value": 0x11},
-     {"field": "CALIB.OFFSET", "value": 0x22}),
-    ("write_registers", {"addr": 3, "data": [0x11, 1]}, {"addr": 3, "data": [0x22, 2]}),
-])
+@pytest.mark.parametrize(("tool", "first", "second"), CALIB_WRITE_PAIRS)
 def test_an_approval_holds_only_while_its_register_holds_what_was_shown(
         tool: str, first: dict[str, Any], second: dict[str, Any]) -> None:
     """Two approved writes of protected CALIB (0 shown to both approvers): the second, approved
