@@ -128,9 +128,20 @@ def test_avr_builds_in_the_xdg_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The sdist and the wheel, built once as a release is: ``python -m build`` makes the
-    sdist from the tree, then the wheel from the unpacked sdist."""
+    sdist from the tree, then the wheel from the unpacked sdist. In a git checkout the tree
+    is a copy of the tracked files as the working tree holds them: the other test workers
+    write into the live tree (audit logs, caches, build folders) while setuptools lists and
+    links its files (one build failed with a file of the tree missing under it), and a
+    release is made of tracked files."""
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+    source, tracked = ROOT, _tracked()
+    if tracked is not None:
+        source = tmp_path_factory.mktemp("source")
+        for name in tracked:
+            if (ROOT / name).is_file():  # (a tracked file deleted in the working tree is not)
+                (source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / name, source / name)
+    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(source)],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sdist,) = out.glob("regdev-*.tar.gz")
