@@ -59,6 +59,10 @@ Rules of this file:
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import logging
 import threading
 import time
@@ -93,10 +97,12 @@ from ._parse import (
     decode_canonical,
     encode_json_data,
     parse,
+    parse_tool_call,
 )
 from ._policy import (
     Approval,
     ApprovalRequest,
+    Approver,
     Policy,
     RegisterPolicy,
     Session,
@@ -123,6 +129,11 @@ _encode = msgspec.json.Encoder(decimal_format="number").encode
 #: for one scoped to a loop (:meth:`Gate._take_key`); an explicit key may not take them.
 _DERIVED_KEY_PREFIXES = tuple(f"{dialect}{mark}" for mark in ":@" for dialect in PROVIDER_DIALECTS)
 #: What :attr:`Gate.warn` is told, once, when a gate without an audit log drops a key.
+#: Threads a gate runs its async callers' calls in (:meth:`Gate.ahandle`), at most, by default.
+DEFAULT_ASYNC_THREADS = 8
+#: The dialect an audit record of :meth:`Gate.handle_tool_call` names: its raw text is the
+#: arguments text alone, the tool name beside it.
+TOOL_CALL_DIALECT = "tool-call"
 KEYS_IGNORED = ("an idempotency key was ignored: there is no audit log to keep keys in, so a "
                 "call sent again with the same key runs again (said once)")
 
@@ -153,10 +164,13 @@ class Gate:
             included), 0.001..86400 (one millisecond to one day); None takes the policy's,
             else no limit beyond the device backend's own. See :class:`~regdev.TimeoutDevice`
             for what a timed-out write means.
+        async_threads: the most calls the async forms (:meth:`ahandle`,
+            :meth:`ahandle_tool_call`) run at once, each in a worker thread of the gate's own,
+            1..256 (default 8); more wait their turn, without blocking the event loop.
 
     Raises:
-        ValueError: a cap is not a positive int, or the timeout not a number of seconds in
-            0.001..86400.
+        ValueError: a cap is not a positive int, the timeout not a number of seconds in
+            0.001..86400, or ``async_threads`` not an int in 1..256.
         PolicyError: the policy offers a session a tool this gate does not have, or marks a
             register the device's map does not have.
     """
@@ -171,7 +185,14 @@ class Gate:
         max_input_bytes: int | None = None,
         max_output_bytes: int | None = None,
         timeout: float | None = None,
+        async_threads: int = DEFAULT_ASYNC_THREADS,
     ) -> None:
+        if type(async_threads) is not int or not 1 <= async_threads <= 256:
+            raise ValueError(f"async_threads must be an int in 1..256, got {async_threads!r}")
+        self.async_threads = async_threads
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+        self._closed = False
         if policy is not None:
             max_input_bytes = _first(max_input_bytes, policy.max_input_bytes)
             max_output_bytes = _first(max_output_bytes, policy.max_output_bytes)
@@ -275,6 +296,7 @@ class Gate:
         loop_id: str | None = None,
         step: int | None = None,
         proposer: str | None = None,
+        approve: Approver | None = None,
     ) -> Observation:
         """Run one raw tool call through every stage.
 
@@ -286,7 +308,12 @@ class Gate:
             loop_id: the loop this call belongs to, for the audit log (``run_loop`` sets it).
             step: the step number in that loop, from 1.
             proposer: who proposed the call, for the audit log: ``provider:model`` for a
-                model endpoint, ``mcp:NAME VERSION`` for an MCP client; None when unknown.
+                model endpoint, ``mcp:NAME VERSION`` for an MCP client, ``FRAMEWORK:MODEL``
+                from an agent framework's adapter; None when unknown.
+            approve: the approval hook asked about this call's protected writes, in place of
+                the policy's (:attr:`Policy.approve`): how an agent framework's own
+                human-in-the-loop answer reaches the gate (``regdev.integrations``). None: the
+                policy's.
 
         Returns:
             Exactly one :class:`Observation`.
@@ -333,6 +360,7 @@ class Gate:
         executed = False  # the device call started: from then on the device may have changed
         result: Any = None  # what the device answered
         text_raw: str | bytes | None = raw  # the raw text, for the record
+        recorded_dialect = dialect  # the dialect the record names
         observation: Observation
         try:
             # parse: the usual call (one object: a string tool, object arguments, maybe an id)
@@ -344,7 +372,20 @@ class Gate:
                 name, arguments, call_id = usual
             elif usual is not None:  # not-json
                 end = usual  # type: ignore[assignment]
-            elif type(given := cast(object, raw)) is _Decoded:
+            elif type(given := cast(object, raw)) is _ToolCall:
+                # handle_tool_call's: a name and the arguments text, as the model wrote it
+                framework = cast(_ToolCall, given)
+                call_id = framework.call_id
+                text_raw = framework.arguments if isinstance(framework.arguments,
+                                                             (str, bytes)) else None
+                recorded_dialect = TOOL_CALL_DIALECT
+                read = parse_tool_call(framework.name, framework.arguments,
+                                       max_bytes=self.max_input_bytes)
+                if isinstance(read, Refusal):
+                    end, document = read, {"tool": framework.name}
+                else:
+                    document = read
+            elif type(given) is _Decoded:
                 document, call_id, sent = given.call, given.call_id, given.key
                 text_raw = None  # (recorded as the call's JSON, when it is JSON data)
                 text = encode_json_data(document, self.max_input_bytes)
@@ -425,8 +466,9 @@ class Gate:
                     answers: list[Approval] = []
                     tripped = guarded(registers.guards, tool, bound, changed, self.regmap) \
                         if registers.guards else ()
-                    end = ask_approval(registers, tool, changed,
-                                       self.policy.approve if self.policy is not None else None,
+                    if approve is None and self.policy is not None:
+                        approve = self.policy.approve
+                    end = ask_approval(registers, tool, changed, approve,
                                        _request_of(session, tool, bound), every=self._every,
                                        label=self._label, answered=answers.append,
                                        guards=tripped)
@@ -454,7 +496,8 @@ class Gate:
                 else:
                     if audit is not None and not tool.read_only:
                         intended = self._intend(
-                            tool, bound, arrived=arrived, session=session, dialect=dialect,
+                            tool, bound, arrived=arrived, session=session,
+                            dialect=recorded_dialect,
                             loop_id=loop_id, step=step, key=key, call_id=call_id,
                             proposer=proposer, approval=approval)
                         if isinstance(intended, Refusal):
@@ -500,7 +543,7 @@ class Gate:
             # a write; then its idempotency key settled
             if audit is not None:
                 observation = self._record(
-                    observation, arrived=arrived, session=session, dialect=dialect,
+                    observation, arrived=arrived, session=session, dialect=recorded_dialect,
                     raw=text_raw,
                     document=document if name is None else {"tool": name,
                                                             "arguments": arguments},
@@ -510,6 +553,106 @@ class Gate:
                     proposer=proposer, approval=approval, slot=slot, print_=print_,
                     executed=executed, intent=intent)
         return observation
+
+    def handle_tool_call(
+        self,
+        name: str,
+        arguments_text: str | bytes,
+        *,
+        call_id: str | None = None,
+        tool_choice: str | None = None,
+        session: Session | None = None,
+        loop_id: str | None = None,
+        step: int | None = None,
+        proposer: str | None = None,
+        approve: Approver | None = None,
+    ) -> Observation:
+        """Run a framework's raw tool call: the tool name and the model's arguments text, as
+        the OpenAI Agents SDK (``on_invoke_tool``), pydantic-ai (``ToolCallPart.args``) and
+        the providers' messages hold them, with no envelope to build.
+
+        The same pipeline as :meth:`handle`, and the same verdicts as the same text gets
+        there: the arguments text is read by the rules of raw text (the byte cap, then one
+        strict JSON document: a repeated key, truncated text or ``NaN`` is ``not-json``;
+        ``3.0000000000000001`` stays the exact number it is, not the integer 3), then the name
+        and the arguments are validated as a canonical call's (``unknown-tool`` lists the
+        session's tools). The audit record keeps the arguments text as sent, the tool name
+        beside it, in dialect ``tool-call``.
+
+        Args:
+            name: the tool name the model wrote, exactly (a namespaced ``functions.x`` or
+                ``default_api:x`` is ``unknown-tool`` unless a tool has that name).
+            arguments_text: the model's arguments, JSON text (``str`` or UTF-8 ``bytes``), at
+                most ``max_input_bytes`` bytes (``too-large``).
+            call_id: the framework's tool call id, echoed in the observation (a string of at
+                most 256 characters of Unicode text; anything else is not echoed). It is never
+                an idempotency key.
+            tool_choice, session, loop_id, step, proposer, approve: as for :meth:`handle`.
+
+        Returns:
+            Exactly one :class:`Observation`.
+
+        Raises:
+            ValueError: ``tool_choice`` is not one of the gate's tools, or ``loop_id`` is not
+                a string of Unicode text.
+            KeyboardInterrupt, SystemExit: as for :meth:`handle`.
+        """
+        if type(call_id) is not str or len(call_id) > MAX_ID_CHARS or not is_text(call_id):
+            call_id = None
+        carried: Any = _ToolCall(name, arguments_text, call_id)  # in place of raw text
+        return self.handle(carried, tool_choice=tool_choice, session=session, loop_id=loop_id,
+                           step=step, proposer=proposer, approve=approve)
+
+    async def ahandle(self, raw: str | bytes, **options: Any) -> Observation:
+        """:meth:`handle` for an event loop: the call runs in one of the gate's worker
+        threads (at most ``async_threads`` at once; more wait for a free one), so a wire
+        device's exchange, an approval hook that waits for a person and the audit log's
+        commit never block the loop. The caller's context variables go with the call.
+
+        A cancelled await does not cancel the call: once it has started it runs to its end
+        (a write sent to the device is answered and recorded), and its observation is
+        dropped. Takes the same keyword arguments as :meth:`handle`.
+
+        Returns:
+            Exactly one :class:`Observation`.
+
+        Raises:
+            ValueError, KeyboardInterrupt, SystemExit: as :meth:`handle` raises them.
+            RuntimeError: the gate is closed.
+        """
+        return await self._in_thread(functools.partial(self.handle, raw, **options))
+
+    async def ahandle_tool_call(self, name: str, arguments_text: str | bytes,
+                                **options: Any) -> Observation:
+        """:meth:`handle_tool_call` for an event loop, run as :meth:`ahandle` runs a call
+        (a worker thread of the gate's; a cancelled await does not cancel the call). Takes
+        the same keyword arguments as :meth:`handle_tool_call`.
+
+        Returns:
+            Exactly one :class:`Observation`.
+
+        Raises:
+            ValueError, KeyboardInterrupt, SystemExit: as :meth:`handle_tool_call` raises
+                them.
+            RuntimeError: the gate is closed.
+        """
+        return await self._in_thread(
+            functools.partial(self.handle_tool_call, name, arguments_text, **options))
+
+    async def _in_thread(self, call: Callable[[], Observation]) -> Observation:
+        """Run ``call`` in the gate's worker threads, with the caller's context."""
+        executor = self._executor
+        if executor is None:
+            with self._executor_lock:
+                if self._closed:
+                    raise RuntimeError("the gate is closed")
+                executor = self._executor
+                if executor is None:
+                    executor = self._executor = concurrent.futures.ThreadPoolExecutor(
+                        self.async_threads, thread_name_prefix="regdev-gate")
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(
+            executor, functools.partial(context.run, call))
 
     def handle_call(
         self,
@@ -828,7 +971,13 @@ class Gate:
                 self.audit.record_reset(key_scope(identity.device, identity.epoch))
 
     def close(self) -> None:
-        """Close the audit log (committing every record) and the timeout worker. Idempotent."""
+        """Close the audit log (committing every record), the timeout worker and the async
+        forms' worker threads (after the calls running in them end). Idempotent."""
+        with self._executor_lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
         if self.audit is not None:
             self.audit.close()
         if isinstance(self._runner, TimeoutDevice):
@@ -855,6 +1004,16 @@ def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
     return Refusal("authorize", "audit-error",
                    f"the audit log failed to commit ({escape_text(failure, 80)}), so calls "
                    "that change the device are refused until a commit succeeds; reads still run")
+
+
+class _ToolCall:
+    """:meth:`Gate.handle_tool_call`'s call on its way through the pipeline in place of raw
+    text: the tool name, the arguments text as the model wrote it, and the checked id."""
+
+    __slots__ = ("arguments", "call_id", "name")
+
+    def __init__(self, name: object, arguments: object, call_id: str | None) -> None:
+        self.name, self.arguments, self.call_id = name, arguments, call_id
 
 
 class _Decoded:

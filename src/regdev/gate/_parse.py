@@ -58,6 +58,7 @@ __all__ = [
     "load_json",
     "not_json",
     "parse",
+    "parse_tool_call",
 ]
 
 Dialect = Literal["canonical", "mcp", "openai", "anthropic"]
@@ -222,6 +223,39 @@ def parse(
         return ParsedCall(doc, call_id if type(call_id) is str and len(call_id) <= MAX_ID_CHARS
                           else None)
     return _adapt(doc, dialect)
+
+
+def parse_tool_call(name: object, arguments: object, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES
+                    ) -> dict[str, Any] | Refusal:
+    """A framework's raw tool call (a tool name and the model's arguments text, as the OpenAI
+    Agents SDK, pydantic-ai and the providers' messages hold them) as the canonical call.
+
+    The arguments text is read by the rules of raw text (:func:`parse`'s): the byte cap
+    first (``too-large``), then one strict JSON document (``not-json``: a repeated key,
+    truncated text, ``NaN``, trailing data). Nothing is judged here that validation judges:
+    the name and the arguments' shape are the validator's (``unknown-tool``,
+    ``bad-arguments``).
+
+    Args:
+        name: the tool name the model wrote (a str; anything else is kept for the shape step
+            to refuse).
+        arguments: the model's arguments, JSON text (``str`` or UTF-8 ``bytes``).
+        max_bytes: cap on the arguments text in bytes (UTF-8).
+
+    Returns:
+        ``{"tool": name, "arguments": value}``, or a parse-stage :class:`Refusal`.
+    """
+    if type(arguments) is not str and type(arguments) is not bytes:
+        return refuse("not-json", f"the arguments must be JSON text, got a Python "
+                                  f"{type(arguments).__name__}")
+    raw, refusal = _sized(arguments, max_bytes)
+    if refusal is not None:
+        return refusal
+    value, problem = decode_strict(raw)
+    if problem is not None:
+        return refuse("not-json", f"the arguments are not one strict JSON document: "
+                                  f"{problem}; send one JSON object")
+    return {"tool": name, "arguments": value}
 
 
 def decode_canonical(raw: object, max_bytes: int
