@@ -127,3 +127,14 @@ def test_async_form_on_a_closed_gate_raises() -> None:
     gate.close()
     with pytest.raises(RuntimeError, match="closed"):
         asyncio.run(gate.ahandle_tool_call("read_register", '{"addr": 3}'))
+
+
+def test_needs_approval_names_valid_protected_writes_only() -> None:
+    """needs_approval is True only for a valid call that writes a protected register."""
+    gate = Gate(RegisterFile(), policy=Policy.from_file("examples/policy.toml"))
+    assert gate.needs_approval("write_register", '{"addr": 15, "data": 1}')
+    assert gate.needs_approval("write_register", {"addr": 15, "data": 1})
+    assert not gate.needs_approval("write_register", '{"addr": 14, "data": 1}')
+    assert not gate.needs_approval("write_register", '{"addr": 15, "data": 1, "addr": 15}')
+    assert not gate.needs_approval("write_register", '{"addr": 15, "data": 300}')
+    assert not gate.needs_approval("read_register", '{"addr": 15}')

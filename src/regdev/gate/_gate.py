@@ -374,7 +374,7 @@ class Gate:
                 end = usual  # type: ignore[assignment]
             elif type(given := cast(object, raw)) is _ToolCall:
                 # handle_tool_call's: a name and the arguments text, as the model wrote it
-                framework = cast(_ToolCall, given)
+                framework: _ToolCall = given
                 call_id = framework.call_id
                 text_raw = framework.arguments if isinstance(framework.arguments,
                                                              (str, bytes)) else None
@@ -742,6 +742,50 @@ class Gate:
             dialect=dialect, raw=raw, document=None, not_data=False, tool=None, bound=None,
             loop_id=loop_id, step=step, key=None, stage_ns=(None,) * 5, proposer=proposer,
             approval=None, slot=None, print_=None, executed=False, intent=None)
+
+    def needs_approval(self, name: str, arguments: object, *,
+                       session: Session | None = None) -> bool:
+        """Whether a call would be put to the approval hook: it is valid for the session
+        (the same compiled check and map rules as the pipeline's), within its scopes, and
+        changes a protected register or trips a protected field or range. Nothing runs and
+        nothing is recorded: this is for an agent framework that asks a person before it runs
+        a tool (``regdev.integrations``), which then hands the answer to the call's
+        ``approve=``. A call this says False for is still authorized in full when it runs.
+
+        Args:
+            name: the tool name as the model wrote it.
+            arguments: the model's arguments text (read strictly: text that is not one JSON
+                document needs no approval, the gate refuses it), or decoded JSON data.
+            session: the caller; :attr:`default_session` when None.
+
+        Returns:
+            True when the call, sent now, would ask for approval.
+        """
+        registers = self._registers
+        if registers is None or not (registers.protected or registers.guards):
+            return False
+        session = session or self.default_session
+        if isinstance(arguments, (str, bytes)):
+            read = parse_tool_call(name, arguments, max_bytes=self.max_input_bytes)
+            if isinstance(read, Refusal):
+                return False
+            arguments = read["arguments"]
+        verdict = self._validators_for(session.tools)({"tool": name, "arguments": arguments})
+        if verdict is not None and verdict is not BIND:
+            return False
+        tool = self._tool_by_name[name]
+        given = cast("dict[str, Any]", arguments)  # valid: an object
+        bound = tool.bind(given) if verdict is BIND else given
+        if (tool.rules is not None and tool.rules(bound) is not None) or (
+                session.limited and session.check_scope(tool) is not None):
+            return False
+        changed = changed_registers(tool, bound, self._every)
+        if not changed:
+            return False
+        if not cast("frozenset[int]", registers.protected).isdisjoint(changed):
+            return True
+        return bool(registers.guards) and bool(
+            guarded(registers.guards, tool, bound, changed, self.regmap))
 
     def check_options(self, dialect: str, tool_choice: str | None) -> None:
         """Raise ValueError for a dialect or a forced tool this gate cannot honour."""
