@@ -138,3 +138,14 @@ def test_needs_approval_names_valid_protected_writes_only() -> None:
     assert not gate.needs_approval("write_register", '{"addr": 15, "data": 1, "addr": 15}')
     assert not gate.needs_approval("write_register", '{"addr": 15, "data": 300}')
     assert not gate.needs_approval("read_register", '{"addr": 15}')
+
+
+def test_tool_definitions_take_a_gate_and_its_session() -> None:
+    """tool_definitions(format, gate, session=...) declares what that gate runs for it."""
+    from regdev import tool_definitions
+
+    gate = Gate(RegisterFile(), policy=Policy.from_file("examples/policy.toml"))
+    names = [d["name"] for d in tool_definitions("mcp", gate)]
+    assert names == list(gate.tools)
+    viewer = [d["name"] for d in tool_definitions("mcp", gate, session=gate.session("viewer"))]
+    assert "write_register" not in viewer and "read_register" in viewer

@@ -68,13 +68,15 @@ _STRICT_DROPPED_ANNOTATIONS = frozenset(
 # --- tool definitions -------------------------------------------------------------------------
 
 
-def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
+def tool_definitions(format: str, tools: ToolSet | Gate = REGISTER_TOOLS, *,
                      session: Session | None = None) -> list[dict[str, Any]]:
     """The tools as one provider declares them to a model, in the tool set's order.
 
     With a ``session``, only the tools it may call (:func:`offered_tools`): a tool the gate
     would answer ``unknown-tool`` (not offered to it) or ``denied-<tool>`` (its scopes do not
-    cover it: a write tool for a read-only session) for is not declared.
+    cover it: a write tool for a read-only session) for is not declared. Given a
+    :class:`Gate`, its tools (its device's map's, or those it was made with) in the session
+    given, else the gate's default session: what that gate will run.
 
     Formats:
 
@@ -99,8 +101,10 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
 
     Args:
         format: one of :data:`PROVIDER_FORMATS`.
-        tools: the tools to declare; the register tools by default.
-        session: declare only the tools this session may call; None declares them all.
+        tools: the tools to declare, or a gate whose tools to declare; the register tools
+            by default.
+        session: declare only the tools this session may call; None declares them all (or,
+            given a gate, those its default session may call).
 
     Returns:
         A new list of new JSON-ready dicts (changing them does not change the registry).
@@ -114,6 +118,9 @@ def tool_definitions(format: str, tools: ToolSet = REGISTER_TOOLS, *,
             property's or an array's ``items``), or ``prefixItems``. The
             pointer names the place, e.g. ``/tools/0/inputSchema/required``.
     """
+    if isinstance(tools, Gate):
+        session = session or tools.default_session
+        tools = tools.tools
     offered = offered_tools(tools, session)
     if format == "mcp":
         return [{**tool.definition(), "outputSchema": observation_schema(tool)}
