@@ -149,3 +149,18 @@ def test_tool_definitions_take_a_gate_and_its_session() -> None:
     assert names == list(gate.tools)
     viewer = [d["name"] for d in tool_definitions("mcp", gate, session=gate.session("viewer"))]
     assert "write_register" not in viewer and "read_register" in viewer
+
+
+def test_register_map_from_file_reads_rdl_and_json(tmp_path: Path) -> None:
+    """RegisterMap.from_file reads SystemRDL and the compiled JSON form to the same map."""
+    import json
+
+    from regdev import MapError, RegisterMap
+
+    rdl = RegisterMap.from_file("examples/sensor.rdl")
+    compiled = tmp_path / "sensor.json"
+    compiled.write_text(json.dumps(rdl.to_dict()))
+    assert RegisterMap.from_file(compiled) == rdl
+    assert rdl.name == "sensor"
+    with pytest.raises(MapError, match="cannot read"):
+        RegisterMap.from_file(tmp_path / "missing.rdl")

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -545,6 +546,27 @@ class RegisterMap:
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a RegisterMap is immutable: cannot set `{name}`")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> RegisterMap:
+        """Read a register map from a file: SystemRDL when the name ends in ``.rdl`` (any
+        case; needs the ``rdl`` extra, ``pip install 'regdev[rdl]'``), else the compiled JSON
+        form (``regdev map FILE --json``), as ``--map FILE`` reads it.
+
+        Args:
+            path: the file.
+
+        Returns:
+            The map.
+
+        Raises:
+            MapError: the file cannot be read, the SystemRDL compiler is not installed or
+                reports an error, or the map holds something regdev does not support; one
+                line naming the file (and the line).
+        """
+        from ._rdl import load_map  # (the reader imports this module)
+
+        return load_map(path)
 
     @classmethod
     def default(cls) -> RegisterMap:
