@@ -13,8 +13,11 @@ pytest.importorskip("agents", reason="needs the openai-agents extra: pip install
                                       "'regdev[openai-agents]'")
 
 from agents import Agent, Model, ModelResponse, Runner, Usage, set_tracing_disabled
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
-from openai.types.responses import ResponseOutputText
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 
 from framework_script import check_run, script
 from regdev import AuditLog, Gate, Policy, RegisterFile, read_audit

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from regdev import Approval, AuditLog, Gate, Policy, RegisterFile, read_audit
+from regdev import (
+    Approval,
+    AuditLog,
+    Gate,
+    MapError,
+    Policy,
+    RegisterFile,
+    RegisterMap,
+    read_audit,
+    tool_definitions,
+)
 
 #: The cases a scripted model sends through every adapter, and the verdict of each.
 CASES = {
@@ -142,8 +153,6 @@ def test_needs_approval_names_valid_protected_writes_only() -> None:
 
 def test_tool_definitions_take_a_gate_and_its_session() -> None:
     """tool_definitions(format, gate, session=...) declares what that gate runs for it."""
-    from regdev import tool_definitions
-
     gate = Gate(RegisterFile(), policy=Policy.from_file("examples/policy.toml"))
     names = [d["name"] for d in tool_definitions("mcp", gate)]
     assert names == list(gate.tools)
@@ -153,10 +162,6 @@ def test_tool_definitions_take_a_gate_and_its_session() -> None:
 
 def test_register_map_from_file_reads_rdl_and_json(tmp_path: Path) -> None:
     """RegisterMap.from_file reads SystemRDL and the compiled JSON form to the same map."""
-    import json
-
-    from regdev import MapError, RegisterMap
-
     rdl = RegisterMap.from_file("examples/sensor.rdl")
     compiled = tmp_path / "sensor.json"
     compiled.write_text(json.dumps(rdl.to_dict()))

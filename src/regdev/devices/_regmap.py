@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as _dataclass_field
+from pathlib import Path
 from typing import Any, Final
 
 from ..core._errors import MapError
@@ -548,7 +548,7 @@ class RegisterMap:
         raise AttributeError(f"a RegisterMap is immutable: cannot set `{name}`")
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> RegisterMap:
+    def from_file(cls, path: str | Path) -> RegisterMap:
         """Read a register map from a file: SystemRDL when the name ends in ``.rdl`` (any
         case; needs the ``rdl`` extra, ``pip install 'regdev[rdl]'``), else the compiled JSON
         form (``regdev map FILE --json``), as ``--map FILE`` reads it.
@@ -564,7 +564,7 @@ class RegisterMap:
                 reports an error, or the map holds something regdev does not support; one
                 line naming the file (and the line).
         """
-        from ._rdl import load_map  # (the reader imports this module)
+        from ._rdl import load_map  # noqa: PLC0415 - the reader imports this module
 
         return load_map(path)
 

@@ -87,7 +87,8 @@ class RegdevTools(list["BaseTool"]):
         """
         out = []
         for index, call in enumerate(raw_calls(message)):
-            name, text, options = self._options(call, message, loop_id, step, index, approved)
+            name, text, options = self._options(call, message, loop_id=loop_id, step=step,
+                                                index=index, approved=approved)
             out.append(self._message(call, self.gate.handle_tool_call(name, text, **options)))
         return out
 
@@ -97,12 +98,13 @@ class RegdevTools(list["BaseTool"]):
         """:meth:`answer` for an event loop (:meth:`Gate.ahandle_tool_call`)."""
         out = []
         for index, call in enumerate(raw_calls(message)):
-            name, text, options = self._options(call, message, loop_id, step, index, approved)
+            name, text, options = self._options(call, message, loop_id=loop_id, step=step,
+                                                index=index, approved=approved)
             out.append(self._message(call, await self.gate.ahandle_tool_call(
                 name, text, **options)))
         return out
 
-    def _options(self, call: tuple[str, str | bytes, str | None], message: Any,
+    def _options(self, call: tuple[str, str | bytes, str | None], message: Any, *,
                  loop_id: str | None, step: int | None, index: int,
                  approved: Mapping[str, bool] | None,
                  ) -> tuple[str, str | bytes, dict[str, Any]]:
@@ -128,7 +130,7 @@ class RegdevTools(list["BaseTool"]):
         """The loop id of a call made now (the LangGraph thread, else the invoking run,
         else this object's loop) and LangGraph's step, when there is one."""
         try:
-            from langchain_core.runnables.config import ensure_config
+            from langchain_core.runnables.config import ensure_config  # noqa: PLC0415
             config: Mapping[str, Any] = ensure_config()
         except Exception:  # (outside any run)
             config = {}
@@ -141,7 +143,7 @@ class RegdevTools(list["BaseTool"]):
     @staticmethod
     def _message(call: tuple[str, str | bytes, str | None],
                  observation: Observation) -> ToolMessage:
-        from langchain_core.messages import ToolMessage
+        from langchain_core.messages import ToolMessage  # noqa: PLC0415 - an extra
 
         name, _, call_id = call
         return ToolMessage(content=observation.to_json(), tool_call_id=call_id or "",
@@ -192,7 +194,7 @@ def tools(gate: Gate, *, proposer: str | None = None,
         ImportError: langchain-core is not installed (``pip install 'regdev[langchain]'``).
     """
     require("langchain_core", "langchain")
-    from langchain_core.tools import BaseTool
+    from langchain_core.tools import BaseTool  # noqa: PLC0415 - an extra
 
     session = session or gate.default_session
     out = RegdevTools(gate, session, proposer)

@@ -85,8 +85,9 @@ def toolset(gate: Gate, *, proposer: str | None = None, session: Session | None 
     require("pydantic_ai", "pydantic-ai")
     if type(max_retries) is not int or max_retries < 0:
         raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-    return _toolset_class()(gate, session or gate.default_session, proposer, max_retries,
-                            id or "regdev")
+    made: AbstractToolset[Any] = _toolset_class()(
+        gate, session or gate.default_session, proposer, max_retries, id or "regdev")
+    return made
 
 
 _CLASS: Any = None
@@ -97,10 +98,10 @@ def _toolset_class() -> Any:
     global _CLASS  # noqa: PLW0603 (made on first use: pydantic-ai is an extra)
     if _CLASS is not None:
         return _CLASS
-    from pydantic_ai.exceptions import ApprovalRequired, ModelRetry
-    from pydantic_ai.tools import ToolDefinition
-    from pydantic_ai.toolsets import AbstractToolset
-    from pydantic_ai.toolsets.abstract import ToolsetTool
+    from pydantic_ai.exceptions import ApprovalRequired, ModelRetry  # noqa: PLC0415 - an extra
+    from pydantic_ai.tools import ToolDefinition  # noqa: PLC0415
+    from pydantic_ai.toolsets import AbstractToolset  # noqa: PLC0415
+    from pydantic_ai.toolsets.abstract import ToolsetTool  # noqa: PLC0415
 
     validator = _RawText()
 
