@@ -507,6 +507,25 @@ def test_each_call_records_the_mcp_client_as_its_proposer(home: Path, tmp_path: 
     assert [r.proposer for r in read_audit(db)] == ["mcp:probe\nclient 1.2"]
 
 
+def test_serve_proposer_names_every_calls_proposer(home: Path, tmp_path: Path) -> None:
+    """regdev serve --proposer LABEL records LABEL as each call's proposer, whatever the
+    client says it is; a label that is not printable is a usage error."""
+    db = tmp_path / "audit.db"
+    meta = MODERN_META.replace(
+        '"_meta": {', '"_meta": {"io.modelcontextprotocol/clientInfo": '
+                      '{"name": "probe", "version": "1.2"}, ')
+    line = tools_call(1, f'{{"name": "read_register", "arguments": {{"addr": 1}}, {meta}}}')
+    process = subprocess.run(
+        [*SERVE, "--audit", str(db), "--proposer", "pydantic-ai:gpt-5"],
+        input=f"{line}\n".encode(), capture_output=True, timeout=30, env=server_env(home),
+        check=False)
+    assert process.returncode == 0, process.stderr
+    assert [r.proposer for r in read_audit(db)] == ["pydantic-ai:gpt-5"]
+    bad = subprocess.run([*SERVE, "--proposer", "a\nb"], input=b"", capture_output=True,
+                         timeout=30, env=server_env(home), check=False)
+    assert bad.returncode == 2 and b"printable" in bad.stderr
+
+
 def test_a_policy_caps_bytes_and_lists_only_the_offered_tools(home: Path, tmp_path: Path) -> None:
     """serve --policy: the policy's max_input_bytes caps the params as in process, and
     tools/list shows the session only the tools it is offered."""

@@ -140,7 +140,8 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
                      session.name,
                      gate.audit.path if gate.audit is not None else "off")
             try:
-                serve_stdio(gate, session, stop_signals=stop_signals, approvals=approve)
+                serve_stdio(gate, session, stop_signals=stop_signals, approvals=approve,
+                            proposer=args.proposer)
             except OSError as error:  # stdout failed: no client left to answer
                 failure: OSError | None = error
             else:
@@ -194,7 +195,7 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
             try:
                 serve_http(gate, gate.policy, approvals, host=host, port=port,
                            stateless=args.stateless, stop_signals=stop_signals, ready=ready,
-                           limits=limits)
+                           limits=limits, proposer=args.proposer)
             except OSError as error:
                 raise UsageError(f"cannot listen on {args.http}: "
                                  f"{error.strerror or error}") from None
@@ -267,6 +268,11 @@ def add_parser(sub: Any) -> None:
     for name, (metavar, kind, text) in LIMIT_OPTIONS.items():
         http.add_argument("--" + name.replace("_", "-"), metavar=metavar, type=kind,
                           help=f"with --http: {text}")
+    serve.add_argument("--proposer", metavar="LABEL", type=_proposer_label,
+                       help="the proposer recorded for every call in the audit log, e.g. "
+                            "pydantic-ai:gpt-5 (an MCP client does not say which model "
+                            "proposes; regdev report groups calls by it); default: the "
+                            "client's name, mcp:NAME VERSION")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        default="info",
                        help="regdev's log level on stderr (default: info; debug logs "
@@ -274,3 +280,11 @@ def add_parser(sub: Any) -> None:
     device_options(serve)
     add_gate_options(serve)
     serve.set_defaults(func=cmd_serve)
+
+
+def _proposer_label(text: str) -> str:
+    """``--proposer``'s value: 1..200 characters of printable Unicode text."""
+    if not 0 < len(text) <= 200 or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            "expected a label of 1..200 printable characters, e.g. pydantic-ai:gpt-5")
+    return text

@@ -585,7 +585,8 @@ def _scope_of(ctx: ServerRequestContext[Any, Any]) -> Scope:
 
 def build_http_server(gate: Gate, sessions: CallerSessions,
                       limiter: anyio.CapacityLimiter,
-                      approvals: Approvals | None = None) -> Server[Any]:
+                      approvals: Approvals | None = None,
+                      proposer: str | None = None) -> Server[Any]:
     """The low-level SDK ``Server`` behind :class:`McpFront`: ``tools/list`` of the caller's
     session, and ``tools/call`` through the gate in the caller's session, on the text the
     front received (``Received``), with the request named for approval questions. When the
@@ -617,7 +618,7 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
             ended = _scope_of(ctx).get(ENDED_KEY)
             observation = await _run_call(
                 partial(gate.handle, text, dialect="mcp", session=session,
-                        proposer=client_name(ctx)), limiter, asking, approvals,
+                        proposer=client_name(ctx, proposer)), limiter, asking, approvals,
                 ended if isinstance(ended, anyio.Event) else None)
         finally:
             ASKING.reset(reset)
@@ -739,7 +740,8 @@ def record_too_large(gate: Gate, caller: Caller, body: bytes | None,
 
 def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, port: int,
                    stateless: bool = False, body_seconds: float = BODY_SECONDS,
-                   limits: HttpLimits | None = None) -> HttpServer:
+                   limits: HttpLimits | None = None,
+                   proposer: str | None = None) -> HttpServer:
     """The app serving ``gate`` at ``http://HOST:PORT/mcp`` under ``policy.http``.
 
     Args:
@@ -769,7 +771,7 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
     limits = limits if limits is not None else HttpLimits()
     sessions = CallerSessions(gate, policy)
     limiter = anyio.CapacityLimiter(WORKERS + policy.approval.max_pending)
-    server = build_http_server(gate, sessions, limiter, approvals)
+    server = build_http_server(gate, sessions, limiter, approvals, proposer)
     manager = StreamableHTTPSessionManager(app=server, stateless=stateless,
                                            max_request_body_size=gate.max_input_bytes
                                            + ENVELOPE_BYTES,
@@ -879,7 +881,8 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
                stateless: bool = False, stop_signals: Collection[signal.Signals] = (),
                ready: Callable[[str], None] | None = None,
                stop: threading.Event | None = None,
-               body_seconds: float = BODY_SECONDS, limits: HttpLimits | None = None) -> None:
+               body_seconds: float = BODY_SECONDS, limits: HttpLimits | None = None,
+               proposer: str | None = None) -> None:
     """Serve ``gate`` over MCP Streamable HTTP at ``http://HOST:PORT/mcp`` until a stop signal.
 
     Blocks. Returns on one of ``stop_signals`` (open approval questions are denied, running
@@ -910,7 +913,8 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
         actual_port = listener.getsockname()[1]
         limits = limits if limits is not None else HttpLimits()
         served = build_http_app(gate, policy, approvals, host=host, port=actual_port,
-                                stateless=stateless, body_seconds=body_seconds, limits=limits)
+                                stateless=stateless, body_seconds=body_seconds, limits=limits,
+                                proposer=proposer)
         guard = ConnectionGuard(limits)
         config = uvicorn.Config(ConnectionCap(served.app, guard), log_config=None,
                                 access_log=False, lifespan="on", timeout_keep_alive=5,

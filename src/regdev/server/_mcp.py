@@ -352,11 +352,14 @@ _INSTRUCTIONS = (
 )
 
 
-def client_name(ctx: Any) -> str:
-    """Who proposes a ``tools/call``, for the audit log: ``mcp:NAME VERSION`` from the
-    client's ``clientInfo`` at ``initialize``, or ``mcp`` when it gave none (the stateless
-    2026-07-28 protocol has no ``initialize``). The text is the client's: it is stored as
-    sent and escaped wherever it is shown."""
+def client_name(ctx: Any, proposer: str | None = None) -> str:
+    """Who proposes a ``tools/call``, for the audit log: ``proposer`` when the server was
+    given one (``regdev serve --proposer LABEL``: an MCP client does not say which model
+    proposes); else ``mcp:NAME VERSION`` from the client's ``clientInfo`` at ``initialize``,
+    or ``mcp`` when it gave none (the stateless 2026-07-28 protocol has no ``initialize``).
+    The text is the client's: it is stored as sent and escaped wherever it is shown."""
+    if proposer is not None:
+        return proposer
     params = getattr(getattr(ctx, "session", None), "client_params", None)
     info = getattr(params, "clientInfo", None) or getattr(params, "client_info", None)
     name, version = getattr(info, "name", None), getattr(info, "version", None)
@@ -366,7 +369,8 @@ def client_name(ctx: Any) -> str:
 
 
 def build_server(gate: Gate, session: Session | None = None, *,
-                 stopping: threading.Event | None = None) -> Server[Any]:
+                 stopping: threading.Event | None = None,
+                 proposer: str | None = None) -> Server[Any]:
     """An MCP server (low-level SDK ``Server``) offering ``gate.tools``, calls through ``gate``.
 
     ``tools/list`` lists the tools the session is offered. Each ``tools/call`` runs
@@ -382,6 +386,8 @@ def build_server(gate: Gate, session: Session | None = None, *,
         stopping: once set, a ``tools/call`` that has not started is answered with JSON-RPC
             error :data:`SERVER_STOPPING` and does not run (it is checked when the call's turn
             on the device comes, so a call either runs whole or not at all).
+        proposer: the proposer recorded for every call (:func:`client_name`); None: the
+            client's name.
 
     Returns:
         The server, ready for ``server.run(read_stream, write_stream, options)``.
@@ -420,7 +426,7 @@ def build_server(gate: Gate, session: Session | None = None, *,
         reset = ASKING.set(asking)
         try:
             observation = await anyio.to_thread.run_sync(
-                partial(run_call, text, client_name(ctx)), limiter=one_at_a_time)
+                partial(run_call, text, client_name(ctx, proposer)), limiter=one_at_a_time)
         finally:
             ASKING.reset(reset)
         if observation is None:
@@ -647,7 +653,7 @@ async def _stop_on_signals(stop: anyio.Event, stop_signals: Collection[signal.Si
 
 def serve_stdio(gate: Gate, session: Session | None = None, *,
                 stop_signals: Collection[signal.Signals] = (),
-                approvals: Approvals | None = None) -> None:
+                approvals: Approvals | None = None, proposer: str | None = None) -> None:
     """Serve ``gate`` over MCP on this process's stdin and stdout until stdin ends.
 
     Blocks. Returns when the client closes stdin (end of file) and every request read is
@@ -677,7 +683,7 @@ def serve_stdio(gate: Gate, session: Session | None = None, *,
             audit log once the caller closes the gate.
     """
     stopping = threading.Event()  # the handlers' view of a stop: start no more calls
-    server = build_server(gate, session, stopping=stopping)
+    server = build_server(gate, session, stopping=stopping, proposer=proposer)
     reader = MessageReader(gate.max_input_bytes + ENVELOPE_BYTES)
 
     async def serve(stop: anyio.Event) -> None:
