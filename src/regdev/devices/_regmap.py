@@ -41,6 +41,7 @@ the device regdev had before it had maps.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -564,9 +565,11 @@ class RegisterMap:
                 reports an error, or the map holds something regdev does not support; one
                 line naming the file (and the line).
         """
-        from ._rdl import load_map  # noqa: PLC0415 - the reader imports this module
-
-        return load_map(path)
+        # The readers (devices/_rdl.py) build on this module, so they are looked up when a
+        # file is read, not imported with it: no import cycle between the two.
+        readers = importlib.import_module(f"{__package__}._rdl")
+        found: RegisterMap = readers.load_map(path)
+        return found
 
     @classmethod
     def default(cls) -> RegisterMap:
