@@ -841,8 +841,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     try:
         faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
                         delay=args.delay)
+        modbus_map = args.modbus_rtu or args.modbus_tcp is not None
         firmware = Firmware(identity=args.identity, device_id=args.device_id,
-                            plain=args.plain_identify, regmap=regmap,
+                            plain=args.plain_identify,
+                            regmap=None if modbus_map else regmap,  # Modbus serves its own
                             extension=not args.no_extension)
     except (ValueError, LocalProtocolError) as error:
         parser.error(str(error))
