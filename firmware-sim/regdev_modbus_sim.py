@@ -132,7 +132,8 @@ class ModbusModel:
         self.tables: dict[str, RegisterFile] = {}
         if regmap is not None:
             for table in regmap.tables:  # each table a register file of its own
-                own = [dataclasses.replace(register, table="holding")
+                own = [dataclasses.replace(register, table="holding",  # a bit: its low bit
+                                           width=max(register.width, 8))
                        for register in regmap.in_table(table)]
                 self.tables[table] = RegisterFile(regmap=type(regmap)(own, name=regmap.name))
         self.registers = self.tables.get("holding") if regmap is not None else None

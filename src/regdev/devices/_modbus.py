@@ -830,8 +830,8 @@ class ModbusDevice(Device):
             if value > DATA_MAX:
                 raise DeviceError(f"{_TABLE_NAMES[table][:-1]} {self.target.base + addr + offset} "
                                   f"(register {self._regmap.label(addr + offset, table)}) holds "
-                                  f"0x{value:04x}, not a byte (0..255): the high byte of an "
-                                  "8-bit register must be 0")
+                                  f"0x{value:04x}, not a byte (0..255): the high byte of a "
+                                  "register must be 0")
         return list(reply.values)
 
     def _transact(self, request: Request, what: str, retries: int) -> Reply:
