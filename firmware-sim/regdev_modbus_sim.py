@@ -172,7 +172,7 @@ class ModbusModel:
         table = _TABLE_OF.get(function)
         if table is None:
             return refuse(ExcCodes.ILLEGAL_FUNCTION)
-        registers = self.tables.get(table)
+        registers = self.registers if table == "holding" else self.tables.get(table)
         start = request.address - self.base
         count = (request.count if function in (1, 2, 3, 4) else
                  len(request.registers) if function == 16 else
@@ -187,11 +187,12 @@ class ModbusModel:
                 values = registers.read_block(start, count) if count <= 16 else [
                     registers.read(addr) for addr in range(start, start + count)]
                 if function in (1, 2):
-                    kind = ReadCoilsResponse if function == 1 else ReadDiscreteInputsResponse
-                    return kind(bits=[bool(value) for value in values])
-                kind = (ReadHoldingRegistersResponse if function == 3
-                        else ReadInputRegistersResponse)
-                return kind(registers=values)
+                    read_bits = (ReadCoilsResponse if function == 1
+                                 else ReadDiscreteInputsResponse)
+                    return read_bits(bits=[bool(value) for value in values])
+                words = (ReadHoldingRegistersResponse if function == 3
+                         else ReadInputRegistersResponse)
+                return words(registers=values)
             if function == 5:
                 bit = int(bool(request.bits[0]))
                 registers.write(start, bit)

@@ -143,8 +143,8 @@ def test_the_tools_take_a_table_when_the_map_has_several() -> None:
 def test_a_map_modbus_cannot_carry_is_refused() -> None:
     """A 32-bit register: Modbus registers are 16 bits; one line naming it, nothing opened."""
     regmap = RegisterMap([Register("TOTAL", 0, width=32)])
-    with pytest.raises(MapError, match="register TOTAL .0x00. is 32 bits wide; a Modbus "
-                                       "register is 16"):
+    with pytest.raises(MapError, match=r"register TOTAL \(0x00\) is 32 bits wide; a Modbus "
+                                       r"register is 16"):
         ModbusDevice("modbus+tcp://127.0.0.1:9", regmap=regmap)
 
 
@@ -199,3 +199,15 @@ def test_the_simulator_serves_every_table_of_a_map(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.communicate(timeout=30)
+
+
+def test_the_shell_names_registers_of_every_table() -> None:
+    """read VOLTS is read_register in the input table; write LAMP 1 a coil; read 0 holding."""
+    from regdev.agents._shell import shell_call  # noqa: PLC0415 - the subject
+
+    assert json.loads(shell_call(["read", "VOLTS"], METER)) == {
+        "tool": "read_register", "arguments": {"addr": 0, "table": "input"}}
+    assert json.loads(shell_call(["write", "LAMP", "1"], METER)) == {
+        "tool": "write_register", "arguments": {"addr": 1, "table": "coil", "data": 1}}
+    assert json.loads(shell_call(["read", "0"], METER)) == {
+        "tool": "read_register", "arguments": {"addr": 0, "table": "holding"}}

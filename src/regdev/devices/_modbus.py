@@ -432,8 +432,10 @@ class ModbusDevice(Device):
             raise ValueError(f"first_tid must be an int 0..65535, got {first_tid!r}")
         target = parse_modbus_url(url)
         if target.base + count > 0x10000:
+            where = ("holding register 65535" if regmap is None or regmap.tables == ("holding",)
+                     else "register 65535 of a table")
             raise TransportError(f"cannot open port {url}: base {target.base} + {count} "
-                                 "registers is past register 65535 of a table")
+                                 f"registers is past {where}")
         if regmap is None:  # count plain read-write registers; the default map for 16
             regmap = (RegisterMap.default() if count == REGISTER_COUNT else
                       RegisterMap([Register(None, each) for each in range(count)]))
