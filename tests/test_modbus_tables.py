@@ -211,3 +211,67 @@ def test_the_shell_names_registers_of_every_table() -> None:
         "tool": "write_register", "arguments": {"addr": 1, "table": "coil", "data": 1}}
     assert json.loads(shell_call(["read", "0"], METER)) == {
         "tool": "read_register", "arguments": {"addr": 0, "table": "holding"}}
+
+
+def test_demo_and_replay_on_a_map_of_tables_over_a_plain_server(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev demo --map meter --port: holding calls carry their table; replay reads a coil."""
+    from conftest import run  # noqa: PLC0415 - the CLI, in this process
+
+    path = tmp_path / "meter.json"
+    path.write_text(METER.to_json())
+    with PlainTables(holding_value=0x1234, input_value=0xBEEF) as server:
+        status, out, _ = run(capsys, "demo", "--no-audit", "--map", str(path), "--port",
+                             server.url)
+        assert status == 0, out
+        assert "accepted  write_registers" in out and "accepted  read_registers" in out
+        calls = tmp_path / "calls.jsonl"
+        lines = [{"raw": json.dumps({"tool": "read_register",
+                                     "arguments": {"addr": 0, "table": "discrete"}}),
+                  "expect": "ok"},
+                 {"raw": json.dumps({"tool": "write_register",
+                                     "arguments": {"addr": 1, "table": "input", "data": 5}}),
+                  "expect": "read-only-register"}]
+        calls.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        status, out, _ = run(capsys, "replay", "--no-audit", "--map", str(path), "--port",
+                             server.url, str(calls), "--json")
+        records = [json.loads(line) for line in out.splitlines()]
+        assert status == 0 and all(record["expect_met"] for record in records[:-1])
+        assert records[0]["result"] == {"table": "discrete", "addr": 0, "data": 1,
+                                        "register": "DOOR"}
+
+
+@pytest.mark.timeout(90)
+def test_pymodbus_own_client_reads_the_simulators_tables(tmp_path: Path) -> None:
+    """The field's oracle: pymodbus's client reads what the simulator serves in each table."""
+    from pymodbus.client import ModbusTcpClient  # noqa: PLC0415 - the oracle, here only
+
+    regmap = RegisterMap([Register("SP", 0, width=16, reset=0xCAFE),
+                          Register("V", 3, table="input", width=16, access="r", reset=230),
+                          Register("RELAY", 2, table="coil", reset=1),
+                          Register("DOOR", 1, table="discrete", reset=1)])
+    path = tmp_path / "m.json"
+    path.write_text(regmap.to_json())
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "firmware-sim" / "regdev_firmware_sim.py"),
+         "--modbus-tcp", "127.0.0.1:0", "--map", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        host_port = process.stdout.readline().strip().removeprefix("modbus+tcp://")
+        host, _, port = host_port.partition("?")[0].rpartition(":")
+        client = ModbusTcpClient(host, port=int(port), timeout=PATIENT)
+        assert client.connect()
+        try:
+            assert client.read_holding_registers(0, count=1, device_id=1).registers == [0xCAFE]
+            assert client.read_input_registers(3, count=1, device_id=1).registers == [230]
+            assert client.read_coils(2, count=1, device_id=1).bits[0] is True
+            assert client.read_discrete_inputs(1, count=1, device_id=1).bits[0] is True
+            assert not client.write_coil(2, False, device_id=1).isError()
+            assert client.read_coils(2, count=1, device_id=1).bits[0] is False
+            assert client.read_input_registers(0, count=1, device_id=1).isError()  # no register
+        finally:
+            client.close()
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
