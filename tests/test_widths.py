@@ -217,8 +217,8 @@ def test_systemrdl_tables_in_regfiles(tmp_path: Path) -> None:
         ("RELAY[1]", "coil", 1, 1, "rw")]
     bad = tmp_path / "bad.rdl"
     bad.write_text(path.read_text().replace('"input"', '"inputs"'))
-    with pytest.raises(MapError, match="regdev_table = 'inputs' .tables are holding, input, "
-                                       "coil, discrete. is not supported by regdev"):
+    with pytest.raises(MapError, match=r"regdev_table = 'inputs' \(tables are holding, input, "
+                                       r"coil, discrete\) is not supported by regdev"):
         load_map(bad)
 
 
