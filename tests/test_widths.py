@@ -260,3 +260,16 @@ def test_the_compiled_check_knows_tables(tmp_path: Path,
     assert check(write) == "range-data"
     assert check({"tool": "write_register", "arguments": {"addr": 0, "data": 1}}) == \
         "missing-table"
+
+
+def test_a_policy_guards_a_sixteen_bit_register_by_its_range() -> None:
+    """{register = "SETPOINT", min = 1000}: 999 passes, 40000 asks for approval (refused
+    without an approver), bounded by 0..65535, not 0..255."""
+    from regdev import Policy  # noqa: PLC0415 - the subject
+
+    policy = Policy.from_dict({"registers": {"protected": [
+        {"register": "SETPOINT", "min": 1000}]}})
+    gate = Gate(RegisterFile(regmap=WIDE), policy=policy)
+    assert handle(gate, "write_register", addr=0x100, data=999)["ok"]
+    seen = handle(gate, "write_register", addr=0x100, data=40000)
+    assert (seen["ok"], seen["stage"]) == (False, "authorize"), seen
