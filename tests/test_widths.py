@@ -273,3 +273,13 @@ def test_a_policy_guards_a_sixteen_bit_register_by_its_range() -> None:
     assert handle(gate, "write_register", addr=0x100, data=999)["ok"]
     seen = handle(gate, "write_register", addr=0x100, data=40000)
     assert (seen["ok"], seen["stage"]) == (False, "authorize"), seen
+
+
+def test_regdev_map_shows_widths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev map: the widths in the heading and each wider register's width on its row."""
+    path = tmp_path / "wide.json"
+    path.write_text(WIDE.to_json())
+    status, out, _ = run(capsys, "map", str(path))
+    assert status == 0
+    assert out.splitlines()[1] == "4 registers of 16, 32, 64 bits"
+    assert "0x100  SETPOINT  rw      0x00   Setpoint in 0.1 degC (16 bits)" in out
