@@ -238,6 +238,12 @@ def test_the_c_firmware_refuses_a_wide_map(tmp_path: Path) -> None:
     assert ("the C firmware cannot hold this map: register SETPOINT (0x100) is 16 bits wide"
             in done.stderr)
     assert not (tmp_path / "regmap.h").exists()
+    path.write_text(RegisterMap([Register(None, 256)]).to_json())
+    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" / "c" / "gen_regmap.py"),
+                           "--map", str(path), "-o", str(tmp_path / "regmap.h")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert "register 256 is at address 256; regdev's serial protocol carries addresses " \
+           "0..255" in done.stderr
 
 
 def test_the_compiled_check_knows_tables(tmp_path: Path,
