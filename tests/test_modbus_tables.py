@@ -275,3 +275,17 @@ def test_pymodbus_own_client_reads_the_simulators_tables(tmp_path: Path) -> None
     finally:
         process.terminate()
         process.communicate(timeout=30)
+
+
+@pytest.mark.timeout(90)
+def test_every_table_over_rtu_framing() -> None:
+    """RTU (over TCP): 04, 01, 02 replies framed by their byte count; 05 and 15 by size."""
+    from regdev_modbus_sim import Background, ModbusModel  # noqa: PLC0415 - pymodbus's side
+
+    with Background("rtu", model=ModbusModel(regmap=METER)) as server:
+        url = server.url if server.url.startswith("modbus+") else f"modbus+rtu://{server.url}"
+        with ModbusDevice(url, timeout=PATIENT, regmap=METER) as device:
+            assert device.write_table("coil", 0, [1, 1]) == [1, 1]
+            assert device.write_table("coil", 1, [0]) == [0]
+            assert device.write_table("holding", 0, [0xFFFF, 0x8000]) == [0xFFFF, 0x8000]
+            assert device.snapshot() == [0xFFFF, 0x8000, 0, 0, 1, 0, 0]
