@@ -289,3 +289,18 @@ def test_every_table_over_rtu_framing() -> None:
             assert device.write_table("coil", 1, [0]) == [0]
             assert device.write_table("holding", 0, [0xFFFF, 0x8000]) == [0xFFFF, 0x8000]
             assert device.snapshot() == [0xFFFF, 0x8000, 0, 0, 1, 0, 0]
+
+
+def test_an_identity_input_register_is_checked_on_connect() -> None:
+    """A chip ID in an input register: read with 04 when a command connects; another value
+    is a mismatch naming it."""
+    regmap = RegisterMap([Register("SP", 0, width=16),
+                          Register("ID", 0, table="input", width=16, reset=0xBEEF,
+                                   identity=True)])
+    with PlainTables(input_value=0xBEEF) as server, \
+            ModbusDevice(server.url, timeout=PATIENT, regmap=regmap) as device:
+        assert device.map_mismatch() is None
+    with PlainTables(input_value=0x1234) as server, \
+            ModbusDevice(server.url, timeout=PATIENT, regmap=regmap) as device:
+        assert device.map_mismatch() == ("its identity register ID (input 0x0000) holds "
+                                         "0x1234, where the map says 0xBEEF (another chip)")

@@ -301,8 +301,9 @@ class Device(ABC):
         Raises:
             DeviceError, TransportError: reading an identity register failed.
         """
-        for register in self.regmap.identity():
-            value = self.read(register.addr)
+        for register in self.regmap.identity():  # (an input register's: by read_table)
+            value = (self.read(register.addr) if register.table == "holding"
+                     else self.read_table(register.table, register.addr, 1)[0])
             if value != register.reset:
                 name = self.regmap.name
                 which = f"the map `{escape_text(name)}`" if name else "the map"
