@@ -289,3 +289,17 @@ def test_regdev_map_shows_widths(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert status == 0
     assert out.splitlines()[1] == "4 registers of 16, 32, 64 bits"
     assert "0x100  SETPOINT  rw      0x00   Setpoint in 0.1 degC (16 bits)" in out
+
+
+def test_the_register_file_moves_many_registers_in_one_hold() -> None:
+    """read_table / write_table: 20 16-bit registers at once, all or nothing (past 16)."""
+    regmap = RegisterMap([Register(f"R{n}", n, width=16) for n in range(20)]
+                         + [Register("RO", 20, width=16, access="r")])
+    device = RegisterFile(regmap=regmap)
+    assert device.write_table("holding", 0, list(range(1000, 1020))) == list(range(1000, 1020))
+    assert device.read_table("holding", 0, 20) == list(range(1000, 1020))
+    with pytest.raises(RegisterRangeError, match="read-only"):
+        device.write_table("holding", 0, [7] * 21)  # the last is read-only: nothing written
+    assert device.read_table("holding", 0, 1) == [1000]
+    with pytest.raises(Exception, match="no coil table"):
+        device.read_table("coil", 0, 1)
