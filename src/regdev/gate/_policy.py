@@ -93,7 +93,6 @@ from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ..core._wording import toml_problem
 from ..devices._device import REGISTER_COUNT
-from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
 from ._schema import a_json_type
 from ._tools import Tool
@@ -130,6 +129,9 @@ logger = logging.getLogger("regdev")
 #: The policy file formats :meth:`Policy.from_file` reads, by suffix (in any case).
 POLICY_SUFFIXES = (".toml", ".json")
 
+#: Addresses a policy names: those of a Modbus table (0..65535; regdev's serial protocol's
+#: 0..255 among them). A register elsewhere is named by its name.
+MAX_REGISTERS = 0x10000
 _Address = Annotated[int, Field(strict=True, ge=0, le=MAX_REGISTERS - 1)]
 #: The most a register holds (8 bits).
 REGISTER_MAX = 0xFF
@@ -354,7 +356,7 @@ class RegisterPolicy(_Model):
     """Which registers tool calls may not write, or may write only with approval.
 
     Attributes:
-        read_only: registers (addresses 0..255, or names of the device's map) no tool call
+        read_only: registers (addresses 0..65535, or names of the device's map) no tool call
             may write (``read-only-register``).
         protected: registers (addresses or names), fields (``"CTRL.MODE"``) or value ranges
             (:class:`Guard`: ``{field = "CTRL.MODE", min = 1}``) written only when the
@@ -363,7 +365,7 @@ class RegisterPolicy(_Model):
         guards: (after :meth:`for_map`) the protected fields and ranges, resolved.
 
     Raises:
-        pydantic.ValidationError: an address is outside 0..255, a name is empty, or a
+        pydantic.ValidationError: an address is outside 0..65535, a name is empty, or a
             register is in both sets.
     """
 
@@ -432,6 +434,10 @@ def _resolve(regmap: DeviceMap, kind: str, item: object) -> int:
         names = [r.name for r in regmap.registers if r.name]
         raise PolicyError(f"`registers.{kind}`: no register `{escape_text(str(item))}` in the "
                           f"device's map{_closest(str(item), names, 'registers')}")
+    if register.table != "holding":  # the policy's lists are of holding registers
+        raise PolicyError(f"`registers.{kind}`: register {register.label} is in the "
+                          f"{register.table} table; the policy names holding registers "
+                          "(input registers and discrete inputs are read-only already)")
     return register.addr
 
 
@@ -469,8 +475,8 @@ def _guard(regmap: DeviceMap, guard: Guard) -> FieldGuard:
         addr = _resolve(regmap, "protected", guard.register_name)
         held = regmap.at(addr)
         assert held is not None
-        register, lsb, mask = held, 0, REGISTER_MAX
-        top = REGISTER_MAX
+        register, lsb, mask = held, 0, held.top  # its width's (255 for 8 bits)
+        top = held.top
         what = f"register {register.label}"
     low = guard.min or 0
     high = top if guard.max is None else guard.max
@@ -512,13 +518,15 @@ def _written(tool: str, arguments: Mapping[str, Any], addr: int,
              regmap: DeviceMap) -> tuple[int, int] | None:
     """``(the bits written, their value)`` of register ``addr`` by a call, or None when it is
     not known."""
+    held = regmap.at(addr)
+    every = held.top if held is not None else REGISTER_MAX  # every bit of its width
     if tool == "write_register" and type(arguments.get("data")) is int:
-        return REGISTER_MAX, arguments["data"]
+        return every, arguments["data"]
     if tool == "write_registers" and type(arguments.get("addr")) is int:
         data = arguments.get("data")
         index = addr - arguments["addr"]
         if isinstance(data, list) and 0 <= index < len(data) and type(data[index]) is int:
-            return REGISTER_MAX, data[index]
+            return every, data[index]
         return None
     if tool == "write_field":
         found = regmap.find_field(str(arguments.get("field")))
