@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the SDK's types, for mypy only: nothing is imported when telemetry is off
     from opentelemetry.metrics import MeterProvider
@@ -247,7 +247,10 @@ class CallSpan:
             ``trace_id``), or None when the span is not recorded (not sampled).
     """
 
-    __slots__ = ("_measured", "_start", "_telemetry", "span", "trace_id")
+    __slots__ = ("_device", "_measured", "_start", "_telemetry", "span", "trace_id")
+
+    def __bool__(self) -> Literal[True]:  # so that ``if traced:`` types well
+        return True
 
     def __init__(self, telemetry: Telemetry, span: Span, start: int,
                  measured: dict[str, Any]) -> None:
@@ -255,17 +258,27 @@ class CallSpan:
         self.span = span
         self._start = start
         self._measured = measured  # the duration's attributes known at the start
+        self._device: tuple[int, int] | None = None  # its time on the device, Unix ns
         context = span.get_span_context()
         self.trace_id = format(context.trace_id, "032x") if context.is_valid else None
 
-    def device(self, tool: str, start_ns: int, end_ns: int, code: str | None) -> None:
-        """Record the device's part of the call: a child span ``device {tool}`` and the
-        ``regdev.device.transaction.duration`` histogram (Unix times in ns)."""
-        self._telemetry.device(self.span, tool, start_ns, end_ns, code)
+    def timed(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """``handler`` (a tool's handler), its time on the device kept for :meth:`end`'s
+        child span ``device {tool}`` and the ``regdev.device.transaction.duration``
+        histogram."""
+        def timed(device: Any, arguments: Any) -> Any:
+            start = time.time_ns()
+            try:
+                return handler(device, arguments)
+            finally:
+                self._device = (start, time.time_ns())
+        return timed
 
     def end(self, facts: Mapping[str, Any], *, tool: str | None, known: bool,
-            stage: str | None, code: str | None, message: str | None) -> None:
-        """End the span with what the call came to, and count it.
+            stage: str | None, code: str | None, message: str | None,
+            device: str | None = None) -> None:
+        """End the span with what the call came to, and count it; when the call reached the
+        device (:meth:`timed`), a child span ``device {tool}`` first.
 
         Args:
             facts: regdev's attributes (``regdev.*``, ``gen_ai.tool.call.id``); None values
@@ -273,7 +286,11 @@ class CallSpan:
             tool: the tool name the call gave, if any (attribute ``gen_ai.tool.name``).
             known: the tool is one of the gate's (so it may name the span and the metrics).
             stage, code, message: the refusal's, or None for a success.
+            device: the code of the execute stage's refusal, when the device failed.
         """
+        if self._device is not None and tool is not None:
+            start, end = self._device
+            self._telemetry.device(self.span, tool, start, end, device)
         self._telemetry.end_call(self, facts, tool=tool, known=known, stage=stage, code=code,
                                  message=message)
 
@@ -286,6 +303,9 @@ class Telemetry:
         tracer_provider: where spans go.
         meter_provider: where measurements go.
     """
+
+    def __bool__(self) -> Literal[True]:  # so that ``current and current.x()`` types well
+        return True
 
     def __init__(self, tracer_provider: Any, meter_provider: Any) -> None:
         from opentelemetry import context, propagate, trace

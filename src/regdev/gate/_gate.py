@@ -320,8 +320,8 @@ class Gate:
         # and nothing is recorded; authorize checks only what there is.
         session = session or self.default_session
         audit = self.audit
-        traced = None if (telemetry := _telemetry.current) is None \
-            else telemetry.start_call(incoming)  # the call's span, when telemetry is on
+        # the call's span when telemetry is on; off (None), each telemetry step is one test
+        traced = _telemetry.current and _telemetry.current.start_call(incoming)
         start = 0
         arrived = 0.0
         if audit is not None:  # stage times and the record are for the audit log
@@ -439,8 +439,8 @@ class Gate:
                     tripped = guarded(registers.guards, tool, bound, changed, self.regmap) \
                         if registers.guards else ()
                     approve = self.policy.approve if self.policy is not None else None
-                    if telemetry is not None and approve is not None:
-                        approve = telemetry.counting_approvals(approve)
+                    if traced and approve is not None and _telemetry.current:
+                        approve = _telemetry.current.counting_approvals(approve)
                     end = ask_approval(registers, tool, changed, approve,
                                        _request_of(session, tool, bound), every=self._every,
                                        label=self._label, answered=answers.append,
@@ -479,14 +479,12 @@ class Gate:
                             intent = intended
                     if end is None:
                         executed = True
-                        sent_ns = 0 if traced is None else time.time_ns()
+                        if traced:  # the device's time, for its child span
+                            handler = traced.timed(handler)
                         try:
                             result = handler(self._runner, bound)
                         except RegdevError as error:
                             end = _execute_failure(error, tool, bound)
-                        if traced is not None:
-                            traced.device(tool.name, sent_ns, time.time_ns(),
-                                          None if end is None else end.code)
                 if audit is not None:
                     now = _now_ns()
                     execute_ns, start = now - start, now
@@ -530,7 +528,7 @@ class Gate:
                     proposer=proposer, approval=approval, slot=slot, print_=print_,
                     executed=executed, intent=intent,
                     trace_id=None if traced is None else traced.trace_id)
-            if traced is not None:
+            if traced:
                 self._end_span(traced, observation, session=session, dialect=dialect,
                                tool=tool, name=name if name is not None
                                else _tool_name(document), loop_id=loop_id, step=step,
@@ -797,7 +795,8 @@ class Gate:
                 "regdev.idempotency": "replayed" if observation.replay
                 else "new" if reserved else None,
                 "regdev.loop.id": loop_id, "regdev.loop.step": step, "regdev.intent": intent,
-            }, tool=tool.name if tool is not None else name,
+            }, device=refusal.code if refusal is not None and refusal.stage == "execute"
+                else None, tool=tool.name if tool is not None else name,
                 known=tool is not None or name in self._tool_by_name,
                 stage=refusal.stage if refusal is not None else None,
                 code=refusal.code if refusal is not None else None,
