@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -47,7 +48,9 @@ from regdev import (
 )
 from regdev.agents._models import Endpoint, ToolCall, Turn, run_agent
 from regdev.core import _telemetry
+from regdev.core._errors import DeviceRefused
 from regdev.core._observation import Observation
+from regdev.server._mcp import incoming_of
 
 PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,11 +224,11 @@ def test_the_callers_trace_context_is_continued() -> None:
 
 def test_an_unknown_tool_name_stays_out_of_span_names_and_metrics(recorded: Recorded) -> None:
     """A tool the gate does not have: the span is named `tools/call` and the metrics carry
-    no tool name (low cardinality); the name is an attribute only."""
-    Gate().handle('{"tool": "erase_chip_0001", "arguments": {}}')
+    no tool name (low cardinality); the name, escaped, is an attribute only."""
+    Gate().handle('{"tool": "erase_chip\\u001b[2J", "arguments": {}}')
     (span,) = recorded.spans
     assert span.name == "tools/call"
-    assert dict(span.attributes or {})["gen_ai.tool.name"] == "erase_chip_0001"
+    assert dict(span.attributes or {})["gen_ai.tool.name"] == "erase_chip\\x1b[2J"  # escaped
     (point,) = recorded.points("regdev.calls")
     assert dict(point.attributes) == {"regdev.verdict": "refused",
                                       "error.type": "unknown-tool", "regdev.stage": "validate"}
@@ -448,3 +451,59 @@ def test_off_the_gate_never_imports_opentelemetry(env: dict[str, str],
     done = subprocess.run([PYTHON, "-c", script], env=_env(**env), capture_output=True,
                           text=True, timeout=120, check=True)
     assert done.stdout.splitlines() == ["[None]", "[]"]
+
+
+class Refusing(RegisterFile):
+    """A device that refuses every write."""
+
+    def write(self, addr: int, data: int) -> int:
+        raise DeviceRefused("write refused: the device is locked")
+
+
+def test_a_device_failure_is_the_device_spans_error_too(recorded: Recorded) -> None:
+    """A write the device refuses: the call's span and its device child span both say
+    error.type device-error, and the device's time is measured with that code."""
+    observation = Gate(Refusing()).handle(WRITE)
+    assert observation.code == "device-error"
+    (call,) = recorded.named("tools/call write_register")
+    (device,) = recorded.named("device write_register")
+    assert dict(call.attributes or {})["regdev.stage"] == "execute"
+    assert dict(device.attributes or {})["error.type"] == "device-error"
+    assert device.status.status_code is StatusCode.ERROR
+    (point,) = recorded.points("regdev.device.transaction.duration")
+    assert dict(point.attributes) == {"gen_ai.tool.name": "write_register",
+                                      "error.type": "device-error"}
+
+
+def test_the_http_traceparent_is_taken_when_params_meta_has_none() -> None:
+    """Over HTTP, a request whose _meta holds no traceparent continues the trace of its
+    traceparent header; the MCP session id and protocol version come from the headers."""
+    held = Recorded()
+    _telemetry.install(held.tracer, held.meter)
+    try:
+        params = SimpleNamespace(meta={"idempotency_key": "k"})
+        ctx = SimpleNamespace(request_id=12, protocol_version=None)
+        incoming = incoming_of(ctx, params, "tcp", {
+            "traceparent": f"00-{TRACE}-{PARENT}-01", "mcp-session-id": "abc",
+            "mcp-protocol-version": "2025-11-25"})
+    finally:
+        _telemetry.uninstall()
+    assert incoming == _telemetry.Incoming(
+        carrier={"traceparent": f"00-{TRACE}-{PARENT}-01"}, request_id="12",
+        session_id="abc", transport="tcp", protocol_version="2025-11-25")
+    assert incoming_of(ctx, params, "tcp", {}) is None  # off: nothing is read
+
+
+@pytest.mark.parametrize(("env", "on"), [
+    ({}, False),
+    ({"OTEL_TRACES_EXPORTER": "none"}, False),
+    ({"OTEL_TRACES_EXPORTER": "otlp"}, True),
+    ({"OTEL_METRICS_EXPORTER": " Console "}, True),
+    ({"OTEL_TRACES_EXPORTER": "none,otlp"}, True),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "TRUE"}, False),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, False),
+])
+def test_what_switches_telemetry_on(env: dict[str, str], on: bool) -> None:
+    """On only when an exporter is named for traces or metrics and the SDK is not disabled;
+    an endpoint alone switches nothing on."""
+    assert _telemetry.enabled(env) is on

@@ -779,7 +779,8 @@ class Gate:
         """End a call's span with regdev's attributes (``docs/observability.md``): the
         verdict, the refusal's stage and code, the device and its reset epoch, approval and
         approver, the idempotency outcome (``new``: the key was reserved for this call;
-        ``replayed``: a stored observation was returned), the proposer. Never raises."""
+        ``replayed``: a stored observation was returned), the proposer. A tool name the gate
+        does not have is the model's text: escaped. Never raises."""
         try:
             identity = self._runner.known_identity()
             refusal = observation.refusal
@@ -796,7 +797,8 @@ class Gate:
                 else "new" if reserved else None,
                 "regdev.loop.id": loop_id, "regdev.loop.step": step, "regdev.intent": intent,
             }, device=refusal.code if refusal is not None and refusal.stage == "execute"
-                else None, tool=tool.name if tool is not None else name,
+                else None, tool=tool.name if tool is not None else name if name is None
+                or name in self._tool_by_name else escape_text(name, 200),
                 known=tool is not None or name in self._tool_by_name,
                 stage=refusal.stage if refusal is not None else None,
                 code=refusal.code if refusal is not None else None,
