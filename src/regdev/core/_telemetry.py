@@ -358,10 +358,18 @@ class Telemetry:
 
     # --- the server side: the gate ---------------------------------------------------------
 
-    def start_call(self, incoming: Incoming | None) -> CallSpan:
+    def start_call(self, incoming: Incoming | None) -> CallSpan | None:
         """Start the server span of a tool call (named ``tools/call`` until its tool is
         known): the child of the caller's trace context when ``incoming`` carries one, else
-        of the current span (an in-process caller's, as ``regdev agent``'s client span)."""
+        of the current span (an in-process caller's, as ``regdev agent``'s client span).
+        None (logged) if the SDK failed: the call runs untraced. Never raises."""
+        try:
+            return self._start_call(incoming)
+        except Exception:
+            logger.exception("a tool call's span could not be started")
+            return None
+
+    def _start_call(self, incoming: Incoming | None) -> CallSpan:
         parent = None
         attributes: dict[str, Any] = {"mcp.method.name": "tools/call",
                                       "gen_ai.operation.name": "execute_tool"}
