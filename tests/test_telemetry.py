@@ -507,3 +507,20 @@ def test_what_switches_telemetry_on(env: dict[str, str], on: bool) -> None:
     """On only when an exporter is named for traces or metrics and the SDK is not disabled;
     an endpoint alone switches nothing on."""
     assert _telemetry.enabled(env) is on
+
+
+def test_without_the_extra_an_exporter_named_is_one_warning_and_calls_run() -> None:
+    """OTEL_TRACES_EXPORTER=otlp without the SDK installed (its import made to fail): one
+    warning line naming the install command, the call runs, no traceback."""
+    script = (
+        "import logging, sys\n"
+        "sys.modules['opentelemetry'] = None  # as if the otel extra were not installed\n"
+        "logging.basicConfig(format='%(message)s')\n"
+        "from regdev import Gate\n"
+        f"print(Gate().handle({WRITE!r}).ok, Gate().handle({WRITE!r}).ok)\n")
+    done = subprocess.run([PYTHON, "-c", script], env=_env(OTEL_TRACES_EXPORTER="otlp"),
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout == "True True\n"
+    assert done.stderr.splitlines() == [
+        "OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER is set but the OpenTelemetry SDK is not "
+        "installed, so regdev exports no telemetry: pip install 'regdev[otel]'"]

@@ -115,14 +115,19 @@ def enabled(env: Mapping[str, str]) -> bool:
 def from_environment() -> Telemetry | None:
     """Set telemetry up from the environment, once a process (later calls return the same),
     and return it: None when the environment does not ask for it (nothing is imported), or
-    when the ``otel`` extra is missing (logged once, naming the install command)."""
+    when the ``otel`` extra is missing (logged once, naming the install command), or the SDK
+    refused the variables (logged once). Never raises."""
     global current, _configured
     if _configured:
         return current
     with _lock:
         if not _configured:
             if current is None and enabled(os.environ):
-                current = _from(os.environ)
+                try:
+                    current = _from(os.environ)
+                except Exception as error:  # a value the SDK refuses: the calls run untraced
+                    logger.warning("telemetry is off: the OpenTelemetry SDK could not be set "
+                                   "up from the OTEL_* variables: %s", error)
             _configured = True
     return current
 
@@ -158,9 +163,12 @@ def _from(env: Mapping[str, str]) -> Telemetry | None:
     for name in _exporters(env, "OTEL_TRACES_EXPORTER"):
         if name == "console":
             span_exporters.append(ConsoleSpanExporter())
-        elif name == "otlp" and _otlp_http(env, "TRACES"):
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            span_exporters.append(OTLPSpanExporter())
+        elif name == "otlp":
+            if _otlp_http(env, "TRACES"):
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter,
+                )
+                span_exporters.append(OTLPSpanExporter())
         else:
             _unknown("OTEL_TRACES_EXPORTER", name)
     if span_exporters:
@@ -175,11 +183,12 @@ def _from(env: Mapping[str, str]) -> Telemetry | None:
     for name in _exporters(env, "OTEL_METRICS_EXPORTER"):
         if name == "console":
             metric_exporters.append(ConsoleMetricExporter())
-        elif name == "otlp" and _otlp_http(env, "METRICS"):
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-                OTLPMetricExporter,
-            )
-            metric_exporters.append(OTLPMetricExporter())
+        elif name == "otlp":
+            if _otlp_http(env, "METRICS"):
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                    OTLPMetricExporter,
+                )
+                metric_exporters.append(OTLPMetricExporter())
         else:
             _unknown("OTEL_METRICS_EXPORTER", name)
     if metric_exporters:

@@ -55,7 +55,8 @@ Rules of this file:
   ``KeyboardInterrupt`` or ``SystemExit`` from inside (the approval hook, a device) is recorded
   as ``internal-error`` in the audit log and then raised again: the program is being stopped.
 * Stage times are taken only when there is an audit log to keep them.
-* Telemetry is one more step that costs one test when absent: with it on
+* Telemetry is one more step that costs a test or two when absent (the switch loaded and
+  tested at the start, the span tested at the device and at the end): with it on
   (:data:`regdev.core._telemetry.current`, ``docs/observability.md``), each call is a server
   span from its arrival to its record, the device's part a child span, and the trace id goes
   into the call's audit record (and its intent's).
