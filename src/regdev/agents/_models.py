@@ -29,6 +29,9 @@ Rules of this file:
   logged, recorded or put in an error message.
 * Who proposed each call is recorded: every audit record of the loop carries
   ``provider:model`` as its proposer.
+* With telemetry on (``docs/observability.md``), a run is one trace: the run's span
+  (``invoke_agent regdev``), a client span for each model request (``chat MODEL``) and for
+  each tool call (``tools/call TOOL``), whose child is the gate's server span.
 """
 
 from __future__ import annotations
@@ -39,11 +42,13 @@ import socket
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import msgspec
 
+from ..core import _telemetry
 from ..core._errors import RegdevError
 from ..core._observation import Observation, Refusal
 from ..core._text import escape_text
@@ -696,17 +701,51 @@ def run_agent(
     session = session or gate.default_session
     result = AgentResult(stop="budget", detail=f"the step budget of {max_steps} calls is spent",
                          loop_id=loop_id or uuid.uuid4().hex, proposer=endpoint.proposer)
-    endpoint.start(task, tool_definitions(endpoint.provider, gate.tools, session=session))
-    try:
-        _drive(result, endpoint, gate, session, max_steps=max_steps, retries=retries,
-               on_step=on_step, on_turn=on_turn)
-    except BaseException as error:  # a callback raised, or an interrupt: recorded, re-raised
-        result.stop, result.detail = "error", _interruption(error)
-        raise
-    finally:
-        gate.record_loop_stop(result.loop_id, result.stop, result.detail, len(result.steps),
-                              session, proposer=endpoint.proposer)
+    telemetry = _telemetry.from_environment()
+    run: AbstractContextManager[Any] = nullcontext() if telemetry is None else \
+        telemetry.agent_run(provider=endpoint.provider, model=endpoint.model,
+                            loop_id=result.loop_id)
+    with run as span:
+        endpoint.start(task, tool_definitions(endpoint.provider, gate.tools, session=session))
+        try:
+            _drive(result, endpoint, gate, session, max_steps=max_steps, retries=retries,
+                   on_step=on_step, on_turn=on_turn)
+        except BaseException as error:  # a callback raised, or an interrupt: recorded, raised
+            result.stop, result.detail = "error", _interruption(error)
+            raise
+        finally:
+            gate.record_loop_stop(result.loop_id, result.stop, result.detail,
+                                  len(result.steps), session, proposer=endpoint.proposer)
+            if span is not None:
+                span.set_attribute("regdev.stop", result.stop)
     return result
+
+
+def _next_turn(endpoint: Endpoint) -> Turn:
+    """The model's next turn, in a client span of its own when telemetry is on."""
+    telemetry = _telemetry.current
+    if telemetry is None:
+        return endpoint.next_turn()
+    with telemetry.model_request(provider=endpoint.provider, model=endpoint.model) as span:
+        turn = endpoint.next_turn()
+        span.set_attribute("regdev.finish", turn.finish)
+        return turn
+
+
+def _run_call(gate: Gate, call: ToolCall, endpoint: Endpoint, *, session: Session,
+              loop_id: str, step: int) -> Observation:
+    """One tool call of the model through the gate, in a client span of its own when
+    telemetry is on (the gate's server span is its child)."""
+    telemetry = _telemetry.current
+    if telemetry is None:
+        return gate.handle(call.raw, dialect=endpoint.dialect, session=session,
+                           loop_id=loop_id, step=step, proposer=endpoint.proposer)
+    with telemetry.tool_call(tool=call.name, known=call.name in gate.tools,
+                             call_id=call.id) as done:
+        observation = gate.handle(call.raw, dialect=endpoint.dialect, session=session,
+                                  loop_id=loop_id, step=step, proposer=endpoint.proposer)
+        done(observation.code, observation.message)
+        return observation
 
 
 def _drive(result: AgentResult, endpoint: Endpoint, gate: Gate, session: Session, *,
@@ -715,7 +754,7 @@ def _drive(result: AgentResult, endpoint: Endpoint, gate: Gate, session: Session
     refused_turns = 0
     while len(result.steps) < max_steps:
         try:
-            turn = endpoint.next_turn()
+            turn = _next_turn(endpoint)
         except ModelError as error:
             result.stop, result.detail = "provider-error", str(error)
             result.error_kind = error.kind
@@ -760,9 +799,8 @@ def _drive(result: AgentResult, endpoint: Endpoint, gate: Gate, session: Session
                 result.detail += (f"; {len(turn.calls) - index} call(s) of the last turn were "
                                   "not run")
                 return
-            observation = gate.handle(call.raw, dialect=endpoint.dialect, session=session,
-                                      loop_id=result.loop_id, step=len(result.steps) + 1,
-                                      proposer=endpoint.proposer)
+            observation = _run_call(gate, call, endpoint, session=session,
+                                    loop_id=result.loop_id, step=len(result.steps) + 1)
             step = AgentStep(len(result.turns), call, observation, refused_turns > 0)
             result.steps.append(step)
             observations.append(observation)

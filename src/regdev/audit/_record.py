@@ -71,7 +71,7 @@ DROP TABLE idempotency_keys_v2;
 MIGRATIONS = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2, 3: ""}
 #: Columns of ``calls`` added after its creation (at the end, as ``ALTER TABLE ... ADD
 #: COLUMN`` puts them): added, NULL in the older records, to an older database that lacks
-#: them when it is opened. The last three need no schema version of their own: a regdev that
+#: them when it is opened. The last ones need no schema version of their own: a regdev that
 #: does not know them names the columns it writes and reads, so it leaves them NULL.
 ADDED_COLUMNS = (
     ("device", "TEXT"),        # version 4: the device's id (DeviceIdentity.device)
@@ -82,6 +82,7 @@ ADDED_COLUMNS = (
     ("approval", "TEXT"),      # how it was asked: hook, elicitation, url
     ("intent", "TEXT"),        # the intent a write's records share (event 'intent', 'call')
     ("map_name", "TEXT"),      # the name of the device's register map, when it has one
+    ("trace_id", "TEXT"),      # the OpenTelemetry trace the call's span is in, when traced
 )
 
 #: The columns of stage times, one per stage of the pipeline (``parse_ns`` ...).
@@ -118,7 +119,8 @@ CREATE TABLE IF NOT EXISTS calls (
     approver        TEXT,                 -- who answered the approval question
     approval        TEXT,                 -- how it was asked: hook, elicitation, url
     intent          TEXT,                 -- a write's intent id: its intent and call records
-    map_name        TEXT                  -- the device's register map, by its name
+    map_name        TEXT,                 -- the device's register map, by its name
+    trace_id        TEXT                  -- its OpenTelemetry trace id (32 hex digits)
 );
 CREATE TRIGGER IF NOT EXISTS calls_append_only_update BEFORE UPDATE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -245,6 +247,9 @@ class AuditRecord(msgspec.Struct, frozen=True):
         map_name: the name of the device's register map (``sensor``; ``regdev map FILE``
             shows it), or None (the default map, a map without a name, a stop, an older
             record).
+        trace_id: the OpenTelemetry trace id (32 lowercase hex digits) of the call's span,
+            when telemetry is on (``docs/observability.md``); None otherwise, for a stop, and
+            in older records.
     """
 
     id: int
@@ -280,6 +285,7 @@ class AuditRecord(msgspec.Struct, frozen=True):
     approval: str | None = None
     intent: str | None = None
     map_name: str | None = None
+    trace_id: str | None = None
 
     @property
     def timings(self) -> dict[str, int]:

@@ -53,6 +53,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
+from ..core import _telemetry
 from ..core._errors import AuditError
 from ..core._limits import seconds_problem
 from ..core._observation import PIPELINE, Observation, Refusal, refuse
@@ -110,8 +111,8 @@ _NOT_TIMED = (None,) * len(STAGE_TIMES)
 #: A record's stage times and device when it has none (a loop's stop; the proposer follows,
 #: then :data:`_NO_CALLER`).
 _NO_TIMES = (None,) * (len(STAGE_TIMES) + 2)
-#: A loop stop's caller, approver, approval, intent and map: none.
-_NO_CALLER = (None,) * 5
+#: A loop stop's caller, approver, approval, intent, map and trace: none.
+_NO_CALLER = (None,) * 6
 #: Most records in one multi-row INSERT (fewer when SQLite allows fewer parameters). Python's
 #: sqlite3 gives up the interpreter lock around every statement it steps, and a thread taking
 #: it back can wait a whole switch interval (5 ms) behind busy threads; one statement per
@@ -311,7 +312,7 @@ class AuditLog:
             device: tuple[str, str | None] | None = None, proposer: str | None = None,
             caller: str | None = None, approver: str | None = None,
             approval: str | None = None, intent: str | None = None,
-            map_name: str | None = None) -> Row:
+            map_name: str | None = None, trace_id: str | None = None) -> Row:
         """Build one record: the columns of :class:`AuditRecord` but ``id``.
 
         Args:
@@ -340,11 +341,12 @@ class AuditLog:
             approval: how that question was asked.
             intent: the id of the write's intent record (:meth:`record_intent`), if any.
             map_name: the name of the device's register map, or None.
+            trace_id: the call's OpenTelemetry trace id (32 hex digits), or None.
         """
         stage_ns = tuple(map(timings.get, PIPELINE)) if timings else _NOT_TIMED
         return self._call_row(time, session, dialect, raw, observation, tool, arguments,
                               loop_id, step, idempotency_key, stage_ns, device, proposer,
-                              caller, approver, approval, intent, map_name)[0]
+                              caller, approver, approval, intent, map_name, trace_id)[0]
 
     def record_call(self, *, time: float, session: str, dialect: str | None, raw: object,
                     observation: Observation, tool: str | None, arguments: str | None,
@@ -355,7 +357,7 @@ class AuditLog:
                     caller: str | None = None, approver: str | None = None,
                     approval: str | None = None, key_row: KeyRow | None = None,
                     durable: bool = False, intent: str | None = None,
-                    map_name: str | None = None) -> None:
+                    map_name: str | None = None, trace_id: str | None = None) -> None:
         """Build a call's record as :meth:`row` does and append it as :meth:`append` does, in
         one step (the record's NULLs are known from the arguments, not looked for in the row).
 
@@ -372,7 +374,7 @@ class AuditLog:
         """
         row, shape = self._call_row(time, session, dialect, raw, observation, tool, arguments,
                                     loop_id, step, idempotency_key, stage_ns, device, proposer,
-                                    caller, approver, approval, intent, map_name)
+                                    caller, approver, approval, intent, map_name, trace_id)
         self._append(shape, shape.take(row), key_row, durable)
 
     def record_intent(self, *, time: float, session: str, dialect: str | None,
@@ -381,7 +383,8 @@ class AuditLog:
                       call_id: str | None = None,
                       device: tuple[str, str | None] | None = None,
                       proposer: str | None = None, caller: str | None = None,
-                      approver: str | None = None, approval: str | None = None) -> str:
+                      approver: str | None = None, approval: str | None = None,
+                      trace_id: str | None = None) -> str:
         """Record, durably, that a call is about to send a write to the device: an ``intent``
         record (code ``outcome-unknown``), committed (with every record pending before it)
         before this returns. Pass the id it returns to the call's own record
@@ -401,7 +404,8 @@ class AuditLog:
         intent = os.urandom(8).hex()
         row, shape = self._call_row(time, session, dialect, None, _INTENT, tool, arguments,
                                     loop_id, step, idempotency_key, _NOT_TIMED, device,
-                                    proposer, caller, approver, approval, intent)
+                                    proposer, caller, approver, approval, intent,
+                                    trace_id=trace_id)
         row = (time, "intent", *row[2:16], call_id, *row[17:])
         if call_id is not None:
             shape = _shape_of(row)
@@ -415,7 +419,7 @@ class AuditLog:
             stage_ns: tuple[int | None, ...], device: tuple[str, str | None] | None,
             proposer: str | None, caller: str | None, approver: str | None,
             approval: str | None, intent: str | None = None,
-            map_name: str | None = None) -> tuple[Row, _Shape]:
+            map_name: str | None = None, trace_id: str | None = None) -> tuple[Row, _Shape]:
         """A call's record (see :meth:`row`) and its shape, told from the arguments."""
         if raw is None:
             kept = raw_size = raw_sha = None
@@ -439,7 +443,8 @@ class AuditLog:
                0 if refusal else 1, stage, code, message, tool, arguments, result, call_id,
                idempotency_key, 1 if observation.replay else 0,
                parse_ns, validate_ns, authorize_ns, execute_ns, observe_ns,
-               device_id, epoch, proposer, caller, approver, approval, intent, map_name)
+               device_id, epoch, proposer, caller, approver, approval, intent, map_name,
+               trace_id)
         # Column for column, which values are None: time, event, ok and replay never are; a
         # refusal's stage, code and message are bound (a None among them would be too: slower
         # than a literal NULL, but stored all the same).
@@ -452,7 +457,7 @@ class AuditLog:
                         authorize_ns is None, execute_ns is None, observe_ns is None,
                         device_id is None, epoch is None, proposer is None, caller is None,
                         approver is None, approval is None, intent is None,
-                        map_name is None))
+                        map_name is None, trace_id is None))
         return row, shape
 
     @staticmethod
@@ -576,6 +581,8 @@ class AuditLog:
             batch, self._pending = self._pending, []
         if not batch:
             return True
+        telemetry = _telemetry.current  # the commit's latency, when telemetry is on
+        began = _time.perf_counter() if telemetry is not None else 0.0
         outcome: object = True
         conn = self._conn
         keys = [pending.key_row for pending in batch if pending.key_row is not None]
@@ -597,6 +604,8 @@ class AuditLog:
                     conn.execute("ROLLBACK")
         for pending in batch:
             pending.outcome = outcome
+        if telemetry is not None:
+            telemetry.commit(_time.perf_counter() - began, "sqlite", outcome is True)
         return outcome
 
     def _insert(self, batch: list[_Pending], keys: list[KeyRow]) -> None:

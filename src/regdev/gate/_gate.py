@@ -55,6 +55,11 @@ Rules of this file:
   ``KeyboardInterrupt`` or ``SystemExit`` from inside (the approval hook, a device) is recorded
   as ``internal-error`` in the audit log and then raised again: the program is being stopped.
 * Stage times are taken only when there is an audit log to keep them.
+* Telemetry is one more step that costs a test or two when absent (the switch loaded and
+  tested at the start, the span tested at the device and at the end): with it on
+  (:data:`regdev.core._telemetry.current`, ``docs/observability.md``), each call is a server
+  span from its arrival to its record, the device's part a child span, and the trace id goes
+  into the call's audit record (and its intent's).
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ from msgspec.structs import replace
 
 from ..audit._idempotency import PROVIDER_DIALECTS, Slot, fingerprint, key_scope
 from ..audit._log import AuditLog, encode_json
+from ..core import _telemetry
 from ..core._errors import (
     AuditError,
     DeviceBusy,
@@ -265,6 +271,7 @@ class Gate:
                 self._validators_for(spec.tools)
         #: The session of calls that name none.
         self.default_session = self.session()
+        _telemetry.from_environment()  # on only when the OTEL_* variables ask (once a process)
 
     def session(self, name: str = "default") -> Session:
         """The live session declared by the policy as ``name``: the same object for every
@@ -297,6 +304,7 @@ class Gate:
         step: int | None = None,
         proposer: str | None = None,
         approve: Approver | None = None,
+        incoming: _telemetry.Incoming | None = None,
     ) -> Observation:
         """Run one raw tool call through every stage.
 
@@ -314,6 +322,10 @@ class Gate:
                 the policy's (:attr:`Policy.approve`): how an agent framework's own
                 human-in-the-loop answer reaches the gate (``regdev.integrations``). None: the
                 policy's.
+            incoming: what the transport knows of the request, for its span when telemetry
+                is on: the caller's trace context (``params._meta`` or the HTTP headers), the
+                JSON-RPC request id, the MCP session; None in process (the span is then the
+                child of the current one, if any).
 
         Returns:
             Exactly one :class:`Observation`.
@@ -336,6 +348,8 @@ class Gate:
         # and nothing is recorded; authorize checks only what there is.
         session = session or self.default_session
         audit = self.audit
+        # the call's span when telemetry is on; off (None), each telemetry step is one test
+        traced = _telemetry.current and _telemetry.current.start_call(incoming)
         start = 0
         arrived = 0.0
         if audit is not None:  # stage times and the record are for the audit log
@@ -468,6 +482,8 @@ class Gate:
                         if registers.guards else ()
                     if approve is None and self.policy is not None:
                         approve = self.policy.approve
+                    if traced and approve is not None and _telemetry.current:
+                        approve = _telemetry.current.counting_approvals(approve)
                     end = ask_approval(registers, tool, changed, approve,
                                        _request_of(session, tool, bound), every=self._every,
                                        label=self._label, answered=answers.append,
@@ -499,13 +515,16 @@ class Gate:
                             tool, bound, arrived=arrived, session=session,
                             dialect=recorded_dialect,
                             loop_id=loop_id, step=step, key=key, call_id=call_id,
-                            proposer=proposer, approval=approval)
+                            proposer=proposer, approval=approval,
+                            trace_id=None if traced is None else traced.trace_id)
                         if isinstance(intended, Refusal):
                             end = intended
                         else:
                             intent = intended
                     if end is None:
                         executed = True
+                        if traced:  # the device's time, for its child span
+                            handler = traced.timed(handler)
                         try:
                             result = handler(self._runner, bound)
                         except RegdevError as error:
@@ -551,7 +570,14 @@ class Gate:
                     key=key, stage_ns=(parse_ns, validate_ns, authorize_ns, execute_ns,
                                        observe_ns),
                     proposer=proposer, approval=approval, slot=slot, print_=print_,
-                    executed=executed, intent=intent)
+                    executed=executed, intent=intent,
+                    trace_id=None if traced is None else traced.trace_id)
+            if traced:
+                self._end_span(traced, observation, session=session, dialect=dialect,
+                               tool=tool, name=name if name is not None
+                               else _tool_name(document), loop_id=loop_id, step=step,
+                               proposer=proposer, approval=approval, reserved=slot is not None,
+                               intent=intent)
         return observation
 
     def handle_tool_call(
@@ -665,6 +691,7 @@ class Gate:
         loop_id: str | None = None,
         step: int | None = None,
         proposer: str | None = None,
+        incoming: _telemetry.Incoming | None = None,
     ) -> Observation:
         """Run an already-decoded canonical call (for callers that decoded JSON themselves).
 
@@ -689,6 +716,7 @@ class Gate:
             loop_id: the loop this call belongs to, for the audit log (a string).
             step: the step number in that loop.
             proposer: who proposed the call, for the audit log (see :meth:`handle`).
+            incoming: the request's trace context and ids (see :meth:`handle`).
 
         Returns:
             Exactly one :class:`Observation`.
@@ -703,7 +731,7 @@ class Gate:
             call_id = None
         decoded: Any = _Decoded(call, call_id, idempotency_key)  # in place of raw text
         return self.handle(decoded, tool_choice=tool_choice, session=session, loop_id=loop_id,
-                           step=step, proposer=proposer)
+                           step=step, proposer=proposer, incoming=incoming)
 
     def refuse(
         self,
@@ -735,13 +763,21 @@ class Gate:
         if loop_id is not None:
             check_loop_id(loop_id)
         observation = Observation.refused(refusal)
-        if self.audit is None:
-            return observation
-        return self._record(
-            observation, arrived=time.time(), session=session or self.default_session,
-            dialect=dialect, raw=raw, document=None, not_data=False, tool=None, bound=None,
-            loop_id=loop_id, step=step, key=None, stage_ns=(None,) * 5, proposer=proposer,
-            approval=None, slot=None, print_=None, executed=False, intent=None)
+        session = session or self.default_session
+        traced = None if (telemetry := _telemetry.current) is None \
+            else telemetry.start_call(None)
+        if self.audit is not None:
+            observation = self._record(
+                observation, arrived=time.time(), session=session, dialect=dialect, raw=raw,
+                document=None, not_data=False, tool=None, bound=None, loop_id=loop_id,
+                step=step, key=None, stage_ns=(None,) * 5, proposer=proposer, approval=None,
+                slot=None, print_=None, executed=False, intent=None,
+                trace_id=None if traced is None else traced.trace_id)
+        if traced is not None:
+            self._end_span(traced, observation, session=session, dialect=dialect, tool=None,
+                           name=None, loop_id=loop_id, step=step, proposer=proposer,
+                           approval=None, reserved=False, intent=None)
+        return observation
 
     def needs_approval(self, name: str, arguments: object, *,
                        session: Session | None = None) -> bool:
@@ -856,7 +892,7 @@ class Gate:
     def _intend(self, tool: Tool, bound: dict[str, Any], *, arrived: float,
                 session: Session, dialect: str, loop_id: str | None, step: int | None,
                 key: str | None, call_id: str | None, proposer: str | None,
-                approval: Approval | None) -> str | Refusal:
+                approval: Approval | None, trace_id: str | None) -> str | Refusal:
         """Record the intent of a write about to be sent, durably
         (``AuditLog.record_intent``): its id, or ``audit-error`` (nothing sent) when it
         cannot be."""
@@ -868,7 +904,7 @@ class Gate:
                 idempotency_key=key, call_id=call_id, device=self._runner.known_identity(),
                 proposer=proposer, caller=session.caller,
                 approver=approval.approver if approval is not None else None,
-                approval=approval.via if approval is not None else None)
+                approval=approval.via if approval is not None else None, trace_id=trace_id)
         except AuditError as error:
             return _no_intent(error)
 
@@ -877,7 +913,8 @@ class Gate:
                 tool: Tool | None, bound: dict[str, Any] | None, loop_id: str | None,
                 step: int | None, key: str | None, stage_ns: tuple[int | None, ...],
                 proposer: str | None, approval: Approval | None, slot: Slot | None,
-                print_: bytes | None, executed: bool, intent: str | None) -> Observation:
+                print_: bytes | None, executed: bool, intent: str | None,
+                trace_id: str | None = None) -> Observation:
         """The record step: append the call's audit record, committed before returning when
         the call executed a tool that changes the device (``audit-error`` if that commit
         fails), then settle its reserved key: stored once the call executed
@@ -906,7 +943,7 @@ class Gate:
                     approver=approval.approver if approval is not None else None,
                     approval=approval.via if approval is not None else None,
                     key_row=key_row, durable=durable, intent=intent,
-                    map_name=self._map_name)
+                    map_name=self._map_name, trace_id=trace_id)
             except AuditError as error:
                 if durable:
                     stored = None
@@ -922,6 +959,40 @@ class Gate:
             else:
                 audit.release_key(slot)
         return observation
+
+    def _end_span(self, traced: _telemetry.CallSpan, observation: Observation, *,
+                  session: Session, dialect: str, tool: Tool | None, name: str | None,
+                  loop_id: str | None, step: int | None, proposer: str | None,
+                  approval: Approval | None, reserved: bool, intent: str | None) -> None:
+        """End a call's span with regdev's attributes (``docs/observability.md``): the
+        verdict, the refusal's stage and code, the device and its reset epoch, approval and
+        approver, the idempotency outcome (``new``: the key was reserved for this call;
+        ``replayed``: a stored observation was returned), the proposer. A tool name the gate
+        does not have is the model's text: escaped. Never raises."""
+        try:
+            identity = self._runner.known_identity()
+            refusal = observation.refusal
+            traced.end({
+                "gen_ai.tool.call.id": observation.id,
+                "regdev.session": session.name, "regdev.caller": session.caller,
+                "regdev.proposer": proposer, "regdev.dialect": dialect,
+                "regdev.device.id": identity[0] if identity is not None else None,
+                "regdev.device.epoch": identity[1] if identity is not None else None,
+                "regdev.map": self._map_name,
+                "regdev.approval": approval.via if approval is not None else None,
+                "regdev.approver": approval.approver if approval is not None else None,
+                "regdev.idempotency": "replayed" if observation.replay
+                else "new" if reserved else None,
+                "regdev.loop.id": loop_id, "regdev.loop.step": step, "regdev.intent": intent,
+            }, device=refusal.code if refusal is not None and refusal.stage == "execute"
+                else None, tool=tool.name if tool is not None else name if name is None
+                or name in self._tool_by_name else escape_text(name, 200),
+                known=tool is not None or name in self._tool_by_name,
+                stage=refusal.stage if refusal is not None else None,
+                code=refusal.code if refusal is not None else None,
+                message=refusal.message if refusal is not None else None)
+        except Exception:
+            logger.exception("a tool call's span could not be ended")
 
     def _validators_for(self, tools: tuple[str, ...] | None) -> RefusalCheck:
         """The compiled check of the tools in ``tools`` (None: every tool), compiled once."""

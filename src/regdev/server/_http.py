@@ -77,6 +77,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._version import __version__
+from ..core import _telemetry
 from ..core._errors import AuditError
 from ..core._limits import seconds_problem
 from ..core._observation import Observation, refuse
@@ -104,6 +105,8 @@ from ._mcp import (
     Received,
     _explain_the_sdk,
     client_name,
+    gate_spans_tool_calls,
+    incoming_of,
 )
 
 __all__ = [
@@ -618,7 +621,10 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
             ended = _scope_of(ctx).get(ENDED_KEY)
             observation = await _run_call(
                 partial(gate.handle, text, dialect="mcp", session=session,
-                        proposer=client_name(ctx, proposer)), limiter, asking, approvals,
+                        proposer=client_name(ctx, proposer),
+                        incoming=None if _telemetry.current is None else incoming_of(
+                            ctx, params, "tcp", _headers(_scope_of(ctx)))),
+                limiter, asking, approvals,
                 ended if isinstance(ended, anyio.Event) else None)
         finally:
             ASKING.reset(reset)
@@ -632,6 +638,7 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
         "regdev", version=__version__, instructions=_INSTRUCTIONS,
         on_list_tools=list_tools, on_call_tool=call_tool,
         get_tool_input_schema=lambda name: None)  # no tool declares x-mcp-header
+    gate_spans_tool_calls(server)
     server.middleware.append(_explain_the_sdk)
     return server
 

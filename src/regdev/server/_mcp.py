@@ -53,6 +53,13 @@ Rules of this file:
   (params null or absent, no string ``name``, ``arguments`` a string or an array) gets its
   -32602 with a message naming the cause (server middleware, :func:`_explain_the_sdk`).
 * stdout carries protocol messages only; logs go to stderr.
+* With telemetry on (``docs/observability.md``), a ``tools/call``'s span continues the trace
+  context its ``params._meta`` carries (``traceparent``, ``tracestate``; over HTTP, the
+  request's headers when ``_meta`` has none) and names its JSON-RPC id and MCP session
+  (:func:`incoming_of`). That span is the gate's: the SDK's own server span (its
+  ``OpenTelemetryMiddleware``, on by default, recording once a tracer provider is set) is kept
+  for every other method but left out for ``tools/call`` (:func:`gate_spans_tool_calls`), so
+  that each call is one span, with regdev's attributes, as the MCP conventions ask.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ import os
 import signal
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, cast
@@ -84,6 +91,7 @@ from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from pydantic import ValidationError
 
 from .._version import __version__
+from ..core import _telemetry
 from ..core._json import lenient_members, strict_value
 from ..core._observation import Observation, Refusal, refuse
 from ..gate._gate import Gate
@@ -352,6 +360,33 @@ _INSTRUCTIONS = (
 )
 
 
+def incoming_of(ctx: Any, params: Any, transport: str,
+                headers: Mapping[str, str] | None = None) -> _telemetry.Incoming | None:
+    """What a ``tools/call``'s span is told of its request (:class:`regdev.core._telemetry.
+    Incoming`): the trace context of ``params._meta`` (SEP-414), else of the HTTP
+    ``headers``; the JSON-RPC id; the MCP session id and protocol version the headers give.
+    None when telemetry is off (nothing is read then). Never raises.
+
+    Args:
+        ctx: the SDK's request context.
+        params: the request's ``CallToolRequestParams``.
+        transport: ``pipe`` (stdio) or ``tcp`` (HTTP).
+        headers: the HTTP request's headers by lowercase name, or None.
+    """
+    if _telemetry.current is None:
+        return None
+    meta = getattr(params, "meta", None)
+    request_id = getattr(ctx, "request_id", None)
+    headers = headers or {}
+    return _telemetry.Incoming(
+        carrier=_telemetry.carrier_of(meta, headers),
+        request_id=None if request_id is None else str(request_id),
+        session_id=headers.get("mcp-session-id"),
+        transport=transport,
+        protocol_version=getattr(ctx, "protocol_version", None)
+        or headers.get("mcp-protocol-version"))
+
+
 def client_name(ctx: Any, proposer: str | None = None) -> str:
     """Who proposes a ``tools/call``, for the audit log: ``proposer`` when the server was
     given one (``regdev serve --proposer LABEL``: an MCP client does not say which model
@@ -398,11 +433,13 @@ def build_server(gate: Gate, session: Session | None = None, *,
     ])
     one_at_a_time = anyio.CapacityLimiter(1)
 
-    def run_call(text: bytes, proposer: str) -> Observation | None:
+    def run_call(text: bytes, proposer: str,
+                 incoming: _telemetry.Incoming | None) -> Observation | None:
         """The call's observation, or None when the server is stopping and it did not run."""
         if stopping is not None and stopping.is_set():
             return None
-        return gate.handle(text, dialect="mcp", session=session, proposer=proposer)
+        return gate.handle(text, dialect="mcp", session=session, proposer=proposer,
+                           incoming=incoming)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -426,7 +463,9 @@ def build_server(gate: Gate, session: Session | None = None, *,
         reset = ASKING.set(asking)
         try:
             observation = await anyio.to_thread.run_sync(
-                partial(run_call, text, client_name(ctx, proposer)), limiter=one_at_a_time)
+                partial(run_call, text, client_name(ctx, proposer),
+                        incoming_of(ctx, params, "pipe")),
+                limiter=one_at_a_time)
         finally:
             ASKING.reset(reset)
         if observation is None:
@@ -444,8 +483,31 @@ def build_server(gate: Gate, session: Session | None = None, *,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    gate_spans_tool_calls(server)
     server.middleware.append(_explain_the_sdk)
     return server
+
+
+class _OtherMethods:
+    """The SDK's span middleware for every method but ``tools/call`` (the gate's span)."""
+
+    def __init__(self, inner: Callable[..., Any]) -> None:
+        self.inner = inner
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any],
+                       call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call":
+            return await call_next(ctx)
+        return cast("HandlerResult", await self.inner(ctx, call_next))
+
+
+def gate_spans_tool_calls(server: Server[Any]) -> None:
+    """Leave the SDK's own span out of ``tools/call`` requests: the gate makes that one
+    (see the module docstring). The SDK's middleware is found by its class name
+    (``OpenTelemetryMiddleware``, provisional in the SDK's 2.x); an SDK without it is left as
+    it is."""
+    server.middleware[:] = [_OtherMethods(each) if type(each).__name__ ==
+                            "OpenTelemetryMiddleware" else each for each in server.middleware]
 
 
 #: What a request sent before the handshake is told (the SDK says only "Invalid request
