@@ -63,12 +63,12 @@ def only(records: list[AuditRecord]) -> AuditRecord:
     return records[0]
 
 
-def test_accepted_write_record_has_every_field(db: Path) -> None:
+def test_accepted_write_record_has_every_field(store: Path | str) -> None:
     """Time, session, dialect, raw (size, SHA-256), verdict, tool, arguments, result, timings."""
     before = time.time()
-    with Gate(audit=AuditLog(db)) as gate:
+    with Gate(audit=AuditLog(store)) as gate:
         gate.handle(WRITE)
-    record = only(read_audit(db))
+    record = only(read_audit(store))
     raw = WRITE.encode()
     assert before <= record.time <= time.time()
     assert (record.event, record.session, record.dialect, record.ok) == (
@@ -102,12 +102,12 @@ def test_the_stage_names_come_from_one_tuple(db: Path) -> None:
     assert calls == ["id", *COLUMNS] and keys == list(KeyRow._fields)
 
 
-def test_refusals_record_the_stage_reached(db: Path) -> None:
+def test_refusals_record_the_stage_reached(store: Path | str) -> None:
     """A refusal's record names its stage and code; stages not reached have no time."""
-    with Gate(audit=AuditLog(db)) as gate:
+    with Gate(audit=AuditLog(store)) as gate:
         gate.handle("{not json")
         gate.handle('{"tool": "write_register", "arguments": {"addr": 16, "data": 1}}')
-    parse_refusal, range_refusal = read_audit(db)
+    parse_refusal, range_refusal = read_audit(store)
     assert (parse_refusal.stage, parse_refusal.code, parse_refusal.tool) == (
         "parse", "not-json", None)
     assert parse_refusal.parse_ns is not None and parse_refusal.validate_ns is None
@@ -118,23 +118,23 @@ def test_refusals_record_the_stage_reached(db: Path) -> None:
     assert range_refusal.validate_ns is not None and range_refusal.authorize_ns is None
 
 
-def test_raw_is_capped_but_its_size_and_hash_are_of_the_whole(db: Path) -> None:
+def test_raw_is_capped_but_its_size_and_hash_are_of_the_whole(store: Path | str) -> None:
     """Only max_raw_bytes are kept; raw_bytes and raw_sha256 describe the full call."""
     raw = b'{"tool": "read_register", "arguments": {"addr": 1}, "pad": "\xff\xfe"}'
-    with Gate(audit=AuditLog(db, max_raw_bytes=16)) as gate:
+    with Gate(audit=AuditLog(store, max_raw_bytes=16)) as gate:
         gate.handle(raw)
-    record = only(read_audit(db))
+    record = only(read_audit(store))
     assert record.raw == raw[:16]
     assert (record.raw_bytes, record.raw_sha256) == (len(raw), hashlib.sha256(raw).digest())
     assert record.code == "not-json"  # invalid UTF-8, kept exactly in the database
 
 
-def test_json_export_shows_text_hex_and_the_observation(db: Path) -> None:
+def test_json_export_shows_text_hex_and_the_observation(store: Path | str) -> None:
     """to_dict: raw as text, SHA-256 in hex, JSON values, and the observation rebuilt."""
-    with Gate(audit=AuditLog(db)) as gate:
+    with Gate(audit=AuditLog(store)) as gate:
         observation = gate.handle(WRITE)
         refused = gate.handle(b'{"tool": "x", "arguments": {}, "bad": "\xff"}')
-    ok, bad = (record.to_dict() for record in read_audit(db))
+    ok, bad = (record.to_dict() for record in read_audit(store))
     assert ok["observation"] == observation.to_dict()
     assert ok["raw"] == WRITE and ok["raw_sha256"] == hashlib.sha256(WRITE.encode()).hexdigest()
     assert ok["arguments"] == {"addr": 3, "data": 255}
@@ -185,33 +185,33 @@ def test_the_flusher_checkpoints_the_wal_off_the_writers_path(db: Path) -> None:
     assert len(read_audit(db)) == CHECKPOINT_FRAMES + 10
 
 
-def test_a_write_is_committed_before_its_observation_returns(db: Path) -> None:
+def test_a_write_is_committed_before_its_observation_returns(store: Path | str) -> None:
     """Another connection sees the write's record as soon as handle() returns."""
-    gate = Gate(audit=AuditLog(db, flush_interval=3600))  # the flusher never runs
+    gate = Gate(audit=AuditLog(store, flush_interval=3600))  # the flusher never runs
     gate.handle(READ)
     gate.handle(WRITE)
-    records = read_audit(db)  # a separate, read-only connection
+    records = read_audit(store)  # a separate, read-only connection
     assert [r.tool for r in records] == ["read_register", "write_register"]
     gate.close()
 
 
-def test_reads_are_group_committed_and_close_flushes_them(db: Path) -> None:
+def test_reads_are_group_committed_and_close_flushes_them(store: Path | str) -> None:
     """A read's record may wait in memory; close() commits it."""
-    gate = Gate(audit=AuditLog(db, flush_interval=3600))
+    gate = Gate(audit=AuditLog(store, flush_interval=3600))
     gate.handle(READ)
-    assert read_audit(db) == []  # waiting for the flusher (never, here) or a write
+    assert read_audit(store) == []  # waiting for the flusher (never, here) or a write
     gate.close()
-    assert only(read_audit(db)).tool == "read_register"
+    assert only(read_audit(store)).tool == "read_register"
 
 
-def test_the_flusher_commits_within_its_interval(db: Path) -> None:
+def test_the_flusher_commits_within_its_interval(store: Path | str) -> None:
     """With no write to carry them, records are committed by the flusher thread."""
-    gate = Gate(audit=AuditLog(db, flush_interval=0.01))
+    gate = Gate(audit=AuditLog(store, flush_interval=0.01))
     gate.handle(READ)
     deadline = time.monotonic() + 10
-    while not read_audit(db) and time.monotonic() < deadline:
+    while not read_audit(store) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(read_audit(db)) == 1
+    assert len(read_audit(store)) == 1
     gate.close()
 
 
@@ -355,13 +355,13 @@ def test_audit_arguments_are_checked(db: Path, keyword: str, value: Any) -> None
         AuditLog(db, **{keyword: value})
 
 
-def test_loop_steps_and_stop_are_recorded(db: Path) -> None:
+def test_loop_steps_and_stop_are_recorded(store: Path | str) -> None:
     """Each step's record carries the loop id and step; the stop is one more record."""
     proposer = ScriptedProposer([READ, '{"tool": "read_register", "arguments": {"addr": 99}}',
                                  '{"tool": "read_register", "arguments": {}}'])
-    with Gate(audit=AuditLog(db)) as gate:
+    with Gate(audit=AuditLog(store)) as gate:
         result = run_loop(proposer, gate)
-    records = read_audit(db, loop_id=result.loop_id)
+    records = read_audit(store, loop_id=result.loop_id)
     assert [(r.event, r.step, r.code) for r in records] == [
         ("call", 1, None), ("call", 2, "range-addr"), ("call", 3, "missing-addr"),
         ("stop", 3, "rejected")]
@@ -369,28 +369,28 @@ def test_loop_steps_and_stop_are_recorded(db: Path) -> None:
     assert records[-1].to_dict()["observation"] is None
 
 
-def test_filters(db: Path) -> None:
+def test_filters(store: Path | str) -> None:
     """session, code (ok for accepted), time range, loop and last combine."""
     policy = Policy.from_dict({"sessions": {"viewer": {"scopes": ["read"]}}})
-    with Gate(audit=AuditLog(db), policy=policy) as gate:
+    with Gate(audit=AuditLog(store), policy=policy) as gate:
         gate.handle(READ)
         gate.handle(WRITE, session=gate.session("viewer"))
         middle = time.time()
         gate.handle(WRITE)
-    assert [r.session for r in read_audit(db, session="viewer")] == ["viewer"]
-    assert [r.code for r in read_audit(db, code="denied-write_register")] == [
+    assert [r.session for r in read_audit(store, session="viewer")] == ["viewer"]
+    assert [r.code for r in read_audit(store, code="denied-write_register")] == [
         "denied-write_register"]
-    assert [r.tool for r in read_audit(db, code="ok")] == ["read_register", "write_register"]
+    assert [r.tool for r in read_audit(store, code="ok")] == ["read_register", "write_register"]
     # 3 is the last write's intent, left out: its call record (4) exists
-    assert [r.id for r in read_audit(db, since=middle)] == [4]
-    assert [r.id for r in read_audit(db, until=middle)] == [1, 2]
-    assert [r.id for r in read_audit(db, last=2)] == [2, 4]
-    assert [r.id for r in read_audit(db, last=2**63 - 1)] == [1, 2, 4]
-    assert read_audit(db, last=0) == []
-    assert read_audit(db, session="nobody") == []
+    assert [r.id for r in read_audit(store, since=middle)] == [4]
+    assert [r.id for r in read_audit(store, until=middle)] == [1, 2]
+    assert [r.id for r in read_audit(store, last=2)] == [2, 4]
+    assert [r.id for r in read_audit(store, last=2**63 - 1)] == [1, 2, 4]
+    assert read_audit(store, last=0) == []
+    assert read_audit(store, session="nobody") == []
     for last in (-1, 2**63):
         with pytest.raises(ValueError, match=rf"^last must be in 0\.\.{2**63 - 1}, got {last}$"):
-            read_audit(db, last=last)
+            read_audit(store, last=last)
 
 
 def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
@@ -670,25 +670,25 @@ def test_shell_is_authorized_and_recorded(capsys: pytest.CaptureFixture[str],
         ("viewer", "write_register", "denied-write_register")]
 
 
-def test_a_large_batch_is_committed_whole_and_in_order(db: Path) -> None:
+def test_a_large_batch_is_committed_whole_and_in_order(store: Path | str) -> None:
     """Records committed together (multi-row inserts plus a remainder) keep the call order."""
     raws = [f'{{"tool": "read_register", "arguments": {{"addr": {i % 16}}}, "id": "r{i}"}}'
             for i in range(100)]
-    with Gate(audit=AuditLog(db, flush_interval=3600)) as gate:
+    with Gate(audit=AuditLog(store, flush_interval=3600)) as gate:
         for raw in raws:
             gate.handle(raw)
-    records = read_audit(db)
+    records = read_audit(store)
     assert [r.raw for r in records] == [raw.encode() for raw in raws]
     assert [r.call_id for r in records] == [f"r{i}" for i in range(100)]
     assert [r.id for r in records] == list(range(1, 101))
 
 
-def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
+def test_nulls_are_written_as_literals_and_read_back_as_none(store: Path | str) -> None:
     """insert_statement binds only the values that are not None; every record reads back
     column for column, whatever mix of NULLs a batch holds."""
     rows = [AuditLog.stop_row(time=1.0, session="s", loop_id="l", stop="done", detail="d",
                               steps=2)]
-    with AuditLog(db, flush_interval=3600) as audit:
+    with AuditLog(store, flush_interval=3600) as audit:
         gate = Gate(audit=audit)
         gate.handle(WRITE)
         gate.handle("{not json")
@@ -698,7 +698,7 @@ def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
         assert "NULL" in statement
         for row in rows:
             audit.append(row)
-    write, refusal, stop, again = read_audit(db)
+    write, refusal, stop, again = read_audit(store)
     assert (write.ok, write.replay, write.stage, write.raw) == (True, False, None, WRITE.encode())
     assert (refusal.ok, refusal.code, refusal.tool, refusal.validate_ns) == (
         False, "not-json", None, None)

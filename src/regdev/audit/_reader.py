@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core._errors import AuditError
-from ._record import ADDED_COLUMNS, COLUMNS, AuditRecord, mapped
+from ._record import ADDED_COLUMNS, COLUMNS, AuditRecord, is_dsn, mapped, shown_dsn
 
 
 def read_audit(path: str | Path, *, session: str | None = None, code: str | None = None,
@@ -53,8 +53,7 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
             raise ValueError(f"{name} must be a finite Unix time in seconds, got {bound!r}")
     if last is not None and not 0 <= last <= 2**63 - 1:
         raise ValueError(f"last must be in 0..{2**63 - 1}, got {last!r}")
-    path = Path(path)
-    _check_exists(path)
+    path = _target(path)
     where: list[str] = []
     params: list[object] = []
     for column, value in (("session", session), ("loop_id", loop_id), ("{device}", device),
@@ -80,7 +79,7 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     if where:
         query += " WHERE " + " AND ".join(where)
     if last is not None:
-        query = f"SELECT * FROM ({query} ORDER BY id DESC LIMIT {int(last)})"
+        query = f"SELECT * FROM ({query} ORDER BY id DESC LIMIT {int(last)}) AS last_ones"
     query += " ORDER BY id"
     rows = _query(path, query, params)
     records = []
@@ -99,17 +98,26 @@ def find_loop(path: str | Path, prefix: str) -> str:
         AuditError: no database at ``path``, not a regdev audit log, or no loop or more than
             one loop id starts with ``prefix`` (the message lists up to 5 of them).
     """
-    path = Path(path)
-    _check_exists(path)
+    path = _target(path)
     rows = _query(path, "SELECT DISTINCT loop_id FROM calls WHERE substr(loop_id, 1, ?) = ? "
                         "ORDER BY loop_id LIMIT 6", [len(prefix), prefix])
     if len(rows) == 1:
         return str(rows[0][0])
+    where = shown_dsn(path) if isinstance(path, str) else path
     if not rows:
-        raise AuditError(f"no loop id in {path} starts with {prefix!r}")
+        raise AuditError(f"no loop id in {where} starts with {prefix!r}")
     shown = ", ".join(str(row[0]) for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
-    raise AuditError(f"{len(rows) if len(rows) <= 5 else 'more than 5'} loop ids in {path} "
+    raise AuditError(f"{len(rows) if len(rows) <= 5 else 'more than 5'} loop ids in {where} "
                      f"start with {prefix!r} ({shown}); give more of the id")
+
+
+def _target(path: str | Path) -> Path | str:
+    """The store at ``path``: a PostgreSQL URL as given, or a database file that exists."""
+    if is_dsn(path):
+        return str(path)
+    path = Path(path)
+    _check_exists(path)
+    return path
 
 
 def _check_exists(path: Path) -> None:
@@ -157,9 +165,14 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri + "?immutable=1", uri=True)
 
 
-def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]]:
+def _query(path: Path | str, query: str, params: list[object]) -> list[tuple[Any, ...]]:
     """Run one query on the audit database at ``path``, opened read-only (see
-    :func:`_connect_read_only`)."""
+    :func:`_connect_read_only`); a PostgreSQL store's through
+    :func:`regdev.audit._postgres.query`."""
+    if isinstance(path, str):
+        from ._postgres import query as postgres_query  # noqa: PLC0415 - optional extra
+
+        return postgres_query(path, query, params)
     with mapped(f"cannot read the audit database {path}"):
         conn = _connect_read_only(path)
         try:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import math
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO, get_args
 
 from ..agents._loop import StopReason
 from ..agents._models import AGENT_STOPS
 from ..audit._log import (
     AuditRecord,
+    audit_target,
     default_audit_path,
     find_loop,
     read_audit,
+    shown_dsn,
 )
 from ..core._errors import AuditError
 from ..core._observation import FIXED_CODES, NAMED_CODES
@@ -142,7 +143,8 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(_show_record(record) + "\n")
     if not args.json:
-        out.write(display_text(f"{count(len(records), 'record')} in {path}") + "\n")
+        where = shown_dsn(path) if isinstance(path, str) else path
+        out.write(display_text(f"{count(len(records), 'record')} in {where}") + "\n")
     return 1 if unreadable else 0
 
 
@@ -156,8 +158,9 @@ def add_parser(sub: Any) -> None:
                     "--http), the device it "
                     "reached and time spent, and every loop's stop. Filters combine. "
                     "Times are shown in UTC.")
-    audit.add_argument("--db", metavar="PATH", type=Path,
-                       help="the audit database (default: $REGDEV_AUDIT, else "
+    audit.add_argument("--db", metavar="PATH", type=audit_target,
+                       help="the audit database, or a postgresql:// URL (default: "
+                            "$REGDEV_AUDIT, else "
                             "$XDG_STATE_HOME/regdev/audit.db, i.e. "
                             "~/.local/state/regdev/audit.db)")
     audit.add_argument("--session", metavar="NAME", help="only this session's records")

@@ -138,7 +138,7 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
             log.info("serving MCP on stdio: tools %s on %s, session %s, audit log %s",
                      ", ".join(t.name for t in offered_tools(gate.tools, session)), identity,
                      session.name,
-                     gate.audit.path if gate.audit is not None else "off")
+                     gate.audit.name if gate.audit is not None else "off")
             try:
                 serve_stdio(gate, session, stop_signals=stop_signals, approvals=approve)
             except OSError as error:  # stdout failed: no client left to answer
@@ -186,7 +186,7 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
                 log.info("serving MCP over HTTP at %s (%s): tools %s on %s, audit log %s",
                          url, "stateless" if args.stateless else "sessions",
                          ", ".join(gate.tools), identity,
-                         gate.audit.path if gate.audit is not None else "off")
+                         gate.audit.name if gate.audit is not None else "off")
                 if not is_loopback(host):
                     log.warning("listening on %s, beyond this machine, in plain HTTP: put a "
                                 "reverse proxy with TLS in front (docs/agents.md)", host)

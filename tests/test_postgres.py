@@ -1,0 +1,144 @@
+"""The PostgreSQL store: what is its own (several writers, its schema version, its URL on the
+command line). The tests every store passes are in test_audit.py and test_idempotency.py,
+run on SQLite and PostgreSQL alike (the ``store`` fixture)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import psycopg
+import pytest
+
+from conftest import run
+from pgserver import Server, free_port
+from regdev import AuditError, AuditLog, Gate, RegisterFile, read_audit
+from regdev.audit._postgres import POSTGRES_SCHEMA_VERSION
+from regdev.audit._record import COLUMNS
+
+WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
+READ = '{"tool": "read_register", "arguments": {"addr": 3}}'
+
+
+def schema_of(dsn: str) -> str:
+    return dsn.rpartition("%3D")[2]
+
+
+def test_the_calls_table_has_every_column_of_the_record(postgres: Server) -> None:
+    """calls has id and every column of COLUMNS, in order (the one list of columns)."""
+    dsn = postgres.fresh_dsn()
+    with AuditLog(dsn):
+        pass
+    with psycopg.connect(postgres.dsn) as conn:
+        names = [row[0] for row in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'calls' "
+            "AND table_schema = %s ORDER BY ordinal_position", (schema_of(dsn),))]
+    assert names == ["id", *COLUMNS]
+
+
+def test_the_store_is_append_only(postgres: Server) -> None:
+    """The database refuses UPDATE and DELETE of records, keys and resets."""
+    dsn = postgres.fresh_dsn()
+    with Gate(RegisterFile(), audit=AuditLog(dsn)) as gate:
+        gate.handle('{"tool": "write_register", "arguments": {"addr": 1, "data": 1}, '
+                    '"idempotency_key": "k"}')
+        gate.reset_device()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in ("UPDATE calls SET ok = 0", "DELETE FROM calls",
+                          "UPDATE idempotency_keys SET observation = ''",
+                          "DELETE FROM idempotency_keys", "DELETE FROM device_resets"):
+            with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+                conn.execute(statement)
+
+
+def test_another_schema_version_is_refused_with_what_to_do(postgres: Server) -> None:
+    """A store of another schema version is refused, naming both versions and the way out."""
+    dsn = postgres.fresh_dsn()
+    with AuditLog(dsn):
+        pass
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE regdev_schema SET version = 99")
+    message = (f"has regdev's PostgreSQL schema version 99; this regdev uses version "
+               f"{POSTGRES_SCHEMA_VERSION}: open it with the regdev that wrote it, or give "
+               "this one a new database")
+    with pytest.raises(AuditError, match=message):
+        AuditLog(dsn)
+    with pytest.raises(AuditError, match=message):
+        read_audit(dsn)
+
+
+def test_a_database_with_a_calls_table_of_its_own_is_refused(postgres: Server) -> None:
+    """A schema that holds a table named calls not made by regdev is not taken over."""
+    dsn = postgres.fresh_dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE calls (x int)")
+    with pytest.raises(AuditError, match="has a table calls that is not a regdev audit log"):
+        AuditLog(dsn)
+
+
+def test_several_writers_keep_every_record(postgres: Server) -> None:
+    """Four writers on one store, in threads, 50 writes each: 200 records, none lost."""
+    dsn = postgres.fresh_dsn()
+    logs = [AuditLog(dsn) for _ in range(4)]
+
+    def work(log: AuditLog) -> None:
+        gate = Gate(RegisterFile(), audit=log)
+        for i in range(50):
+            assert gate.handle(WRITE.replace("c1", f"c{i}")).ok
+
+    threads = [threading.Thread(target=work, args=(log,)) for log in logs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for log in logs:
+        log.close()
+    records = read_audit(dsn, code="ok")
+    assert len(records) == 200 and len({r.id for r in records}) == 200
+
+
+def test_cli_records_to_postgresql_and_audit_and_report_read_it(
+        capsys: pytest.CaptureFixture[str], postgres: Server,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--audit postgresql://... records; regdev audit and report read the store (--db and
+    $REGDEV_AUDIT); the password is never shown."""
+    dsn = postgres.fresh_dsn()
+    status, _, err = run(capsys, "call", WRITE, "--audit", dsn)
+    assert status == 0, err
+    status, out, _ = run(capsys, "audit", "--db", dsn, "--json")
+    assert status == 0 and json.loads(out)["arguments"] == {"addr": 3, "data": 255}
+    monkeypatch.setenv("REGDEV_AUDIT", dsn)
+    status, _, err = run(capsys, "call", READ)
+    assert status == 0, err
+    status, out, _ = run(capsys, "audit")
+    assert status == 0 and out.splitlines()[-1] == f"2 records in {dsn}"
+    status, out, _ = run(capsys, "report", "--json")
+    report = json.loads(out)
+    assert status == 0 and report["db"] == dsn
+    assert [(p["proposer"], p["calls"]) for p in report["proposers"]] == [("unknown", 2)]
+
+
+def test_a_wrong_url_or_a_server_down_is_exit_2_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL libpq refuses, and a server that does not answer: exit 2, one line, no
+    password shown, nothing run."""
+    port = free_port()
+    for dsn, words in ((f"postgresql://me:secret@127.0.0.1:{port}/x", "connection"),
+                       ("postgresql://127.0.0.1:notaport/x", "invalid")):
+        for argv in (["call", WRITE, "--audit", dsn], ["audit", "--db", dsn]):
+            status, out, err = run(capsys, *argv)
+            assert status == 2 and out == "", (argv, out)
+            assert err.count("\n") == 1 and "secret" not in err, err
+            assert "cannot" in err and words in err, err
+
+
+def test_serve_with_postgresql_down_exits_2_in_one_line() -> None:
+    """regdev serve with its store out of reach: exit 2, one line on stderr."""
+    dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    done = subprocess.run([sys.executable, "-m", "regdev", "serve", "--audit", dsn],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot open the audit database" in done.stderr
