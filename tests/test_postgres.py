@@ -9,14 +9,25 @@ import subprocess
 import sys
 import threading
 
+import anyio
 import psycopg
 import pytest
 
 from conftest import run
 from pgserver import Server, free_port
-from regdev import AuditError, AuditLog, Gate, RegisterFile, read_audit
+from regdev import (
+    Approval,
+    ApprovalRequest,
+    AuditError,
+    AuditLog,
+    Gate,
+    Policy,
+    RegisterFile,
+    read_audit,
+)
 from regdev.audit._postgres import POSTGRES_SCHEMA_VERSION
 from regdev.audit._record import COLUMNS
+from regdev.server._approval import approvals_for
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
 READ = '{"tool": "read_register", "arguments": {"addr": 3}}'
@@ -142,3 +153,57 @@ def test_serve_with_postgresql_down_exits_2_in_one_line() -> None:
                           check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "cannot open the audit database" in done.stderr
+
+
+def test_a_rate_limit_is_shared_by_the_processes_of_a_store(postgres: Server) -> None:
+    """A caller's bucket is the store's: its burst spent through one writer is spent for the
+    other too (two AuditLogs stand for two processes)."""
+    dsn = postgres.fresh_dsn()
+    policy = Policy.from_dict({"rate_limit": {"rate": 0.001, "burst": 2}})
+    with AuditLog(dsn) as one, AuditLog(dsn) as other:
+        first = policy.session(caller="token:alice", shared=one.shared_bucket)
+        second = policy.session(caller="token:alice", shared=other.shared_bucket)
+        bob = policy.session(caller="token:bob", shared=other.shared_bucket)
+        assert first.take_token() is None and second.take_token() is None
+        refusal = first.take_token()
+        assert refusal is not None and refusal.code == "rate-limited"
+        assert second.take_token() is not None
+        assert bob.take_token() is None  # a bucket per caller
+    with AuditLog(dsn) as again:  # the buckets outlive the processes
+        third = policy.session(caller="token:alice", shared=again.shared_bucket)
+        assert third.take_token() is not None
+
+
+def test_an_approval_question_opened_by_one_process_is_answered_through_another(
+        postgres: Server) -> None:
+    """A page question asked by one process (its Approvals) is served and answered by the
+    other's page; the asking process sees the yes, with the register's value it holds."""
+    dsn = postgres.fresh_dsn()
+    policy = Policy.from_dict({"approval": {"via": "url", "timeout": 60}})
+    device = RegisterFile()
+    device.write(15, 9)
+
+    async def approver(token: str) -> tuple[str, frozenset[str]] | None:
+        return ("token:carol", frozenset({"regdev:approve"})) if token == "good" else None
+
+    with AuditLog(dsn) as one, AuditLog(dsn) as other:
+        asking, answering = (approvals_for(policy, device) for _ in range(2))
+        asking.shared, answering.shared = one.shared_questions(), other.shared_questions()
+        answering.verify_approver = approver
+        request = ApprovalRequest("default", "write_register", {"addr": 15, "data": 1}, 15,
+                                  caller="token:alice")
+        question = asking._open_question(request, "url")
+        assert question is not None
+        status, page = answering.page(question.id)
+        assert status == 200 and "register 15" in page.lower()
+        result: list[Approval] = []
+        waiter = threading.Thread(target=lambda: result.append(asking._wait_page(question)))
+        waiter.start()
+        status, _ = anyio.run(answering.answer_page, question.id,
+                              b"token=good&decision=approve")
+        assert status == 200
+        waiter.join(timeout=60)
+        assert result == [Approval(True, "token:carol", "url", holds=((15, 9),))]
+        status, _ = anyio.run(answering.answer_page, question.id,
+                              b"token=good&decision=deny")
+        assert status == 404  # answered: closed everywhere

@@ -28,6 +28,7 @@ Rules of this file:
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import uuid
 from pathlib import Path
@@ -41,6 +42,8 @@ from ..core._wording import postgres_problem
 from ._idempotency import IdempotencyStore, KeyRow, Slot, conflict, in_progress, replayed
 from ._record import ADDED_COLUMNS, COLUMNS, STAGE_TIMES, mapped, shown_dsn
 from ._writer import MAX_ROWS_PER_INSERT, AuditLog, _as_text, _Pending, _statement
+
+logger = logging.getLogger("regdev")
 
 #: This regdev's version of the PostgreSQL schema (table ``regdev_schema``).
 POSTGRES_SCHEMA_VERSION = 1
@@ -104,6 +107,38 @@ CREATE TABLE idempotency_running (
     f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
     "FOR EACH ROW EXECUTE FUNCTION regdev_append_only();\n"
     for table in ("calls", "idempotency_keys", "device_resets"))
+
+#: Tables that are state, not record (changed in place): rate-limit buckets, approval questions.
+_STATE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rate_buckets (
+    name        TEXT PRIMARY KEY,
+    tokens      DOUBLE PRECISION NOT NULL,
+    at          DOUBLE PRECISION NOT NULL,
+    took        BOOLEAN NOT NULL
+);
+CREATE TABLE IF NOT EXISTS approval_questions (
+    id          TEXT PRIMARY KEY,
+    page        TEXT NOT NULL,
+    caller      TEXT,
+    deadline    DOUBLE PRECISION NOT NULL,
+    approved    BOOLEAN,
+    approver    TEXT,
+    reason      TEXT,
+    used        BOOLEAN NOT NULL DEFAULT false
+);
+"""
+#: Take a token from a bucket (made full when new), by the database's clock.
+_TAKE = """
+INSERT INTO rate_buckets AS b (name, tokens, at, took)
+VALUES (%(name)s, %(burst)s - 1, extract(epoch FROM clock_timestamp()), true)
+ON CONFLICT (name) DO UPDATE SET
+    tokens = least(%(burst)s, b.tokens + (EXCLUDED.at - b.at) * %(rate)s)
+             - CASE WHEN least(%(burst)s, b.tokens + (EXCLUDED.at - b.at) * %(rate)s) >= 1
+                    THEN 1 ELSE 0 END,
+    took = least(%(burst)s, b.tokens + (EXCLUDED.at - b.at) * %(rate)s) >= 1,
+    at = EXCLUDED.at
+RETURNING took, tokens
+"""
 
 _CURRENT_EPOCH = ("coalesce((SELECT epoch FROM device_resets WHERE device = %(device)s "
                   "ORDER BY id DESC LIMIT 1), '')")
@@ -259,6 +294,7 @@ def check_version(conn: psycopg.Connection[Any], name: str, *, create: bool) -> 
             conn.execute("CREATE TABLE regdev_schema (version INTEGER NOT NULL)")
             conn.execute("INSERT INTO regdev_schema VALUES (%s)", (POSTGRES_SCHEMA_VERSION,))
         if create:  # columns added to the record since the database was made
+            conn.execute(_STATE_SCHEMA)
             have = {row[0] for row in conn.execute(
                 "SELECT column_name FROM information_schema.columns "
                 "WHERE table_name = 'calls' AND table_schema = current_schema()")}
@@ -288,6 +324,92 @@ def query(dsn: str, statement: str, params: list[object]) -> list[tuple[Any, ...
         conn.close()
 
 
+class SharedBucket:
+    """A rate limit's token bucket kept in the store (table ``rate_buckets``), shared by
+    every process: ``rate`` tokens a second, ``burst`` at most, refilled by the database's
+    clock. When the database cannot be reached, the call is not limited (logged): the calls
+    that change a device are refused then anyway (their records cannot be written).
+    """
+
+    def __init__(self, keys: SharedKeys, name: str, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._keys = keys
+        self._name = name
+
+    def take(self) -> float:
+        """Take one token; 0.0 when taken, else the seconds until one is available."""
+        try:
+            with self._keys._lock:
+                took, tokens = _one(self._keys._conn.execute(_TAKE, {
+                    "name": self._name, "rate": self.rate, "burst": self.burst}))
+        except psycopg.Error as error:
+            logger.warning("the rate limit %s was not applied: the audit database cannot be "
+                           "reached: %s", self._name, postgres_problem(error))
+            return 0.0
+        return 0.0 if took else (1.0 - float(tokens)) / self.rate
+
+
+class SharedQuestions:
+    """Approval questions kept in the store (table ``approval_questions``), so that a
+    question opened by one process is answered through any: its page is served, and its
+    answer taken, by whichever process the approver's request reaches, and the process that
+    asked sees the answer (it polls). Also the 2026-07-28 questions answered once across
+    every process (:meth:`use`).
+
+    Raises (each method but :meth:`answer_of`):
+        AuditError: the database cannot be reached.
+    """
+
+    def __init__(self, keys: SharedKeys) -> None:
+        self._keys = keys
+
+    def _run(self, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._keys._lock, mapped(f"cannot reach the audit database {self._keys._name}"):
+            cursor = self._keys._conn.execute(statement, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def open(self, question_id: str, text: str, caller: str | None, deadline: float) -> None:
+        """Open a question (``text``: the question in words; ``deadline``: Unix seconds)."""
+        self._run("INSERT INTO approval_questions (id, page, caller, deadline) "
+                  "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                  (question_id, text, caller, deadline))
+
+    def get(self, question_id: str) -> tuple[str, str | None, float, bool] | None:
+        """An open question's text, caller, deadline and whether it has its answer; None
+        when there is no such question."""
+        rows = self._run("SELECT page, caller, deadline, approved IS NOT NULL "
+                         "FROM approval_questions WHERE id = %s", (question_id,))
+        return (rows[0][0], rows[0][1], float(rows[0][2]), bool(rows[0][3])) if rows else None
+
+    def answer(self, question_id: str, approved: bool, approver: str,
+               reason: str | None) -> bool:
+        """Record the answer; False when the question had one already or expired."""
+        return bool(self._run(
+            "UPDATE approval_questions SET approved = %s, approver = %s, reason = %s "
+            "WHERE id = %s AND approved IS NULL "
+            "AND deadline >= extract(epoch FROM clock_timestamp()) RETURNING id",
+            (approved, approver, reason, question_id)))
+
+    def answer_of(self, question_id: str) -> tuple[bool, str | None, str | None] | None:
+        """The answer recorded (approved, approver, reason), or None (none yet, or the
+        database out of reach: asked again at the next poll)."""
+        try:
+            rows = self._run("SELECT approved, approver, reason FROM approval_questions "
+                             "WHERE id = %s AND approved IS NOT NULL", (question_id,))
+        except AuditError:
+            return None
+        return (bool(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
+
+    def use(self, question_id: str, deadline: float) -> bool:
+        """Mark a 2026-07-28 elicitation question answered; False when it was already, in
+        any process."""
+        return bool(self._run(
+            "INSERT INTO approval_questions (id, page, deadline, approved, used) "
+            "VALUES (%s, '', %s, true, true) ON CONFLICT DO NOTHING RETURNING id",
+            (question_id, deadline)))
+
+
 class PostgresAuditLog(AuditLog):
     """The audit log in a PostgreSQL database, shared by every process that opens it (see
     the module docstring). Made by :class:`AuditLog` for a ``postgresql://`` URL; takes the
@@ -315,6 +437,18 @@ class PostgresAuditLog(AuditLog):
             raise
         self.idempotency = SharedKeys(keys_conn, self.name)
         self._rows_per_insert = MAX_ROWS_PER_INSERT
+
+    def shared_questions(self) -> SharedQuestions:
+        """The approval questions of the store, shared by every process
+        (:class:`SharedQuestions`)."""
+        assert isinstance(self.idempotency, SharedKeys)
+        return SharedQuestions(self.idempotency)
+
+    def shared_bucket(self, name: str, rate: float, burst: int) -> SharedBucket:
+        """The bucket ``name`` of the store's table ``rate_buckets``, shared by every process
+        (:class:`SharedBucket`)."""
+        assert isinstance(self.idempotency, SharedKeys)
+        return SharedBucket(self.idempotency, name, rate, burst)
 
     @staticmethod
     def _as_text(row: tuple[Any, ...]) -> tuple[Any, ...]:

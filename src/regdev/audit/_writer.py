@@ -523,6 +523,23 @@ class AuditLog:
             raise AuditError(f"could not commit to the audit database {self.name}: {outcome}",
                              str(outcome))
 
+    def shared_questions(self) -> Any:
+        """The approval questions kept in the store for every process that opens it
+        (:class:`~regdev.audit._postgres.SharedQuestions`), or None where the store is this
+        process's alone (SQLite: None)."""
+        return None
+
+    def shared_bucket(self, name: str, rate: float, burst: int) -> Any:
+        """A rate-limit bucket kept in the store for every process that opens it, or None
+        where the store is this process's alone (SQLite: None).
+
+        Args:
+            name: the bucket's name (a caller and its session).
+            rate: tokens added per second (> 0).
+            burst: the bucket's size (>= 1).
+        """
+        return None
+
     # --- idempotency keys (see ``_idempotency.py``) -----------------------------------------
 
     def begin_key(self, slot: Slot, print_: bytes, *,

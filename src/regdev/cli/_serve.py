@@ -179,6 +179,8 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
         identity = device_call(args, device.identify)  # a silent device fails here, at once
         approvals = approvals_for(policy, device, state_key)
         gate, _ = open_gate(args, device, policy=policy, approve=approvals)
+        if gate.audit is not None:  # a store shared by several processes shares questions
+            approvals.shared = gate.audit.shared_questions()
         with gate:  # closing it commits the last audit records
             assert isinstance(gate.policy, Policy)  # load_policy's, with the approver
 

@@ -559,8 +559,10 @@ class CallerSessions:
             if found is not None:
                 self._sessions.move_to_end(key)
                 return found
-            found = self._sessions[key] = self.policy.session(caller.session,
-                                                              caller=caller.name)
+            audit = self.gate.audit
+            found = self._sessions[key] = self.policy.session(
+                caller.session, caller=caller.name,
+                shared=audit.shared_bucket if audit is not None else None)
             while len(self._sessions) > self.cap:
                 self._sessions.popitem(last=False)
             return found
