@@ -46,6 +46,7 @@ from regdev.audit._log import (
     insert_statement,
     lock_path,
 )
+from regdev.audit._reader import explain_audit
 from regdev.audit._record import ADDED_COLUMNS, COLUMNS, SCHEMA
 from regdev.core._observation import PIPELINE, Stage
 
@@ -984,7 +985,10 @@ def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path
     and its own records fill them."""
     with Gate(audit=AuditLog(db)) as gate:
         gate.handle(READ)  # a read: no intent record, which the regdev before them never wrote
-    conn = sqlite3.connect(db)  # as the regdev before them wrote it
+    conn = sqlite3.connect(db)  # as the regdev before them wrote it (nor its indexes)
+    for (index,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index' AND "
+                                 "name LIKE 'calls_by_%'").fetchall():
+        conn.execute(f"DROP INDEX {index}")
     for name, _ in ADDED_COLUMNS:
         conn.execute(f"ALTER TABLE calls DROP COLUMN {name}")
     conn.commit()
@@ -1006,3 +1010,54 @@ def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path
     assert (second.ok, second.caller, second.approver, second.approval) == (
         True, "token:alice", "token:bob", "url")
     assert second.to_dict()["caller"] == "token:alice"
+
+
+def test_each_filter_is_answered_through_its_index(store: Path | str) -> None:
+    """A filter by code, session, device, caller, proposer, loop or time reads through its
+    index (its cost follows its matches, not the log's size), on either store; an intent's
+    call record is found by its index too."""
+    rows = []
+    for i in range(4000):
+        rows.append((1000.0 + i, "call", f"s{i % 50}", "canonical", f"loop{i % 40}", 1,
+                     None, None, None, 1, None, f"code-{i % 30}" if i % 2 else None, None,
+                     "read_register", None, None, None, None, 0,
+                     *(None,) * len(PIPELINE), f"dev{i % 20}", None, f"p{i % 25}",
+                     f"token:c{i % 10}", None, None, None, None))
+    with AuditLog(store, flush_interval=3600) as audit:
+        for row in rows:
+            audit.append(row)
+    if isinstance(store, str):  # PostgreSQL plans by its statistics
+        import psycopg  # noqa: PLC0415 - the postgresql extra
+
+        with psycopg.connect(store, autocommit=True) as conn:
+            conn.execute("ANALYZE calls")
+    for column, filters in (("code", {"code": "code-3"}), ("session", {"session": "s7"}),
+                            ("device", {"device": "dev3"}), ("caller", {"caller": "token:c1"}),
+                            ("proposer", {"proposer": "p4"}), ("loop", {"loop_id": "loop9"}),
+                            ("time", {"since": 4990.0})):
+        plan = " | ".join(explain_audit(store, **filters))
+        assert f"calls_by_{column}" in plan, (column, plan)
+    assert len(read_audit(store, code="code-3")) == len(range(3, 4000, 30))
+
+
+def test_audit_follow_shows_records_as_they_are_committed(store: Path | str) -> None:
+    """regdev audit --follow prints the records there, then each new one another writer
+    commits, and exits 0 on Ctrl-C (SIGINT)."""
+    with Gate(audit=AuditLog(store)) as gate:
+        gate.handle(READ)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "regdev", "audit", "--db", str(store), "--follow", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout = follower.stdout
+    assert stdout is not None
+    try:
+        assert json.loads(stdout.readline())["tool"] == "read_register"
+        with Gate(audit=AuditLog(store)) as gate:
+            gate.handle(WRITE)
+        record = json.loads(stdout.readline())  # waits until it is shown
+        assert (record["event"], record["tool"], record["call_id"]) == (
+            "call", "write_register", "c1")
+    finally:
+        follower.send_signal(signal.SIGINT)
+        _, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err

@@ -40,7 +40,15 @@ from ..core._errors import AuditError
 from ..core._observation import Observation, Refusal
 from ..core._wording import postgres_problem
 from ._idempotency import IdempotencyStore, KeyRow, Slot, conflict, in_progress, replayed
-from ._record import ADDED_COLUMNS, COLUMNS, STAGE_TIMES, mapped, shown_dsn
+from ._record import (
+    ADDED_COLUMNS,
+    COLUMNS,
+    INDEXES,
+    STAGE_TIMES,
+    UNSETTLED,
+    mapped,
+    shown_dsn,
+)
 from ._writer import MAX_ROWS_PER_INSERT, AuditLog, _as_text, _Pending, _statement
 
 logger = logging.getLogger("regdev")
@@ -301,6 +309,7 @@ def check_version(conn: psycopg.Connection[Any], name: str, *, create: bool) -> 
             for column, kind in ADDED_COLUMNS:
                 if column not in have:
                     conn.execute(f"ALTER TABLE calls ADD COLUMN {column} {_KINDS[kind]}")
+            conn.execute(INDEXES)
 
 
 def query(dsn: str, statement: str, params: list[object]) -> list[tuple[Any, ...]]:
@@ -312,6 +321,8 @@ def query(dsn: str, statement: str, params: list[object]) -> list[tuple[Any, ...
     """
     name = shown_dsn(dsn)
     statement = statement.replace("{columns}", ", ".join(COLUMNS))
+    statement = statement.replace("{unsettled}", UNSETTLED)
+    statement = statement.replace("{calls_by_time}", "calls")
     for column, _ in ADDED_COLUMNS:
         statement = statement.replace(f"{{{column}}}", column)
     conn = connect(dsn, "cannot read the audit database")

@@ -7,6 +7,7 @@ read with NULL in the columns it lacks.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import sqlite3
@@ -14,18 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from ..core._errors import AuditError
-from ._record import ADDED_COLUMNS, COLUMNS, AuditRecord, is_dsn, mapped, shown_dsn
+from ._record import (
+    ADDED_COLUMNS,
+    COLUMNS,
+    UNSETTLED,
+    AuditRecord,
+    is_dsn,
+    mapped,
+    shown_dsn,
+)
 
 
 def read_audit(path: str | Path, *, session: str | None = None, code: str | None = None,
                  since: float | None = None, until: float | None = None,
                  loop_id: str | None = None, last: int | None = None,
                  device: str | None = None, proposer: str | None = None,
-                 caller: str | None = None) -> list[AuditRecord]:
+                 caller: str | None = None, after: int | None = None,
+                 intents: bool = True) -> list[AuditRecord]:
     """Read records of an audit database, oldest first, opened read-only.
 
     Args:
-        path: the database file.
+        path: the database file, or a PostgreSQL store's ``postgresql://`` URL.
         session: only this session's records.
         code: only records with this verdict code (a stop reason for stops); ``"ok"`` selects
             accepted calls.
@@ -39,6 +49,14 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         proposer: only the records of calls (and loop stops) this proposer made.
         caller: only the records of calls this caller sent (``token:NAME``,
             ``oauth:SUBJECT``: the authenticated callers of ``regdev serve --http``).
+        after: only the records after this id (``regdev audit --follow`` reads on from the
+            last record it showed).
+        intents: False leaves out every intent record (an intent whose call record was
+            written is always left out; one without is shown, as ``outcome-unknown``).
+
+    Each filter but ``code="ok"`` is answered through an index of its column
+    (:data:`~regdev.audit._record.INDEXES`): in time proportional to the records it
+    matches, not to the log's size.
 
     Returns:
         The matching records in append order.
@@ -72,15 +90,28 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     if until is not None:
         where.append("time < ?")
         params.append(until)
+    if after is not None:
+        where.append("id > ?")
+        params.append(after)
     # An intent whose call record was written is no news: only those without one are shown.
-    where.append("NOT (event = 'intent' AND {intent} IN (SELECT {intent} FROM calls "
-                 "WHERE event = 'call' AND {intent} IS NOT NULL))")
-    query = "SELECT id, {columns} FROM calls"  # the columns this database has (_query)
+    where.append("{unsettled}" if intents else "event <> 'intent'")
+    # A time range alone is read through calls_by_time: SQLite, without statistics of the
+    # range, would rather scan the table in id order than sort what the index finds.
+    by_time = (since is not None or until is not None) and all(
+        value is None for value in (session, loop_id, device, proposer, caller, code))
+    table = "{calls_by_time}" if by_time else "calls"
+    query = f"SELECT id, {{columns}} FROM {table}"  # the columns this database has (_query)
     if where:
         query += " WHERE " + " AND ".join(where)
     if last is not None:
         query = f"SELECT * FROM ({query} ORDER BY id DESC LIMIT {int(last)}) AS last_ones"
     query += " ORDER BY id"
+    plan = _PLAN.get()
+    if plan is not None:  # explain_audit's: the plan, not the records
+        plan.extend(str(row[-1]) for row in _query(
+            path, ("EXPLAIN QUERY PLAN " if isinstance(path, Path) else "EXPLAIN ") + query,
+            params))
+        return []
     rows = _query(path, query, params)
     records = []
     for row in rows:
@@ -88,6 +119,28 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         values[10], values[19] = bool(values[10]), bool(values[19])  # ok, replay
         records.append(AuditRecord(*values))
     return records
+
+
+#: Set by :func:`explain_audit`: where :func:`read_audit` puts its query's plan.
+_PLAN: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("regdev_plan",
+                                                                         default=None)
+
+
+def explain_audit(path: str | Path, **filters: Any) -> list[str]:
+    """How the store would answer :func:`read_audit` with ``filters``: the lines of its
+    query plan (SQLite's ``EXPLAIN QUERY PLAN``, PostgreSQL's ``EXPLAIN``), to check that a
+    filter is answered through its index.
+
+    Raises:
+        as :func:`read_audit`.
+    """
+    plan: list[str] = []
+    token = _PLAN.set(plan)
+    try:
+        read_audit(path, **filters)
+    finally:
+        _PLAN.reset(token)
+    return plan
 
 
 def find_loop(path: str | Path, prefix: str) -> str:
@@ -184,6 +237,11 @@ def _query(path: Path | str, query: str, params: list[object]) -> list[tuple[Any
                 have = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
                 query = query.replace("{columns}", ", ".join(
                     name if name in have else f"NULL AS {name}" for name in COLUMNS))
+                query = query.replace("{unsettled}", UNSETTLED if "intent" in have else "1 = 1")
+                indexed = conn.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'index' "
+                                       "AND name = 'calls_by_time'").fetchone()[0]
+                query = query.replace("{calls_by_time}", "calls INDEXED BY calls_by_time"
+                                      if indexed else "calls")
                 for name, _ in ADDED_COLUMNS:  # and in a filter, {name}
                     query = query.replace(f"{{{name}}}", name if name in have else "NULL")
             rows: list[tuple[Any, ...]] = conn.execute(query, params).fetchall()

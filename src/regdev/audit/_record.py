@@ -127,6 +127,26 @@ CREATE TRIGGER IF NOT EXISTS calls_append_only_delete BEFORE DELETE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 """
 
+#: The indexes of ``calls`` (both stores): a filter of :func:`~regdev.audit._reader.read_audit`
+#: by code, session, device, caller, proposer, loop or time costs in proportion to the records
+#: it matches, not to the log's size; and an intent's call record is found by its intent. A
+#: column that is NULL in most records is indexed where it is not (a partial index).
+INDEXES = """
+CREATE INDEX IF NOT EXISTS calls_by_code ON calls (code) WHERE code IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_session ON calls (session);
+CREATE INDEX IF NOT EXISTS calls_by_device ON calls (device) WHERE device IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_caller ON calls (caller) WHERE caller IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_proposer ON calls (proposer) WHERE proposer IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_loop ON calls (loop_id) WHERE loop_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_time ON calls (time);
+CREATE INDEX IF NOT EXISTS calls_by_intent ON calls (intent) WHERE intent IS NOT NULL;
+"""
+
+#: An intent record whose call record was not written (its outcome unknown): what
+#: :func:`~regdev.audit._reader.read_audit` shows of intents (found by ``calls_by_intent``).
+UNSETTLED = ("NOT (event = 'intent' AND EXISTS (SELECT 1 FROM calls AS settled "
+             "WHERE settled.intent = calls.intent AND settled.event = 'call'))")
+
 COLUMNS = (
     "time", "event", "session", "dialect", "loop_id", "step", "raw", "raw_bytes", "raw_sha256",
     "ok", "stage", "code", "message", "tool", "arguments", "result", "call_id",

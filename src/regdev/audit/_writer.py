@@ -72,6 +72,7 @@ from ._lock import check_database_file, lock_path, release_lock, take_lock
 from ._reader import read_audit
 from ._record import (
     COLUMNS,
+    INDEXES,
     INSERT_INTO,
     MIGRATIONS,
     SCHEMA,
@@ -313,7 +314,7 @@ class AuditLog:
                         raise AuditError(f"{path} is a SQLite database but not a regdev "
                                          "audit log")
                 migrate = MIGRATIONS.get(version, "") + add_columns(conn)
-                conn.executescript(f"BEGIN IMMEDIATE; {migrate} {SCHEMA} {KEYS_SCHEMA} "
+                conn.executescript(f"BEGIN IMMEDIATE; {migrate} {SCHEMA} {INDEXES} {KEYS_SCHEMA} "
                                    f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
                 keys = conn.execute(SELECT_CURRENT_KEYS).fetchall()
                 epochs = dict(conn.execute(SELECT_EPOCHS).fetchall())
