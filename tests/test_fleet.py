@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,32 @@ def test_a_bad_fleet_file_is_refused_in_one_line_naming_the_line(
     with pytest.raises(FleetError, match=message) as caught:
         load_fleet(fleet(tmp_path, text))
     assert "\n" not in str(caught.value)
+
+
+def test_serve_http_fleet_serves_each_device_at_its_own_endpoint(tmp_path: Path) -> None:
+    """serve --http --fleet: each device at /mcp/NAME with its own registers; a token whose
+    scopes name a device reaches that one only (403 elsewhere)."""
+    from httpserver import TOKENS, http_server, policy_text, post, sdk_client  # noqa: PLC0415
+
+    path = fleet(tmp_path, '[devices.a]\nport = "inprocess"\n\n'
+                           '[devices.b]\nport = "inprocess"\n')
+    secret = "dana-0123456789abcdef0123456789abcdef"
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    extra = (f'\n[http.tokens.dana]\nsha256 = "{digest}"\n'
+             'scopes = ["regdev:operate", "device:b"]\n')
+    alice = TOKENS["alice"][0]
+    with http_server(tmp_path / "srv", policy_text(extra=extra), "--fleet", str(path)) as served:
+        base = served.url
+        assert base.endswith("/mcp"), base
+        with sdk_client(f"{base}/a", alice) as client:
+            assert not client.call("write_register", {"addr": 3, "data": 7}).is_error
+            read = client.call("read_register", {"addr": 3}).structured_content
+            assert read is not None and read["result"] == {"addr": 3, "data": 7}
+        with sdk_client(f"{base}/b", alice) as client:
+            read = client.call("read_register", {"addr": 3}).structured_content
+            assert read is not None and read["result"] == {"addr": 3, "data": 0}
+        with sdk_client(f"{base}/b", secret) as client:
+            assert not client.call("read_register", {"addr": 3}).is_error
+        refused = post(f"{base}/a", '{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
+                       bearer=secret)
+        assert refused.status_code == 403 and "other devices than a" in refused.text

@@ -16,7 +16,8 @@ Rules of this file:
 
 * A device's name is one path segment of a URL (letters, digits, ``-``, ``_``, ``.``, ``~``;
   not ``.`` nor ``..``), at most 64 characters: it is the end of the device's endpoint.
-* One port, one owner: a port other than a Modbus one is named by one device only. Units on
+* One port, one owner: a port other than a Modbus one is named by one device only
+  (``inprocess`` aside: each is a register file of its own). Units on
   one Modbus line (RS-485, ``modbus+rtu://``) or behind one gateway (``modbus+tcp://``) share
   the port, each with a unit id of its own: two devices on one port with one unit id are
   refused.
@@ -116,7 +117,7 @@ def load_fleet(path: str | Path) -> list[FleetDevice]:
         device = _device(path, lines, name, table, line)
         base, unit = _line_of(device.port)
         key = (base, unit)
-        first = seen.get(key)
+        first = seen.get(key) if base != "inprocess" else None  # each its own registers
         if first is not None:
             port_line = _key_line(lines, device.line, "port")
             what = (f"unit {unit} on the line {base}" if unit is not None
