@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import anyio
 import psycopg
@@ -207,3 +208,54 @@ def test_an_approval_question_opened_by_one_process_is_answered_through_another(
         status, _ = anyio.run(answering.answer_page, question.id,
                               b"token=good&decision=deny")
         assert status == 404  # answered: closed everywhere
+
+
+def test_postgresql_down_refuses_writes_and_they_are_served_again_once_it_is_back(
+        postgres: Server) -> None:
+    """PostgreSQL stopped mid-run: a write is refused audit-error (nothing sent to the
+    device) while it is down; once it is back and a commit succeeds again (the refusals'
+    records, by the flusher, on a new connection), writes are served and recorded again; no
+    record of an accepted write is lost."""
+    dsn = postgres.fresh_dsn()
+    device = RegisterFile()
+    with Gate(device, audit=AuditLog(dsn)) as gate:
+        assert gate.handle(WRITE).ok
+        postgres.stop("fast")
+        try:
+            down = gate.handle(WRITE.replace('"data": 255', '"data": 7'))
+            assert (down.ok, down.code) == (False, "audit-error"), down.to_dict()
+            assert device.read(3) == 255  # the write never reached the device
+        finally:
+            postgres.start()
+        audit = gate.audit
+        assert audit is not None
+        deadline = time.monotonic() + 120
+        back = gate.handle(WRITE.replace('"data": 255', '"data": 9'))
+        while not back.ok and time.monotonic() < deadline:  # refused until a commit succeeds:
+            assert back.code == "audit-error", back.to_dict()  # the flusher's, of the refusals
+            while audit.failure is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            back = gate.handle(WRITE.replace('"data": 255', '"data": 9'))
+        assert back.ok, back.to_dict()
+        assert device.read(3) == 9
+    accepted = [r.arguments for r in read_audit(dsn, code="ok")]
+    assert accepted == ['{"addr":3,"data":255}', '{"addr":3,"data":9}']
+
+
+def test_a_missing_postgresql_or_nginx_is_one_line_naming_the_install_command(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where PostgreSQL's server or nginx is not installed, the harness says so in one line
+    with the apt-get command that installs it (the tests skip with it; CI fails)."""
+    import nginxserver  # noqa: PLC0415 - the harness
+    import pgserver  # noqa: PLC0415
+
+    monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
+    with pytest.raises(pgserver.Missing) as missing:
+        pgserver.binaries()
+    assert str(missing.value).endswith("install it with: apt-get install postgresql")
+    monkeypatch.setattr(nginxserver.shutil, "which", lambda name: None)
+    monkeypatch.setattr(nginxserver.os.path, "exists", lambda path: False)
+    with pytest.raises(pgserver.Missing) as missing, nginxserver.started([1]):
+        pass
+    assert str(missing.value).endswith("install it with: apt-get install nginx")
+    assert "\n" not in str(missing.value)

@@ -200,12 +200,24 @@ class SharedKeys(IdempotencyStore):
         AuditError: the database cannot be reached (nothing is reserved then).
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], name: str) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], name: str, dsn: str) -> None:
         super().__init__()
         self._conn = conn
         self._name = name
+        self._dsn = dsn
         self._owner = uuid.uuid4().hex
         self._lock = threading.Lock()
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The connection, made again when the last one broke (the server restarted); the
+        lock held.
+
+        Raises:
+            psycopg.Error: the server cannot be reached.
+        """
+        if self._conn.broken or self._conn.closed:
+            self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
+        return self._conn
 
     def _params(self, slot: Slot, print_: bytes = b"") -> dict[str, Any]:
         return {"device": slot[0], "session": slot[1], "key": slot[2], "print": print_,
@@ -216,12 +228,12 @@ class SharedKeys(IdempotencyStore):
         """As :meth:`IdempotencyStore.begin`, across every process of the database."""
         params = self._params(slot, print_)
         with self._lock, mapped(f"cannot reach the audit database {self._name}"):
-            row = self._conn.execute(_RESERVE, params).fetchone()
-            stored_print, observation, running = _one(self._conn.execute(_LOOK_UP, params))
+            row = self._live().execute(_RESERVE, params).fetchone()
+            stored_print, observation, running = _one(self._live().execute(_LOOK_UP, params))
             reserved = row is not None
             if stored_print is not None and not (not replay and stored_print == print_):
                 if reserved:  # stored already: the reservation was not needed
-                    self._conn.execute(_RELEASE, (*slot, self._owner))
+                    self._live().execute(_RELEASE, (*slot, self._owner))
                 if bytes(stored_print) != print_:
                     return conflict(slot[2])
                 return replayed(observation)
@@ -241,7 +253,7 @@ class SharedKeys(IdempotencyStore):
         (a failure to reach the database leaves it to expire)."""
         self._running.pop(slot, None)
         with self._lock, contextlib.suppress(psycopg.Error):
-            self._conn.execute(_RELEASE, (*slot, self._owner))
+            self._live().execute(_RELEASE, (*slot, self._owner))
 
     def end_epoch(self, device: str) -> str:
         """A new epoch for ``device``'s keys; it begins once its row of ``device_resets`` is
@@ -251,13 +263,13 @@ class SharedKeys(IdempotencyStore):
     def get(self, slot: Slot) -> str | None:
         """The stored observation JSON for the key in ``slot`` (the current epoch), or None."""
         with self._lock, mapped(f"cannot reach the audit database {self._name}"):
-            found: str | None = _one(self._conn.execute(_LOOK_UP, self._params(slot)))[1]
+            found: str | None = _one(self._live().execute(_LOOK_UP, self._params(slot)))[1]
             return found
 
     def __len__(self) -> int:
         """The number of stored keys (of every epoch)."""
         with self._lock, mapped(f"cannot reach the audit database {self._name}"):
-            return int(_one(self._conn.execute("SELECT count(*) FROM idempotency_keys"))[0])
+            return int(_one(self._live().execute("SELECT count(*) FROM idempotency_keys"))[0])
 
     def close(self) -> None:
         with self._lock:
@@ -352,7 +364,7 @@ class SharedBucket:
         """Take one token; 0.0 when taken, else the seconds until one is available."""
         try:
             with self._keys._lock:
-                took, tokens = _one(self._keys._conn.execute(_TAKE, {
+                took, tokens = _one(self._keys._live().execute(_TAKE, {
                     "name": self._name, "rate": self.rate, "burst": self.burst}))
         except psycopg.Error as error:
             logger.warning("the rate limit %s was not applied: the audit database cannot be "
@@ -377,7 +389,7 @@ class SharedQuestions:
 
     def _run(self, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._keys._lock, mapped(f"cannot reach the audit database {self._keys._name}"):
-            cursor = self._keys._conn.execute(statement, params)
+            cursor = self._keys._live().execute(statement, params)
             return cursor.fetchall() if cursor.description is not None else []
 
     def open(self, question_id: str, text: str, caller: str | None, deadline: float) -> None:
@@ -446,7 +458,7 @@ class PostgresAuditLog(AuditLog):
         except BaseException:
             self._pg.close()
             raise
-        self.idempotency = SharedKeys(keys_conn, self.name)
+        self.idempotency = SharedKeys(keys_conn, self.name, dsn)
         self._rows_per_insert = MAX_ROWS_PER_INSERT
 
     def shared_questions(self) -> SharedQuestions:
@@ -477,11 +489,23 @@ class PostgresAuditLog(AuditLog):
     def _rollback(self) -> None:
         pass  # the failed transaction block rolled back on its way out
 
+    def _live(self) -> psycopg.Connection[Any]:
+        """The writing connection, made again when the last one broke (the server
+        restarted: the records a failed commit lost are logged, and calls that change a
+        device were refused meanwhile); the commit lock held.
+
+        Raises:
+            psycopg.Error: the server cannot be reached.
+        """
+        if self._pg.broken or self._pg.closed:
+            self._pg = psycopg.connect(str(self.path), autocommit=True, connect_timeout=10)
+        return self._pg
+
     def _insert_reset(self, device: str, epoch: str, time: float) -> None:
-        self._pg.execute(_INSERT_RESET, (device, epoch, time))
+        self._live().execute(_INSERT_RESET, (device, epoch, time))
 
     def _insert(self, batch: list[_Pending], keys: list[KeyRow]) -> None:
-        conn, step = self._pg, self._rows_per_insert
+        conn, step = self._live(), self._rows_per_insert
         if not keys and len(batch) == 1:  # a write's record alone: autocommit
             conn.execute(_placeholders(batch[0].shape.one), batch[0].params)
             return
