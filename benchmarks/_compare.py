@@ -56,7 +56,8 @@ class Goal:
 
 def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
             cpu: bool = True,
-            choices: dict[str, tuple[tuple[str, ...], str]] | None = None) -> argparse.Namespace:
+            choices: dict[str, tuple[tuple[str, ...], str]] | None = None,
+            dsn: bool = False) -> argparse.Namespace:
     """The scripts' common options: --rounds, --batch-ms, --wall (or --cpu), --json; and a
     script's own ``choices``: ``{"--option": ((value, ...), help)}``, the first value the
     default."""
@@ -79,6 +80,10 @@ def options(description: str, *, rounds: int = 25, batch_ms: float = 5.0,
         parser.add_argument("--cpu", action="store_true",
                             help="time with the CPU time of this thread (default: the wall "
                                  "clock): this side's own work, without the peer's or the wait")
+    if dsn:
+        parser.add_argument("--dsn", metavar="URL",
+                            help="a PostgreSQL server's postgresql:// URL (default: start one "
+                                 "on 127.0.0.1 for this run, as the tests do)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     args.stopwatch = (CPU_STOPWATCH if args.cpu else STOPWATCH) if not cpu else (

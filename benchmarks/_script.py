@@ -29,6 +29,7 @@ INSTALL = {
     "mcp": "scripts/serve installs it into .venv (or: .venv/bin/pip install -e '.[mcp]'; "
            "scripts/test installs it too)",
     "otel": ".venv/bin/pip install -e '.[otel]' (scripts/test installs it too)",
+    "postgresql": ".venv/bin/pip install -e '.[postgresql]' (scripts/test installs it too)",
 }
 #: The range of ``--batch-ms`` (the length of one timed batch, in milliseconds).
 BATCH_MS = (0.01, 100.0)

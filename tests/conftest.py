@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+import pgserver
 from regdev import Field, Gate, Register, RegisterFile, RegisterMap, Tool
 from regdev.cli._main import main
 
@@ -179,6 +180,37 @@ def audit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.parent.mkdir()
     monkeypatch.setenv("REGDEV_AUDIT", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[pgserver.Server]:
+    """A PostgreSQL server of the tests' own on 127.0.0.1 (tests/pgserver.py), for this
+    worker's session; skipped in one line when PostgreSQL is not installed, failed in CI."""
+    try:
+        server_context = pgserver.started()
+        server = server_context.__enter__()
+    except pgserver.Missing as error:
+        if pgserver.in_ci():
+            pytest.fail(f"{error} (CI installs it: .ci/run)")
+        pytest.skip(str(error))
+    try:
+        yield server
+    finally:
+        server_context.__exit__(None, None, None)
+
+
+#: The audit stores the store tests run on.
+STORES = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """A new, empty audit store: a SQLite file that does not exist yet, or a PostgreSQL URL
+    of an empty schema of its own (on the :func:`postgres` server)."""
+    if request.param == "sqlite":
+        return tmp_path / "audit.db"
+    server: pgserver.Server = request.getfixturevalue("postgres")
+    return server.fresh_dsn()
 
 
 class CountingDevice(RegisterFile):

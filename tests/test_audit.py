@@ -46,6 +46,7 @@ from regdev.audit._log import (
     insert_statement,
     lock_path,
 )
+from regdev.audit._reader import explain_audit
 from regdev.audit._record import ADDED_COLUMNS, COLUMNS, SCHEMA
 from regdev.core._observation import PIPELINE, Stage
 
@@ -63,12 +64,12 @@ def only(records: list[AuditRecord]) -> AuditRecord:
     return records[0]
 
 
-def test_accepted_write_record_has_every_field(db: Path) -> None:
+def test_accepted_write_record_has_every_field(store: Path | str) -> None:
     """Time, session, dialect, raw (size, SHA-256), verdict, tool, arguments, result, timings."""
     before = time.time()
-    with Gate(audit=AuditLog(db)) as gate:
+    with Gate(audit=AuditLog(store)) as gate:
         gate.handle(WRITE)
-    record = only(read_audit(db))
+    record = only(read_audit(store))
     raw = WRITE.encode()
     assert before <= record.time <= time.time()
     assert (record.event, record.session, record.dialect, record.ok) == (
@@ -102,12 +103,12 @@ def test_the_stage_names_come_from_one_tuple(db: Path) -> None:
     assert calls == ["id", *COLUMNS] and keys == list(KeyRow._fields)
 
 
-def test_refusals_record_the_stage_reached(db: Path) -> None:
+def test_refusals_record_the_stage_reached(store: Path | str) -> None:
     """A refusal's record names its stage and code; stages not reached have no time."""
-    with Gate(audit=AuditLog(db)) as gate:
+    with Gate(audit=AuditLog(store)) as gate:
         gate.handle("{not json")
         gate.handle('{"tool": "write_register", "arguments": {"addr": 16, "data": 1}}')
-    parse_refusal, range_refusal = read_audit(db)
+    parse_refusal, range_refusal = read_audit(store)
     assert (parse_refusal.stage, parse_refusal.code, parse_refusal.tool) == (
         "parse", "not-json", None)
     assert parse_refusal.parse_ns is not None and parse_refusal.validate_ns is None
@@ -118,23 +119,23 @@ def test_refusals_record_the_stage_reached(db: Path) -> None:
     assert range_refusal.validate_ns is not None and range_refusal.authorize_ns is None
 
 
-def test_raw_is_capped_but_its_size_and_hash_are_of_the_whole(db: Path) -> None:
+def test_raw_is_capped_but_its_size_and_hash_are_of_the_whole(store: Path | str) -> None:
     """Only max_raw_bytes are kept; raw_bytes and raw_sha256 describe the full call."""
     raw = b'{"tool": "read_register", "arguments": {"addr": 1}, "pad": "\xff\xfe"}'
-    with Gate(audit=AuditLog(db, max_raw_bytes=16)) as gate:
+    with Gate(audit=AuditLog(store, max_raw_bytes=16)) as gate:
         gate.handle(raw)
-    record = only(read_audit(db))
+    record = only(read_audit(store))
     assert record.raw == raw[:16]
     assert (record.raw_bytes, record.raw_sha256) == (len(raw), hashlib.sha256(raw).digest())
     assert record.code == "not-json"  # invalid UTF-8, kept exactly in the database
 
 
-def test_json_export_shows_text_hex_and_the_observation(db: Path) -> None:
+def test_json_export_shows_text_hex_and_the_observation(store: Path | str) -> None:
     """to_dict: raw as text, SHA-256 in hex, JSON values, and the observation rebuilt."""
-    with Gate(audit=AuditLog(db)) as gate:
+    with Gate(audit=AuditLog(store)) as gate:
         observation = gate.handle(WRITE)
         refused = gate.handle(b'{"tool": "x", "arguments": {}, "bad": "\xff"}')
-    ok, bad = (record.to_dict() for record in read_audit(db))
+    ok, bad = (record.to_dict() for record in read_audit(store))
     assert ok["observation"] == observation.to_dict()
     assert ok["raw"] == WRITE and ok["raw_sha256"] == hashlib.sha256(WRITE.encode()).hexdigest()
     assert ok["arguments"] == {"addr": 3, "data": 255}
@@ -185,33 +186,33 @@ def test_the_flusher_checkpoints_the_wal_off_the_writers_path(db: Path) -> None:
     assert len(read_audit(db)) == CHECKPOINT_FRAMES + 10
 
 
-def test_a_write_is_committed_before_its_observation_returns(db: Path) -> None:
+def test_a_write_is_committed_before_its_observation_returns(store: Path | str) -> None:
     """Another connection sees the write's record as soon as handle() returns."""
-    gate = Gate(audit=AuditLog(db, flush_interval=3600))  # the flusher never runs
+    gate = Gate(audit=AuditLog(store, flush_interval=3600))  # the flusher never runs
     gate.handle(READ)
     gate.handle(WRITE)
-    records = read_audit(db)  # a separate, read-only connection
+    records = read_audit(store)  # a separate, read-only connection
     assert [r.tool for r in records] == ["read_register", "write_register"]
     gate.close()
 
 
-def test_reads_are_group_committed_and_close_flushes_them(db: Path) -> None:
+def test_reads_are_group_committed_and_close_flushes_them(store: Path | str) -> None:
     """A read's record may wait in memory; close() commits it."""
-    gate = Gate(audit=AuditLog(db, flush_interval=3600))
+    gate = Gate(audit=AuditLog(store, flush_interval=3600))
     gate.handle(READ)
-    assert read_audit(db) == []  # waiting for the flusher (never, here) or a write
+    assert read_audit(store) == []  # waiting for the flusher (never, here) or a write
     gate.close()
-    assert only(read_audit(db)).tool == "read_register"
+    assert only(read_audit(store)).tool == "read_register"
 
 
-def test_the_flusher_commits_within_its_interval(db: Path) -> None:
+def test_the_flusher_commits_within_its_interval(store: Path | str) -> None:
     """With no write to carry them, records are committed by the flusher thread."""
-    gate = Gate(audit=AuditLog(db, flush_interval=0.01))
+    gate = Gate(audit=AuditLog(store, flush_interval=0.01))
     gate.handle(READ)
     deadline = time.monotonic() + 10
-    while not read_audit(db) and time.monotonic() < deadline:
+    while not read_audit(store) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(read_audit(db)) == 1
+    assert len(read_audit(store)) == 1
     gate.close()
 
 
@@ -355,13 +356,13 @@ def test_audit_arguments_are_checked(db: Path, keyword: str, value: Any) -> None
         AuditLog(db, **{keyword: value})
 
 
-def test_loop_steps_and_stop_are_recorded(db: Path) -> None:
+def test_loop_steps_and_stop_are_recorded(store: Path | str) -> None:
     """Each step's record carries the loop id and step; the stop is one more record."""
     proposer = ScriptedProposer([READ, '{"tool": "read_register", "arguments": {"addr": 99}}',
                                  '{"tool": "read_register", "arguments": {}}'])
-    with Gate(audit=AuditLog(db)) as gate:
+    with Gate(audit=AuditLog(store)) as gate:
         result = run_loop(proposer, gate)
-    records = read_audit(db, loop_id=result.loop_id)
+    records = read_audit(store, loop_id=result.loop_id)
     assert [(r.event, r.step, r.code) for r in records] == [
         ("call", 1, None), ("call", 2, "range-addr"), ("call", 3, "missing-addr"),
         ("stop", 3, "rejected")]
@@ -369,28 +370,28 @@ def test_loop_steps_and_stop_are_recorded(db: Path) -> None:
     assert records[-1].to_dict()["observation"] is None
 
 
-def test_filters(db: Path) -> None:
+def test_filters(store: Path | str) -> None:
     """session, code (ok for accepted), time range, loop and last combine."""
     policy = Policy.from_dict({"sessions": {"viewer": {"scopes": ["read"]}}})
-    with Gate(audit=AuditLog(db), policy=policy) as gate:
+    with Gate(audit=AuditLog(store), policy=policy) as gate:
         gate.handle(READ)
         gate.handle(WRITE, session=gate.session("viewer"))
         middle = time.time()
         gate.handle(WRITE)
-    assert [r.session for r in read_audit(db, session="viewer")] == ["viewer"]
-    assert [r.code for r in read_audit(db, code="denied-write_register")] == [
+    assert [r.session for r in read_audit(store, session="viewer")] == ["viewer"]
+    assert [r.code for r in read_audit(store, code="denied-write_register")] == [
         "denied-write_register"]
-    assert [r.tool for r in read_audit(db, code="ok")] == ["read_register", "write_register"]
+    assert [r.tool for r in read_audit(store, code="ok")] == ["read_register", "write_register"]
     # 3 is the last write's intent, left out: its call record (4) exists
-    assert [r.id for r in read_audit(db, since=middle)] == [4]
-    assert [r.id for r in read_audit(db, until=middle)] == [1, 2]
-    assert [r.id for r in read_audit(db, last=2)] == [2, 4]
-    assert [r.id for r in read_audit(db, last=2**63 - 1)] == [1, 2, 4]
-    assert read_audit(db, last=0) == []
-    assert read_audit(db, session="nobody") == []
+    assert [r.id for r in read_audit(store, since=middle)] == [4]
+    assert [r.id for r in read_audit(store, until=middle)] == [1, 2]
+    assert [r.id for r in read_audit(store, last=2)] == [2, 4]
+    assert [r.id for r in read_audit(store, last=2**63 - 1)] == [1, 2, 4]
+    assert read_audit(store, last=0) == []
+    assert read_audit(store, session="nobody") == []
     for last in (-1, 2**63):
         with pytest.raises(ValueError, match=rf"^last must be in 0\.\.{2**63 - 1}, got {last}$"):
-            read_audit(db, last=last)
+            read_audit(store, last=last)
 
 
 def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
@@ -670,25 +671,25 @@ def test_shell_is_authorized_and_recorded(capsys: pytest.CaptureFixture[str],
         ("viewer", "write_register", "denied-write_register")]
 
 
-def test_a_large_batch_is_committed_whole_and_in_order(db: Path) -> None:
+def test_a_large_batch_is_committed_whole_and_in_order(store: Path | str) -> None:
     """Records committed together (multi-row inserts plus a remainder) keep the call order."""
     raws = [f'{{"tool": "read_register", "arguments": {{"addr": {i % 16}}}, "id": "r{i}"}}'
             for i in range(100)]
-    with Gate(audit=AuditLog(db, flush_interval=3600)) as gate:
+    with Gate(audit=AuditLog(store, flush_interval=3600)) as gate:
         for raw in raws:
             gate.handle(raw)
-    records = read_audit(db)
+    records = read_audit(store)
     assert [r.raw for r in records] == [raw.encode() for raw in raws]
     assert [r.call_id for r in records] == [f"r{i}" for i in range(100)]
     assert [r.id for r in records] == list(range(1, 101))
 
 
-def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
+def test_nulls_are_written_as_literals_and_read_back_as_none(store: Path | str) -> None:
     """insert_statement binds only the values that are not None; every record reads back
     column for column, whatever mix of NULLs a batch holds."""
     rows = [AuditLog.stop_row(time=1.0, session="s", loop_id="l", stop="done", detail="d",
                               steps=2)]
-    with AuditLog(db, flush_interval=3600) as audit:
+    with AuditLog(store, flush_interval=3600) as audit:
         gate = Gate(audit=audit)
         gate.handle(WRITE)
         gate.handle("{not json")
@@ -698,7 +699,7 @@ def test_nulls_are_written_as_literals_and_read_back_as_none(db: Path) -> None:
         assert "NULL" in statement
         for row in rows:
             audit.append(row)
-    write, refusal, stop, again = read_audit(db)
+    write, refusal, stop, again = read_audit(store)
     assert (write.ok, write.replay, write.stage, write.raw) == (True, False, None, WRITE.encode())
     assert (refusal.ok, refusal.code, refusal.tool, refusal.validate_ns) == (
         False, "not-json", None, None)
@@ -984,7 +985,10 @@ def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path
     and its own records fill them."""
     with Gate(audit=AuditLog(db)) as gate:
         gate.handle(READ)  # a read: no intent record, which the regdev before them never wrote
-    conn = sqlite3.connect(db)  # as the regdev before them wrote it
+    conn = sqlite3.connect(db)  # as the regdev before them wrote it (nor its indexes)
+    for (index,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index' AND "
+                                 "name LIKE 'calls_by_%'").fetchall():
+        conn.execute(f"DROP INDEX {index}")
     for name, _ in ADDED_COLUMNS:
         conn.execute(f"ALTER TABLE calls DROP COLUMN {name}")
     conn.commit()
@@ -1006,3 +1010,54 @@ def test_a_database_without_the_added_columns_is_read_and_then_upgraded(db: Path
     assert (second.ok, second.caller, second.approver, second.approval) == (
         True, "token:alice", "token:bob", "url")
     assert second.to_dict()["caller"] == "token:alice"
+
+
+def test_each_filter_is_answered_through_its_index(store: Path | str) -> None:
+    """A filter by code, session, device, caller, proposer, loop or time reads through its
+    index (its cost follows its matches, not the log's size), on either store; an intent's
+    call record is found by its index too."""
+    rows = []
+    for i in range(4000):
+        rows.append((1000.0 + i, "call", f"s{i % 50}", "canonical", f"loop{i % 40}", 1,
+                     None, None, None, 1, None, f"code-{i % 30}" if i % 2 else None, None,
+                     "read_register", None, None, None, None, 0,
+                     *(None,) * len(PIPELINE), f"dev{i % 20}", None, f"p{i % 25}",
+                     f"token:c{i % 10}", None, None, None, None))
+    with AuditLog(store, flush_interval=3600) as audit:
+        for row in rows:
+            audit.append(row)
+    if isinstance(store, str):  # PostgreSQL plans by its statistics
+        import psycopg  # noqa: PLC0415 - the postgresql extra
+
+        with psycopg.connect(store, autocommit=True) as conn:
+            conn.execute("ANALYZE calls")
+    for column, filters in (("code", {"code": "code-3"}), ("session", {"session": "s7"}),
+                            ("device", {"device": "dev3"}), ("caller", {"caller": "token:c1"}),
+                            ("proposer", {"proposer": "p4"}), ("loop", {"loop_id": "loop9"}),
+                            ("time", {"since": 4990.0})):
+        plan = " | ".join(explain_audit(store, **filters))
+        assert f"calls_by_{column}" in plan, (column, plan)
+    assert len(read_audit(store, code="code-3")) == len(range(3, 4000, 30))
+
+
+def test_audit_follow_shows_records_as_they_are_committed(store: Path | str) -> None:
+    """regdev audit --follow prints the records there, then each new one another writer
+    commits, and exits 0 on Ctrl-C (SIGINT)."""
+    with Gate(audit=AuditLog(store)) as gate:
+        gate.handle(READ)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "regdev", "audit", "--db", str(store), "--follow", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout = follower.stdout
+    assert stdout is not None
+    try:
+        assert json.loads(stdout.readline())["tool"] == "read_register"
+        with Gate(audit=AuditLog(store)) as gate:
+            gate.handle(WRITE)
+        record = json.loads(stdout.readline())  # waits until it is shown
+        assert (record["event"], record["tool"], record["call_id"]) == (
+            "call", "write_register", "c1")
+    finally:
+        follower.send_signal(signal.SIGINT)
+        _, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err

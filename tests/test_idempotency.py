@@ -19,7 +19,9 @@ from regdev import (
     DeviceRefused,
     DeviceTimeout,
     Gate,
+    Observation,
     Policy,
+    Refusal,
     RegisterFile,
     RegisterPolicy,
     TransportError,
@@ -35,9 +37,10 @@ def keyed_write(key: object, addr: int = 3, data: int = 7, **extra: object) -> s
 
 
 @pytest.fixture
-def audited(tmp_path: Path) -> Iterator[Gate]:
-    """A gate with an audit log (which holds the keys) over a counting device."""
-    with Gate(CountingDevice(), audit=AuditLog(tmp_path / "audit.db")) as gate:
+def audited(store: Path | str) -> Iterator[Gate]:
+    """A gate with an audit log (which holds the keys) over a counting device, on each
+    store (SQLite, PostgreSQL)."""
+    with Gate(CountingDevice(), audit=AuditLog(store)) as gate:
         yield gate
 
 
@@ -110,10 +113,10 @@ def test_tool_call_ids_are_keys_only_when_the_policy_says_so(
     assert [r.idempotency_key for r in read_audit(tmp_path / "on.db")] == [key, key]
 
 
-def test_a_derived_key_never_meets_an_explicit_one(tmp_path: Path) -> None:
+def test_a_derived_key_never_meets_an_explicit_one(store: Path | str) -> None:
     """An explicit key may not take a provider prefix, so "openai:call_abc" sent by hand can
     neither replay nor conflict with the OpenAI call whose id is call_abc."""
-    with Gate(CountingDevice(), audit=AuditLog(tmp_path / "a.db"), policy=OPT_IN) as gate:
+    with Gate(CountingDevice(), audit=AuditLog(store), policy=OPT_IN) as gate:
         assert gate.handle(OPENAI_CALL, dialect="openai").ok
         forged = gate.handle(keyed_write("openai:call_abc"))
         assert (forged.stage, forged.code) == ("validate", "bad-idempotency-key")
@@ -154,9 +157,9 @@ def test_bad_key_is_refused_before_anything_runs(audited: Gate, raw: str, dialec
     assert accesses(audited) == 0
 
 
-def test_keys_belong_to_a_session(tmp_path: Path) -> None:
+def test_keys_belong_to_a_session(store: Path | str) -> None:
     """The same key in two sessions names two calls."""
-    gate = Gate(CountingDevice(), audit=AuditLog(tmp_path / "a.db"),
+    gate = Gate(CountingDevice(), audit=AuditLog(store),
                 policy=Policy.from_dict({"sessions": {"a": {}, "b": {}}}))
     assert not gate.handle(keyed_write("k"), session=gate.session("a")).replay
     assert not gate.handle(keyed_write("k"), session=gate.session("b")).replay
@@ -183,12 +186,12 @@ def test_without_an_audit_log_keys_are_ignored() -> None:
     assert device.accesses == 2
 
 
-def test_a_refused_call_does_not_spend_its_key(tmp_path: Path) -> None:
+def test_a_refused_call_does_not_spend_its_key(store: Path | str) -> None:
     """Refused before the device (approval): the key stays free for the corrected attempt."""
     approve = {"answer": False}
     policy = Policy(registers=RegisterPolicy(protected=frozenset({15})),
                     approve=lambda request: approve["answer"])
-    gate = Gate(CountingDevice(), audit=AuditLog(tmp_path / "a.db"), policy=policy)
+    gate = Gate(CountingDevice(), audit=AuditLog(store), policy=policy)
     assert gate.handle(keyed_write("k", addr=15)).code == "approval-denied"
     approve["answer"] = True
     retried = gate.handle(keyed_write("k", addr=15))
@@ -210,10 +213,10 @@ class FlakyDevice(RegisterFile):
         return super().write(addr, data)
 
 
-def test_timeout_frees_the_key_and_device_error_is_stored(tmp_path: Path) -> None:
+def test_timeout_frees_the_key_and_device_error_is_stored(store: Path | str) -> None:
     """device-timeout has no definite outcome: retry runs. device-error is kept and replayed."""
     device = FlakyDevice()
-    gate = Gate(device, audit=AuditLog(tmp_path / "a.db"))
+    gate = Gate(device, audit=AuditLog(store))
     device.fail_next = DeviceTimeout("no answer after 0.1 s")
     assert gate.handle(keyed_write("t")).code == "device-timeout"
     assert gate.handle(keyed_write("t")).ok
@@ -225,10 +228,10 @@ def test_timeout_frees_the_key_and_device_error_is_stored(tmp_path: Path) -> Non
     gate.close()
 
 
-def test_keys_survive_a_restart(tmp_path: Path) -> None:
+def test_keys_survive_a_restart(store: Path | str) -> None:
     """A new gate on the same audit database and the same registers (the same id, in the
     same reset epoch) replays the keys of the old one."""
-    path = tmp_path / "a.db"
+    path = store
     with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as first:
         first.handle(keyed_write("k1", data=1))
         first.handle(keyed_write("k2", data=2))
@@ -240,10 +243,10 @@ def test_keys_survive_a_restart(tmp_path: Path) -> None:
 
 
 def test_a_key_is_never_replayed_to_a_device_that_did_not_see_the_write(
-        tmp_path: Path) -> None:
+        store: Path | str) -> None:
     """A fresh in-process register file is other registers: the keyed write runs on it, and
     its key there is new (the bug: a replay reported a write the device never received)."""
-    path = tmp_path / "a.db"
+    path = store
     with Gate(CountingDevice(), audit=AuditLog(path)) as first:
         assert first.handle(keyed_write("k1", data=9)).ok
     fresh = CountingDevice()
@@ -269,10 +272,10 @@ class GatedDevice(RegisterFile):
         return super().write(addr, data)
 
 
-def test_a_key_still_running_is_idempotency_in_progress(tmp_path: Path) -> None:
+def test_a_key_still_running_is_idempotency_in_progress(store: Path | str) -> None:
     """While the first call with a key runs, a second is told to come back, and is not run."""
     device = GatedDevice()
-    gate = Gate(device, audit=AuditLog(tmp_path / "a.db"))
+    gate = Gate(device, audit=AuditLog(store))
     results = []
     worker = threading.Thread(target=lambda: results.append(gate.handle(keyed_write("k"))))
     worker.start()
@@ -300,10 +303,10 @@ def test_handle_call_takes_a_key_and_checks_it(audited: Gate) -> None:
     assert accesses(audited) == 1
 
 
-def test_a_reset_through_the_gate_ends_the_keys(tmp_path: Path) -> None:
+def test_a_reset_through_the_gate_ends_the_keys(store: Path | str) -> None:
     """After reset_device, a key used before it runs the write again (the device holds the
     value, not its reset value); the key of that new run is replayed as usual."""
-    gate = Gate(CountingDevice(state_id="bench-1"), audit=AuditLog(tmp_path / "a.db"))
+    gate = Gate(CountingDevice(state_id="bench-1"), audit=AuditLog(store))
     assert gate.handle(keyed_write("k", data=7)).ok
     gate.reset_device()
     assert gate.device.snapshot()[3] == 0
@@ -342,9 +345,9 @@ def test_a_reset_ends_the_keys_after_a_restart(tmp_path: Path) -> None:
     assert len(resets[0][1]) == 32
 
 
-def test_other_devices_keep_their_keys_across_a_reset(tmp_path: Path) -> None:
+def test_other_devices_keep_their_keys_across_a_reset(store: Path | str) -> None:
     """A reset ends only the keys of the device reset."""
-    audit = AuditLog(tmp_path / "a.db")
+    audit = AuditLog(store)
     audit.record_reset("serial:other")
     with Gate(CountingDevice(state_id="bench-1"), audit=audit) as gate:
         assert gate.handle(keyed_write("k")).ok
@@ -395,10 +398,10 @@ class ResetFailing(RegisterFile):
     (TransportError("port closed"), False, False),
 ])
 def test_a_reset_with_an_unknown_outcome_ends_the_keys(
-        tmp_path: Path, error: Exception, runs: bool, ended: bool) -> None:
+        store: Path | str, error: Exception, runs: bool, ended: bool) -> None:
     """A timed-out reset may have run: the keys end. One surely not executed keeps them."""
     device = ResetFailing(error, runs=runs)
-    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+    with Gate(device, audit=AuditLog(store)) as gate:
         assert gate.handle(keyed_write("k", data=5)).ok
         with pytest.raises(type(error)):
             gate.reset_device()
@@ -494,12 +497,12 @@ def _keyed(tool: str, arguments: dict[str, Any], key: str = "k") -> str:
     ("write_registers", {"addr": 1, "data": [0, 0x10]}),
 ])
 def test_a_lost_reply_of_a_write_1_to_clear_write_leaves_its_outcome_unknown(
-        tmp_path: Path, tool: str, arguments: dict[str, Any]) -> None:
+        store: Path | str, tool: str, arguments: dict[str, Any]) -> None:
     """A write of 1 to STATUS's write-1-to-clear POR bit whose reply is lost: outcome-unknown
     (not retryable), its key held; a retry with the key is not run, and says what resolves
     it; the records say so; a new key runs it."""
     device = LostReply()
-    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+    with Gate(device, audit=AuditLog(store)) as gate:
         first = gate.handle(_keyed(tool, arguments))
         again = gate.handle(_keyed(tool, arguments))
         fresh = gate.handle(_keyed(tool, arguments, key="k2"))
@@ -512,7 +515,7 @@ def test_a_lost_reply_of_a_write_1_to_clear_write_leaves_its_outcome_unknown(
         "with this idempotency key gets this answer again and does not run (send the call "
         "with a new key if the read-back says it must run)")
     assert fresh.code == "outcome-unknown" and device.writes == 2
-    codes = [(r.idempotency_key, r.code, r.replay) for r in read_audit(tmp_path / "a.db")]
+    codes = [(r.idempotency_key, r.code, r.replay) for r in read_audit(store)]
     assert codes == [("k", "outcome-unknown", False), ("k", "outcome-unknown", True),
                      ("k2", "outcome-unknown", False)]
 
@@ -523,12 +526,49 @@ def test_a_lost_reply_of_a_write_1_to_clear_write_leaves_its_outcome_unknown(
     ("write_field", {"field": "CTRL.MODE", "value": "ONESHOT"}),
 ])
 def test_a_lost_reply_of_a_plain_write_frees_its_key(
-        tmp_path: Path, tool: str, arguments: dict[str, Any]) -> None:
+        store: Path | str, tool: str, arguments: dict[str, Any]) -> None:
     """A write harmless to repeat keeps today's behaviour: device-timeout, and the retry with
     the same key runs."""
     device = LostReply()
-    with Gate(device, audit=AuditLog(tmp_path / "a.db")) as gate:
+    with Gate(device, audit=AuditLog(store)) as gate:
         first = gate.handle(_keyed(tool, arguments))
         again = gate.handle(_keyed(tool, arguments))
     assert (first.code, again.code, again.replay, device.writes) == (
         "device-timeout", "device-timeout", False, 2)
+
+
+def test_a_keyed_write_runs_once_across_two_audit_logs_of_one_postgresql_store(
+        postgres: Any) -> None:
+    """Two writers (processes stand-ins) on one PostgreSQL store share the keys: the second's
+    retry is a replay, and a different call with the key is a conflict."""
+    dsn = postgres.fresh_dsn()
+    device = CountingDevice(state_id="bench-1", epoch="E1")
+    with Gate(device, audit=AuditLog(dsn)) as first, Gate(device, audit=AuditLog(dsn)) as second:
+        assert first.handle(keyed_write("k1", data=5)).ok
+        again = second.handle(keyed_write("k1", data=5))
+        assert (again.ok, again.replay) == (True, True)
+        assert second.handle(keyed_write("k1", data=6)).code == "idempotency-conflict"
+        assert accesses(first) == 1
+
+
+def test_a_key_running_in_one_writer_is_in_progress_in_another(postgres: Any) -> None:
+    """A key reserved by one writer of a PostgreSQL store is idempotency-in-progress in
+    another until its record is committed, then a replay there."""
+    dsn = postgres.fresh_dsn()
+    with AuditLog(dsn) as one, AuditLog(dsn) as other:
+        slot = ("bench-1@E1", "default", "k1")
+        assert one.begin_key(slot, b"p" * 32) is None
+        found = other.begin_key(slot, b"p" * 32)
+        assert isinstance(found, Refusal) and found.code == "idempotency-in-progress"
+        found = other.begin_key(slot, b"q" * 32)
+        assert isinstance(found, Refusal) and found.code == "idempotency-conflict"
+        stored = '{"ok": true, "tool": "write_register", "result": {"addr": 3, "data": 7}}'
+        row = one.key_row(slot, b"p" * 32, stored, 1.0)
+        record = one.row(time=1.0, session="default", dialect="canonical", raw=b"{}",
+                         observation=Observation("write_register", {"addr": 3, "data": 7}),
+                         tool="write_register", arguments='{"addr":3,"data":7}')
+        one.append(record, row, durable=True)
+        one.complete_key(slot, b"p" * 32, stored)
+        replayed = other.begin_key(slot, b"p" * 32)
+        assert isinstance(replayed, Observation) and replayed.replay
+        assert replayed.result == {"addr": 3, "data": 7}

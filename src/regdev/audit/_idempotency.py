@@ -56,7 +56,7 @@ from ..core._text import escape_text
 
 __all__ = ["INSERT_KEY", "INSERT_RESET", "KEYS_SCHEMA", "PROVIDER_DIALECTS",
            "SELECT_CURRENT_KEYS", "SELECT_EPOCHS", "IdempotencyStore", "KeyRow", "Slot",
-           "fingerprint", "key_scope"]
+           "conflict", "fingerprint", "in_progress", "key_scope", "replayed"]
 
 #: The table of stored keys and the table of device resets (created by the audit database).
 KEYS_SCHEMA = """
@@ -200,17 +200,11 @@ class IdempotencyStore:
                     self._running[slot] = (print_, self._epochs.get(slot[0], ""))
                     return None
                 if running[0] == print_:
-                    return refuse(
-                        "idempotency-in-progress",
-                        f"a call with idempotency key {_show(slot[2])} is still running; send "
-                        "it again shortly to get its observation")
-                return _conflict(slot[2])
+                    return in_progress(slot[2])
+                return conflict(slot[2])
         if stored[0] != print_:
-            return _conflict(slot[2])
-        # Numbers exact, as the gate decoded the call: a replay gives back the first call's.
-        observation = Observation.from_dict(decode_json(stored[1]))
-        return Observation(observation.tool, observation.result, observation.refusal,
-                           replay=True)
+            return conflict(slot[2])
+        return replayed(stored[1])
 
     def key_row(self, slot: Slot, print_: bytes, observation: str, time: float) -> KeyRow:
         """The row that stores the key reserved in ``slot``, in the epoch it was reserved in.
@@ -265,7 +259,22 @@ def _show(key: str) -> str:
     return '"' + escape_text(key, 40) + '"'
 
 
-def _conflict(key: str) -> Refusal:
+def replayed(stored: str) -> Observation:
+    """The observation stored under a key (its JSON), marked as a replay (``id`` unset);
+    numbers exact, as the gate decoded the call: a replay gives back the first call's."""
+    observation = Observation.from_dict(decode_json(stored))
+    return Observation(observation.tool, observation.result, observation.refusal, replay=True)
+
+
+def in_progress(key: str) -> Refusal:
+    """The refusal of a call whose key a call still running holds."""
+    return refuse("idempotency-in-progress",
+                  f"a call with idempotency key {_show(key)} is still running; send it again "
+                  "shortly to get its observation")
+
+
+def conflict(key: str) -> Refusal:
+    """The refusal of a call whose key was used for a different call."""
     return refuse("idempotency-conflict",
                   f"idempotency key {_show(key)} was already used for a different call; "
                   "send each distinct call with a new key")

@@ -19,9 +19,11 @@ from ._lock import lock_path
 from ._reader import find_loop, read_audit
 from ._record import (
     AuditRecord,
+    audit_target,
     default_audit_path,
     default_audit_root,
     encode_json,
+    shown_dsn,
 )
 from ._writer import (
     BACKSTOP_CHECKPOINT_FRAMES,
@@ -47,6 +49,7 @@ __all__ = [
     "AuditRecord",
     "Durability",
     "Row",
+    "audit_target",
     "default_audit_path",
     "default_audit_root",
     "encode_json",
@@ -54,4 +57,5 @@ __all__ = [
     "insert_statement",
     "lock_path",
     "read_audit",
+    "shown_dsn",
 ]

@@ -7,6 +7,7 @@ read with NULL in the columns it lacks.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import sqlite3
@@ -14,18 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from ..core._errors import AuditError
-from ._record import ADDED_COLUMNS, COLUMNS, AuditRecord, mapped
+from ._record import (
+    ADDED_COLUMNS,
+    COLUMNS,
+    UNSETTLED,
+    AuditRecord,
+    is_dsn,
+    mapped,
+    shown_dsn,
+)
 
 
 def read_audit(path: str | Path, *, session: str | None = None, code: str | None = None,
                  since: float | None = None, until: float | None = None,
                  loop_id: str | None = None, last: int | None = None,
                  device: str | None = None, proposer: str | None = None,
-                 caller: str | None = None) -> list[AuditRecord]:
+                 caller: str | None = None, after: int | None = None,
+                 intents: bool = True) -> list[AuditRecord]:
     """Read records of an audit database, oldest first, opened read-only.
 
     Args:
-        path: the database file.
+        path: the database file, or a PostgreSQL store's ``postgresql://`` URL.
         session: only this session's records.
         code: only records with this verdict code (a stop reason for stops); ``"ok"`` selects
             accepted calls.
@@ -39,6 +49,14 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         proposer: only the records of calls (and loop stops) this proposer made.
         caller: only the records of calls this caller sent (``token:NAME``,
             ``oauth:SUBJECT``: the authenticated callers of ``regdev serve --http``).
+        after: only the records after this id (``regdev audit --follow`` reads on from the
+            last record it showed).
+        intents: False leaves out every intent record (an intent whose call record was
+            written is always left out; one without is shown, as ``outcome-unknown``).
+
+    Each filter but ``code="ok"`` is answered through an index of its column
+    (:data:`~regdev.audit._record.INDEXES`): in time proportional to the records it
+    matches, not to the log's size.
 
     Returns:
         The matching records in append order.
@@ -53,8 +71,7 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
             raise ValueError(f"{name} must be a finite Unix time in seconds, got {bound!r}")
     if last is not None and not 0 <= last <= 2**63 - 1:
         raise ValueError(f"last must be in 0..{2**63 - 1}, got {last!r}")
-    path = Path(path)
-    _check_exists(path)
+    path = _target(path)
     where: list[str] = []
     params: list[object] = []
     for column, value in (("session", session), ("loop_id", loop_id), ("{device}", device),
@@ -73,15 +90,28 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
     if until is not None:
         where.append("time < ?")
         params.append(until)
+    if after is not None:
+        where.append("id > ?")
+        params.append(after)
     # An intent whose call record was written is no news: only those without one are shown.
-    where.append("NOT (event = 'intent' AND {intent} IN (SELECT {intent} FROM calls "
-                 "WHERE event = 'call' AND {intent} IS NOT NULL))")
-    query = "SELECT id, {columns} FROM calls"  # the columns this database has (_query)
+    where.append("{unsettled}" if intents else "event <> 'intent'")
+    # A time range alone is read through calls_by_time: SQLite, without statistics of the
+    # range, would rather scan the table in id order than sort what the index finds.
+    by_time = (since is not None or until is not None) and all(
+        value is None for value in (session, loop_id, device, proposer, caller, code))
+    table = "{calls_by_time}" if by_time else "calls"
+    query = f"SELECT id, {{columns}} FROM {table}"  # the columns this database has (_query)
     if where:
         query += " WHERE " + " AND ".join(where)
     if last is not None:
-        query = f"SELECT * FROM ({query} ORDER BY id DESC LIMIT {int(last)})"
+        query = f"SELECT * FROM ({query} ORDER BY id DESC LIMIT {int(last)}) AS last_ones"
     query += " ORDER BY id"
+    plan = _PLAN.get()
+    if plan is not None:  # explain_audit's: the plan, not the records
+        plan.extend(str(row[-1]) for row in _query(
+            path, ("EXPLAIN QUERY PLAN " if isinstance(path, Path) else "EXPLAIN ") + query,
+            params))
+        return []
     rows = _query(path, query, params)
     records = []
     for row in rows:
@@ -89,6 +119,28 @@ def read_audit(path: str | Path, *, session: str | None = None, code: str | None
         values[10], values[19] = bool(values[10]), bool(values[19])  # ok, replay
         records.append(AuditRecord(*values))
     return records
+
+
+#: Set by :func:`explain_audit`: where :func:`read_audit` puts its query's plan.
+_PLAN: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("regdev_plan",
+                                                                         default=None)
+
+
+def explain_audit(path: str | Path, **filters: Any) -> list[str]:
+    """How the store would answer :func:`read_audit` with ``filters``: the lines of its
+    query plan (SQLite's ``EXPLAIN QUERY PLAN``, PostgreSQL's ``EXPLAIN``), to check that a
+    filter is answered through its index.
+
+    Raises:
+        as :func:`read_audit`.
+    """
+    plan: list[str] = []
+    token = _PLAN.set(plan)
+    try:
+        read_audit(path, **filters)
+    finally:
+        _PLAN.reset(token)
+    return plan
 
 
 def find_loop(path: str | Path, prefix: str) -> str:
@@ -99,17 +151,26 @@ def find_loop(path: str | Path, prefix: str) -> str:
         AuditError: no database at ``path``, not a regdev audit log, or no loop or more than
             one loop id starts with ``prefix`` (the message lists up to 5 of them).
     """
-    path = Path(path)
-    _check_exists(path)
+    path = _target(path)
     rows = _query(path, "SELECT DISTINCT loop_id FROM calls WHERE substr(loop_id, 1, ?) = ? "
                         "ORDER BY loop_id LIMIT 6", [len(prefix), prefix])
     if len(rows) == 1:
         return str(rows[0][0])
+    where = shown_dsn(path) if isinstance(path, str) else path
     if not rows:
-        raise AuditError(f"no loop id in {path} starts with {prefix!r}")
+        raise AuditError(f"no loop id in {where} starts with {prefix!r}")
     shown = ", ".join(str(row[0]) for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
-    raise AuditError(f"{len(rows) if len(rows) <= 5 else 'more than 5'} loop ids in {path} "
+    raise AuditError(f"{len(rows) if len(rows) <= 5 else 'more than 5'} loop ids in {where} "
                      f"start with {prefix!r} ({shown}); give more of the id")
+
+
+def _target(path: str | Path) -> Path | str:
+    """The store at ``path``: a PostgreSQL URL as given, or a database file that exists."""
+    if is_dsn(path):
+        return str(path)
+    path = Path(path)
+    _check_exists(path)
+    return path
 
 
 def _check_exists(path: Path) -> None:
@@ -157,9 +218,14 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri + "?immutable=1", uri=True)
 
 
-def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]]:
+def _query(path: Path | str, query: str, params: list[object]) -> list[tuple[Any, ...]]:
     """Run one query on the audit database at ``path``, opened read-only (see
-    :func:`_connect_read_only`)."""
+    :func:`_connect_read_only`); a PostgreSQL store's through
+    :func:`regdev.audit._postgres.query`."""
+    if isinstance(path, str):
+        from ._postgres import query as postgres_query  # noqa: PLC0415 - optional extra
+
+        return postgres_query(path, query, params)
     with mapped(f"cannot read the audit database {path}"):
         conn = _connect_read_only(path)
         try:
@@ -171,6 +237,11 @@ def _query(path: Path, query: str, params: list[object]) -> list[tuple[Any, ...]
                 have = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
                 query = query.replace("{columns}", ", ".join(
                     name if name in have else f"NULL AS {name}" for name in COLUMNS))
+                query = query.replace("{unsettled}", UNSETTLED if "intent" in have else "1 = 1")
+                indexed = conn.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'index' "
+                                       "AND name = 'calls_by_time'").fetchone()[0]
+                query = query.replace("{calls_by_time}", "calls INDEXED BY calls_by_time"
+                                      if indexed else "calls")
                 for name, _ in ADDED_COLUMNS:  # and in a filter, {name}
                     query = query.replace(f"{{{name}}}", name if name in have else "NULL")
             rows: list[tuple[Any, ...]] = conn.execute(query, params).fetchall()

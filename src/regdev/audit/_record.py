@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +35,7 @@ import msgspec
 from ..core._errors import AuditError
 from ..core._json import decode_json, json_problem
 from ..core._observation import PIPELINE, Observation, Refusal
-from ..core._wording import sqlite_problem
+from ..core._wording import postgres_problem, sqlite_problem
 from ._idempotency import KEYS_SCHEMA
 
 #: 2: idempotency keys are scoped to a device (version 1's keys, unscoped, are kept aside).
@@ -128,6 +129,26 @@ CREATE TRIGGER IF NOT EXISTS calls_append_only_delete BEFORE DELETE ON calls
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 """
 
+#: The indexes of ``calls`` (both stores): a filter of :func:`~regdev.audit._reader.read_audit`
+#: by code, session, device, caller, proposer, loop or time costs in proportion to the records
+#: it matches, not to the log's size; and an intent's call record is found by its intent. A
+#: column that is NULL in most records is indexed where it is not (a partial index).
+INDEXES = """
+CREATE INDEX IF NOT EXISTS calls_by_code ON calls (code) WHERE code IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_session ON calls (session);
+CREATE INDEX IF NOT EXISTS calls_by_device ON calls (device) WHERE device IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_caller ON calls (caller) WHERE caller IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_proposer ON calls (proposer) WHERE proposer IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_loop ON calls (loop_id) WHERE loop_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_by_time ON calls (time);
+CREATE INDEX IF NOT EXISTS calls_by_intent ON calls (intent) WHERE intent IS NOT NULL;
+"""
+
+#: An intent record whose call record was not written (its outcome unknown): what
+#: :func:`~regdev.audit._reader.read_audit` shows of intents (found by ``calls_by_intent``).
+UNSETTLED = ("NOT (event = 'intent' AND EXISTS (SELECT 1 FROM calls AS settled "
+             "WHERE settled.intent = calls.intent AND settled.event = 'call'))")
+
 COLUMNS = (
     "time", "event", "session", "dialect", "loop_id", "step", "raw", "raw_bytes", "raw_sha256",
     "ok", "stage", "code", "message", "tool", "arguments", "result", "call_id",
@@ -138,17 +159,24 @@ INSERT_INTO = f"INSERT INTO calls ({', '.join(COLUMNS)}) VALUES "
 _encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
 
-def default_audit_path() -> Path:
+def audit_target(text: str) -> Path | str:
+    """The store ``text`` names: a PostgreSQL URL (``postgresql://...``) as it is, else the
+    path of a SQLite database file."""
+    return text if is_dsn(text) else Path(text)
+
+
+def default_audit_path() -> Path | str:
     """Where the CLI keeps its audit log unless told otherwise.
 
-    ``$REGDEV_AUDIT`` when set; else ``$XDG_STATE_HOME/regdev/audit.db``, where
+    ``$REGDEV_AUDIT`` when set (a file, or a ``postgresql://`` URL); else
+    ``$XDG_STATE_HOME/regdev/audit.db``, where
     ``$XDG_STATE_HOME`` defaults to ``~/.local/state``, and a relative one is ignored (XDG
     Base Directory Specification 0.8: "If an implementation encounters a relative path in any
     of these variables it should consider the path invalid and ignore it").
     """
     explicit = os.environ.get("REGDEV_AUDIT")
     if explicit:
-        return Path(explicit)
+        return audit_target(explicit)
     state = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):
         state = os.path.join(os.path.expanduser("~"), ".local", "state")
@@ -164,9 +192,30 @@ def default_audit_root() -> Path:
     return Path(state if os.path.isabs(state) else os.path.expanduser("~"))
 
 
+#: The URL schemes of a PostgreSQL store (libpq's, "Connection URIs").
+DSN_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_dsn(target: object) -> bool:
+    """Whether ``target`` names a PostgreSQL store (a ``postgresql://`` URL) rather than a
+    SQLite database file."""
+    return isinstance(target, str) and target.startswith(DSN_SCHEMES)
+
+
+def shown_dsn(dsn: str) -> str:
+    """The URL ``dsn`` as messages show it: its password replaced by ``***``."""
+    scheme, _, rest = dsn.partition("://")
+    authority, slash, tail = rest.partition("/")
+    user, at, host = authority.rpartition("@")
+    if at and ":" in user:
+        authority = f"{user.partition(':')[0]}:***@{host}"
+    return f"{scheme}://{authority}{slash}{tail}"
+
+
 @contextmanager
 def mapped(what: str) -> Iterator[None]:
-    """Map the storage backend's exceptions to :class:`AuditError` (the one place)."""
+    """Map the storage backend's exceptions to :class:`AuditError` (the one place): SQLite's,
+    the OS's and, when it is in use, psycopg's (PostgreSQL)."""
     try:
         yield
     except UnicodeEncodeError:  # a filter or path holding a lone surrogate (bytes not UTF-8)
@@ -178,6 +227,11 @@ def mapped(what: str) -> Iterator[None]:
         raise AuditError(f"{what}: {error.strerror or error}") from None
     except sqlite3.Error as error:  # regdev's words for SQLite's result code
         raise AuditError(f"{what}: {sqlite_problem(error)}") from None
+    except Exception as error:
+        psycopg = sys.modules.get("psycopg")  # imported by the PostgreSQL store alone
+        if psycopg is not None and isinstance(error, psycopg.Error):
+            raise AuditError(f"{what}: {postgres_problem(error)}") from None
+        raise
 
 
 def _is_utf8(data: bytes, cut: bool) -> bool:

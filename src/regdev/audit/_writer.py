@@ -73,6 +73,7 @@ from ._lock import check_database_file, lock_path, release_lock, take_lock
 from ._reader import read_audit
 from ._record import (
     COLUMNS,
+    INDEXES,
     INSERT_INTO,
     MIGRATIONS,
     SCHEMA,
@@ -81,6 +82,7 @@ from ._record import (
     AuditRecord,
     add_columns,
     encode_json,
+    is_dsn,
     mapped,
 )
 
@@ -225,6 +227,15 @@ class AuditLog:
         ValueError: an argument is out of range.
     """
 
+    def __new__(cls, path: str | Path, **options: Any) -> AuditLog:
+        """An :class:`AuditLog` on SQLite, or, for a ``postgresql://`` URL, the PostgreSQL
+        store (:class:`~regdev.audit._postgres.PostgresAuditLog`)."""
+        if cls is AuditLog and is_dsn(path):
+            from ._postgres import PostgresAuditLog  # noqa: PLC0415 - optional extra
+
+            return super().__new__(PostgresAuditLog)
+        return super().__new__(cls)
+
     def __init__(self, path: str | Path, *, durability: Durability = "crash",
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
                  max_raw_bytes: int = DEFAULT_MAX_RAW_BYTES) -> None:
@@ -236,28 +247,11 @@ class AuditLog:
             raise ValueError(f"flush_interval {problem}")
         if type(max_raw_bytes) is not int or max_raw_bytes < 0:
             raise ValueError(f"max_raw_bytes must be an int >= 0, got {max_raw_bytes!r}")
-        self.path = Path(path)
         self.durability = durability
         self.flush_interval = flush_interval
         self.max_raw_bytes = max_raw_bytes
         self.failure: str | None = None
-        with mapped(f"cannot open the audit database {self.path}"):
-            check_database_file(self.path)  # (raises for a name too long, a folder not ours)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock_fd, created = take_lock(self.path)
-        # A database refused below leaves no lock file of this writer's making beside it.
-        made = lock_path(self.path) if created else None
-        try:
-            self._conn = self._open()
-            try:
-                with mapped(f"cannot open the audit database {self.path}"):
-                    self._conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_FRAMES}")
-            except AuditError:
-                self._conn.close()
-                raise
-        except BaseException:
-            release_lock(self._lock_fd, made)
-            raise
+        self._connect(path)
         self._frames = 0  # WAL frames written (at least), counted by commits, since a checkpoint
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()  # guards _pending and _closed
@@ -265,32 +259,63 @@ class AuditLog:
         self._closed = False
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                         name=f"regdev-audit-flush {self.path.name}")
+                                         name=f"regdev-audit-flush {self.name}")
         self._flusher.start()
         atexit.register(self.close)
 
-    def _open(self) -> sqlite3.Connection:
+    def _connect(self, path: str | Path) -> None:
+        """Open the store at ``path``: set :attr:`path`, :attr:`name`, the writing
+        connection and :attr:`idempotency` (SQLite: take the writer's lock, open the database,
+        create or upgrade its schema).
+
+        Raises:
+            AuditInUse, AuditError: as the class says.
+        """
+        path = Path(path)
+        #: The store: the database file, or (PostgreSQL) the URL given.
+        self.path: Path | str = path
+        #: The store as messages show it (a URL without its password).
+        self.name = str(path)
+        with mapped(f"cannot open the audit database {path}"):
+            check_database_file(path)  # (raises for a name too long, a folder not ours)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd, created = take_lock(path)
+        # A database refused below leaves no lock file of this writer's making beside it.
+        made = lock_path(path) if created else None
+        try:
+            self._conn = self._open(path)
+            try:
+                with mapped(f"cannot open the audit database {path}"):
+                    self._conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_FRAMES}")
+            except AuditError:
+                self._conn.close()
+                raise
+        except BaseException:
+            release_lock(self._lock_fd, made)
+            raise
+
+    def _open(self, path: Path) -> sqlite3.Connection:
         conn = None
-        with mapped(f"cannot open the audit database {self.path}"):
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+        with mapped(f"cannot open the audit database {path}"):
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                    timeout=10.0)
             try:
                 mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if mode != "wal":
-                    raise AuditError(f"the audit database {self.path} cannot use WAL mode "
+                    raise AuditError(f"the audit database {path} cannot use WAL mode "
                                      f"(journal mode {mode})")
                 conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.durability]}")
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version not in (0, *MIGRATIONS, SCHEMA_VERSION):
-                    raise AuditError(f"{self.path} has audit schema version {version}; this "
+                    raise AuditError(f"{path} has audit schema version {version}; this "
                                      f"regdev reads version {SCHEMA_VERSION}")
                 if version == 0:
                     tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
                     if tables:
-                        raise AuditError(f"{self.path} is a SQLite database but not a regdev "
+                        raise AuditError(f"{path} is a SQLite database but not a regdev "
                                          "audit log")
                 migrate = MIGRATIONS.get(version, "") + add_columns(conn)
-                conn.executescript(f"BEGIN IMMEDIATE; {migrate} {SCHEMA} {KEYS_SCHEMA} "
+                conn.executescript(f"BEGIN IMMEDIATE; {migrate} {SCHEMA} {INDEXES} {KEYS_SCHEMA} "
                                    f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
                 keys = conn.execute(SELECT_CURRENT_KEYS).fetchall()
                 epochs = dict(conn.execute(SELECT_EPOCHS).fetchall())
@@ -490,7 +515,7 @@ class AuditLog:
         pending = _Pending(shape, params, key_row)
         with self._pending_lock:
             if self._closed:
-                raise AuditError(f"the audit log {self.path} is closed",
+                raise AuditError(f"the audit log {self.name} is closed",
                                  "the audit log is closed")
             self._pending.append(pending)
             backlog = len(self._pending) >= MAX_PENDING
@@ -501,8 +526,25 @@ class AuditLog:
                 self._commit()
         outcome = pending.outcome
         if durable and outcome is not True:
-            raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
+            raise AuditError(f"could not commit to the audit database {self.name}: {outcome}",
                              str(outcome))
+
+    def shared_questions(self) -> Any:
+        """The approval questions kept in the store for every process that opens it
+        (:class:`~regdev.audit._postgres.SharedQuestions`), or None where the store is this
+        process's alone (SQLite: None)."""
+        return None
+
+    def shared_bucket(self, name: str, rate: float, burst: int) -> Any:
+        """A rate-limit bucket kept in the store for every process that opens it, or None
+        where the store is this process's alone (SQLite: None).
+
+        Args:
+            name: the bucket's name (a caller and its session).
+            rate: tokens added per second (> 0).
+            burst: the bucket's size (>= 1).
+        """
+        return None
 
     # --- idempotency keys (see ``_idempotency.py``) -----------------------------------------
 
@@ -555,19 +597,19 @@ class AuditLog:
         epoch = self.idempotency.end_epoch(device)
         with self._commit_lock:
             if self._closed:  # checked under the commit lock: close() has not closed _conn
-                raise AuditError(f"the audit log {self.path} is closed",
+                raise AuditError(f"the audit log {self.name} is closed",
                                  "the audit log is closed")
             self._commit()  # the records pending before the reset go first (or are lost)
             outcome: object = True
             try:  # autocommit: committed when execute() returns
-                self._conn.execute(INSERT_RESET, (device, epoch, _time.time()))
+                self._insert_reset(device, epoch, _time.time())
                 self.failure = None
-            except sqlite3.Error as error:
-                outcome = self.failure = sqlite_problem(error)
+            except Exception as error:  # the backend's errors
+                outcome = self.failure = self._problem(error)
                 logger.error("the reset of %s was not recorded: could not commit to the "
-                             "audit database %s: %s", device, self.path, outcome)
+                             "audit database %s: %s", device, self.name, outcome)
         if outcome is not True:
-            raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
+            raise AuditError(f"could not commit to the audit database {self.name}: {outcome}",
                              str(outcome))
         return epoch
 
@@ -584,29 +626,50 @@ class AuditLog:
         telemetry = _telemetry.current  # the commit's latency, when telemetry is on
         began = _time.perf_counter() if telemetry is not None else 0.0
         outcome: object = True
-        conn = self._conn
         keys = [pending.key_row for pending in batch if pending.key_row is not None]
         try:
             try:
                 self._insert(batch, keys)
-            except UnicodeEncodeError:  # a lone surrogate got this far: keep the records,
-                if conn.in_transaction:  # with that text backslash-escaped
-                    conn.execute("ROLLBACK")
-                self._insert([_Pending(pending.shape, _as_text(pending.params), None)
-                              for pending in batch], [KeyRow(*_as_text(key)) for key in keys])
+            except self._unstorable_text:  # text the store cannot hold got this far: keep
+                self._rollback()  # the records, with that text backslash-escaped
+                self._insert([_Pending(pending.shape, self._as_text(pending.params), None)
+                              for pending in batch],
+                             [KeyRow(*self._as_text(key)) for key in keys])
             self.failure = None
-        except Exception as error:  # sqlite3.Error, or a value SQLite cannot bind: never
-            outcome = self.failure = sqlite_problem(error)  # nothing here kills the flusher
+        except Exception as error:  # the backend's error, or a value it cannot bind: never
+            outcome = self.failure = self._problem(error)  # nothing here kills the flusher
             logger.error("%d audit record(s) lost: could not commit to the audit database "
-                         "%s: %s", len(batch), self.path, outcome)
-            if conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+                         "%s: %s", len(batch), self.name, outcome)
+            self._rollback()
         for pending in batch:
             pending.outcome = outcome
         if telemetry is not None:
             telemetry.commit(_time.perf_counter() - began, "sqlite", outcome is True)
         return outcome
+
+    #: What :meth:`_insert` raises for text the store cannot hold (then retried through
+    #: :meth:`_as_text`): SQLite, a lone surrogate.
+    _unstorable_text: type[Exception] | tuple[type[Exception], ...] = UnicodeEncodeError
+
+    @staticmethod
+    def _as_text(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``row`` with the text the store cannot hold escaped (:func:`_as_text`)."""
+        return _as_text(row)
+
+    @staticmethod
+    def _problem(error: BaseException) -> str:
+        """The store's error in regdev's words, one line."""
+        return sqlite_problem(error)
+
+    def _rollback(self) -> None:
+        """End a transaction a failed commit left open (the commit lock held)."""
+        if self._conn.in_transaction:
+            with suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+
+    def _insert_reset(self, device: str, epoch: str, time: float) -> None:
+        """Commit one row of ``device_resets`` (the commit lock held)."""
+        self._conn.execute(INSERT_RESET, (device, epoch, time))
 
     def _insert(self, batch: list[_Pending], keys: list[KeyRow]) -> None:
         """Insert the records of ``batch`` and ``keys`` in one transaction (the commit lock
@@ -646,11 +709,11 @@ class AuditLog:
         self._frames = 0
         try:
             if conn is None:
-                conn = sqlite3.connect(self.path, isolation_level=None,
+                conn = sqlite3.connect(self.path, isolation_level=None,  # a Path here
                                        check_same_thread=False)
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error as error:
-            logger.warning("could not checkpoint the audit database %s: %s", self.path, error)
+            logger.warning("could not checkpoint the audit database %s: %s", self.name, error)
         return conn
 
     def flush(self) -> None:
@@ -663,7 +726,7 @@ class AuditLog:
         with self._commit_lock:
             outcome = self._commit()
         if outcome is not True:
-            raise AuditError(f"could not commit to the audit database {self.path}: {outcome}",
+            raise AuditError(f"could not commit to the audit database {self.name}: {outcome}",
                              str(outcome))
 
     @property
@@ -682,12 +745,16 @@ class AuditLog:
             self._flusher.join()
         with self._commit_lock:  # the last commit: every record appended before close
             self._commit()
-            try:
-                with mapped(f"cannot close the audit database {self.path}"):
-                    self._conn.close()
-            finally:
-                release_lock(self._lock_fd)  # the last: no commit can follow
+            self._disconnect()
         atexit.unregister(self.close)
+
+    def _disconnect(self) -> None:
+        """Close the store's connections (the last commit done, the commit lock held)."""
+        try:
+            with mapped(f"cannot close the audit database {self.name}"):
+                self._conn.close()
+        finally:
+            release_lock(self._lock_fd)  # the last: no commit can follow
 
     def __enter__(self) -> AuditLog:
         return self
@@ -703,4 +770,4 @@ class AuditLog:
         return read_audit(self.path, **filters)
 
     def __repr__(self) -> str:
-        return f"AuditLog({str(self.path)!r}, durability={self.durability!r})"
+        return f"AuditLog({self.name!r}, durability={self.durability!r})"

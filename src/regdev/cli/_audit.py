@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, get_args
@@ -12,9 +13,11 @@ from ..agents._loop import StopReason
 from ..agents._models import AGENT_STOPS
 from ..audit._log import (
     AuditRecord,
+    audit_target,
     default_audit_path,
     find_loop,
     read_audit,
+    shown_dsn,
 )
 from ..core._errors import AuditError
 from ..core._observation import FIXED_CODES, NAMED_CODES
@@ -123,14 +126,60 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     path = args.db or default_audit_path()
     try:
         loop_id = find_loop(path, args.loop) if args.loop is not None else None
-        records = read_audit(path, session=args.session, code=args.code, since=since,
-                             until=until, loop_id=loop_id, last=args.last, device=args.device,
-                             caller=args.caller, proposer=args.proposer)
+        filters: dict[str, Any] = {
+            "session": args.session, "code": args.code, "since": since, "until": until,
+            "loop_id": loop_id, "device": args.device, "caller": args.caller,
+            "proposer": args.proposer}
+        records = read_audit(path, last=args.last, **filters)
     except AuditError as error:
         raise UsageError(str(error)) from None
+    unreadable = _write_records(records, args.json, out)
+    if args.follow:
+        return _follow(path, filters, records[-1].id if records else _last_id(path),
+                       args.json, out)
+    if not args.json:
+        where = shown_dsn(path) if isinstance(path, str) else path
+        out.write(display_text(f"{count(len(records), 'record')} in {where}") + "\n")
+    return 1 if unreadable else 0
+
+
+#: Seconds between two reads of ``regdev audit --follow``.
+FOLLOW_SECONDS = 0.5
+
+
+def _last_id(path: Path | str) -> int:
+    """The id of the last record in the store (0 when none)."""
+    last = read_audit(path, last=1, intents=False)
+    return last[-1].id if last else 0
+
+
+def _follow(path: Path | str, filters: dict[str, Any], after: int, as_json: bool,
+            out: TextIO) -> int:
+    """``--follow``: show the matching records as they are committed, until interrupted
+    (Ctrl-C: exit 0). Intent records are left out (a write's call record follows its intent
+    within the call). A store out of reach for a while is read again at the next round."""
+    try:
+        while True:
+            out.flush()
+            time.sleep(FOLLOW_SECONDS)
+            try:
+                records = read_audit(path, after=after, intents=False, **filters)
+            except AuditError as error:
+                tell("audit", "warning", f"{error}; reading again in {FOLLOW_SECONDS:g} s")
+                continue
+            if records:
+                _write_records(records, as_json, out)
+                after = records[-1].id
+    except KeyboardInterrupt:
+        out.flush()
+        return 0
+
+
+def _write_records(records: list[AuditRecord], as_json: bool, out: TextIO) -> int:
+    """Write ``records``, one line each; the number that could not be shown (JSON)."""
     unreadable = 0
     for record in records:
-        if args.json:
+        if as_json:
             try:
                 line = record.to_json()
             except AuditError as error:  # one damaged record hides none of the others
@@ -141,9 +190,7 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
             out.write(line + "\n")
         else:
             out.write(_show_record(record) + "\n")
-    if not args.json:
-        out.write(display_text(f"{count(len(records), 'record')} in {path}") + "\n")
-    return 1 if unreadable else 0
+    return unreadable
 
 
 def add_parser(sub: Any) -> None:
@@ -156,8 +203,9 @@ def add_parser(sub: Any) -> None:
                     "--http), the device it "
                     "reached and time spent, and every loop's stop. Filters combine. "
                     "Times are shown in UTC.")
-    audit.add_argument("--db", metavar="PATH", type=Path,
-                       help="the audit database (default: $REGDEV_AUDIT, else "
+    audit.add_argument("--db", metavar="PATH", type=audit_target,
+                       help="the audit database, or a postgresql:// URL (default: "
+                            "$REGDEV_AUDIT, else "
                             "$XDG_STATE_HOME/regdev/audit.db, i.e. "
                             "~/.local/state/regdev/audit.db)")
     audit.add_argument("--session", metavar="NAME", help="only this session's records")
@@ -186,6 +234,9 @@ def add_parser(sub: Any) -> None:
                             "serial:PORT for one that says none; RegisterFile:... in process)")
     audit.add_argument("--last", metavar="N", type=int,
                        help="only the last N matching records (N >= 1)")
+    audit.add_argument("--follow", action="store_true",
+                       help="after the matching records, show each new one as it is "
+                            "committed (every 0.5 s; intent records left out), until Ctrl-C")
     audit.add_argument("--json", action="store_true",
                        help="one JSON object per record (every column; arguments and "
                             "observation as JSON values, numbers exactly as recorded; a "

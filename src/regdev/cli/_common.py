@@ -13,6 +13,7 @@ import msgspec
 
 from ..audit._log import (
     AuditLog,
+    audit_target,
     default_audit_path,
     default_audit_root,
 )
@@ -312,8 +313,10 @@ def add_gate_options(p: argparse.ArgumentParser, *, policy: bool = True) -> None
     else:
         p.set_defaults(policy=None, session="default")
     where = group.add_mutually_exclusive_group()
-    where.add_argument("--audit", metavar="PATH", type=Path,
-                       help="record every call in this SQLite audit log (default: "
+    where.add_argument("--audit", metavar="PATH", type=audit_target,
+                       help="record every call in this SQLite audit log, or in the "
+                            "PostgreSQL store at a postgresql:// URL, shared by several "
+                            "processes (docs/postgresql.md) (default: "
                             "$REGDEV_AUDIT, else $XDG_STATE_HOME/regdev/audit.db, i.e. "
                             "~/.local/state/regdev/audit.db; when that default cannot be "
                             "created, a warning and no audit log; one process writes a "
@@ -424,6 +427,11 @@ def open_audit(args: argparse.Namespace) -> AuditLog | None:
     given = args.audit is not None or bool(os.environ.get("REGDEV_AUDIT"))
     path = args.audit or default_audit_path()
     advice = "choose another file with --audit PATH, or record nothing with --no-audit"
+    if isinstance(path, str):  # a PostgreSQL store: it is there, or nothing runs
+        try:
+            return AuditLog(path, durability=args.durability)
+        except AuditError as error:
+            raise UsageError(str(error)) from None
     if given and not path.parent.exists():  # a typo in a path is not a folder to create
         raise UsageError(f"the directory {path.parent} does not exist ({advice})")
     try:
@@ -468,8 +476,8 @@ def _state_folders(folder: Path, root: Path) -> None:
 def audit_note(gate: Gate, out: TextIO) -> None:
     if gate.audit is not None:
         write_line(out)
-        write_line(out, f"recorded in the audit log {gate.audit.path} "
-                        f"(regdev audit --db {gate.audit.path})")
+        write_line(out, f"recorded in the audit log {gate.audit.name} "
+                        f"(regdev audit --db {gate.audit.name})")
 
 
 def port_device(args: argparse.Namespace) -> Device:

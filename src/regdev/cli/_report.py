@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any, TextIO
 
 from ..agents._eval import EvalFileError, pass_at_k, read_results
-from ..audit._log import default_audit_path, read_audit
+from ..audit._log import audit_target, default_audit_path, read_audit, shown_dsn
 from ..audit._report import adherence, format_report, plot_format, plot_report
 from ..core._errors import AuditError
 from ..core._text import escape_text
@@ -45,8 +44,9 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         except OSError as error:
             raise UsageError(f"cannot write {args.plot}: {error.strerror or error}") from None
     if args.json:
-        json_line({"db": str(path), "proposers": [r.to_dict() for r in reports],
-                   "eval": tasks}, out)
+        shown = shown_dsn(path) if isinstance(path, str) else str(path)
+        json_line({"db": shown, "proposers": [r.to_dict() for r in reports], "eval": tasks},
+                  out)
     else:
         text = format_report(reports) + ("\n" + _format_tasks(tasks) if tasks is not None else "")
         for line in text.split("\n"):  # its names escaped already
@@ -78,8 +78,9 @@ def add_parser(sub: Any) -> None:
                     "retry recovery (refusal episodes recovered on retry k), proposals per "
                     "accepted call, and loop stop reasons. Filters combine. docs/models.md "
                     "explains how to read it.")
-    report.add_argument("--db", metavar="PATH", type=Path,
-                        help="the audit database (default: $REGDEV_AUDIT, else "
+    report.add_argument("--db", metavar="PATH", type=audit_target,
+                        help="the audit database, or a postgresql:// URL (default: "
+                             "$REGDEV_AUDIT, else "
                              "~/.local/state/regdev/audit.db)")
     report.add_argument("--model", metavar="PROPOSER",
                         help="only this proposer's records, e.g. openai:gpt-4.1-mini")

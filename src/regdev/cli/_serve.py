@@ -11,6 +11,9 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..core._errors import PolicyError, RegdevError
+from ..devices._open import open_device
+from ..gate._gate import Gate
 from ..gate._providers import offered_tools
 from ..server._access import Policy
 from ..server._address import is_loopback, parse_address
@@ -21,8 +24,10 @@ from ._common import (
     device_call,
     device_options,
     load_policy,
+    open_audit,
     open_gate,
     port_device,
+    read_map,
 )
 from ._output import LogFormatter, output_failed
 
@@ -82,10 +87,14 @@ def _limit_flags(args: argparse.Namespace) -> list[str]:
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     if args.http is None and (args.stateless or args.state_key_file is not None
-                              or _limit_flags(args)):
+                              or _limit_flags(args) or args.fleet is not None):
         flag = ("--stateless" if args.stateless else "--state-key-file"
-                if args.state_key_file is not None else _limit_flags(args)[0])
+                if args.state_key_file is not None else "--fleet"
+                if args.fleet is not None else _limit_flags(args)[0])
         raise UsageError(f"{flag} goes with --http [HOST:]PORT")
+    if args.fleet is not None and (args.port is not None or args.map is not None):
+        raise UsageError("--fleet names each device's port and map; give no --port or --map "
+                         "with it")
     if args.http is None and sys.stdout is None:  # fd 1 closed: nowhere to answer the client
         raise UsageError(f"cannot write the output: {STDOUT_CLOSED}")
     stderr = logging.StreamHandler(sys.stderr)  # each record one line, text escaped
@@ -138,7 +147,7 @@ def _serve(args: argparse.Namespace, log: logging.Logger,
             log.info("serving MCP on stdio: tools %s on %s, session %s, audit log %s",
                      ", ".join(t.name for t in offered_tools(gate.tools, session)), identity,
                      session.name,
-                     gate.audit.path if gate.audit is not None else "off")
+                     gate.audit.name if gate.audit is not None else "off")
             try:
                 serve_stdio(gate, session, stop_signals=stop_signals, approvals=approve,
                             proposer=args.proposer)
@@ -176,10 +185,16 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
                                                     "starlette", "h11"):
             raise
         raise UsageError(f"the MCP server needs the `mcp` extra: {MCP_INSTALL}") from None
+    if args.fleet is not None:
+        _serve_fleet(args, log, stop_signals, policy=policy, state_key=state_key,
+                     limits=limits, host=host, port=port)
+        return
     with contextlib.closing(port_device(args)) as device:
         identity = device_call(args, device.identify)  # a silent device fails here, at once
         approvals = approvals_for(policy, device, state_key)
         gate, _ = open_gate(args, device, policy=policy, approve=approvals)
+        if gate.audit is not None:  # a store shared by several processes shares questions
+            approvals.shared = gate.audit.shared_questions()
         with gate:  # closing it commits the last audit records
             assert isinstance(gate.policy, Policy)  # load_policy's, with the approver
 
@@ -187,7 +202,7 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
                 log.info("serving MCP over HTTP at %s (%s): tools %s on %s, audit log %s",
                          url, "stateless" if args.stateless else "sessions",
                          ", ".join(gate.tools), identity,
-                         gate.audit.path if gate.audit is not None else "off")
+                         gate.audit.name if gate.audit is not None else "off")
                 if not is_loopback(host):
                     log.warning("listening on %s, beyond this machine, in plain HTTP: put a "
                                 "reverse proxy with TLS in front (docs/agents.md)", host)
@@ -201,6 +216,67 @@ def _serve_http(args: argparse.Namespace, log: logging.Logger,
                                  f"{error.strerror or error}") from None
             for number in stop_signals:  # a second signal must not cut the audit flush short
                 signal.signal(number, signal.SIG_IGN)
+
+
+def _serve_fleet(args: argparse.Namespace, log: logging.Logger,
+                 stop_signals: list[signal.Signals], *, policy: Policy,
+                 state_key: bytes | None, limits: HttpLimits | None, host: str,
+                 port: int) -> None:
+    """``serve --http --fleet FILE``: every device of the fleet file, each at /mcp/NAME, with
+    one audit log; nothing is served unless every device opens and answers."""
+    from ..server._approval import approvals_for  # noqa: PLC0415  (the `mcp` extra)
+    from ..server._fleet import FleetError, load_fleet  # noqa: PLC0415
+    from ..server._http import serve_http  # noqa: PLC0415
+
+    try:
+        fleet = load_fleet(args.fleet)
+    except FleetError as error:
+        raise UsageError(str(error)) from None
+    with contextlib.ExitStack() as stack:
+        devices = []
+        for member in fleet:
+            if member.session is not None:
+                try:
+                    policy.session_policy(member.session)
+                except PolicyError as error:
+                    raise UsageError(f"{args.fleet}:{member.line}: {error}") from None
+            try:
+                regmap = read_map(member.map) if member.map is not None else None
+                device = stack.enter_context(contextlib.closing(
+                    open_device(member.port, regmap=regmap, timeout=args.timeout)))
+            except (RegdevError, ValueError) as error:
+                raise UsageError(f"{args.fleet}:{member.line}: device {member.name}: "
+                                 f"{error}") from None
+            device_call(args, device.identify)  # a silent device fails here, at once
+            devices.append(device)
+        audit = None if args.no_audit else open_audit(args)
+        if audit is not None:
+            stack.callback(audit.close)
+        served = []
+        for member, device in zip(fleet, devices, strict=True):
+            approvals = approvals_for(policy, device, state_key)
+            if audit is not None:
+                approvals.shared = audit.shared_questions()
+            gate = Gate(device, policy=policy.model_copy(update={"approve": approvals}),
+                        audit=audit)
+            gate.warn = log.warning
+            served.append((member.name, gate, approvals, member.session))
+
+        def ready(url: str) -> None:
+            log.info("serving MCP over HTTP at %s (%s): the devices %s at /mcp/NAME, audit "
+                     "log %s", url.rsplit("/mcp/", 1)[0] + "/mcp", "stateless" if args.stateless
+                     else "sessions", ", ".join(member.name for member in fleet),
+                     audit.name if audit is not None else "off")
+
+        try:
+            serve_http(served[0][1], policy, served[0][2], host=host, port=port,
+                       stateless=args.stateless, stop_signals=stop_signals, ready=ready,
+                       limits=limits, fleet=served)
+        except OSError as error:
+            raise UsageError(f"cannot listen on {args.http}: {error.strerror or error}") \
+                from None
+        for number in stop_signals:  # a second signal must not cut the audit flush short
+            signal.signal(number, signal.SIG_IGN)
 
 
 def _limits(args: argparse.Namespace) -> HttpLimits | None:
@@ -257,6 +333,10 @@ def add_parser(sub: Any) -> None:
                            "stdio (HOST 127.0.0.1 by default; port 0 picks one and logs it); "
                            "needs a --policy with an [http] table naming the callers' bearer "
                            "tokens (see docs/agents.md)")
+    http.add_argument("--fleet", metavar="FILE",
+                      help="with --http: serve every device of this fleet file (TOML: "
+                           "[devices.NAME] tables with port, unit, map, session), each at "
+                           "/mcp/NAME, instead of --port (docs/postgresql.md)")
     http.add_argument("--stateless", action="store_true",
                       help="with --http: no sessions, so several server processes can sit "
                            "behind one load balancer (a 2026-07-28 client is served "

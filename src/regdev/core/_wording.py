@@ -30,7 +30,7 @@ import sqlite3
 
 import serial
 
-from ._text import unicode_problem  # here too: the wording of every library's errors
+from ._text import escape_text, unicode_problem  # here too: the wording of every library's errors
 
 __all__ = [
     "serial_problem",
@@ -183,6 +183,20 @@ _SQLITE = {
     23: "access is not authorized",  # SQLITE_AUTH
     26: "the file is not an SQLite database",  # SQLITE_NOTADB
 }
+
+
+def postgres_problem(error: BaseException) -> str:
+    """What went wrong with a PostgreSQL store, in one line: the server's primary message
+    (or libpq's, for a connection that failed), its whitespace folded, escaped, at most 300
+    characters.
+
+    Args:
+        error: what psycopg raised.
+    """
+    diag = getattr(error, "diag", None)
+    text = getattr(diag, "message_primary", None) or str(error)
+    text = " ".join(text.split()) or f"the database failed ({type(error).__name__})"
+    return escape_text(text, 300)
 
 
 def sqlite_problem(error: BaseException) -> str:

@@ -870,6 +870,8 @@ class Gate:
                 if fresh != identity:  # reset since: the write runs again in the new epoch
                     slot = key_scope(fresh.device, fresh.epoch), session.name, key
                     found = audit.begin_key(slot, print_, replay=fresh.epoch is not None)
+        except AuditError as error:  # a shared store (PostgreSQL) out of reach: nothing ran
+            return None, _no_intent(error)
         except RegdevError as error:
             return None, _unidentified(error)
         return (slot, None) if found is None else (None, found)

@@ -73,7 +73,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, cast, get_args, get_origin
+from typing import Annotated, Any, Literal, Protocol, Self, cast, get_args, get_origin
 
 import msgspec
 from pydantic import (
@@ -689,20 +689,27 @@ class Policy(_Model):
         raise PolicyError(f"the policy declares no session `{escape_text(name)}`; sessions: "
                           f"{known}")
 
-    def session(self, name: str = "default", *, caller: str | None = None) -> Session:
+    def session(self, name: str = "default", *, caller: str | None = None,
+                shared: Callable[[str, float, int], Bucket | None] | None = None) -> Session:
         """A new live session (with its own full rate-limit bucket) declared as ``name``.
 
         :meth:`Gate.session <regdev.Gate.session>` keeps one per name, so that a named
         session's rate limit holds across calls; use that one for calls through a gate.
         ``regdev serve --http`` makes one per authenticated caller (``caller``), so that each
-        caller has its own rate limit whatever connections it uses.
+        caller has its own rate limit whatever connections it uses; with ``shared`` (the
+        audit store's :meth:`~regdev.AuditLog.shared_bucket`), that bucket is the store's,
+        shared by every process of the store (PostgreSQL), named by the caller and session.
 
         Raises:
             PolicyError: no session of that name is declared.
         """
         spec = self.session_policy(name)
-        return Session(name, scopes=spec.scopes, tools=spec.tools,
-                       rate_limit=spec.rate_limit or self.rate_limit, caller=caller)
+        limit = spec.rate_limit or self.rate_limit
+        bucket = None
+        if shared is not None and limit is not None:
+            bucket = shared(f"{caller or ''}/{name}", limit.rate, limit.burst)
+        return Session(name, scopes=spec.scopes, tools=spec.tools, rate_limit=limit,
+                       caller=caller, bucket=bucket)
 
 
 def _describe(error: ValidationError, model: type[BaseModel] | None = None) -> str:
@@ -813,6 +820,18 @@ def _fields_at(loc: tuple[int | str, ...], model: type[BaseModel]) -> list[str]:
     return [name for name in model.model_fields if name != "approve"]
 
 
+class Bucket(Protocol):
+    """A rate limit's bucket: this process's :class:`TokenBucket`, or one a shared store
+    keeps for every process (:meth:`~regdev.AuditLog.shared_bucket`)."""
+
+    rate: float
+    burst: int
+
+    def take(self) -> float:
+        """Take one token; return 0.0 when taken, else the seconds until one is available."""
+        ...
+
+
 class TokenBucket:
     """A thread-safe token bucket (the classic rate limiter).
 
@@ -859,6 +878,8 @@ class Session:
             one session per bearer token's identity, e.g. ``"token:alice"``); recorded with
             each call in the audit log (column ``caller``) and named in approval questions.
             None: not authenticated (in process, stdio).
+        bucket: the rate limit's bucket when it is kept elsewhere (a shared store's); None:
+            a :class:`TokenBucket` of this session's own.
 
     Raises:
         ValueError: no scope, or a scope other than ``read`` and ``write``.
@@ -869,7 +890,8 @@ class Session:
 
     def __init__(self, name: str = "default", *, scopes: Iterable[str] = SCOPES,
                  tools: Iterable[str] | None = None,
-                 rate_limit: RateLimit | None = None, caller: str | None = None) -> None:
+                 rate_limit: RateLimit | None = None, caller: str | None = None,
+                 bucket: Bucket | None = None) -> None:
         self.name = name
         self.caller = caller
         self.scopes = frozenset(scopes)
@@ -879,7 +901,9 @@ class Session:
         #: The offered tool names in order, or None for every tool.
         self.tools = tuple(tools) if tools is not None else None
         self.rate_limit = rate_limit
-        self._bucket = TokenBucket(rate_limit.rate, rate_limit.burst) if rate_limit else None
+        self._bucket: Bucket | None = None
+        if rate_limit is not None:
+            self._bucket = bucket or TokenBucket(rate_limit.rate, rate_limit.burst)
         self._can = ("write" in self.scopes, "read" in self.scopes)  # indexed by read_only
         #: True when the scopes or the rate limit can refuse a call (else authorize has
         #: nothing to ask this session).

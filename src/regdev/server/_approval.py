@@ -49,13 +49,14 @@ import hashlib
 import hmac
 import html
 import logging
+import math
 import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import parse_qs
 
 import anyio
@@ -67,7 +68,7 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..audit._idempotency import fingerprint
-from ..core._errors import RegdevError
+from ..core._errors import AuditError, RegdevError
 from ..core._text import escape_text
 from ..devices._device import Device
 from ..devices._regmap import Field, Register, RegisterMap
@@ -84,7 +85,12 @@ __all__ = [
     "approvals_for",
 ]
 
+if TYPE_CHECKING:
+    from ..audit._postgres import SharedQuestions
+
 logger = logging.getLogger("regdev")
+#: Seconds between two looks for the answer to a page question in a shared store.
+POLL_SECONDS = 0.2
 
 _T = TypeVar("_T")
 
@@ -250,6 +256,14 @@ class Approvals:
             /approve/``), for ``via = "url"``.
         verify_approver: for ``via = "url"``, checks a token given on the page: the caller
             name and scopes it stands for, or None when it is not valid.
+
+    Attributes:
+        shared: the questions of a store shared by several processes (the PostgreSQL
+            store's :meth:`~regdev.AuditLog.shared_questions`), or None: this process's
+            questions are its own. With it, a question opened here is answered through any
+            process of the store (its page, and the 2026-07-28 second request, served by
+            whichever process they reach), and this process polls for the answer every
+            :data:`POLL_SECONDS`.
     """
 
     def __init__(self, policy: ApprovalPolicy, device: Device, seal: StateSeal, *,
@@ -265,6 +279,7 @@ class Approvals:
         self._used: dict[str, float] = {}  # answered 2026-07-28 question ids -> deadline
         self._lock = threading.Lock()
         self._stopping = False
+        self.shared: SharedQuestions | None = None
 
     # --- the gate's hook (in the worker thread of the call) --------------------------------
 
@@ -449,8 +464,21 @@ class Approvals:
         return self._wait_page(question)
 
     def _wait_page(self, question: Question) -> Approval:
-        """Wait in this worker thread for the page's answer, until the deadline."""
-        question.answered.wait(max(0.0, question.deadline - time.time()))
+        """Wait in this worker thread for the page's answer, until the deadline (with a
+        shared store, the answer given through any process)."""
+        shared = self.shared
+        while not question.answered.wait(max(0.0, min(
+                question.deadline - time.time(),
+                POLL_SECONDS if shared is not None else math.inf))):
+            if time.time() >= question.deadline:
+                break
+            found = shared.answer_of(question.id) if shared is not None else None
+            if found is not None:
+                approved, approver, reason = found
+                with self._lock:
+                    if question.answer is None:
+                        question.answer = Approval(approved, approver, "url", reason)
+                        question.answered.set()
         with self._lock:
             answer = question.answer
             if answer is None:  # too late now: the page refuses an answer from here on
@@ -496,6 +524,11 @@ class Approvals:
         if via == "url":
             with self._lock:
                 question = self._open.get(question_id)
+            if question is None and self.shared is not None and self._shared_get(question_id):
+                # asked by another process of the store: its answer is waited for here
+                question = Question(question_id, request, old, text, "url", until)
+                with self._lock:
+                    self._open[question_id] = question
             if question is None:
                 return Approval(False, via="url", reason="the approval question is not open "
                                 "in this server process (answered, expired, or asked by "
@@ -518,7 +551,14 @@ class Approvals:
         return self._judge_form(question, answer, asking.caller)
 
     def _use(self, question_id: str, until: float) -> bool:
-        """Mark a 2026-07-28 question answered; False when it was already."""
+        """Mark a 2026-07-28 question answered; False when it was already (with a shared
+        store, in any of its processes)."""
+        if self.shared is not None:
+            try:
+                return self.shared.use(question_id, until)
+            except AuditError as error:
+                logger.warning("an approval answer was refused: %s", error)
+                return False
         now = time.time()
         with self._lock:
             if question_id in self._used:
@@ -543,7 +583,26 @@ class Approvals:
             if len(self._open) >= self.policy.max_pending:
                 return None
             self._open[question.id] = question
+        if self.shared is not None:  # answerable through every process of the store
+            try:
+                self.shared.open(question.id, question.text, request.caller,
+                                 question.deadline)
+            except AuditError as error:
+                logger.warning("approval question %s is answerable in this process only: %s",
+                               question.id, error)
         return question
+
+    def _shared_get(self, question_id: str) -> tuple[str, str | None, float, bool] | None:
+        """A question of the shared store (see :attr:`shared`), or None (none, or the
+        store out of reach)."""
+        if self.shared is None:
+            return None
+        try:
+            return self.shared.get(question_id)
+        except AuditError as error:
+            logger.warning("approval question %s could not be looked up: %s", question_id,
+                           error)
+            return None
 
     def _close(self, question: Question) -> None:
         with self._lock:
@@ -597,24 +656,26 @@ class Approvals:
         """The page of an open question (HTTP status, HTML)."""
         with self._lock:
             question = self._open.get(question_id)
+        if question is None:  # asked by another process of a shared store?
+            found = self._shared_get(question_id)
+            if found is not None and not found[3] and time.time() <= found[2]:
+                return 200, _page(found[0], found[2])
         if question is None or question.answer is not None:
             return 404, _html("No such question", "<p>This approval question is not open: "
                               "it was answered, it expired, or it never was.</p>")
-        left = max(0, int(question.deadline - time.time()))
-        return 200, _html("Approve a register write", (
-            f"<p>{html.escape(question.text)}</p>"
-            f"<p>Answer within {left} s. Sign your answer with your own approver token "
-            "(not the caller's).</p>"
-            '<form method="post"><label>Approver token <input type="password" name="token" '
-            'autocomplete="off" required></label> '
-            '<button name="decision" value="approve">Approve</button> '
-            '<button name="decision" value="deny">Deny</button></form>'))
+        return 200, _page(question.text, question.deadline)
 
     async def answer_page(self, question_id: str, body: bytes) -> tuple[int, str]:
         """Take a page's answer (a form: ``token``, ``decision``): HTTP status, HTML."""
         with self._lock:
             question = self._open.get(question_id)
-        if question is None or question.answer is not None or time.time() > question.deadline:
+        remote = None  # a question another process of a shared store asked
+        if question is None:
+            remote = self._shared_get(question_id)
+            if remote is not None and (remote[3] or time.time() > remote[2]):
+                remote = None
+        if remote is None and (question is None or question.answer is not None
+                               or time.time() > question.deadline):
             return 404, _html("No such question", "<p>This approval question is not open: "
                               "it was answered, it expired, or it never was.</p>")
         try:
@@ -636,16 +697,35 @@ class Approvals:
             scope = html.escape(self.policy.approver_scope)
             return 403, _html("Not an approver", "<p>That token may not approve writes "
                               f"(it lacks the scope {scope}).</p>")
-        if name == question.request.caller:
+        caller = remote[1] if remote is not None else question.request.caller  # type: ignore[union-attr]
+        if name == caller:
             logger.warning("an approval page answer by %s was refused: it is the caller", name)
             return 403, _html("Not an approver", "<p>The caller cannot approve its own "
                               "write.</p>")
         approved = decisions == ["approve"]
+        reason = None if approved else "denied on the approval page"
+        if remote is not None:
+            try:
+                recorded = self.shared is not None and self.shared.answer(
+                    question_id, approved, name, reason)
+            except AuditError as error:
+                logger.warning("an approval page answer by %s was not recorded: %s", name,
+                               error)
+                return 503, _html("Not recorded", "<p>The answer could not be recorded; "
+                                  "try again.</p>")
+            if not recorded:
+                return 409, _html("Answered already", "<p>This question has its answer.</p>")
+            logger.info("approval question %s (asked by another process) answered by %s: %s",
+                        question_id, name, "approve" if approved else "deny")
+            return 200, _html("Answer recorded", "<p>" + html.escape(
+                "Approved: the write runs now, unless the register changed or the caller has "
+                "gone; the caller is told the result." if approved else
+                "Denied: the write will not run; the caller is told it was denied.") + "</p>")
+        assert question is not None
         with self._lock:
             if question.answer is not None:
                 return 409, _html("Answered already", "<p>This question has its answer.</p>")
-            question.answer = Approval(approved, name, "url",
-                                       None if approved else "denied on the approval page")
+            question.answer = Approval(approved, name, "url", reason)
             question.answered.set()
         logger.info("approval question %s answered by %s: %s", question.id, name,
                     "approve" if approved else "deny")
@@ -741,6 +821,19 @@ def _field_changes(register: Register, old: int | None, data: int) -> str:
     if not register.fields:
         return ""
     return "; ".join(changes) if changes else "no field changes"
+
+
+def _page(text: str, deadline: float) -> str:
+    """The page of an open question: its text, the time left, the form."""
+    left = max(0, int(deadline - time.time()))
+    return _html("Approve a register write", (
+        f"<p>{html.escape(text)}</p>"
+        f"<p>Answer within {left} s. Sign your answer with your own approver token "
+        "(not the caller's).</p>"
+        '<form method="post"><label>Approver token <input type="password" name="token" '
+        'autocomplete="off" required></label> '
+        '<button name="decision" value="approve">Approve</button> '
+        '<button name="decision" value="deny">Deny</button></form>'))
 
 
 def _outcome(question: Question, approved: bool) -> str:

@@ -46,8 +46,8 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 from functools import partial
 from typing import Any
@@ -127,6 +127,8 @@ logger = logging.getLogger("regdev")
 
 #: Where the MCP endpoint is served.
 MCP_PATH = "/mcp"
+#: The prefix of a token scope that names a device of a fleet (``device:bench1``).
+DEVICE_SCOPE = "device:"
 #: Where the approval pages are served (``/approve/<question id>``).
 APPROVE_PATH = "/approve/"
 #: Seconds a client has to send a request's whole body once its headers are in; a slower
@@ -302,7 +304,10 @@ class McpFront:
                  metadata_url: str, max_body_bytes: int,
                  body_seconds: float = BODY_SECONDS,
                  too_large: Callable[[Caller, bytes | None, int | None], None] | None = None,
-                 sessions: SessionLimits | None = None) -> None:
+                 sessions: SessionLimits | None = None, device: str | None = None,
+                 device_session: str | None = None) -> None:
+        self.device = device
+        self.device_session = device_session
         self.too_large = too_large
         self.sessions = sessions
         self.inner = AuthContextMiddleware(inner)
@@ -432,10 +437,32 @@ class McpFront:
                 f"serves ({self._scopes})",
                 f'Bearer error="insufficient_scope", scope="{self._scopes}", '
                 f'resource_metadata="{self.metadata_url}"'))
+        refusal = self._device_refusal(caller, access.scopes)
+        if refusal is not None:
+            logger.warning("refused %s on device %s: %s", caller.name, self.device, refusal)
+            raise _Refused(_oauth_error(
+                403, "insufficient_scope", refusal,
+                f'Bearer error="insufficient_scope", resource_metadata="{self.metadata_url}"'))
         user = AuthenticatedUser(access)
         scope["user"], scope["auth"] = user, AuthCredentials(access.scopes)
         authenticated()  # this connection no longer counts against the unauthenticated budget
         return caller
+
+    def _device_refusal(self, caller: Caller, scopes: Collection[str]) -> str | None:
+        """Why ``caller`` may not reach this endpoint's device of a fleet, or None: a token
+        whose scopes name devices (``device:NAME``) reaches those only; a device served to
+        one policy session only (the fleet file's ``session``) to callers of that session."""
+        if self.device is None:
+            return None
+        named = {scope.removeprefix(DEVICE_SCOPE) for scope in scopes
+                 if scope.startswith(DEVICE_SCOPE)}
+        if named and self.device not in named:
+            return (f"the token's scopes name other devices than {self.device} "
+                    f"({DEVICE_SCOPE}NAME)")
+        if self.device_session is not None and caller.session != self.device_session:
+            return (f"the device {self.device} is served to the session "
+                    f"{self.device_session} only")
+        return None
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         cap = self.max_body_bytes
@@ -562,8 +589,10 @@ class CallerSessions:
             if found is not None:
                 self._sessions.move_to_end(key)
                 return found
-            found = self._sessions[key] = self.policy.session(caller.session,
-                                                              caller=caller.name)
+            audit = self.gate.audit
+            found = self._sessions[key] = self.policy.session(
+                caller.session, caller=caller.name,
+                shared=audit.shared_bucket if audit is not None else None)
             while len(self._sessions) > self.cap:
                 self._sessions.popitem(last=False)
             return found
@@ -703,11 +732,15 @@ class HttpServer:
             pages).
         url: the MCP endpoint's URL.
         approvals: the approval hook (also the gate's ``policy.approve``).
+        routes: the app's routes (a fleet's app joins its endpoints').
+        manager: the SDK's session manager the app runs (None for a fleet's app).
     """
 
     app: Starlette
     url: str
     approvals: Approvals
+    routes: list[Any] = field(default_factory=list)
+    manager: StreamableHTTPSessionManager | None = None
 
 
 def record_too_large(gate: Gate, caller: Caller, body: bytes | None,
@@ -747,7 +780,8 @@ def record_too_large(gate: Gate, caller: Caller, body: bytes | None,
 
 def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, port: int,
                    stateless: bool = False, body_seconds: float = BODY_SECONDS,
-                   limits: HttpLimits | None = None,
+                   limits: HttpLimits | None = None, device: str | None = None,
+                   device_session: str | None = None,
                    proposer: str | None = None) -> HttpServer:
     """The app serving ``gate`` at ``http://HOST:PORT/mcp`` under ``policy.http``.
 
@@ -761,6 +795,10 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
         body_seconds: seconds a client has to send a body, 0.001..86400.
         limits: the session limits (``max_sessions``, ``max_caller_sessions``,
             ``initialize_rate``, ``session_idle_seconds``); default :class:`HttpLimits`'s.
+        device: the device's name in a fleet: the endpoint is ``/mcp/NAME`` and its approval
+            pages ``/approve/NAME/...``; a token whose scopes name devices
+            (``device:NAME``) reaches only those.
+        device_session: a fleet device served to this policy session only.
 
     Raises:
         ValueError: the policy has no ``[http]`` table, or ``body_seconds`` is out of range.
@@ -772,7 +810,12 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
     if access is None:
         raise ValueError("the policy has no [http] table: no caller could be named")
     base = f"http://{_url_host(host)}:{port}"
-    url = access.resource_url or f"{base}{MCP_PATH}"
+    path = MCP_PATH if device is None else f"{MCP_PATH}/{device}"
+    approve_path = APPROVE_PATH if device is None else f"{APPROVE_PATH}{device}/"
+    url = f"{base}{path}"
+    if access.resource_url:
+        url = access.resource_url if device is None else \
+            f"{access.resource_url.rstrip('/')}/{device}"
     metadata_url = str(build_resource_metadata_url(AnyHttpUrl(url)))
     tokens = TokenCheck(access)
     limits = limits if limits is not None else HttpLimits()
@@ -789,7 +832,8 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
                      max_body_bytes=gate.max_input_bytes + ENVELOPE_BYTES,
                      body_seconds=body_seconds, too_large=partial(record_too_large, gate),
                      sessions=None if stateless else SessionLimits(
-                         limits, partial(_live_sessions, manager)))
+                         limits, partial(_live_sessions, manager)),
+                     device=device, device_session=device_session)
     guard = front.guard
 
     async def verify_approver(token: str) -> tuple[str, frozenset[str]] | None:
@@ -799,7 +843,7 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
         return found.client_id, frozenset(found.scopes)
 
     approvals.verify_approver = verify_approver
-    approvals.page_url = f"{url.removesuffix(MCP_PATH)}{APPROVE_PATH}"
+    approvals.page_url = f"{url.removesuffix(path)}{approve_path}"
 
     async def approval_page(request: Request) -> Response:
         refused = guard.check(request.scope)
@@ -837,12 +881,31 @@ def build_http_app(gate: Gate, policy: Policy, approvals: Approvals, *, host: st
                         headers={"Cache-Control": "public, max-age=3600"})
 
     routes: list[Any] = [
-        Route(MCP_PATH, endpoint=front),
-        Route(APPROVE_PATH + "{question}", endpoint=approval_page, methods=["GET", "POST"]),
+        Route(path, endpoint=front),
+        Route(approve_path + "{question}", endpoint=approval_page, methods=["GET", "POST"]),
         Route(urlsplit(metadata_url).path, endpoint=resource_metadata, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
-    return HttpServer(app, url, approvals)
+    return HttpServer(app, url, approvals, routes, manager)
+
+
+def build_fleet_app(endpoints: Sequence[HttpServer]) -> HttpServer:
+    """One app serving every endpoint of a fleet (each built by :func:`build_http_app` with
+    its ``device``): their routes side by side, their session managers run together. Its
+    ``url`` is the first endpoint's; its ``approvals``, the first's (each endpoint keeps
+    its own)."""
+    managers = [endpoint.manager for endpoint in endpoints if endpoint.manager is not None]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for manager in managers:
+                await stack.enter_async_context(manager.run())
+            yield
+
+    routes = [route for endpoint in endpoints for route in endpoint.routes]
+    return HttpServer(Starlette(routes=routes, lifespan=lifespan), endpoints[0].url,
+                      endpoints[0].approvals, routes, None)
 
 
 def _live_sessions(manager: StreamableHTTPSessionManager) -> Collection[str]:
@@ -889,7 +952,8 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
                ready: Callable[[str], None] | None = None,
                stop: threading.Event | None = None,
                body_seconds: float = BODY_SECONDS, limits: HttpLimits | None = None,
-               proposer: str | None = None) -> None:
+               proposer: str | None = None,
+               fleet: Sequence[tuple[str, Gate, Approvals, str | None]] = ()) -> None:
     """Serve ``gate`` over MCP Streamable HTTP at ``http://HOST:PORT/mcp`` until a stop signal.
 
     Blocks. Returns on one of ``stop_signals`` (open approval questions are denied, running
@@ -910,6 +974,9 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
         body_seconds: seconds a client has to send a request's body (408 after).
         limits: what callers may hold: connections, the time to send a request's headers,
             sessions (:class:`HttpLimits`; its defaults when None).
+        fleet: several devices instead of ``gate``: ``(name, gate, approvals, session)``
+            each, served at ``/mcp/NAME`` (:func:`build_http_app`'s ``device`` and
+            ``device_session``); ``gate`` and ``approvals`` are then not served.
 
     Raises:
         OSError: the address cannot be listened on.
@@ -919,9 +986,19 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
     try:
         actual_port = listener.getsockname()[1]
         limits = limits if limits is not None else HttpLimits()
-        served = build_http_app(gate, policy, approvals, host=host, port=actual_port,
-                                stateless=stateless, body_seconds=body_seconds, limits=limits,
-                                proposer=proposer)
+        if fleet:
+            served = build_fleet_app([
+                build_http_app(each, policy, asks, host=host, port=actual_port,
+                               stateless=stateless, body_seconds=body_seconds, limits=limits,
+                               device=name, device_session=session,
+                               proposer=proposer)
+                for name, each, asks, session in fleet])
+            every = [asks for _, _, asks, _ in fleet]
+        else:
+            served = build_http_app(gate, policy, approvals, host=host, port=actual_port,
+                                    stateless=stateless, body_seconds=body_seconds,
+                                    limits=limits, proposer=proposer)
+            every = [approvals]
         guard = ConnectionGuard(limits)
         config = uvicorn.Config(ConnectionCap(served.app, guard), log_config=None,
                                 access_log=False, lifespan="on", timeout_keep_alive=5,
@@ -942,14 +1019,16 @@ def serve_http(gate: Gate, policy: Policy, approvals: Approvals, *, host: str, p
                 task_status.started()
                 async for number in signals:
                     logger.info("stopping on %s", signal.Signals(number).name)
-                    approvals.stop()
+                    for asks in every:
+                        asks.stop()
                     server.should_exit = True
                     return
 
         async def stop_on_event(event: threading.Event) -> None:
             await anyio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
             logger.info("stopping")
-            approvals.stop()
+            for asks in every:
+                asks.stop()
             server.should_exit = True
 
         async def run() -> None:

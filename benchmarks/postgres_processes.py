@@ -1,0 +1,105 @@
+"""Audited writes per second on one PostgreSQL store: 3 processes against 1.
+
+Each process runs a gate over its own in-process device with its audit log on the same
+PostgreSQL store (``AuditLog("postgresql://...")``), and ``--threads`` threads calling
+``Gate.handle`` with valid writes, each write's records committed before it returns. First one
+process alone for ``--seconds``, then three at once for as long; the writes each completed are
+counted (every one checked accepted), and the script prints both rates and their ratio. The
+goal: 3 processes give at least 2x the audited writes per second of one. Run::
+
+    .venv/bin/python benchmarks/postgres_processes.py [--dsn URL] [--seconds S] [--threads N]
+        [--json]
+
+Without ``--dsn``, the script starts a PostgreSQL server of its own on 127.0.0.1, as the
+tests do (``tests/pgserver.py``). Not a test: nothing asserts a rate; on a machine with fewer
+cores than processes (or a load average above its CPU count) the ratio says little.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import threading
+import time
+from typing import Any
+
+from _script import Parser, count, need
+from postgres_write import fresh_schema, server
+
+WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}'
+
+
+def worker(dsn: str, threads: int, start: Any, seconds: float, done: Any) -> None:
+    """One process: ``threads`` threads writing through one audited gate for ``seconds``
+    after ``start`` is set; puts the number of accepted writes in ``done``."""
+    from regdev import AuditLog, Gate  # noqa: PLC0415 - in the child
+
+    counts = [0] * threads
+    with Gate(audit=AuditLog(dsn)) as gate:
+        gate.handle(WRITE)  # connected and warm before the clock starts
+        start.wait()
+        until = time.monotonic() + seconds
+
+        def run(at: int) -> None:
+            while time.monotonic() < until:
+                if not gate.handle(WRITE).ok:
+                    raise SystemExit("a write was refused")
+                counts[at] += 1
+
+        pool = [threading.Thread(target=run, args=(at,)) for at in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+    done.put(sum(counts))
+
+
+def rate(dsn: str, processes: int, threads: int, seconds: float) -> float:
+    """Audited writes per second of ``processes`` processes at once."""
+    context = multiprocessing.get_context("spawn")
+    start, done = context.Event(), context.Queue()
+    pool = [context.Process(target=worker, args=(dsn, threads, start, seconds, done))
+            for _ in range(processes)]
+    for process in pool:
+        process.start()
+    time.sleep(3.0)  # each connects and warms up before the clock starts
+    start.set()
+    total = sum(done.get(timeout=seconds + 120) for _ in pool)
+    for process in pool:
+        process.join(timeout=60)
+    return total / seconds
+
+
+def main() -> None:
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", metavar="URL", help="a PostgreSQL server's URL (default: "
+                        "start one on 127.0.0.1 for this run)")
+    parser.add_argument("--seconds", type=count(1, 3600), default=10, metavar="S",
+                        help="seconds each configuration writes (default 10)")
+    parser.add_argument("--threads", type=count(1, 64), default=4, metavar="N",
+                        help="threads per process (default 4)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    need("postgresql", "psycopg")
+    with server(args.dsn) as dsn:
+        one = rate(fresh_schema(dsn, "regdev_bench_one"), 1, args.threads, args.seconds)
+        three = rate(fresh_schema(dsn, "regdev_bench_three"), 3, args.threads, args.seconds)
+    ratio = three / one if one else float("inf")
+    load = os.getloadavg()
+    if args.json:
+        print(json.dumps({"one_process": one, "three_processes": three, "ratio": ratio,
+                          "goal": ">= 2.00", "met": ratio >= 2.0, "threads": args.threads,
+                          "seconds": args.seconds, "load": list(load),
+                          "cpus": os.cpu_count()}))
+        return
+    print(f"Audited writes per second on one PostgreSQL store, {args.threads} threads a "
+          f"process, {args.seconds} s each")
+    print(f"  1 process:   {one:8.0f} writes/s")
+    print(f"  3 processes: {three:8.0f} writes/s")
+    print(f"  ratio {ratio:.2f}x   goal >= 2.00x: {'met' if ratio >= 2.0 else 'MISSED'}")
+    print(f"  load average {load[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()

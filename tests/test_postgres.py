@@ -1,0 +1,261 @@
+"""The PostgreSQL store: what is its own (several writers, its schema version, its URL on the
+command line). The tests every store passes are in test_audit.py and test_idempotency.py,
+run on SQLite and PostgreSQL alike (the ``store`` fixture)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import anyio
+import psycopg
+import pytest
+
+from conftest import run
+from pgserver import Server, free_port
+from regdev import (
+    Approval,
+    ApprovalRequest,
+    AuditError,
+    AuditLog,
+    Gate,
+    Policy,
+    RegisterFile,
+    read_audit,
+)
+from regdev.audit._postgres import POSTGRES_SCHEMA_VERSION
+from regdev.audit._record import COLUMNS
+from regdev.server._approval import approvals_for
+
+WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
+READ = '{"tool": "read_register", "arguments": {"addr": 3}}'
+
+
+def schema_of(dsn: str) -> str:
+    return dsn.rpartition("%3D")[2]
+
+
+def test_the_calls_table_has_every_column_of_the_record(postgres: Server) -> None:
+    """calls has id and every column of COLUMNS, in order (the one list of columns)."""
+    dsn = postgres.fresh_dsn()
+    with AuditLog(dsn):
+        pass
+    with psycopg.connect(postgres.dsn) as conn:
+        names = [row[0] for row in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'calls' "
+            "AND table_schema = %s ORDER BY ordinal_position", (schema_of(dsn),))]
+    assert names == ["id", *COLUMNS]
+
+
+def test_the_store_is_append_only(postgres: Server) -> None:
+    """The database refuses UPDATE and DELETE of records, keys and resets."""
+    dsn = postgres.fresh_dsn()
+    with Gate(RegisterFile(), audit=AuditLog(dsn)) as gate:
+        gate.handle('{"tool": "write_register", "arguments": {"addr": 1, "data": 1}, '
+                    '"idempotency_key": "k"}')
+        gate.reset_device()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in ("UPDATE calls SET ok = 0", "DELETE FROM calls",
+                          "UPDATE idempotency_keys SET observation = ''",
+                          "DELETE FROM idempotency_keys", "DELETE FROM device_resets"):
+            with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+                conn.execute(statement)
+
+
+def test_another_schema_version_is_refused_with_what_to_do(postgres: Server) -> None:
+    """A store of another schema version is refused, naming both versions and the way out."""
+    dsn = postgres.fresh_dsn()
+    with AuditLog(dsn):
+        pass
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE regdev_schema SET version = 99")
+    message = (f"has regdev's PostgreSQL schema version 99; this regdev uses version "
+               f"{POSTGRES_SCHEMA_VERSION}: open it with the regdev that wrote it, or give "
+               "this one a new database")
+    with pytest.raises(AuditError, match=message):
+        AuditLog(dsn)
+    with pytest.raises(AuditError, match=message):
+        read_audit(dsn)
+
+
+def test_a_database_with_a_calls_table_of_its_own_is_refused(postgres: Server) -> None:
+    """A schema that holds a table named calls not made by regdev is not taken over."""
+    dsn = postgres.fresh_dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE calls (x int)")
+    with pytest.raises(AuditError, match="has a table calls that is not a regdev audit log"):
+        AuditLog(dsn)
+
+
+def test_several_writers_keep_every_record(postgres: Server) -> None:
+    """Four writers on one store, in threads, 50 writes each: 200 records, none lost."""
+    dsn = postgres.fresh_dsn()
+    logs = [AuditLog(dsn) for _ in range(4)]
+
+    def work(log: AuditLog) -> None:
+        gate = Gate(RegisterFile(), audit=log)
+        for i in range(50):
+            assert gate.handle(WRITE.replace("c1", f"c{i}")).ok
+
+    threads = [threading.Thread(target=work, args=(log,)) for log in logs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for log in logs:
+        log.close()
+    records = read_audit(dsn, code="ok")
+    assert len(records) == 200 and len({r.id for r in records}) == 200
+
+
+def test_cli_records_to_postgresql_and_audit_and_report_read_it(
+        capsys: pytest.CaptureFixture[str], postgres: Server,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--audit postgresql://... records; regdev audit and report read the store (--db and
+    $REGDEV_AUDIT); the password is never shown."""
+    dsn = postgres.fresh_dsn()
+    status, _, err = run(capsys, "call", WRITE, "--audit", dsn)
+    assert status == 0, err
+    status, out, _ = run(capsys, "audit", "--db", dsn, "--json")
+    assert status == 0 and json.loads(out)["arguments"] == {"addr": 3, "data": 255}
+    monkeypatch.setenv("REGDEV_AUDIT", dsn)
+    status, _, err = run(capsys, "call", READ)
+    assert status == 0, err
+    status, out, _ = run(capsys, "audit")
+    assert status == 0 and out.splitlines()[-1] == f"2 records in {dsn}"
+    status, out, _ = run(capsys, "report", "--json")
+    report = json.loads(out)
+    assert status == 0 and report["db"] == dsn
+    assert [(p["proposer"], p["calls"]) for p in report["proposers"]] == [("unknown", 2)]
+
+
+def test_a_wrong_url_or_a_server_down_is_exit_2_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL libpq refuses, and a server that does not answer: exit 2, one line, no
+    password shown, nothing run."""
+    port = free_port()
+    for dsn, words in ((f"postgresql://me:secret@127.0.0.1:{port}/x", "connection"),
+                       ("postgresql://127.0.0.1:notaport/x", "invalid")):
+        for argv in (["call", WRITE, "--audit", dsn], ["audit", "--db", dsn]):
+            status, out, err = run(capsys, *argv)
+            assert status == 2 and out == "", (argv, out)
+            assert err.count("\n") == 1 and "secret" not in err, err
+            assert "cannot" in err and words in err, err
+
+
+def test_serve_with_postgresql_down_exits_2_in_one_line() -> None:
+    """regdev serve with its store out of reach: exit 2, one line on stderr."""
+    dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    done = subprocess.run([sys.executable, "-m", "regdev", "serve", "--audit", dsn],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot open the audit database" in done.stderr
+
+
+def test_a_rate_limit_is_shared_by_the_processes_of_a_store(postgres: Server) -> None:
+    """A caller's bucket is the store's: its burst spent through one writer is spent for the
+    other too (two AuditLogs stand for two processes)."""
+    dsn = postgres.fresh_dsn()
+    policy = Policy.from_dict({"rate_limit": {"rate": 0.001, "burst": 2}})
+    with AuditLog(dsn) as one, AuditLog(dsn) as other:
+        first = policy.session(caller="token:alice", shared=one.shared_bucket)
+        second = policy.session(caller="token:alice", shared=other.shared_bucket)
+        bob = policy.session(caller="token:bob", shared=other.shared_bucket)
+        assert first.take_token() is None and second.take_token() is None
+        refusal = first.take_token()
+        assert refusal is not None and refusal.code == "rate-limited"
+        assert second.take_token() is not None
+        assert bob.take_token() is None  # a bucket per caller
+    with AuditLog(dsn) as again:  # the buckets outlive the processes
+        third = policy.session(caller="token:alice", shared=again.shared_bucket)
+        assert third.take_token() is not None
+
+
+def test_an_approval_question_opened_by_one_process_is_answered_through_another(
+        postgres: Server) -> None:
+    """A page question asked by one process (its Approvals) is served and answered by the
+    other's page; the asking process sees the yes, with the register's value it holds."""
+    dsn = postgres.fresh_dsn()
+    policy = Policy.from_dict({"approval": {"via": "url", "timeout": 60}})
+    device = RegisterFile()
+    device.write(15, 9)
+
+    async def approver(token: str) -> tuple[str, frozenset[str]] | None:
+        return ("token:carol", frozenset({"regdev:approve"})) if token == "good" else None
+
+    with AuditLog(dsn) as one, AuditLog(dsn) as other:
+        asking, answering = (approvals_for(policy, device) for _ in range(2))
+        asking.shared, answering.shared = one.shared_questions(), other.shared_questions()
+        answering.verify_approver = approver
+        request = ApprovalRequest("default", "write_register", {"addr": 15, "data": 1}, 15,
+                                  caller="token:alice")
+        question = asking._open_question(request, "url")
+        assert question is not None
+        status, page = answering.page(question.id)
+        assert status == 200 and "register 15" in page.lower()
+        result: list[Approval] = []
+        waiter = threading.Thread(target=lambda: result.append(asking._wait_page(question)))
+        waiter.start()
+        status, _ = anyio.run(answering.answer_page, question.id,
+                              b"token=good&decision=approve")
+        assert status == 200
+        waiter.join(timeout=60)
+        assert result == [Approval(True, "token:carol", "url", holds=((15, 9),))]
+        status, _ = anyio.run(answering.answer_page, question.id,
+                              b"token=good&decision=deny")
+        assert status == 404  # answered: closed everywhere
+
+
+def test_postgresql_down_refuses_writes_and_they_are_served_again_once_it_is_back(
+        postgres: Server) -> None:
+    """PostgreSQL stopped mid-run: a write is refused audit-error (nothing sent to the
+    device) while it is down; once it is back and a commit succeeds again (the refusals'
+    records, by the flusher, on a new connection), writes are served and recorded again; no
+    record of an accepted write is lost."""
+    dsn = postgres.fresh_dsn()
+    device = RegisterFile()
+    with Gate(device, audit=AuditLog(dsn)) as gate:
+        assert gate.handle(WRITE).ok
+        postgres.stop("fast")
+        try:
+            down = gate.handle(WRITE.replace('"data": 255', '"data": 7'))
+            assert (down.ok, down.code) == (False, "audit-error"), down.to_dict()
+            assert device.read(3) == 255  # the write never reached the device
+        finally:
+            postgres.start()
+        audit = gate.audit
+        assert audit is not None
+        deadline = time.monotonic() + 120
+        back = gate.handle(WRITE.replace('"data": 255', '"data": 9'))
+        while not back.ok and time.monotonic() < deadline:  # refused until a commit succeeds:
+            assert back.code == "audit-error", back.to_dict()  # the flusher's, of the refusals
+            while audit.failure is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            back = gate.handle(WRITE.replace('"data": 255', '"data": 9'))
+        assert back.ok, back.to_dict()
+        assert device.read(3) == 9
+    accepted = [r.arguments for r in read_audit(dsn, code="ok")]
+    assert accepted == ['{"addr":3,"data":255}', '{"addr":3,"data":9}']
+
+
+def test_a_missing_postgresql_or_nginx_is_one_line_naming_the_install_command(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where PostgreSQL's server or nginx is not installed, the harness says so in one line
+    with the apt-get command that installs it (the tests skip with it; CI fails)."""
+    import nginxserver  # noqa: PLC0415 - the harness
+    import pgserver  # noqa: PLC0415
+
+    monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
+    with pytest.raises(pgserver.Missing) as missing:
+        pgserver.binaries()
+    assert str(missing.value).endswith("install it with: apt-get install postgresql")
+    monkeypatch.setattr(nginxserver.shutil, "which", lambda name: None)
+    monkeypatch.setattr(nginxserver.os.path, "exists", lambda path: False)
+    with pytest.raises(pgserver.Missing) as missing, nginxserver.started([1]):
+        pass
+    assert str(missing.value).endswith("install it with: apt-get install nginx")
+    assert "\n" not in str(missing.value)
