@@ -25,8 +25,8 @@ Rules of this file:
   property is required. Nothing calls ``int()`` or ``float()`` on a value.
 * The generated module imports only ``math`` and ``decimal``: the JSON semantics it calls
   (``is_integer``, ``is_number``, ``json_equal``, ``json_in``, ``json_first_repeat``,
-  ``is_multiple``) are copied from ``_runtime.py``, so ``regdev compile`` writes a module that
-  runs without regdev.
+  ``is_multiple``, ``is_multiple_of``) are copied from ``_runtime.py``, so ``regdev compile``
+  writes a module that runs without regdev.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from ._render import render_json as _render
 from ._render import render_value
 from ._render import str_literal as _str
 from ._runtime import RUNTIME_SOURCE
+from ._runtime import coefficient_exponent as _coefficient_exponent
 from ._schema import (
     ANNOTATION_KEYWORDS,
     TYPE_NAMES,
@@ -356,7 +357,10 @@ class _Compiler:
             # an int value by the % operator (exact); the rest by the exact runtime test
             return [(guard, f"({v} % {_int(whole)} if type({v}) is int "
                             f"else not is_multiple({v}, {_int(whole)}))")]
-        return [(guard, f"not is_multiple({v}, {self.constant(divisor, pointer)})")]
+        # the divisor as m * 10**f, read once, here (a float by its shortest decimal)
+        m, f = _coefficient_exponent(divisor)
+        return [(guard, f"not is_multiple_of({v}, {self.constant(m, pointer)}, "
+                        f"{self.constant(f, pointer)})")]
 
     def _length(self, prop: _Property, keyword: str, pointer: str, op: str,
                 kind: str) -> list[_Fail]:
