@@ -5,11 +5,13 @@ from __future__ import annotations
 import ast
 import json
 import linecache
+import math
 import subprocess
 import sys
 import traceback
 from decimal import Decimal
 from enum import IntEnum
+from fractions import Fraction
 from itertools import combinations, product
 from pathlib import Path
 from typing import Any
@@ -708,6 +710,25 @@ def test_standalone_module_checks_arrays_without_regdev(tmp_path: Path) -> None:
     assert json.loads(done.stdout) == ours
     assert {"range-data[]", "type-pair[0]", "missing-points[].x", "range-points",
             "range-matrix[][]", "range-step", None} <= set(ours)
+
+
+@pytest.mark.parametrize("bound", ["0.1", "0.3", "2.675", "1E-7", "-0.1", "0.5",
+                                   "123456.789", "0.30000000000000004", "1E+400"])
+@pytest.mark.parametrize("keyword", ["minimum", "maximum", "exclusiveMinimum",
+                                     "exclusiveMaximum"])
+def test_float_against_a_decimal_bound_is_exact(keyword: str, bound: str) -> None:
+    """A float value next to a decimal bound gets the exact verdict (the compiled check
+    compares a float with a float constant chosen for that bound, not with the Decimal)."""
+    schema = {"type": "object", "properties": {"x": {"type": "number", keyword: Decimal(bound)}}}
+    compiled = compile_validator([{"name": "t", "inputSchema": schema}])
+    fails = {"minimum": lambda x, b: x < b, "maximum": lambda x, b: x > b,
+             "exclusiveMinimum": lambda x, b: x <= b,
+             "exclusiveMaximum": lambda x, b: x >= b}[keyword]
+    near = float(Decimal(bound)) if abs(Decimal(bound)) < 10**300 else 1e300
+    for x in (near, math.nextafter(near, math.inf), math.nextafter(near, -math.inf),
+              Decimal(bound), int(near), int(near) + 1, near * 2, 0.0):
+        expected = "range-x" if fails(Fraction(x), Fraction(Decimal(bound))) else None
+        assert compiled({"tool": "t", "arguments": {"x": x}}) == expected, (x, compiled.source)
 
 
 _SET_SPEED = {"tools": [{"name": "set_speed", "inputSchema": {

@@ -97,6 +97,27 @@ class CompiledValidator(Protocol):
         """Return None for a valid canonical call, else the first failure's verdict code."""
 
 
+def _float_bound(bound: object, op: str) -> float | None:
+    """A float ``F`` with ``x op F`` exactly when ``x op bound``, for every float ``x``; None
+    when ``bound`` is not a Decimal (an int or a float compares fast and exactly as it is) or
+    is past the floats' range. A Decimal that a float holds (``0.5``) gives that float, equal
+    to it, so ``F`` serves every value; for any other, ``lo < bound < hi`` for the two floats
+    next to it, so a float is below ``bound`` when it is at most ``lo``, that is below ``hi``.
+    """
+    if type(bound) is not Decimal or not bound.is_finite():
+        return None
+    near = float(bound)
+    if not math.isfinite(near):
+        return None
+    if Decimal(near) == bound:
+        return near
+    if Decimal(near) < bound:
+        low, high = near, math.nextafter(near, math.inf)
+    else:
+        low, high = math.nextafter(near, -math.inf), near
+    return {"<": high, "<=": low, ">": low, ">=": high}[op]
+
+
 def _whole(bound: object, rounding: str) -> int | None:
     """``bound`` rounded to a whole number (floor or ceiling), or None when it is too large."""
     if isinstance(bound, int):
@@ -130,7 +151,9 @@ _TYPE_IS_NOT = {
     "object": "type({v}) is not dict",
     "array": "type({v}) is not list",
     "integer": "type({v}) is not int and (type({v}) in _NOT_NUMBERS or not is_integer({v}))",
-    "number": "type({v}) is not int and (type({v}) in _NOT_NUMBERS or not is_number({v}))",
+    # a finite float passes at once (``v - v`` is 0.0); inf and NaN go on to is_number
+    "number": "type({v}) is not int and (type({v}) is not float or {v} - {v}) and "
+              "(type({v}) in _NOT_NUMBERS or not is_number({v}))",
 }
 #: Cheap tests first when a type list is joined with ``or``.
 _TYPE_ORDER = ("null", "boolean", "string", "object", "array", "integer", "number")
@@ -330,7 +353,16 @@ class _Compiler:
             whole = _whole(bound, ROUND_CEILING if op in ("<", ">=") else ROUND_FLOOR)
             if whole is not None:
                 bound = whole
-        return [(guard, f"{prop.var} {op} {self.constant(bound, pointer)}")]
+        near = _float_bound(bound, op)
+        if near is not None and Decimal(near) == bound:
+            bound = near  # equal, and a float compares with a float far faster
+            near = None
+        exact = self.constant(bound, pointer)
+        if near is not None:  # a float value compares with a float, exactly, not a Decimal
+            v = prop.var
+            return [(guard, f"({v} {op} {self.constant(near, pointer)} if type({v}) is float "
+                            f"else {v} {op} {exact})")]
+        return [(guard, f"{prop.var} {op} {exact}")]
 
     def _minimum(self, prop: _Property, pointer: str) -> list[_Fail]:
         return self._bound(prop, "minimum", pointer, "<")

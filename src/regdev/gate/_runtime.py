@@ -147,6 +147,10 @@ def is_multiple(value: object, divisor: object) -> bool:
 def is_multiple_of(value: object, m: int, f: int) -> bool:
     """:func:`is_multiple` of a divisor given as ``m * 10**f`` (``m`` above 0), as a compiled
     check holds it: read once, when the check is compiled."""
+    if m == 1 and f <= 0 and type(value) is float:  # 0.1, 0.01...: count the decimals
+        text = repr(value)  # no trailing zero after the point but in "3.0"
+        if "e" not in text:
+            return text.endswith(".0") or len(text) - text.index(".") - 1 <= -f
     c, e = _coefficient_exponent(value)
     if c == 0:
         return True
