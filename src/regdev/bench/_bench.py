@@ -976,9 +976,17 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def control_name(self) -> str:
+        """What the control timed twice: the floor, or regdev's compiled check where there is
+        no floor (a user's tools)."""
+        if any(row["key"] == "floor" for row in self.rows) or not self.rows:
+            return "the floor"
+        return "regdev's compiled check"
+
+    @property
     def noisy(self) -> bool:
         """True when the figures cannot be trusted: :func:`noise_reasons` gives a reason."""
-        return bool(noise_reasons(self))
+        return bool(noise_reasons(self, self.control_name))
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready values (``regdev bench --json``)."""
@@ -991,7 +999,7 @@ class BenchResult:
                 "typical_spread": round(self.spread, 3),
                 "widest_spread": None if self.widest is None else round(self.widest[0], 3),
                 "widest_cell": None if self.widest is None else self.widest[1],
-                "noisy": self.noisy, "noise_reasons": noise_reasons(self),
+                "noisy": self.noisy, "noise_reasons": noise_reasons(self, self.control_name),
                 "clock": self.clock, "notes": self.notes,
                 "cases": [{"title": c.title, "about": c.about, "code": c.code,
                            "raw_only": c.raw_only, "tool": c.tool} for c in self.cases],
@@ -1316,6 +1324,6 @@ def format_case_table(result: BenchResult) -> str:
     else:
         lines.append("every contender that ran agreed with regdev's verdict on every case it "
                      "can express")
-    lines.append(noise_line(result))
+    lines.append(noise_line(result, result.control_name))
     lines.append(f"measured in {result.seconds:.1f} s")
     return "\n".join(lines)

@@ -61,8 +61,8 @@ def plot(result: BenchResult, path: str | Path) -> None:
         axis.set_title(heading, fontsize=9)
         axis.grid(True, axis="x", which="both", alpha=0.3)
         axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    figure.text(0.01, 0.005, "\n".join(textwrap.wrap(noise_line(result), 170)), fontsize=6,
-                va="bottom")
+    noise = noise_line(result, result.control_name)
+    figure.text(0.01, 0.005, "\n".join(textwrap.wrap(noise, 170)), fontsize=6, va="bottom")
     figure.tight_layout(rect=(0, 0.05, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
