@@ -25,14 +25,13 @@ from ..devices._device import Device
 from ..gate._compile import compile_validator
 from ..gate._gate import Gate
 from ..gate._tool import ToolSet
+from . import _bench
 from ._bench import (
     CASES,
     CPU_STOPWATCH,
     BenchResult,
     Case,
     Stopwatch,
-    contenders,
-    run_bench,
     tools_gate,
 )
 from ._cases import case_of, generate_cases
@@ -91,11 +90,11 @@ def measure(tools: ToolSet | str | Path | Iterable[Mapping[str, Any]] | None = N
         rounds, batch_seconds = QUICK
     watch = stopwatch or (CPU_STOPWATCH if cpu_time else None)
     if tools is None and cases is None and device is None:
-        return run_bench(rounds=rounds, batch_seconds=batch_seconds, progress=progress,
-                         stopwatch=watch)
+        return _bench.run_bench(rounds=rounds, batch_seconds=batch_seconds,
+                                progress=progress, stopwatch=watch)
     tool_set = _tool_set(tools) if tools is not None else None
     gate = None if tool_set is None else tools_gate(tool_set, device)
-    rows = contenders(tool_set, gate=gate)
+    rows = _bench.contenders(tool_set, gate=gate)
     check = compile_validator(tool_set) if tool_set is not None else rows[0].run
     assert check is not None
     notes: list[str] = []
@@ -110,8 +109,9 @@ def measure(tools: ToolSet | str | Path | Iterable[Mapping[str, Any]] | None = N
         chosen = tuple(_given(cases, check))
     if not chosen:
         raise ValueError("no cases to time: " + ("; ".join(notes) or "none were given"))
-    result = run_bench(rounds=rounds, batch_seconds=batch_seconds, progress=progress,
-                       rows=rows, cases=chosen, control=rows[0], stopwatch=watch)
+    # through the module, so that run_bench and contenders are looked up when called
+    result = _bench.run_bench(rounds=rounds, batch_seconds=batch_seconds, progress=progress,
+                              rows=rows, cases=chosen, control=rows[0], stopwatch=watch)
     result.notes = notes
     return result
 
