@@ -731,6 +731,24 @@ def test_float_against_a_decimal_bound_is_exact(keyword: str, bound: str) -> Non
         assert compiled({"tool": "t", "arguments": {"x": x}}) == expected, (x, compiled.source)
 
 
+def test_extra_keys_beside_optional_ones_are_counted() -> None:
+    """With a few optional arguments, an extra key is found by counting the ones present
+    (no keys() <= set test), whichever optional ones the call holds."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["mode"],
+              "properties": {"mode": {"type": "string"}, "reason": {"type": "string"},
+                             "level": {"type": "integer"}}}
+    compiled = compile_validator([{"name": "t", "inputSchema": schema}])
+    assert "len(a) != 1 + (v1 is not _MISSING) + (v2 is not _MISSING)" in compiled.source
+    assert "keys() <=" not in compiled.source
+    for arguments, expected in [({"mode": "a"}, None), ({"mode": "a", "x": 1}, "unknown-argument"),
+                                ({"mode": "a", "reason": "b", "level": 1}, None),
+                                ({"mode": "a", "level": 1, "x": None}, "unknown-argument"),
+                                ({"mode": "a", "reason": "b", "level": 1, "x": 1},
+                                 "unknown-argument"),
+                                ({"reason": "b", "level": 1}, "missing-mode")]:
+        assert compiled({"tool": "t", "arguments": arguments}) == expected, arguments
+
+
 _SET_SPEED = {"tools": [{"name": "set_speed", "inputSchema": {
     "type": "object", "additionalProperties": False, "required": ["rpm", "ramp"],
     "properties": {"rpm": {"type": "integer", "minimum": 0, "maximum": 3000},

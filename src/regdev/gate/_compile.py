@@ -21,8 +21,10 @@ Rules of this file:
   (many); ``type(x) is int`` runs before the slower Decimal/float integer test, and a value
   whose type is exactly str, bool, None, list or dict is refused without it; bounds are
   constants in the source, made whole numbers for ``integer`` properties (exact: ``x >= 1.5``
-  is ``x >= 2`` for an integer x); extra arguments are found with ``len()`` when every
-  property is required. Nothing calls ``int()`` or ``float()`` on a value.
+  is ``x >= 2`` for an integer x); a float value meets a decimal bound as a float constant
+  chosen so the answer is exact; extra arguments are found with ``len()`` when every
+  property is required, or when the optional ones (up to :data:`_COUNTED`) are counted.
+  Nothing calls ``int()`` or ``float()`` on a value.
 * The generated module imports only ``math`` and ``decimal``: the JSON semantics it calls
   (``is_integer``, ``is_number``, ``json_equal``, ``json_in``, ``json_first_repeat``,
   ``is_multiple``, ``is_multiple_of``) are copied from ``_runtime.py``, so ``regdev compile``
@@ -78,6 +80,9 @@ __all__ = ["BIND", "INLINE_TOOLS", "CompiledValidator", "RefusalCheck", "compile
 #: its checks inline; above it, one dict lookup finds a per-tool function (measured: a
 #: function call costs more than a few string compares).
 INLINE_TOOLS = 4
+#: Up to this many optional properties, all fetched, an object's extra keys are found by
+#: counting the ones present (``len(a) != 1 + (v1 is not _MISSING)``), not by ``keys() <=``.
+_COUNTED = 3
 
 
 class CompiledValidator(Protocol):
@@ -636,11 +641,20 @@ class _Compiler:
         # is missing is the first missing name
         fetched_names = {prop.name for prop in fetched}
         body += self._missing([n for n in required if n not in fetched_names], label)
-        if closed is False:
-            body += self._extras(properties, required)
-        for prop in props:  # the optional values, fetched once
-            if prop.fetched and not prop.required:
+        optional = [prop for prop in props if not prop.required]
+        for prop in optional:  # the optional values, fetched once
+            if prop.fetched:
                 body.append(f"{prop.var} = a.get({_str(prop.name)}, _MISSING)")
+        if closed is False:
+            if properties and 0 < len(optional) <= _COUNTED and all(
+                    prop.fetched for prop in optional):
+                # every key is a required one or a fetched optional one, or it is extra:
+                # counting those present costs less than a keys() <= frozenset test
+                present = " + ".join(f"({prop.var} is not _MISSING)" for prop in optional)
+                body += [f"if len(a) != {len(required)} + {present}:",
+                         f"    {self.fail_unknown()}"]
+            else:
+                body += self._extras(properties, required)
 
         # step 4: types, then step 5: ranges, in the order of properties. In the gate's
         # module an integer that is not an int (3.0) sets `rebind` on its way past the type
