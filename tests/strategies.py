@@ -293,7 +293,7 @@ def leaf_schemas(draw: st.DrawFn) -> Any:
 
 
 #: multipleOf values: integers, exact decimals, a float that is exact (0.25) and ones that are
-#: not (the float nearest 0.1 is a little more than 0.1; compared by its exact value).
+#: not (the float nearest 0.1 is a little more than 0.1; taken by its repr, 0.1).
 divisors = st.sampled_from([1, 2, 3, 7, Decimal("0.5"), Decimal("1.5"), Decimal("0.1"),
                             Decimal("1E-8"), Decimal("2E+1"), Decimal("2.0"), 0.25, 0.1, 1.5,
                             2**64])
@@ -389,7 +389,8 @@ def _near(schema: Any) -> list[Any]:
             out += ["x" * n, "x" * (n + 1), "\U0001f600" * max(n - 1, 0)]
     divisor = schema.get("multipleOf")
     if divisor is not None and abs(divisor) < 10**6:
-        exact = Decimal(divisor)  # the float's exact value, so these are true multiples
+        # a float by its repr, as regdev reads it, so these are true multiples
+        exact = Decimal(repr(divisor)) if type(divisor) is float else Decimal(divisor)
         out += [exact * k for k in (-2, 1, 3)] + [exact * 3 + Decimal("1E-9"), 1, 2, 6, 0.5,
                                                   float(divisor) * 3, 12391239123]
     for keyword in ("minProperties", "maxProperties"):

@@ -61,7 +61,8 @@ from strategies import (
 )
 
 CALL_KEYS = ["regdev-compiled", "regdev-refusal", "regdev-reference", "floor", "pydantic",
-             "fastjsonschema", "jsonschema", "msgspec-convert"]
+             "pydantic-message", "msgspec-convert", "jsonschema-rs", "jsonschema-rs-message",
+             "fastjsonschema", "jsonschema", "jsonschema-message"]
 RAW_KEYS = ["regdev-gate", "pydantic-json", "msgspec-decode"]
 GATE_KEYS = ["regdev-handle", "minimal"]
 TITLES = ["write", "read", "type", "range", "missing", "extra arg", "bad tool", "block write",
@@ -72,6 +73,8 @@ TITLES = ["write", "read", "type", "range", "missing", "extra arg", "bad tool", 
 #: costs 1 ns more per column); the empty loop costs 1 ns per iteration.
 COSTS = {"regdev-compiled": 201, "regdev-refusal": 301, "regdev-reference": 901, "floor": 101,
          "pydantic": 501, "fastjsonschema": 251, "jsonschema": 5001, "msgspec-convert": 151,
+         "pydantic-message": 701, "jsonschema-rs": 181, "jsonschema-rs-message": 1101,
+         "jsonschema-message": 6001,
          "regdev-gate": 1001, "pydantic-json": 1501, "msgspec-decode": 401,
          "regdev-handle": 3001, "minimal": 1201,
          "yes-man": 51, "raw-yes-man": 2001}

@@ -5,11 +5,13 @@ from __future__ import annotations
 import ast
 import json
 import linecache
+import math
 import subprocess
 import sys
 import traceback
 from decimal import Decimal
 from enum import IntEnum
+from fractions import Fraction
 from itertools import combinations, product
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from regdev import (
     REGISTER_TOOLS,
     Gate,
     ReferenceValidator,
+    RegisterFile,
     SchemaError,
     Tool,
     ToolSet,
@@ -354,7 +357,10 @@ _ARRAY_CASES: list[tuple[dict[str, Any], str | None]] = [
         ({"data": [1], "step": Decimal("1E+999999999")}, None),  # exact, no division
         ({"data": [1], "step": Decimal("1E-999999999")}, "range-step"),
         ({"data": [1], "step": 0.5}, None),  # 0.5 is exact
-        ({"data": [1], "step": 0.3}, "range-step"),  # the float nearest 0.3 is not 3 x 0.1
+        ({"data": [1], "step": 0.3}, None),  # a float is the decimal its repr writes: 0.3
+        ({"data": [1], "step": 0.35}, "range-step"),
+        ({"data": [1], "step": 1e300}, None),
+        ({"data": [1], "step": 5e-324}, "range-step"),
         ({"data": [1], "step": 7}, None),
 ]
 
@@ -704,6 +710,75 @@ def test_standalone_module_checks_arrays_without_regdev(tmp_path: Path) -> None:
     assert json.loads(done.stdout) == ours
     assert {"range-data[]", "type-pair[0]", "missing-points[].x", "range-points",
             "range-matrix[][]", "range-step", None} <= set(ours)
+
+
+@pytest.mark.parametrize("bound", ["0.1", "0.3", "2.675", "1E-7", "-0.1", "0.5",
+                                   "123456.789", "0.30000000000000004", "1E+400"])
+@pytest.mark.parametrize("keyword", ["minimum", "maximum", "exclusiveMinimum",
+                                     "exclusiveMaximum"])
+def test_float_against_a_decimal_bound_is_exact(keyword: str, bound: str) -> None:
+    """A float value next to a decimal bound gets the exact verdict (the compiled check
+    compares a float with a float constant chosen for that bound, not with the Decimal)."""
+    schema = {"type": "object", "properties": {"x": {"type": "number", keyword: Decimal(bound)}}}
+    compiled = compile_validator([{"name": "t", "inputSchema": schema}])
+    fails = {"minimum": lambda x, b: x < b, "maximum": lambda x, b: x > b,
+             "exclusiveMinimum": lambda x, b: x <= b,
+             "exclusiveMaximum": lambda x, b: x >= b}[keyword]
+    near = float(Decimal(bound)) if abs(Decimal(bound)) < 10**300 else 1e300
+    for x in (near, math.nextafter(near, math.inf), math.nextafter(near, -math.inf),
+              Decimal(bound), int(near), int(near) + 1, near * 2, 0.0):
+        expected = "range-x" if fails(Fraction(x), Fraction(Decimal(bound))) else None
+        assert compiled({"tool": "t", "arguments": {"x": x}}) == expected, (x, compiled.source)
+
+
+def test_extra_keys_beside_optional_ones_are_counted() -> None:
+    """With a few optional arguments, an extra key is found by counting the ones present
+    (no keys() <= set test), whichever optional ones the call holds."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["mode"],
+              "properties": {"mode": {"type": "string"}, "reason": {"type": "string"},
+                             "level": {"type": "integer"}}}
+    compiled = compile_validator([{"name": "t", "inputSchema": schema}])
+    assert "len(a) != 1 + (v1 is not _MISSING) + (v2 is not _MISSING)" in compiled.source
+    assert "keys() <=" not in compiled.source
+    for arguments, expected in [({"mode": "a"}, None), ({"mode": "a", "x": 1}, "unknown-argument"),
+                                ({"mode": "a", "reason": "b", "level": 1}, None),
+                                ({"mode": "a", "level": 1, "x": None}, "unknown-argument"),
+                                ({"mode": "a", "reason": "b", "level": 1, "x": 1},
+                                 "unknown-argument"),
+                                ({"reason": "b", "level": 1}, "missing-mode")]:
+        assert compiled({"tool": "t", "arguments": arguments}) == expected, arguments
+
+
+_SET_SPEED = {"tools": [{"name": "set_speed", "inputSchema": {
+    "type": "object", "additionalProperties": False, "required": ["rpm", "ramp"],
+    "properties": {"rpm": {"type": "integer", "minimum": 0, "maximum": 3000},
+                   "ramp": {"type": "number", "minimum": 0, "multipleOf": 0.1}}}}]}
+
+
+@pytest.mark.parametrize(("ramp", "expected"), [
+    ("0.3", None), ("0.7", None), ("2.9", None), ("1e-1", None), ("0.35", "range-ramp"),
+    ("0.30000000000000004", "range-ramp"), ("0.05", "range-ramp"), ("1e-17", "range-ramp")])
+def test_standalone_float_call_gets_the_gates_verdict(tmp_path: Path, ramp: str,
+                                                      expected: str | None) -> None:
+    """A call decoded with json.loads (floats) gets, from the module `regdev compile` writes,
+    the verdict the gate gives its raw text: 0.3 is a multiple of 0.1."""
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(_SET_SPEED))
+    assert main(["compile", "--tools", str(path), "-o", str(tmp_path / "validator.py")]) == 0
+    text = f'{{"tool": "set_speed", "arguments": {{"rpm": 100, "ramp": {ramp}}}}}'
+    runner = _RUNNER.replace("parse_float=Decimal", "")  # plain json.loads: floats
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", runner, str(tmp_path)],
+                          input=f"[[{text}, null]]", capture_output=True, text=True, check=True)
+    tools = ToolSet.from_json(path.read_bytes())
+    handled = [Tool(t.name, t.description, t.input_schema, handler=lambda device, a: a)
+               for t in tools.values()]
+    gate = Gate(RegisterFile(), ToolSet(handled))
+    observation = gate.handle(text)
+    assert json.loads(done.stdout) == [expected]
+    assert (None if observation.ok else observation.code) == expected
+    floats = {"type": "object", "properties": {"ramp": {"multipleOf": 0.1}}}  # a float schema
+    python = compile_validator([{"name": "set_speed", "inputSchema": floats}])
+    assert python({"tool": "set_speed", "arguments": {"ramp": json.loads(ramp)}}) == expected
 
 
 def test_compile_command_with_a_tools_file(tmp_path: Path,

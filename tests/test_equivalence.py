@@ -113,12 +113,18 @@ _TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
     {"integer": _exact_integer, "number": _finite_number})
 
 
+def _written(number: Any) -> Fraction:
+    """A number's exact value as a fraction, a float by its repr (the decimal JSON text said)."""
+    return Fraction(repr(number)) if type(number) is float else Fraction(number)
+
+
 def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Iterator[Any]:
-    """multipleOf by exact rationals. jsonschema divides a float in floating point, and takes a
-    Decimal ``%`` that raises past 28 digits of quotient; the draft asks for the exact value
-    ("the result of the division is an integer")."""
+    """multipleOf by exact rationals, a float taken by its shortest decimal (``repr``), as
+    regdev does. jsonschema divides a float in floating point, and takes a Decimal ``%`` that
+    raises past 28 digits of quotient; the draft asks for the exact value ("the result of the
+    division is an integer")."""
     if validator.is_type(instance, "number") and (
-            Fraction(instance) / Fraction(divisor)).denominator != 1:
+            _written(instance) / _written(divisor)).denominator != 1:
         yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {divisor!r}")
 
 

@@ -29,6 +29,8 @@ EXPECTED = {
     "Field", "Register", "RegisterPolicy", "MapError", "map_tools",
     # the device factory: one table of URL schemes for every command and library user
     "open_device",
+    # the benchmark as a library: regdev.bench(tools, ...) (the package is callable)
+    "bench",
 }
 
 

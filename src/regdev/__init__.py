@@ -24,6 +24,7 @@ from __future__ import annotations
 from ._version import __version__
 
 # isort: split
+from . import bench
 from .agents._demo import ScriptedProposer
 from .agents._loop import LoopResult, Step, call_with_retry, run_loop
 from .audit._log import AuditLog, AuditRecord, read_audit
@@ -139,6 +140,7 @@ __all__ = [
     "__version__",
     "anthropic_result",
     "anthropic_tool_results",
+    "bench",
     "call_with_retry",
     "compile_validator",
     "map_tools",

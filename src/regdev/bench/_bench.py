@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import os
 import platform
 import statistics
@@ -51,7 +52,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import metadata
 from itertools import repeat
-from typing import Annotated, Any, Literal, TextIO
+from typing import Annotated, Any, Literal, TextIO, Union
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, RootModel
@@ -128,6 +129,12 @@ class Case:
     code: str | None
     raw: str
     raw_only: bool = False
+
+    @property
+    def tool(self) -> str | None:
+        """The tool the call names (None when it names none)."""
+        name = self.call.get("tool") if type(self.call) is dict else None
+        return name if type(name) is str else None
 
 
 def _case(title: str, about: str, call: dict[str, Any], code: str | None) -> Case:
@@ -390,6 +397,9 @@ class Contender:
         section: ``"object"`` (a decoded call to a verdict), ``"text"`` (raw text to a
             verdict) or ``"gate"`` (raw text to an observation); by default ``"text"`` when
             ``raw``, else ``"object"``.
+        cannot: per tool name, why this contender cannot judge that tool's calls (a schema
+            keyword its types cannot say, with its JSON Pointer): those cases are listed as
+            such, never timed.
     """
 
     key: str
@@ -401,6 +411,7 @@ class Contender:
     note: str = ""
     version: str = ""
     section: str = ""
+    cannot: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.section:
@@ -534,7 +545,19 @@ def _by_name(validators: dict[str, Callable[[Any], Any]]) -> Callable[[Any], Any
     return run
 
 
-def _fastjsonschema() -> Contender:
+def _plain_schema(schema: Any) -> Any:
+    """A tool schema as plain JSON data (``json.loads`` of its text: a Decimal becomes a
+    float), the form the JSON Schema peers take; the schema says the same."""
+    return json.loads(msgspec.json.Encoder(decimal_format="number").encode(schema))
+
+
+def _schemas(tools: ToolSet) -> dict[str, dict[str, Any]]:
+    """Each tool's whole-call schema (:func:`_call_schema`), as plain JSON data."""
+    return {tool.name: _plain_schema(_call_schema(tool.name, dict(tool.input_schema)))
+            for tool in tools.values()}
+
+
+def _fastjsonschema(tools: ToolSet = BENCH_TOOLS) -> Contender:
     key, api = "fastjsonschema", "compile(), one schema per tool, picked by tool name"
     try:
         import fastjsonschema  # noqa: PLC0415
@@ -542,27 +565,27 @@ def _fastjsonschema() -> Contender:
         return Contender(key, f"fastjsonschema ({api})", raw=False, on_refusal="exception",
                          note=INSTALL_HINT)
     version = _version("fastjsonschema")
-    validators = {tool.name: fastjsonschema.compile(_call_schema(tool.name,
-                                                                 dict(tool.input_schema)))
-                  for tool in BENCH_TOOLS.values()}
+    validators = {name: fastjsonschema.compile(schema)
+                  for name, schema in _schemas(tools).items()}
     run = _by_name(validators)
     return Contender(key, f"fastjsonschema {version} ({api})", raw=False,
                      on_refusal="exception", run=run, valid=_raises_means_invalid(run),
                      version=version)
 
 
-def _jsonschema() -> Contender:
+def _jsonschema(tools: ToolSet = BENCH_TOOLS) -> list[Contender]:
+    """jsonschema's verdict alone (``is_valid``) and with its message (the first of
+    ``iter_errors``, its ``message`` read)."""
     key, api = "jsonschema", "Draft202012Validator.is_valid, one per tool, picked by tool name"
     try:
         import jsonschema  # type: ignore[import-untyped]  # noqa: PLC0415
     except ImportError:
-        return Contender(key, f"jsonschema ({api})", raw=False, on_refusal="bool",
-                         note=INSTALL_HINT)
+        return [Contender(key, f"jsonschema ({api})", raw=False, on_refusal="bool",
+                          note=INSTALL_HINT)]
     version = _version("jsonschema")
-    validators = {tool.name: jsonschema.Draft202012Validator(
-        _call_schema(tool.name, dict(tool.input_schema))).is_valid
-        for tool in BENCH_TOOLS.values()}
-    by_name = _by_name(validators)
+    built = {name: jsonschema.Draft202012Validator(schema)
+             for name, schema in _schemas(tools).items()}
+    by_name = _by_name({name: v.is_valid for name, v in built.items()})
 
     def valid(call: Any) -> bool:
         try:
@@ -570,18 +593,158 @@ def _jsonschema() -> Contender:
         except (KeyError, TypeError, ValueError):
             return False
 
-    return Contender(key, f"jsonschema {version} ({api})", raw=False, on_refusal="bool",
-                     run=by_name, valid=valid, version=version)
+    def first_error(validator: Any) -> Callable[[Any], Any]:
+        def run(call: Any) -> Any:
+            error = next(validator.iter_errors(call), None)
+            if error is not None:
+                raise ValueError(error.message)
+        return run
+
+    worded = _by_name({name: first_error(v) for name, v in built.items()})
+    return [Contender(key, f"jsonschema {version} ({api})", raw=False, on_refusal="bool",
+                      run=by_name, valid=valid, version=version),
+            Contender("jsonschema-message", f"jsonschema {version} (the first of iter_errors, "
+                      "its message read; picked by tool name)", raw=False,
+                      on_refusal="exception", run=worded, valid=_raises_means_invalid(worded),
+                      version=version)]
 
 
-def contenders() -> list[Contender]:
+def _jsonschema_rs(tools: ToolSet = BENCH_TOOLS) -> list[Contender]:
+    """jsonschema-rs (Rust): the verdict alone (``is_valid``) and with its message
+    (``validate``, which raises the first error with its message)."""
+    key, api = "jsonschema-rs", "validator_for(...).is_valid, one per tool, picked by tool name"
+    try:
+        import jsonschema_rs  # noqa: PLC0415
+    except ImportError:
+        return [Contender(key, f"jsonschema-rs ({api})", raw=False, on_refusal="bool",
+                          note=INSTALL_HINT)]
+    version = _version("jsonschema-rs")
+    built = {name: jsonschema_rs.validator_for(schema)
+             for name, schema in _schemas(tools).items()}
+    by_name = _by_name({name: v.is_valid for name, v in built.items()})
+
+    def valid(call: Any) -> bool:
+        try:
+            return bool(by_name(call))
+        except (KeyError, TypeError, ValueError):
+            return False
+
+    worded = _by_name({name: v.validate for name, v in built.items()})
+    return [Contender(key, f"jsonschema-rs {version} ({api})", raw=False, on_refusal="bool",
+                      run=by_name, valid=valid, version=version),
+            Contender("jsonschema-rs-message", f"jsonschema-rs {version} (validate: raises "
+                      "the first error with its message; picked by tool name)", raw=False,
+                      on_refusal="exception", run=worded, valid=_raises_means_invalid(worded),
+                      version=version)]
+
+
+def _raising_message(run: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``run``, with the text of the error it raises formatted (``str``) before it goes on."""
+    def worded(value: Any) -> Any:
+        try:
+            return run(value)
+        except Exception as error:
+            raise ValueError(str(error)) from None
+    return worded
+
+
+def _typed_peers(tools: ToolSet) -> list[Contender]:
+    """pydantic (strict) and msgspec on types regdev builds from each tool's schema
+    (:mod:`regdev.bench._typed`); a tool whose schema they cannot say is listed as such."""
+    from ._typed import BUILT, Inexpressible, msgspec_call, pydantic_call  # noqa: PLC0415
+
+    models: dict[str, Any] = {}
+    structs: dict[str, Any] = {}
+    cannot_p: dict[str, str] = {}
+    cannot_m: dict[str, str] = {}
+    for tool in tools.values():
+        try:
+            models[tool.name] = pydantic_call(tool.name, tool.input_schema)
+        except Inexpressible as error:
+            cannot_p[tool.name] = str(error)
+        try:
+            structs[tool.name] = msgspec_call(tool.name, tool.input_schema)
+        except Inexpressible as error:
+            cannot_m[tool.name] = str(error)
+    pydantic, msgspec_name = f"pydantic {_version('pydantic')}", f"msgspec {_version('msgspec')}"
+    validate = _by_name({name: model.model_validate for name, model in models.items()})
+    worded = _raising_message(validate)
+
+    def convert_with(struct: Any) -> Callable[[Any], Any]:
+        return functools.partial(msgspec.convert, type=struct)
+
+    convert = _by_name({name: convert_with(struct) for name, struct in structs.items()})
+    rows = [
+        Contender("pydantic", f"{pydantic} (strict model_validate; {BUILT}; picked by tool "
+                  "name)", raw=False, on_refusal="error", run=validate,
+                  valid=_raises_means_invalid(validate), version=_version("pydantic"),
+                  cannot=cannot_p),
+        Contender("pydantic-message", f"{pydantic} (the same, the error's text formatted)",
+                  raw=False, on_refusal="exception", run=worded,
+                  valid=_raises_means_invalid(worded), version=_version("pydantic"),
+                  cannot=cannot_p),
+        Contender("msgspec-convert", f"{msgspec_name} (convert; {BUILT}; picked by tool "
+                  "name)", raw=False, on_refusal="exception", run=convert,
+                  valid=_raises_means_invalid(convert), version=_version("msgspec"),
+                  cannot=cannot_m),
+    ]
+    union_p = list(models.values())
+    if union_p:
+        root: Any = union_p[0] if len(union_p) == 1 else Annotated[
+            Union[tuple(union_p)], Field(discriminator="tool")]  # noqa: UP007
+        validate_json = RootModel[root].model_validate_json
+        rows.append(Contender("pydantic-json", f"{pydantic} (strict model_validate_json of "
+                              "the tools' models as one union on tool)", raw=True,
+                              on_refusal="error", run=validate_json,
+                              valid=_raises_means_invalid(validate_json),
+                              version=_version("pydantic"), cannot=cannot_p))
+    union_m = list(structs.values())
+    if union_m:
+        decode = msgspec.json.Decoder(Union[tuple(union_m)]).decode  # noqa: UP007
+        rows.append(Contender("msgspec-decode", f"{msgspec_name} (json.Decoder of the "
+                              "tools' Structs as one union tagged by tool, decode)",
+                              raw=True, on_refusal="exception", run=decode,
+                              valid=_raises_means_invalid(decode), version=_version("msgspec"),
+                              cannot=cannot_m))
+    return rows
+
+
+def _echo(device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The bench's handler of a tool that has none: the arguments back (no device)."""
+    return arguments
+
+
+def tools_gate(tools: ToolSet, device: Device | None = None) -> Gate:
+    """A gate for ``tools`` with no policy and no audit log; a tool without a handler gets
+    one that answers with its arguments, so the gate row times the gate, not a device.
+
+    Args:
+        tools: the tool set.
+        device: the device (default: an in-process :class:`RegisterFile`).
+    """
+    handled = [tool if tool.handler is not None else Tool(
+        tool.name, tool.description, tool.input_schema, handler=_echo)
+        for tool in tools.values()]
+    return Gate(device or RegisterFile(), ToolSet(handled))
+
+
+def contenders(tools: ToolSet | None = None, gate: Gate | None = None) -> list[Contender]:
     """Every row of the table, call-object rows first, then raw-text rows.
 
     The first row of each section is regdev's baseline, the one the ratios divide by.
+
+    Args:
+        tools: the tool set every contender judges (default :data:`BENCH_TOOLS`, with the
+            hand-written floor, hand-written pydantic and msgspec models and the minimal
+            pipeline; any other tool set gets the peers' types built from its schemas).
+        gate: the gate the gate row times (default :func:`bench_gate` for the bench tools,
+            :func:`tools_gate` for others).
     """
-    compiled = compile_validator(BENCH_TOOLS)
-    reference = ReferenceValidator(BENCH_TOOLS)
-    refusals = compile_refusals(BENCH_TOOLS, reference)
+    fixed = tools is None
+    tools = BENCH_TOOLS if tools is None else tools
+    compiled = compile_validator(tools)
+    reference = ReferenceValidator(tools)
+    refusals = compile_refusals(tools, reference)
     refusal = refusals.refusal
     ours = f"regdev {_version('regdev')}"
 
@@ -601,38 +764,48 @@ def contenders() -> list[Contender]:
                   "not on the gate's path)", raw=False, on_refusal="message",
                   run=reference.check, valid=lambda call: reference.check(call) is None,
                   version=_version("regdev")),
-        Contender("floor", "floor: hand-written valid-or-not test of these three tools "
-                  "(regdev.bench._bench.floor_valid)", raw=False, on_refusal="bool",
-                  run=floor_valid, valid=floor_valid),
     ]
+    if fixed:
+        rows.append(Contender("floor", "floor: hand-written valid-or-not test of these three "
+                              "tools (regdev.bench._bench.floor_valid)", raw=False,
+                              on_refusal="bool", run=floor_valid, valid=floor_valid))
     pydantic = f"pydantic {_version('pydantic')}"
-    validate = PydanticCall.model_validate
-    rows.append(Contender("pydantic", f"{pydantic} (strict model, model_validate)", raw=False,
-                          on_refusal="error", run=validate,
-                          valid=_raises_means_invalid(validate),
-                          version=_version("pydantic")))
-    rows.append(_fastjsonschema())
-    rows.append(_jsonschema())
-    # msgspec.convert rebuilds its view of a Union type on every call (about 4 us here), so
-    # it gets the same help as the JSON Schema peers: the Struct is picked by tool name.
-    by_tool: dict[str, Any] = {"write_register": _MsgspecWriteCall,
-                               "read_register": _MsgspecReadCall,
-                               "write_registers": _MsgspecBlockCall}
-
-    def convert(call: Any) -> Any:
-        if type(call) is not dict:
-            raise ValueError("not an object")
-        return msgspec.convert(call, by_tool[call["tool"]])
-
     msgspec_name = f"msgspec {_version('msgspec')}"
-    rows.append(Contender("msgspec-convert", f"{msgspec_name} (convert to tagged Structs, "
-                          "picked by tool name)", raw=False, on_refusal="exception",
-                          run=convert, valid=_raises_means_invalid(convert),
-                          version=_version("msgspec")))
+    typed = [] if fixed else _typed_peers(tools)
+    if fixed:
+        validate = PydanticCall.model_validate
+        typed.append(Contender("pydantic", f"{pydantic} (strict model, model_validate)",
+                               raw=False, on_refusal="error", run=validate,
+                               valid=_raises_means_invalid(validate),
+                               version=_version("pydantic")))
+        message = _raising_message(validate)
+        typed.append(Contender("pydantic-message", f"{pydantic} (the same, the error's text "
+                               "formatted)", raw=False, on_refusal="exception", run=message,
+                               valid=_raises_means_invalid(message),
+                               version=_version("pydantic")))
+        # msgspec.convert rebuilds its view of a Union type on every call (about 4 us
+        # here), so it gets the same help as the JSON Schema peers: the Struct is picked
+        # by tool name.
+        by_tool: dict[str, Any] = {"write_register": _MsgspecWriteCall,
+                                   "read_register": _MsgspecReadCall,
+                                   "write_registers": _MsgspecBlockCall}
+
+        def convert(call: Any) -> Any:
+            if type(call) is not dict:
+                raise ValueError("not an object")
+            return msgspec.convert(call, by_tool[call["tool"]])
+
+        typed.append(Contender("msgspec-convert", f"{msgspec_name} (convert to tagged "
+                               "Structs, picked by tool name)", raw=False,
+                               on_refusal="exception", run=convert,
+                               valid=_raises_means_invalid(convert),
+                               version=_version("msgspec")))
+    rows += [row for row in typed if not row.raw]
+    rows += [*_jsonschema_rs(tools), _fastjsonschema(tools), *_jsonschema(tools)]
 
     short = DEFAULT_MAX_INPUT_BYTES >> 2
 
-    def gate(raw: str) -> Refusal | None:  # what Gate.handle does before authorizing
+    def gate_verdict(raw: str) -> Refusal | None:  # what Gate.handle does before authorizing
         if type(raw) is str and len(raw) <= short:  # Gate.handle's inline steps
             try:
                 doc: Any = decode_json(raw)
@@ -664,29 +837,41 @@ def contenders() -> list[Contender]:
             return refused
         return worded(parsed.call)
 
-    validate_json = PydanticCall.model_validate_json
-    decode = msgspec.json.Decoder(MsgspecCall).decode
-    handle = bench_gate().handle
-    minimal = MinimalPipeline()
-    rows += [
-        Contender("regdev-gate", f"{ours}: parse + the gate's compiled check, refusal worded "
-                  "(the gate's parse and validate stages)", raw=True, on_refusal="message",
-                  run=gate, valid=lambda raw: gate(raw) is None, version=_version("regdev")),
-        Contender("pydantic-json", f"{pydantic} (strict model, model_validate_json)",
-                  raw=True, on_refusal="error", run=validate_json,
-                  valid=_raises_means_invalid(validate_json), version=_version("pydantic")),
-        Contender("msgspec-decode", f"{msgspec_name} (json.Decoder of the tagged Structs, "
-                  "decode)", raw=True, on_refusal="exception", run=decode,
-                  valid=_raises_means_invalid(decode), version=_version("msgspec")),
-        Contender("regdev-handle", f"{ours}: Gate.handle (regdev.bench._bench.bench_gate)",
-                  raw=True, on_refusal="observation", run=handle,
-                  valid=lambda raw: handle(raw).ok, version=_version("regdev"),
-                  section="gate"),
-        Contender("minimal", "minimal pipeline: msgspec decode, hand-written check, locked "
-                  "bytearray write, observation dict (regdev.bench._bench.MinimalPipeline)",
-                  raw=True, on_refusal="observation", run=minimal,
-                  valid=lambda raw: minimal(raw)["ok"], section="gate"),
-    ]
+    if gate is None:
+        gate = bench_gate() if fixed else tools_gate(tools)
+    handle = gate.handle
+    rows.append(Contender("regdev-gate", f"{ours}: parse + the gate's compiled check, refusal "
+                          "worded (the gate's parse and validate stages)", raw=True,
+                          on_refusal="message", run=gate_verdict,
+                          valid=lambda raw: gate_verdict(raw) is None,
+                          version=_version("regdev")))
+    if fixed:
+        validate_json = PydanticCall.model_validate_json
+        decode = msgspec.json.Decoder(MsgspecCall).decode
+        rows += [
+            Contender("pydantic-json", f"{pydantic} (strict model, model_validate_json)",
+                      raw=True, on_refusal="error", run=validate_json,
+                      valid=_raises_means_invalid(validate_json),
+                      version=_version("pydantic")),
+            Contender("msgspec-decode", f"{msgspec_name} (json.Decoder of the tagged "
+                      "Structs, decode)", raw=True, on_refusal="exception", run=decode,
+                      valid=_raises_means_invalid(decode), version=_version("msgspec")),
+        ]
+    rows += [row for row in typed if row.raw]
+    rows.append(Contender("regdev-handle", f"{ours}: Gate.handle ("
+                          + ("regdev.bench._bench.bench_gate" if fixed else
+                             "no policy, no audit log; a tool without a handler answers with "
+                             "its arguments") + ")",
+                          raw=True, on_refusal="observation", run=handle,
+                          valid=lambda raw: handle(raw).ok, version=_version("regdev"),
+                          section="gate"))
+    if fixed:
+        minimal = MinimalPipeline()
+        rows.append(Contender("minimal", "minimal pipeline: msgspec decode, hand-written "
+                              "check, locked bytearray write, observation dict "
+                              "(regdev.bench._bench.MinimalPipeline)", raw=True,
+                              on_refusal="observation", run=minimal,
+                              valid=lambda raw: minimal(raw)["ok"], section="gate"))
     return rows
 
 
@@ -773,6 +958,8 @@ class BenchResult:
         widest: the widest spread of any cell and the cell's name (``"floor on missing"``;
             the control's two cells are named ``"control"``), or None before any is timed.
         clock: what timed the batches: ``"wall clock"`` or ``"CPU time of this thread"``.
+        notes: what was left out of the run and why (generated cases regdev accepts, a
+            tool whose generated call it refuses).
     """
 
     cases: list[Case]
@@ -786,11 +973,20 @@ class BenchResult:
     spread: float = 0.0
     widest: tuple[float, str] | None = None
     clock: str = "wall clock"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def control_name(self) -> str:
+        """What the control timed twice: the floor, or regdev's compiled check where there is
+        no floor (a user's tools)."""
+        if any(row["key"] == "floor" for row in self.rows) or not self.rows:
+            return "the floor"
+        return "regdev's compiled check"
 
     @property
     def noisy(self) -> bool:
         """True when the figures cannot be trusted: :func:`noise_reasons` gives a reason."""
-        return bool(noise_reasons(self))
+        return bool(noise_reasons(self, self.control_name))
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready values (``regdev bench --json``)."""
@@ -803,10 +999,10 @@ class BenchResult:
                 "typical_spread": round(self.spread, 3),
                 "widest_spread": None if self.widest is None else round(self.widest[0], 3),
                 "widest_cell": None if self.widest is None else self.widest[1],
-                "noisy": self.noisy, "noise_reasons": noise_reasons(self),
-                "clock": self.clock,
+                "noisy": self.noisy, "noise_reasons": noise_reasons(self, self.control_name),
+                "clock": self.clock, "notes": self.notes,
                 "cases": [{"title": c.title, "about": c.about, "code": c.code,
-                           "raw_only": c.raw_only} for c in self.cases],
+                           "raw_only": c.raw_only, "tool": c.tool} for c in self.cases],
                 "rows": self.rows}
 
 
@@ -882,12 +1078,16 @@ def run_bench(*, rounds: int = 25, batch_seconds: float = 0.01,
                                   "section": row.section, "on_refusal": row.on_refusal,
                                   "note": row.note, "version": row.version, "ns": {},
                                   "spread": {}, "ratio": {}, "agrees": {},
-                                  "disagreements": []}
+                                  "disagreements": [], "cannot": {}}
         records.append(record)
         if row.run is None or row.valid is None:
             continue
         for number_of_case, case in enumerate(cases):
             if case.raw_only and not row.raw:
+                continue
+            why = row.cannot.get(case.tool or "") if row.cannot else None
+            if why is not None:
+                record["cannot"][case.title] = why
                 continue
             value = case.raw if row.raw else case.call
             theirs, expected = row.valid(value), case.code is None
@@ -1011,7 +1211,11 @@ def format_table(result: BenchResult) -> str:
             lines.append(f"    on refusal: {ON_REFUSAL[record['on_refusal']]}")
             ns_cells, spread_cells, ratio_cells = [], [], []
             for title in titles:
-                if not record["agrees"].get(title, True):
+                if title in record.get("cannot", {}):
+                    ns_cells.append("cannot")
+                    spread_cells.append("")
+                    ratio_cells.append("cannot")
+                elif not record["agrees"].get(title, True):
                     ns_cells.append("disagrees")
                     spread_cells.append("")
                     ratio_cells.append("disagrees")
@@ -1032,6 +1236,7 @@ def format_table(result: BenchResult) -> str:
                              + "".join(f"{c:>{column}}" for c in ratio_cells))
     wrong = [f"  {r['name']}: {d}" for r in result.rows for d in r["disagreements"]]
     lines.append("")
+    lines += cannot_lines(result)
     if wrong:
         lines.append("! not timed, because the contender does not do the same work there:")
         lines += wrong
@@ -1042,6 +1247,83 @@ def format_table(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
+def cannot_lines(result: BenchResult) -> list[str]:
+    """One line per contender and tool it cannot judge, and why (its cases not timed)."""
+    tool_of = {case.title: case.tool for case in result.cases}
+    lines = []
+    for record in result.rows:
+        reasons = dict.fromkeys((tool_of.get(title), why)
+                                for title, why in record.get("cannot", {}).items())
+        lines += [f"- {record['key']} cannot judge {tool!r}: {why}; its cases are not timed"
+                  for tool, why in reasons]
+    return lines
+
+
 def all_agree(result: BenchResult) -> bool:
     """True when every contender that ran agreed with regdev's verdict on every case."""
     return not any(r["disagreements"] for r in result.rows)
+
+
+def format_case_table(result: BenchResult) -> str:
+    """The result as text with one line per case and one column per contender (for many
+    cases: a tool file's generated calls): a header, the contenders by number, per section
+    the ns per call, then each contender's ratio to regdev's baseline over the cases (median,
+    least and most), then what was not timed and the noise."""
+    env = result.environment
+    lines = [
+        f"regdev bench: ns per call ({result.clock}), median of {result.rounds} interleaved "
+        f"batches per cell (an empty loop's {result.loop_ns:.1f} ns subtracted, garbage "
+        "collector off)",
+        f"{env['python']} on {env['platform']} ({env['machine']}, {env['cpus']} CPUs)",
+        "a cell says 'cannot' where the contender cannot express the tool's schema, "
+        "'disagrees' where its verdict is not regdev's (neither is timed)",
+    ]
+    width = max([len(c.title) for c in result.cases] + [10]) + 2
+    for section, heading in SECTIONS.items():
+        members = [r for r in result.rows if r.get("section") == section and not r["note"]]
+        if not members:
+            continue
+        raw = members[0]["raw"]
+        lines += ["", f"{heading}:"]
+        lines += [f"  [{n}] {r['name']} (on refusal: {ON_REFUSAL[r['on_refusal']]})"
+                  for n, r in enumerate(members, 1)]
+        lines.append(f"  {'case':<{width}}" + "".join(f"{f'[{n}]':>9}"
+                                                     for n in range(1, len(members) + 1)))
+        for case in result.cases:
+            if case.raw_only and not raw:
+                continue
+            cells = []
+            for record in members:
+                if case.title in record.get("cannot", {}):
+                    cells.append("cannot")
+                elif not record["agrees"].get(case.title, True):
+                    cells.append("disagrees")
+                elif case.title in record["ns"]:
+                    cells.append(f"{record['ns'][case.title]:.0f}")
+                else:
+                    cells.append("-")
+            lines.append(f"  {case.title:<{width}}" + "".join(f"{c:>9}" for c in cells))
+        for n, record in enumerate(members[1:], 2):
+            ratios = [r for r in record["ratio"].values() if r is not None]
+            if ratios:
+                lines.append(f"  [{n}] {record['key']} against [1]: median "
+                             f"{format_ratio(statistics.median(ratios))}, from "
+                             f"{format_ratio(min(ratios))} to {format_ratio(max(ratios))} "
+                             f"over {len(ratios)} cases")
+    lines.append("")
+    missing = [f"  {r['name']}: {r['note']}" for r in result.rows if r["note"]]
+    if missing:
+        lines.append("not run:")
+        lines += missing
+    lines += [f"- {note}" for note in result.notes]
+    lines += cannot_lines(result)
+    wrong = [f"  {r['key']}: {d}" for r in result.rows for d in r["disagreements"]]
+    if wrong:
+        lines.append("! not timed, because the contender does not do the same work there:")
+        lines += wrong
+    else:
+        lines.append("every contender that ran agreed with regdev's verdict on every case it "
+                     "can express")
+    lines.append(noise_line(result, result.control_name))
+    lines.append(f"measured in {result.seconds:.1f} s")
+    return "\n".join(lines)

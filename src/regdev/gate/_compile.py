@@ -21,12 +21,14 @@ Rules of this file:
   (many); ``type(x) is int`` runs before the slower Decimal/float integer test, and a value
   whose type is exactly str, bool, None, list or dict is refused without it; bounds are
   constants in the source, made whole numbers for ``integer`` properties (exact: ``x >= 1.5``
-  is ``x >= 2`` for an integer x); extra arguments are found with ``len()`` when every
-  property is required. Nothing calls ``int()`` or ``float()`` on a value.
+  is ``x >= 2`` for an integer x); a float value meets a decimal bound as a float constant
+  chosen so the answer is exact; extra arguments are found with ``len()`` when every
+  property is required, or when the optional ones (up to :data:`_COUNTED`) are counted.
+  Nothing calls ``int()`` or ``float()`` on a value.
 * The generated module imports only ``math`` and ``decimal``: the JSON semantics it calls
   (``is_integer``, ``is_number``, ``json_equal``, ``json_in``, ``json_first_repeat``,
-  ``is_multiple``) are copied from ``_runtime.py``, so ``regdev compile`` writes a module that
-  runs without regdev.
+  ``is_multiple``, ``is_multiple_of``) are copied from ``_runtime.py``, so ``regdev compile``
+  writes a module that runs without regdev.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ._render import render_json as _render
 from ._render import render_value
 from ._render import str_literal as _str
 from ._runtime import RUNTIME_SOURCE
+from ._runtime import coefficient_exponent as _coefficient_exponent
 from ._schema import (
     ANNOTATION_KEYWORDS,
     TYPE_NAMES,
@@ -77,6 +80,9 @@ __all__ = ["BIND", "INLINE_TOOLS", "CompiledValidator", "RefusalCheck", "compile
 #: its checks inline; above it, one dict lookup finds a per-tool function (measured: a
 #: function call costs more than a few string compares).
 INLINE_TOOLS = 4
+#: Up to this many optional properties, all fetched, an object's extra keys are found by
+#: counting the ones present (``len(a) != 1 + (v1 is not _MISSING)``), not by ``keys() <=``.
+_COUNTED = 3
 
 
 class CompiledValidator(Protocol):
@@ -94,6 +100,27 @@ class CompiledValidator(Protocol):
 
     def __call__(self, call: object, tool_choice: str | None = None) -> str | None:
         """Return None for a valid canonical call, else the first failure's verdict code."""
+
+
+def _float_bound(bound: object, op: str) -> float | None:
+    """A float ``F`` with ``x op F`` exactly when ``x op bound``, for every float ``x``; None
+    when ``bound`` is not a Decimal (an int or a float compares fast and exactly as it is) or
+    is past the floats' range. A Decimal that a float holds (``0.5``) gives that float, equal
+    to it, so ``F`` serves every value; for any other, ``lo < bound < hi`` for the two floats
+    next to it, so a float is below ``bound`` when it is at most ``lo``, that is below ``hi``.
+    """
+    if type(bound) is not Decimal or not bound.is_finite():
+        return None
+    near = float(bound)
+    if not math.isfinite(near):
+        return None
+    if Decimal(near) == bound:
+        return near
+    if Decimal(near) < bound:
+        low, high = near, math.nextafter(near, math.inf)
+    else:
+        low, high = math.nextafter(near, -math.inf), near
+    return {"<": high, "<=": low, ">": low, ">=": high}[op]
 
 
 def _whole(bound: object, rounding: str) -> int | None:
@@ -129,7 +156,9 @@ _TYPE_IS_NOT = {
     "object": "type({v}) is not dict",
     "array": "type({v}) is not list",
     "integer": "type({v}) is not int and (type({v}) in _NOT_NUMBERS or not is_integer({v}))",
-    "number": "type({v}) is not int and (type({v}) in _NOT_NUMBERS or not is_number({v}))",
+    # a finite float passes at once (``v - v`` is 0.0); inf and NaN go on to is_number
+    "number": "type({v}) is not int and (type({v}) is not float or {v} - {v}) and "
+              "(type({v}) in _NOT_NUMBERS or not is_number({v}))",
 }
 #: Cheap tests first when a type list is joined with ``or``.
 _TYPE_ORDER = ("null", "boolean", "string", "object", "array", "integer", "number")
@@ -329,7 +358,16 @@ class _Compiler:
             whole = _whole(bound, ROUND_CEILING if op in ("<", ">=") else ROUND_FLOOR)
             if whole is not None:
                 bound = whole
-        return [(guard, f"{prop.var} {op} {self.constant(bound, pointer)}")]
+        near = _float_bound(bound, op)
+        if near is not None and Decimal(near) == bound:
+            bound = near  # equal, and a float compares with a float far faster
+            near = None
+        exact = self.constant(bound, pointer)
+        if near is not None:  # a float value compares with a float, exactly, not a Decimal
+            v = prop.var
+            return [(guard, f"({v} {op} {self.constant(near, pointer)} if type({v}) is float "
+                            f"else {v} {op} {exact})")]
+        return [(guard, f"{prop.var} {op} {exact}")]
 
     def _minimum(self, prop: _Property, pointer: str) -> list[_Fail]:
         return self._bound(prop, "minimum", pointer, "<")
@@ -356,7 +394,10 @@ class _Compiler:
             # an int value by the % operator (exact); the rest by the exact runtime test
             return [(guard, f"({v} % {_int(whole)} if type({v}) is int "
                             f"else not is_multiple({v}, {_int(whole)}))")]
-        return [(guard, f"not is_multiple({v}, {self.constant(divisor, pointer)})")]
+        # the divisor as m * 10**f, read once, here (a float by its shortest decimal)
+        m, f = _coefficient_exponent(divisor)
+        return [(guard, f"not is_multiple_of({v}, {self.constant(m, pointer)}, "
+                        f"{self.constant(f, pointer)})")]
 
     def _length(self, prop: _Property, keyword: str, pointer: str, op: str,
                 kind: str) -> list[_Fail]:
@@ -600,11 +641,20 @@ class _Compiler:
         # is missing is the first missing name
         fetched_names = {prop.name for prop in fetched}
         body += self._missing([n for n in required if n not in fetched_names], label)
-        if closed is False:
-            body += self._extras(properties, required)
-        for prop in props:  # the optional values, fetched once
-            if prop.fetched and not prop.required:
+        optional = [prop for prop in props if not prop.required]
+        for prop in optional:  # the optional values, fetched once
+            if prop.fetched:
                 body.append(f"{prop.var} = a.get({_str(prop.name)}, _MISSING)")
+        if closed is False:
+            if properties and 0 < len(optional) <= _COUNTED and all(
+                    prop.fetched for prop in optional):
+                # every key is a required one or a fetched optional one, or it is extra:
+                # counting those present costs less than a keys() <= frozenset test
+                present = " + ".join(f"({prop.var} is not _MISSING)" for prop in optional)
+                body += [f"if len(a) != {len(required)} + {present}:",
+                         f"    {self.fail_unknown()}"]
+            else:
+                body += self._extras(properties, required)
 
         # step 4: types, then step 5: ranges, in the order of properties. In the gate's
         # module an integer that is not an int (3.0) sets `rebind` on its way past the type

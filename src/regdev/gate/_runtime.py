@@ -13,6 +13,8 @@ Rules of this file:
 * Decoded JSON numbers are ``int`` (any size) or ``decimal.Decimal`` (a fraction or an
   exponent); Python callers may also pass ``float``. ``bool`` is never a number. Python
   compares ``int``, ``float`` and ``Decimal`` by exact value, so nothing is rounded.
+  ``multipleOf`` takes a float by its shortest round-trip decimal (``repr``), the number the
+  JSON text said, so a call decoded with ``json.loads`` gets the verdict its text gets.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ __all__ = [
     "RUNTIME_FILENAME",
     "RUNTIME_NAMES",
     "RUNTIME_SOURCE",
+    "coefficient_exponent",
     "is_integer",
     "is_multiple",
+    "is_multiple_of",
     "is_number",
     "json_equal",
     "json_first_repeat",
@@ -114,26 +118,40 @@ def json_first_repeat(items: list[object]) -> tuple[int, int] | None:
 
 
 def _coefficient_exponent(number: object) -> tuple[int, int]:
-    """``(c, e)`` with ``number == c * 10**e`` exactly, for an int, a float or a Decimal."""
+    """``(c, e)`` with ``number == c * 10**e`` exactly, for an int or a Decimal; a float is
+    taken by its shortest round-trip decimal (``repr``: ``0.1``, not the binary value nearest
+    it), the number the JSON text it was decoded from said."""
     if isinstance(number, int):
         return int(number), 0
-    if isinstance(number, float):
-        numerator, denominator = number.as_integer_ratio()  # denominator: a power of 2
-        shift = denominator.bit_length() - 1
-        return numerator * 5**shift, -shift
+    if isinstance(number, float):  # repr: "3.2", "1e-05", "-1.5e+300"
+        mantissa, _, power = repr(number).partition("e")
+        whole, _, fraction = mantissa.partition(".")
+        return int(whole + fraction), (int(power) if power else 0) - len(fraction)
     sign, digits, exponent = number.as_tuple()
     return int(Decimal((sign, digits, 0))), exponent
 
 
 def is_multiple(value: object, divisor: object) -> bool:
     """True when ``value / divisor`` is an integer, computed exactly (the ``multipleOf``
-    keyword): ``value`` a finite number, ``divisor`` a finite number above 0. No float or
-    Decimal division rounds it, and a huge exponent (``1E+999999999``) costs no more than a
-    small one."""
+    keyword): ``value`` a finite number, ``divisor`` a finite number above 0, a float of
+    either taken by its shortest round-trip decimal (so ``0.3`` is a multiple of ``0.1``
+    whether the JSON text was decoded to ``float`` or to ``Decimal``). No float or Decimal
+    division rounds it, and a huge exponent (``1E+999999999``) costs no more than a small
+    one."""
     if type(value) is int and type(divisor) is int:
         return value % divisor == 0
-    c, e = _coefficient_exponent(value)
     m, f = _coefficient_exponent(divisor)
+    return is_multiple_of(value, m, f)
+
+
+def is_multiple_of(value: object, m: int, f: int) -> bool:
+    """:func:`is_multiple` of a divisor given as ``m * 10**f`` (``m`` above 0), as a compiled
+    check holds it: read once, when the check is compiled."""
+    if m == 1 and f <= 0 and type(value) is float:  # 0.1, 0.01...: count the decimals
+        text = repr(value)  # no trailing zero after the point but in "3.0"
+        if "e" not in text:
+            return text.endswith(".0") or len(text) - text.index(".") - 1 <= -f
+    c, e = _coefficient_exponent(value)
     if c == 0:
         return True
     common = math.gcd(c, m)
@@ -154,7 +172,7 @@ def is_multiple(value: object, divisor: object) -> bool:
 
 #: The names :data:`RUNTIME_SOURCE` defines, in order.
 RUNTIME_NAMES = ("is_number", "is_integer", "json_equal", "json_in", "json_key",
-                 "json_first_repeat", "_coefficient_exponent", "is_multiple")
+                 "json_first_repeat", "_coefficient_exponent", "is_multiple", "is_multiple_of")
 
 #: The fake file name the text is compiled and registered under (shown in tracebacks).
 RUNTIME_FILENAME = "<regdev runtime (regdev.gate._runtime.RUNTIME_SOURCE)>"
@@ -172,3 +190,6 @@ json_key: Callable[[object], object] = _namespace["json_key"]
 json_first_repeat: Callable[[list[object]], tuple[int, int] | None] = _namespace[
     "json_first_repeat"]
 is_multiple: Callable[[object, object], bool] = _namespace["is_multiple"]
+is_multiple_of: Callable[[object, int, int], bool] = _namespace["is_multiple_of"]
+#: ``(c, e)`` with a number ``== c * 10**e`` exactly (a float by its repr).
+coefficient_exponent: Callable[[object], tuple[int, int]] = _namespace["_coefficient_exponent"]
