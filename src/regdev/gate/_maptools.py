@@ -72,7 +72,7 @@ import functools
 from typing import Any
 
 from ..core._errors import DeviceError
-from ..core._observation import Refusal
+from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, MAX_BLOCK, Device
 from ..devices._regmap import Field, Register, RegisterMap
@@ -450,19 +450,19 @@ class _MapTools:
         what = f"data[{index}]" if name == "write_registers" else "data"
         if code == "reserved-bits":
             fields = ", ".join(f"{f.name} ({f.bits()})" for f in register.fields)
-            return Refusal("validate", "reserved-bits",
-                           f"{what} 0x{data:02X} sets reserved bit(s) 0x{finding[4]:02X} of "
-                           f"register {register.label}; send them as 0 (its fields: "
-                           f"{fields})")
+            return refuse("reserved-bits",
+                          f"{what} 0x{data:02X} sets reserved bit(s) 0x{finding[4]:02X} of "
+                          f"register {register.label}; send them as 0 (its fields: "
+                          f"{fields})")
         field = register.fields[finding[4]]
-        return Refusal("validate", "field-value",
-                       f"{what} 0x{data:02X} would set {register.name}.{field.name} to "
-                       f"{finding[5]}, which is not one of its values: {_enum_list(field)}")
+        return refuse("field-value",
+                      f"{what} 0x{data:02X} would set {register.name}.{field.name} to "
+                      f"{finding[5]}, which is not one of its values: {_enum_list(field)}")
 
     def _no_register(self, what: str, verb: str = "is") -> Refusal:
-        return Refusal("validate", "no-register",
-                       f"{what} {verb} not a register of this device; registers: "
-                       f"{self.summary}")
+        return refuse("no-register",
+                      f"{what} {verb} not a register of this device; registers: "
+                      f"{self.summary}")
 
     def _field_refusal(self, register: Register, field: Field, code: str,
                        value: object) -> Refusal:
@@ -471,15 +471,15 @@ class _MapTools:
             writable = [f.name for f in register.fields if f.writable]
             others = (f"; writable fields of {register.name}: {', '.join(writable)}"
                       if writable else f"; no field of {register.name} is writable")
-            return Refusal("validate", "read-only-field",
-                           f"{path} is read-only (the device sets it): read it with "
-                           f"read_fields{others}")
+            return refuse("read-only-field",
+                          f"{path} is read-only (the device sets it): read it with "
+                          f"read_fields{others}")
         got = (f'"{escape_text(value, 40)}"' if type(value) is str else str(value))
         if field.encode:
             allowed = f"one of {_enum_list(field)} (by name or number)"
         else:
             allowed = f"a number 0..{field.top} ({field.width} bit{'s' * (field.width > 1)})"
-        return Refusal("validate", "field-value", f"{path} takes {allowed}, got {got}")
+        return refuse("field-value", f"{path} takes {allowed}, got {got}")
 
     # --- what makes a write unsafe to send twice (Tool.repeat_risk) -----------------------
 
