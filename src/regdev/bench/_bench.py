@@ -62,10 +62,7 @@ from ..gate._compile import BIND, compile_refusals, compile_validator
 from ..gate._gate import _DERIVED_KEY_PREFIXES, Gate, _prefixed_key
 from ..gate._parse import (
     DEFAULT_MAX_INPUT_BYTES,
-    NOT_JSON,
     decode_canonical,
-    decode_json,
-    not_json,
     parse,
 )
 from ..gate._tools import REGISTER_TOOLS, Tool, ToolSet
@@ -630,30 +627,13 @@ def contenders() -> list[Contender]:
                           run=convert, valid=_raises_means_invalid(convert),
                           version=_version("msgspec")))
 
-    short = DEFAULT_MAX_INPUT_BYTES >> 2
-
     def gate(raw: str) -> Refusal | None:  # what Gate.handle does before authorizing
-        if type(raw) is str and len(raw) <= short:  # Gate.handle's inline steps
-            try:
-                doc: Any = decode_json(raw)
-            except NOT_JSON as error:
-                refused = not_json(error, raw)
-                if refused is not None:
-                    return refused
-                doc = None
-            if (type(doc) is dict and type(name := doc.get("tool")) is str
-                    and type(arguments := doc.get("arguments")) is dict
-                    and ((kept := len(doc)) == 2 or (kept == 3 and "id" in doc))
-                    and raw.count(":") == kept + len(arguments)):
-                verdict = refusal(name, arguments)
-                return None if verdict is None or verdict is BIND else verdict
-        else:  # bytes, or a long str
-            decoded = decode_canonical(raw, DEFAULT_MAX_INPUT_BYTES)
-            if type(decoded) is tuple:
-                verdict = refusal(decoded[0], decoded[1])
-                return None if verdict is None or verdict is BIND else verdict
-            if decoded is not None:
-                return decoded  # type: ignore[return-value]
+        decoded = decode_canonical(raw, DEFAULT_MAX_INPUT_BYTES)  # the usual call
+        if type(decoded) is tuple:
+            verdict = refusal(decoded[0], decoded[1])
+            return None if verdict is None or verdict is BIND else verdict
+        if decoded is not None:
+            return decoded  # type: ignore[return-value]
         parsed = parse(raw)  # any other text: the general parse, as Gate.handle
         if isinstance(parsed, Refusal):
             return parsed
