@@ -383,11 +383,12 @@ class RegisterFile(Device):
             RegisterRangeError: ``addr`` is not an int naming a register (0..15 for the
                 default map).
         """
-        if self._default:
-            if type(addr) is not int or not 0 <= addr < REGISTER_COUNT:
-                check_access(addr)  # raises, naming the address
+        plain = self._plain  # as in write(): one path for a plain register of any map
+        if type(addr) is int and 0 <= addr < len(plain) and plain[addr]:
             with self._lock:
                 return self._registers[addr]
+        if self._default:
+            check_access(addr)  # raises, naming the address
         spec = self._register(addr)
         with self._lock:
             return self._read(addr, spec)
@@ -408,14 +409,17 @@ class RegisterFile(Device):
             RegisterRangeError: ``addr`` is no register, ``data`` is not an int 0..255, or the
                 register refuses it (read-only, reserved bits set); nothing is written.
         """
-        if self._default:
-            if type(addr) is not int or not 0 <= addr < REGISTER_COUNT \
-                    or type(data) is not int or not 0 <= data <= DATA_MAX:
-                check_access(addr, data)  # raises, naming the value out of range
+        # A plain read-write register (no fields) of any map, the default map's every one,
+        # stores what is written: one path, decided per register when the file was made.
+        plain = self._plain
+        if type(addr) is int and 0 <= addr < len(plain) and plain[addr] \
+                and type(data) is int and 0 <= data <= DATA_MAX:
             with self._lock:
                 self._registers[addr] = data
                 self.write_count += 1
                 return data
+        if self._default:
+            check_access(addr, data)  # raises, naming the value out of range
         return self.write_masked(addr, DATA_MAX, data)
 
     def write_masked(self, addr: int, mask: int, data: int) -> int:

@@ -233,16 +233,19 @@ class _MapTools:
         #: No gap and no field: write_register and read_register have no rule to check
         #: after the schema's, and a write changes its address and is harmless to repeat.
         self.simple = regmap.contiguous and not fielded
-        #: The addresses of unnamed read-write registers without fields: a write there
-        #: stores what it writes, and a result is ``{"addr", "data"}`` and nothing else.
-        self.plain = frozenset(register.addr for register in regmap.registers
-                               if register.name is None and not register.fields
-                               and register.access == "rw")
+        #: The read-write registers without fields, by address, each with its result's
+        #: ``register`` name (None for an unnamed one): a write there stores what it writes,
+        #: and a result is ``{"addr", "data"}`` and the name, nothing else.
+        self.plain: dict[int, str | None] = {
+            register.addr: register.name for register in regmap.registers
+            if not register.fields and register.access == "rw"}
         #: The most bytes a write_register or read_register result takes, when no register
-        #: adds a name or fields to it: ``{"addr":15,"data":255}`` is 22.
-        self.result_bytes = (len(f'{{"addr":{self.last},"data":{DATA_MAX}}}')
-                             if all(register.name is None and not register.fields
-                                    for register in regmap.registers) else None)
+        #: adds fields to it: ``{"addr":15,"data":255}`` is 22, a name adds
+        #: ``,"register":"NAME"`` (an identifier: no escapes).
+        self.result_bytes = None if fielded else max(
+            (len(f'{{"addr":{register.addr},"data":{DATA_MAX}}}')
+             + (len(f',"register":"{register.name}"') if register.name else 0)
+             for register in regmap.registers), default=0) or None
 
     def standalone_rules(self) -> str:
         """Source defining ``tool_rules(name, a)`` for a standalone module: the map's rules'
@@ -416,8 +419,18 @@ class _MapTools:
         """The ``rules`` hook of tool ``name``: the map's rules (``_maprules.py``), each
         finding worded for a model."""
         table = self.table
+        # The addresses at which a call of the one-register tools breaks no rule whatever
+        # the schema let through (a register; for a write, no reserved bit and no field
+        # whose values are checked): worked out once, so that such a call costs one lookup.
+        rows = list(enumerate(table["registers"]))
+        free = frozenset(
+            addr for addr, row in rows if row is not None and (name == "read_register" or (
+                name == "write_register" and not row[1]
+                and not any(field[4] for field in row[2]))))
 
         def rules(arguments: dict[str, Any]) -> Refusal | None:
+            if free and arguments["addr"] in free:
+                return None
             finding = map_finding(table, name, arguments)
             return None if finding is None else self.refusal(name, arguments, finding)
 
@@ -527,7 +540,9 @@ class _MapTools:
         # answers a plain register with an equal int answers with that very object; anything
         # else takes the full check below.)
         if after is data and addr in self.plain:
-            return {"addr": addr, "data": after}
+            name = self.plain[addr]
+            return {"addr": addr, "data": after} if name is None else \
+                {"addr": addr, "data": after, "register": name}
         register = self.map.at(addr)
         assert register is not None
         after = _byte(after, f"write {addr}")
@@ -538,7 +553,9 @@ class _MapTools:
         addr = arguments["addr"]
         data = device.read(addr)
         if addr in self.plain and type(data) is int and 0 <= data <= DATA_MAX:
-            return {"addr": addr, "data": data}
+            name = self.plain[addr]
+            return {"addr": addr, "data": data} if name is None else \
+                {"addr": addr, "data": data, "register": name}
         register = self.map.at(addr)
         assert register is not None
         return self._result(register, _byte(data, f"read {addr}"))
