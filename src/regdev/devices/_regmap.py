@@ -49,7 +49,6 @@ from dataclasses import field as _dataclass_field
 from typing import Any, Final
 
 from ..core._errors import MapError
-from ..core._json import load_json
 from ..core._text import escape_text, unicode_problem
 
 __all__ = [
@@ -699,6 +698,10 @@ class RegisterMap:
             MapError: one line naming ``source`` and the place, e.g.
                 ``map.json: `registers[1].fields[0].msb`: must be an integer 0..7``.
         """
+        # (Imported here: the simulator run as a script imports this module on the standard
+        # library alone, and reads its maps with from_dict.)
+        from ..core._json import load_json  # noqa: PLC0415
+
         try:
             # A file that is not UTF-8 is said so first, as a SystemRDL file is
             document = load_json(text.decode("utf-8") if isinstance(text, bytes) else text)
