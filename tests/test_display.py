@@ -25,21 +25,21 @@ from hypothesis import strategies as st
 from conftest import EXAMPLES, run
 from regdev import (
     AuditLog,
+    DeviceRefused,
     Gate,
     Observation,
     Policy,
     Refusal,
     RegisterFile,
     ScriptedProposer,
+    SessionPolicy,
     read_audit,
     run_loop,
 )
 from regdev.agents._shell import run_shell, shell_tools
 from regdev.cli._output import LogFormatter
-from regdev.core._errors import DeviceRefused
 from regdev.core._text import display_text, escape_text
-from regdev.gate._policy import SessionPolicy
-from strategies import HOSTILE_TEXTS, hostile_text
+from support.strategies import HOSTILE_TEXTS, hostile_text
 
 REGDEV = Path(sys.executable).parent / "regdev"
 

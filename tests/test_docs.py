@@ -12,13 +12,11 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from regdev import ReferenceValidator, ToolSet
+from regdev import REGISTER_TOOLS, ReferenceValidator, ToolSet, map_tools
 from regdev.agents._shell import shell_tools
 from regdev.cli._main import main
 from regdev.core._observation import CODES, FIXED_CODES, NAMED, NAMED_CODES, code_entry
 from regdev.devices._rdl import load_map
-from regdev.gate._maptools import map_tools
-from regdev.gate._tools import REGISTER_TOOLS
 
 EXAMPLE = re.compile(r"^\$ regdev (call .*)\n(\{.*\})$", re.MULTILINE)
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)

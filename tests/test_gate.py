@@ -39,7 +39,7 @@ from regdev import (
     run_loop,
 )
 from regdev.core._observation import PIPELINE
-from strategies import (
+from support.strategies import (
     canonical_calls,
     json_values,
     python_calls,

@@ -17,11 +17,10 @@ from typing import Any
 import anyio
 import pytest
 
-from httpserver import KID, KeySet, Served, inprocess_server, policy_text, post
-from regdev import Policy
-from regdev.core._errors import PolicyError
+from regdev import Policy, PolicyError
 from regdev.server import _auth
 from regdev.server._auth import TokenCheck
+from support.httpserver import KID, KeySet, Served, inprocess_server, policy_text, post
 
 READ = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_register", "arguments": {"addr": 1}}}'  # noqa: E501
 

@@ -26,11 +26,10 @@ from mcp import Client, StdioServerParameters, stdio_client
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT, run
-from firmware_c import missing
-from provider_server import ProviderServer
-from recorded_models import responder
-from regdev import _files
-from regdev._version import __version__
+from regdev import __version__, _files
+from support.firmware_c import missing
+from support.provider_server import ProviderServer
+from support.recorded_models import responder
 
 #: What the fresh environments install: the extras the smoke paths need (serve, the SystemRDL
 #: example map, eval's model endpoint).

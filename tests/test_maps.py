@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, KINDS, ROOT, run
-from firmware import CountingFirmware, sim_process, sim_thread
 from regdev import (
     REGISTER_TOOLS,
     ApprovalRequest,
@@ -42,7 +41,8 @@ from regdev.agents._shell import shell_call
 from regdev.cli._main import main
 from regdev.devices import _protocol as wire
 from regdev.devices._rdl import load_map
-from strategies import registers_with_fields
+from support.firmware import CountingFirmware, sim_process, sim_thread
+from support.strategies import registers_with_fields
 
 SENSOR = EXAMPLES / "sensor.rdl"
 
