@@ -5,18 +5,17 @@ Run: ``.venv/bin/python benchmarks/http_load.py [--clients 16] [--calls 1000]`` 
 extra: ``scripts/serve`` or ``scripts/test`` installs it into .venv)
 
 Starts ``regdev serve --http 127.0.0.1:0 --stateless`` (a subprocess, as deployed) with the
-audit log on, and runs ``--clients`` HTTP clients at once, each its own keep-alive
-connection sending its ``--calls`` calls one after another (``tests/loadgen.py``'s mix as MCP
+audit log on, and runs ``--clients`` HTTP clients at once, each its own keep-alive connection
+sending its ``--calls`` calls one after another (``tests/support/loadgen.py``'s mix as MCP
 ``tools/call``: reads, writes, keyed writes sent twice, refusals at validate and authorize).
-Checks, as ``tests/test_http_load.py`` does at test size: every call answered under its own
-id, exactly one audit record per call with the verdict its client got, keyed writes run once
-and replay once, and each register ending with the last accepted write to it of some client
-(a serial order of the accepted writes). Then the same calls over ``regdev serve`` on stdio
-(one client: stdio has one), and over HTTP by one client in each protocol era, for the
-latencies. The load speaks the 2026-07-28 era (each request stands alone, as behind a load
-balancer); a 2025-era request on a --stateless server costs more (the SDK makes a transport
-and a server task for each). Prints p50 and p99 per call for each, and the throughput; exits
-1 when a check fails.
+Checks, as ``tests/test_http_load.py`` does at test size: every call answered under its own id,
+exactly one audit record per call with the verdict its client got, keyed writes run once and
+replay once, and each register ending with the last accepted write to it of some client (a
+serial order of the accepted writes). Then the same calls over ``regdev serve`` on stdio (one
+client: stdio has one), and over HTTP by one client in each protocol era, for the latencies. The
+load speaks the 2026-07-28 era (each request stands alone, as behind a load balancer); a
+2025-era request on a --stateless server costs more (the SDK makes a transport and a server task
+for each). Prints p50 and p99 per call for each, and the throughput; exits 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # the server and its clients need the mcp extra: checked here, so that --help needs none
     need("mcp", "mcp", "anyio", "uvicorn", "starlette", "jwt", "cryptography", "httpx2")
-    from httpserver import (  # noqa: PLC0415
+    from support.httpserver import (  # noqa: PLC0415
         REGDEV,
         answer,
         http_server,
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         server_env,
         token,
     )
-    from loadgen_http import (  # noqa: PLC0415
+    from support.loadgen_http import (  # noqa: PLC0415
         LOAD_POLICY,
         check_load,
         check_registers,

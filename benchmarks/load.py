@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/load.py [--threads N] [--calls M]``
 
-The same workload and checks as ``tests/test_load.py`` (``tests/loadgen.py``), at full size:
+The same workload and checks as ``tests/test_load.py`` (``tests/support/loadgen.py``), at full size:
 every accepted write applied exactly once, in its thread's order, nothing refused or replayed
 applied, each register ending with the last write to it of some thread, one audit record per
 call (matched by the call's correlation id, with its verdict), no exception escaping. Prints
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _script import Parser, count
-from loadgen import check_load, run_load
+from support.loadgen import check_load, run_load
 
 
 def main(argv: list[str] | None = None) -> int:

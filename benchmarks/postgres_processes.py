@@ -11,8 +11,8 @@ goal: 3 processes give at least 2x the audited writes per second of one. Run::
         [--json]
 
 Without ``--dsn``, the script starts a PostgreSQL server of its own on 127.0.0.1, as the
-tests do (``tests/pgserver.py``). Not a test: nothing asserts a rate; on a machine with fewer
-cores than processes (or a load average above its CPU count) the ratio says little.
+tests do (``tests/support/pgserver.py``). Not a test: nothing asserts a rate; on a machine
+with fewer cores than processes (or a load average above its CPU count) the ratio says little.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ audited write within 1.3x of the anchor's time (a rate at least 0.77 of its rate
         [--json]
 
 Without ``--dsn``, the script starts a PostgreSQL server of its own on 127.0.0.1, as the
-tests do (``tests/pgserver.py``: Debian's binaries; ``fsync`` off there, which both sides
+tests do (``tests/support/pgserver.py``: Debian's binaries; ``fsync`` off there, which both sides
 share). Both sides are timed in the same run, batches interleaved, with the wall clock (a
 commit waits for the server).
 """
@@ -40,7 +40,7 @@ def server(dsn: str | None) -> Iterator[str]:
         yield dsn
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import pgserver  # noqa: PLC0415 - the tests' harness
+    from support import pgserver  # noqa: PLC0415 - the tests' harness
 
     try:
         with pgserver.started() as started:

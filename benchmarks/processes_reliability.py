@@ -12,8 +12,8 @@ acknowledged writes per second. Run::
 
     .venv/bin/python benchmarks/processes_reliability.py [--clients 16] [--calls 500] [--json]
 
-It starts PostgreSQL and nginx of its own on 127.0.0.1 (``tests/pgserver.py``,
-``tests/nginxserver.py``; both must be installed: ``apt-get install postgresql nginx``).
+It starts PostgreSQL and nginx of its own on 127.0.0.1 (``tests/support/pgserver.py``,
+``tests/support/nginxserver.py``; both must be installed: ``apt-get install postgresql nginx``).
 Exit status 1 when an invariant fails.
 """
 
@@ -37,7 +37,7 @@ def main() -> int:
     args = parser.parse_args()
     need("dev", "psycopg", "pytest", "mcp", "pymodbus")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import pgserver  # noqa: PLC0415 - the tests' harness
+    from support import pgserver  # noqa: PLC0415 - the tests' harness
     from test_processes import reliability_run  # noqa: PLC0415
 
     try:

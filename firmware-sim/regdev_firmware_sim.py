@@ -99,7 +99,7 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 #: The modules of regdev the simulator runs on (each imports only the standard library).
 NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "core._errors",
@@ -143,13 +143,14 @@ if TYPE_CHECKING or __name__ != "__main__":
         RegisterRangeError,
         RemoteProtocolError,
     )
-    from regdev.core._text import display_text, unicode_problem
+    from regdev.core._text import display_text, escape_text, unicode_problem
     from regdev.devices import _protocol as wire
     from regdev.devices._device import REGISTER_COUNT, RegisterFile
     from regdev.devices._regmap import RegisterMap
 else:  # run as a script: regdev need not be installed
     wire, _device, _regmap, _errors, _text = _standalone_modules()
     display_text, unicode_problem = _text.display_text, _text.unicode_problem
+    escape_text = _text.escape_text
     RegisterFile, RegisterMap = _device.RegisterFile, _regmap.RegisterMap
     REGISTER_COUNT = _device.REGISTER_COUNT
     LocalProtocolError = _errors.LocalProtocolError
@@ -784,17 +785,37 @@ def load_map(path: Path) -> RegisterMap:
                        f"firmware-sim --map {path}`")
     compile_it = ("the simulator run as a script reads a map in its compiled JSON form, made "
                   "from SystemRDL by `regdev map FILE.rdl --json -o FILE.json`")
+    # Decoded here with the standard library (regdev's strict decoder is msgspec's, which a
+    # script run on the standard library alone does not have), as strictly as it can: a key
+    # given twice in one object and NaN are refused, as regdev refuses them.
     try:
-        json.loads(text.decode("utf-8"))  # UTF-8 only (json.loads would guess UTF-16 or 32)
+        # UTF-8 only (json.loads would guess UTF-16 or 32)
+        document = json.loads(text.decode("utf-8"), object_pairs_hook=_no_repeats,
+                              parse_constant=_no_constant)
     except UnicodeDecodeError as error:  # as regdev says it of any map
         raise MapError(f"{path}: not a map in the compiled JSON form "
                        f"({unicode_problem(error)}); {compile_it}") from None
     except json.JSONDecodeError as error:  # its place, never Python's wording
         raise MapError(f"{path}: not a map in the compiled JSON form (not valid JSON at line "
                        f"{error.lineno}, column {error.colno}); {compile_it}") from None
-    except (ValueError, RecursionError):
-        pass  # valid JSON that the map reader refuses in its own words (a huge integer...)
-    return RegisterMap.from_json(text, str(path))
+    except RecursionError:
+        raise MapError(f"{path}: not valid JSON: it is nested too deeply") from None
+    except ValueError as error:  # _no_repeats, _no_constant, a huge integer
+        raise MapError(f"{path}: not valid JSON: {error}") from None
+    return RegisterMap.from_dict(document, str(path))
+
+
+def _no_repeats(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f'key "{escape_text(key)}" appears twice in one object')
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def serial_refusal(regmap: RegisterMap | None) -> str | None:

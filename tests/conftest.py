@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-import pgserver
 from regdev import Field, Gate, Register, RegisterFile, RegisterMap, Tool
 from regdev.cli._main import main
+from support import pgserver
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -184,7 +184,7 @@ def audit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[pgserver.Server]:
-    """A PostgreSQL server of the tests' own on 127.0.0.1 (tests/pgserver.py), for this
+    """A PostgreSQL server of the tests' own on 127.0.0.1 (tests/support/pgserver.py), for this
     worker's session; skipped in one line when PostgreSQL is not installed, failed in CI."""
     try:
         server_context = pgserver.started()

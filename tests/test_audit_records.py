@@ -22,12 +22,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regdev import AuditError, AuditLog, Gate, Tool, ToolSet, read_audit
+from regdev import REGISTER_TOOLS, AuditError, AuditLog, Gate, Tool, ToolSet, read_audit
 from regdev.audit import _lock as lock_module
 from regdev.audit._log import lock_path
 from regdev.cli._main import main
-from regdev.gate._tools import REGISTER_TOOLS
-from strategies import huge_number_values, to_json
+from support.strategies import huge_number_values, to_json
 
 DIALECT_NAMES = ("canonical", "mcp", "openai", "anthropic")
 

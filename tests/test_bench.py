@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import regdev.bench._bench as bench
 from conftest import ROOT
+from regdev import ReferenceValidator, Refusal
 from regdev.bench._bench import (
     BENCH_TOOLS,
     CASES,
@@ -47,11 +48,9 @@ from regdev.bench._bench import (
     run_bench,
 )
 from regdev.cli._main import main
-from regdev.core._observation import Refusal
 from regdev.gate._gate import _DERIVED_KEY_PREFIXES
 from regdev.gate._parse import decode_canonical, parse
-from regdev.gate._validate import ReferenceValidator
-from strategies import (
+from support.strategies import (
     _argument_texts,
     _number_texts,
     block_calls,

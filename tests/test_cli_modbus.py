@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, default_rows, run
-from modbus_servers import Plain, modbus_sim_process
 from regdev.cli._main import main
 from regdev_modbus_sim import Background
+from support.modbus_servers import Plain, modbus_sim_process
 
 REGDEV = Path(sys.executable).parent / "regdev"
 

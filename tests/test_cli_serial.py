@@ -18,12 +18,12 @@ import pytest
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, default_rows, default_signals, run
-from firmware import is_sim_identity, sim_process, sim_thread
 from regdev import read_audit
 from regdev.cli._firmware_sim import FAULT_HELP
 from regdev.cli._main import build_parser, main
 from regdev.devices import _protocol as wire
 from regdev.devices._serial import MODBUS_URL_FORMS, URL_FORMS, SerialDevice
+from support.firmware import is_sim_identity, sim_process, sim_thread
 
 REGDEV = Path(sys.executable).parent / "regdev"
 

@@ -25,21 +25,21 @@ from hypothesis import strategies as st
 from conftest import EXAMPLES, run
 from regdev import (
     AuditLog,
+    DeviceRefused,
     Gate,
     Observation,
     Policy,
     Refusal,
     RegisterFile,
     ScriptedProposer,
+    SessionPolicy,
     read_audit,
     run_loop,
 )
 from regdev.agents._shell import run_shell, shell_tools
 from regdev.cli._output import LogFormatter
-from regdev.core._errors import DeviceRefused
 from regdev.core._text import display_text, escape_text
-from regdev.gate._policy import SessionPolicy
-from strategies import HOSTILE_TEXTS, hostile_text
+from support.strategies import HOSTILE_TEXTS, hostile_text
 
 REGDEV = Path(sys.executable).parent / "regdev"
 
@@ -178,6 +178,12 @@ SLOTS = {
 }
 
 
+#: One gate for every example below (no policy, no audit log; whatever an earlier example
+#: left on it, every message must be printable all the same); making one per example, its
+#: checks compiled each time, was most of the test's time.
+_GATE = Gate()
+
+
 @pytest.mark.parametrize("slot", SLOTS)
 @given(text=hostile_text)
 def test_refusal_messages_quote_untrusted_text_escaped(slot: str, text: str) -> None:
@@ -185,7 +191,7 @@ def test_refusal_messages_quote_untrusted_text_escaped(slot: str, text: str) -> 
     whatever untrusted slot the hostile text is in."""
     raw, dialect = SLOTS[slot](text)
     tool_choice = "write_register" if slot == "forced tool" else None
-    observation = Gate().handle(raw, dialect=dialect, tool_choice=tool_choice)
+    observation = _GATE.handle(raw, dialect=dialect, tool_choice=tool_choice)
     assert observation.message is None or printable(observation.message), observation
 
 

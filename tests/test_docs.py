@@ -12,13 +12,11 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from regdev import ReferenceValidator, ToolSet
+from regdev import REGISTER_TOOLS, ReferenceValidator, ToolSet, map_tools
 from regdev.agents._shell import shell_tools
 from regdev.cli._main import main
 from regdev.core._observation import CODES, FIXED_CODES, NAMED, NAMED_CODES, code_entry
 from regdev.devices._rdl import load_map
-from regdev.gate._maptools import map_tools
-from regdev.gate._tools import REGISTER_TOOLS
 
 EXAMPLE = re.compile(r"^\$ regdev (call .*)\n(\{.*\})$", re.MULTILINE)
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -97,6 +95,22 @@ def test_errors_doc_has_a_section_for_every_fixed_code() -> None:
     headings = set(re.findall(r"^### `([a-z<>-]+)`$", text, re.MULTILINE))
     named = {f"{kind}-<{'tool' if kind == 'denied' else 'arg'}>" for kind in NAMED_CODES}
     assert headings >= FIXED_CODES | named
+
+
+def test_errors_doc_matches_the_table_of_codes() -> None:
+    """docs/errors.md and the table of codes say the same: each code (and each family of
+    named codes) is a heading under its first stage's section, and each code heading of a
+    stage's section is a code of the table."""
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    documented: dict[str, str] = {}  # heading -> its stage section
+    for section in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
+        stage = section.split("\n", 1)[0].strip()
+        for code in re.findall(r"^### `([a-z<>-]+)`$", section, re.MULTILINE):
+            documented[code] = stage
+    table = {code: entry.stages[0] for code, entry in CODES.items()}
+    table |= {f"{kind}-<{'tool' if kind == 'denied' else 'arg'}>": entry.stages[0]
+              for kind, entry in NAMED.items()}
+    assert documented == table
 
 
 #: Options a command takes whose row in docs/cli.md's table may leave them out: --help, and

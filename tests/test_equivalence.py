@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from regdev import REGISTER_TOOLS, ReferenceValidator, ToolSet, compile_validator
 from regdev.bench._bench import BLOCK_WRITE
 from regdev.gate._compile import BIND, RefusalCheck, compile_refusals
-from strategies import (
+from support.strategies import (
     array_tool_calls,
     block_calls,
     python_calls,

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES
-from provider_server import ProviderServer, Reply, error_reply, raw_reply
-from recorded_models import CLEAN, MISTAKES, _task_ids, responder
 from regdev import AuditLog
 from regdev.agents._eval import EvalFileError, load_tasks, pass_at_k
 from regdev.cli._main import main
 from regdev.devices._rdl import load_map
+from support.provider_server import ProviderServer, Reply, error_reply, raw_reply
+from support.recorded_models import CLEAN, MISTAKES, _task_ids, responder
 
 pytest.importorskip("openai", reason="the models extra (openai SDK) is not installed")
 pytest.importorskip("systemrdl", reason="the rdl extra (systemrdl-compiler) is not installed")

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, ROOT
-from firmware import SIM
-from firmware_c import make, need
-from provider_server import ProviderServer, Reply, error_reply, openai_turn
-from recorded_models import responder
 from regdev import AuditLog, Gate, RegisterFile
 from regdev.cli._common import EXIT_STATUS
 from regdev.cli._main import COMMANDS, build_parser, main
+from support.firmware import SIM
+from support.firmware_c import make, need
+from support.provider_server import ProviderServer, Reply, error_reply, openai_turn
+from support.recorded_models import responder
 
 REGDEV = Path(sys.executable).parent / "regdev"
 READ = '{"tool": "read_register", "arguments": {"addr": 1}}'

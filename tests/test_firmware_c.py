@@ -2,8 +2,8 @@
 host build on a pty, and the ATmega328P image in simavr driven by regdev's commands.
 
 The host and differential tests need make and a C compiler; the simavr tests need avr-gcc and
-simavr too (tests/firmware_c.py says which are missing; ``REGDEV_REQUIRE_FIRMWARE=1`` makes a
-missing tool a failure, as in CI).
+simavr too (tests/support/firmware_c.py says which are missing; ``REGDEV_REQUIRE_FIRMWARE=1``
+makes a missing tool a failure, as in CI).
 """
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ import serial
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT, default_rows, run
-from firmware import SIM, sim_process
-from firmware_c import (
+from regdev import Field, MapError, Register, RegisterFile, RegisterMap, read_audit
+from regdev.cli._main import main
+from regdev.devices import _protocol as wire
+from support.firmware import SIM, sim_process
+from support.firmware_c import (
     C_DIR,
     DEVICE_ID,
     SHARED_BUILD,
@@ -42,10 +45,6 @@ from firmware_c import (
     make,
     need,
 )
-from regdev import MapError, RegisterFile, read_audit
-from regdev.cli._main import main
-from regdev.devices import _protocol as wire
-from regdev.devices._regmap import Field, Register, RegisterMap
 
 REGDEV = Path(sys.executable).parent / "regdev"
 GEN = C_DIR / "gen_regmap.py"

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 import regdev_firmware_sim as sim
-from firmware import SIM, is_sim_identity, sim_process
-from regdev import TransportError
+from regdev import SerialDevice, TransportError
 from regdev.devices import _protocol as wire
-from regdev.devices._serial import SerialDevice
+from support.firmware import SIM, is_sim_identity, sim_process
 
 
 @pytest.mark.timeout(30)

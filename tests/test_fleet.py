@@ -75,7 +75,7 @@ def test_a_bad_fleet_file_is_refused_in_one_line_naming_the_line(
 def test_serve_http_fleet_serves_each_device_at_its_own_endpoint(tmp_path: Path) -> None:
     """serve --http --fleet: each device at /mcp/NAME with its own registers; a token whose
     scopes name a device reaches that one only (403 elsewhere)."""
-    from httpserver import TOKENS, http_server, policy_text, post, sdk_client  # noqa: PLC0415
+    from support.httpserver import TOKENS, http_server, policy_text, post, sdk_client  # noqa: PLC0415
 
     path = fleet(tmp_path, '[devices.a]\nport = "inprocess"\n\n'
                            '[devices.b]\nport = "inprocess"\n')

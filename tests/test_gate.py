@@ -39,7 +39,7 @@ from regdev import (
     run_loop,
 )
 from regdev.core._observation import PIPELINE
-from strategies import (
+from support.strategies import (
     canonical_calls,
     json_values,
     python_calls,
@@ -304,29 +304,43 @@ def assert_one_observation(obs: Observation, device: CountingDevice, before: lis
         assert "\n" not in out["message"]
 
 
+#: One gate over one counting device for the property tests below: making a gate per example,
+#: its checks compiled each time, was most of their time.
+_DEVICE = CountingDevice()
+_GATE = Gate(_DEVICE)
+
+
+def _fresh() -> tuple[CountingDevice, Gate]:
+    """The shared gate and its device as a new one would be: registers at reset, no access
+    counted (the gate keeps nothing between calls without a policy or an audit log)."""
+    _DEVICE.reset()
+    _DEVICE.accesses = 0
+    return _DEVICE, _GATE
+
+
 @given(st.one_of(st.text(max_size=200), st.binary(max_size=200)),
        st.sampled_from(["canonical", "mcp", "openai", "anthropic"]))
 def test_arbitrary_text_gives_one_observation(raw: str | bytes, dialect: str) -> None:
     """Any text in any dialect gives exactly one observation; nothing refused is executed."""
-    device = CountingDevice()
+    device, gate = _fresh()
     before = device.snapshot()
-    assert_one_observation(Gate(device).handle(raw, dialect=dialect), device, before)
+    assert_one_observation(gate.handle(raw, dialect=dialect), device, before)
 
 
 @given(json_values, st.sampled_from(["canonical", "mcp", "openai", "anthropic"]))
 def test_arbitrary_json_gives_one_observation(value: Any, dialect: str) -> None:
     """Any JSON document gives exactly one observation; nothing refused is executed."""
-    device = CountingDevice()
-    assert_one_observation(Gate(device).handle(to_json(value), dialect=dialect), device,
+    device, gate = _fresh()
+    assert_one_observation(gate.handle(to_json(value), dialect=dialect), device,
                            device.snapshot())
 
 
 @given(canonical_calls(), st.sampled_from([None, "write_register", "read_register"]))
 def test_near_miss_calls_give_one_observation(call: Any, tool_choice: str | None) -> None:
     """Calls biased to edges: refusals never reach the device; acceptances reach it once."""
-    device = CountingDevice()
+    device, gate = _fresh()
     before = device.snapshot()
-    obs = Gate(device).handle(to_json(call), tool_choice=tool_choice)
+    obs = gate.handle(to_json(call), tool_choice=tool_choice)
     assert_one_observation(obs, device, before)
     if obs.ok:
         assert obs.tool == call["tool"]
@@ -336,9 +350,9 @@ def test_near_miss_calls_give_one_observation(call: Any, tool_choice: str | None
 @given(raw_register_calls())
 def test_number_literals_at_the_edges(raw: str) -> None:
     """Edge number literals and ids: never an internal error; what runs is exact ints."""
-    device = CountingDevice()
+    device, gate = _fresh()
     before = device.snapshot()
-    obs = Gate(device).handle(raw)
+    obs = gate.handle(raw)
     assert obs.code != "internal-error"
     assert_one_observation(obs, device, before)
     if obs.ok:
@@ -440,8 +454,8 @@ def _is_json_data(value: Any) -> bool:
 def test_handle_call_refuses_python_data_that_is_not_json(call: Any) -> None:
     """Any Python value: never internal-error, not-json when it is not JSON data, and the
     device is reached only by a call that was accepted."""
-    device = CountingDevice()
-    observation = Gate(device).handle_call(call)
+    device, gate = _fresh()
+    observation = gate.handle_call(call)
     code = observation.refusal.code if observation.refusal is not None else None
     assert code != "internal-error"
     assert device.accesses == (1 if code is None else 0)

@@ -19,7 +19,9 @@ import pytest
 from mcp import types
 
 from conftest import CALIB_WRITE_PAIRS, EXAMPLES, HeldFirstWrite
-from httpserver import (
+from regdev import Gate, Policy, RegisterFile, read_audit
+from regdev.agents._replay import load_replay
+from support.httpserver import (
     ISSUER,
     MCP_HEADERS,
     KeySet,
@@ -33,8 +35,6 @@ from httpserver import (
     server_env,
     token,
 )
-from regdev import Gate, Policy, RegisterFile, read_audit
-from regdev.agents._replay import load_replay
 
 MODERN = "2026-07-28"
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from httpserver import Served, inprocess_server, policy_text, post, raw_request, token
 from regdev import RegisterFile
-from strategies import json_values, raw_register_calls, to_json
+from support.httpserver import Served, inprocess_server, policy_text, post, raw_request, token
+from support.strategies import json_values, raw_register_calls, to_json
 
 CAP = 64 * 1024 + 1024 * 1024  # the gate's byte cap + the envelope: the stdio line cap
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from httpserver import Served, inprocess_server, policy_text, token
+from support.httpserver import Served, inprocess_server, policy_text, token
 
 #: The Inspector CLI version the tests use, and where .ci/run installs it.
 INSPECTOR = "0.15.0"

@@ -17,7 +17,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from httpserver import (
+from regdev.server._http_limits import HttpLimits
+from support.httpserver import (
     MCP_HEADERS,
     Served,
     http_server,
@@ -27,7 +28,6 @@ from httpserver import (
     sdk_client,
     token,
 )
-from regdev.server._http_limits import HttpLimits
 
 INITIALIZE = json.dumps({
     "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from httpserver import inprocess_server, policy_text, post, token
-from loadgen import RecordingDevice
-from loadgen_http import (
+from support.httpserver import inprocess_server, policy_text, post, token
+from support.loadgen import RecordingDevice
+from support.loadgen_http import (
     LOAD_POLICY,
     accepted_writes,
     check_load,

@@ -17,11 +17,10 @@ from typing import Any
 import anyio
 import pytest
 
-from httpserver import KID, KeySet, Served, inprocess_server, policy_text, post
-from regdev import Policy
-from regdev.core._errors import PolicyError
+from regdev import Policy, PolicyError
 from regdev.server import _auth
 from regdev.server._auth import TokenCheck
+from support.httpserver import KID, KeySet, Served, inprocess_server, policy_text, post
 
 READ = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_register", "arguments": {"addr": 1}}}'  # noqa: E501
 
@@ -284,8 +283,23 @@ def test_a_key_set_that_is_not_json_is_401_with_one_warning(
     assert 'error="invalid_token"' in response.headers["www-authenticate"]
     warnings = [line for line in stateless.stderr if "WARNING" in line]
     assert warnings == [f"regdev serve: WARNING regdev: the key set at {keys.url} cannot be "
-                        "used: the body is not JSON; tried again in 5 s at the earliest\n"]
+                        "used: the body is not JSON: unexpected `<` at byte 0; tried again in "
+                        "5 s at the earliest\n"]
     assert "Traceback" not in stateless.log()
+
+
+def test_a_key_set_that_repeats_a_key_is_refused_as_not_json(
+        stateless: Served, keys: KeySet) -> None:
+    """A key set whose object gives `keys` twice (an empty list, then the real keys) is
+    refused as regdev's strict JSON refuses a call with a repeated key: 401, one warning line
+    naming the key; another reader's last-one-wins would have trusted the second list."""
+    keys.body = b'{"keys": [], ' + keys.jwks.encode()[1:]
+    response = post(stateless.url, READ, bearer=keys.sign())
+    assert response.status_code == 401
+    warnings = [line for line in stateless.stderr if "WARNING" in line]
+    assert warnings == [f"regdev serve: WARNING regdev: the key set at {keys.url} cannot be "
+                        'used: the body is not JSON: key "keys" appears twice in one object; '
+                        "tried again in 5 s at the earliest\n"]
 
 
 def test_a_key_with_alg_none_is_skipped_and_the_others_used(

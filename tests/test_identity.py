@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
 from conftest import ROOT, CountingDevice
-from firmware import sim_process
 from regdev import (
     AuditLog,
     Device,
@@ -44,7 +43,8 @@ from regdev.audit._idempotency import key_scope
 from regdev.cli._main import main
 from regdev.devices import _protocol as wire
 from regdev.devices._device import new_epoch
-from strategies import extended_identify_texts, identify_descriptions, wire_ids
+from support.firmware import sim_process
+from support.strategies import extended_identify_texts, identify_descriptions, wire_ids
 
 VALUE = 0xC8
 

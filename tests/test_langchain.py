@@ -14,9 +14,9 @@ pytest.importorskip("langchain_core", reason="needs the langchain extra: pip ins
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from framework_script import check_run, script
 from regdev import AuditLog, Gate, Policy, RegisterFile, read_audit
 from regdev.integrations import langchain as regdev_langchain
+from support.framework_script import check_run, script
 
 
 def provider_message(turn: int, name: str, text: str) -> AIMessage:

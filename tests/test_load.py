@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadgen import check_load, run_load
+from support.loadgen import check_load, run_load
 
 
 def test_concurrent_callers_stay_correct(tmp_path: Path) -> None:

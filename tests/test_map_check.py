@@ -12,14 +12,19 @@ import pytest
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, run
-from firmware import sim_thread
-from modbus_servers import Plain
-from regdev import MapError, RemoteProtocolError
+from regdev import (
+    Field,
+    MapError,
+    ModbusDevice,
+    Register,
+    RegisterMap,
+    RemoteProtocolError,
+    SerialDevice,
+)
 from regdev.devices import _protocol as wire
-from regdev.devices._modbus import ModbusDevice
 from regdev.devices._rdl import load_map
-from regdev.devices._regmap import Field, Register, RegisterMap
-from regdev.devices._serial import SerialDevice
+from support.firmware import sim_thread
+from support.modbus_servers import Plain
 
 SENSOR = EXAMPLES / "sensor.rdl"
 #: Every command that runs on a device given by --port (agent needs a model: left out).

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, KINDS, ROOT, run
-from firmware import CountingFirmware, sim_process, sim_thread
 from regdev import (
     REGISTER_TOOLS,
     ApprovalRequest,
@@ -42,7 +41,8 @@ from regdev.agents._shell import shell_call
 from regdev.cli._main import main
 from regdev.devices import _protocol as wire
 from regdev.devices._rdl import load_map
-from strategies import registers_with_fields
+from support.firmware import CountingFirmware, sim_process, sim_thread
+from support.strategies import registers_with_fields
 
 SENSOR = EXAMPLES / "sensor.rdl"
 
@@ -903,6 +903,19 @@ def test_a_block_write_over_the_serial_line_is_one_frame(sensor: RegisterMap) ->
 # --- what a map's text may hold, and how a refusal quotes it --------------------------------
 
 
+def test_a_json_map_is_decoded_as_strictly_as_a_tool_call() -> None:
+    """The compiled JSON form is read by the gate's strict decoder: a lone surrogate escape
+    in a description (no character, so no UTF-8 text for a tool's description) is refused in
+    the gate's words, and an editor's byte-order mark is skipped as in a policy file."""
+    with pytest.raises(MapError) as refused:
+        RegisterMap.from_json('{"format": "regdev-map", "version": 1, "registers": [{"addr": '
+                              '0, "name": "A", "description": "x\\ud800"}]}', "m.json")
+    assert str(refused.value) == ("m.json: not valid JSON: invalid \\u escape \\ud800: a "
+                                  "lone surrogate (half of a UTF-16 pair) is not a character")
+    marked = RegisterMap.from_json(b"\xef\xbb\xbf" + RegisterMap.default().to_json().encode())
+    assert marked == RegisterMap.default()
+
+
 def test_a_map_file_that_is_not_utf8_is_said_the_same_way_in_either_form(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A SystemRDL file with a byte that is not UTF-8 (a C1 control, 0x9B, in a `desc`) is
@@ -919,7 +932,8 @@ def test_a_map_file_that_is_not_utf8_is_said_the_same_way_in_either_form(
     assert str(refused.value) == "m.json: not valid JSON: invalid UTF-8: byte 25 is 0xFF"
     with pytest.raises(MapError) as refused:
         RegisterMap.from_json('{"format": "regdev-map"}\n{}', "m.json")
-    assert str(refused.value) == "m.json: not valid JSON at line 2, column 1"
+    assert str(refused.value) == ("m.json: not valid JSON: more text after the end of the JSON "
+                                  "document, at byte 25")
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe")
     done = _refused_by_the_script(binary)

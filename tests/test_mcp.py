@@ -31,7 +31,6 @@ from mcp.types import CallToolResult
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, default_signals
-from firmware import sim_thread
 from regdev import Gate, RegisterFile, read_audit, tool_definitions
 from regdev.agents._replay import load_replay
 from regdev.server._mcp import (
@@ -42,6 +41,7 @@ from regdev.server._mcp import (
     Received,
     read_envelope,
 )
+from support.firmware import sim_thread
 
 REGDEV = str(Path(sys.executable).with_name("regdev"))
 SERVE = [REGDEV, "serve", "--log-level", "warning"]

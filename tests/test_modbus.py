@@ -18,7 +18,6 @@ from pymodbus.pdu.register_message import WriteSingleRegisterResponse
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, ROOT
-from modbus_servers import Duplicating, Plain
 from regdev import (
     DeviceBusy,
     DeviceError,
@@ -31,6 +30,7 @@ from regdev import (
 from regdev.agents._replay import load_replay, run_replay
 from regdev.devices._modbus import ModbusDevice, parse_modbus_url
 from regdev_modbus_sim import Background
+from support.modbus_servers import Duplicating, Plain
 
 #: Host timeout for a call meant to time out, and how late a delay fault replies: 3x beyond
 #: it, so a loaded machine cannot make the late reply look timely.

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES, KINDS, run
-from modbus_servers import modbus_sim_process
 from regdev import (
     DeviceRefused,
     DeviceTimeout,
@@ -36,7 +35,8 @@ from regdev.cli._main import main
 from regdev.devices._modbus import ModbusDevice, _sync_shapes
 from regdev.devices._rdl import load_map
 from regdev_modbus_sim import Background, ModbusModel
-from strategies import registers_with_fields
+from support.modbus_servers import modbus_sim_process
+from support.strategies import registers_with_fields
 
 SENSOR = EXAMPLES / "sensor.rdl"
 REGDEV = Path(sys.executable).parent / "regdev"

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from modbus_servers import PlainTables
 from regdev import Gate, MapError, Register, RegisterMap, RegisterRangeError
 from regdev.devices._modbus import ModbusDevice, _runs
 from regdev.devices._modbus_codec import (
@@ -32,6 +31,7 @@ from regdev.devices._modbus_codec import (
     encode_reply,
     frame,
 )
+from support.modbus_servers import PlainTables
 
 #: A meter: 16-bit holding registers, input registers, coils and a discrete input.
 METER = RegisterMap([

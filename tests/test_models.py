@@ -11,16 +11,6 @@ from typing import Any
 import pytest
 
 from conftest import default_rows
-from provider_server import (
-    MALFORMED,
-    ProviderServer,
-    Reply,
-    anthropic_turn,
-    error_reply,
-    openai_turn,
-    raw_reply,
-    tool_use,
-)
 from regdev import AuditLog, Gate, RegisterFile, read_audit
 from regdev.agents._models import (
     AnthropicEndpoint,
@@ -31,6 +21,16 @@ from regdev.agents._models import (
     run_agent,
 )
 from regdev.audit._report import adherence
+from support.provider_server import (
+    MALFORMED,
+    ProviderServer,
+    Reply,
+    anthropic_turn,
+    error_reply,
+    openai_turn,
+    raw_reply,
+    tool_use,
+)
 
 pytest.importorskip("openai", reason="the models extra (openai SDK) is not installed")
 pytest.importorskip("anthropic", reason="the models extra (anthropic SDK) is not installed")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import msgspec
 import pytest
 
@@ -42,6 +45,21 @@ def test_from_dict_rebuilds_what_to_dict_gave() -> None:
     for observation in (Observation.success("read_register", {"addr": 1, "data": 2}, "x"),
                         Observation(refusal=REFUSAL, id="y", replay=True)):
         assert Observation.from_dict(observation.to_dict()) == observation
+
+
+def test_no_refusal_in_the_source_spells_its_stage() -> None:
+    """Every refusal in src/ is built from the table of codes (refuse(), or the compiled
+    check's stage looked up in it): no call of Refusal names a stage as a string literal,
+    which could disagree with the table."""
+    source = Path(__file__).resolve().parent.parent / "src" / "regdev"
+    found = []
+    for path in sorted(source.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("Refusal", "_Refusal") and node.args
+                    and isinstance(node.args[0], ast.Constant)):
+                found.append(f"{path.relative_to(source)}:{node.lineno}")
+    assert found == []
 
 
 def test_a_refusal_built_from_the_table_takes_its_stage_and_retryable_from_it() -> None:

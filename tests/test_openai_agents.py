@@ -19,9 +19,9 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from framework_script import check_run, script
 from regdev import AuditLog, Gate, Policy, RegisterFile, read_audit
 from regdev.integrations import openai_agents
+from support.framework_script import check_run, script
 
 set_tracing_disabled(True)
 

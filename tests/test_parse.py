@@ -10,7 +10,7 @@ from hypothesis import given
 
 from regdev import Gate, ParsedCall, Refusal, parse
 from regdev.core._json import decode_strict, lenient_members, load_json, strict_value
-from strategies import repeated_key_documents, to_json
+from support.strategies import repeated_key_documents, to_json
 
 
 def code(result: ParsedCall | Refusal) -> str | None:

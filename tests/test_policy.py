@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from conftest import CALIB_WRITE_PAIRS, EXAMPLES, CountingDevice, HeldFirstWrite
 from regdev import (
+    READ_REGISTER,
+    WRITE_REGISTER,
     Approval,
     ApprovalRequest,
     AuditLog,
@@ -34,8 +36,7 @@ from regdev import (
 )
 from regdev.cli._main import main
 from regdev.gate._policy import TokenBucket
-from regdev.gate._tools import READ_REGISTER, WRITE_REGISTER
-from strategies import canonical_calls, huge_numbers, to_json
+from support.strategies import canonical_calls, huge_numbers, to_json
 
 
 def write(addr: int, data: int = 1) -> str:

@@ -15,7 +15,6 @@ import psycopg
 import pytest
 
 from conftest import run
-from pgserver import Server, free_port
 from regdev import (
     Approval,
     ApprovalRequest,
@@ -29,6 +28,7 @@ from regdev import (
 from regdev.audit._postgres import POSTGRES_SCHEMA_VERSION
 from regdev.audit._record import COLUMNS
 from regdev.server._approval import approvals_for
+from support.pgserver import Server, free_port
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}, "id": "c1"}'
 READ = '{"tool": "read_register", "arguments": {"addr": 3}}'
@@ -246,8 +246,7 @@ def test_a_missing_postgresql_or_nginx_is_one_line_naming_the_install_command(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Where PostgreSQL's server or nginx is not installed, the harness says so in one line
     with the apt-get command that installs it (the tests skip with it; CI fails)."""
-    import nginxserver  # noqa: PLC0415 - the harness
-    import pgserver  # noqa: PLC0415
+    from support import nginxserver, pgserver  # noqa: PLC0415 - the harness
 
     monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
     with pytest.raises(pgserver.Missing) as missing:

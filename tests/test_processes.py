@@ -19,12 +19,11 @@ from typing import Any
 import httpx2
 import pytest
 
-import nginxserver
-import pgserver
-from httpserver import MCP_HEADERS, REGDEV, TOKENS, answer, policy_text, server_env
-from loadgen_http import request_body
-from modbus_servers import modbus_sim_process
 from regdev import read_audit
+from support import nginxserver, pgserver
+from support.httpserver import MCP_HEADERS, REGDEV, TOKENS, answer, policy_text, server_env
+from support.loadgen_http import request_body
+from support.modbus_servers import modbus_sim_process
 
 CLIENTS, CALLS, RETRIES = 6, 40, 12
 

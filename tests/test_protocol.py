@@ -28,7 +28,7 @@ from regdev.devices._protocol import (
     decode,
     encode,
 )
-from strategies import (
+from support.strategies import (
     wire_frames,
     wire_noise,
     wire_replies,

@@ -14,9 +14,9 @@ from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from framework_script import check_run, script
 from regdev import AuditLog, Gate, Policy, RegisterFile, read_audit
 from regdev.integrations import pydantic_ai as regdev_pydantic_ai
+from support.framework_script import check_run, script
 
 
 def scripted(calls: list[tuple[str, str, Any]]) -> FunctionModel:

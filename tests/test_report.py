@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES
-from provider_server import ProviderServer, openai_turn
 from regdev import AuditLog, Gate, read_audit
 from regdev.audit._record import SCHEMA
 from regdev.audit._report import adherence, format_report
 from regdev.cli._main import main
+from support.provider_server import ProviderServer, openai_turn
 
 pytest.importorskip("openai", reason="the models extra (openai SDK) is not installed")
 

@@ -20,14 +20,6 @@ import serial
 
 import regdev_firmware_sim as sim
 from conftest import EXAMPLES
-from firmware import (
-    CountingFirmware,
-    is_sim_identity,
-    rfc2217_server,
-    sim_process,
-    sim_pty_thread,
-    sim_thread,
-)
 from regdev import (
     AuditLog,
     DeviceBusy,
@@ -48,6 +40,14 @@ from regdev.devices._serial import (
     SerialDevice,
     map_exceptions,
     port_state_id,
+)
+from support.firmware import (
+    CountingFirmware,
+    is_sim_identity,
+    rfc2217_server,
+    sim_process,
+    sim_pty_thread,
+    sim_thread,
 )
 
 #: Host timeout for a call that is meant to time out, and how late a delay fault replies: 3x

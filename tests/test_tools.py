@@ -119,6 +119,25 @@ def test_a_declared_result_bound_is_checked_and_is_what_the_register_tools_can_a
     assert pickle.loads(pickle.dumps(bounded)).result_bytes == 30
 
 
+def test_a_named_map_without_fields_declares_its_largest_result_and_writes_on_one_path() -> None:
+    """The register tools of a map whose registers are named but have no fields declare the
+    size of their largest result (the longest name's), as the default map's do, and a write
+    or read there answers what a gate over it measures: the named register's result."""
+    regmap = RegisterMap([Register("A", 0), Register("LONGEST_NAME", 1), Register(None, 2)],
+                         name="named")
+    tools = map_tools(regmap)
+    largest = len(msgspec.json.encode({"addr": 1, "data": 255, "register": "LONGEST_NAME"}))
+    assert tools["write_register"].result_bytes == tools["read_register"].result_bytes \
+        == largest
+    gate = Gate(RegisterFile(regmap=regmap))
+    written = gate.handle('{"tool": "write_register", "arguments": {"addr": 1, "data": 255}}')
+    assert written.result == {"addr": 1, "data": 255, "register": "LONGEST_NAME"}
+    assert len(msgspec.json.encode(written.result)) == largest
+    assert gate.handle('{"tool": "read_register", "arguments": {"addr": 2}}').result == {
+        "addr": 2, "data": 0}
+    assert gate.device.read(1) == 255
+
+
 def test_a_result_is_measured_unless_its_bound_is_within_the_cap() -> None:
     """A gate skips measuring only results whose declared bound fits its output cap: a tool
     that breaks its own bound is not caught, a tool without one always is, and the register

@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from regdev import DeviceBusy, DeviceRefused, DeviceTimeout, ReplyLost, TransportError
-from regdev.core._errors import DeviceError
+from regdev import DeviceBusy, DeviceError, DeviceRefused, DeviceTimeout, ReplyLost, TransportError
 from regdev.devices._transaction import Transactions
 
 NEED_DATA = object()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import ARRAYS, CONFIGURE
 from regdev import Gate, ReferenceValidator, Refusal, SchemaError, Tool, ToolSet, compile_validator
 from regdev.gate._validate import got_value
-from strategies import python_calls
+from support.strategies import python_calls
 
 validator = ReferenceValidator()
 compiled = compile_validator()  # held to the same table (tests/test_compile.py has more)

@@ -17,12 +17,10 @@ import serial
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from regdev import AuditError, Gate, Policy, PolicyError, read_audit
+from regdev import AuditError, Gate, Policy, PolicyError, Refusal, SerialDevice, read_audit
 from regdev.cli._main import main
 from regdev.core._json import json_problem
-from regdev.core._observation import Refusal
 from regdev.core._wording import serial_problem, sqlite_problem, toml_problem
-from regdev.devices._serial import SerialDevice
 from regdev.gate._parse import load_json, parse
 
 #: Phrases of the libraries' own messages; none may reach a message regdev makes.

@@ -50,7 +50,7 @@ import msgspec
 
 from ..core import _telemetry
 from ..core._errors import RegdevError
-from ..core._observation import Observation, Refusal
+from ..core._observation import Observation, Refusal, refuse
 from ..core._text import escape_text
 from ..gate._gate import Gate, check_loop_id
 from ..gate._policy import Session
@@ -594,10 +594,10 @@ MAX_TEXT_CALL = 65536
 def text_call_refusal(where: str) -> Refusal:
     """The parse ``call-in-text`` refusal of a call written into a reply's text (``where``:
     :func:`call_in_text`'s words)."""
-    return Refusal("parse", "call-in-text",
-                   f"your reply's text holds a tool call ({where}); it was not run: make it "
-                   "as a tool call of the API with one of the tools offered, or answer "
-                   "without a call when the task is done")
+    return refuse("call-in-text",
+                  f"your reply's text holds a tool call ({where}); it was not run: make it "
+                  "as a tool call of the API with one of the tools offered, or answer "
+                  "without a call when the task is done")
 
 
 def make_endpoint(provider: str, model: str, **options: Any) -> Endpoint:

@@ -63,10 +63,7 @@ from ..gate._compile import BIND, compile_refusals, compile_validator
 from ..gate._gate import _DERIVED_KEY_PREFIXES, Gate, _prefixed_key
 from ..gate._parse import (
     DEFAULT_MAX_INPUT_BYTES,
-    NOT_JSON,
     decode_canonical,
-    decode_json,
-    not_json,
     parse,
 )
 from ..gate._tools import REGISTER_TOOLS, Tool, ToolSet
@@ -803,30 +800,13 @@ def contenders(tools: ToolSet | None = None, gate: Gate | None = None) -> list[C
     rows += [row for row in typed if not row.raw]
     rows += [*_jsonschema_rs(tools), _fastjsonschema(tools), *_jsonschema(tools)]
 
-    short = DEFAULT_MAX_INPUT_BYTES >> 2
-
     def gate_verdict(raw: str) -> Refusal | None:  # what Gate.handle does before authorizing
-        if type(raw) is str and len(raw) <= short:  # Gate.handle's inline steps
-            try:
-                doc: Any = decode_json(raw)
-            except NOT_JSON as error:
-                refused = not_json(error, raw)
-                if refused is not None:
-                    return refused
-                doc = None
-            if (type(doc) is dict and type(name := doc.get("tool")) is str
-                    and type(arguments := doc.get("arguments")) is dict
-                    and ((kept := len(doc)) == 2 or (kept == 3 and "id" in doc))
-                    and raw.count(":") == kept + len(arguments)):
-                verdict = refusal(name, arguments)
-                return None if verdict is None or verdict is BIND else verdict
-        else:  # bytes, or a long str
-            decoded = decode_canonical(raw, DEFAULT_MAX_INPUT_BYTES)
-            if type(decoded) is tuple:
-                verdict = refusal(decoded[0], decoded[1])
-                return None if verdict is None or verdict is BIND else verdict
-            if decoded is not None:
-                return decoded  # type: ignore[return-value]
+        decoded = decode_canonical(raw, DEFAULT_MAX_INPUT_BYTES)  # the usual call
+        if type(decoded) is tuple:
+            verdict = refusal(decoded[0], decoded[1])
+            return None if verdict is None or verdict is BIND else verdict
+        if decoded is not None:
+            return decoded  # type: ignore[return-value]
         parsed = parse(raw)  # any other text: the general parse, as Gate.handle
         if isinstance(parsed, Refusal):
             return parsed

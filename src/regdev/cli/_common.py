@@ -18,13 +18,12 @@ from ..audit._log import (
     default_audit_root,
 )
 from ..core._errors import AuditError, AuditInUse, MapError, PolicyError, RegdevError
-from ..core._json import json_problem
 from ..core._limits import seconds_problem
 from ..core._text import display_text
 from ..devices._device import Device
 from ..devices._open import open_device
-from ..devices._rdl import MAX_MAP_BYTES, load_map
-from ..devices._regmap import RegisterMap
+from ..devices._rdl import load_map
+from ..devices._regmap import MapNotJSON, RegisterMap
 from ..devices._serial import MAX_BAUDRATE
 from ..gate._gate import Gate
 from ..gate._maptools import map_tools
@@ -228,29 +227,17 @@ def register_map(args: argparse.Namespace) -> RegisterMap:
 
 def read_map(path: str | Path) -> RegisterMap:
     """The register map at ``path``: SystemRDL when it ends in ``.rdl``, else the compiled
-    JSON form (:func:`~regdev.devices._rdl.load_map`), with a file that is not JSON said in
-    regdev's words (:func:`~regdev.core._wording.json_problem`, never Python's parser's).
+    JSON form (:func:`~regdev.devices._rdl.load_map`), a file that is not JSON said in
+    regdev's words (the strict decoder's) and followed by what a map file is.
 
     Raises:
         UsageError: the map cannot be read or is not supported (one line naming the file).
     """
-    target = Path(path)
-    if target.suffix.lower() != ".rdl":
-        try:
-            with target.open("rb") as file:
-                data: bytes | None = file.read(MAX_MAP_BYTES + 1)
-        except OSError:
-            data = None  # load_map says why, in its words
-        if data is not None and len(data) <= MAX_MAP_BYTES:  # (larger: load_map says so)
-            try:
-                msgspec.json.decode(data)
-            except (msgspec.DecodeError, ValueError, RecursionError) as error:
-                raise UsageError(
-                    f"{path}: not valid JSON: {json_problem(error, data)}; a register map "
-                    "is SystemRDL (a file named .rdl) or its compiled JSON form (regdev map "
-                    "FILE.rdl --json)") from None
     try:
-        return load_map(target)
+        return load_map(path)
+    except MapNotJSON as error:
+        raise UsageError(f"{error}; a register map is SystemRDL (a file named .rdl) or its "
+                         "compiled JSON form (regdev map FILE.rdl --json)") from None
     except MapError as error:
         raise UsageError(str(error)) from None
 

@@ -413,11 +413,11 @@ class RegisterFile(Device):
                                         new_epoch() if epoch is None else check_epoch(epoch))
         super().__init__(regmap)
         self._default = regmap.is_default
-        #: The register at each address, and whether a read or a write of it is plain
-        #: (every bit read-write, no side effects): the fast path.
+        #: The register at each address, and the plain ones (every bit read-write, no side
+        #: effects: a write stores what it writes) with their largest value: the fast path.
         self._spec: dict[int, Register] = {r.addr: r for r in regmap.registers}
-        self._plain = {addr: spec.access == "rw" and not spec.fields
-                       for addr, spec in self._spec.items()}
+        self._plain: dict[int, int] = {addr: spec.top for addr, spec in self._spec.items()
+                                       if spec.access == "rw" and not spec.fields}
         self._reset_values = {register.addr: value
                               for register, value in zip(regmap.registers, values, strict=True)}
         self._registers = dict(self._reset_values)
@@ -441,11 +441,12 @@ class RegisterFile(Device):
             RegisterRangeError: ``addr`` is not an int naming a register (0..15 for the
                 default map).
         """
-        if self._default:
-            if type(addr) is not int or not 0 <= addr < REGISTER_COUNT:
-                check_access(addr)  # raises, naming the address
+        # As in write(): one path for a plain register of any map.
+        if type(addr) is int and addr in self._plain:
             with self._lock:
                 return self._registers[addr]
+        if self._default:
+            check_access(addr)  # raises, naming the address
         spec = self._register(addr)
         with self._lock:
             return self._read(addr, spec)
@@ -453,7 +454,7 @@ class RegisterFile(Device):
     def _read(self, addr: int, spec: Register) -> int:
         """One read, lock held."""
         value = self._registers[addr]
-        if self._plain[addr]:
+        if addr in self._plain:
             return value
         shown, self._registers[addr] = spec.read_effect(value)
         return shown
@@ -467,14 +468,16 @@ class RegisterFile(Device):
             RegisterRangeError: ``addr`` is no register, ``data`` does not fit it, or the
                 register refuses it (read-only, reserved bits set); nothing is written.
         """
-        if self._default:
-            if type(addr) is not int or not 0 <= addr < REGISTER_COUNT \
-                    or type(data) is not int or not 0 <= data <= DATA_MAX:
-                check_access(addr, data)  # raises, naming the value out of range
+        # A plain read-write register (no fields) of any map, the default map's every one,
+        # stores what is written: one path, decided per register when the file was made.
+        top = self._plain.get(addr) if type(addr) is int else None
+        if top is not None and type(data) is int and 0 <= data <= top:
             with self._lock:
                 self._registers[addr] = data
                 self.write_count += 1
                 return data
+        if self._default:
+            check_access(addr, data)  # raises, naming the value out of range
         return self.write_masked(addr, self._register(addr).top, data)
 
     def write_masked(self, addr: int, mask: int, data: int) -> int:

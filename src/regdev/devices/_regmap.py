@@ -45,7 +45,7 @@ import hashlib
 import importlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from dataclasses import field as _dataclass_field
 from pathlib import Path
@@ -67,9 +67,16 @@ __all__ = [
     "VERSION",
     "WIDTHS",
     "Field",
+    "MapNotJSON",
     "Register",
     "RegisterMap",
 ]
+
+class MapNotJSON(MapError):
+    """The text of a map in the compiled JSON form is not one strict JSON document (the
+    message says what is wrong and where, in regdev's words; a command adds what a map file
+    is)."""
+
 
 #: Software access of a field or register: read-write, read-only, write-only.
 ACCESS: Final = ("rw", "r", "w")
@@ -843,31 +850,33 @@ class RegisterMap:
     def from_json(cls, text: str | bytes, source: str = "map") -> RegisterMap:
         """Read the compiled JSON form (:meth:`to_json`).
 
-        Strict: every key is checked, an unknown one or one given twice is an error, and so
-        is a mask that disagrees with the fields.
+        Strict: the text is decoded as strictly as a tool call
+        (:func:`~regdev.core._json.load_json`: a key given twice in one object, NaN, trailing
+        text and invalid UTF-8 are errors, said in regdev's words), every key is checked, an
+        unknown one is an error, and so is a mask that disagrees with the fields.
 
         Args:
             text: the JSON text (UTF-8 when bytes).
             source: names the map in messages, e.g. its file name.
 
         Raises:
+            MapNotJSON: the text is not one strict JSON document: one line naming ``source``
+                and what is wrong where, e.g. ``map.json: not valid JSON: more text after the
+                end of the JSON document, at byte 25``.
             MapError: one line naming ``source`` and the place, e.g.
                 ``map.json: `registers[1].fields[0].msb`: must be an integer 0..7``.
         """
+        # (Imported here: the simulator run as a script imports this module on the standard
+        # library alone, and reads its maps with from_dict.)
+        from ..core._json import load_json  # noqa: PLC0415
+
         try:
-            if isinstance(text, bytes):  # UTF-8 only (json.loads would guess UTF-16 or 32)
-                text = text.decode("utf-8")
-            document = json.loads(text, object_pairs_hook=_no_repeats,
-                                  parse_constant=_no_constant)
+            # A file that is not UTF-8 is said so first, as a SystemRDL file is
+            document = load_json(text.decode("utf-8") if isinstance(text, bytes) else text)
         except UnicodeDecodeError as error:
-            raise MapError(f"{source}: not valid JSON: {unicode_problem(error)}") from None
-        except json.JSONDecodeError as error:  # its place, never Python's wording
-            raise MapError(f"{source}: not valid JSON at line {error.lineno}, column "
-                           f"{error.colno}") from None
-        except RecursionError:
-            raise MapError(f"{source}: not valid JSON: it is nested too deeply") from None
-        except ValueError as error:  # _no_repeats, _no_constant: in regdev's words
-            raise MapError(f"{source}: not valid JSON: {error}") from None
+            raise MapNotJSON(f"{source}: not valid JSON: {unicode_problem(error)}") from None
+        except ValueError as error:  # in regdev's words already
+            raise MapNotJSON(f"{source}: not valid JSON: {error}") from None
         return cls.from_dict(document, source)
 
     @classmethod
@@ -1008,19 +1017,6 @@ class _Reader:
                          enum_descriptions=tuple(meanings.items()))
         except MapError as error:
             raise self.error(where, str(error).partition(": ")[2] or str(error)) from None
-
-
-def _no_repeats(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f'key "{escape_text(key)}" appears twice in one object')
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 _DEFAULT = RegisterMap([Register(None, addr) for addr in range(16)])

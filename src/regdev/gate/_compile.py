@@ -42,7 +42,7 @@ from typing import Any, Protocol, cast
 
 from .._version import __version__
 from ..core._errors import SchemaError
-from ..core._observation import Refusal
+from ..core._observation import Refusal, code_entry
 from ..core._text import escape_text
 from ._render import INT64 as _INT64
 from ._render import int_literal as _int
@@ -193,6 +193,16 @@ def _child(label: str, name: str) -> str:
     return f"{label}.{name}" if label else name
 
 
+def _return_refusal(code: str, message: str) -> str:
+    """The source of ``return`` of the refusal ``code`` whose message is the expression
+    ``message``, at the stage the table of codes gives it (looked up here, once, at compile
+    time: the generated check builds the Refusal directly)."""
+    entry = code_entry(code)
+    if entry is None or len(entry.stages) != 1:
+        raise ValueError(f"{code!r} is not a verdict code of one stage in the table")
+    return f"return _Refusal({_str(entry.stages[0])}, {_str(code)}, {message})"
+
+
 def _indent(lines: list[str]) -> list[str]:
     return ["    " + line for line in lines]
 
@@ -328,7 +338,7 @@ class _Compiler:
         code = f"type-{prop.label}"
         if self.top and self.level_of is not None:
             before = self.obj(type_prefix(self.level_of.fields[prop.name]), code)
-            return f"return _Refusal('validate', {_str(code)}, {before} + _got({value}))"
+            return _return_refusal(code, f"{before} + _got({value})")
         return f"return {_str(code)}"
 
     def fail_range(self, prop: _Property) -> str:
@@ -339,8 +349,7 @@ class _Compiler:
             if parts is None:
                 return f"return _out_of_range({self.obj(node, code)}, {prop.var})"
             before, after = (self.obj(part, code) for part in parts)
-            return (f"return _Refusal('validate', {_str(code)}, "
-                    f"{before} + _show({prop.var}) + {after})")
+            return _return_refusal(code, f"{before} + _show({prop.var}) + {after}")
         return f"return {_str(code)}"
 
     # -- keyword generators: each checks its value, then returns failure conditions --

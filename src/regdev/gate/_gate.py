@@ -90,7 +90,7 @@ from ..core._errors import (
     ReplyLost,
     TransportError,
 )
-from ..core._observation import Observation, Refusal
+from ..core._observation import Observation, Refusal, refuse
 from ..core._text import display_text, escape_text, is_text
 from ..devices._device import Device, DeviceIdentity, RegisterFile, TimeoutDevice
 from ._compile import BIND, RefusalCheck, compile_refusals
@@ -405,7 +405,7 @@ class Gate:
                 text = encode_json_data(document, self.max_input_bytes)
                 if isinstance(text, str):
                     not_data = True
-                    end = Refusal("parse", "not-json", f"the tool call is not JSON data: {text}")
+                    end = refuse("not-json", f"the tool call is not JSON data: {text}")
                 else:
                     sent = check_idempotency_key(sent, "idempotency_key")
             else:
@@ -1113,14 +1113,16 @@ class Gate:
 def _check_audit(audit: AuditLog, tool: Tool) -> Refusal | None:
     """Authorize step 0: nothing runs that cannot be recorded."""
     if audit.closed:
-        return Refusal("authorize", "audit-error",
-                       "the audit log is closed, so no call can be recorded or run")
+        return refuse("audit-error",
+                      "the audit log is closed, so no call can be recorded or run",
+                      "authorize")
     failure = audit.failure
     if failure is None or tool.read_only:
         return None
-    return Refusal("authorize", "audit-error",
-                   f"the audit log failed to commit ({escape_text(failure, 80)}), so calls "
-                   "that change the device are refused until a commit succeeds; reads still run")
+    return refuse("audit-error",
+                  f"the audit log failed to commit ({escape_text(failure, 80)}), so calls "
+                  "that change the device are refused until a commit succeeds; reads still run",
+                  "authorize")
 
 
 class _ToolCall:
@@ -1162,31 +1164,31 @@ def _device_failure(error: RegdevError) -> Refusal:
     """
     text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
     if isinstance(error, AuditError):  # a tool that records its effect, as a reset does
-        return Refusal("observe", "audit-error",
-                       f"the call ran on the device but the audit log could not record it: "
-                       f"{text}")
+        return refuse("audit-error",
+                      f"the call ran on the device but the audit log could not record it: "
+                      f"{text}", "observe")
     if isinstance(error, ReplyLost):  # as unknown as a timeout, but no wait ran out
-        return Refusal("execute", "device-timeout",
-                       f"the link failed before the device's answer came: {text}")
+        return refuse("device-timeout",
+                      f"the link failed before the device's answer came: {text}")
     if isinstance(error, DeviceTimeout):
-        return Refusal("execute", "device-timeout", f"the device did not answer in time: {text}")
+        return refuse("device-timeout", f"the device did not answer in time: {text}")
     if isinstance(error, TransportError):
-        return Refusal("execute", "device-unavailable", f"the device is unavailable: {text}")
+        return refuse("device-unavailable", f"the device is unavailable: {text}", "execute")
     if isinstance(error, DeviceBusy):
-        return Refusal("execute", "device-busy", f"the device could not take the call now: {text}")
+        return refuse("device-busy", f"the device could not take the call now: {text}", "execute")
     if isinstance(error, DeviceRefused):
-        return Refusal("execute", "device-error", f"the device refused: {text}")
-    return Refusal("execute", "device-error", f"the device failed: {text}")
+        return refuse("device-error", f"the device refused: {text}")
+    return refuse("device-error", f"the device failed: {text}")
 
 
 def _changed_since_asked(register: str, old: int, now: int | None) -> Refusal:
     """The refusal of an approved write whose register no longer holds the value its
     approver was shown (another write ran meanwhile): nothing was sent."""
     held = "a value that could not be read" if now is None else f"{now} (0x{now:02X})"
-    return Refusal("authorize", "approval-denied",
-                   f"register {register} is protected and this write was not run: the "
-                   f"approval was given while it held {old} (0x{old:02X}), and it holds {held} "
-                   "now (another write ran meanwhile); ask again")
+    return refuse("approval-denied",
+                  f"register {register} is protected and this write was not run: the "
+                  f"approval was given while it held {old} (0x{old:02X}), and it holds {held} "
+                  "now (another write ran meanwhile); ask again", "authorize")
 
 
 def _execute_failure(error: RegdevError, tool: Tool, arguments: dict[str, Any]) -> Refusal:
@@ -1200,51 +1202,52 @@ def _execute_failure(error: RegdevError, tool: Tool, arguments: dict[str, Any]) 
     risk = tool.repeat_risk(arguments)
     if risk is None:
         return refusal
-    return Refusal("execute", "outcome-unknown",
-                   f"{refusal.message}; the write may or may not have run, and it is not "
-                   f"safe to send twice ({risk}): read the register back to learn whether "
-                   "it ran; a retry with this idempotency key gets this answer again and "
-                   "does not run (send the call with a new key if the read-back says it "
-                   "must run)")
+    return refuse("outcome-unknown",
+                  f"{refusal.message}; the write may or may not have run, and it is not "
+                  f"safe to send twice ({risk}): read the register back to learn whether "
+                  "it ran; a retry with this idempotency key gets this answer again and "
+                  "does not run (send the call with a new key if the read-back says it "
+                  "must run)")
 
 
 def _no_intent(error: AuditError) -> Refusal:
     """The refusal of a write whose intent could not be recorded: nothing was sent."""
-    return Refusal("execute", "audit-error",
-                   "the write was not sent: the audit log could not record it first "
-                   f"({escape_text(error.reason or 'audit log failure', 80)})")
+    return refuse("audit-error",
+                  "the write was not sent: the audit log could not record it first "
+                  f"({escape_text(error.reason or 'audit log failure', 80)})",
+                  "execute")
 
 
 def _unrecorded(error: AuditError, call_id: str | None) -> Observation:
     """The observation of a call that ran on the device but whose durable record could not
     be committed: ``audit-error``, whatever the device answered."""
     return Observation.refused(
-        Refusal("observe", "audit-error",
-                "the call ran on the device but its audit record could not be written "
-                f"({escape_text(error.reason or 'audit log failure', 80)}); read the register "
-                "back"), call_id)
+        refuse("audit-error",
+               "the call ran on the device but its audit record could not be written "
+               f"({escape_text(error.reason or 'audit log failure', 80)}); read the register "
+               "back", "observe"), call_id)
 
 
 def _prefixed_key(key: str) -> Refusal:
     """The refusal of an explicit idempotency key that takes a provider's prefix."""
-    return Refusal("validate", "bad-idempotency-key",
-                   f"an idempotency key may not start with "
-                   f"{' or '.join(_DERIVED_KEY_PREFIXES[:2])} (nor "
-                   f"{', '.join(_DERIVED_KEY_PREFIXES[2:])}: those name provider tool "
-                   f'call ids), got "{escape_text(key, 40)}"')
+    return refuse("bad-idempotency-key",
+                  f"an idempotency key may not start with "
+                  f"{' or '.join(_DERIVED_KEY_PREFIXES[:2])} (nor "
+                  f"{', '.join(_DERIVED_KEY_PREFIXES[2:])}: those name provider tool "
+                  f'call ids), got "{escape_text(key, 40)}"')
 
 
 def _no_handler(tool: Tool) -> Refusal:
     """The execute stage's refusal of a tool that is only validated (no handler)."""
-    return Refusal("execute", "device-error", f"tool {tool.name} has no implementation here")
+    return refuse("device-error", f"tool {tool.name} has no implementation here")
 
 
 def _too_large(tool: Tool, size: int, cap: int) -> Refusal:
     """The observe stage's refusal of a result of ``size`` bytes, over the ``cap``."""
     ran = "ran" if tool.read_only else "ran and its effect stands"
-    return Refusal("observe", "output-too-large",
-                   f"{tool.name} {ran}, but its result is {size} bytes, over the cap "
-                   f"of {cap} bytes")
+    return refuse("output-too-large",
+                  f"{tool.name} {ran}, but its result is {size} bytes, over the cap "
+                  f"of {cap} bytes")
 
 
 def _unidentified(error: RegdevError) -> Refusal:
@@ -1253,9 +1256,9 @@ def _unidentified(error: RegdevError) -> Refusal:
     ``device-unavailable``. The key stays free."""
     text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
     code = "device-busy" if isinstance(error, DeviceBusy) else "device-unavailable"
-    return Refusal("authorize", code,
-                   "the call was not sent: the device did not say its reset epoch, which its "
-                   f"idempotency key is checked against: {text}")
+    return refuse(code,
+                  "the call was not sent: the device did not say its reset epoch, which its "
+                  f"idempotency key is checked against: {text}", "authorize")
 
 
 #: Longest device message shown to the model, in characters (the cause comes last in it).
@@ -1306,9 +1309,9 @@ def _internal_error(why: str = "an internal error, logged", *, log: bool = True)
     if log:
         logger.exception("unexpected error while handling a tool call")
     return Observation.refused(
-        Refusal("internal", "internal-error",
-                f"regdev failed while handling this call ({why}); read the register back "
-                "before retrying"))
+        refuse("internal-error",
+               f"regdev failed while handling this call ({why}); read the register back "
+               "before retrying"))
 
 
 def _first(*values: Any) -> Any:

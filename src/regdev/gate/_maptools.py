@@ -72,7 +72,7 @@ import functools
 from typing import Any
 
 from ..core._errors import DeviceError
-from ..core._observation import Refusal
+from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, MAX_BLOCK, Device
 from ..devices._regmap import Field, Register, RegisterMap
@@ -263,17 +263,19 @@ class _MapTools:
         #: check after the schema's, and a write changes its address and is harmless to repeat.
         self.simple = (regmap.contiguous and not fielded
                        and all(r.width == regmap.widest for r in regmap.registers))
-        #: The addresses of unnamed read-write registers without fields: a write there
-        #: stores what it writes, and a result is ``{"addr", "data"}`` and nothing else.
-        self.plain = frozenset(register.addr for register in regmap.in_table("holding")
-                               if register.name is None and not register.fields
-                               and register.access == "rw" and register.width == 8)
+        #: The 8-bit read-write holding registers without fields, by address, each with its
+        #: result's ``register`` name (None for an unnamed one): a write there stores what it
+        #: writes, and a result is ``{"addr", "data"}`` and the name, nothing else.
+        self.plain: dict[int, str | None] = {
+            register.addr: register.name for register in regmap.in_table("holding")
+            if not register.fields and register.access == "rw" and register.width == 8}
         #: The most bytes a write_register or read_register result takes, when no register
-        #: adds a name or fields to it: ``{"addr":15,"data":255}`` is 22.
-        self.result_bytes = (len(f'{{"addr":{self.last},"data":{self.top}}}')
-                             if all(register.name is None and not register.fields
-                                    for register in regmap.registers) and not self.tables
-                             else None)
+        #: adds fields or a table to it: ``{"addr":15,"data":255}`` is 22, a name adds
+        #: ``,"register":"NAME"`` (an identifier: no escapes).
+        self.result_bytes = None if fielded or self.tables else max(
+            (len(f'{{"addr":{register.addr},"data":{register.top}}}')
+             + (len(f',"register":"{register.name}"') if register.name else 0)
+             for register in regmap.registers), default=0) or None
 
     def standalone_rules(self) -> str:
         """Source defining ``tool_rules(name, a)`` for a standalone module: the map's rules'
@@ -467,8 +469,18 @@ class _MapTools:
         """The ``rules`` hook of tool ``name``: the map's rules (``_maprules.py``), each
         finding worded for a model."""
         table = self.table
+        # The addresses at which a call of the one-register tools breaks no rule whatever
+        # the schema let through (a register; for a write, no reserved bit and no field
+        # whose values are checked): worked out once, so that such a call costs one lookup.
+        rows = list(enumerate(table["registers"]))
+        free = frozenset(
+            addr for addr, row in rows if row is not None and (name == "read_register" or (
+                name == "write_register" and not row[1]
+                and not any(field[4] for field in row[2]))))
 
         def rules(arguments: dict[str, Any]) -> Refusal | None:
+            if free and arguments["addr"] in free:
+                return None
             finding = map_finding(table, name, arguments)
             return None if finding is None else self.refusal(name, arguments, finding)
 
@@ -513,19 +525,19 @@ class _MapTools:
                            "device's); read it with read_register")
         if code == "reserved-bits":
             fields = ", ".join(f"{f.name} ({f.bits()})" for f in register.fields)
-            return Refusal("validate", "reserved-bits",
-                           f"{what} 0x{data:02X} sets reserved bit(s) 0x{finding[4]:02X} of "
-                           f"register {register.label}; send them as 0 (its fields: "
-                           f"{fields})")
+            return refuse("reserved-bits",
+                          f"{what} 0x{data:02X} sets reserved bit(s) 0x{finding[4]:02X} of "
+                          f"register {register.label}; send them as 0 (its fields: "
+                          f"{fields})")
         field = register.fields[finding[4]]
-        return Refusal("validate", "field-value",
-                       f"{what} 0x{data:02X} would set {register.name}.{field.name} to "
-                       f"{finding[5]}, which is not one of its values: {_enum_list(field)}")
+        return refuse("field-value",
+                      f"{what} 0x{data:02X} would set {register.name}.{field.name} to "
+                      f"{finding[5]}, which is not one of its values: {_enum_list(field)}")
 
     def _no_register(self, what: str, verb: str = "is") -> Refusal:
-        return Refusal("validate", "no-register",
-                       f"{what} {verb} not a register of this device; registers: "
-                       f"{self.summary}")
+        return refuse("no-register",
+                      f"{what} {verb} not a register of this device; registers: "
+                      f"{self.summary}")
 
     def _field_refusal(self, register: Register, field: Field, code: str,
                        value: object) -> Refusal:
@@ -534,15 +546,15 @@ class _MapTools:
             writable = [f.name for f in register.fields if f.writable]
             others = (f"; writable fields of {register.name}: {', '.join(writable)}"
                       if writable else f"; no field of {register.name} is writable")
-            return Refusal("validate", "read-only-field",
-                           f"{path} is read-only (the device sets it): read it with "
-                           f"read_fields{others}")
+            return refuse("read-only-field",
+                          f"{path} is read-only (the device sets it): read it with "
+                          f"read_fields{others}")
         got = (f'"{escape_text(value, 40)}"' if type(value) is str else str(value))
         if field.encode:
             allowed = f"one of {_enum_list(field)} (by name or number)"
         else:
             allowed = f"a number 0..{field.top} ({field.width} bit{'s' * (field.width > 1)})"
-        return Refusal("validate", "field-value", f"{path} takes {allowed}, got {got}")
+        return refuse("field-value", f"{path} takes {allowed}, got {got}")
 
     # --- what makes a write unsafe to send twice (Tool.repeat_risk) -----------------------
 
@@ -601,7 +613,9 @@ class _MapTools:
         # answers a plain register with an equal int answers with that very object; anything
         # else takes the full check below.)
         if after is data and addr in self.plain:
-            return {"addr": addr, "data": after}
+            name = self.plain[addr]
+            return {"addr": addr, "data": after} if name is None else \
+                {"addr": addr, "data": after, "register": name}
         register = self.map.at(addr)
         assert register is not None
         after = _value(after, register, f"write {addr}")
@@ -622,7 +636,9 @@ class _MapTools:
                     **self._result(register, _value(values[0], register, f"read {addr}"))}
         data = device.read(addr)
         if addr in self.plain and type(data) is int and 0 <= data <= DATA_MAX:
-            return {"addr": addr, "data": data}
+            name = self.plain[addr]
+            return {"addr": addr, "data": data} if name is None else \
+                {"addr": addr, "data": data, "register": name}
         register = self.map.at(addr)
         assert register is not None
         return self._result(register, _value(data, register, f"read {addr}"))

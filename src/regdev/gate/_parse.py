@@ -273,9 +273,8 @@ def decode_canonical(raw: object, max_bytes: int
     holds exactly as many colons as the top level and ``arguments`` kept keys, no key repeats
     (nor is there a deeper object, or a colon in a string). Anything else is None.
 
-    :meth:`Gate.handle` takes the same steps inline for a str of at most a quarter of the cap
-    (a str it cannot settle so goes to :func:`parse`), and calls this for bytes and a longer
-    str.
+    :meth:`Gate.handle` calls this first for a call of the canonical dialect, and
+    :func:`parse` when it answers None.
 
     Args:
         raw: the raw call, as :meth:`Gate.handle` takes it.

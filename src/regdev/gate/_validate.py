@@ -783,8 +783,8 @@ class ReferenceValidator:
                                                                   or tool_choice == name):
                 refusal = self._explain(name, arguments, code)
         if refusal is None:
-            refusal = self.check(call, tool_choice) or Refusal(
-                "validate", code, f"the call is invalid ({code})")
+            refusal = self.check(call, tool_choice) or refuse(
+                code, f"the call is invalid ({code})")
         return refusal
 
     def _explain(self, tool: str, arguments: dict[str, Any], code: str) -> Refusal | None:

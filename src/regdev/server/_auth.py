@@ -25,7 +25,6 @@ Rules of this file:
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import time
@@ -38,6 +37,7 @@ import httpx2
 import jwt
 from mcp.server.auth.provider import AccessToken, principal_components
 
+from ..core._json import load_json
 from ..core._text import escape_text
 from ._access import HttpAccess, caller_name
 
@@ -245,9 +245,9 @@ def _usable_keys(body: bytes, algorithms: frozenset[str]
         _Refused: not a JWK set, or no usable key in it.
     """
     try:
-        document = json.loads(body)
-    except ValueError:  # not UTF-8 text, or not JSON
-        raise _Refused("the body is not JSON") from None
+        document = load_json(body)
+    except ValueError as error:  # not UTF-8 text, not JSON, or a key given twice
+        raise _Refused(f"the body is not JSON: {error}") from None
     listed = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(listed, list):
         raise _Refused("the body is not a JWK set (a JSON object with a `keys` list)")

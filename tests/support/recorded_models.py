@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from provider_server import Reply, openai_turn
+from support.provider_server import Reply, openai_turn
 
-TASKS = Path(__file__).resolve().parent.parent / "examples" / "eval-tasks.jsonl"
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "eval-tasks.jsonl"
 
 Call = tuple[str, str]  # (tool name, arguments text)
 

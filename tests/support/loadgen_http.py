@@ -2,7 +2,7 @@
 wrong; the same calls over stdio for the latency beside it.
 
 Used at test size by ``tests/test_http_load.py`` and at full size by
-``benchmarks/http_load.py``. The calls are ``tests/loadgen.py``'s scripts (reads, writes,
+``benchmarks/http_load.py``. The calls are ``tests/support/loadgen.py``'s scripts (reads, writes,
 keyed writes sent twice, refusals at validate and at authorize) as MCP ``tools/call`` params.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx2
 
-from httpserver import MCP_HEADERS, answer
-from loadgen import script
 from regdev import read_audit
+from support.httpserver import MCP_HEADERS, answer
+from support.loadgen import script
 
 #: The load's policy additions: register 0 read-only (so some writes are refused at authorize).
 LOAD_POLICY = "[registers]\nread_only = [0]\n\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx2
 
-from pgserver import Missing, free_port
+from support.pgserver import Missing, free_port
 
 INSTALL = "apt-get install nginx"
 
