@@ -568,7 +568,10 @@ class RegisterMap:
     @property
     def is_default(self) -> bool:
         """True for a map equal to :meth:`default`."""
-        return self is _DEFAULT or self == _DEFAULT  # (the default itself, at once)
+        # (the default itself at once; a map with values, or of another size, without
+        # comparing every register: the device checks this on every access)
+        return self is _DEFAULT or (not self.values and len(self.registers) == len(
+            _DEFAULT.registers) and self == _DEFAULT)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RegisterMap):

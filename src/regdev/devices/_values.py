@@ -399,6 +399,24 @@ class ValueCodec:
     word_order: str
     byte_order: str
     factor: ValueCodec | None = None
+    #: The bounds of a value without a scale factor, worked out once (:meth:`bounds`).
+    _bounds: tuple[Decimal, Decimal] | None = _dataclass_field(
+        default=None, init=False, repr=False, compare=False)
+    #: An integer value's enumerated names by raw value.
+    _names: dict[int, str] = _dataclass_field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    #: True when a scaled engineering value may come out with a positive exponent
+    #: (``1.2E+3``, shown as an int): a scale or an offset with one.
+    _coarse: bool = _dataclass_field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        value = self.value
+        set_ = object.__setattr__
+        if self.factor is None and value.kind in ("int", "float"):
+            set_(self, "_bounds", self._work_out_bounds(None))
+        set_(self, "_names", {raw: name for name, raw in value.enum})
+        set_(self, "_coarse", any(each is not None and each.as_tuple().exponent > 0  # type: ignore[operator]
+                                  for each in (value.scale, value.offset)))
 
     @property
     def addresses(self) -> tuple[int, ...]:
@@ -434,6 +452,8 @@ class ValueCodec:
 
     def _split(self, data: bytes) -> list[int]:
         size = self.width // 8
+        if size == 1:  # 8-bit registers: one byte each, the two orders one
+            return list(data) if self.word_order == "big" else list(reversed(data))
         if len(data) < size:  # a value narrower than its one register: its low-order bytes
             ordered = data[::-1] if self.byte_order == "little" else data
             return [int.from_bytes(ordered, "big")]
@@ -446,6 +466,9 @@ class ValueCodec:
 
     def _join(self, registers: Sequence[int]) -> bytes:
         size = self.width // 8
+        if size == 1:
+            data = bytes(register & 0xFF for register in registers)
+            return data if self.word_order == "big" else data[::-1]
         total = self._bytes
         if total < size:
             data = (registers[0] & ((1 << (8 * total)) - 1)).to_bytes(total, "big")
@@ -489,19 +512,20 @@ class ValueCodec:
                 return "NaN" if math.isnan(raw) else "Infinity" if raw > 0 else "-Infinity"
             number = Decimal(float_text(raw, TYPES[value.type][0]))
         else:
-            name = next((name for name, each in value.enum if each == raw), None)
+            name = self._names.get(raw) if self._names and type(raw) is int else None
             if name is not None:
                 return name
-            number = Decimal(raw)
             if value.scale is None and value.offset is None and self.factor is None:
                 return int(raw)
+            number = Decimal(raw)
         if self.factor is not None:
-            return _plain(number.scaleb(sf or 0, _EXACT))
+            scaled = number.scaleb(sf or 0, _EXACT)
+            return int(scaled) if (sf or 0) > 0 else scaled
         if value.scale is not None:
             number = _EXACT.multiply(number, value.scale)
         if value.offset is not None:
             number = _EXACT.add(number, value.offset)
-        return _plain(number)
+        return _plain(number) if self._coarse or type(raw) is float else number
 
     def resolution(self, sf: int | None = None) -> Decimal | None:
         """The step between two engineering values of an integer value (its scale, or
@@ -520,7 +544,11 @@ class ValueCodec:
 
     def bounds(self, sf: int | None = None) -> tuple[Decimal, Decimal]:
         """The least and greatest engineering values a write may give: the map's ``min`` and
-        ``max`` within what the type's raw range converts to."""
+        ``max`` within what the type's raw range converts to (at the scale factor ``sf``, for
+        a value that has one)."""
+        return self._bounds if self._bounds is not None else self._work_out_bounds(sf)
+
+    def _work_out_bounds(self, sf: int | None) -> tuple[Decimal, Decimal]:
         value = self.value
         bits, kind, signed = TYPES[value.type]
         if kind == "float":

@@ -223,6 +223,9 @@ class _MapTools:
                        for field in register.fields]
         self.values = [codec for codec in (regmap.value(v.name) for v in regmap.values)
                        if codec is not None]
+        #: write_value's conversions by ``(name, type, value)``, from its rules to its
+        #: handler (a value is converted once a call; at most :data:`_CONVERTED` kept).
+        self.converted: dict[tuple[str, type, object], int | float | bool | str] = {}
         self.writable = [(register, field) for register, field in self.fields
                          if field.writable]
         self.where = (f"{len(regmap)} registers at 0x{self.first:02X}..0x{self.last:02X}"
@@ -438,7 +441,12 @@ class _MapTools:
                                                                       or given <= high)
                            else codec.raw_of(given, 0)[1])
         else:
-            problem = codec.raw_of(arguments["value"])[1]
+            given = arguments["value"]
+            raw, problem = codec.raw_of(given)
+            if raw is not None:  # (the handler takes it from here: converted once)
+                if len(self.converted) >= _CONVERTED:
+                    self.converted.clear()
+                self.converted[codec.value.name, type(given), given] = raw
         return None if problem is None else refuse(problem[0], problem[1], "validate")
 
     def value_changes(self, arguments: dict[str, Any]) -> tuple[int, ...]:
@@ -504,7 +512,12 @@ class _MapTools:
                 device, factor.value.addr, factor.count, factor.value.name))
             assert type(sf_value) is int
             sf = sf_value
-        raw, problem = codec.raw_of(arguments["value"], sf)
+        given = arguments["value"]
+        raw = (self.converted.get((codec.value.name, type(given), given)) if sf is None
+               else None)
+        problem = None
+        if raw is None:
+            raw, problem = codec.raw_of(given, sf)
         if problem is not None:  # (the map's min and max held at validate: the factor's)
             raise ValueRefused(f"{problem[1]} (at the scale factor the device holds, "
                                f"{codec.factor.value.name if codec.factor else ''} = {sf})",
@@ -519,7 +532,13 @@ class _MapTools:
         if after != registers:
             raise DeviceError(f"value {codec.value.name} holds {after!r} after writing "
                               f"{registers!r}")
-        return self._value_result(codec, registers, sf)
+        # (the device holds what was written: the value after is the raw value's)
+        out: dict[str, Any] = {"name": codec.value.name, "value": codec.engineering(raw, sf)}
+        if codec.value.unit:
+            out["unit"] = codec.value.unit
+        out["addr"] = addr
+        out["raw"] = registers
+        return out
 
     def write_field_tool(self) -> Tool:
         fields = _bounded_list([_field_summary(r, f) for r, f in self.writable],
@@ -744,6 +763,10 @@ class _MapTools:
         assert register is not None
         return self._result(register, _byte(device.read(register.addr),
                                             f"read {register.name}"))
+
+
+#: The most conversions ``write_value``'s rules keep for its handler.
+_CONVERTED = 256
 
 
 def _read_span(device: Device, addr: int, count: int, what: str) -> list[int]:
