@@ -797,6 +797,16 @@ def load_map(path: Path) -> RegisterMap:
     return RegisterMap.from_json(text, str(path))
 
 
+def serial_refusal(regmap: RegisterMap | None) -> str | None:
+    """Why regdev's serial protocol cannot serve ``regmap`` (wider registers, other tables,
+    addresses past 255), or None."""
+    problem = regmap.serial_problem() if regmap is not None else None
+    if problem is None:
+        return None
+    return (f"the map cannot be served on regdev's serial protocol: {problem} (serve it with "
+            "--modbus-tcp or --modbus-rtu)")
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None,
          regmap: RegisterMap | None = None) -> int:
     """Run the simulator; return the exit status (0 when interrupted, 2 on a usage error).
@@ -814,6 +824,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
             regmap = load_map(args.map)
         except MapError as error:
             parser.exit(2, f"{parser.prog}: error: {error}\n")
+    if not (args.modbus_rtu or args.modbus_tcp is not None):
+        refused = serial_refusal(regmap)
+        if refused is not None:
+            parser.exit(2, f"{parser.prog}: error: {refused}\n")
     rates: dict[str, float] = {}
     for group in args.fault:
         rates.update(group)
@@ -827,8 +841,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     try:
         faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
                         delay=args.delay)
+        modbus_map = args.modbus_rtu or args.modbus_tcp is not None
         firmware = Firmware(identity=args.identity, device_id=args.device_id,
-                            plain=args.plain_identify, regmap=regmap,
+                            plain=args.plain_identify,
+                            regmap=None if modbus_map else regmap,  # Modbus serves its own
                             extension=not args.no_extension)
     except (ValueError, LocalProtocolError) as error:
         parser.error(str(error))

@@ -306,3 +306,49 @@ def test_float32_edges_keep_their_bits_through_engineering_units(number: float) 
     raw, problem = codec.raw_of(units)
     assert problem is None and struct.pack(">f", raw) == bits  # type: ignore[arg-type]
     assert math.copysign(1, float(units)) == math.copysign(1, number)  # type: ignore[arg-type]
+
+
+# --- 16-bit registers over Modbus, against a plain pymodbus server ---------------------------
+
+
+#: 16-bit holding registers, input registers and a coil, with typed values over them.
+METER = RegisterMap([
+    *(Register(f"H{addr}", addr, width=16) for addr in range(4)),
+    *(Register(f"I{addr}", addr, table="input", width=16) for addr in range(2)),
+    Register("RELAY", 0, table="coil"),
+], name="meter", values=[
+    Value("SETPOINT", 0, "float32", word_order="big", byte_order="big", unit="degC",
+          min="-40", max="125"),
+    Value("LIMIT", 2, "int32", word_order="little", byte_order="big", scale="0.01",
+          unit="A"),
+    Value("ENERGY", 0, "uint32", table="input", word_order="big", byte_order="big",
+          scale="0.1", unit="kWh", access="r"),
+    Value("RELAY_ON", 0, "bool", table="coil"),
+])
+
+
+def test_a_float32_over_two_16_bit_holding_registers_drives_a_plain_pymodbus_server() -> None:
+    """One FC16 carries both registers of a value, as pymodbus's convert_to_registers lays them
+    out; an input-table value reads in units, decoded as pymodbus decodes it."""
+    from modbus_servers import PlainTables  # noqa: PLC0415 - the pymodbus server's helper
+    from regdev.devices._modbus import ModbusDevice  # noqa: PLC0415
+
+    with PlainTables(input_value=0xBEEF) as server, \
+            ModbusDevice(server.url, timeout=10.0, regmap=METER) as device:
+        gate = Gate(device)
+        done = handle(gate, call("write_value", name="SETPOINT", value=21.5))
+        assert done["result"]["raw"] == ModbusClientMixin.convert_to_registers(
+            21.5, DATATYPE.FLOAT32) == [0x41AC, 0]
+        assert server.executed[16, 0, (0x41AC, 0)] == 1
+        limit = handle(gate, '{"tool":"write_value","arguments":{"name":"LIMIT","value":-12.34}}')
+        assert limit["result"]["raw"] == ModbusClientMixin.convert_to_registers(
+            -1234, DATATYPE.INT32, word_order="little")
+        assert handle(gate, call("read_value", name="LIMIT"))["result"]["value"] == Decimal(
+            "-12.34")
+        energy = handle(gate, call("read_value", name="ENERGY"))["result"]
+        assert energy["value"] == Decimal(ModbusClientMixin.convert_from_registers(  # type: ignore[arg-type]
+            [0xBEEF, 0xBEEF], DATATYPE.UINT32)) * Decimal("0.1")
+        relay = handle(gate, call("write_value", name="RELAY_ON", value=True))
+        assert relay["result"]["raw"] == [1]
+        assert handle(gate, call("read_value", name="SETPOINT"))["result"]["value"] == Decimal(
+            "21.5")

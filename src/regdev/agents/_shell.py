@@ -178,7 +178,8 @@ every command is a tool call through the gate; its verdict is shown as the model
 SHELL_MAP_HELP = """\
 commands (numbers in ASCII decimal or 0x hex: 3, 0x1f; names as in `regdev map`):
   read REG               read_fields (by name) or read_register (ADDR): one register
-  write REG DATA         write_register: DATA 0..255 to register REG (a name or an ADDR)
+  write REG DATA         write_register: DATA to register REG (a name or an ADDR), as wide
+                         as the register: 0..255 (8 bits), 0..65535 (16 bits), ...
   write REG.FIELD VALUE  write_field: one field, by enumerated name or number
   readblock REG COUNT    read_registers: COUNT registers from REG (a name or an ADDR) up
   writeblock REG DATA... write_registers: the DATA values from REG up, all or nothing

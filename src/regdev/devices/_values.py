@@ -722,6 +722,8 @@ def bind_values(values: Iterable[Value], registers: Mapping[tuple[str, int], Reg
             raise value.fail(f"addr {value.addr} is not a register of the {value.table} table")
         width = _width(first)
         bits, kind, _ = TYPES[value.type]
+        if value.table in ("input", "discrete") and value.writable:
+            raise value.fail(f"the {value.table} table is read-only: give access r")
         if width < 8 and kind != "bool":
             raise value.fail(f"{_a(value.type)} needs registers of 8 bits or more; its register "
                              f"is {width} bit{'s' * (width != 1)} wide")
