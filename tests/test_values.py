@@ -352,3 +352,52 @@ def test_a_float32_over_two_16_bit_holding_registers_drives_a_plain_pymodbus_ser
         assert relay["result"]["raw"] == [1]
         assert handle(gate, call("read_value", name="SETPOINT"))["result"]["value"] == Decimal(
             "21.5")
+
+
+# --- the policy, the shell, compile ----------------------------------------------------------
+
+
+def test_a_policy_protects_a_typed_value_by_name(thermostat: RegisterMap) -> None:
+    """protected = ["SETPOINT"] guards both of its registers: write_value and a register write
+    under it need approval; the other values do not."""
+    from regdev import Policy, RegisterPolicy  # noqa: PLC0415
+
+    policy = Policy(registers=RegisterPolicy(protected=frozenset({"SETPOINT"})))
+    device = RegisterFile(regmap=thermostat)
+    gate = Gate(device, policy=policy)
+    for raw in (call("write_value", name="SETPOINT", value=21), call(
+            "write_register", addr=1, data=215)):
+        assert handle(gate, raw)["code"] == "approval-denied", raw
+    assert device.read_block(0, 2) == [0, 200]
+    assert handle(gate, call("write_value", name="MODE", value="COOL"))["ok"]
+
+
+def test_the_shell_reads_and_writes_a_value_in_its_unit(thermostat: RegisterMap) -> None:
+    """`read W` prints the value in its unit with its raw registers; `write SETPOINT 21.55`
+    passes the number on as written, and is refused for its resolution."""
+    from regdev.agents._shell import describe, shell_call  # noqa: PLC0415
+
+    gate = Gate(RegisterFile(regmap=thermostat))
+    assert describe(gate.handle(shell_call(["write", "W", "1234.5"], thermostat))) == (
+        "accepted  write_value: W = 1234.5 W (raw 0x30 0x39)")
+    assert describe(gate.handle(shell_call(["read", "W"], thermostat))) == (
+        "accepted  read_value: W = 1234.5 W (raw 0x30 0x39)")
+    assert gate.handle(shell_call(["write", "SETPOINT", "21.55"], thermostat)).code == (
+        "resolution")
+    assert describe(gate.handle(shell_call(["write", "ROOM", "hall"], thermostat))) == (
+        'accepted  write_value: ROOM = "hall" (raw 0x68 0x61 0x6c 0x6c)')
+
+
+def test_compile_refuses_a_map_whose_value_checks_a_module_cannot_make(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev compile --map with writable typed values: one line, exit 2, nothing written;
+    the standalone rules leave read_value and write_value to the gate, never crash on them."""
+    from conftest import run  # noqa: PLC0415
+    from regdev.gate._maprules import map_changes, map_finding  # noqa: PLC0415
+    from regdev.gate._maptools import rule_table  # noqa: PLC0415
+
+    status, out, err = run(capsys, "compile", "--map", str(THERMOSTAT))
+    assert status == 2 and not out and "typed values are checked by the gate" in err
+    table = rule_table(load_map(THERMOSTAT))
+    assert map_finding(table, "write_value", {"name": "SETPOINT", "value": 1}) is None
+    assert map_changes(table, "write_value", {"name": "SETPOINT", "value": 1}) == (0, 1)

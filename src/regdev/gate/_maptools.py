@@ -87,7 +87,7 @@ from ._render import render_value
 from ._tool import Tool, ToolSet
 
 __all__ = ["DESCRIPTION_SHOWN", "LIST_SHOWN", "READ_REGISTER", "REGISTER_TOOLS",
-           "WRITE_REGISTER", "map_tools", "register_summary", "rule_table"]
+           "WRITE_REGISTER", "map_tools", "register_summary", "rule_table", "value_summary"]
 
 #: The most characters of one description from the map (a register's, a field's, an
 #: enumerated value's) a tool description shows, escaped (then ``...``).
@@ -152,7 +152,13 @@ def rule_table(regmap: RegisterMap) -> dict[str, Any]:
             rows[register.addr - first] = [register.name, register.reserved_mask, described,
                                            register.top, table in _WRITABLE_TABLES]
         tables[table] = [first, rows]
-    return {"tables": tables, "fields": fields, "read_only": sorted(regmap.read_only())}
+    typed: dict[str, list[Any]] = {}
+    for value in regmap.values:
+        codec = regmap.value(value.name)
+        assert codec is not None
+        typed[value.name] = [value.table, value.addr, codec.count]
+    return {"tables": tables, "fields": fields, "read_only": sorted(regmap.read_only()),
+            "values": typed}
 
 
 def register_summary(regmap: RegisterMap, limit: int = 24) -> str:
@@ -430,7 +436,7 @@ class _MapTools:
 
     def read_value_tool(self) -> Tool:
         readable = [codec for codec in self.values if codec.value.readable]
-        entries = _bounded_list([_value_entry(codec) for codec in readable], "values",
+        entries = _bounded_list([value_summary(codec) for codec in readable], "values",
                                 "read_registers gives their registers")
         return Tool(
             "read_value",
@@ -450,7 +456,7 @@ class _MapTools:
 
     def write_value_tool(self) -> Tool:
         writable = [codec for codec in self.values if codec.value.writable]
-        entries = _bounded_list([_value_entry(codec) for codec in writable], "values",
+        entries = _bounded_list([value_summary(codec) for codec in writable], "values",
                                 "read_value lists the readable ones")
         longest = max([64] + [codec.count * codec.width // 8 for codec in writable
                               if codec.value.kind == "string"])
@@ -474,7 +480,7 @@ class _MapTools:
              "required": ["name", "value"], "additionalProperties": False},
             idempotent=True, destructive=True, open_world=False,
             handler=self.write_value, rules=self.value_rules,
-            changes=self.value_changes)
+            changes=self.changes("write_value"))
 
     def value_rules(self, arguments: dict[str, Any]) -> Refusal | None:
         """``write_value``'s checks after the schema: the value's type, its range in units and
@@ -499,11 +505,6 @@ class _MapTools:
                     self.converted.clear()
                 self.converted[codec.value.name, type(given), given] = raw
         return None if problem is None else refuse(problem[0], problem[1], "validate")
-
-    def value_changes(self, arguments: dict[str, Any]) -> tuple[int, ...]:
-        codec = self.map.value(arguments["name"])
-        assert codec is not None
-        return codec.addresses
 
     def _read_codec(self, device: Device, codec: ValueCodec
                     ) -> tuple[list[int], int | None]:
@@ -873,7 +874,7 @@ def _read_span(device: Device, table: str, addr: int, count: int, what: str) -> 
     return values
 
 
-def _value_entry(codec: ValueCodec) -> str:
+def value_summary(codec: ValueCodec) -> str:
     """``SETPOINT (int16, 5.0..35.0 degC, resolution 0.1; 0x10..0x11): Target temperature``:
     a typed value for a tool description."""
     value = codec.value
@@ -888,7 +889,7 @@ def _value_entry(codec: ValueCodec) -> str:
                 details.append(f"{'' if low is None else low}..{'' if high is None else high}")
         else:
             low_b, high_b = codec.bounds()
-            details.append(f"{codec.unit_text(low_b)}..{codec.unit_text(high_b)}"
+            details.append(f"{low_b}..{codec.unit_text(high_b)}"
                            if value.min is not None or value.max is not None
                            or codec.scaled else "")
         step = codec.resolution()

@@ -358,7 +358,8 @@ class RegisterPolicy(_Model):
     Attributes:
         read_only: registers (addresses 0..65535, or names of the device's map) no tool call
             may write (``read-only-register``).
-        protected: registers (addresses or names), fields (``"CTRL.MODE"``) or value ranges
+        protected: registers (addresses or names), typed values by name (``"SETPOINT"``:
+            every register it holds), fields (``"CTRL.MODE"``) or value ranges
             (:class:`Guard`: ``{field = "CTRL.MODE", min = 1}``) written only when the
             approval hook approves (``approval-denied`` otherwise). A field is guarded
             against writes that set it; a range against writes that set a value in it.
@@ -399,6 +400,10 @@ class RegisterPolicy(_Model):
         for item in sorted(self.protected, key=str):  # names, addresses and ranges
             if isinstance(item, Guard):
                 guards.append(_guard(regmap, item))
+            elif isinstance(item, str) and regmap.named(item) is None and (
+                    codec := getattr(regmap, "value", lambda _: None)(item)) is not None:
+                # a typed value by name: every register it holds (its holding registers)
+                whole.update(codec.addresses if codec.value.table == "holding" else ())
             elif isinstance(item, str) and regmap.named(item) is None and "." in item:
                 guards.append(_guard(regmap, Guard(field=item)))
             else:
