@@ -401,3 +401,21 @@ def test_compile_refuses_a_map_whose_value_checks_a_module_cannot_make(
     table = rule_table(load_map(THERMOSTAT))
     assert map_finding(table, "write_value", {"name": "SETPOINT", "value": 1}) is None
     assert map_changes(table, "write_value", {"name": "SETPOINT", "value": 1}) == (0, 1)
+
+
+def test_an_approval_question_is_in_units(thermostat: RegisterMap) -> None:
+    """A protected value's question says the value asked for and the value held, in units."""
+    from regdev.gate._maptools import read_codec  # noqa: PLC0415
+    from regdev.gate._policy import ApprovalRequest  # noqa: PLC0415
+    from regdev.server._approval import describe  # noqa: PLC0415
+
+    device = RegisterFile(regmap=thermostat)
+    codec = thermostat.value("SETPOINT")
+    assert codec is not None
+    registers, sf = read_codec(device, thermostat, codec)
+    now = codec.unit_text(codec.engineering(codec.from_registers(registers), sf))
+    request = ApprovalRequest("default", "write_value",
+                              {"name": "SETPOINT", "value": Decimal("21.5")}, 0)
+    assert describe(request, 0, thermostat, now) == (
+        "a caller in session default asks to write 21.5 degC to SETPOINT, which holds "
+        "20.0 degC (protected registers 0x00..0x01). Approve this write?")

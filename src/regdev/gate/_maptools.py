@@ -87,7 +87,8 @@ from ._render import render_value
 from ._tool import Tool, ToolSet
 
 __all__ = ["DESCRIPTION_SHOWN", "LIST_SHOWN", "READ_REGISTER", "REGISTER_TOOLS",
-           "WRITE_REGISTER", "map_tools", "register_summary", "rule_table", "value_summary"]
+           "WRITE_REGISTER", "map_tools", "read_codec", "register_summary", "rule_table",
+           "value_summary"]
 
 #: The most characters of one description from the map (a register's, a field's, an
 #: enumerated value's) a tool description shows, escaped (then ``...``).
@@ -506,30 +507,6 @@ class _MapTools:
                 self.converted[codec.value.name, type(given), given] = raw
         return None if problem is None else refuse(problem[0], problem[1], "validate")
 
-    def _read_codec(self, device: Device, codec: ValueCodec
-                    ) -> tuple[list[int], int | None]:
-        """The registers of ``codec`` and its scale factor's raw value (None without one),
-        read in one transaction (the factor with them when one block holds both)."""
-        addr, count, table = codec.value.addr, codec.count, codec.value.table
-        factor = codec.factor
-        if factor is None:
-            return _read_span(device, table, addr, count, codec.value.name), None
-        low = min(addr, factor.value.addr)
-        high = max(addr + count, factor.value.addr + factor.count)
-        if factor.value.table == table and high - low <= MAX_BLOCK and all(
-                self.map.at(a, table) is not None for a in range(low, high)):
-            block = _read_span(device, table, low, high - low, codec.value.name)
-            registers = block[addr - low:addr - low + count]
-            sf_registers = block[factor.value.addr - low:
-                                 factor.value.addr - low + factor.count]
-        else:  # apart: the factor is a constant of the device
-            sf_registers = _read_span(device, factor.value.table, factor.value.addr,
-                                      factor.count, factor.value.name)
-            registers = _read_span(device, table, addr, count, codec.value.name)
-        sf = factor.from_registers(sf_registers)
-        assert type(sf) is int
-        return registers, sf
-
     def _value_result(self, codec: ValueCodec, registers: list[int], sf: int | None
                       ) -> dict[str, Any]:
         out: dict[str, Any] = {"name": codec.value.name,
@@ -543,7 +520,7 @@ class _MapTools:
     def read_value(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
         codec = self.map.value(arguments["name"])
         assert codec is not None
-        registers, sf = self._read_codec(device, codec)
+        registers, sf = read_codec(device, self.map, codec)
         return self._value_result(codec, registers, sf)
 
     def write_value(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -861,6 +838,31 @@ class _MapTools:
 
 #: The most conversions ``write_value``'s rules keep for its handler.
 _CONVERTED = 256
+
+
+def read_codec(device: Device, regmap: RegisterMap, codec: ValueCodec
+               ) -> tuple[list[int], int | None]:
+    """The registers of ``codec`` and its scale factor's raw value (None without one),
+    read in one transaction (the factor with them when one block holds both)."""
+    addr, count, table = codec.value.addr, codec.count, codec.value.table
+    factor = codec.factor
+    if factor is None:
+        return _read_span(device, table, addr, count, codec.value.name), None
+    low = min(addr, factor.value.addr)
+    high = max(addr + count, factor.value.addr + factor.count)
+    if factor.value.table == table and high - low <= MAX_BLOCK and all(
+            regmap.at(a, table) is not None for a in range(low, high)):
+        block = _read_span(device, table, low, high - low, codec.value.name)
+        registers = block[addr - low:addr - low + count]
+        sf_registers = block[factor.value.addr - low:
+                             factor.value.addr - low + factor.count]
+    else:  # apart: the factor is a constant of the device
+        sf_registers = _read_span(device, factor.value.table, factor.value.addr,
+                                  factor.count, factor.value.name)
+        registers = _read_span(device, table, addr, count, codec.value.name)
+    sf = factor.from_registers(sf_registers)
+    assert type(sf) is int
+    return registers, sf
 
 
 def _read_span(device: Device, table: str, addr: int, count: int, what: str) -> list[int]:
