@@ -419,3 +419,22 @@ def test_an_approval_question_is_in_units(thermostat: RegisterMap) -> None:
     assert describe(request, 0, thermostat, now) == (
         "a caller in session default asks to write 21.5 degC to SETPOINT, which holds "
         "20.0 degC (protected registers 0x00..0x01). Approve this write?")
+
+
+@pytest.mark.parametrize(("width", "word", "byte", "expected"), [
+    (32, "big", "big", [0x40358000, 0x00000000]),
+    (32, "little", "big", [0x00000000, 0x40358000]),
+    (32, "big", "little", [0x00803540, 0x00000000]),
+    (64, "big", "big", [0x4035800000000000]),
+    (64, "big", "little", [0x0000000000803540]),
+])
+def test_wider_registers_hold_a_float64_in_the_declared_orders(
+        width: int, word: str, byte: str, expected: list[int]) -> None:
+    """32- and 64-bit registers from the map: 21.5 as IEEE 754 float64 (0x4035800000000000),
+    words and bytes in the declared orders, read back to 21.5."""
+    regmap = RegisterMap([Register(f"R{addr}", addr, width=width) for addr in range(2)],
+                         values=[Value("F", 0, "float64", word_order=word, byte_order=byte)])
+    codec = regmap.value("F")
+    assert codec is not None and codec.count == 64 // width
+    assert codec.to_registers(21.5) == expected
+    assert codec.engineering(codec.from_registers(expected)) == Decimal("21.5")
