@@ -102,8 +102,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 #: The modules of regdev the simulator runs on (each imports only the standard library).
-NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "core._errors",
-          "core._text")
+NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "devices._values",
+          "core._errors", "core._text")
 
 
 def _source_file(source: Path, name: str) -> Path:
@@ -148,7 +148,7 @@ if TYPE_CHECKING or __name__ != "__main__":
     from regdev.devices._device import REGISTER_COUNT, RegisterFile
     from regdev.devices._regmap import RegisterMap
 else:  # run as a script: regdev need not be installed
-    wire, _device, _regmap, _errors, _text = _standalone_modules()
+    wire, _device, _regmap, _values, _errors, _text = _standalone_modules()
     display_text, unicode_problem = _text.display_text, _text.unicode_problem
     escape_text = _text.escape_text
     RegisterFile, RegisterMap = _device.RegisterFile, _regmap.RegisterMap

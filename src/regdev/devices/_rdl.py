@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -48,6 +49,7 @@ from typing import Any
 from ..core._errors import MapError
 from ..core._text import unicode_problem
 from ._regmap import TABLES, WIDTHS, Field, Register, RegisterMap
+from ._values import RDL_PROPERTIES, Value, value_of_rdl
 
 __all__ = ["COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY", "MAX_MAP_BYTES",
            "MAX_NESTING", "MAX_REGISTERS", "MAX_STATEMENT_TOKENS", "PROTECTED_PROPERTY",
@@ -171,7 +173,9 @@ def read_rdl(path: str | Path, top: str | None = None) -> RegisterMap:
     problem = _over_bounds(text)
     if problem is not None:
         raise MapError(f"{path}:{problem}")
-    return RegisterMap.from_json(_compile_apart(path, top), str(path))
+    # (from_dict, not from_json: a typed value is placed by its line in the .rdl file, where
+    # the child checked it, not by its line in the child's JSON)
+    return RegisterMap.from_dict(json.loads(_compile_apart(path, top)), str(path))
 
 
 #: SystemRDL's tokens as far as the bounds care: comments and strings (skipped whole), a
@@ -333,6 +337,10 @@ def _compile(path: Path, top: str | None) -> RegisterMap:
     compiler = systemrdl.RDLCompiler(message_printer=_Collect())
     compiler.register_udp(_Protected, soft=True)
     compiler.register_udp(_Identity, soft=True)
+    for udp_name, udp_type in RDL_PROPERTIES.items():  # a typed value's (docs/maps.md)
+        compiler.register_udp(type(udp_name, (udp.UDPDefinition,), {
+            "name": udp_name, "valid_components": {component.Reg}, "valid_type": udp_type}),
+            soft=True)
     compiler.register_udp(_Table, soft=True)
     try:
         compiler.compile_file(str(path))
@@ -387,9 +395,16 @@ class _Reader:
                                              f"more than the {MAX_REGISTERS} registers a "
                                              "SystemRDL map holds,")
         registers = []
+        values: list[Value] = []
         for child in top.descendants(unroll=True):
             if isinstance(child, node.RegNode):
                 registers.append(self.register(child))
+                value = value_of_rdl(child, registers[-1].name or "", registers[-1].addr,
+                                     getattr(registers[-1], "table", "holding"),
+                                     lambda n, p: _where(n.property_src_ref.get(
+                                         p, n.inst_src_ref), str(self.path)))
+                if value is not None:
+                    values.append(value)
             elif (isinstance(child, node.RegfileNode) and child.parent.inst is top.inst
                   and child.get_property(TABLE_PROPERTY, default=None) is not None):
                 continue  # one table's registers: read with them
@@ -407,8 +422,11 @@ class _Reader:
         try:
             return RegisterMap(registers, name=top.inst_name,
                                description=_text(top.get_property("desc", default=None)
-                                                 or top.get_property("name", default="")))
+                                                 or top.get_property("name", default="")),
+                               values=values)
         except MapError as error:
+            if values and str(error).startswith(str(self.path)):  # a value's: placed
+                raise
             raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: {error}") from None
 
     def register(self, reg: Any) -> Register:

@@ -53,6 +53,7 @@ from typing import Any, Final
 
 from ..core._errors import MapError
 from ..core._text import escape_text, unicode_problem
+from ._values import Value, ValueCodec, bind_values, values_from_json
 
 __all__ = [
     "ACCESS",
@@ -70,6 +71,7 @@ __all__ = [
     "MapNotJSON",
     "Register",
     "RegisterMap",
+    "Value",
 ]
 
 class MapNotJSON(MapError):
@@ -594,24 +596,29 @@ class RegisterMap:
             must be distinct. At least one.
         name: the map's (the device's) name; ``""`` for none.
         description: what the device is.
+        values: its typed values (:class:`~regdev.devices._values.Value`), in the order
+            given; none by default.
 
     Raises:
         MapError: no register, two registers at one address of one table or with one name,
-            or a ``FIELD`` name that is not unique in its register.
+            or a ``FIELD`` name that is not unique in its register; or a value that does not
+            fit its registers (``_values.bind_values``).
     """
 
-    __slots__ = ("_by_addr", "_by_name", "_digest", "_tables", "description", "name",
-                 "registers")
+    __slots__ = ("_by_addr", "_by_name", "_codecs", "_digest", "_tables", "description",
+                 "name", "registers", "values")
 
     name: str
     description: str
     registers: tuple[Register, ...]
+    values: tuple[Value, ...]
+    _codecs: dict[str, ValueCodec]
     _by_addr: dict[int, Register]
     _by_name: dict[str, Register]
     _tables: dict[str, dict[int, Register]]
 
     def __init__(self, registers: Iterable[Register], *, name: str = "",
-                 description: str = "") -> None:
+                 description: str = "", values: Iterable[Value] = ()) -> None:
         regs = tuple(sorted(registers, key=_table_order))
         if not regs:
             raise MapError("a register map needs at least one register")
@@ -650,6 +657,10 @@ class RegisterMap:
         set_(self, "_by_addr", tables.get("holding", {}))
         set_(self, "_by_name", by_name)
         set_(self, "_tables", tables)
+        values = tuple(values)
+        set_(self, "values", values)
+        set_(self, "_codecs", bind_values(values, {
+            (getattr(r, "table", "holding"), r.addr): r for r in regs}) if values else {})
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a RegisterMap is immutable: cannot set `{name}`")
@@ -687,13 +698,16 @@ class RegisterMap:
     @property
     def is_default(self) -> bool:
         """True for a map equal to :meth:`default`."""
-        return self is _DEFAULT or self == _DEFAULT  # (the default itself, at once)
+        # (the default itself at once; a map with values, or of another size, without
+        # comparing every register: the device checks this on every access)
+        return self is _DEFAULT or (not self.values and len(self.registers) == len(
+            _DEFAULT.registers) and self == _DEFAULT)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RegisterMap):
             return NotImplemented
-        return (self.registers, self.name, self.description) == (
-            other.registers, other.name, other.description)
+        return (self.registers, self.name, self.description, self.values) == (
+            other.registers, other.name, other.description, other.values)
 
     def __hash__(self) -> int:
         return hash((self.registers, self.name))
@@ -754,6 +768,10 @@ class RegisterMap:
         """The register called ``name``, or None."""
         return self._by_name.get(name)
 
+    def value(self, name: str) -> ValueCodec | None:
+        """The typed value called ``name``, laid out on its registers, or None."""
+        return self._codecs.get(name)
+
     def find_field(self, path: str) -> tuple[Register, Field] | None:
         """The register and field of ``"REGISTER.FIELD"``, or None."""
         register_name, dot, field_name = path.rpartition(".")
@@ -796,7 +814,8 @@ class RegisterMap:
         of the map's device form, its name and each register's name, address, access, reset,
         identity flag and fields (name, bits, access, reset, onwrite, onread, enumerated
         values), as compact JSON with sorted keys (``docs/protocol.md``, "Which map the device
-        serves"). Descriptions and ``protected`` are left out: they change no register. A
+        serves"). Descriptions, ``protected`` and the typed values are left out: they change
+        no register (a value is how the host reads registers, not what the device does). A
         device that says its map says this digest; a host compares it with its own map's."""
         cached: str | None = getattr(self, "_digest", None)
         if cached is not None:
@@ -823,9 +842,12 @@ class RegisterMap:
 
     def to_dict(self) -> dict[str, Any]:
         """The map as the compiled JSON form's object (see :meth:`to_json`)."""
-        return {"format": FORMAT, "version": VERSION, "name": self.name,
-                "description": self.description,
-                "registers": [each.to_dict() for each in self.registers]}
+        out = {"format": FORMAT, "version": VERSION, "name": self.name,
+               "description": self.description,
+               "registers": [each.to_dict() for each in self.registers]}
+        if self.values:  # (a map without values writes what it always did)
+            out["values"] = [each.to_dict() for each in self.values]
+        return out
 
     def to_json(self) -> str:
         """The compiled JSON form, as ``regdev map FILE --json`` writes it::
@@ -839,7 +861,9 @@ class RegisterMap:
                                         "onwrite": null|"woclr", "onread": null|"rclr",
                                         "encode": {NAME: value}, "description",
                                         "enum_descriptions": {NAME: text} (only when
-                                        some value has one)}]}]}
+                                        some value has one)}]}],
+             "values": [{"name", "addr", "type", ...}] (only when it has typed values;
+                        see ``_values.py`` and docs/maps.md)}
 
         The masks are derived from the fields (a reader may use them rather than the
         fields); :meth:`from_json` checks that they agree.
@@ -877,18 +901,21 @@ class RegisterMap:
             raise MapNotJSON(f"{source}: not valid JSON: {unicode_problem(error)}") from None
         except ValueError as error:  # in regdev's words already
             raise MapNotJSON(f"{source}: not valid JSON: {error}") from None
-        return cls.from_dict(document, source)
+        return cls.from_dict(document, source, text)
 
     @classmethod
-    def from_dict(cls, document: object, source: str = "map") -> RegisterMap:
-        """Read the compiled JSON form, already decoded (see :meth:`from_json`).
+    def from_dict(cls, document: object, source: str = "map",
+                  text: str | None = None) -> RegisterMap:
+        """Read the compiled JSON form, already decoded (see :meth:`from_json`); ``text``,
+        the JSON text when there is one, places each typed value at its line in messages.
 
         Raises:
             MapError: as :meth:`from_json`.
         """
         reader = _Reader(source)
         top = reader.obj(document, "", {"format", "version", "name", "description",
-                                           "registers"}, {"format", "version", "registers"})
+                                           "registers", "values"},
+                         {"format", "version", "registers"})
         if top["format"] != FORMAT or top["version"] != VERSION:
             raise reader.error("", f'not a regdev map: expected "format": "{FORMAT}", '
                                    f'"version": {VERSION}')
@@ -898,11 +925,14 @@ class RegisterMap:
             raise reader.error("registers", "must be an array of registers")
         for index, item in enumerate(raw):
             registers.append(reader.register(item, f"registers[{index}]"))
+        values = values_from_json(top["values"], source, text) if "values" in top else ()
         try:
             return cls(registers, name=reader.text(top.get("name", ""), "name"),
-                       description=reader.text(top.get("description", ""), "description"))
-        except MapError as error:
-            raise MapError(f"{source}: {error}") from None
+                       description=reader.text(top.get("description", ""), "description"),
+                       values=values)
+        except MapError as error:  # (a value's message names its file already)
+            raise (error if str(error).startswith(source) else
+                   MapError(f"{source}: {error}")) from None
 
 
 _KEYS_REGISTER = {"name", "addr", "access", "reset", "description", "protected", "identity",

@@ -17,8 +17,10 @@ Rules of this file:
 The rule table (:func:`rule_table` in ``_maptools.py`` builds it):
 
 ``{"tables": {TABLE: [first, rows]}, "fields": {"REG.FIELD": [addr, index]},
-"read_only": [addr, ...]}``, one entry per table the map has (``"holding"``, ``"input"``,
-``"coil"``, ``"discrete"``; a call's ``table`` argument picks one, holding when absent),
+"read_only": [addr, ...], "values": {NAME: [table, first addr, count]}}`` (``values``: the
+typed values, whose registers ``write_value`` changes), one entry per table the map has
+(``"holding"``, ``"input"``, ``"coil"``, ``"discrete"``; a call's ``table`` argument picks
+one, holding when absent),
 where ``rows[addr - first]`` is None for no register, else ``[name, reserved_mask, fields,
 top, writable]`` (``top`` the largest value of its width, ``writable`` False in a read-only
 table), and each field is ``[name, lsb, mask, writable, checked, top, values]``: ``checked``
@@ -87,7 +89,10 @@ def map_finding(table, name, a):
     ``("reserved-bits", index, addr, data, bits)``, ``("field-value", index, addr, data, field
     index, number)``
     (``index`` the position in a block, 0 for one register), ``("read-only-field", addr,
-    field index)``, ``("field-value", addr, field index)`` (a write_field value)."""
+    field index)``, ``("field-value", addr, field index)`` (a write_field value). A typed
+    value's checks (read_value, write_value) are not these rules: None."""
+    if name == "read_value" or name == "write_value":
+        return None
     if name == "write_field":
         addr, index = table["fields"][a["field"]]
         first, rows = table["tables"]["holding"]
@@ -135,6 +140,9 @@ def map_changes(table, name, a):
         return tuple(range(addr, addr + len(a["data"])))
     if name == "write_field":
         return (table["fields"][a["field"]][0],)
+    if name == "write_value":
+        kind, first, count = table["values"][a["name"]]
+        return tuple(range(first, first + count)) if kind == "holding" else ()
     return ()
 '''
 

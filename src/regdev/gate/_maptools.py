@@ -18,6 +18,11 @@ write_field         one writable field by name (``CTRL.MODE``; a read-only field
                     its ``enum``), by enumerated name or number: one atomic
                     read-modify-write (one masked-write frame), nothing else changes
 read_fields         one register by name, decoded into named fields
+read_value          one typed value by name (``SETPOINT``, ``ac_meter_abcn.W``), in its unit,
+                    with its raw registers: its registers read in one transaction
+write_value         one writable typed value by name, given in its unit: its range checked
+                    exactly (decimal), then its resolution (``resolution``), then all of its
+                    registers written in one atomic block write
 ==================  ==========================================================================
 
 The default map (:meth:`RegisterMap.default`) gets ``write_register`` and ``read_register``
@@ -71,17 +76,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..core._errors import DeviceError
+from ..core._errors import DeviceError, ValueRefused
 from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, MAX_BLOCK, Device
 from ..devices._regmap import Field, Register, RegisterMap
+from ..devices._values import ValueCodec
 from ._maprules import MAP_RULES_SOURCE, map_changes, map_field_number, map_finding
 from ._render import render_value
 from ._tool import Tool, ToolSet
 
 __all__ = ["DESCRIPTION_SHOWN", "LIST_SHOWN", "READ_REGISTER", "REGISTER_TOOLS",
-           "WRITE_REGISTER", "map_tools", "register_summary", "rule_table"]
+           "WRITE_REGISTER", "map_tools", "read_codec", "register_summary", "rule_table",
+           "value_summary"]
 
 #: The most characters of one description from the map (a register's, a field's, an
 #: enumerated value's) a tool description shows, escaped (then ``...``).
@@ -146,7 +153,13 @@ def rule_table(regmap: RegisterMap) -> dict[str, Any]:
             rows[register.addr - first] = [register.name, register.reserved_mask, described,
                                            register.top, table in _WRITABLE_TABLES]
         tables[table] = [first, rows]
-    return {"tables": tables, "fields": fields, "read_only": sorted(regmap.read_only())}
+    typed: dict[str, list[Any]] = {}
+    for value in regmap.values:
+        codec = regmap.value(value.name)
+        assert codec is not None
+        typed[value.name] = [value.table, value.addr, codec.count]
+    return {"tables": tables, "fields": fields, "read_only": sorted(regmap.read_only()),
+            "values": typed}
 
 
 def register_summary(regmap: RegisterMap, limit: int = 24) -> str:
@@ -244,6 +257,11 @@ class _MapTools:
         self.summary = register_summary(regmap)
         self.fields = [(register, field) for register in regmap.in_table("holding")
                        if register.name for field in register.fields]
+        self.values = [codec for codec in (regmap.value(v.name) for v in regmap.values)
+                       if codec is not None]
+        #: write_value's conversions by ``(name, type, value)``, from its rules to its
+        #: handler (a value is converted once a call; at most :data:`_CONVERTED` kept).
+        self.converted: dict[tuple[str, type, object], int | float | bool | str] = {}
         self.writable = [(register, field) for register, field in self.fields
                          if field.writable]
         self.where = (f"{len(regmap)} registers at 0x{self.first:02X}..0x{self.last:02X}"
@@ -411,7 +429,144 @@ class _MapTools:
             tools.append(self.write_field_tool())
         if self.fields:
             tools.append(self.read_fields_tool())
+        if any(codec.value.readable for codec in self.values):
+            tools.append(self.read_value_tool())
+        if any(codec.value.writable for codec in self.values):
+            tools.append(self.write_value_tool())
         return tools
+
+    # --- typed values ---------------------------------------------------------------------
+
+    def read_value_tool(self) -> Tool:
+        readable = [codec for codec in self.values if codec.value.readable]
+        entries = _bounded_list([value_summary(codec) for codec in readable], "values",
+                                "read_registers gives their registers")
+        return Tool(
+            "read_value",
+            f"Read one typed value of {self.device} by name, in its engineering unit: its "
+            "registers are read in one transaction and converted (scale, offset, scale "
+            "factor, byte and word order). name is one of the values. Returns the name, "
+            "the value (a number in its unit, an enumerated name, true/false or text; a "
+            'float that holds NaN or an infinity as "NaN", "Infinity" or "-Infinity"), the '
+            f"unit, the first address and the raw registers. Values: {entries}.",
+            {"type": "object",
+             "properties": {"name": {"type": "string",
+                                     "enum": [codec.value.name for codec in readable],
+                                     "description": "The value's name."}},
+             "required": ["name"], "additionalProperties": False},
+            read_only=True, idempotent=True, destructive=False, open_world=False,
+            handler=self.read_value)
+
+    def write_value_tool(self) -> Tool:
+        writable = [codec for codec in self.values if codec.value.writable]
+        entries = _bounded_list([value_summary(codec) for codec in writable], "values",
+                                "read_value lists the readable ones")
+        longest = max([64] + [codec.count * codec.width // 8 for codec in writable
+                              if codec.value.kind == "string"])
+        return Tool(
+            "write_value",
+            f"Write one typed value of {self.device} by name, in its engineering unit: value "
+            "is checked against the value's range (exactly, in its unit) and its resolution "
+            "(a number that does not convert to a whole raw value is refused, naming the "
+            "nearest that do), converted, and all of its registers are written in one "
+            "atomic write. value is a number in the value's unit (an integer value's "
+            "enumerated name is taken too), true/false for a bool, text for a string. "
+            "Returns the name, the value the device holds after, the unit and the raw "
+            f"registers. Writable values: {entries}.",
+            {"type": "object",
+             "properties": {
+                 "name": {"type": "string",
+                          "enum": [codec.value.name for codec in writable],
+                          "description": "The value's name."},
+                 "value": {"type": ["number", "string", "boolean"], "maxLength": longest,
+                           "description": "The new value, in the value's unit."}},
+             "required": ["name", "value"], "additionalProperties": False},
+            idempotent=True, destructive=True, open_world=False,
+            handler=self.write_value, rules=self.value_rules,
+            changes=self.changes("write_value"))
+
+    def value_rules(self, arguments: dict[str, Any]) -> Refusal | None:
+        """``write_value``'s checks after the schema: the value's type, its range in units and
+        its resolution (for a value with a scale factor, what depends on the factor is
+        checked when the factor has been read, before anything is written)."""
+        codec = self.map.value(arguments["name"])
+        assert codec is not None
+        if codec.factor is not None:
+            given = arguments["value"]
+            if type(given) is str or type(given) is bool:
+                problem = codec.raw_of(given)[1]
+            else:
+                low, high = codec.value.min, codec.value.max
+                problem = (None if (low is None or low <= given) and (high is None
+                                                                      or given <= high)
+                           else codec.raw_of(given, 0)[1])
+        else:
+            given = arguments["value"]
+            raw, problem = codec.raw_of(given)
+            if raw is not None:  # (the handler takes it from here: converted once)
+                if len(self.converted) >= _CONVERTED:
+                    self.converted.clear()
+                self.converted[codec.value.name, type(given), given] = raw
+        return None if problem is None else refuse(problem[0], problem[1], "validate")
+
+    def _value_result(self, codec: ValueCodec, registers: list[int], sf: int | None
+                      ) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": codec.value.name,
+                               "value": codec.engineering(codec.from_registers(registers), sf)}
+        if codec.value.unit:
+            out["unit"] = codec.value.unit
+        out["addr"] = codec.value.addr
+        out["raw"] = registers
+        return out
+
+    def read_value(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+        codec = self.map.value(arguments["name"])
+        assert codec is not None
+        registers, sf = read_codec(device, self.map, codec)
+        return self._value_result(codec, registers, sf)
+
+    def write_value(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Convert and write all of the value's registers in one atomic block write (one
+        register: one write); count it done only when the device holds what was written.
+
+        Raises:
+            ValueRefused: a value with a scale factor that does not convert at the factor
+                the device holds (nothing written).
+            DeviceError: the device holds something else after the write.
+        """
+        codec = self.map.value(arguments["name"])
+        assert codec is not None
+        sf = None
+        if codec.factor is not None:
+            factor = codec.factor
+            sf_value = factor.from_registers(_read_span(
+                device, factor.value.table, factor.value.addr, factor.count, factor.value.name))
+            assert type(sf_value) is int
+            sf = sf_value
+        given = arguments["value"]
+        raw = (self.converted.get((codec.value.name, type(given), given)) if sf is None
+               else None)
+        problem = None
+        if raw is None:
+            raw, problem = codec.raw_of(given, sf)
+        if problem is not None:  # (the map's min and max held at validate: the factor's)
+            raise ValueRefused(f"{problem[1]} (at the scale factor the device holds, "
+                               f"{codec.factor.value.name if codec.factor else ''} = {sf})",
+                               "resolution")
+        assert raw is not None
+        registers = codec.to_registers(raw)
+        addr = codec.value.addr
+        after = device.write_table(codec.value.table, addr, registers)
+        if after != registers:
+            raise DeviceError(f"value {codec.value.name} holds {after!r} after writing "
+                              f"{registers!r}")
+        # (the device holds what was written: the value after is the raw value's)
+        out: dict[str, Any] = {"name": codec.value.name, "value": codec.engineering(raw, sf)}
+        if codec.value.unit:
+            out["unit"] = codec.value.unit
+        out["addr"] = addr
+        out["raw"] = registers
+        return out
 
     def write_field_tool(self) -> Tool:
         fields = _bounded_list([_field_summary(r, f) for r, f in self.writable],
@@ -695,6 +850,82 @@ class _MapTools:
         assert register is not None
         return self._result(register, _value(device.read(register.addr), register,
                                              f"read {register.name}"))
+
+
+#: The most conversions ``write_value``'s rules keep for its handler.
+_CONVERTED = 256
+
+
+def read_codec(device: Device, regmap: RegisterMap, codec: ValueCodec
+               ) -> tuple[list[int], int | None]:
+    """The registers of ``codec`` and its scale factor's raw value (None without one),
+    read in one transaction (the factor with them when one block holds both)."""
+    addr, count, table = codec.value.addr, codec.count, codec.value.table
+    factor = codec.factor
+    if factor is None:
+        return _read_span(device, table, addr, count, codec.value.name), None
+    low = min(addr, factor.value.addr)
+    high = max(addr + count, factor.value.addr + factor.count)
+    if factor.value.table == table and high - low <= MAX_BLOCK and all(
+            regmap.at(a, table) is not None for a in range(low, high)):
+        block = _read_span(device, table, low, high - low, codec.value.name)
+        registers = block[addr - low:addr - low + count]
+        sf_registers = block[factor.value.addr - low:
+                             factor.value.addr - low + factor.count]
+    else:  # apart: the factor is a constant of the device
+        sf_registers = _read_span(device, factor.value.table, factor.value.addr,
+                                  factor.count, factor.value.name)
+        registers = _read_span(device, table, addr, count, codec.value.name)
+    sf = factor.from_registers(sf_registers)
+    assert type(sf) is int
+    return registers, sf
+
+
+def _read_span(device: Device, table: str, addr: int, count: int, what: str) -> list[int]:
+    """``count`` registers of ``table`` from ``addr`` in one transaction
+    (:meth:`Device.read_table`)."""
+    values = device.read_table(table, addr, count)
+    if type(values) is not list or len(values) != count or not all(
+            type(v) is int and v >= 0 for v in values):
+        raise DeviceError(f"the device answered a read of {what} ({count} register"
+                          f"{'s' * (count != 1)} from {addr}) with {values!r}")
+    return values
+
+
+def value_summary(codec: ValueCodec) -> str:
+    """``SETPOINT (int16, 5.0..35.0 degC, resolution 0.1; 0x10..0x11): Target temperature``:
+    a typed value for a tool description."""
+    value = codec.value
+    kind = value.kind
+    details = [value.type if kind != "string" else
+               f"string of {codec.count * codec.width // 8} bytes, {value.encoding}"]
+    if kind in ("int", "float"):
+        if codec.factor is not None:
+            low, high = value.min, value.max
+            details.append(f"x 10^{codec.factor.value.name}")
+            if low is not None or high is not None:
+                details.append(f"{'' if low is None else low}..{'' if high is None else high}")
+        else:
+            low_b, high_b = codec.bounds()
+            details.append(f"{low_b}..{codec.unit_text(high_b)}"
+                           if value.min is not None or value.max is not None
+                           or codec.scaled else "")
+        step = codec.resolution()
+        if step is not None and codec.factor is None and codec.scaled:
+            details.append(f"resolution {step}")
+        if value.unit:
+            details.append(f"unit {escape_text(value.unit, 32)}")
+        if value.enum:
+            details.append(" ".join(f"{name}={raw}" for name, raw in value.enum))
+    if value.access == "r":
+        details.append("read-only")
+    elif value.access == "w":
+        details.append("write-only")
+    first, last = codec.addresses[0], codec.addresses[-1]
+    details.append(f"register 0x{first:02X}" if first == last
+                   else f"registers 0x{first:02X}..0x{last:02X}")
+    text = f"{value.name} ({', '.join(d for d in details if d)})"
+    return text + (f": {_described(value.description)}" if value.description else "")
 
 
 def _enum_list(field: Field) -> str:
