@@ -21,7 +21,7 @@ from sunspec2.modbus.client import SunSpecModbusClientDeviceTCP
 
 from conftest import EXAMPLES, run
 from modbus_servers import Plain
-from regdev.core._errors import DeviceError, DeviceRefused
+from regdev.core._errors import DeviceError, DeviceRefused, DeviceTimeout
 from regdev.devices._sunspec import (
     END_ID,
     MARKER,
@@ -228,6 +228,29 @@ def test_the_marker_is_looked_for_at_40000_then_50000_then_0() -> None:
     assert discover(memory((0, chain))).base == 0
     assert discover(memory((40000, chain), (0, chain))).base == 40000
     assert discover(memory((40000, [1, 2, 3]), (0, chain))).base == 0
+
+
+def test_a_base_the_device_does_not_answer_at_is_passed_over() -> None:
+    """A device silent at 40000 (a timeout) is looked at 50000 and 0; one silent at all three
+    is a device error saying so, not "no marker"."""
+    chain = [*MARKER, END_ID]
+    answering = memory((0, chain))
+
+    def silent_at_40000(addr: int, count: int) -> list[int]:
+        if addr == 40000:
+            raise DeviceTimeout("holding registers 40000..40001: no valid reply")
+        return answering(addr, count)
+
+    assert discover(silent_at_40000).base == 0
+
+    def silent(addr: int, count: int) -> list[int]:
+        raise DeviceTimeout(f"holding registers {addr}..{addr + count - 1}: no valid reply")
+
+    with pytest.raises(DeviceError) as caught:
+        discover(silent)
+    assert str(caught.value) == (
+        "the device answered no read of the SunSpec marker at holding register 40000, 50000 "
+        "or 0 (the last: holding registers 0..1: no valid reply)")
 
 
 def test_no_marker_is_one_line() -> None:

@@ -276,18 +276,31 @@ def _read_span(read: Read, addr: int, count: int) -> list[int]:
 
 def find_base(read: Read) -> int | None:
     """The address of the ``SunS`` marker (40000, then 50000, then 0), or None. A base the
-    device refuses to read (a Modbus exception) has no marker.
+    device refuses to read (a Modbus exception) has no marker, nor has one it does not answer
+    at (some devices stay silent at an address they do not have), as long as it answers at
+    another.
 
     Raises:
-        DeviceError, TransportError: the device did not answer (not a refusal).
+        DeviceError: the device answered at none of the three (the last error).
+        TransportError: the device cannot be reached.
     """
+    silent: DeviceError | None = None
+    answered = False
     for base in BASES:
         try:
             got = tuple(read(base, 2))
         except DeviceRefused:
+            answered = True
             continue
+        except DeviceError as error:  # a timeout, a bad reply: try the next base
+            silent = error
+            continue
+        answered = True
         if got == MARKER:
             return base
+    if not answered and silent is not None:
+        raise DeviceError(f"the device answered no read of the SunSpec marker at holding "
+                          f"register 40000, 50000 or 0 (the last: {silent})")
     return None
 
 
