@@ -232,7 +232,12 @@ class Discovery:
         for addr in sorted(self.registers):
             owner = self._owners.get(addr)
             register: dict[str, Any] = {"addr": addr, "width": 16, "table": "holding"}
-            if owner is None:  # a pad, or a point given no value
+            if addr in (self.base, self.base + 1):
+                register.update(access="r", description=f"the SunSpec marker SunS (register "
+                                                        f"{addr - self.base + 1} of 2)")
+            elif addr == self.end:
+                register.update(access="r", description="the end model's id (0xFFFF)")
+            elif owner is None:  # a pad, or a point given no value
                 register.update(access="r", description="")
             else:
                 name, index, count, writable = owner
@@ -534,6 +539,8 @@ def _value(point: _Point) -> dict[str, Any]:
     words = [str(pdef.get(key) or "").strip() for key in ("label", "desc")]
     if words[0] == pdef["name"]:  # a label that only repeats the name
         words[0] = ""
+    if words[1].rstrip(".") == words[0].rstrip("."):  # a description that repeats the label
+        words[1] = ""
     text = ". ".join(w.rstrip(".") for w in words if w)
     if kind == "sunssf":
         text = (text + ". " if text else "") + "A scale factor: values that name it are raw x 10^it"
