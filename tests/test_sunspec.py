@@ -351,6 +351,23 @@ def test_the_inverter_controls_and_repeated_groups() -> None:
     assert [model.id for model in found.models] == [1, 103, 123, 160]
 
 
+def test_points_no_value_can_hold_keep_their_registers() -> None:
+    """A string longer than 16 registers (DERMeasureAC.MnAlrmInfo, 32) gets no value, said in
+    `skipped`; its registers are in the map, read-only; pads get no value either."""
+    model = sdevice.Model(model_id=701, data={})
+    data = model.get_mb()
+    body = [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+    found = discover(memory((40000, [*MARKER, *body, END_ID])))
+    assert found.skipped == ("DERMeasureAC.MnAlrmInfo: a string of 32 registers, more than "
+                             "the 16 a value may span",)
+    names = {value["name"] for value in found.values}
+    assert "DERMeasureAC.MnAlrmInfo" not in names and "DERMeasureAC.W" in names
+    start = 40002 + model.points["MnAlrmInfo"].offset
+    registers = {r["addr"]: r for r in found.to_dict()["registers"]}
+    assert all(registers[start + i]["access"] == "r" for i in range(32))
+    assert len(registers) == len(body) + 3
+
+
 def test_every_model_pysunspec2_ships_lays_out() -> None:
     """Every model definition pysunspec2 ships is laid out (with one of each repeated group),
     its values named within 64 characters and its scale factors naming values of the map."""
