@@ -194,7 +194,7 @@ class Discovery:
     values: tuple[dict[str, Any], ...]
     skipped: tuple[str, ...] = ()
     where: str = ""
-    _owners: dict[int, tuple[str, int, int, bool]] = field(default_factory=dict, repr=False,
+    _owners: dict[int, tuple[str, int, int, bool, str]] = field(default_factory=dict, repr=False,
                                                             compare=False)
 
     def name(self) -> str:
@@ -237,11 +237,10 @@ class Discovery:
                                                         f"{addr - self.base + 1} of 2)")
             elif addr == self.end:
                 register.update(access="r", description="the end model's id (0xFFFF)")
-            elif owner is None:  # a pad, or a point given no value
-                register.update(access="r", description="")
-            else:
-                name, index, count, writable = owner
-                part = f" (register {index + 1} of {count})" if count > 1 else ""
+            elif owner is not None:
+                name, index, count, writable, note = owner
+                part = f"register {index + 1} of {count}" if count > 1 else ""
+                part = f" ({part}{note})".replace("(; ", "(") if part or note else ""
                 register.update(access="rw" if writable else "r",
                                 description=f"{name}{part}")
             if self._identity(addr):
@@ -385,7 +384,7 @@ def _build(base: int, found: list[tuple[int, str, int, int, list[int], dict[str,
     models: list[Model] = []
     values: list[dict[str, Any]] = []
     skipped: list[str] = []
-    owners: dict[int, tuple[str, int, int, bool]] = {}
+    owners: dict[int, tuple[str, int, int, bool, str]] = {}
     for model_id, name, addr, length, body, definition in found:
         index[name] = index.get(name, 0) + 1
         prefix = name_part(name) + (f"[{index[name]}]" if seen[name] > 1 else "")
@@ -400,12 +399,15 @@ def _build(base: int, found: list[tuple[int, str, int, int, list[int], dict[str,
                             f"{MAX_VALUE_REGISTERS} a value may span")
                 if kind != "pad":
                     skipped.append(f"{point.name}: {why}")
+                for offset in range(point.registers):
+                    owners[point.addr + offset] = (point.name, offset, point.registers, False,
+                                                   f"; no value: {why}")
                 continue
             value = _value(point)
             values.append(value)
             for offset in range(point.registers):
                 owners[point.addr + offset] = (point.name, offset, point.registers,
-                                               value["access"] == "rw")
+                                               value["access"] == "rw", "")
     return Discovery(base, tuple(models), end, registers, tuple(values), tuple(skipped),
                      where, owners)
 
