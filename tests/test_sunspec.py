@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pymodbus.client import ModbusTcpClient
 from pymodbus.simulator import DataType, SimData
 from sunspec2 import device as sdevice
@@ -23,6 +25,7 @@ from conftest import EXAMPLES, run
 from modbus_servers import Plain
 from regdev.core._errors import DeviceError, DeviceRefused, DeviceTimeout
 from regdev.devices._sunspec import (
+    BASES,
     END_ID,
     MARKER,
     Discovery,
@@ -366,6 +369,30 @@ def test_points_no_value_can_hold_keep_their_registers() -> None:
     registers = {r["addr"]: r for r in found.to_dict()["registers"]}
     assert all(registers[start + i]["access"] == "r" for i in range(32))
     assert len(registers) == len(body) + 3
+
+
+#: Model ids for the chains below: known ones (with and without repeated groups), unknown
+#: ones, and the end model.
+_IDS = st.sampled_from([1, 103, 123, 160, 203, 705, 707, 804, 64999, 0, END_ID])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_IDS, st.integers(0, 0xFFFF), st.lists(
+    st.integers(0, 0xFFFF), max_size=8)), max_size=4), st.sampled_from(BASES))
+def test_any_chain_gives_a_map_or_one_device_error(
+        chain: list[tuple[int, int, list[int]]], base: int) -> None:
+    """Whatever a device's chain holds (any ids, lengths and points), discovery gives a map
+    or raises DeviceError, never another exception."""
+    registers = list(MARKER)
+    for model_id, length, points in chain:
+        registers += [model_id, length, *(points * (1 + length // max(len(points), 1)))[:length]]
+    read = memory((base, registers[:0x10000 - base]))
+    try:
+        found = discover(read)
+    except DeviceError as error:
+        assert "\n" not in str(error)
+        return
+    assert found.base == base
 
 
 def test_every_model_pysunspec2_ships_lays_out() -> None:
