@@ -223,6 +223,27 @@ def test_discovery_over_rtu_gives_the_map_tcp_gives(capsys: pytest.CaptureFixtur
     assert maps[0] == maps[1]
 
 
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL that is not Modbus, a base in it, a FILE beside it, a bad --timeout, and
+    --timeout without --sunspec-discover: one line each, exit 2, nothing sent."""
+    url = "modbus+tcp://127.0.0.1:9?unit=1"
+    error = "regdev map: error: "
+    assert run(capsys, "map", "--sunspec-discover", "/dev/ttyUSB0") == (
+        2, "", f"{error}--sunspec-discover takes a Modbus URL, got /dev/ttyUSB0: expected "
+               "modbus+tcp://HOST[:PORT]?unit=1 or modbus+rtu://PORT?baud=19200&unit=1 (PORT a "
+               "device path such as /dev/ttyUSB0, or a pyserial URL such as "
+               "socket://HOST:PORT)\n")
+    assert run(capsys, "map", "--sunspec-discover", url + "&base=1") == (
+        2, "", f"{error}SunSpec discovery on {url}&base=1: give the URL no base: the SunSpec "
+               "marker is looked for at holding registers 40000, 50000 and 0\n")
+    assert run(capsys, "map", "x.json", "--sunspec-discover", url) == (
+        2, "", f"{error}--sunspec-discover takes no FILE or --examples\n")
+    assert run(capsys, "map", "--sunspec-discover", url, "--timeout", "0") == (
+        2, "", f"{error}--timeout must be a number of seconds in 0.001..86400, got 0.0\n")
+    assert run(capsys, "map", "x.json", "--timeout", "1") == (
+        2, "", f"{error}--timeout goes with --sunspec-discover URL\n")
+
+
 def test_the_marker_is_looked_for_at_40000_then_50000_then_0() -> None:
     """The base is the first of 40000, 50000, 0 holding the marker; a base the device
     refuses is passed over."""
