@@ -102,8 +102,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 #: The modules of regdev the simulator runs on (each imports only the standard library).
-NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "core._errors",
-          "core._text")
+NEEDED = ("devices._protocol", "devices._device", "devices._regmap", "devices._values",
+          "core._errors", "core._text")
 
 
 def _source_file(source: Path, name: str) -> Path:
@@ -148,7 +148,7 @@ if TYPE_CHECKING or __name__ != "__main__":
     from regdev.devices._device import REGISTER_COUNT, RegisterFile
     from regdev.devices._regmap import RegisterMap
 else:  # run as a script: regdev need not be installed
-    wire, _device, _regmap, _errors, _text = _standalone_modules()
+    wire, _device, _regmap, _values, _errors, _text = _standalone_modules()
     display_text, unicode_problem = _text.display_text, _text.unicode_problem
     RegisterFile, RegisterMap = _device.RegisterFile, _regmap.RegisterMap
     REGISTER_COUNT = _device.REGISTER_COUNT
@@ -797,6 +797,16 @@ def load_map(path: Path) -> RegisterMap:
     return RegisterMap.from_json(text, str(path))
 
 
+def serial_refusal(regmap: RegisterMap | None) -> str | None:
+    """Why regdev's serial protocol cannot serve ``regmap`` (wider registers, other tables,
+    addresses past 255), or None."""
+    problem = regmap.serial_problem() if regmap is not None else None
+    if problem is None:
+        return None
+    return (f"the map cannot be served on regdev's serial protocol: {problem} (serve it with "
+            "--modbus-tcp or --modbus-rtu)")
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None,
          regmap: RegisterMap | None = None) -> int:
     """Run the simulator; return the exit status (0 when interrupted, 2 on a usage error).
@@ -814,6 +824,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
             regmap = load_map(args.map)
         except MapError as error:
             parser.exit(2, f"{parser.prog}: error: {error}\n")
+    if not (args.modbus_rtu or args.modbus_tcp is not None):
+        refused = serial_refusal(regmap)
+        if refused is not None:
+            parser.exit(2, f"{parser.prog}: error: {refused}\n")
     rates: dict[str, float] = {}
     for group in args.fault:
         rates.update(group)
@@ -827,8 +841,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
     try:
         faults = Faults(rates, seed=args.seed, after=args.fault_after, count=args.fault_count,
                         delay=args.delay)
+        modbus_map = args.modbus_rtu or args.modbus_tcp is not None
         firmware = Firmware(identity=args.identity, device_id=args.device_id,
-                            plain=args.plain_identify, regmap=regmap,
+                            plain=args.plain_identify,
+                            regmap=None if modbus_map else regmap,  # Modbus serves its own
                             extension=not args.no_extension)
     except (ValueError, LocalProtocolError) as error:
         parser.error(str(error))

@@ -7,16 +7,19 @@ framing over TCP) serve the register model as holding registers: ``--registers N
 register file refuses it), reset value 0, answering every unit id. The server, its framers and
 its datastore are pymodbus's (``SimDevice``/``SimData``); this module adds only:
 
-* with ``--map FILE``, the map's registers, each at holding register ``--base`` + its address,
-  with the map's behaviour: the requests on holding registers (03, 06, 16, 22) are answered
-  from a :class:`RegisterFile` of the map (``Register.written`` and ``Register.read_effect``,
-  the one definition the in-process device and the serial simulator apply): reset values,
-  read-only bits kept, write-1-to-clear, reserved and write-only bits read as 0,
-  clear-on-read. An address that is no register is exception 02; a write the map refuses (a
-  read-only register, a reserved bit set, a value over 255), a 16 past 16 registers or a 22
-  that would set the high byte is exception 03, nothing written; any other function 01. A
-  22 is one masked write (the bits of its masks; write-1-to-clear bits outside them are not
-  touched); 06, 16 and 22 are answered with their echo, as the specification says;
+* with ``--map FILE``, the map's registers in every table, each at ``--base`` + its address
+  of its table (holding registers, input registers, coils, discrete inputs), with the map's
+  behaviour: the requests (03, 06, 16, 22 on holding registers; 04 on input registers; 01,
+  05, 15 on coils; 02 on discrete inputs) are answered from a :class:`RegisterFile` per table
+  (``Register.written`` and ``Register.read_effect``, the one definition the in-process device
+  and the serial simulator apply): reset values, read-only bits kept, write-1-to-clear,
+  reserved and write-only bits read as 0, clear-on-read, values as wide as each register. An
+  address that is no register of the table is exception 02; a write the map refuses (a
+  read-only register, a reserved bit set, a value wider than its register), a read past the
+  protocol's limits (125 registers, 2000 bits) or a 22 that would set bits above an 8-bit
+  register is exception 03, nothing written; any other function 01. A 22 is one masked write
+  (the bits of its masks; write-1-to-clear bits outside them are not touched); 05, 06, 15, 16
+  and 22 are answered with their echo, as the specification says;
 
 * fault injection on replies, drawn from the serial simulator's :class:`Faults` (the same
   ``--fault KIND=RATE``, ``--seed``, ``--delay``, ``--fault-after``, ``--fault-count``):
@@ -37,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -49,10 +53,17 @@ from pymodbus.constants import ExcCodes
 from pymodbus.exceptions import ModbusIOException
 from pymodbus.framer import FramerType
 from pymodbus.pdu import ExceptionResponse, ModbusPDU
+from pymodbus.pdu.bit_message import (
+    ReadCoilsResponse,
+    ReadDiscreteInputsResponse,
+    WriteMultipleCoilsResponse,
+    WriteSingleCoilResponse,
+)
 from pymodbus.pdu.register_message import (
     MaskWriteRegisterRequest,
     MaskWriteRegisterResponse,
     ReadHoldingRegistersResponse,
+    ReadInputRegistersResponse,
     WriteMultipleRegistersResponse,
     WriteSingleRegisterResponse,
 )
@@ -73,7 +84,10 @@ else:  # regdev's, or the copies the simulator runs standalone (the same classes
 __all__ = ["Background", "ModbusModel", "run_modbus", "serve_modbus", "serve_modbus_pty"]
 
 #: Function codes that write, for :attr:`ModbusModel.executed`.
-WRITES = frozenset({6, 16, 22, 23})
+WRITES = frozenset({5, 6, 15, 16, 22, 23})
+#: The table each function code reads or writes.
+_TABLE_OF = {1: "coil", 2: "discrete", 3: "holding", 4: "input", 5: "coil", 6: "holding",
+             15: "coil", 16: "holding", 22: "holding"}
 
 
 class ModbusModel:
@@ -88,8 +102,10 @@ class ModbusModel:
 
     Attributes:
         device: pymodbus's ``SimDevice`` (unit id 0: it answers every unit).
-        registers: with a map, the :class:`RegisterFile` that holds and applies it (its
-            ``hardware_set`` sets bits as the hardware would); else None.
+        registers: with a map, the :class:`RegisterFile` that holds and applies its holding
+            registers (its ``hardware_set`` sets bits as the hardware would); else None.
+        tables: with a map, a :class:`RegisterFile` per table of the map (``"holding"``,
+            ``"input"``, ``"coil"``, ``"discrete"``), each holding that table's registers.
         executed: requests executed, as ``(function code, address, values written)``: a
             Counter, so a write executed twice counts 2 (22: the value after, as a read
             shows it).
@@ -100,7 +116,11 @@ class ModbusModel:
         if regmap is not None and regmap.is_default:
             regmap = None
         if regmap is not None:
-            count = regmap.last + 1
+            count = max(register.addr for register in regmap.registers) + 1
+            wide = next((r for r in regmap.registers if r.width > 16), None)
+            if wide is not None:
+                raise ValueError(f"register {wide.label} is {wide.width} bits wide; a Modbus "
+                                 "register is 16")
         if not 1 <= count <= 0x10000 - base or not 0 <= base <= 0xFFFF:
             what = (f"the map's registers (addresses 0..{count - 1})" if regmap is not None
                     else f"--registers {count}")
@@ -109,7 +129,14 @@ class ModbusModel:
         self.count = count
         self.base = base
         self.regmap = regmap
-        self.registers = RegisterFile(regmap=regmap) if regmap is not None else None
+        self.tables: dict[str, RegisterFile] = {}
+        if regmap is not None:
+            for table in regmap.tables:  # each table a register file of its own
+                own = [dataclasses.replace(register, table="holding",  # a bit: its low bit
+                                           width=max(register.width, 8))
+                       for register in regmap.in_table(table)]
+                self.tables[table] = RegisterFile(regmap=type(regmap)(own, name=regmap.name))
+        self.registers = self.tables.get("holding") if regmap is not None else None
         self.executed: collections.Counter[tuple[int, int, tuple[int, ...]]] = \
             collections.Counter()
         self.device = SimDevice(0, simdata=[SimData(base, count=count, values=0,
@@ -121,7 +148,7 @@ class ModbusModel:
                       ) -> ExcCodes | None:
         """pymodbus's hook before each access: refuse a value that is not a byte; count
         writes (22 reads, then writes: counted once, at its write)."""
-        if values is None:
+        if values is None or self.regmap is not None:
             return None
         if any(int(value) > 0xFF for value in values):
             return ExcCodes.ILLEGAL_VALUE
@@ -135,26 +162,46 @@ class ModbusModel:
     def answer(self, request: ModbusPDU) -> ModbusPDU:
         """With a map: the reply to ``request`` from :attr:`registers` (see the module's
         docstring for the exception codes)."""
-        registers, regmap = self.registers, self.regmap
-        assert registers is not None and regmap is not None
+        regmap = self.regmap
+        assert regmap is not None
         function = request.function_code
 
         def refuse(code: ExcCodes) -> ModbusPDU:
             return ExceptionResponse(function, code)
 
-        if function not in (3, 6, 16, 22):
+        table = _TABLE_OF.get(function)
+        if table is None:
             return refuse(ExcCodes.ILLEGAL_FUNCTION)
+        registers = self.tables.get(table)
         start = request.address - self.base
-        count = (request.count if function == 3 else
-                 len(request.registers) if function == 16 else 1)
-        if any(regmap.at(addr) is None for addr in range(start, start + count)):
+        count = (request.count if function in (1, 2, 3, 4) else
+                 len(request.registers) if function == 16 else
+                 len(request.bits) if function == 15 else 1)
+        if registers is None or any(registers.regmap.at(addr) is None
+                                    for addr in range(start, start + count)):
             return refuse(ExcCodes.ILLEGAL_ADDRESS)
         try:
-            if function == 3:
-                if not 1 <= count <= 125:
+            if function in (1, 2, 3, 4):
+                if not 1 <= count <= (2000 if function in (1, 2) else 125):
                     return refuse(ExcCodes.ILLEGAL_VALUE)
-                values = [registers.read(addr) for addr in range(start, start + count)]
-                return ReadHoldingRegistersResponse(registers=values)
+                values = registers.read_block(start, count) if count <= 16 else [
+                    registers.read(addr) for addr in range(start, start + count)]
+                if function in (1, 2):
+                    kind = ReadCoilsResponse if function == 1 else ReadDiscreteInputsResponse
+                    return kind(bits=[bool(value) for value in values])
+                kind = (ReadHoldingRegistersResponse if function == 3
+                        else ReadInputRegistersResponse)
+                return kind(registers=values)
+            if function == 5:
+                bit = int(bool(request.bits[0]))
+                registers.write(start, bit)
+                self.executed[(5, request.address, (bit,))] += 1
+                return WriteSingleCoilResponse(address=request.address, bits=[bool(bit)])
+            if function == 15:
+                bits = [int(bool(bit)) for bit in request.bits]
+                _write_all(registers, start, bits)
+                self.executed[(15, request.address, tuple(bits))] += 1
+                return WriteMultipleCoilsResponse(address=request.address, count=count)
             if function == 6:
                 value = request.registers[0]
                 registers.write(start, value)
@@ -162,20 +209,42 @@ class ModbusModel:
                 return WriteSingleRegisterResponse(address=request.address, registers=[value])
             if function == 16:
                 values = [int(value) for value in request.registers]
-                registers.write_block(start, values)
+                _write_all(registers, start, values)
                 self.executed[(16, request.address, tuple(values))] += 1
                 return WriteMultipleRegistersResponse(address=request.address, count=count)
             masked = cast(MaskWriteRegisterRequest, request)
             keep, put = masked.and_mask, masked.or_mask
-            if put & ~keep & 0xFF00:  # it would set the high byte, which is always 0
+            top = registers.regmap.at(start).top  # type: ignore[union-attr]
+            if put & ~keep & 0xFFFF & ~top:  # it would set bits above an 8-bit register
                 return refuse(ExcCodes.ILLEGAL_VALUE)
-            mask = ~keep & 0xFF
+            mask = ~keep & top
             after = registers.write_masked(start, mask, put & mask)
             self.executed[(22, request.address, (after,))] += 1
             return MaskWriteRegisterResponse(address=request.address, and_mask=keep,
                                              or_mask=put)
         except RegisterRangeError:
             return refuse(ExcCodes.ILLEGAL_VALUE)
+
+
+def _write_all(registers: RegisterFile, start: int, values: list[int]) -> None:
+    """Write ``values`` from ``start`` all or nothing: every value is checked by the map
+    first (as :meth:`RegisterFile.write_block` checks a block of 16), then each is written;
+    requests are answered one at a time, so no other comes between.
+
+    Raises:
+        RegisterRangeError: a value does not fit its register or the map refuses it; nothing
+            is written.
+    """
+    for addr, value in enumerate(values, start):
+        spec = registers.regmap.at(addr)
+        assert spec is not None
+        if not 0 <= value <= spec.top:
+            raise RegisterRangeError(f"data {value} is outside 0..{spec.top}")
+        refused = spec.refuse_write(value)
+        if refused is not None:
+            raise RegisterRangeError(refused)
+    for addr, value in enumerate(values, start):
+        registers.write(addr, value)
 
 
 class _Handler(ServerRequestHandler):

@@ -281,3 +281,68 @@ class Duplicating:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class PlainTables:
+    """A plain pymodbus server with its four tables apart (pymodbus's ``SimDevice`` with four
+    lists of ``SimData``: coils, discrete inputs, holding registers, input registers), unit 1,
+    over TCP; no regdev code on the device side.
+
+    Attributes:
+        url: ``modbus+tcp://127.0.0.1:P?unit=1``.
+        executed: Counter of ``(function code, address, values)`` written (pymodbus's hook).
+    """
+
+    def __init__(self, *, coils: int = 8, discrete: int = 8, holding: int = 8, inputs: int = 8,
+                 holding_value: int = 0, input_value: int = 0, discrete_value: bool = True
+                 ) -> None:
+        self.executed: collections.Counter[tuple[int, int, tuple[int, ...]]] = \
+            collections.Counter()
+        device = SimDevice(1, simdata=(
+            [SimData(0, count=coils, values=False, datatype=DataType.BITS)],
+            [SimData(0, count=discrete, values=discrete_value, datatype=DataType.BITS)],
+            [SimData(0, count=holding, values=holding_value, datatype=DataType.REGISTERS)],
+            [SimData(0, count=inputs, values=input_value, datatype=DataType.REGISTERS)]),
+            action=self._action)
+        ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        ports: list[int] = []
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            server = ModbusTcpServer(device, address=("127.0.0.1", 0))
+            await server.serve_forever(background=True)
+            ports.append(server.transport.sockets[0].getsockname()[1])
+            ready.set()
+            await self._stop.wait()
+            await server.shutdown()
+
+        self._thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+        self._thread.start()
+        assert ready.wait(30), "the pymodbus server did not start"
+        self.url = f"modbus+tcp://127.0.0.1:{ports[0]}?unit=1"
+
+    async def _action(self, function: int, start: int, address: int, count: int,  # noqa: PLR0917 - pymodbus's hook
+                      registers: list[int], values: list[int] | list[bool] | None
+                      ) -> ExcCodes | None:
+        if values is not None:
+            self.executed[(function, address, tuple(int(v) for v in values))] += 1
+        return None
+
+    def writes(self) -> int:
+        """Write requests the server executed."""
+        return sum(self.executed.values())
+
+    def close(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def __enter__(self) -> PlainTables:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

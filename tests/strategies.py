@@ -819,3 +819,32 @@ def usual_reply_lines(draw: st.DrawFn, seq: int, addr: int, data: int | None) ->
         at = draw(st.integers(0, len(line) - 1))
         line = line[:at] + bytes([draw(wire_bytes)]) + line[at + 1:]
     return line
+
+
+#: The types pymodbus's convert_to_registers knows, with a strategy of their values.
+_VALUE_TYPES: dict[str, st.SearchStrategy[Any]] = {
+    "int16": st.integers(-(1 << 15), (1 << 15) - 1),
+    "uint16": st.integers(0, (1 << 16) - 1),
+    "int32": st.integers(-(1 << 31), (1 << 31) - 1),
+    "uint32": st.integers(0, (1 << 32) - 1),
+    "int64": st.integers(-(1 << 63), (1 << 63) - 1),
+    "uint64": st.integers(0, (1 << 64) - 1),
+    # (NaN aside: pymodbus and regdev both pack it with struct; a round trip compares bits)
+    "float32": st.floats(width=32, allow_nan=False, allow_subnormal=True),
+    "float64": st.floats(allow_nan=False, allow_subnormal=True),
+    # non-ASCII text, no NUL (the padding), an even number of UTF-8 bytes up to 16 registers
+    "string": st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1,
+                      max_size=12).filter(lambda t: len(t.encode()) % 2 == 0
+                                          and len(t.encode()) <= 32),
+}
+
+
+@st.composite
+def typed_value_cases(draw: st.DrawFn) -> tuple[str, Any, str, str]:
+    """``(type, value, word_order, byte_order)``: a typed value of every type pymodbus
+    converts, with -0.0, subnormals and the extremes among the floats, non-ASCII among the
+    strings."""
+    kind = draw(st.sampled_from(sorted(_VALUE_TYPES)))
+    value = draw(_VALUE_TYPES[kind])
+    return kind, value, draw(st.sampled_from(("big", "little"))), draw(
+        st.sampled_from(("big", "little")))

@@ -138,9 +138,9 @@ def test_the_default_map_is_todays_device() -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("addrmap a {\n  reg { field {sw=rw} F[7:0]; } R @ 0;\n};\n",
      "x.rdl:2:21: missing ';' at '}'"),
-    ("addrmap a {\n  reg { regwidth = 16; field {} F[15:0]; } R @ 0;\n};\n",
-     "x.rdl:2:9: register R: regwidth 16 (regdev registers are 8 bits: set `default regwidth "
-     "= 8;`) is not supported by regdev"),
+    ("addrmap a {\n  reg { regwidth = 128; field {} F[127:0]; } R @ 0;\n};\n",
+     "x.rdl:2:9: register R: regwidth 128 (regdev registers are 8, 16, 32 or 64 bits) is not "
+     "supported by regdev"),
     ("addrmap a {\n  default regwidth = 8;\n  reg { field {sw=rw; counter;} F[7:0]; } R @ 0;\n};\n",
      "x.rdl:3:23: field R.F: counter (counters) is not supported by regdev"),
     ("addrmap a {\n  default regwidth = 8;\n  reg { field {onwrite = woset;} F[7:0]; } R @ 0;\n"
@@ -297,10 +297,29 @@ def _refused_by_the_script(path: Path) -> subprocess.CompletedProcess[str]:
 def test_a_bad_map_for_the_simulator_is_one_line(tmp_path: Path) -> None:
     """The script alone: exit 2 and the map's error, nothing served."""
     path = tmp_path / "bad.json"
-    path.write_text('{"format": "regdev-map", "version": 1, "registers": [{"addr": 300}]}')
+    path.write_text('{"format": "regdev-map", "version": 1, "registers": [{"addr": -1}]}')
     done = _refused_by_the_script(path)
     assert done.stderr == ("regdev_firmware_sim.py: error: "
-                           f"{path}: `registers[0].addr`: must be an integer 0..255\n")
+                           f"{path}: `registers[0].addr`: must be an integer 0..4294967295\n")
+
+
+@pytest.mark.parametrize(("register", "why"), [
+    ('{"addr": 300}', "register 300 is at address 300; regdev's serial protocol carries "
+                      "addresses 0..255 (one byte on the wire)"),
+    ('{"addr": 0, "width": 16}', "register 0 is 16 bits wide; regdev's serial protocol "
+                                 "carries 8-bit registers (one byte each on the wire)"),
+    ('{"addr": 0, "table": "coil"}', "register coil 0 is in the coil table; regdev's serial "
+                                     "protocol carries holding registers only (use Modbus)"),
+])
+def test_the_serial_simulator_refuses_a_map_its_protocol_cannot_carry(
+        tmp_path: Path, register: str, why: str) -> None:
+    """A map of wider registers, another table or addresses past 255: exit 2, one line why."""
+    path = tmp_path / "wide.json"
+    path.write_text('{"format": "regdev-map", "version": 1, "registers": [' + register + "]}")
+    done = _refused_by_the_script(path)
+    assert done.stderr == ("regdev_firmware_sim.py: error: the map cannot be served on "
+                           f"regdev's serial protocol: {why} (serve it with --modbus-tcp or "
+                           "--modbus-rtu)\n")
 
 
 @pytest.mark.parametrize("name", ["sensor.rdl", "sensor.RDL"])
@@ -946,7 +965,7 @@ IDENTIFIER = "(a letter or _, then letters, digits, _; array indices as in DATA[
      "rw, r or w, got `r\\x1bw`"),
     ('{"format": "regdev-map", "version": 1, "registers": [{"addr": 0, "\\u001b[2J": 1}]}',
      "`registers[0].\\x1b[2J`: unknown key; allowed: access, addr, description, fields, "
-     "identity, name, protected, rclr_mask, reserved_mask, reset, woclr_mask"),
+     "identity, name, protected, rclr_mask, reserved_mask, reset, table, width, woclr_mask"),
 ])
 def test_map_names_are_bounded_and_quoted_in_one_escape_style(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, why: str) -> None:
@@ -997,7 +1016,8 @@ HOSTILE_RDL = [
      ": embedded Perl (<% ... %>) is not supported by regdev: a map file runs no code"),
     ("array.rdl", "addrmap m { default regwidth = 8; reg { field {} F[7:0] = 0; } "
                   "R[100000000] @ 0; };\n",
-     ":1:64: register R[100000000], which makes more than the 256 registers a map holds"),
+     ":1:64: register R[100000000], which makes more than the 65536 registers a SystemRDL "
+     "map holds"),
 ]
 
 

@@ -445,8 +445,8 @@ def test_json_policy_file(tmp_path: Path) -> None:
                        "tool_call_ids_as_keys"),
         ("[rate_limit]\nrate = 5\nburst = 1\nper = 2\n",
          "`rate_limit.per`: unknown field; allowed here: rate, burst"),
-        ("[registers]\nread_only = [256]\n",
-         "`registers.read_only[0]`: must be at most 255, got 256"),
+        ("[registers]\nread_only = [65536]\n",
+         "`registers.read_only[0]`: must be at most 65535, got 65536"),
         ("[registers]\nread_only = [1]\nprotected = [1]\n",
          "register 1 is both read_only and protected"),
         ('[sessions.x]\nscopes = ["admin"]\n',
@@ -954,7 +954,7 @@ def test_a_protected_range_of_values_asks_only_inside_it() -> None:
      "range: a protected range names one `field`"),
     ([{"field": "CTRL.MODE", "above": 1}], "`registers.protected[0]`: a protected range takes "
                                            "field or register, min and max; not `above`"),
-    ([1.5], "`registers.protected[0]`: an entry is a register's address 0..255 or name, a "
+    ([1.5], "`registers.protected[0]`: an entry is a register's address 0..65535 or name, a "
             "field \"REG.FIELD\", or a table"),
 ])
 def test_a_name_or_range_the_map_cannot_honour_is_one_line(

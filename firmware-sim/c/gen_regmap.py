@@ -103,8 +103,12 @@ def load(path: Path | None) -> tuple[Any, str]:
 def refusal(regmap: Any) -> str | None:
     """Why the firmware cannot hold ``regmap`` (a map regdev's map model accepted, any
     ``RegisterMap``), as one phrase without the file's name, or None when it can. The one
-    limit the firmware adds to the model's: at most :data:`MAX_REGISTERS` registers.
+    limit the firmware adds to the model's: at most :data:`MAX_REGISTERS` registers, and those
+    of regdev's serial protocol (8-bit holding registers at 0..255, ``serial_problem``).
     ``regdev firmware-sim --avr`` asks this before it builds, to name the user's file."""
+    problem = regmap.serial_problem()
+    if problem is not None:
+        return f"the C firmware cannot hold this map: {problem}"
     if len(regmap) > MAX_REGISTERS:
         return (f"the C firmware holds at most {MAX_REGISTERS} registers (one byte of RAM "
                 f"each); this map has {len(regmap)}")

@@ -120,6 +120,14 @@ def _describe(observation: Observation) -> str:
                              for name, value in (result.get("fields") or {}).items())
             return (f"accepted  {observation.tool}: {field}register {result['register']} "
                     f"(0x{result['addr']:02X}) = 0x{result['data']:02x}{fields}{replayed}")
+        if {"name", "value", "raw"} <= set(result):  # a typed value, in its unit
+            unit = f" {result['unit']}" if "unit" in result else ""
+            raw = " ".join(f"0x{v:02x}" for v in result["raw"])
+            shown = (_encode_json(result["value"]).decode() if type(result["value"]) is str
+                     else str(result["value"]).lower() if type(result["value"]) is bool
+                     else str(result["value"]))
+            return (f"accepted  {observation.tool}: {result['name']} = {shown}{unit} (raw "
+                    f"{raw}){replayed}")
         return f"accepted  {observation.tool}: {_encode_json(result).decode()}{replayed}"
     retry = "retryable" if observation.refusal and observation.refusal.retryable else "final"
     return (f"refused   {observation.stage}/{observation.code} ({retry}): "
@@ -178,7 +186,12 @@ every command is a tool call through the gate; its verdict is shown as the model
 SHELL_MAP_HELP = """\
 commands (numbers in ASCII decimal or 0x hex: 3, 0x1f; names as in `regdev map`):
   read REG               read_fields (by name) or read_register (ADDR): one register
-  write REG DATA         write_register: DATA 0..255 to register REG (a name or an ADDR)
+  read NAME              read_value: a typed value in its unit (1234.5 W), with its raw
+                         registers
+  write NAME VALUE       write_value: a typed value, VALUE in its unit (21.5), true/false
+                         or text
+  write REG DATA         write_register: DATA to register REG (a name or an ADDR), as wide
+                         as the register: 0..255 (8 bits), 0..65535 (16 bits), ...
   write REG.FIELD VALUE  write_field: one field, by enumerated name or number
   readblock REG COUNT    read_registers: COUNT registers from REG (a name or an ADDR) up
   writeblock REG DATA... write_registers: the DATA values from REG up, all or nothing
@@ -312,6 +325,8 @@ def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
     if command not in usage or _number(rest[0]) is not None:
         return None
     target = rest[0]
+    if command in ("read", "write") and regmap.value(target) is not None:
+        return _value_call(command, rest)
     if command == "write" and "." in target and regmap.named(target) is None:
         if len(rest) != 2:
             raise ValueError("usage: write REG.FIELD VALUE")
@@ -336,6 +351,28 @@ def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
     if command == "write" and len(rest) != 2:
         raise ValueError("usage: write REG DATA")
     return shell_call([command, str(register.addr), *rest[1:]])
+
+
+#: A JSON number, as the shell passes a value's number on: its text, exactly.
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def _value_call(command: str, rest: Sequence[str]) -> str:
+    """``read NAME`` (read_value) or ``write NAME VALUE`` (write_value) of a typed value:
+    VALUE a number (passed on as written, exactly), ``true``/``false``, or text."""
+    name = rest[0]
+    if command == "read":
+        if len(rest) != 1:
+            raise ValueError("usage: read NAME")
+        return msgspec.json.encode({"tool": "read_value", "arguments": {"name": name}}
+                                   ).decode()
+    if len(rest) != 2:
+        raise ValueError("usage: write NAME VALUE (a number in its unit, true/false, or text)")
+    word = rest[1]
+    value = (word if _JSON_NUMBER.fullmatch(word) or word in ("true", "false")
+             else msgspec.json.encode(word).decode())
+    return (f'{{"tool":"write_value","arguments":{{"name":'
+            f'{msgspec.json.encode(name).decode()},"value":{value}}}}}')
 
 
 def shell_call(words: Sequence[str], regmap: RegisterMap | None = None) -> str:

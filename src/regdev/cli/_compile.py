@@ -62,6 +62,11 @@ def cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
     if args.map is not None and args.tools is not None:
         raise UsageError("give --map FILE or --tools FILE, not both")
     tools = map_tools_of(args) if args.map is not None else _load_tools(args.tools)
+    if "write_value" in tools and tools["write_value"].rules is not None:
+        raise UsageError(f"{args.map}: the map's typed values are checked by the gate "
+                         "(write_value's range in units and resolution), which a standalone "
+                         "module does not do yet; compile a map without writable values, or "
+                         "check with the gate (regdev call --map)")
     try:
         source = generate_source(tools)
     except SchemaError as error:  # pragma: no cover - the tool set was checked when loaded

@@ -15,6 +15,7 @@ from ..core._text import display_text
 from ..devices._modbus import URL_FORMS, is_modbus_url
 from ..devices._regmap import Field, Register, RegisterMap
 from ..devices._sunspec import Discovery, SunSpecMissing, discover_url
+from ..gate._maptools import value_summary
 from ._common import UsageError, register_map, tell
 
 _ACCESS = {"rw": "rw", "r": "r", "w": "w"}
@@ -68,7 +69,8 @@ def _field_line(field: Field, width: int = 10) -> str:
 def format_map(regmap: RegisterMap) -> str:
     """The register table of ``regdev map``: a line per register (address, name, access,
     reset value, protected, description), then a line per field (bits, name, access and
-    behaviour, reset value, enumerated values, description) and the reserved bits. The name
+    behaviour, reset value, enumerated values, description) and the reserved bits; then a
+    line per typed value (type, range, resolution, unit, registers, description). The name
     columns are as wide as the longest name, so a long name never shifts the columns after
     it; values of fields of 4 bits or more are in hex (``0x80``)."""
     width = max([len(r.name or "-") for r in regmap.registers] + [4])
@@ -83,6 +85,11 @@ def format_map(regmap: RegisterMap) -> str:
         if register.fields and register.reserved_mask:
             lines.append(f"      [{_bits(register.reserved_mask)}] reserved (read as 0, "
                          "write as 0)")
+    if regmap.values:  # as read_value's description lists them (a file's text: escaped)
+        lines.append(f"{len(regmap.values)} typed value{'s' * (len(regmap.values) != 1)} "
+                     "(read_value, write_value):")
+        lines.extend("  " + display_text(value_summary(codec)) for codec in (
+            regmap.value(value.name) for value in regmap.values) if codec is not None)
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,8 @@ The tree::
     ├── AuditError             the audit database could not be opened, read or written
     │   │                      (wraps ``sqlite3.Error`` and ``OSError``)
     │   └── AuditInUse         another writer (process or AuditLog) has the database open
+    ├── ValueRefused           a typed value's write does not convert at the scale factor
+    │                          the device holds (checked before anything is written)
     ├── ReplayFileError        a replay file cannot be read, or a line of it is not a replay
     │                          record (``regdev.agents._replay``; raised before anything runs)
     └── DeviceError            the device failed an operation: it ran it, or may have, and
@@ -64,6 +66,7 @@ __all__ = [
     "ReplyLost",
     "SchemaError",
     "TransportError",
+    "ValueRefused",
 ]
 
 
@@ -186,6 +189,21 @@ class AuditInUse(AuditError):
     def __init__(self, message: str, holder: str = "") -> None:
         self.holder = holder
         super().__init__(message, "the audit database is in use by another writer")
+
+
+class ValueRefused(RegdevError):
+    """A write of a typed value refused before anything was written, where the refusal
+    depends on what the device holds (the scale factor of a SunSpec value): the engineering
+    value is outside what the factor converts, or not a whole number of its steps.
+
+    Attributes:
+        code: the verdict code, ``resolution`` (at execute: the value does not convert at
+            the factor the device holds).
+    """
+
+    def __init__(self, message: str, code: str) -> None:
+        self.code = code
+        super().__init__(message)
 
 
 class DeviceError(RegdevError):

@@ -72,6 +72,8 @@ CODES: dict[str, Code] = {
     "read-only-field": Code(("validate",), False),
     "reserved-bits": Code(("validate",), True),
     "field-value": Code(("validate",), True),
+    # (at execute: a value with a scale factor, which converts only once the factor is read)
+    "resolution": Code(("validate", "execute"), True),
     "read-only-register": Code(("authorize",), False),
     "idempotency-conflict": Code(("authorize",), False),
     "idempotency-in-progress": Code(("authorize",), True),

@@ -1,5 +1,5 @@
-"""The register device: 8-bit registers described by a register map, in process or behind a
-transport.
+"""The register device: registers described by a register map (8 bits wide by default; 16,
+32 or 64 as the map says), in process or behind a transport.
 
 :class:`Device` is the one small base class every backend implements (the in-process
 :class:`RegisterFile` here, the serial backend elsewhere). The gate talks only to it.
@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Self
 
-from ..core._errors import DeviceBusy, DeviceRefused, DeviceTimeout, RegisterRangeError
+from ..core._errors import DeviceBusy, DeviceRefused, DeviceTimeout, MapError, RegisterRangeError
 from ..core._limits import seconds_problem
 from ..core._text import escape_text
 from ._regmap import Register, RegisterMap
@@ -89,25 +89,31 @@ def check_epoch(epoch: object) -> str:
 
 
 def check_access(addr: object, data: object = 0, regmap: RegisterMap | None = None) -> None:
-    """Refuse an address that is not a register, or data outside 0..255 (defence in depth).
+    """Refuse an address that is not a holding register, or data the register cannot hold
+    (defence in depth).
 
     Args:
-        addr: register address, an ``int`` (not ``bool``): a register of ``regmap`` (0..15
-            for the default map).
-        data: data value, must be an ``int`` (not ``bool``) in 0..255.
+        addr: register address, an ``int`` (not ``bool``): a holding register of ``regmap``
+            (0..15 for the default map).
+        data: data value, must be an ``int`` (not ``bool``) in 0..2**width-1 of the register
+            (0..255 for an 8-bit register, 0..65535 for a 16-bit one).
         regmap: the device's map; None for the default map.
 
     Raises:
         RegisterRangeError: either value is not an int in its range.
     """
+    top = DATA_MAX
     if regmap is None or regmap.is_default:
         if type(addr) is not int or not 0 <= addr < REGISTER_COUNT:
             raise RegisterRangeError(f"address {addr!r} is outside 0..{REGISTER_COUNT - 1}")
-    elif type(addr) is not int or regmap.at(addr) is None:
-        raise RegisterRangeError(f"address {addr!r} is not a register of this device "
-                                 f"(registers are at {_addresses(regmap)})")
-    if type(data) is not int or not 0 <= data <= DATA_MAX:
-        raise RegisterRangeError(f"data {data!r} is outside 0..{DATA_MAX}")
+    else:
+        register = regmap.at(addr) if type(addr) is int else None
+        if register is None:
+            raise RegisterRangeError(f"address {addr!r} is not a register of this device "
+                                     f"(registers are at {_addresses(regmap)})")
+        top = register.top
+    if type(data) is not int or not 0 <= data <= top:
+        raise RegisterRangeError(f"data {data!r} is outside 0..{top}")
 
 
 def check_block(addr: object, count: object, regmap: RegisterMap | None = None) -> None:
@@ -183,11 +189,13 @@ class Device(ABC):
 
     @abstractmethod
     def read(self, addr: int) -> int:
-        """Return the value (0..255) of register ``addr`` (a register of the map)."""
+        """Return the value (0..2**width-1: 0..255 for an 8-bit register) of holding register
+        ``addr`` (a register of the map)."""
 
     @abstractmethod
     def write(self, addr: int, data: int) -> int:
-        """Write ``data`` (0..255) to register ``addr``; return the value read back."""
+        """Write ``data`` (0..2**width-1 of the register: 0..255 for an 8-bit one) to holding
+        register ``addr``; return the value read back."""
 
     @abstractmethod
     def reset(self) -> None:
@@ -232,6 +240,50 @@ class Device(ABC):
         """
         raise DeviceRefused(f"{type(self).__name__} cannot write bits of a register "
                             "atomically (a masked write); nothing was written", "MASK")
+
+    def read_table(self, table: str, addr: int, count: int) -> list[int]:
+        """Read ``count`` consecutive registers of ``table`` (``"holding"``, ``"input"``,
+        ``"coil"``, ``"discrete"``) from ``addr`` up, in one transaction (no torn read), as
+        reads (clear-on-read bits clear). Each is 0..2**width-1 (a coil 0..1).
+
+        This default reads holding registers with :meth:`read_block` (or :meth:`read` for
+        one; at most :data:`MAX_BLOCK`) and refuses any other table; a backend with tables
+        (Modbus) overrides it.
+
+        Raises:
+            RegisterRangeError: an address is not a register of ``table`` (nothing read).
+            DeviceRefused: the device has no such table, or cannot read that many at once.
+        """
+        if table != "holding":
+            raise DeviceRefused(f"{type(self).__name__} has holding registers only, no "
+                                f"{table} table; nothing was read", "TABLE")
+        if count == 1:
+            return [self.read(addr)]
+        if type(count) is int and count > MAX_BLOCK:
+            raise DeviceRefused(f"{type(self).__name__} reads at most {MAX_BLOCK} registers "
+                                "in one transaction; nothing was read", "BLOCK")
+        return self.read_block(addr, count)
+
+    def write_table(self, table: str, addr: int, data: Sequence[int]) -> list[int]:
+        """Write ``data`` to consecutive registers of ``table`` (holding registers or
+        coils) from ``addr`` up, in one transaction, all or nothing; return the values after.
+
+        This default writes holding registers with :meth:`write_block` (or :meth:`write` for
+        one) and refuses any other table; a backend with tables (Modbus) overrides it.
+
+        Raises:
+            RegisterRangeError: an address is not a register of ``table``, or a value does
+                not fit its register (nothing written).
+            DeviceRefused: the table is read-only or absent, or the device cannot write that
+                many at once (nothing written).
+        """
+        if table != "holding":
+            raise DeviceRefused(f"{type(self).__name__} has holding registers only, no "
+                                f"{table} table; nothing was written", "TABLE")
+        values = list(data)
+        if len(values) == 1:
+            return [self.write(addr, values[0])]
+        return self.write_block(addr, values)
 
     def identify(self) -> str:
         """Return a one-line description of the device."""
@@ -315,7 +367,7 @@ class RegisterFile(Device):
     idempotency key is never replayed to it after a reset, whoever called it.
 
     Args:
-        reset_values: one value in 0..255 per register of the map (address order), taken at
+        reset_values: one value in 0..2**width-1 per register of the map (address order), taken at
             construction and by :meth:`reset`; the map's reset values when omitted.
         state_id: its id (what :meth:`state_id` returns, and the ``device`` of
             :meth:`identity`). None (the default): ``"RegisterFile:"`` and 16 random hex
@@ -326,10 +378,13 @@ class RegisterFile(Device):
             restart, a model of a device that keeps its state): idempotency keys stored
             through the earlier one are then replayed to it.
         regmap: the register map; the default map (16 read-write registers, reset 0) when
-            omitted.
+            omitted. Registers of any width (8, 16, 32, 64 bits) at any address, in the
+            holding table only.
 
     Raises:
-        RegisterRangeError: ``reset_values`` is not one int in 0..255 per register.
+        MapError: the map has registers in another table than holding (input registers,
+            coils, discrete inputs are Modbus's: serve them with ``firmware-sim --modbus-tcp``).
+        RegisterRangeError: ``reset_values`` is not one int in 0..2**width-1 per register.
         ValueError: ``state_id`` is an empty string or not a string, or ``epoch`` is not a
             reset epoch.
     """
@@ -345,31 +400,33 @@ class RegisterFile(Device):
             raise RegisterRangeError(
                 f"reset_values has {len(values)} entries; a register file has {count}"
             )
-        for value in values:
-            check_access(0, value)
+        for register, value in zip(regmap.registers, values, strict=True):
+            if register.table != "holding":
+                raise MapError(f"register {register.label} is in the {register.table} table: "
+                               "the in-process register file has holding registers only")
+            if type(value) is not int or not 0 <= value <= register.top:
+                raise RegisterRangeError(f"data {value!r} is outside 0..{register.top}")
         if state_id is not None and (type(state_id) is not str or not state_id):
             raise ValueError(f"state_id must be a non-empty string, got {state_id!r}")
         self._identity = DeviceIdentity(state_id or f"RegisterFile:{secrets.token_hex(8)}",
                                         new_epoch() if epoch is None else check_epoch(epoch))
         super().__init__(regmap)
         self._default = regmap.is_default
-        size = regmap.last + 1
-        #: The register at each address (None: no register), and whether a read or a write
-        #: of it is plain (every bit read-write, no side effects): the fast path.
-        self._spec: list[Register | None] = [regmap.at(addr) for addr in range(size)]
-        self._plain = [spec is not None and spec.access == "rw" and not spec.fields
-                       for spec in self._spec]
-        self._reset_values = [0] * size
-        for register, value in zip(regmap.registers, values, strict=True):
-            self._reset_values[register.addr] = value
-        self._registers = list(self._reset_values)
+        #: The register at each address, and whether a read or a write of it is plain
+        #: (every bit read-write, no side effects): the fast path.
+        self._spec: dict[int, Register] = {r.addr: r for r in regmap.registers}
+        self._plain = {addr: spec.access == "rw" and not spec.fields
+                       for addr, spec in self._spec.items()}
+        self._reset_values = {register.addr: value
+                              for register, value in zip(regmap.registers, values, strict=True)}
+        self._registers = dict(self._reset_values)
         self._lock = threading.Lock()
         #: Number of writes applied since construction (for tests and statistics).
         self.write_count = 0
 
     def _register(self, addr: object) -> Register:
         """The register at ``addr``; RegisterRangeError naming it when there is none."""
-        spec = self._spec[addr] if type(addr) is int and 0 <= addr < len(self._spec) else None
+        spec = self._spec.get(addr) if type(addr) is int else None
         if spec is None:
             check_access(addr, 0, self._regmap)  # raises, naming the address
         assert spec is not None
@@ -401,11 +458,12 @@ class RegisterFile(Device):
         return shown
 
     def write(self, addr: int, data: int) -> int:
-        """Write ``data`` (0..255) to register ``addr`` and return the value it holds after
-        (as a read would show it, without clearing anything).
+        """Write ``data`` (0..2**width-1: 0..255 for an 8-bit register) to register ``addr``
+        and return the value it holds after (as a read would show it, without clearing
+        anything).
 
         Raises:
-            RegisterRangeError: ``addr`` is no register, ``data`` is not an int 0..255, or the
+            RegisterRangeError: ``addr`` is no register, ``data`` does not fit it, or the
                 register refuses it (read-only, reserved bits set); nothing is written.
         """
         if self._default:
@@ -416,7 +474,7 @@ class RegisterFile(Device):
                 self._registers[addr] = data
                 self.write_count += 1
                 return data
-        return self.write_masked(addr, DATA_MAX, data)
+        return self.write_masked(addr, self._register(addr).top, data)
 
     def write_masked(self, addr: int, mask: int, data: int) -> int:
         """One atomic read-modify-write: the bits ``mask`` of register ``addr`` take those of
@@ -425,14 +483,14 @@ class RegisterFile(Device):
         the value after, as a read would show it (without clearing anything).
 
         Raises:
-            RegisterRangeError: ``addr`` is no register, ``mask`` or ``data`` is not an int
-                0..255, or the register refuses the write (read-only, a reserved bit set in
-                ``mask``); nothing is written.
+            RegisterRangeError: ``addr`` is no register, ``mask`` or ``data`` does not fit it
+                (0..255 for an 8-bit register), or the register refuses the write (read-only,
+                a reserved bit set in ``mask``); nothing is written.
         """
         spec = self._register(addr)
         for name, value in (("mask", mask), ("data", data)):
-            if type(value) is not int or not 0 <= value <= DATA_MAX:
-                raise RegisterRangeError(f"{name} {value!r} is outside 0..{DATA_MAX}")
+            if type(value) is not int or not 0 <= value <= spec.top:
+                raise RegisterRangeError(f"{name} {value!r} is outside 0..{spec.top}")
         refused = spec.refuse_write(data, mask)
         if refused is not None:
             raise RegisterRangeError(refused)
@@ -457,7 +515,8 @@ class RegisterFile(Device):
                 if type(value) is not int or not 0 <= value <= DATA_MAX:
                     check_access(addr, value)  # raises, naming the value
             with self._lock:
-                self._registers[addr:addr + len(values)] = values
+                for at, value in enumerate(values, addr):
+                    self._registers[at] = value
                 self.write_count += len(values)
                 return list(values)
         specs = [self._register(addr + index) for index in range(len(values))]
@@ -493,7 +552,7 @@ class RegisterFile(Device):
         after. For simulations and tests: this is not a tool call.
 
         Raises:
-            RegisterRangeError: ``addr`` is no register or ``bits`` is not an int 0..255.
+            RegisterRangeError: ``addr`` is no register or ``bits`` does not fit it.
         """
         spec = self._register(addr)
         check_access(addr, bits, self._regmap)
@@ -504,7 +563,7 @@ class RegisterFile(Device):
     def reset(self) -> None:
         """Restore every register to its reset value, and begin a new reset epoch."""
         with self._lock:
-            self._registers[:] = self._reset_values
+            self._registers.update(self._reset_values)
             self._identity = DeviceIdentity(self._identity.device, new_epoch())
 
     def snapshot(self) -> list[int]:
@@ -512,14 +571,16 @@ class RegisterFile(Device):
         first for the default map's 16), as a read shows it but without clearing anything."""
         with self._lock:
             if self._default:
-                return list(self._registers)
+                return list(self._registers.values())
             values = self._registers
             return [values[r.addr] & r.readable_mask for r in self._regmap.registers]
 
     def identify(self) -> str:
         """Return ``"regdev register file, 16 x 8-bit (in process)"`` (the number of
-        registers of its map)."""
-        return f"regdev register file, {len(self._regmap)} x 8-bit (in process)"
+        registers of its map, and their width: ``8..32-bit`` when they differ)."""
+        widths = sorted({register.width for register in self._regmap.registers})
+        shown = str(widths[0]) if len(widths) == 1 else f"{widths[0]}..{widths[-1]}"
+        return f"regdev register file, {len(self._regmap)} x {shown}-bit (in process)"
 
     def map_mismatch(self) -> str | None:
         """None: the register file is made from its map."""
@@ -632,6 +693,18 @@ class TimeoutDevice(Device):
     def write_masked(self, addr: int, mask: int, data: int) -> int:
         """One masked write, waiting at most ``timeout`` seconds."""
         result: int = self._call(self.device.write_masked, addr, mask, data)
+        return result
+
+    def read_table(self, table: str, addr: int, count: int) -> list[int]:
+        """Read registers of one table in one transaction, waiting at most ``timeout``
+        seconds."""
+        result: list[int] = self._call(self.device.read_table, table, addr, count)
+        return result
+
+    def write_table(self, table: str, addr: int, data: Sequence[int]) -> list[int]:
+        """Write registers of one table in one transaction, waiting at most ``timeout``
+        seconds."""
+        result: list[int] = self._call(self.device.write_table, table, addr, data)
         return result
 
     def reset(self) -> None:

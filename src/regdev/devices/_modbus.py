@@ -71,24 +71,34 @@ from ..core._errors import (
     DeviceError,
     DeviceRefused,
     DeviceTimeout,
+    MapError,
     RegisterRangeError,
     TransportError,
 )
 from ..core._limits import seconds_problem
+from ..core._text import escape_text
 from ..core._wording import serial_problem
 from ._device import DATA_MAX, MAX_BLOCK, REGISTER_COUNT, Device, check_access, check_block
 from ._modbus_codec import (
     MAX_READ,
+    MAX_READ_BITS,
+    MAX_WRITE,
+    MAX_WRITE_BITS,
     NEED_DATA,
     RTU,
     TCP,
     ClientConnection,
     ExceptionReply,
     MaskWrite,
+    ReadCoils,
+    ReadDiscrete,
     ReadHolding,
+    ReadInput,
     ReadReply,
     Reply,
     Request,
+    WriteCoil,
+    WriteCoils,
     WriteMultiple,
     WriteSingle,
 )
@@ -111,6 +121,13 @@ _KEYS = frozenset({"unit", "base", "baud", "parity", "stopbits", "echo"})
 _READ_CHUNK = 512
 #: A serial port's read timeout, in seconds (how often a wait wakes to check its deadline).
 _POLL = 0.01
+
+#: The read request of each table.
+_READS: dict[str, type[ReadHolding | ReadInput | ReadCoils | ReadDiscrete]] = {
+    "holding": ReadHolding, "input": ReadInput, "coil": ReadCoils, "discrete": ReadDiscrete}
+#: How messages name each table's registers.
+_TABLE_NAMES = {"holding": "holding registers", "input": "input registers",
+                "coil": "coils", "discrete": "discrete inputs"}
 
 #: Each Modbus exception code: the error class, and what it means for the request.
 _EXCEPTIONS: dict[int, tuple[type[DeviceError], str]] = {
@@ -405,7 +422,10 @@ class ModbusDevice(Device):
             if count != REGISTER_COUNT:
                 raise ValueError("count and regmap: give one (the map says how many registers "
                                  "there are)")
-            count = regmap.last + 1
+            problem = modbus_problem(regmap)
+            if problem is not None:
+                raise MapError(f"the map cannot be driven over Modbus: {problem}")
+            count = max(register.addr for register in regmap.registers) + 1
         if first_tid is None:
             first_tid = secrets.randbelow(0x10000)
         elif type(first_tid) is not int or not 0 <= first_tid <= 0xFFFF:
@@ -413,7 +433,7 @@ class ModbusDevice(Device):
         target = parse_modbus_url(url)
         if target.base + count > 0x10000:
             raise TransportError(f"cannot open port {url}: base {target.base} + {count} "
-                                 "registers is past holding register 65535")
+                                 "registers is past register 65535 of a table")
         if regmap is None:  # count plain read-write registers; the default map for 16
             regmap = (RegisterMap.default() if count == REGISTER_COUNT else
                       RegisterMap([Register(None, each) for each in range(count)]))
@@ -481,22 +501,22 @@ class ModbusDevice(Device):
             raise RegisterRangeError(f"address {addr!r} is outside 0..{self.count - 1}")
         return None
 
-    def _clears(self, addr: int, count: int) -> bool:
+    def _clears(self, addr: int, count: int, table: str = "holding") -> bool:
         """True when a read of ``count`` registers from ``addr`` clears bits (clear-on-read)."""
         return self._mapped and any(
-            (spec := self._regmap.at(each)) is not None and spec.rclr_mask
+            (spec := self._regmap.at(each, table)) is not None and spec.rclr_mask
             for each in range(addr, addr + count))
 
-    def _read(self, addr: int, count: int) -> list[int]:
-        """One 03 of ``count`` registers from ``addr``: sent once when it clears bits, else
-        retried as reads are."""
-        clears = self._clears(addr, count)
-        reply = self._transact(ReadHolding(self.target.base + addr, count),
+    def _read(self, addr: int, count: int, table: str = "holding") -> list[int]:
+        """One read (03, 04, 01 or 02, by ``table``) of ``count`` registers from ``addr``:
+        sent once when it clears bits, else retried as reads are."""
+        clears = self._clears(addr, count, table)
+        reply = self._transact(_READS[table](self.target.base + addr, count),
                                "clear-on-read read" if clears else "read",
                                0 if clears else self.retries)
-        return self._bytes(reply, addr)
+        return self._bytes(reply, addr, table)
 
-    def _refuse(self, spec: Register | None, data: int, mask: int = DATA_MAX) -> None:
+    def _refuse(self, spec: Register | None, data: int, mask: int | None = None) -> None:
         """The map's rules for a write, before anything is sent."""
         if spec is not None:
             refused = spec.refuse_write(data, mask)
@@ -568,8 +588,11 @@ class ModbusDevice(Device):
         if not self._mapped:
             return self._read(0, self.count)
         values: list[int] = []
-        for start, count in _runs(self._regmap.addresses):
-            values += self._read(start, count)
+        for table in self._regmap.tables:
+            longest = MAX_READ_BITS if table in ("coil", "discrete") else MAX_READ
+            addresses = [register.addr for register in self._regmap.in_table(table)]
+            for start, count in _runs(addresses, longest, whole_spans(self._regmap, table)):
+                values += self._read(start, count, table)
         return values
 
     def write(self, addr: int, data: int) -> int:
@@ -614,8 +637,11 @@ class ModbusDevice(Device):
         values = list(data)
         if not values:
             raise RegisterRangeError("a block write needs at least one value")
-        for value in values:
-            check_access(0, value)
+        for index, value in enumerate(values):
+            if self._mapped and type(addr) is int and self._regmap.at(addr + index) is not None:
+                check_access(addr + index, value, self._regmap)
+            else:
+                check_access(0, value)
         if self._mapped and len(values) > MAX_BLOCK:
             raise RegisterRangeError(f"a block has 1..{MAX_BLOCK} registers, got {len(values)}")
         self._check(addr, 0, len(values))
@@ -643,11 +669,94 @@ class ModbusDevice(Device):
                 reading it back failed (the message says so: it happened).
         """
         spec = self._check(addr, data)
-        check_access(0, mask)
+        if self._mapped:
+            check_access(addr, mask, self._regmap)
+        else:
+            check_access(0, mask)
         self._refuse(spec, data, mask)
-        self._transact(MaskWrite(self.target.base + addr, ~mask & DATA_MAX, data & mask),
+        top = spec.top if spec is not None else DATA_MAX  # the bits above it stay 0
+        self._transact(MaskWrite(self.target.base + addr, ~mask & top, data & mask),
                        "masked write", 0)
         return self._read_back(addr, 1, "masked write")[0]
+
+    def read_table(self, table: str, addr: int, count: int) -> list[int]:
+        """Read ``count`` consecutive registers of ``table`` from ``addr`` up in one request:
+        03 (holding, 1..125), 04 (input, 1..125), 01 (coils, 1..2000) or 02 (discrete
+        inputs, 1..2000); sent once when one has clear-on-read bits, else retried as
+        :meth:`read` is. Each value is 0..2**width-1 of its register (a bit 0 or 1).
+
+        Raises:
+            RegisterRangeError: an address is no register of ``table`` in the map (without a
+                map: past the plain registers; only holding then), or ``count`` is past the
+                protocol's limit; nothing is sent.
+            DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
+                :meth:`read`.
+        """
+        longest = MAX_READ_BITS if table in ("coil", "discrete") else MAX_READ
+        self._check_table(table, addr, count, longest, "read")
+        return self._read(addr, count, table)
+
+    def write_table(self, table: str, addr: int, data: Sequence[int]) -> list[int]:
+        """Write ``data`` to consecutive registers of ``table`` from ``addr`` up in one
+        request, sent once, every value checked by the map before anything is sent: holding
+        registers with 06 (one) or 16 (1..123), coils with 05 (one) or 15 (1..1968). Return
+        the values after (read back as :meth:`write_block` does, when the map says they may
+        differ from those written).
+
+        Raises:
+            RegisterRangeError: an address is no register of ``table``, a value does not fit
+                its register, the map refuses it, or there are more than the protocol's limit;
+                nothing is sent.
+            DeviceRefused: ``table`` is read-only (input registers, discrete inputs): nothing
+                is sent.
+            DeviceTimeout, DeviceBusy, DeviceRefused, DeviceError, TransportError: as for
+                :meth:`write`.
+        """
+        if table in ("input", "discrete"):
+            raise DeviceRefused(f"the {table} table is read-only: Modbus has no request that "
+                                f"writes it; nothing was sent", "TABLE")
+        values = list(data)
+        longest = MAX_WRITE_BITS if table == "coil" else MAX_WRITE
+        self._check_table(table, addr, len(values), longest, "write")
+        for index, value in enumerate(values):
+            spec = self._regmap.at(addr + index, table) if self._mapped else None
+            top = spec.top if spec is not None else DATA_MAX
+            if type(value) is not int or not 0 <= value <= top:
+                raise RegisterRangeError(f"data {value!r} is outside 0..{top}; nothing was "
+                                         "sent")
+            self._refuse(spec, value)
+        base = self.target.base + addr
+        if table == "coil":
+            request: Request = (WriteCoil(base, values[0]) if len(values) == 1
+                                else WriteCoils(base, tuple(values)))
+        else:
+            request = (WriteSingle(base, values[0]) if len(values) == 1
+                       else WriteMultiple(base, tuple(values)))
+        self._transact(request, "write" if len(values) == 1 else "block write", 0)
+        if table == "coil" or self._plain(addr, len(values)):
+            return values
+        return self._read_back(addr, len(values), "block write")
+
+    def _check_table(self, table: str, addr: object, count: object, longest: int,
+                     what: str) -> None:
+        """Refuse a read or write of ``count`` registers of ``table`` from ``addr`` that is
+        past the protocol's ``longest`` or reaches an address that is no register."""
+        if type(count) is not int or not 1 <= count <= longest:
+            raise RegisterRangeError(f"a {what} of the {table} table takes 1..{longest} "
+                                     f"registers in one request, got {count!r}")
+        if type(addr) is not int:
+            raise RegisterRangeError(f"address {addr!r} is not an integer")
+        if not self._mapped:
+            if table != "holding":
+                raise RegisterRangeError(f"this device has holding registers only (no map): "
+                                         f"no {table} table")
+            self._check(addr, 0, count)
+            return
+        missing = [each for each in range(addr, addr + count)
+                   if self._regmap.at(each, table) is None]
+        if missing:
+            raise RegisterRangeError(f"address {missing[0]} is not a register of the {table} "
+                                     "table of this device; nothing was sent")
 
     def reset(self) -> None:
         """Set every register to 0, its reset value, with one 16 request, sent once (Modbus
@@ -675,9 +784,22 @@ class ModbusDevice(Device):
                  else f"Modbus RTU {target.port} at {self.baudrate} baud")
         if self._mapped:
             name = f" {self._regmap.name}" if self._regmap.name else ""
-            return (f"{where}, unit {target.unit}, the register map{name}: "
-                    f"{len(self._regmap)} x 8-bit in holding registers "
-                    f"{target.base}..{target.base + self.count - 1}")
+            regmap = self._regmap
+            if regmap.tables == ("holding",) and regmap.widest == 8:
+                return (f"{where}, unit {target.unit}, the register map{name}: "
+                        f"{len(regmap)} x 8-bit in holding registers "
+                        f"{target.base}..{target.base + self.count - 1}")
+            parts = []
+            for table in regmap.tables:
+                registers = regmap.in_table(table)
+                widths = sorted({r.width for r in registers if r.width > 1})
+                bits = f" ({'/'.join(map(str, widths))}-bit)" if widths else ""
+                kind = _TABLE_NAMES[table]
+                kind = kind[:-1] if len(registers) == 1 else kind
+                parts.append(f"{len(registers)} {kind}{bits} "
+                             f"{target.base + registers[0].addr}.."
+                             f"{target.base + registers[-1].addr}")
+            return f"{where}, unit {target.unit}, the register map{name}: {', '.join(parts)}"
         return (f"{where}, unit {target.unit}, {self.count} x 8-bit in holding registers "
                 f"{target.base}..{target.base + self.count - 1}")
 
@@ -697,12 +819,17 @@ class ModbusDevice(Device):
 
     # --- transactions -------------------------------------------------------------------------
 
-    def _bytes(self, reply: Reply, addr: int) -> list[int]:
+    def _bytes(self, reply: Reply, addr: int, table: str = "holding") -> list[int]:
+        """A read's values, each checked against its register's width (an 8-bit register's
+        high byte must be 0)."""
         assert isinstance(reply, ReadReply)
         for offset, value in enumerate(reply.values):
+            spec = self._regmap.at(addr + offset, table) if self._mapped else None
+            if spec is not None and spec.width != 8:
+                continue  # 16 bits (or a bit): every value the reply can carry fits
             if value > DATA_MAX:
-                raise DeviceError(f"holding register {self.target.base + addr + offset} "
-                                  f"(register {self._regmap.label(addr + offset)}) holds "
+                raise DeviceError(f"{_TABLE_NAMES[table][:-1]} {self.target.base + addr + offset} "
+                                  f"(register {self._regmap.label(addr + offset, table)}) holds "
                                   f"0x{value:04x}, not a byte (0..255): the high byte of a "
                                   "register must be 0")
         return list(reply.values)
@@ -710,6 +837,18 @@ class ModbusDevice(Device):
     def _transact(self, request: Request, what: str, retries: int) -> Reply:
         """One transaction of ``request`` (:meth:`Transactions.transact`)."""
         return self._tx.transact(request, what, retries)
+
+    def map_mismatch(self) -> str | None:
+        """The map's identity registers (in any table) each read with one request: each must
+        hold its reset value (see :meth:`Device.map_mismatch`)."""
+        for register in self.regmap.identity():
+            value = self.read_table(register.table, register.addr, 1)[0]
+            if value != register.reset:
+                name = self.regmap.name
+                which = f"the map `{escape_text(name)}`" if name else "the map"
+                return (f"its identity register {register.label} holds 0x{value:02X}, where "
+                        f"{which} says 0x{register.reset:02X} (another chip)")
+        return None
 
     def _sync_request(self) -> ReadHolding | None:
         """The synchronising read: of a number of registers no unanswered read has (so no
@@ -721,16 +860,56 @@ class ModbusDevice(Device):
         return None
 
 
-def _runs(addresses: Sequence[int], longest: int = MAX_READ) -> list[tuple[int, int]]:
+def _runs(addresses: Sequence[int], longest: int = MAX_READ,
+          whole: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
     """``(start, count)`` of each run of consecutive ``addresses`` (ascending), each at most
-    ``longest`` long."""
+    ``longest`` long, never splitting a span of ``whole`` (``(start, count)``: registers the
+    map reads as one value); a run breaks before such a span rather than inside it."""
+    starts = {start: count for start, count in whole}
+    inside: set[int] = set()
+    for start, count in whole:
+        inside.update(range(start + 1, start + count))
     runs: list[tuple[int, int]] = []
+    span = 1
     for addr in addresses:
-        if runs and runs[-1][0] + runs[-1][1] == addr and runs[-1][1] < longest:
+        if addr in inside:  # the rest of a span, taken with its first register
+            if runs and runs[-1][0] + runs[-1][1] == addr:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((addr, 1))
+            continue
+        span = starts.get(addr, 1)
+        if runs and runs[-1][0] + runs[-1][1] == addr and runs[-1][1] + span <= longest:
             runs[-1] = (runs[-1][0], runs[-1][1] + 1)
         else:
             runs.append((addr, 1))
     return runs
+
+
+def whole_spans(regmap: RegisterMap, table: str) -> list[tuple[int, int]]:
+    """``(start, count)`` of each range of ``table``'s registers the map marks as one value
+    (``RegisterMap.values``: each with ``table``, ``addr`` and ``count``), which a read never
+    splits across two requests; empty for a map without values."""
+    spans = []
+    for value in getattr(regmap, "values", ()):
+        count = getattr(value, "count", 1) or 1
+        if getattr(value, "table", "holding") == table and count > 1:
+            spans.append((int(value.addr), int(count)))
+    return spans
+
+
+def modbus_problem(regmap: RegisterMap) -> str | None:
+    """Why Modbus cannot carry ``regmap``, or None: its registers are 16 bits (8-bit ones are
+    their low byte), its coils and discrete inputs one bit, its addresses 0..65535."""
+    for register in regmap.registers:
+        if register.width > 16:
+            return (f"register {register.label} is {register.width} bits wide; a Modbus "
+                    "register is 16 (declare the quantity as a value over "
+                    f"{register.width // 16} registers)")
+        if register.addr > 0xFFFF:
+            return (f"register {register.label} is at address {register.addr}; a Modbus table "
+                    "ends at 65535")
+    return None
 
 
 def _sync_shapes(regmap: RegisterMap | None, count: int) -> list[tuple[int, int]]:

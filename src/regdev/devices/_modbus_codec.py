@@ -36,9 +36,12 @@ Rules of this file:
   the request. What RTU cannot tell apart is a copy that arrives only after the request was
   sent and is byte for byte its reply (RTU has no transaction id); TCP's transaction id does.
 
-Requests (the function codes regdev uses): :class:`ReadHolding` (03), :class:`WriteSingle`
-(06), :class:`WriteMultiple` (16), :class:`MaskWrite` (22), and :class:`Echo` (08, sub-function
-00, Return Query Data: the RTU line's synchronisation, whose reply no other request can have).
+Requests (the function codes regdev uses): :class:`ReadHolding` (03), :class:`ReadInput`
+(04), :class:`ReadCoils` (01), :class:`ReadDiscrete` (02), :class:`WriteSingle` (06),
+:class:`WriteMultiple` (16), :class:`WriteCoil` (05), :class:`WriteCoils` (15),
+:class:`MaskWrite` (22), and :class:`Echo` (08, sub-function 00, Return Query Data: the RTU
+line's synchronisation, whose reply no other request can have). A read of coils or discrete
+inputs answers a :class:`ReadReply` of 0s and 1s, as a read of registers answers their values.
 """
 
 from __future__ import annotations
@@ -60,10 +63,17 @@ __all__ = [
     "ExceptionReply",
     "MaskWrite",
     "MaskWriteReply",
+    "MAX_READ_BITS",
+    "MAX_WRITE_BITS",
+    "ReadCoils",
+    "ReadDiscrete",
     "ReadHolding",
+    "ReadInput",
     "ReadReply",
     "Reply",
     "Request",
+    "WriteCoil",
+    "WriteCoils",
     "WriteMultiple",
     "WriteMultipleReply",
     "WriteSingle",
@@ -80,6 +90,10 @@ MAX_BUFFER = 1024
 #: 125 and 123).
 MAX_READ = 125
 MAX_WRITE = 123
+#: Most coils or discrete inputs one read (01, 02) returns, and most coils one write (15)
+#: sets (the specification's 2000 and 1968).
+MAX_READ_BITS = 2000
+MAX_WRITE_BITS = 1968
 
 
 class _NeedData(enum.Enum):
@@ -103,6 +117,52 @@ class ReadHolding:
     address: int
     count: int = 1
     function = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ReadInput:
+    """04 Read Input Registers: ``count`` (1..125) registers from ``address`` (0..65535)."""
+
+    address: int
+    count: int = 1
+    function = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCoils:
+    """01 Read Coils: ``count`` (1..2000) coils from ``address`` (0..65535)."""
+
+    address: int
+    count: int = 1
+    function = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ReadDiscrete:
+    """02 Read Discrete Inputs: ``count`` (1..2000) inputs from ``address`` (0..65535)."""
+
+    address: int
+    count: int = 1
+    function = 2
+
+
+@dataclass(frozen=True, slots=True)
+class WriteCoil:
+    """05 Write Single Coil: ``value`` (0 or 1; 0xFF00 or 0x0000 on the wire) to
+    ``address``."""
+
+    address: int
+    value: int
+    function = 5
+
+
+@dataclass(frozen=True, slots=True)
+class WriteCoils:
+    """15 Write Multiple Coils: ``values`` (1..1968 of 0 or 1) from ``address``."""
+
+    address: int
+    values: tuple[int, ...]
+    function = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +203,17 @@ class Echo:
     function = 8
 
 
-Request = ReadHolding | WriteSingle | WriteMultiple | MaskWrite | Echo
+Request = (ReadHolding | ReadInput | ReadCoils | ReadDiscrete | WriteSingle | WriteMultiple
+           | WriteCoil | WriteCoils | MaskWrite | Echo)
+#: The reads, by function code, and the most each reads at once.
+READS = (ReadHolding, ReadInput, ReadCoils, ReadDiscrete)
+_READ_MAX = {3: MAX_READ, 4: MAX_READ, 1: MAX_READ_BITS, 2: MAX_READ_BITS}
 
 
 @dataclass(frozen=True, slots=True)
 class ReadReply:
-    """The registers a read (03) returned, address order."""
+    """The registers a read (03, 04) returned, address order; or the bits (0 or 1) a read of
+    coils or discrete inputs (01, 02) returned."""
 
     values: tuple[int, ...]
 
@@ -214,10 +279,26 @@ def _encode_request(request: Request) -> bytes:
         LocalProtocolError: a field is out of its range.
     """
     match request:
-        case ReadHolding(address=address, count=count):
-            if type(count) is not int or not 1 <= count <= MAX_READ:
-                raise LocalProtocolError(f"count must be an int 1..{MAX_READ}, got {count!r}")
-            return struct.pack(">BHH", 3, _u16(address, "address"), count)
+        case ReadHolding(address=address, count=count) | ReadInput(
+                address=address, count=count) | ReadCoils(
+                address=address, count=count) | ReadDiscrete(address=address, count=count):
+            top = _READ_MAX[request.function]
+            if type(count) is not int or not 1 <= count <= top:
+                raise LocalProtocolError(f"count must be an int 1..{top}, got {count!r}")
+            return struct.pack(">BHH", request.function, _u16(address, "address"), count)
+        case WriteCoil(address=address, value=value):
+            if value not in (0, 1) or type(value) is not int:
+                raise LocalProtocolError(f"a coil's value must be 0 or 1, got {value!r}")
+            return struct.pack(">BHH", 5, _u16(address, "address"), 0xFF00 if value else 0)
+        case WriteCoils(address=address, values=values):
+            if not 1 <= len(values) <= MAX_WRITE_BITS:
+                raise LocalProtocolError(f"a write of coils takes 1..{MAX_WRITE_BITS} values, "
+                                         f"got {len(values)}")
+            if any(type(value) is not int or value not in (0, 1) for value in values):
+                raise LocalProtocolError("a coil's value must be 0 or 1")
+            packed = _pack_bits(values)
+            return struct.pack(">BHHB", 15, _u16(address, "address"), len(values),
+                               len(packed)) + packed
         case WriteSingle(address=address, value=value):
             return struct.pack(">BHH", 6, _u16(address, "address"), _u16(value, "value"))
         case WriteMultiple(address=address, values=values):
@@ -235,6 +316,15 @@ def _encode_request(request: Request) -> bytes:
     raise LocalProtocolError(f"not a Modbus request: {request!r}")
 
 
+def _pack_bits(values: tuple[int, ...] | list[int]) -> bytes:
+    """Bits as Modbus packs them: the first in the low bit of the first byte."""
+    out = bytearray((len(values) + 7) // 8)
+    for index, value in enumerate(values):
+        if value:
+            out[index // 8] |= 1 << (index % 8)
+    return bytes(out)
+
+
 def _decode_reply(pdu: bytes, request: Request) -> Reply:
     """The reply in ``pdu`` (function code first), checked against ``request``'s shape.
 
@@ -250,21 +340,30 @@ def _decode_reply(pdu: bytes, request: Request) -> Reply:
     if function != request.function:
         raise RemoteProtocolError(f"a reply with function code {function} to a request "
                                   f"with {request.function}")
-    size = {6: 5, 16: 5, 22: 7, 8: 5}.get(function)
-    if function == 3:
-        assert isinstance(request, ReadHolding)
+    size = {6: 5, 16: 5, 22: 7, 8: 5, 5: 5, 15: 5}.get(function)
+    if function in (3, 4):
+        assert isinstance(request, (ReadHolding, ReadInput))
         if len(pdu) < 2 or pdu[1] != 2 * request.count or len(pdu) != 2 + pdu[1]:
             raise RemoteProtocolError(
                 f"a read of {request.count} register{'s' * (request.count != 1)} answered "
                 f"with {len(pdu) - 2} data bytes (byte count {pdu[1] if len(pdu) > 1 else '-'})")
         return ReadReply(struct.unpack(f">{request.count}H", pdu[2:]))
+    if function in (1, 2):
+        assert isinstance(request, (ReadCoils, ReadDiscrete))
+        want = (request.count + 7) // 8
+        if len(pdu) < 2 or pdu[1] != want or len(pdu) != 2 + want:
+            raise RemoteProtocolError(
+                f"a read of {request.count} bit{'s' * (request.count != 1)} answered with "
+                f"{len(pdu) - 2} data bytes (byte count {pdu[1] if len(pdu) > 1 else '-'})")
+        return ReadReply(tuple((pdu[2 + index // 8] >> (index % 8)) & 1
+                               for index in range(request.count)))
     if len(pdu) != size:
         raise RemoteProtocolError(f"a reply to function {function} is {size} bytes, "
                                   f"got {len(pdu)}")
     first, second = struct.unpack(">HH", pdu[1:5])
-    if function == 6:
+    if function in (6, 5):
         return WriteSingleReply(first, second)
-    if function == 16:
+    if function in (16, 15):
         return WriteMultipleReply(first, second)
     if function == 22:
         return MaskWriteReply(first, second, struct.unpack(">H", pdu[5:7])[0])
@@ -279,11 +378,15 @@ def matches(request: Request, reply: Reply) -> bool:
     match request, reply:
         case _, ExceptionReply(function=function):
             return function == request.function
-        case ReadHolding(count=count), ReadReply(values=values):
+        case ReadHolding(count=count) | ReadInput(count=count) | ReadCoils(
+                count=count) | ReadDiscrete(count=count), ReadReply(values=values):
             return len(values) == count
         case WriteSingle(), WriteSingleReply():
             return (request.address, request.value) == (reply.address, reply.value)
-        case WriteMultiple(), WriteMultipleReply():
+        case WriteCoil(), WriteSingleReply():
+            return ((request.address, 0xFF00 if request.value else 0)
+                    == (reply.address, reply.value))
+        case WriteMultiple() | WriteCoils(), WriteMultipleReply():
             return (request.address, len(request.values)) == (reply.address, reply.count)
         case MaskWrite(), MaskWriteReply():
             return ((request.address, request.and_mask, request.or_mask)
@@ -299,6 +402,9 @@ def encode_reply(reply: Reply, function: int) -> bytes:
     match reply:
         case ExceptionReply(function=code_of, code=code):
             return bytes((code_of | 0x80, code))
+        case ReadReply(values=values) if function in (1, 2):
+            packed = _pack_bits(list(values))
+            return struct.pack(">BB", function, len(packed)) + packed
         case ReadReply(values=values):
             return struct.pack(f">BB{len(values)}H", function, 2 * len(values), *values)
         case WriteSingleReply(address=a, value=v) | WriteMultipleReply(address=a, count=v):
@@ -346,7 +452,7 @@ def frame(framing: str, unit: int, pdu: bytes, tid: int = 0) -> bytes:
 
 #: An RTU reply's length (unit id to CRC) from its function code, for codes regdev sends;
 #: 03's depends on its byte count (the third byte), shown as 0.
-_RTU_SIZE = {3: 0, 6: 8, 16: 8, 22: 10, 8: 8}
+_RTU_SIZE = {3: 0, 4: 0, 1: 0, 2: 0, 6: 8, 16: 8, 5: 8, 15: 8, 22: 10, 8: 8}
 
 
 class ClientConnection:
@@ -529,7 +635,7 @@ class ClientConnection:
                 continue
             function = buffer[start + 1]
             size = 5 if function & 0x80 else _RTU_SIZE[function]
-            if size == 0:  # 03: unit, code, byte count, data, CRC
+            if size == 0:  # 01..04: unit, code, byte count, data, CRC
                 size = 5 + buffer[start + 2] if start + 2 < len(buffer) else 0
             end = start + size
             if size == 0 or end > len(buffer):

@@ -8,13 +8,17 @@ What regdev takes from SystemRDL (``docs/maps.md`` has the table): the top ``add
 last one defined, or ``top=``), its registers (arrays unrolled: ``DATA[0]``...), their names,
 addresses, ``desc``, fields with bit ranges, ``sw`` access (``r``, ``rw``, ``w``), ``reset``,
 ``encode`` enums (with their members' ``desc`` or ``name``), ``onwrite = woclr``,
-``onread = rclr`` (``rclr``), and the user-defined
-property ``regdev_protected`` on a register. Anything it cannot honour is refused naming the
-construct and its ``file:line``, never ignored: a register that is not 8 bits wide, an
-``accesswidth`` other than 8, a register file or memory or nested ``addrmap``, ``external``
-blocks, counters, interrupts, other ``onwrite`` and ``onread`` behaviours, ``singlepulse``,
-``sw`` access ``w1``, ``rw1`` or ``na``, a reset value given by reference, an address above
-255. The compiler's own errors are shown as it words them, with their ``file:line:column``.
+``onread = rclr`` (``rclr``), ``regwidth`` (8, 16, 32, 64) and ``accesswidth`` (the bus word:
+a register's address is its byte address over the word's bytes), and the user-defined
+properties ``regdev_protected``, ``regdev_identity`` and ``regdev_table`` (the register's
+Modbus table, on a register or on a ``regfile`` that holds one table's registers, whose
+addresses are then counted from the regfile's). Anything it cannot honour is refused naming
+the construct and its ``file:line``, never ignored: a register of another width, registers
+of different ``accesswidth``, a register file without ``regdev_table``, memory or nested
+``addrmap``, ``external`` blocks, counters, interrupts, other ``onwrite`` and ``onread``
+behaviours, ``singlepulse``, ``sw`` access ``w1``, ``rw1`` or ``na``, a reset value given by
+reference. The compiler's own errors are shown as it words them, with their
+``file:line:column``.
 
 A map file is untrusted input (a vendor's, a colleague's, an attacker's), and the compiler
 is not hardened against it: a 20,000-term expression crashes its parser (SIGSEGV), deep
@@ -33,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -43,11 +48,12 @@ from typing import Any
 
 from ..core._errors import MapError
 from ..core._text import unicode_problem
-from ._regmap import Field, Register, RegisterMap
+from ._regmap import TABLES, WIDTHS, Field, Register, RegisterMap
+from ._values import RDL_PROPERTIES, Value, value_of_rdl
 
 __all__ = ["COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY", "MAX_MAP_BYTES",
            "MAX_NESTING", "MAX_REGISTERS", "MAX_STATEMENT_TOKENS", "PROTECTED_PROPERTY",
-           "RDL_INSTALL", "load_map", "read_rdl"]
+           "RDL_INSTALL", "TABLE_PROPERTY", "load_map", "read_rdl"]
 
 #: The largest map file read, in bytes (SystemRDL or the JSON form): 1 MiB; a map of 256
 #: registers with every description at its limit is about that.
@@ -59,8 +65,9 @@ MAX_NESTING = 64
 #: one token): a property assignment or an instance takes a few dozen; the compiler's
 #: parser crashes on an expression of some thousands of terms.
 MAX_STATEMENT_TOKENS = 500
-#: The most registers a map holds once its arrays are unrolled (its addresses are 0..0xFF).
-MAX_REGISTERS = 256
+#: The most registers a SystemRDL map holds once its arrays are unrolled (a Modbus table's
+#: 65536): counted before unrolling, so an array of 10**8 registers is refused at once.
+MAX_REGISTERS = 65536
 #: Seconds the compiler may take (wall clock, and CPU); then the map is refused.
 COMPILE_SECONDS = 30
 #: Bytes of address space the compiler's process may take (``RLIMIT_AS``, where the platform
@@ -73,6 +80,9 @@ _REFUSED = 3
 PROTECTED_PROPERTY = "regdev_protected"
 #: The user-defined property that marks an identity register (a chip ID, read on connect).
 IDENTITY_PROPERTY = "regdev_identity"
+#: The user-defined property that puts a register (or a regfile's registers) in a Modbus
+#: table: ``"holding"``, ``"input"``, ``"coil"`` or ``"discrete"``.
+TABLE_PROPERTY = "regdev_table"
 #: How to get systemrdl-compiler: installed as a tool, or in a clone.
 RDL_INSTALL = ("pip install 'regdev[rdl]' (pipx install 'regdev[rdl]' for the command; in a "
                "clone of regdev, scripts/test, scripts/demo and scripts/serve install it)")
@@ -163,7 +173,9 @@ def read_rdl(path: str | Path, top: str | None = None) -> RegisterMap:
     problem = _over_bounds(text)
     if problem is not None:
         raise MapError(f"{path}:{problem}")
-    return RegisterMap.from_json(_compile_apart(path, top), str(path))
+    # (from_dict, not from_json: a typed value is placed by its line in the .rdl file, where
+    # the child checked it, not by its line in the child's JSON)
+    return RegisterMap.from_dict(json.loads(_compile_apart(path, top)), str(path))
 
 
 #: SystemRDL's tokens as far as the bounds care: comments and strings (skipped whole), a
@@ -317,9 +329,19 @@ def _compile(path: Path, top: str | None) -> RegisterMap:
         valid_components = {component.Reg}  # noqa: RUF012 - the library reads a class attribute
         valid_type = bool
 
+    class _Table(udp.UDPDefinition):  # type: ignore[misc,name-defined]
+        name = TABLE_PROPERTY
+        valid_components = {component.Reg, component.Regfile}  # noqa: RUF012 - as above
+        valid_type = str
+
     compiler = systemrdl.RDLCompiler(message_printer=_Collect())
     compiler.register_udp(_Protected, soft=True)
     compiler.register_udp(_Identity, soft=True)
+    for udp_name, udp_type in RDL_PROPERTIES.items():  # a typed value's (docs/maps.md)
+        compiler.register_udp(type(udp_name, (udp.UDPDefinition,), {
+            "name": udp_name, "valid_components": {component.Reg}, "valid_type": udp_type}),
+            soft=True)
+    compiler.register_udp(_Table, soft=True)
     try:
         compiler.compile_file(str(path))
         root = compiler.elaborate(top_def_name=top)
@@ -329,6 +351,9 @@ def _compile(path: Path, top: str | None) -> RegisterMap:
             if f"property '{udp_name}'" in first:
                 first += (f" (declare it first: property {udp_name} {{ type = boolean; "
                           "component = reg; };)")
+        if f"property '{TABLE_PROPERTY}'" in first:
+            first += (f" (declare it first: property {TABLE_PROPERTY} {{ type = string; "
+                      "component = reg | regfile; };)")
         raise MapError(first) from None
     except OSError as error:  # a file it includes
         raise MapError(f"{path}: cannot read a file it includes: {error.strerror or error}"
@@ -347,6 +372,8 @@ class _Reader:
         self.path = path
         self.node = importlib.import_module("systemrdl.node")
         self.rdltypes = importlib.import_module("systemrdl.rdltypes")
+        #: The map's bus word in bits (every register's ``accesswidth``), once one is read.
+        self.word: int | None = None
 
     def refuse(self, node: Any, what: str, prop: str | None = None) -> MapError:
         ref = node.property_src_ref.get(prop, node.inst_src_ref) if prop else node.inst_src_ref
@@ -365,12 +392,22 @@ class _Reader:
                 if count > MAX_REGISTERS:
                     shape = "".join(f"[{d}]" for d in child.array_dimensions or ())
                     raise self.refuse(child, f"register {child.inst_name}{shape}, which makes "
-                                             f"more than the {MAX_REGISTERS} registers a map "
-                                             "holds (addresses 0..0xFF),")
+                                             f"more than the {MAX_REGISTERS} registers a "
+                                             "SystemRDL map holds,")
         registers = []
+        values: list[Value] = []
         for child in top.descendants(unroll=True):
             if isinstance(child, node.RegNode):
                 registers.append(self.register(child))
+                value = value_of_rdl(child, registers[-1].name or "", registers[-1].addr,
+                                     getattr(registers[-1], "table", "holding"),
+                                     lambda n, p: _where(n.property_src_ref.get(
+                                         p, n.inst_src_ref), str(self.path)))
+                if value is not None:
+                    values.append(value)
+            elif (isinstance(child, node.RegfileNode) and child.parent.inst is top.inst
+                  and child.get_property(TABLE_PROPERTY, default=None) is not None):
+                continue  # one table's registers: read with them
             elif isinstance(child, (node.RegfileNode, node.AddrmapNode, node.MemNode)):
                 kind = child.component_type_name
                 raise self.refuse(child, f"{kind} {child.inst_name} (regdev maps are one "
@@ -385,28 +422,34 @@ class _Reader:
         try:
             return RegisterMap(registers, name=top.inst_name,
                                description=_text(top.get_property("desc", default=None)
-                                                 or top.get_property("name", default="")))
+                                                 or top.get_property("name", default="")),
+                               values=values)
         except MapError as error:
+            if values and str(error).startswith(str(self.path)):  # a value's: placed
+                raise
             raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: {error}") from None
 
     def register(self, reg: Any) -> Register:
         name = reg.inst_name + "".join(f"[{i}]" for i in (reg.current_idx or ()))
         what = f"register {name}"
         width = reg.get_property("regwidth")
-        if width != 8:
-            raise self.refuse(reg, f"{what}: regwidth {width} (regdev registers are 8 bits: "
-                                   "set `default regwidth = 8;`)",
-                              "regwidth")
-        if reg.get_property("accesswidth", default=8) != 8:
-            raise self.refuse(reg, f"{what}: accesswidth "
-                                   f"{reg.get_property('accesswidth')}", "accesswidth")
+        if width not in WIDTHS:
+            raise self.refuse(reg, f"{what}: regwidth {width} (regdev registers are 8, 16, 32 "
+                                   "or 64 bits)", "regwidth")
+        word = reg.get_property("accesswidth", default=width)
         if reg.external:
             raise self.refuse(reg, f"{what}: an external register")
         if reg.get_property("ispresent", default=True) is False:  # pragma: no cover
             raise self.refuse(reg, f"{what}: ispresent = false")
-        addr = reg.absolute_address
-        if addr > 255:
-            raise self.refuse(reg, f"{what}: address 0x{addr:X} (addresses are 0..0xFF)")
+        table, addr = self.place(reg, what, word)
+        if table in ("coil", "discrete"):
+            width = 1  # one bit, in a register of at least 8 (SystemRDL's narrowest)
+        elif self.word is None:
+            self.word = word
+        elif word != self.word:
+            raise self.refuse(reg, f"{what}: accesswidth {word}, where the registers before "
+                                   f"have {self.word} (one bus word per map: set `default "
+                                   f"accesswidth = {min(word, self.word)};`)", "accesswidth")
         fields = tuple(self.field(reg, name, each) for each in reg.fields())
         protected = reg.get_property(PROTECTED_PROPERTY, default=None)
         identity = reg.get_property(IDENTITY_PROPERTY, default=None)
@@ -414,9 +457,36 @@ class _Reader:
             return Register(name=name, addr=addr,
                             description=_text(reg.get_property("desc", default=None)
                                               or reg.get_property("name", default="")),
-                            fields=fields, protected=bool(protected), identity=bool(identity))
+                            fields=fields, protected=bool(protected), identity=bool(identity),
+                            width=width, table=table)
         except MapError as error:
             raise MapError(f"{_where(reg.inst_src_ref, str(self.path))}: {error}") from None
+
+    def place(self, reg: Any, what: str, word: int) -> tuple[str, int]:
+        """A register's table (its ``regdev_table``, else its regfile's, else holding) and
+        its address: its byte address (from its regfile's, in a regfile with a table) over
+        the bus word's bytes.
+
+        Raises:
+            MapError: the table is not one of :data:`TABLES`, or the address is not a whole
+                number of bus words.
+        """
+        table = reg.get_property(TABLE_PROPERTY, default=None)
+        parent = reg.parent
+        offset = 0
+        if isinstance(parent, self.node.RegfileNode):
+            offset = parent.absolute_address
+            table = table or parent.get_property(TABLE_PROPERTY, default=None)
+        table = table or "holding"
+        if table not in TABLES:
+            raise self.refuse(reg, f"{what}: {TABLE_PROPERTY} = {table!r} (tables are "
+                                   f"{', '.join(TABLES)})", TABLE_PROPERTY)
+        offset = reg.absolute_address - offset
+        unit = word // 8
+        if offset % unit:
+            raise self.refuse(reg, f"{what}: byte address 0x{offset:X}, not a whole number "
+                                   f"of {word}-bit bus words (accesswidth)")
+        return table, offset // unit
 
     def field(self, reg: Any, register: str, field: Any) -> Field:
         types = self.rdltypes

@@ -1,7 +1,8 @@
 """Register maps: what a device's registers are called, where they are, and how they behave.
 
-A :class:`RegisterMap` is a list of 8-bit :class:`Register` objects, each with an address,
-an optional name, and :class:`Field` objects that give bit ranges names, software access,
+A :class:`RegisterMap` is a list of :class:`Register` objects (8, 16, 32 or 64 bits wide,
+8 by default; in one of Modbus's four tables, holding registers by default), each with an
+address, an optional name, and :class:`Field` objects that give bit ranges names, software access,
 reset values, enumerated values, write-1-to-clear and clear-on-read. It drives everything
 regdev does with a device: the in-process register file and the firmware simulator honour
 it, the tools offered to models and the checks before the device come from it, and so do the
@@ -50,26 +51,42 @@ from typing import Any, Final
 
 from ..core._errors import MapError
 from ..core._text import escape_text, unicode_problem
+from ._values import Value, ValueCodec, bind_values, values_from_json
 
 __all__ = [
     "ACCESS",
     "FORMAT",
+    "MAX_ADDRESS",
     "MAX_DESCRIPTION",
     "MAX_NAME",
     "MAX_REGISTERS",
     "REGISTER_BITS",
+    "SERIAL_ADDRESSES",
+    "TABLES",
     "VERSION",
+    "WIDTHS",
     "Field",
     "Register",
     "RegisterMap",
+    "Value",
 ]
 
 #: Software access of a field or register: read-write, read-only, write-only.
 ACCESS: Final = ("rw", "r", "w")
-#: Bits in a register (regdev's registers are 8 bits wide).
+#: Bits in a register by default (the default map's, and regdev's serial protocol's).
 REGISTER_BITS: Final = 8
-#: Most registers in a map: addresses are one byte on the wire (0..255).
-MAX_REGISTERS: Final = 256
+#: The widths a register may have, in bits (1 is a coil's or a discrete input's).
+WIDTHS: Final = (8, 16, 32, 64)
+#: The tables a register may be in: Modbus's four (holding registers, input registers, coils,
+#: discrete inputs). In process and on regdev's serial protocol, holding only.
+TABLES: Final = ("holding", "input", "coil", "discrete")
+#: The highest address of a register in a map (in process any 32-bit address; a Modbus
+#: device's tables end at 65535, regdev's serial protocol's at 255).
+MAX_ADDRESS: Final = 0xFFFF_FFFF
+#: Most registers in a map (a Modbus device's four tables of 65536 each).
+MAX_REGISTERS: Final = 4 * 65536
+#: The addresses regdev's serial protocol carries: one byte on the wire (0..255).
+SERIAL_ADDRESSES: Final = 256
 #: Longest name of a register, field, enumerated value or map, in characters. Names reach
 #: the tools offered to models (descriptions, ``REGISTER.FIELD`` arguments); 64 is the longest
 #: function name OpenAI accepts (``^[a-zA-Z0-9_-]{1,64}$``), so a name always fits one.
@@ -81,7 +98,6 @@ MAX_DESCRIPTION: Final = 4096
 #: The compiled JSON form's ``format`` and ``version``.
 FORMAT: Final = "regdev-map"
 VERSION: Final = 1
-_FULL: Final = (1 << REGISTER_BITS) - 1
 #: A register or field name: an identifier, optionally with array indices (``DATA[2]``).
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[0-9]+\])*")
 #: An enumerated value's name.
@@ -131,14 +147,31 @@ def _is_int(value: object) -> bool:
     return type(value) is int
 
 
+def _bits_problem(field: Field, width: int) -> str:
+    return f"bits [{field.msb}:{field.lsb}] are not within {width - 1}..0 (msb >= lsb)"
+
+
+def _width_problem(table: object, width: object) -> str | None:
+    """Why ``width`` is not a width of a register in ``table``, or None."""
+    if table not in TABLES:
+        return f"table must be one of {', '.join(TABLES)}, got {_shown(table)}"
+    if table in ("coil", "discrete"):
+        return None if width == 1 else (f"a {table} is one bit: its width must be 1, got "
+                                        f"{_shown(width)}")
+    if not _is_int(width) or width not in WIDTHS:
+        return (f"the width must be one of {', '.join(map(str, WIDTHS))} (bits), got "
+                f"{_shown(width)}")
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Field:
     """A named bit range of a register.
 
     Attributes:
         name: the field's name, an identifier (``MODE``).
-        lsb: its lowest bit, 0..7.
-        msb: its highest bit, ``lsb``..7.
+        lsb: its lowest bit, 0..width-1 of its register (0..7 in an 8-bit register).
+        msb: its highest bit, ``lsb``..width-1 of its register.
         access: software access: ``"rw"``, ``"r"`` (read-only) or ``"w"`` (write-only).
         reset: its value at reset, 0..2**width-1 (the field's own value, not shifted).
         onwrite: ``"woclr"`` (a written 1 clears the bit, a 0 leaves it) or None; only for a
@@ -182,9 +215,8 @@ class Field:
         if problem is not None:
             raise _fail(where, problem)
         if not (_is_int(self.lsb) and _is_int(self.msb)
-                and 0 <= self.lsb <= self.msb < REGISTER_BITS):
-            raise _fail(where, f"bits [{self.msb}:{self.lsb}] are not within 7..0 "
-                               "(msb >= lsb)")
+                and 0 <= self.lsb <= self.msb < WIDTHS[-1]):
+            raise _fail(where, _bits_problem(self, WIDTHS[-1]))
         if self.access not in ACCESS:
             raise _fail(where, f"access must be rw, r or w, got {_shown(self.access)}")
         top = (1 << self.width) - 1
@@ -234,7 +266,7 @@ class Field:
 
     @property
     def width(self) -> int:
-        """Bits in the field, 1..8."""
+        """Bits in the field, 1..64 (at most its register's width)."""
         return self.msb - self.lsb + 1
 
     @property
@@ -273,16 +305,19 @@ class Field:
 
 @dataclass(frozen=True, slots=True)
 class Register:
-    """One 8-bit register of a map.
+    """One register of a map: 8 bits wide unless it says otherwise (16, 32, 64), in one of
+    Modbus's four tables (holding registers unless it says otherwise).
 
     Attributes:
         name: the register's name (``CTRL``, ``DATA[2]``), or None for an unnamed one (the
             default map's).
-        addr: its address, 0..255.
+        addr: its address in its table, 0..:data:`MAX_ADDRESS` (a Modbus device's tables end
+            at 65535, regdev's serial protocol's at 255: those backends refuse a map beyond).
         access: software access of the register as a whole: ``"rw"``, ``"r"`` or ``"w"``.
             With fields, it follows from theirs (``r`` when none is writable, ``w`` when none
             is readable); None takes that (or ``"rw"`` for a register without fields).
-        reset: its value at reset, 0..255; with fields, the fields' resets put together.
+        reset: its value at reset, 0..2**width-1; with fields, the fields' resets put
+            together.
             None takes that (or 0 without fields).
         description: what the register is.
         fields: its fields, any order (kept from the lowest bit up); they may not overlap.
@@ -293,6 +328,13 @@ class Register:
             register, without clear-on-read bits, whose reset value is the chip's value.
             regdev reads it when it connects to a device that cannot say its map (Modbus)
             and refuses to go on when it holds another value (``docs/maps.md``).
+        width: its bits: 8, 16, 32 or 64 (:data:`WIDTHS`); 1 for a coil or a discrete
+            input. 0 (the default) takes 8, or 1 for a coil or a discrete input. Its fields
+            lie within it, its values are 0..2**width-1.
+        table: its Modbus table (:data:`TABLES`): ``"holding"`` (the default), ``"input"``
+            (input registers, read-only), ``"coil"`` (one bit, read-write) or ``"discrete"``
+            (discrete inputs: one bit, read-only). A register is identified by its table and
+            its address.
 
     Raises:
         MapError: the register is not consistent (the message names it and its field), or
@@ -307,9 +349,11 @@ class Register:
     fields: tuple[Field, ...] = ()
     protected: bool = False
     identity: bool = False
-    #: The masks, worked out once: field, writable, readable, woclr, rclr.
-    _masks: tuple[int, int, int, int, int] = _dataclass_field(
-        init=False, repr=False, compare=False, default=(0, 0, 0, 0, 0))
+    width: int = 0
+    table: str = "holding"
+    #: The masks, worked out once: field, writable, readable, woclr, rclr, every bit.
+    _masks: tuple[int, int, int, int, int, int] = _dataclass_field(
+        init=False, repr=False, compare=False, default=(0, 0, 0, 0, 0, 0))
 
     def __post_init__(self) -> None:
         problem = None if self.name is None else _name_problem(self.name)
@@ -317,15 +361,19 @@ class Register:
                  else f"register at {_shown(self.addr)}")
         if problem is not None:
             raise _fail(where, problem)
-        if not _is_int(self.addr) or not 0 <= self.addr < MAX_REGISTERS:
-            raise _fail(where, f"the address must be an integer 0..{MAX_REGISTERS - 1}, "
+        if not _is_int(self.addr) or not 0 <= self.addr <= MAX_ADDRESS:
+            raise _fail(where, f"the address must be an integer 0..{MAX_ADDRESS}, "
                                f"got {_shown(self.addr)}")
+        width = self._own_width(where)
+        full = (1 << width) - 1
         fields = tuple(sorted(self.fields, key=lambda f: f.lsb if isinstance(f, Field) else 0))
         taken = 0
         seen: set[str] = set()
         for each in fields:
             if not isinstance(each, Field):
                 raise _fail(where, f"{_shown(each)} is not a Field")
+            if each.msb >= width:
+                raise _fail(f"{where}, field {each.name}", _bits_problem(each, width))
             if each.mask & taken:
                 other = next(f for f in fields if f is not each and f.mask & each.mask)
                 raise _fail(f"{where}, field {each.name}",
@@ -354,8 +402,8 @@ class Register:
             if access not in ACCESS:
                 raise _fail(where, f"access must be rw, r or w, got {_shown(access)}")
             reset = 0 if self.reset is None else self.reset
-            if not _is_int(reset) or not 0 <= reset <= _FULL:
-                raise _fail(where, f"reset must be an integer 0..255, got {_shown(reset)}")
+            if not _is_int(reset) or not 0 <= reset <= full:
+                raise _fail(where, f"reset must be an integer 0..{full}, got {_shown(reset)}")
             object.__setattr__(self, "access", access)
             object.__setattr__(self, "reset", reset)
         problem = _description_problem(self.description)
@@ -365,8 +413,11 @@ class Register:
             raise _fail(where, f"protected must be true or false, got {_shown(self.protected)}")
         if type(self.identity) is not bool:
             raise _fail(where, f"identity must be true or false, got {_shown(self.identity)}")
+        if self.table in ("input", "discrete") and self.access != "r":
+            raise _fail(where, f"the {self.table} table is read-only: its registers' access "
+                               f"must be r, got {_shown(self.access)}")
         if fields:
-            masks = [0] * 5
+            masks = [0] * 5 + [full]
             for each in fields:
                 for index, keep in enumerate((True, each.writable, each.readable,
                                               each.onwrite == "woclr", each.onread == "rclr")):
@@ -374,13 +425,36 @@ class Register:
                         masks[index] |= each.mask
             object.__setattr__(self, "_masks", tuple(masks))
         else:
-            object.__setattr__(self, "_masks", (_FULL, _FULL if self.access != "r" else 0,
-                                                _FULL if self.access != "w" else 0, 0, 0))
+            object.__setattr__(self, "_masks", (full, full if self.access != "r" else 0,
+                                                full if self.access != "w" else 0, 0, 0, full))
         if self.identity and (self.writable_mask or self.rclr_mask or not self.readable_mask):
             raise _fail(where, "an identity register must be read-only, readable, and clear "
                                "nothing when read (its reset value is the chip's ID)")
 
+    def _own_width(self, where: str) -> int:
+        """Check the table and the width (0 takes the table's default); set and return it."""
+        width = self.width
+        if width == 0:
+            width = 1 if self.table in ("coil", "discrete") else REGISTER_BITS
+        problem = _width_problem(self.table, width)
+        if problem is not None:
+            raise _fail(where, problem)
+        if self.table in ("input", "discrete") and self.access is None and not self.fields:
+            object.__setattr__(self, "access", "r")  # read-only by its table
+        object.__setattr__(self, "width", width)
+        return width
+
     # --- the bits, by behaviour -----------------------------------------------------------
+
+    @property
+    def full_mask(self) -> int:
+        """Every bit of the register, ``2**width - 1`` (0xFF for an 8-bit register)."""
+        return self._masks[5]
+
+    @property
+    def top(self) -> int:
+        """The register's largest value, ``2**width - 1`` (255 for an 8-bit register)."""
+        return self._masks[5]
 
     @property
     def field_mask(self) -> int:
@@ -390,7 +464,7 @@ class Register:
     @property
     def reserved_mask(self) -> int:
         """Bits in no field: read as 0, never set (0 for a register without fields)."""
-        return _FULL & ~self._masks[0]
+        return self._masks[5] & ~self._masks[0]
 
     @property
     def writable_mask(self) -> int:
@@ -421,16 +495,22 @@ class Register:
 
     @property
     def label(self) -> str:
-        """How messages name the register: ``CTRL (0x01)``, or ``3`` when it is unnamed."""
+        """How messages name the register: ``CTRL (0x01)``, or ``3`` when it is unnamed; in
+        a table other than holding, the table too: ``VOLTS (input 0x0010)``, ``input 16``."""
+        if self.table != "holding":
+            return (f"{self.name} ({self.table} 0x{self.addr:04X})" if self.name
+                    else f"{self.table} {self.addr}")
         return f"{self.name} (0x{self.addr:02X})" if self.name else str(self.addr)
 
-    def refuse_write(self, data: int, mask: int = _FULL) -> str | None:
+    def refuse_write(self, data: int, mask: int | None = None) -> str | None:
         """Why the register refuses to have the bits ``mask`` of ``data`` written, or None.
 
         A write to a register that software cannot write at all is refused, as is one that
         sets a reserved bit. Bits of read-only fields are ignored (they keep their value), as
-        hardware ignores them.
+        hardware ignores them. ``mask`` None: every bit.
         """
+        if mask is None:
+            mask = self._masks[5]
         if not self.writable_mask:
             return f"register {self.label} is read-only"
         reserved = data & mask & self.reserved_mask
@@ -439,21 +519,33 @@ class Register:
                     f"{self.label}")
         return None
 
-    def written(self, old: int, data: int, mask: int = _FULL) -> int:
+    def written(self, old: int, data: int, mask: int | None = None) -> int:
         """The register's value after writing the bits ``mask`` of ``data`` over ``old``.
 
         Stored bits take ``data``; write-1-to-clear bits clear where ``data`` has a 1; every
-        other bit (read-only, reserved, outside ``mask``) keeps its value. Call only when
-        :meth:`refuse_write` returned None.
+        other bit (read-only, reserved, outside ``mask``) keeps its value (``mask`` None:
+        every bit). Call only when :meth:`refuse_write` returned None.
         """
+        full = self._masks[5]
+        if mask is None:
+            mask = full
         store = self.store_mask & mask
         clear = self.woclr_mask & mask & data
-        return ((old & ~store) | (data & store)) & ~clear & _FULL
+        return ((old & ~store) | (data & store)) & ~clear & full
 
     def read_effect(self, value: int) -> tuple[int, int]:
         """``(what a read returns, the register's value after the read)`` for ``value``:
         write-only bits read as 0; clear-on-read bits are returned, then cleared."""
         return value & self.readable_mask, value & ~self.rclr_mask
+
+    def _shape(self) -> dict[str, Any]:
+        """``width`` and ``table`` for the JSON form and the digest, when not the default."""
+        shape: dict[str, Any] = {}
+        if self.table != "holding":
+            shape["table"] = self.table
+        if self.width != (1 if self.table in ("coil", "discrete") else REGISTER_BITS):
+            shape["width"] = self.width
+        return shape
 
     def field(self, name: str) -> Field | None:
         """The field called ``name``, or None."""
@@ -470,9 +562,11 @@ class Register:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The register in the compiled JSON form (see :meth:`RegisterMap.to_json`)."""
+        """The register in the compiled JSON form (see :meth:`RegisterMap.to_json`);
+        ``width`` and ``table`` only when they are not the default's (8, holding)."""
         return {
-            "name": self.name, "addr": self.addr, "access": self.access, "reset": self.reset,
+            "name": self.name, "addr": self.addr, **self._shape(),
+            "access": self.access, "reset": self.reset,
             "description": self.description, "protected": self.protected,
             "identity": self.identity, "reserved_mask": self.reserved_mask,
             "woclr_mask": self.woclr_mask, "rclr_mask": self.rclr_mask,
@@ -493,30 +587,41 @@ class RegisterMap:
             must be distinct. At least one.
         name: the map's (the device's) name; ``""`` for none.
         description: what the device is.
+        values: its typed values (:class:`~regdev.devices._values.Value`), in the order
+            given; none by default.
 
     Raises:
-        MapError: no register, two registers at one address or with one name, or a
-            ``FIELD`` name that is not unique in its register.
+        MapError: no register, two registers at one address of one table or with one name,
+            or a ``FIELD`` name that is not unique in its register; or a value that does not
+            fit its registers (``_values.bind_values``).
     """
 
-    __slots__ = ("_by_addr", "_by_name", "_digest", "description", "name", "registers")
+    __slots__ = ("_by_addr", "_by_name", "_codecs", "_digest", "_tables", "description",
+                 "name", "registers", "values")
 
     name: str
     description: str
     registers: tuple[Register, ...]
+    values: tuple[Value, ...]
+    _codecs: dict[str, ValueCodec]
     _by_addr: dict[int, Register]
     _by_name: dict[str, Register]
+    _tables: dict[str, dict[int, Register]]
 
     def __init__(self, registers: Iterable[Register], *, name: str = "",
-                 description: str = "") -> None:
-        regs = tuple(sorted(registers, key=lambda r: r.addr if isinstance(r, Register) else 0))
+                 description: str = "", values: Iterable[Value] = ()) -> None:
+        regs = tuple(sorted(registers, key=_table_order))
         if not regs:
             raise MapError("a register map needs at least one register")
-        by_addr: dict[int, Register] = {}
+        if len(regs) > MAX_REGISTERS:
+            raise MapError(f"a register map holds at most {MAX_REGISTERS} registers, got "
+                           f"{len(regs)}")
+        tables: dict[str, dict[int, Register]] = {}
         by_name: dict[str, Register] = {}
         for each in regs:
             if not isinstance(each, Register):
                 raise MapError(f"{_shown(each)} is not a Register")
+            by_addr = tables.setdefault(each.table, {})
             if each.addr in by_addr:
                 raise _fail(f"register {each.label}", f"address 0x{each.addr:02X} is taken "
                                                       f"by {by_addr[each.addr].label} too")
@@ -540,8 +645,13 @@ class RegisterMap:
         set_(self, "registers", regs)
         set_(self, "name", name)
         set_(self, "description", description)
-        set_(self, "_by_addr", by_addr)
+        set_(self, "_by_addr", tables.get("holding", {}))
         set_(self, "_by_name", by_name)
+        set_(self, "_tables", tables)
+        values = tuple(values)
+        set_(self, "values", values)
+        set_(self, "_codecs", bind_values(values, {
+            (getattr(r, "table", "holding"), r.addr): r for r in regs}) if values else {})
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a RegisterMap is immutable: cannot set `{name}`")
@@ -556,13 +666,16 @@ class RegisterMap:
     @property
     def is_default(self) -> bool:
         """True for a map equal to :meth:`default`."""
-        return self is _DEFAULT or self == _DEFAULT  # (the default itself, at once)
+        # (the default itself at once; a map with values, or of another size, without
+        # comparing every register: the device checks this on every access)
+        return self is _DEFAULT or (not self.values and len(self.registers) == len(
+            _DEFAULT.registers) and self == _DEFAULT)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RegisterMap):
             return NotImplemented
-        return (self.registers, self.name, self.description) == (
-            other.registers, other.name, other.description)
+        return (self.registers, self.name, self.description, self.values) == (
+            other.registers, other.name, other.description, other.values)
 
     def __hash__(self) -> int:
         return hash((self.registers, self.name))
@@ -576,13 +689,56 @@ class RegisterMap:
     def __repr__(self) -> str:
         return f"RegisterMap(name={self.name!r}, registers={len(self.registers)})"
 
-    def at(self, addr: int) -> Register | None:
-        """The register at ``addr``, or None."""
-        return self._by_addr.get(addr) if type(addr) is int else None
+    def at(self, addr: int, table: str = "holding") -> Register | None:
+        """The register at ``addr`` of ``table`` (holding registers by default), or None."""
+        if table == "holding":
+            return self._by_addr.get(addr) if type(addr) is int else None
+        found = self._tables.get(table)
+        return found.get(addr) if found is not None and type(addr) is int else None
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The tables the map has registers in, in :data:`TABLES` order."""
+        return tuple(table for table in TABLES if table in self._tables)
+
+    def in_table(self, table: str) -> tuple[Register, ...]:
+        """The registers of ``table``, lowest address first (empty for a table it has
+        none in)."""
+        return tuple(self._tables.get(table, {}).values())
+
+    @property
+    def widest(self) -> int:
+        """The widest register's width, in bits (8 for the default map)."""
+        return max(register.width for register in self.registers)
+
+    @property
+    def top(self) -> int:
+        """The largest value of the widest register (255 for the default map)."""
+        return (1 << self.widest) - 1
+
+    def serial_problem(self) -> str | None:
+        """Why regdev's serial protocol (and its C firmware) cannot carry this map, or None:
+        it carries 8-bit holding registers at addresses 0..255 (one byte each on the wire)."""
+        for register in self.registers:
+            if register.table != "holding":
+                return (f"register {register.label} is in the {register.table} table; regdev's "
+                        "serial protocol carries holding registers only (use Modbus)")
+            if register.width != REGISTER_BITS:
+                return (f"register {register.label} is {register.width} bits wide; regdev's "
+                        "serial protocol carries 8-bit registers (one byte each on the wire)")
+            if register.addr >= SERIAL_ADDRESSES:
+                return (f"register {register.label} is at address {register.addr}; regdev's "
+                        f"serial protocol carries addresses 0..{SERIAL_ADDRESSES - 1} (one byte "
+                        "on the wire)")
+        return None
 
     def named(self, name: str) -> Register | None:
         """The register called ``name``, or None."""
         return self._by_name.get(name)
+
+    def value(self, name: str) -> ValueCodec | None:
+        """The typed value called ``name``, laid out on its registers, or None."""
+        return self._codecs.get(name)
 
     def find_field(self, path: str) -> tuple[Register, Field] | None:
         """The register and field of ``"REGISTER.FIELD"``, or None."""
@@ -593,26 +749,28 @@ class RegisterMap:
 
     @property
     def addresses(self) -> tuple[int, ...]:
-        """Every register's address, lowest first."""
+        """Every holding register's address, lowest first."""
         return tuple(self._by_addr)
 
     @property
     def last(self) -> int:
-        """The highest register address."""
-        return self.registers[-1].addr
+        """The highest holding register's address (-1 for a map without holding
+        registers)."""
+        return next(reversed(self._by_addr)) if self._by_addr else -1
 
     @property
     def contiguous(self) -> bool:
-        """True when the registers are at 0..N-1 with no gap."""
-        return self.last == len(self.registers) - 1 and self.registers[0].addr == 0
+        """True when the registers are all holding registers at 0..N-1 with no gap."""
+        return (self.last == len(self.registers) - 1 and bool(self._by_addr)
+                and self.registers[0].addr == 0)
 
     def read_only(self) -> frozenset[int]:
-        """Addresses of the registers software cannot write."""
-        return frozenset(r.addr for r in self.registers if not r.writable_mask)
+        """Addresses of the holding registers software cannot write."""
+        return frozenset(r.addr for r in self._by_addr.values() if not r.writable_mask)
 
     def protected(self) -> frozenset[int]:
-        """Addresses of the registers the map marks protected."""
-        return frozenset(r.addr for r in self.registers if r.protected)
+        """Addresses of the holding registers the map marks protected."""
+        return frozenset(r.addr for r in self._by_addr.values() if r.protected)
 
     def identity(self) -> tuple[Register, ...]:
         """The identity registers (a chip ID), lowest address first: each must read its
@@ -630,7 +788,8 @@ class RegisterMap:
         if cached is not None:
             return cached
         form = {"name": self.name, "registers": [
-            {"name": r.name, "addr": r.addr, "access": r.access, "reset": r.reset,
+            {"name": r.name, "addr": r.addr, **r._shape(), "access": r.access,
+             "reset": r.reset,
              "identity": r.identity,
              "fields": [{"name": f.name, "lsb": f.lsb, "msb": f.msb, "access": f.access,
                          "reset": f.reset, "onwrite": f.onwrite, "onread": f.onread,
@@ -641,30 +800,37 @@ class RegisterMap:
         object.__setattr__(self, "_digest", digest)
         return digest
 
-    def label(self, addr: int) -> str:
+    def label(self, addr: int, table: str = "holding") -> str:
         """How messages name the register at ``addr`` (``CTRL (0x01)``, or ``3``)."""
-        register = self._by_addr.get(addr)
+        register = self.at(addr, table)
         return register.label if register is not None else str(addr)
 
     # --- the compiled JSON form -------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """The map as the compiled JSON form's object (see :meth:`to_json`)."""
-        return {"format": FORMAT, "version": VERSION, "name": self.name,
-                "description": self.description,
-                "registers": [each.to_dict() for each in self.registers]}
+        out = {"format": FORMAT, "version": VERSION, "name": self.name,
+               "description": self.description,
+               "registers": [each.to_dict() for each in self.registers]}
+        if self.values:  # (a map without values writes what it always did)
+            out["values"] = [each.to_dict() for each in self.values]
+        return out
 
     def to_json(self) -> str:
         """The compiled JSON form, as ``regdev map FILE --json`` writes it::
 
             {"format": "regdev-map", "version": 1, "name": ..., "description": ...,
-             "registers": [{"name", "addr", "access": "rw"|"r"|"w", "reset", "description",
+             "registers": [{"name", "addr", "table" (only when not "holding"), "width" (only
+                            when not 8; 1 for a coil), "access": "rw"|"r"|"w", "reset",
+                            "description",
                             "protected", "reserved_mask", "woclr_mask", "rclr_mask",
                             "fields": [{"name", "lsb", "msb", "access", "reset",
                                         "onwrite": null|"woclr", "onread": null|"rclr",
                                         "encode": {NAME: value}, "description",
                                         "enum_descriptions": {NAME: text} (only when
-                                        some value has one)}]}]}
+                                        some value has one)}]}],
+             "values": [{"name", "addr", "type", ...}] (only when it has typed values;
+                        see ``_values.py`` and docs/maps.md)}
 
         The masks are derived from the fields (a reader may use them rather than the
         fields); :meth:`from_json` checks that they agree.
@@ -700,18 +866,21 @@ class RegisterMap:
             raise MapError(f"{source}: not valid JSON: it is nested too deeply") from None
         except ValueError as error:  # _no_repeats, _no_constant: in regdev's words
             raise MapError(f"{source}: not valid JSON: {error}") from None
-        return cls.from_dict(document, source)
+        return cls.from_dict(document, source, text)
 
     @classmethod
-    def from_dict(cls, document: object, source: str = "map") -> RegisterMap:
-        """Read the compiled JSON form, already decoded (see :meth:`from_json`).
+    def from_dict(cls, document: object, source: str = "map",
+                  text: str | None = None) -> RegisterMap:
+        """Read the compiled JSON form, already decoded (see :meth:`from_json`); ``text``,
+        the JSON text when there is one, places each typed value at its line in messages.
 
         Raises:
             MapError: as :meth:`from_json`.
         """
         reader = _Reader(source)
         top = reader.obj(document, "", {"format", "version", "name", "description",
-                                           "registers"}, {"format", "version", "registers"})
+                                           "registers", "values"},
+                         {"format", "version", "registers"})
         if top["format"] != FORMAT or top["version"] != VERSION:
             raise reader.error("", f'not a regdev map: expected "format": "{FORMAT}", '
                                    f'"version": {VERSION}')
@@ -721,15 +890,25 @@ class RegisterMap:
             raise reader.error("registers", "must be an array of registers")
         for index, item in enumerate(raw):
             registers.append(reader.register(item, f"registers[{index}]"))
+        values = values_from_json(top["values"], source, text) if "values" in top else ()
         try:
             return cls(registers, name=reader.text(top.get("name", ""), "name"),
-                       description=reader.text(top.get("description", ""), "description"))
-        except MapError as error:
-            raise MapError(f"{source}: {error}") from None
+                       description=reader.text(top.get("description", ""), "description"),
+                       values=values)
+        except MapError as error:  # (a value's message names its file already)
+            raise (error if str(error).startswith(source) else
+                   MapError(f"{source}: {error}")) from None
 
 
 _KEYS_REGISTER = {"name", "addr", "access", "reset", "description", "protected", "identity",
-                  "reserved_mask", "woclr_mask", "rclr_mask", "fields"}
+                  "reserved_mask", "woclr_mask", "rclr_mask", "fields", "width", "table"}
+
+
+def _table_order(register: object) -> tuple[int, int]:
+    """Registers in a map: holding first, then input, coil, discrete; by address in each."""
+    if not isinstance(register, Register):
+        return (0, 0)
+    return (TABLES.index(register.table), register.addr)
 _KEYS_FIELD = {"name", "lsb", "msb", "access", "reset", "onwrite", "onread", "encode",
                "description", "enum_descriptions"}
 
@@ -774,7 +953,8 @@ class _Reader:
         fields = data.get("fields", [])
         if type(fields) is not list:
             raise self.error(f"{where}.fields", "must be an array of fields")
-        parsed = tuple(self.field(each, f"{where}.fields[{index}]")
+        table, width = self.shape(data, where)
+        parsed = tuple(self.field(each, f"{where}.fields[{index}]", width)
                        for index, each in enumerate(fields))
         protected = data.get("protected", False)
         if type(protected) is not bool:
@@ -782,14 +962,14 @@ class _Reader:
         identity = data.get("identity", False)
         if type(identity) is not bool:
             raise self.error(f"{where}.identity", "must be true or false")
-        addr = self.integer(data["addr"], f"{where}.addr", 0, 255)
+        addr = self.integer(data["addr"], f"{where}.addr", 0, MAX_ADDRESS)
         description = self.text(data.get("description", ""), f"{where}.description")
         try:
             register = Register(
                 name=name, addr=addr,
                 access=data.get("access"), reset=data.get("reset"),
                 description=description, fields=parsed, protected=protected,
-                identity=identity)
+                identity=identity, width=width, table=table)
         except MapError as error:
             raise self.error(where, str(error)) from None
         for key in ("reserved_mask", "woclr_mask", "rclr_mask"):
@@ -798,8 +978,23 @@ class _Reader:
                                                    f"make it {getattr(register, key)}")
         return register
 
-    def field(self, item: object, where: str) -> Field:
+    def shape(self, data: dict[str, Any], where: str) -> tuple[str, int]:
+        """A register's ``table`` and ``width`` (the table's default width when absent)."""
+        table = data.get("table", "holding")
+        if table not in TABLES:
+            raise self.error(f"{where}.table", f"must be one of {', '.join(TABLES)}")
+        width = data.get("width", 1 if table in ("coil", "discrete") else REGISTER_BITS)
+        problem = _width_problem(table, width)
+        if problem is not None:
+            raise self.error(f"{where}.width", problem)
+        return table, width
+
+    def field(self, item: object, where: str, width: int = REGISTER_BITS) -> Field:
         data = self.obj(item, where, _KEYS_FIELD, {"name", "lsb", "msb"})
+        lsb, msb = data["lsb"], data["msb"]
+        if _is_int(lsb) and _is_int(msb) and 0 <= lsb <= msb and msb >= width:
+            raise self.error(where, f"bits [{msb}:{lsb}] are not within {width - 1}..0 "
+                                    "(msb >= lsb)")
         encode = data.get("encode", {})
         if type(encode) is not dict:
             raise self.error(f"{where}.encode", "must be an object of NAME: value")

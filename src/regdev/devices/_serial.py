@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import serial
 
-from ..core._errors import DeviceBusy, DeviceError, DeviceRefused, TransportError
+from ..core._errors import DeviceBusy, DeviceError, DeviceRefused, MapError, TransportError
 from ..core._text import escape_text
 from ..core._wording import serial_problem
 from ._device import Device, DeviceIdentity, check_access, check_block, check_timeout
@@ -390,6 +390,9 @@ class SerialDevice(Device):
         elif type(first_seq) is not int or not 1 <= first_seq <= 255:
             raise ValueError(f"first_seq must be an int 1..255, got {first_seq!r}")
         _check_url(url)
+        problem = regmap.serial_problem() if regmap is not None else None
+        if problem is not None:
+            raise MapError(f"the map cannot be driven over regdev's serial protocol: {problem}")
         super().__init__(regmap)
         # Each register's address, and whether a read of it clears bits (then it is sent once,
         # never again): read() and write() check an address with one look-up.

@@ -79,6 +79,7 @@ from ..core._errors import (
     RegdevError,
     ReplyLost,
     TransportError,
+    ValueRefused,
 )
 from ..core._observation import Observation, Refusal
 from ..core._text import display_text, escape_text, is_text
@@ -884,6 +885,8 @@ def _device_failure(error: RegdevError) -> Refusal:
     ``device-error``: the device refused for good (:class:`DeviceRefused`), or ran the request
     and did not answer as it should (any other :class:`DeviceError`).
     """
+    if isinstance(error, ValueRefused):  # nothing was written: the value does not convert
+        return Refusal("execute", error.code, str(error))
     text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
     if isinstance(error, AuditError):  # a tool that records its effect, as a reset does
         return Refusal("observe", "audit-error",

@@ -16,11 +16,15 @@ Rules of this file:
 
 The rule table (:func:`rule_table` in ``_maptools.py`` builds it):
 
-``{"registers": [...], "fields": {"REG.FIELD": [addr, index]}, "read_only": [addr, ...]}``,
-where ``registers[addr]`` is None for no register, else ``[name, reserved_mask, fields]``,
-and each field is ``[name, lsb, mask, writable, checked, top, values]``: ``checked`` is True
-when a register write's bits for it must be one of its enumerated ``values`` (a dict of
-name to number; None for a plain number).
+``{"tables": {TABLE: [first, rows]}, "fields": {"REG.FIELD": [addr, index]},
+"read_only": [addr, ...], "values": {NAME: [table, first addr, count]}}`` (``values``: the
+typed values, whose registers ``write_value`` changes), one entry per table the map has (``"holding"``, ``"input"``,
+``"coil"``, ``"discrete"``; a call's ``table`` argument picks one, holding when absent),
+where ``rows[addr - first]`` is None for no register, else ``[name, reserved_mask, fields,
+top, writable]`` (``top`` the largest value of its width, ``writable`` False in a read-only
+table), and each field is ``[name, lsb, mask, writable, checked, top, values]``: ``checked``
+is True when a register write's bits for it must be one of its enumerated ``values`` (a dict
+of name to number; None for a plain number). Fields are of holding registers.
 """
 
 from __future__ import annotations
@@ -34,16 +38,23 @@ __all__ = ["MAP_RULES_FILENAME", "MAP_RULES_SOURCE", "map_changes", "map_field_n
 
 #: The rules' functions; a finding is None or a tuple whose first item is the verdict code.
 MAP_RULES_SOURCE = '''\
-def map_missing(registers, addr, count):
-    """The addresses of ``addr``..``addr + count - 1`` that are no register, in order."""
-    top = len(registers)
+def map_missing(rows, addr, count):
+    """The addresses of ``addr``..``addr + count - 1`` that are no register of the table
+    ``rows`` (``[first, rows]``), in order."""
+    first, registers = rows
+    top = first + len(registers)
     return [each for each in range(addr, addr + count)
-            if each >= top or registers[each] is None]
+            if not first <= each < top or registers[each - first] is None]
 
 
 def map_value_finding(register, data):
-    """For one byte written to a register (a table row): None, ``("reserved-bits", bits)``
-    or ``("field-value", field index, the field's number)``."""
+    """For one value written to a register (a table row): None, ``("read-only-table",)``,
+    ``("range", top)``, ``("reserved-bits", bits)`` or ``("field-value", field index, the
+    field's number)``."""
+    if not register[4]:
+        return ("read-only-table",)
+    if data > register[3]:
+        return ("range", register[3])
     reserved = data & register[1]
     if reserved:
         return ("reserved-bits", reserved)
@@ -71,14 +82,20 @@ def map_field_number(field, value):
 
 def map_finding(table, name, a):
     """The first of the map's rules the call of tool ``name`` with arguments ``a`` breaks:
-    None, or ``(code, ...)``: ``("no-register", missing addresses)``, ``("reserved-bits",
-    index, addr, data, bits)``, ``("field-value", index, addr, data, field index, number)``
+    None, or ``(code, ...)``: ``("no-register", missing addresses)``, ``("read-only-register",
+    index, addr, data)`` (a write to a read-only table), ``("range-data", index, addr, data,
+    top)`` (``range-data[]`` in a block: a value wider than its register),
+    ``("reserved-bits", index, addr, data, bits)``, ``("field-value", index, addr, data, field
+    index, number)``
     (``index`` the position in a block, 0 for one register), ``("read-only-field", addr,
-    field index)``, ``("field-value", addr, field index)`` (a write_field value)."""
-    registers = table["registers"]
+    field index)``, ``("field-value", addr, field index)`` (a write_field value). A typed
+    value's checks (read_value, write_value) are not these rules: None."""
+    if name == "read_value" or name == "write_value":
+        return None
     if name == "write_field":
         addr, index = table["fields"][a["field"]]
-        field = registers[addr][2][index]
+        first, rows = table["tables"]["holding"]
+        field = rows[addr - first][2][index]
         if not field[3]:
             return ("read-only-field", addr, index)
         if map_field_number(field, a["value"]) is None:
@@ -94,18 +111,27 @@ def map_finding(table, name, a):
     else:
         data = None
     count = int(a["count"]) if name == "read_registers" else 1 if data is None else len(data)
-    missing = map_missing(registers, addr, count)
+    rows = table["tables"][a.get("table", "holding")]
+    missing = map_missing(rows, addr, count)
     if missing:
         return ("no-register", missing)
     for index, value in enumerate(data or ()):
-        found = map_value_finding(registers[addr + index], value)
+        found = map_value_finding(rows[1][addr + index - rows[0]], value)
         if found is not None:
-            return (found[0], index, addr + index, value, *found[1:])
+            code = found[0]
+            if code == "range":
+                code = "range-data[]" if name == "write_registers" else "range-data"
+            elif code == "read-only-table":
+                code = "read-only-register"
+            return (code, index, addr + index, value, *found[1:])
     return None
 
 
 def map_changes(table, name, a):
-    """The addresses a call of tool ``name`` with arguments ``a`` may change."""
+    """The holding registers' addresses a call of tool ``name`` with arguments ``a`` may
+    change (a coil's write changes no holding register)."""
+    if a.get("table", "holding") != "holding":
+        return ()
     if name == "write_register":
         return (int(a["addr"]),)
     if name == "write_registers":
@@ -113,6 +139,9 @@ def map_changes(table, name, a):
         return tuple(range(addr, addr + len(a["data"])))
     if name == "write_field":
         return (table["fields"][a["field"]][0],)
+    if name == "write_value":
+        kind, first, count = table["values"][a["name"]]
+        return tuple(range(first, first + count)) if kind == "holding" else ()
     return ()
 '''
 

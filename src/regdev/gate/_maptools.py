@@ -18,6 +18,11 @@ write_field         one writable field by name (``CTRL.MODE``; a read-only field
                     its ``enum``), by enumerated name or number: one atomic
                     read-modify-write (one masked-write frame), nothing else changes
 read_fields         one register by name, decoded into named fields
+read_value          one typed value by name (``SETPOINT``, ``ac_meter_abcn.W``), in its unit,
+                    with its raw registers: its registers read in one transaction
+write_value         one writable typed value by name, given in its unit: its range checked
+                    exactly (decimal), then its resolution (``resolution``), then all of its
+                    registers written in one atomic block write
 ==================  ==========================================================================
 
 The default map (:meth:`RegisterMap.default`) gets ``write_register`` and ``read_register``
@@ -71,17 +76,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..core._errors import DeviceError
-from ..core._observation import Refusal
+from ..core._errors import DeviceError, ValueRefused
+from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ..devices._device import DATA_MAX, MAX_BLOCK, Device
 from ..devices._regmap import Field, Register, RegisterMap
+from ..devices._values import ValueCodec
 from ._maprules import MAP_RULES_SOURCE, map_changes, map_field_number, map_finding
 from ._render import render_value
 from ._tool import Tool, ToolSet
 
 __all__ = ["DESCRIPTION_SHOWN", "LIST_SHOWN", "READ_REGISTER", "REGISTER_TOOLS",
-           "WRITE_REGISTER", "map_tools", "register_summary", "rule_table"]
+           "WRITE_REGISTER", "map_tools", "read_codec", "register_summary", "rule_table",
+           "value_summary"]
 
 #: The most characters of one description from the map (a register's, a field's, an
 #: enumerated value's) a tool description shows, escaped (then ``...``).
@@ -89,6 +96,13 @@ DESCRIPTION_SHOWN = 200
 #: The most characters a tool description spends on its list of registers or of fields with
 #: their descriptions; past it, the list says how many more there are.
 LIST_SHOWN = 6000
+#: The tables software can write: holding registers and coils (input registers and discrete
+#: inputs are read-only).
+_WRITABLE_TABLES = ("holding", "coil")
+#: How a tool description names each table.
+_TABLE_WORDS = {"holding": "holding registers", "input": "input registers (read-only)",
+                "coil": "coils (one bit, 0..1)", "discrete": "discrete inputs (one bit, "
+                                                              "read-only)"}
 
 
 def map_tools(regmap: RegisterMap, *, blocks: bool = False) -> ToolSet:
@@ -121,20 +135,31 @@ def _build(regmap: RegisterMap, *, blocks: bool = False) -> ToolSet:
 def rule_table(regmap: RegisterMap) -> dict[str, Any]:
     """The map's rule table (plain JSON-like data; its layout is in ``_maprules.py``): what
     the map's rules and ``changes`` hooks read, in process and in a standalone module."""
-    registers: list[Any] = [None] * (regmap.last + 1)
+    tables: dict[str, Any] = {}
     fields: dict[str, list[int]] = {}
-    for register in regmap.registers:
-        rows = []
-        for index, field in enumerate(register.fields):
-            values = dict(field.encode) if field.encode else None
-            rows.append([field.name, field.lsb, field.mask, field.writable,
-                         bool(field.encode) and field.writable and field.onwrite != "woclr",
-                         field.top, values])
-            if register.name:
-                fields[f"{register.name}.{field.name}"] = [register.addr, index]
-        registers[register.addr] = [register.name, register.reserved_mask, rows]
-    return {"registers": registers, "fields": fields,
-            "read_only": sorted(regmap.read_only())}
+    for table in regmap.tables:
+        registers = regmap.in_table(table)
+        first = registers[0].addr
+        rows: list[Any] = [None] * (registers[-1].addr - first + 1)
+        for register in registers:
+            described = []
+            for index, field in enumerate(register.fields):
+                values = dict(field.encode) if field.encode else None
+                described.append([field.name, field.lsb, field.mask, field.writable,
+                                  bool(field.encode) and field.writable
+                                  and field.onwrite != "woclr", field.top, values])
+                if register.name and table == "holding":
+                    fields[f"{register.name}.{field.name}"] = [register.addr, index]
+            rows[register.addr - first] = [register.name, register.reserved_mask, described,
+                                           register.top, table in _WRITABLE_TABLES]
+        tables[table] = [first, rows]
+    typed: dict[str, list[Any]] = {}
+    for value in regmap.values:
+        codec = regmap.value(value.name)
+        assert codec is not None
+        typed[value.name] = [value.table, value.addr, codec.count]
+    return {"tables": tables, "fields": fields, "read_only": sorted(regmap.read_only()),
+            "values": typed}
 
 
 def register_summary(regmap: RegisterMap, limit: int = 24) -> str:
@@ -144,9 +169,20 @@ def register_summary(regmap: RegisterMap, limit: int = 24) -> str:
     for register in regmap.registers[:limit]:
         name = register.name or f"register {register.addr}"
         access = {"r": " (read-only)", "w": " (write-only)"}.get(register.access or "rw", "")
-        parts.append(f"{name}=0x{register.addr:02X}{access}")
+        parts.append(f"{name}={_place(register)}{access}")
     more = len(regmap) - limit
     return ", ".join(parts) + (f", and {more} more" if more > 0 else "")
+
+
+def _place(register: Register) -> str:
+    """``0x01`` for an 8-bit holding register; its table and width otherwise: ``input
+    0x0010``, ``0x0002 (16-bit)``."""
+    place = f"0x{register.addr:02X}"
+    if register.table != "holding":
+        place = f"{register.table} {place}"
+    if register.width not in (1, 8):
+        place += f" ({register.width}-bit)"
+    return place
 
 
 def _described(text: str) -> str:
@@ -177,7 +213,7 @@ def _register_entry(register: Register) -> str:
     description, with its access and its description."""
     name = register.name or f"register {register.addr}"
     access = {"r": " (read-only)", "w": " (write-only)"}.get(register.access or "rw", "")
-    text = f"{name}=0x{register.addr:02X}{access}"
+    text = f"{name}={_place(register)}{access}"
     if register.protected:
         text += " (protected: a write needs approval)"
     return text + (f": {_described(register.description)}" if register.description else "")
@@ -211,10 +247,21 @@ class _MapTools:
         #: The default map's block tools too (the shell's; models are offered only two).
         self.blocks = blocks
         self.table = rule_table(regmap)
-        self.first, self.last = regmap.registers[0].addr, regmap.last
+        self.first = min(register.addr for register in regmap.registers)
+        self.last = max(register.addr for register in regmap.registers)
+        #: The map's tables, when it has registers in another than holding: the tools then
+        #: take a ``table`` argument (required), else none.
+        self.tables = regmap.tables if regmap.tables != ("holding",) else ()
+        #: The largest value of the widest register (255 when all are 8 bits wide).
+        self.top = regmap.top
         self.summary = register_summary(regmap)
-        self.fields = [(register, field) for register in regmap.registers if register.name
-                       for field in register.fields]
+        self.fields = [(register, field) for register in regmap.in_table("holding")
+                       if register.name for field in register.fields]
+        self.values = [codec for codec in (regmap.value(v.name) for v in regmap.values)
+                       if codec is not None]
+        #: write_value's conversions by ``(name, type, value)``, from its rules to its
+        #: handler (a value is converted once a call; at most :data:`_CONVERTED` kept).
+        self.converted: dict[tuple[str, type, object], int | float | bool | str] = {}
         self.writable = [(register, field) for register, field in self.fields
                          if field.writable]
         self.where = (f"{len(regmap)} registers at 0x{self.first:02X}..0x{self.last:02X}"
@@ -230,19 +277,21 @@ class _MapTools:
                          register.name is None and not register.description
                          and not register.fields and register.access == "rw"
                          and not register.protected for register in regmap.registers))
-        #: No gap and no field: write_register and read_register have no rule to check
-        #: after the schema's, and a write changes its address and is harmless to repeat.
-        self.simple = regmap.contiguous and not fielded
+        #: No gap, no field, one width: write_register and read_register have no rule to
+        #: check after the schema's, and a write changes its address and is harmless to repeat.
+        self.simple = (regmap.contiguous and not fielded
+                       and all(r.width == regmap.widest for r in regmap.registers))
         #: The addresses of unnamed read-write registers without fields: a write there
         #: stores what it writes, and a result is ``{"addr", "data"}`` and nothing else.
-        self.plain = frozenset(register.addr for register in regmap.registers
+        self.plain = frozenset(register.addr for register in regmap.in_table("holding")
                                if register.name is None and not register.fields
-                               and register.access == "rw")
+                               and register.access == "rw" and register.width == 8)
         #: The most bytes a write_register or read_register result takes, when no register
         #: adds a name or fields to it: ``{"addr":15,"data":255}`` is 22.
-        self.result_bytes = (len(f'{{"addr":{self.last},"data":{DATA_MAX}}}')
+        self.result_bytes = (len(f'{{"addr":{self.last},"data":{self.top}}}')
                              if all(register.name is None and not register.fields
-                                    for register in regmap.registers) else None)
+                                    for register in regmap.registers) and not self.tables
+                             else None)
 
     def standalone_rules(self) -> str:
         """Source defining ``tool_rules(name, a)`` for a standalone module: the map's rules'
@@ -271,36 +320,59 @@ class _MapTools:
         return {"type": "integer", "minimum": self.first, "maximum": self.last,
                 "description": f"Register address, {self.first}..{self.last}{listed}."}
 
+    def with_table(self, properties: dict[str, Any], required: list[str], *,
+                   write: bool = False) -> dict[str, Any]:
+        """A tool's input schema: ``properties`` (addr first), with a required ``table``
+        after ``addr`` when the map has tables other than holding."""
+        if self.tables:
+            words = "; ".join(_TABLE_WORDS[table] for table in self.tables)
+            note = (" Input registers and discrete inputs are read-only." if write
+                    and any(t not in _WRITABLE_TABLES for t in self.tables) else "")
+            table = {"type": "string", "enum": list(self.tables),
+                     "description": f"The register's table: {words}.{note}"}
+            properties = {"addr": properties["addr"], "table": table,
+                          **{k: v for k, v in properties.items() if k != "addr"}}
+            required = [required[0], "table", *required[1:]]
+        return {"type": "object", "properties": properties, "required": required,
+                "additionalProperties": False}
+
     def tools(self) -> list[Tool]:
-        data = {"type": "integer", "minimum": 0, "maximum": DATA_MAX,
-                "description": f"Value to store, 0..{DATA_MAX} (one unsigned byte)."}
+        top = self.top
+        shape = ("(one unsigned byte)" if top == DATA_MAX else
+                 "(each register's width bounds it: 0..255 for 8 bits, 0..65535 for 16, "
+                 "0..1 for a coil)")
+        data = {"type": "integer", "minimum": 0, "maximum": top,
+                "description": f"Value to store, 0..{top} {shape}."}
         clears = any(register.rclr_mask for register in self.map.registers)
         reads = ("A read clears the clear-on-read bits it returns. " if clears else "")
         about = (f" The device: {_described(self.map.description)}."
                  if self.map.description else "")
         # The wording follows what the map has: a bare map's tools say its size and range.
+        unit = "one byte" if top == DATA_MAX else "one value"
+        tables = (" table is the register's table (holding, input, coil, discrete: an "
+                  "address is one register in each)." if self.tables else "")
         if self.bare:
             one = f"one of the device's {len(self.map)} registers"
-            writes, reads_one = f"Write one byte to {one}.", f"Read {one}."
+            writes, reads_one = f"Write {unit} to {one}.", f"Read {one}."
             fields_note = registers = ""
-            read_result = f" and its current value (0..{DATA_MAX})."
+            read_result = f" and its current value (0..{top})."
         else:
             one = f"one register of {self.device} ({self.where}).{about}"
-            writes, reads_one = f"Write one byte to {one}", f"Read {one}"
+            writes, reads_one = f"Write {unit} to {one}", f"Read {one}"
             fields_note = (" Bits of read-only fields keep their value, write-1-to-clear bits "
                            "clear where data has a 1, reserved bits must be 0. To change one "
                            "field without touching the others, use write_field.")
             registers = f" Registers: {self.registers}."
-            read_result = (f", the value (0..{DATA_MAX}) and, for a register with fields, "
+            read_result = (f", the value (0..{top}) and, for a register with fields, "
                            "its fields by name.")
         simple = self.simple
         tools = [
             Tool("write_register",
-                 f"{writes} addr is the register address (integer {self.first}..{self.last}); "
-                 f"data is the value (integer 0..{DATA_MAX}).{fields_note} Returns the address "
-                 f"and the value the register holds after the write.{registers}",
-                 {"type": "object", "properties": {"addr": self.addr(), "data": data},
-                  "required": ["addr", "data"], "additionalProperties": False},
+                 f"{writes} addr is the register address (integer {self.first}..{self.last});"
+                 f"{tables} data is the value (integer 0..{top}).{fields_note} Returns the "
+                 f"address and the value the register holds after the write.{registers}",
+                 self.with_table({"addr": self.addr(), "data": data}, ["addr", "data"],
+                                 write=True),
                  idempotent=True, destructive=True, open_world=False,
                  handler=self.write_register,
                  rules=None if simple else self.rules("write_register"),
@@ -309,9 +381,8 @@ class _MapTools:
                  result_bytes=self.result_bytes),
             Tool("read_register",
                  f"{reads_one} addr is the register address (integer {self.first}..{self.last})"
-                 f". {reads}Returns the address{read_result}{registers}",
-                 {"type": "object", "properties": {"addr": self.addr()},
-                  "required": ["addr"], "additionalProperties": False},
+                 f".{tables} {reads}Returns the address{read_result}{registers}",
+                 self.with_table({"addr": self.addr()}, ["addr"]),
                  read_only=True, idempotent=not clears, destructive=False, open_world=False,
                  handler=self.read_register,
                  rules=None if simple else self.rules("read_register"),
@@ -324,13 +395,12 @@ class _MapTools:
                  f"Read 1..{self.block} consecutive registers of {self.device} at once, "
                  f"from addr up ({self.where}). count is how many (integer 1..{self.block}). "
                  f"{reads}Returns the first address and the values, lowest address first.",
-                 {"type": "object",
-                  "properties": {"addr": self.addr(),
-                                 "count": {"type": "integer", "minimum": 1,
-                                           "maximum": self.block,
-                                           "description": "How many registers to read, "
-                                                          f"1..{self.block}."}},
-                  "required": ["addr", "count"], "additionalProperties": False},
+                 self.with_table({"addr": self.addr(),
+                                  "count": {"type": "integer", "minimum": 1,
+                                            "maximum": self.block,
+                                            "description": "How many registers to read, "
+                                                           f"1..{self.block}."}},
+                                 ["addr", "count"]),
                  read_only=True, idempotent=not clears, destructive=False, open_world=False,
                  handler=self.read_registers, rules=self.rules("read_registers")),
         ]
@@ -339,18 +409,17 @@ class _MapTools:
             f"Write 1..{self.block} consecutive registers of {self.device} at once, from "
             f"addr up ({self.where}), all or nothing: every value is checked before any "
             "is written, and nothing is written if one is refused. data is the values, "
-            f"lowest address first (1..{self.block} integers 0..{DATA_MAX}). Returns the "
+            f"lowest address first (1..{self.block} integers 0..{top}). Returns the "
             "first address and the values after the write.",
-            {"type": "object",
-             "properties": {"addr": self.addr(),
-                            "data": {"type": "array",
-                                     "items": {"type": "integer", "minimum": 0,
-                                               "maximum": DATA_MAX},
-                                     "minItems": 1,
-                                     "maxItems": self.block,
-                                     "description": f"The values to write (1..{self.block}), "
-                                                    "lowest address first."}},
-             "required": ["addr", "data"], "additionalProperties": False},
+            self.with_table({"addr": self.addr(),
+                             "data": {"type": "array",
+                                      "items": {"type": "integer", "minimum": 0,
+                                                "maximum": top},
+                                      "minItems": 1,
+                                      "maxItems": self.block,
+                                      "description": f"The values to write (1..{self.block}),"
+                                                     " lowest address first."}},
+                            ["addr", "data"], write=True),
             idempotent=True, destructive=True, open_world=False,
             handler=self.write_registers, rules=self.rules("write_registers"),
             changes=self.changes("write_registers"), repeat_risk=self.write_block_risk))
@@ -358,7 +427,144 @@ class _MapTools:
             tools.append(self.write_field_tool())
         if self.fields:
             tools.append(self.read_fields_tool())
+        if any(codec.value.readable for codec in self.values):
+            tools.append(self.read_value_tool())
+        if any(codec.value.writable for codec in self.values):
+            tools.append(self.write_value_tool())
         return tools
+
+    # --- typed values ---------------------------------------------------------------------
+
+    def read_value_tool(self) -> Tool:
+        readable = [codec for codec in self.values if codec.value.readable]
+        entries = _bounded_list([value_summary(codec) for codec in readable], "values",
+                                "read_registers gives their registers")
+        return Tool(
+            "read_value",
+            f"Read one typed value of {self.device} by name, in its engineering unit: its "
+            "registers are read in one transaction and converted (scale, offset, scale "
+            "factor, byte and word order). name is one of the values. Returns the name, "
+            "the value (a number in its unit, an enumerated name, true/false or text; a "
+            'float that holds NaN or an infinity as "NaN", "Infinity" or "-Infinity"), the '
+            f"unit, the first address and the raw registers. Values: {entries}.",
+            {"type": "object",
+             "properties": {"name": {"type": "string",
+                                     "enum": [codec.value.name for codec in readable],
+                                     "description": "The value's name."}},
+             "required": ["name"], "additionalProperties": False},
+            read_only=True, idempotent=True, destructive=False, open_world=False,
+            handler=self.read_value)
+
+    def write_value_tool(self) -> Tool:
+        writable = [codec for codec in self.values if codec.value.writable]
+        entries = _bounded_list([value_summary(codec) for codec in writable], "values",
+                                "read_value lists the readable ones")
+        longest = max([64] + [codec.count * codec.width // 8 for codec in writable
+                              if codec.value.kind == "string"])
+        return Tool(
+            "write_value",
+            f"Write one typed value of {self.device} by name, in its engineering unit: value "
+            "is checked against the value's range (exactly, in its unit) and its resolution "
+            "(a number that does not convert to a whole raw value is refused, naming the "
+            "nearest that do), converted, and all of its registers are written in one "
+            "atomic write. value is a number in the value's unit (an integer value's "
+            "enumerated name is taken too), true/false for a bool, text for a string. "
+            "Returns the name, the value the device holds after, the unit and the raw "
+            f"registers. Writable values: {entries}.",
+            {"type": "object",
+             "properties": {
+                 "name": {"type": "string",
+                          "enum": [codec.value.name for codec in writable],
+                          "description": "The value's name."},
+                 "value": {"type": ["number", "string", "boolean"], "maxLength": longest,
+                           "description": "The new value, in the value's unit."}},
+             "required": ["name", "value"], "additionalProperties": False},
+            idempotent=True, destructive=True, open_world=False,
+            handler=self.write_value, rules=self.value_rules,
+            changes=self.changes("write_value"))
+
+    def value_rules(self, arguments: dict[str, Any]) -> Refusal | None:
+        """``write_value``'s checks after the schema: the value's type, its range in units and
+        its resolution (for a value with a scale factor, what depends on the factor is
+        checked when the factor has been read, before anything is written)."""
+        codec = self.map.value(arguments["name"])
+        assert codec is not None
+        if codec.factor is not None:
+            given = arguments["value"]
+            if type(given) is str or type(given) is bool:
+                problem = codec.raw_of(given)[1]
+            else:
+                low, high = codec.value.min, codec.value.max
+                problem = (None if (low is None or low <= given) and (high is None
+                                                                      or given <= high)
+                           else codec.raw_of(given, 0)[1])
+        else:
+            given = arguments["value"]
+            raw, problem = codec.raw_of(given)
+            if raw is not None:  # (the handler takes it from here: converted once)
+                if len(self.converted) >= _CONVERTED:
+                    self.converted.clear()
+                self.converted[codec.value.name, type(given), given] = raw
+        return None if problem is None else refuse(problem[0], problem[1], "validate")
+
+    def _value_result(self, codec: ValueCodec, registers: list[int], sf: int | None
+                      ) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": codec.value.name,
+                               "value": codec.engineering(codec.from_registers(registers), sf)}
+        if codec.value.unit:
+            out["unit"] = codec.value.unit
+        out["addr"] = codec.value.addr
+        out["raw"] = registers
+        return out
+
+    def read_value(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+        codec = self.map.value(arguments["name"])
+        assert codec is not None
+        registers, sf = read_codec(device, self.map, codec)
+        return self._value_result(codec, registers, sf)
+
+    def write_value(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Convert and write all of the value's registers in one atomic block write (one
+        register: one write); count it done only when the device holds what was written.
+
+        Raises:
+            ValueRefused: a value with a scale factor that does not convert at the factor
+                the device holds (nothing written).
+            DeviceError: the device holds something else after the write.
+        """
+        codec = self.map.value(arguments["name"])
+        assert codec is not None
+        sf = None
+        if codec.factor is not None:
+            factor = codec.factor
+            sf_value = factor.from_registers(_read_span(
+                device, factor.value.table, factor.value.addr, factor.count, factor.value.name))
+            assert type(sf_value) is int
+            sf = sf_value
+        given = arguments["value"]
+        raw = (self.converted.get((codec.value.name, type(given), given)) if sf is None
+               else None)
+        problem = None
+        if raw is None:
+            raw, problem = codec.raw_of(given, sf)
+        if problem is not None:  # (the map's min and max held at validate: the factor's)
+            raise ValueRefused(f"{problem[1]} (at the scale factor the device holds, "
+                               f"{codec.factor.value.name if codec.factor else ''} = {sf})",
+                               "resolution")
+        assert raw is not None
+        registers = codec.to_registers(raw)
+        addr = codec.value.addr
+        after = device.write_table(codec.value.table, addr, registers)
+        if after != registers:
+            raise DeviceError(f"value {codec.value.name} holds {after!r} after writing "
+                              f"{registers!r}")
+        # (the device holds what was written: the value after is the raw value's)
+        out: dict[str, Any] = {"name": codec.value.name, "value": codec.engineering(raw, sf)}
+        if codec.value.unit:
+            out["unit"] = codec.value.unit
+        out["addr"] = addr
+        out["raw"] = registers
+        return out
 
     def write_field_tool(self) -> Tool:
         fields = _bounded_list([_field_summary(r, f) for r, f in self.writable],
@@ -381,7 +587,7 @@ class _MapTools:
                            "enum": [f"{r.name}.{f.name}" for r, f in self.writable],
                            "description": 'The field, as "REGISTER.FIELD".'},
                  "value": {"type": ["string", "integer"], "minimum": 0,
-                           "maximum": DATA_MAX, "maxLength": 64,
+                           "maximum": self.top, "maxLength": 64,
                            "description": "The field's new value: one of its "
                                           "enumerated names, or a number within its "
                                           "width."}},
@@ -427,10 +633,12 @@ class _MapTools:
                 ) -> Refusal:
         """The refusal of a call of ``name`` whose rules gave ``finding``."""
         code = finding[0]
+        table = arguments.get("table", "holding")
         if code == "no-register":
             missing: list[int] = finding[1]
             if name in ("read_register", "write_register"):
-                return self._no_register(f"addr {missing[0]}")
+                return self._no_register(f"addr {missing[0]}"
+                                         + (f" of the {table} table" if self.tables else ""))
             count = (arguments["count"] if name == "read_registers"
                      else len(arguments["data"]))
             shown = (", ".join(str(a) for a in missing[:4])
@@ -445,9 +653,19 @@ class _MapTools:
             return self._field_refusal(register, register.fields[finding[2]], code,
                                        arguments["value"])
         index, addr, data = finding[1], finding[2], finding[3]
-        register = self.map.at(addr)
+        register = self.map.at(addr, table)
         assert register is not None
         what = f"data[{index}]" if name == "write_registers" else "data"
+        if code.startswith("range-data"):  # as the schema says it of a value past its bound
+            return Refusal("validate", code, f"{what} {data} is outside 0..{finding[4]} "
+                                             f"(register {register.label} is "
+                                             f"{register.width} bit{'s' * (register.width > 1)}"
+                                             " wide)")
+        if code == "read-only-register":
+            return Refusal("validate", code,
+                           f"register {register.label} is read-only: the {table} table "
+                           "cannot be written (input registers and discrete inputs are the "
+                           "device's); read it with read_register")
         if code == "reserved-bits":
             fields = ", ".join(f"{f.name} ({f.bits()})" for f in register.fields)
             return Refusal("validate", "reserved-bits",
@@ -483,19 +701,20 @@ class _MapTools:
 
     # --- what makes a write unsafe to send twice (Tool.repeat_risk) -----------------------
 
-    def _clears(self, addr: int, data: int) -> str | None:
-        register = self.map.at(addr)
+    def _clears(self, addr: int, data: int, table: str = "holding") -> str | None:
+        register = self.map.at(addr, table)
         if register is None or not data & register.woclr_mask:
             return None
         return f"it writes 1 to write-1-to-clear bits of register {register.label}"
 
     def write_register_risk(self, arguments: dict[str, Any]) -> str | None:
-        return self._clears(arguments["addr"], arguments["data"])
+        return self._clears(arguments["addr"], arguments["data"],
+                            arguments.get("table", "holding"))
 
     def write_block_risk(self, arguments: dict[str, Any]) -> str | None:
-        addr = arguments["addr"]
+        addr, table = arguments["addr"], arguments.get("table", "holding")
         return next((risk for at, data in enumerate(arguments["data"], addr)
-                     if (risk := self._clears(at, data)) is not None), None)
+                     if (risk := self._clears(at, data, table)) is not None), None)
 
     def write_field_risk(self, arguments: dict[str, Any]) -> str | None:
         addr, index = self.table["fields"][arguments["field"]]
@@ -504,8 +723,14 @@ class _MapTools:
         field = register.fields[index]
         if field.onwrite != "woclr":
             return None
-        number = map_field_number(self.table["registers"][addr][2][index], arguments["value"])
+        number = map_field_number(self._field_row(addr, index), arguments["value"])
         return self._clears(addr, number << field.lsb) if number else None
+
+    def _field_row(self, addr: int, index: int) -> list[Any]:
+        """The rule table's row of field ``index`` of holding register ``addr``."""
+        first, rows = self.table["tables"]["holding"]
+        row: list[Any] = rows[addr - first][2][index]
+        return row
 
     # --- handlers (execute) ---------------------------------------------------------------
 
@@ -522,6 +747,10 @@ class _MapTools:
         the device did execute the write (the register changed), so the failure is a
         :class:`DeviceError`, never a refusal."""
         addr, data = arguments["addr"], arguments["data"]
+        table = arguments.get("table", "holding")
+        if table != "holding":
+            return self.write_registers(device, {"addr": addr, "table": table,
+                                                 "data": [data]}, one=True)
         after = device.write(addr, data)
         # (data is a validated int 0..255, one of CPython's cached small ints: a device that
         # answers a plain register with an equal int answers with that very object; anything
@@ -530,48 +759,70 @@ class _MapTools:
             return {"addr": addr, "data": after}
         register = self.map.at(addr)
         assert register is not None
-        after = _byte(after, f"write {addr}")
-        _check_written(register, data, DATA_MAX, after)
+        after = _value(after, register, f"write {addr}")
+        _check_written(register, data, register.top, after)
         return self._result(register, after)
 
     def read_register(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
         addr = arguments["addr"]
+        table = arguments.get("table", "holding")
+        if table != "holding":
+            register = self.map.at(addr, table)
+            assert register is not None
+            values = device.read_table(table, addr, 1)
+            if type(values) is not list or len(values) != 1:
+                raise DeviceError(f"the device answered a read of {register.label} with "
+                                  f"{values!r}")
+            return {"table": table,
+                    **self._result(register, _value(values[0], register, f"read {addr}"))}
         data = device.read(addr)
         if addr in self.plain and type(data) is int and 0 <= data <= DATA_MAX:
             return {"addr": addr, "data": data}
         register = self.map.at(addr)
         assert register is not None
-        return self._result(register, _byte(data, f"read {addr}"))
+        return self._result(register, _value(data, register, f"read {addr}"))
 
     def read_registers(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
         addr, count = arguments["addr"], arguments["count"]
-        values = device.read_block(addr, count)
+        table = arguments.get("table", "holding")
+        values = (device.read_block(addr, count) if table == "holding"
+                  else device.read_table(table, addr, count))
         if type(values) is not list or len(values) != count:
             raise DeviceError(f"the device answered a block read of {count} with {values!r}")
-        return {"addr": addr, "data": [_byte(v, f"read {addr}") for v in values]}
+        shown = [_value(value, self.map.at(at, table), f"read {addr}")
+                 for at, value in enumerate(values, addr)]
+        return {"addr": addr, **({"table": table} if self.tables else {}), "data": shown}
 
-    def write_registers(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
+    def write_registers(self, device: Device, arguments: dict[str, Any], *,
+                        one: bool = False) -> dict[str, Any]:
         addr, data = arguments["addr"], arguments["data"]
-        after = device.write_block(addr, data)
+        table = arguments.get("table", "holding")
+        after = (device.write_block(addr, data) if table == "holding"
+                 else device.write_table(table, addr, data))
         if type(after) is not list or len(after) != len(data):
             raise DeviceError(f"the device answered a block write of {len(data)} with "
                               f"{after!r}")
         for index, (value, held) in enumerate(zip(data, after, strict=True)):
-            register = self.map.at(addr + index)
+            register = self.map.at(addr + index, table)
             assert register is not None
-            _check_written(register, value, DATA_MAX, _byte(held, f"write {addr + index}"))
-        return {"addr": addr, "data": after}
+            _check_written(register, value, register.top,
+                           _value(held, register, f"write {addr + index}"))
+        if one:
+            register = self.map.at(addr, table)
+            assert register is not None
+            return {"table": table, **self._result(register, after[0])}
+        return {"addr": addr, **({"table": table} if self.tables else {}), "data": after}
 
     def write_field(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
         addr, index = self.table["fields"][arguments["field"]]
         register = self.map.at(addr)
         assert register is not None
         field = register.fields[index]
-        number = map_field_number(self.table["registers"][addr][2][index], arguments["value"])
+        number = map_field_number(self._field_row(addr, index), arguments["value"])
         assert number is not None
         data = number << field.lsb
-        after = _byte(device.write_masked(register.addr, field.mask, data),
-                      f"write {register.name}.{field.name}")
+        after = _value(device.write_masked(register.addr, field.mask, data), register,
+                       f"write {register.name}.{field.name}")
         _check_written(register, data, field.mask, after)
         shown = field.name_of(number)
         return {"field": f"{register.name}.{field.name}",
@@ -581,17 +832,96 @@ class _MapTools:
     def read_fields(self, device: Device, arguments: dict[str, Any]) -> dict[str, Any]:
         register = self.map.named(arguments["register"])
         assert register is not None
-        return self._result(register, _byte(device.read(register.addr),
-                                            f"read {register.name}"))
+        return self._result(register, _value(device.read(register.addr), register,
+                                             f"read {register.name}"))
+
+
+#: The most conversions ``write_value``'s rules keep for its handler.
+_CONVERTED = 256
+
+
+def read_codec(device: Device, regmap: RegisterMap, codec: ValueCodec
+               ) -> tuple[list[int], int | None]:
+    """The registers of ``codec`` and its scale factor's raw value (None without one),
+    read in one transaction (the factor with them when one block holds both)."""
+    addr, count, table = codec.value.addr, codec.count, codec.value.table
+    factor = codec.factor
+    if factor is None:
+        return _read_span(device, table, addr, count, codec.value.name), None
+    low = min(addr, factor.value.addr)
+    high = max(addr + count, factor.value.addr + factor.count)
+    if factor.value.table == table and high - low <= MAX_BLOCK and all(
+            regmap.at(a, table) is not None for a in range(low, high)):
+        block = _read_span(device, table, low, high - low, codec.value.name)
+        registers = block[addr - low:addr - low + count]
+        sf_registers = block[factor.value.addr - low:
+                             factor.value.addr - low + factor.count]
+    else:  # apart: the factor is a constant of the device
+        sf_registers = _read_span(device, factor.value.table, factor.value.addr,
+                                  factor.count, factor.value.name)
+        registers = _read_span(device, table, addr, count, codec.value.name)
+    sf = factor.from_registers(sf_registers)
+    assert type(sf) is int
+    return registers, sf
+
+
+def _read_span(device: Device, table: str, addr: int, count: int, what: str) -> list[int]:
+    """``count`` registers of ``table`` from ``addr`` in one transaction
+    (:meth:`Device.read_table`)."""
+    values = device.read_table(table, addr, count)
+    if type(values) is not list or len(values) != count or not all(
+            type(v) is int and v >= 0 for v in values):
+        raise DeviceError(f"the device answered a read of {what} ({count} register"
+                          f"{'s' * (count != 1)} from {addr}) with {values!r}")
+    return values
+
+
+def value_summary(codec: ValueCodec) -> str:
+    """``SETPOINT (int16, 5.0..35.0 degC, resolution 0.1; 0x10..0x11): Target temperature``:
+    a typed value for a tool description."""
+    value = codec.value
+    kind = value.kind
+    details = [value.type if kind != "string" else
+               f"string of {codec.count * codec.width // 8} bytes, {value.encoding}"]
+    if kind in ("int", "float"):
+        if codec.factor is not None:
+            low, high = value.min, value.max
+            details.append(f"x 10^{codec.factor.value.name}")
+            if low is not None or high is not None:
+                details.append(f"{'' if low is None else low}..{'' if high is None else high}")
+        else:
+            low_b, high_b = codec.bounds()
+            details.append(f"{low_b}..{codec.unit_text(high_b)}"
+                           if value.min is not None or value.max is not None
+                           or codec.scaled else "")
+        step = codec.resolution()
+        if step is not None and codec.factor is None and codec.scaled:
+            details.append(f"resolution {step}")
+        if value.unit:
+            details.append(f"unit {escape_text(value.unit, 32)}")
+        if value.enum:
+            details.append(" ".join(f"{name}={raw}" for name, raw in value.enum))
+    if value.access == "r":
+        details.append("read-only")
+    elif value.access == "w":
+        details.append("write-only")
+    first, last = codec.addresses[0], codec.addresses[-1]
+    details.append(f"register 0x{first:02X}" if first == last
+                   else f"registers 0x{first:02X}..0x{last:02X}")
+    text = f"{value.name} ({', '.join(d for d in details if d)})"
+    return text + (f": {_described(value.description)}" if value.description else "")
 
 
 def _enum_list(field: Field) -> str:
     return ", ".join(f"{name}={value}" for name, value in field.encode)
 
 
-def _byte(value: object, what: str) -> int:
-    if type(value) is not int or not 0 <= value <= DATA_MAX:
-        raise DeviceError(f"the device answered {what} with {value!r}, not a byte 0..{DATA_MAX}")
+def _value(value: object, register: Register | None, what: str) -> int:
+    """``value`` when it is an int that fits ``register``; else :class:`DeviceError`."""
+    top = register.top if register is not None else DATA_MAX
+    if type(value) is not int or not 0 <= value <= top:
+        kind = "a byte" if top == DATA_MAX else "a value"
+        raise DeviceError(f"the device answered {what} with {value!r}, not {kind} 0..{top}")
     return value
 
 

@@ -93,7 +93,6 @@ from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
 from ..core._wording import toml_problem
 from ..devices._device import REGISTER_COUNT
-from ..devices._regmap import MAX_REGISTERS
 from ..devices._regmap import RegisterMap as DeviceMap
 from ._schema import a_json_type
 from ._tools import Tool
@@ -130,6 +129,9 @@ logger = logging.getLogger("regdev")
 #: The policy file formats :meth:`Policy.from_file` reads, by suffix (in any case).
 POLICY_SUFFIXES = (".toml", ".json")
 
+#: Addresses a policy names: those of a Modbus table (0..65535; regdev's serial protocol's
+#: 0..255 among them). A register elsewhere is named by its name.
+MAX_REGISTERS = 0x10000
 _Address = Annotated[int, Field(strict=True, ge=0, le=MAX_REGISTERS - 1)]
 #: The most a register holds (8 bits).
 REGISTER_MAX = 0xFF
@@ -354,16 +356,17 @@ class RegisterPolicy(_Model):
     """Which registers tool calls may not write, or may write only with approval.
 
     Attributes:
-        read_only: registers (addresses 0..255, or names of the device's map) no tool call
+        read_only: registers (addresses 0..65535, or names of the device's map) no tool call
             may write (``read-only-register``).
-        protected: registers (addresses or names), fields (``"CTRL.MODE"``) or value ranges
+        protected: registers (addresses or names), typed values by name (``"SETPOINT"``:
+            every register it holds), fields (``"CTRL.MODE"``) or value ranges
             (:class:`Guard`: ``{field = "CTRL.MODE", min = 1}``) written only when the
             approval hook approves (``approval-denied`` otherwise). A field is guarded
             against writes that set it; a range against writes that set a value in it.
         guards: (after :meth:`for_map`) the protected fields and ranges, resolved.
 
     Raises:
-        pydantic.ValidationError: an address is outside 0..255, a name is empty, or a
+        pydantic.ValidationError: an address is outside 0..65535, a name is empty, or a
             register is in both sets.
     """
 
@@ -397,6 +400,10 @@ class RegisterPolicy(_Model):
         for item in sorted(self.protected, key=str):  # names, addresses and ranges
             if isinstance(item, Guard):
                 guards.append(_guard(regmap, item))
+            elif isinstance(item, str) and regmap.named(item) is None and (
+                    codec := getattr(regmap, "value", lambda _: None)(item)) is not None:
+                # a typed value by name: every register it holds (its holding registers)
+                whole.update(codec.addresses if codec.value.table == "holding" else ())
             elif isinstance(item, str) and regmap.named(item) is None and "." in item:
                 guards.append(_guard(regmap, Guard(field=item)))
             else:

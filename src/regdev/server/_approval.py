@@ -71,6 +71,7 @@ from ..core._errors import RegdevError
 from ..core._text import escape_text
 from ..devices._device import Device
 from ..devices._regmap import Field, Register, RegisterMap
+from ..gate._maptools import read_codec
 from ..gate._policy import Approval, ApprovalRequest
 from ._access import ApprovalPolicy, Policy
 
@@ -535,7 +536,8 @@ class Approvals:
         old = self._read(request.addr)
         now = time.time()
         question = Question(secrets.token_urlsafe(16), request, old,
-                            describe(request, old, self.device.regmap), via,
+                            describe(request, old, self.device.regmap,
+                                     self._value_now(request)), via,
                             now + self.policy.timeout)
         with self._lock:
             for stale in [q for q in self._open.values() if q.deadline < now]:
@@ -548,6 +550,23 @@ class Approvals:
     def _close(self, question: Question) -> None:
         with self._lock:
             self._open.pop(question.id, None)
+
+    def _value_now(self, request: ApprovalRequest) -> str | None:
+        """What the typed value a ``write_value`` names holds now, in its unit (``20.0
+        degC``); None for another tool, or when it could not be read."""
+        regmap = self.device.regmap
+        codec = regmap.value(str(request.arguments.get("name"))) if (
+            request.tool == "write_value") else None
+        if codec is None:
+            return None
+        try:
+            registers, sf = read_codec(self.device, regmap, codec)
+        except RegdevError as error:
+            logger.warning("value %s could not be read for an approval question: %s",
+                           codec.value.name, escape_text(str(error), 200))
+            return None
+        return _unit_text(codec.unit_text(codec.engineering(codec.from_registers(registers),
+                                                            sf)))
 
     def _read(self, addr: int | None) -> int | None:
         if addr is None:
@@ -669,8 +688,13 @@ def approvals_for(policy: Policy, device: Device, state_key: bytes | None = None
     return Approvals(policy.approval, device, StateSeal(state_key))
 
 
+def _unit_text(text: str) -> str:
+    """A value with its unit, for a person: escaped (the unit is the map file's text)."""
+    return escape_text(text, 120)
+
+
 def describe(request: ApprovalRequest, old: int | None,
-             regmap: RegisterMap | None = None) -> str:
+             regmap: RegisterMap | None = None, value_now: str | None = None) -> str:
     """The question for a person: who asks to write what, where, over which value. With a
     register map that names the register, the register and its fields are named and their
     values decoded by the map (``set RegPaConfig.PaSelect to PA_BOOST (1), which is RFO
@@ -681,8 +705,23 @@ def describe(request: ApprovalRequest, old: int | None,
         old: the register's value now (read when the question is asked), None when it could
             not be read (or the call changes every register).
         regmap: the device's register map; None for the default map (registers by address).
+        value_now: for ``write_value``, what the value holds now in its unit (``20.0
+            degC``), None when it could not be read: the question is in units (``write 21.5
+            degC to SETPOINT, which holds 20.0 degC``).
     """
     who = request.caller or f"a caller in session {request.session}"
+    codec = regmap.value(str(request.arguments.get("name"))) if (
+        regmap is not None and request.tool == "write_value") else None
+    if codec is not None:
+        given = request.arguments.get("value")
+        shown = (f'"{escape_text(given, 80)}"' if type(given) is str
+                 else _unit_text(codec.unit_text(given)))
+        first, last = codec.addresses[0], codec.addresses[-1]
+        where = (f"register 0x{first:02X}" if first == last
+                 else f"registers 0x{first:02X}..0x{last:02X}")
+        return (f"{who} asks to write {shown} to {codec.value.name}, which holds "
+                f"{value_now or 'a value that could not be read'} (protected {where}). "
+                "Approve this write?")
     register = regmap.at(request.addr) if regmap is not None and request.addr is not None \
         else None
     named = register is not None and register.name
