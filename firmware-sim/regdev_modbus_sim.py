@@ -172,7 +172,7 @@ class ModbusModel:
         table = _TABLE_OF.get(function)
         if table is None:
             return refuse(ExcCodes.ILLEGAL_FUNCTION)
-        registers = self.tables.get(table)
+        registers = self.registers if table == "holding" else self.tables.get(table)
         start = request.address - self.base
         count = (request.count if function in (1, 2, 3, 4) else
                  len(request.registers) if function == 16 else
@@ -184,14 +184,14 @@ class ModbusModel:
             if function in (1, 2, 3, 4):
                 if not 1 <= count <= (2000 if function in (1, 2) else 125):
                     return refuse(ExcCodes.ILLEGAL_VALUE)
-                values = registers.read_block(start, count) if count <= 16 else [
-                    registers.read(addr) for addr in range(start, start + count)]
+                values = registers.read_table("holding", start, count)  # one hold
                 if function in (1, 2):
-                    kind = ReadCoilsResponse if function == 1 else ReadDiscreteInputsResponse
-                    return kind(bits=[bool(value) for value in values])
-                kind = (ReadHoldingRegistersResponse if function == 3
-                        else ReadInputRegistersResponse)
-                return kind(registers=values)
+                    read_bits = (ReadCoilsResponse if function == 1
+                                 else ReadDiscreteInputsResponse)
+                    return read_bits(bits=[bool(value) for value in values])
+                words = (ReadHoldingRegistersResponse if function == 3
+                         else ReadInputRegistersResponse)
+                return words(registers=values)
             if function == 5:
                 bit = int(bool(request.bits[0]))
                 registers.write(start, bit)
@@ -199,7 +199,7 @@ class ModbusModel:
                 return WriteSingleCoilResponse(address=request.address, bits=[bool(bit)])
             if function == 15:
                 bits = [int(bool(bit)) for bit in request.bits]
-                _write_all(registers, start, bits)
+                registers.write_table("holding", start, bits)
                 self.executed[(15, request.address, tuple(bits))] += 1
                 return WriteMultipleCoilsResponse(address=request.address, count=count)
             if function == 6:
@@ -209,7 +209,7 @@ class ModbusModel:
                 return WriteSingleRegisterResponse(address=request.address, registers=[value])
             if function == 16:
                 values = [int(value) for value in request.registers]
-                _write_all(registers, start, values)
+                registers.write_table("holding", start, values)
                 self.executed[(16, request.address, tuple(values))] += 1
                 return WriteMultipleRegistersResponse(address=request.address, count=count)
             masked = cast(MaskWriteRegisterRequest, request)
@@ -224,27 +224,6 @@ class ModbusModel:
                                              or_mask=put)
         except RegisterRangeError:
             return refuse(ExcCodes.ILLEGAL_VALUE)
-
-
-def _write_all(registers: RegisterFile, start: int, values: list[int]) -> None:
-    """Write ``values`` from ``start`` all or nothing: every value is checked by the map
-    first (as :meth:`RegisterFile.write_block` checks a block of 16), then each is written;
-    requests are answered one at a time, so no other comes between.
-
-    Raises:
-        RegisterRangeError: a value does not fit its register or the map refuses it; nothing
-            is written.
-    """
-    for addr, value in enumerate(values, start):
-        spec = registers.regmap.at(addr)
-        assert spec is not None
-        if not 0 <= value <= spec.top:
-            raise RegisterRangeError(f"data {value} is outside 0..{spec.top}")
-        refused = spec.refuse_write(value)
-        if refused is not None:
-            raise RegisterRangeError(refused)
-    for addr, value in enumerate(values, start):
-        registers.write(addr, value)
 
 
 class _Handler(ServerRequestHandler):

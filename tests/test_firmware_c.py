@@ -703,7 +703,7 @@ def _map_text(registers: list[dict[str, object]]) -> str:
     "[]",
     json.dumps({"format": "systemrdl", "version": 1, "registers": []}),
     _map_text([]),
-    _map_text([{"addr": 256}]),
+    _map_text([{"addr": -1}]),
     _map_text([{"addr": 1, "reserved_mask": 0xF0}]),  # no fields: nothing is reserved
     _map_text([{"addr": 1}, {"addr": 1}]),
     _map_text([{"addr": 1, "fields": [{"name": "A", "lsb": 0, "msb": 3},

@@ -143,8 +143,8 @@ def test_the_tools_take_a_table_when_the_map_has_several() -> None:
 def test_a_map_modbus_cannot_carry_is_refused() -> None:
     """A 32-bit register: Modbus registers are 16 bits; one line naming it, nothing opened."""
     regmap = RegisterMap([Register("TOTAL", 0, width=32)])
-    with pytest.raises(MapError, match="register TOTAL .0x00. is 32 bits wide; a Modbus "
-                                       "register is 16"):
+    with pytest.raises(MapError, match=r"register TOTAL \(0x00\) is 32 bits wide; a Modbus "
+                                       r"register is 16"):
         ModbusDevice("modbus+tcp://127.0.0.1:9", regmap=regmap)
 
 
@@ -199,3 +199,108 @@ def test_the_simulator_serves_every_table_of_a_map(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.communicate(timeout=30)
+
+
+def test_the_shell_names_registers_of_every_table() -> None:
+    """read VOLTS is read_register in the input table; write LAMP 1 a coil; read 0 holding."""
+    from regdev.agents._shell import shell_call  # noqa: PLC0415 - the subject
+
+    assert json.loads(shell_call(["read", "VOLTS"], METER)) == {
+        "tool": "read_register", "arguments": {"addr": 0, "table": "input"}}
+    assert json.loads(shell_call(["write", "LAMP", "1"], METER)) == {
+        "tool": "write_register", "arguments": {"addr": 1, "table": "coil", "data": 1}}
+    assert json.loads(shell_call(["read", "0"], METER)) == {
+        "tool": "read_register", "arguments": {"addr": 0, "table": "holding"}}
+
+
+def test_demo_and_replay_on_a_map_of_tables_over_a_plain_server(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev demo --map meter --port: holding calls carry their table; replay reads a coil."""
+    from conftest import run  # noqa: PLC0415 - the CLI, in this process
+
+    path = tmp_path / "meter.json"
+    path.write_text(METER.to_json())
+    with PlainTables(holding_value=0x1234, input_value=0xBEEF) as server:
+        status, out, _ = run(capsys, "demo", "--no-audit", "--map", str(path), "--port",
+                             server.url)
+        assert status == 0, out
+        assert "accepted  write_registers" in out and "accepted  read_registers" in out
+        calls = tmp_path / "calls.jsonl"
+        lines = [{"raw": json.dumps({"tool": "read_register",
+                                     "arguments": {"addr": 0, "table": "discrete"}}),
+                  "expect": "ok"},
+                 {"raw": json.dumps({"tool": "write_register",
+                                     "arguments": {"addr": 1, "table": "input", "data": 5}}),
+                  "expect": "read-only-register"}]
+        calls.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        status, out, _ = run(capsys, "replay", "--no-audit", "--map", str(path), "--port",
+                             server.url, str(calls), "--json")
+        records = [json.loads(line) for line in out.splitlines()]
+        assert status == 0 and all(record["expect_met"] for record in records[:-1])
+        assert records[0]["result"] == {"table": "discrete", "addr": 0, "data": 1,
+                                        "register": "DOOR"}
+
+
+@pytest.mark.timeout(90)
+def test_pymodbus_own_client_reads_the_simulators_tables(tmp_path: Path) -> None:
+    """The field's oracle: pymodbus's client reads what the simulator serves in each table."""
+    from pymodbus.client import ModbusTcpClient  # noqa: PLC0415 - the oracle, here only
+
+    regmap = RegisterMap([Register("SP", 0, width=16, reset=0xCAFE),
+                          Register("V", 3, table="input", width=16, access="r", reset=230),
+                          Register("RELAY", 2, table="coil", reset=1),
+                          Register("DOOR", 1, table="discrete", reset=1)])
+    path = tmp_path / "m.json"
+    path.write_text(regmap.to_json())
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "firmware-sim" / "regdev_firmware_sim.py"),
+         "--modbus-tcp", "127.0.0.1:0", "--map", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        host_port = process.stdout.readline().strip().removeprefix("modbus+tcp://")
+        host, _, port = host_port.partition("?")[0].rpartition(":")
+        client = ModbusTcpClient(host, port=int(port), timeout=PATIENT)
+        assert client.connect()
+        try:
+            assert client.read_holding_registers(0, count=1, device_id=1).registers == [0xCAFE]
+            assert client.read_input_registers(3, count=1, device_id=1).registers == [230]
+            assert client.read_coils(2, count=1, device_id=1).bits[0] is True
+            assert client.read_discrete_inputs(1, count=1, device_id=1).bits[0] is True
+            assert not client.write_coil(2, False, device_id=1).isError()
+            assert client.read_coils(2, count=1, device_id=1).bits[0] is False
+            assert client.read_input_registers(0, count=1, device_id=1).isError()  # no register
+        finally:
+            client.close()
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+@pytest.mark.timeout(90)
+def test_every_table_over_rtu_framing() -> None:
+    """RTU (over TCP): 04, 01, 02 replies framed by their byte count; 05 and 15 by size."""
+    from regdev_modbus_sim import Background, ModbusModel  # noqa: PLC0415 - pymodbus's side
+
+    with Background("rtu", model=ModbusModel(regmap=METER)) as server:
+        url = server.url if server.url.startswith("modbus+") else f"modbus+rtu://{server.url}"
+        with ModbusDevice(url, timeout=PATIENT, regmap=METER) as device:
+            assert device.write_table("coil", 0, [1, 1]) == [1, 1]
+            assert device.write_table("coil", 1, [0]) == [0]
+            assert device.write_table("holding", 0, [0xFFFF, 0x8000]) == [0xFFFF, 0x8000]
+            assert device.snapshot() == [0xFFFF, 0x8000, 0, 0, 1, 0, 0]
+
+
+def test_an_identity_input_register_is_checked_on_connect() -> None:
+    """A chip ID in an input register: read with 04 when a command connects; another value
+    is a mismatch naming it."""
+    regmap = RegisterMap([Register("SP", 0, width=16),
+                          Register("ID", 0, table="input", width=16, reset=0xBEEF,
+                                   identity=True)])
+    with PlainTables(input_value=0xBEEF) as server, \
+            ModbusDevice(server.url, timeout=PATIENT, regmap=regmap) as device:
+        assert device.map_mismatch() is None
+    with PlainTables(input_value=0x1234) as server, \
+            ModbusDevice(server.url, timeout=PATIENT, regmap=regmap) as device:
+        assert device.map_mismatch() == ("its identity register ID (input 0x0000) holds "
+                                         "0x1234, where the map says 0xBEEF (another chip)")

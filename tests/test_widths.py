@@ -195,3 +195,111 @@ def test_the_shell_and_replay_drive_sixteen_bit_registers(
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[0]["ok"] and lines[0]["result"]["data"] == 4000000000
     assert {"addr": 0x102, "name": "TOTAL", "data": 4000000000} in lines[-1]["registers"]
+
+
+def test_systemrdl_tables_in_regfiles(tmp_path: Path) -> None:
+    """regdev_table on a regfile: its registers in that table, addresses from the regfile's."""
+    path = tmp_path / "meter.rdl"
+    path.write_text(
+        'property regdev_table { type = string; component = reg | regfile; };\n'
+        "addrmap meter {\n  default regwidth = 16;\n"
+        "  reg { field { sw = rw; } V[15:0]; } SETPOINT @ 0x0;\n"
+        '  regfile { regdev_table = "input";\n'
+        "    reg { field { sw = r; } V[15:0]; } VOLTS @ 0x0;\n"
+        "    reg { field { sw = r; } V[15:0]; } AMPS @ 0x2; } inputs @ 0x100;\n"
+        '  regfile { regdev_table = "coil";\n'
+        "    reg { regwidth = 8; field { sw = rw; } ON[0:0]; } RELAY[2] @ 0x0; } coils @ 0x200;\n"
+        "};\n")
+    regmap = load_map(path)
+    assert [(r.name, r.table, r.addr, r.width, r.access) for r in regmap] == [
+        ("SETPOINT", "holding", 0, 16, "rw"), ("VOLTS", "input", 0, 16, "r"),
+        ("AMPS", "input", 1, 16, "r"), ("RELAY[0]", "coil", 0, 1, "rw"),
+        ("RELAY[1]", "coil", 1, 1, "rw")]
+    bad = tmp_path / "bad.rdl"
+    bad.write_text(path.read_text().replace('"input"', '"inputs"'))
+    with pytest.raises(MapError, match=r"regdev_table = 'inputs' \(tables are holding, input, "
+                                       r"coil, discrete\) is not supported by regdev"):
+        load_map(bad)
+
+
+def test_the_c_firmware_refuses_a_wide_map(tmp_path: Path) -> None:
+    """gen_regmap.py: a 16-bit map is one line naming the register, no header written."""
+    import subprocess  # noqa: PLC0415 - the generator is a script
+    import sys  # noqa: PLC0415
+
+    from conftest import ROOT  # noqa: PLC0415
+
+    path = tmp_path / "wide.json"
+    path.write_text(WIDE.to_json())
+    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" / "c" / "gen_regmap.py"),
+                           "--map", str(path), "-o", str(tmp_path / "regmap.h")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert ("the C firmware cannot hold this map: register SETPOINT (0x100) is 16 bits wide"
+            in done.stderr)
+    assert not (tmp_path / "regmap.h").exists()
+    path.write_text(RegisterMap([Register(None, 256)]).to_json())
+    done = subprocess.run([sys.executable, str(ROOT / "firmware-sim" / "c" / "gen_regmap.py"),
+                           "--map", str(path), "-o", str(tmp_path / "regmap.h")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert "register 256 is at address 256; regdev's serial protocol carries addresses " \
+           "0..255" in done.stderr
+
+
+def test_the_compiled_check_knows_tables(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev compile --map with tables: a write to an input register is read-only-register."""
+    regmap = RegisterMap([Register("SP", 0, width=16), Register("V", 0, table="input"),
+                          Register("C", 0, table="coil")])
+    path = tmp_path / "t.json"
+    path.write_text(regmap.to_json())
+    status, out, _ = run(capsys, "compile", "--map", str(path))
+    assert status == 0
+    namespace: dict[str, Any] = {}
+    exec(compile(out, "compiled", "exec"), namespace)
+    check = namespace["check"]
+    write = {"tool": "write_register", "arguments": {"addr": 0, "table": "input", "data": 1}}
+    assert check(write) == "read-only-register"
+    write["arguments"]["table"] = "coil"
+    assert check(write) is None
+    write["arguments"]["data"] = 2
+    assert check(write) == "range-data"
+    assert check({"tool": "write_register", "arguments": {"addr": 0, "data": 1}}) == \
+        "missing-table"
+
+
+def test_a_policy_guards_a_sixteen_bit_register_by_its_range() -> None:
+    """{register = "SETPOINT", min = 1000}: 999 passes, 40000 asks for approval (refused
+    without an approver), bounded by 0..65535, not 0..255."""
+    from regdev import Policy  # noqa: PLC0415 - the subject
+
+    policy = Policy.from_dict({"registers": {"protected": [
+        {"register": "SETPOINT", "min": 1000}]}})
+    gate = Gate(RegisterFile(regmap=WIDE), policy=policy)
+    assert handle(gate, "write_register", addr=0x100, data=999)["ok"]
+    seen = handle(gate, "write_register", addr=0x100, data=40000)
+    assert (seen["ok"], seen["stage"]) == (False, "authorize"), seen
+
+
+def test_regdev_map_shows_widths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev map: the widths in the heading and each wider register's width on its row."""
+    path = tmp_path / "wide.json"
+    path.write_text(WIDE.to_json())
+    status, out, _ = run(capsys, "map", str(path))
+    assert status == 0
+    assert out.splitlines()[1] == "4 registers of 16, 32, 64 bits"
+    assert "0x100  SETPOINT  rw      0x00   Setpoint in 0.1 degC (16 bits)" in out
+
+
+def test_the_register_file_moves_many_registers_in_one_hold() -> None:
+    """read_table / write_table: 20 16-bit registers at once, all or nothing (past 16)."""
+    regmap = RegisterMap([Register(f"R{n}", n, width=16) for n in range(20)]
+                         + [Register("RO", 20, width=16, access="r")])
+    device = RegisterFile(regmap=regmap)
+    assert device.write_table("holding", 0, list(range(1000, 1020))) == list(range(1000, 1020))
+    assert device.read_table("holding", 0, 20) == list(range(1000, 1020))
+    with pytest.raises(RegisterRangeError, match="read-only"):
+        device.write_table("holding", 0, [7] * 21)  # the last is read-only: nothing written
+    assert device.read_table("holding", 0, 1) == [1000]
+    with pytest.raises(Exception, match="no coil table"):
+        device.read_table("coil", 0, 1)

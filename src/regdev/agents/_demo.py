@@ -102,7 +102,7 @@ def map_demo(regmap: RegisterMap) -> MapDemo:
     """
     steps: list[DemoStep] = []
     left_out: list[str] = []
-    registers = list(regmap.registers)
+    registers = list(regmap.in_table("holding"))  # (a map's other tables: read with tables)
     read_only = regmap.read_only()
     identity = next((r for r in registers if r.addr in read_only and r.reset), None)
     if identity is not None and identity.name and identity.fields:
@@ -168,7 +168,20 @@ def map_demo(regmap: RegisterMap) -> MapDemo:
     else:
         left_out.append("a write to a read-only register: the map has none (the loop ends "
                         "done)")
+    if regmap.tables != ("holding",):  # the register tools take a table: holding's
+        steps = [(what, _holding(raw), expect) for what, raw, expect in steps]
     return MapDemo(tuple(steps), stop, tuple(left_out))
+
+
+def _holding(raw: str) -> str:
+    """A demo call with ``"table": "holding"`` after its ``addr`` (a map with several tables);
+    as it is without an ``addr``."""
+    document = json.loads(raw)
+    arguments = document["arguments"]
+    if "addr" in arguments:
+        document["arguments"] = {"addr": arguments.pop("addr"), "table": "holding",
+                                 **arguments}
+    return json.dumps(document)
 
 
 def _block(registers: list[Register], regmap: RegisterMap) -> list[Register]:
@@ -201,7 +214,7 @@ def _block_value(register: Register, index: int) -> int:
     plain = {f.name: (pattern >> f.lsb) & (f.mask >> f.lsb) for f in register.fields
              if f.writable and not f.encode and f.onwrite is None}
     if not register.fields:
-        return pattern & register.writable_mask & ~register.reserved_mask & 0xFF
+        return pattern & register.writable_mask & ~register.reserved_mask & register.top
     return _valid_data(register, plain)
 
 

@@ -193,6 +193,8 @@ commands (numbers in ASCII decimal or 0x hex: 3, 0x1f; names as in `regdev map`)
   write REG DATA         write_register: DATA to register REG (a name or an ADDR), as wide
                          as the register: 0..255 (8 bits), 0..65535 (16 bits), ...
   write REG.FIELD VALUE  write_field: one field, by enumerated name or number
+                         (a register named in another table than holding is read and
+                         written in its table; an ADDR is a holding register's)
   readblock REG COUNT    read_registers: COUNT registers from REG (a name or an ADDR) up
   writeblock REG DATA... write_registers: the DATA values from REG up, all or nothing
   dump                   every register, with its fields
@@ -344,13 +346,25 @@ def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
     if command == "read":
         if len(rest) != 1:
             raise ValueError(usage["read"])
-        if register.fields:
+        if register.fields and register.table == "holding":
             return msgspec.json.encode({"tool": "read_fields",
                                         "arguments": {"register": target}}).decode()
-        return shell_call(["read", str(register.addr)])
+        return _in_table(shell_call(["read", str(register.addr)]), register.table, regmap)
     if command == "write" and len(rest) != 2:
         raise ValueError("usage: write REG DATA")
-    return shell_call([command, str(register.addr), *rest[1:]])
+    return _in_table(shell_call([command, str(register.addr), *rest[1:]]), register.table,
+                     regmap)
+
+
+def _in_table(call: str, table: str, regmap: RegisterMap) -> str:
+    """``call`` with ``"table"`` after ``"addr"`` when the map has tables other than holding
+    (its register tools then take one); as it is otherwise."""
+    if regmap.tables == ("holding",):
+        return call
+    document = msgspec.json.decode(call)
+    arguments = document["arguments"]
+    document["arguments"] = {"addr": arguments.pop("addr"), "table": table, **arguments}
+    return msgspec.json.encode(document).decode()
 
 
 #: A JSON number, as the shell passes a value's number on: its text, exactly.
@@ -413,7 +427,10 @@ def shell_call(words: Sequence[str], regmap: RegisterMap | None = None) -> str:
         arguments = {"addr": values[0], "data": values[1:]}
     else:
         arguments = dict(zip(("addr", "data"), values, strict=False))
-    return msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
+    call = msgspec.json.encode({"tool": tool, "arguments": arguments}).decode()
+    if regmap is not None and "addr" in arguments:  # a number: a holding register
+        return _in_table(call, "holding", regmap)
+    return call
 
 
 def _show(observation: Observation, regmap: RegisterMap | None = None) -> str:

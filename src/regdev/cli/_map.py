@@ -76,8 +76,13 @@ def format_map(regmap: RegisterMap) -> str:
     width = max([len(r.name or "-") for r in regmap.registers] + [4])
     named = max([len(f.name) for r in regmap.registers for f in r.fields] + [10])
     head = regmap.name or "register map"
+    widths = sorted({r.width for r in regmap.registers})
+    bits = (f"of {widths[0]} bit{'s' * (widths[0] != 1)}" if len(widths) == 1
+            else f"of {', '.join(map(str, widths))} bits")
+    tables = ("" if regmap.tables == ("holding",) else
+              ", in the " + ", ".join(regmap.tables) + " tables (each row says its table)")
     lines = [display_text(f"{head}: {regmap.description}" if regmap.description else head),
-             f"{len(regmap)} register{'s' * (len(regmap) != 1)} of 8 bits"]
+             f"{len(regmap)} register{'s' * (len(regmap) != 1)} {bits}{tables}"]
     lines.append(f"{'addr':<6}{'name':<{width + 2}}{'access':<8}{'reset':<7}description")
     for register in regmap.registers:
         lines.append(_register_line(register, width))
@@ -95,6 +100,10 @@ def format_map(regmap: RegisterMap) -> str:
 
 def _register_line(register: Register, width: int) -> str:
     notes = " (protected: writes need approval)" if register.protected else ""
+    if register.table != "holding":
+        notes += f" ({register.table} table)"
+    if register.width not in (1, 8):
+        notes += f" ({register.width} bits)"
     text = (f"0x{register.addr:02X}  {register.name or '-':<{width + 2}}"
             f"{_ACCESS[register.access or 'rw']:<8}0x{register.reset or 0:02X}   "
             f"{register.description}{notes}")

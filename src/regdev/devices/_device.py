@@ -301,8 +301,9 @@ class Device(ABC):
         Raises:
             DeviceError, TransportError: reading an identity register failed.
         """
-        for register in self.regmap.identity():
-            value = self.read(register.addr)
+        for register in self.regmap.identity():  # (an input register's: by read_table)
+            value = (self.read(register.addr) if register.table == "holding"
+                     else self.read_table(register.table, register.addr, 1)[0])
             if value != register.reset:
                 name = self.regmap.name
                 which = f"the map `{escape_text(name)}`" if name else "the map"
@@ -510,6 +511,11 @@ class RegisterFile(Device):
         """
         values = list(data)
         check_block(addr, len(values), self._regmap)
+        return self._write_run(addr, values)
+
+    def _write_run(self, addr: int, values: list[int]) -> list[int]:
+        """Write ``values`` from ``addr`` up, all or nothing, under one hold of the lock
+        (every address a register: checked by the caller)."""
         if self._default:  # plain read-write bytes: checked as write() checks, then stored
             for value in values:
                 if type(value) is not int or not 0 <= value <= DATA_MAX:
@@ -542,9 +548,47 @@ class RegisterFile(Device):
             RegisterRangeError: an address of the block is not a register (nothing read).
         """
         check_block(addr, count, self._regmap)
+        return self._read_run(addr, count)
+
+    def _read_run(self, addr: int, count: int) -> list[int]:
+        """Read ``count`` registers from ``addr`` up under one hold of the lock."""
         specs = [self._register(addr + index) for index in range(count)]
         with self._lock:
             return [self._read(spec.addr, spec) for spec in specs]
+
+    def read_table(self, table: str, addr: int, count: int) -> list[int]:
+        """Read ``count`` (1 or more) consecutive holding registers from ``addr`` up under one
+        hold of the lock (no torn read), as :meth:`read` does; the register file has no other
+        table.
+
+        Raises:
+            RegisterRangeError: ``count`` is not an int >= 1, or an address is no register.
+            DeviceRefused: ``table`` is not ``"holding"``; nothing read.
+        """
+        if table != "holding":
+            return super().read_table(table, addr, count)
+        if type(count) is not int or count < 1:
+            raise RegisterRangeError(f"count must be an int >= 1, got {count!r}")
+        return self._read_run(addr, count)
+
+    def write_table(self, table: str, addr: int, data: Sequence[int]) -> list[int]:
+        """Write ``data`` (1 or more values) to consecutive holding registers from ``addr`` up,
+        all or nothing under one hold of the lock, as :meth:`write_block` does (without its
+        16); the register file has no other table.
+
+        Raises:
+            RegisterRangeError: ``data`` is empty, an address is no register, or a value is
+                refused; nothing is written.
+            DeviceRefused: ``table`` is not ``"holding"``; nothing written.
+        """
+        if table != "holding":
+            return super().write_table(table, addr, data)
+        values = list(data)
+        if not values:
+            raise RegisterRangeError("a write needs at least one value")
+        for each in range(addr, addr + len(values)):
+            self._register(each)  # raises, naming an address that is no register
+        return self._write_run(addr, values)
 
     def hardware_set(self, addr: int, bits: int) -> int:
         """Set ``bits`` of register ``addr`` as the device's hardware would (a status flag,

@@ -76,7 +76,6 @@ from ..core._errors import (
     TransportError,
 )
 from ..core._limits import seconds_problem
-from ..core._text import escape_text
 from ..core._wording import serial_problem
 from ._device import DATA_MAX, MAX_BLOCK, REGISTER_COUNT, Device, check_access, check_block
 from ._modbus_codec import (
@@ -432,8 +431,10 @@ class ModbusDevice(Device):
             raise ValueError(f"first_tid must be an int 0..65535, got {first_tid!r}")
         target = parse_modbus_url(url)
         if target.base + count > 0x10000:
+            where = ("holding register 65535" if regmap is None or regmap.tables == ("holding",)
+                     else "register 65535 of a table")
             raise TransportError(f"cannot open port {url}: base {target.base} + {count} "
-                                 "registers is past register 65535 of a table")
+                                 f"registers is past {where}")
         if regmap is None:  # count plain read-write registers; the default map for 16
             regmap = (RegisterMap.default() if count == REGISTER_COUNT else
                       RegisterMap([Register(None, each) for each in range(count)]))
@@ -837,18 +838,6 @@ class ModbusDevice(Device):
     def _transact(self, request: Request, what: str, retries: int) -> Reply:
         """One transaction of ``request`` (:meth:`Transactions.transact`)."""
         return self._tx.transact(request, what, retries)
-
-    def map_mismatch(self) -> str | None:
-        """The map's identity registers (in any table) each read with one request: each must
-        hold its reset value (see :meth:`Device.map_mismatch`)."""
-        for register in self.regmap.identity():
-            value = self.read_table(register.table, register.addr, 1)[0]
-            if value != register.reset:
-                name = self.regmap.name
-                which = f"the map `{escape_text(name)}`" if name else "the map"
-                return (f"its identity register {register.label} holds 0x{value:02X}, where "
-                        f"{which} says 0x{register.reset:02X} (another chip)")
-        return None
 
     def _sync_request(self) -> ReadHolding | None:
         """The synchronising read: of a number of registers no unanswered read has (so no

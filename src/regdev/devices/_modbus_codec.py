@@ -54,6 +54,8 @@ from ..core._errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
     "MAX_BUFFER",
+    "MAX_READ_BITS",
+    "MAX_WRITE_BITS",
     "NEED_DATA",
     "RTU",
     "TCP",
@@ -63,8 +65,6 @@ __all__ = [
     "ExceptionReply",
     "MaskWrite",
     "MaskWriteReply",
-    "MAX_READ_BITS",
-    "MAX_WRITE_BITS",
     "ReadCoils",
     "ReadDiscrete",
     "ReadHolding",

@@ -439,6 +439,10 @@ def _resolve(regmap: DeviceMap, kind: str, item: object) -> int:
         names = [r.name for r in regmap.registers if r.name]
         raise PolicyError(f"`registers.{kind}`: no register `{escape_text(str(item))}` in the "
                           f"device's map{_closest(str(item), names, 'registers')}")
+    if register.table != "holding":  # the policy's lists are of holding registers
+        raise PolicyError(f"`registers.{kind}`: register {register.label} is in the "
+                          f"{register.table} table; the policy names holding registers "
+                          "(input registers and discrete inputs are read-only already)")
     return register.addr
 
 
@@ -476,8 +480,8 @@ def _guard(regmap: DeviceMap, guard: Guard) -> FieldGuard:
         addr = _resolve(regmap, "protected", guard.register_name)
         held = regmap.at(addr)
         assert held is not None
-        register, lsb, mask = held, 0, REGISTER_MAX
-        top = REGISTER_MAX
+        register, lsb, mask = held, 0, held.top  # its width's (255 for 8 bits)
+        top = held.top
         what = f"register {register.label}"
     low = guard.min or 0
     high = top if guard.max is None else guard.max
@@ -519,13 +523,15 @@ def _written(tool: str, arguments: Mapping[str, Any], addr: int,
              regmap: DeviceMap) -> tuple[int, int] | None:
     """``(the bits written, their value)`` of register ``addr`` by a call, or None when it is
     not known."""
+    held = regmap.at(addr)
+    every = held.top if held is not None else REGISTER_MAX  # every bit of its width
     if tool == "write_register" and type(arguments.get("data")) is int:
-        return REGISTER_MAX, arguments["data"]
+        return every, arguments["data"]
     if tool == "write_registers" and type(arguments.get("addr")) is int:
         data = arguments.get("data")
         index = addr - arguments["addr"]
         if isinstance(data, list) and 0 <= index < len(data) and type(data[index]) is int:
-            return REGISTER_MAX, data[index]
+            return every, data[index]
         return None
     if tool == "write_field":
         found = regmap.find_field(str(arguments.get("field")))
