@@ -6,6 +6,8 @@ address, nothing written."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -24,6 +26,7 @@ from sunspec2.modbus.client import SunSpecModbusClientDeviceTCP
 from conftest import EXAMPLES, run
 from modbus_servers import Plain
 from regdev.core._errors import DeviceError, DeviceRefused, DeviceTimeout
+from regdev.devices._regmap import RegisterMap
 from regdev.devices._sunspec import (
     BASES,
     END_ID,
@@ -34,6 +37,7 @@ from regdev.devices._sunspec import (
     model_definition,
 )
 
+REGDEV = Path(sys.executable).parent / "regdev"
 METER = EXAMPLES / "sunspec-meter.json"
 INVERTER = EXAMPLES / "sunspec-inverter.json"
 DT = ModbusTcpClient.DATATYPE
@@ -126,8 +130,9 @@ def discover_cli(capsys: pytest.CaptureFixture[str], url: str, *more: str
 def test_discovery_agrees_with_pysunspec2_on_the_example_images(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, image: Path) -> None:
     """An example image served by a plain pymodbus server: the discovered map's every value,
-    decoded from the server's registers with the scale factor applied, equals what
-    pysunspec2's own client reads from the same server."""
+    decoded from the server's registers with the scale factor applied (by pymodbus's
+    convert_from_registers, and by regdev's own value codec), equals what pysunspec2's own
+    client reads from the same server."""
     base, registers = image_registers(image)
     out = tmp_path / "map.json"
     with served(base, registers) as plain:
@@ -147,11 +152,20 @@ def test_discovery_agrees_with_pysunspec2_on_the_example_images(
     # read: some devices have none)
     assert [r["addr"] for r in document["registers"]] == sorted(held)[:-1]
     assert {(r["width"], r["table"]) for r in document["registers"]} == {(16, "holding")}
+    regmap = RegisterMap.from_json(out.read_text(), str(out))  # regdev's map reader takes it
     compared = 0
     for value in document["values"]:
         point = their_point(theirs, value["name"])
         expected = point.cvalue
         ours = decode(value, held, by_name)
+        codec = regmap.value(value["name"])  # regdev's own codec gives the same
+        assert codec is not None
+        sf = (int(decode(by_name[value["scale_factor"]], held, by_name))
+              if "scale_factor" in value else None)
+        mine = codec.engineering(codec.from_registers([held[a] for a in codec.addresses]), sf)
+        if isinstance(mine, str) and value["type"] != "string":
+            mine = value["enum"][mine]  # an enumerated value, by its name
+        assert mine == ours, value["name"]
         if expected is None:  # not implemented: the raw value says so
             assert decode(value, held, by_name, scaled=False) in UNIMPLEMENTED[value["type"]], \
                 value["name"]
@@ -454,3 +468,61 @@ def _counts(group: dict[str, Any]) -> set[str]:
             found.add(sub["count"])
         found |= _counts(sub)
     return found
+
+
+@pytest.mark.timeout(180)
+def test_the_discovered_map_drives_the_device_in_units(capsys: pytest.CaptureFixture[str],
+                                                       tmp_path: Path) -> None:
+    """The discovered map given to --map drives the plain pymodbus server through the gate
+    (regdev call, the shell): values read in their units with their scale factors applied,
+    WMaxLimPct written exactly (75.5 % is raw 755 at WMaxLimPct_SF -1), 75.55 refused before
+    the device; the meter's map on the inverter is refused (its identity registers)."""
+    meter_map, inverter_map = tmp_path / "meter.json", tmp_path / "inverter.json"
+    base, registers = image_registers(METER)
+    with served(base, registers) as plain:
+        assert discover_cli(capsys, plain.url, "--json", "-o", str(meter_map))[0] == 0
+        status, out, _ = run(capsys, "call", "--no-audit", "--port", plain.url, "--timeout",
+                             "10", "--map", str(meter_map),
+                             '{"tool":"read_value","arguments":{"name":"ac_meter_abcn.W"}}')
+        shell = subprocess.run([str(REGDEV), "shell", "--no-audit", "--port", plain.url,
+                                "--timeout", "10", "--map", str(meter_map)],
+                               input="read ac_meter_abcn.W\nread ac_meter_abcn.TotVAhImp\n",
+                               capture_output=True, text=True, timeout=60, check=False)
+    assert (status, json.loads(out)["result"]) == (0, {
+        "name": "ac_meter_abcn.W", "value": 1234.5, "unit": "W", "addr": 40088,
+        "raw": [12345]})
+    assert (shell.returncode, shell.stderr) == (0, "")
+    assert shell.stdout.splitlines()[2:] == [
+        "accepted  read_value: ac_meter_abcn.W = 1234.5 W (raw 0x3039)",
+        "accepted  read_value: ac_meter_abcn.TotVAhImp = 19423000 VAh (raw 0x1d 0xa31c)"]
+    base, registers = image_registers(INVERTER)
+    with served(base, registers) as plain:
+        assert discover_cli(capsys, plain.url, "--json", "-o", str(inverter_map))[0] == 0
+
+        def call(raw: str) -> tuple[int, dict[str, Any]]:
+            status, out, _ = run(capsys, "call", "--no-audit", "--port", plain.url,
+                                 "--timeout", "10", "--map", str(inverter_map), raw)
+            return status, json.loads(out)
+
+        assert call('{"tool":"read_value","arguments":{"name":"controls.WMaxLimPct"}}') == (
+            0, {"ok": True, "tool": "read_value", "result": {
+                "name": "controls.WMaxLimPct", "value": 100.0, "unit": "% WMax",
+                "addr": 40127, "raw": [1000]}})
+        assert call('{"tool":"read_value","arguments":{"name":"mppt.module[2].DCA"}}')[1][
+            "result"]["value"] == 9.63
+        status, refused = call('{"tool":"write_value","arguments":{"name":'
+                               '"controls.WMaxLimPct","value":75.55}}')
+        assert (status, refused["code"]) == (1, "resolution")
+        assert not plain.executed
+        status, done = call('{"tool":"write_value","arguments":{"name":"controls.WMaxLimPct",'
+                            '"value":75.5}}')
+        assert (status, done["result"]["raw"]) == (0, [755])
+        assert sum(count for (_, addr, values), count in plain.executed.items()
+                   if addr == 40127 and values == (755,)) == 1
+        assert len(plain.executed) == 1
+        status, read = call('{"tool":"read_value","arguments":{"name":"controls.WMaxLimPct"}}')
+        assert read["result"]["value"] == 75.5
+        status, out, err = run(capsys, "call", "--no-audit", "--port", plain.url, "--timeout",
+                               "10", "--map", str(meter_map),
+                               '{"tool":"read_value","arguments":{"name":"ac_meter_abcn.W"}}')
+        assert status == 2 and "is not the one --map" in err

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .._files import DataFileError, examples
-from ..core._errors import RegdevError
+from ..core._errors import MapError, RegdevError
 from ..core._limits import seconds_problem
 from ..core._text import display_text
 from ..devices._modbus import URL_FORMS, is_modbus_url
@@ -150,6 +150,10 @@ def _discover(args: argparse.Namespace, out: TextIO) -> int:
     except SunSpecMissing as error:
         raise UsageError(str(error)) from None
     except RegdevError as error:
+        raise UsageError(f"SunSpec discovery on {url}: {error}") from None
+    try:
+        found.regmap()  # a map every --map takes, or nothing written
+    except MapError as error:
         raise UsageError(f"SunSpec discovery on {url}: {error}") from None
     text = found.to_json() if args.json else format_discovery(found)
     if args.json:

@@ -40,6 +40,8 @@ from typing import Any, Final
 
 from ..core._errors import DeviceError, DeviceRefused, DeviceTimeout, TransportError
 from ..core._text import escape_text
+from ._regmap import MAX_NAME, RegisterMap
+from ._values import MAX_VALUE_REGISTERS
 
 __all__ = [
     "BASES",
@@ -64,10 +66,6 @@ END_ID: Final = 0xFFFF
 _SPACE: Final = 0x10000
 #: Most registers in one read request (Modbus application protocol, 03: 125).
 _MAX_READ: Final = 125
-#: Most registers one value may span (one block read or write).
-MAX_VALUE_REGISTERS: Final = 16
-#: Longest value name, in characters (a tool's name may be one).
-MAX_NAME: Final = 64
 #: The install command named when pysunspec2 or pymodbus is missing.
 INSTALL: Final = "pip install 'regdev[sunspec]'"
 
@@ -253,6 +251,15 @@ class Discovery:
     def to_json(self) -> str:
         """:meth:`to_dict` as JSON text, indented as ``regdev map FILE --json`` writes."""
         return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def regmap(self) -> RegisterMap:
+        """The map, read back as every ``--map`` reads it (:meth:`RegisterMap.from_dict`).
+
+        Raises:
+            MapError: regdev's map reader refuses it (a point pysunspec2 defines in a way the
+                map cannot carry), naming the place.
+        """
+        return RegisterMap.from_dict(self.to_dict(), "the discovered map")
 
     def _identity(self, addr: int) -> bool:
         if addr in (self.base, self.base + 1, self.end):
