@@ -139,6 +139,14 @@ class _Counting(RegisterFile):
         self.calls.append(f"write_block {addr} {list(data)}")
         return super().write_block(addr, data)
 
+    def read_table(self, table: str, addr: int, count: int) -> list[int]:
+        self.calls.append(f"read_table {table} {addr} {count}")
+        return super().read_table(table, addr, count)
+
+    def write_table(self, table: str, addr: int, data: Sequence[int]) -> list[int]:
+        self.calls.append(f"write_table {table} {addr} {list(data)}")
+        return super().write_table(table, addr, data)
+
 
 def test_a_multi_register_value_is_one_block_write_and_one_block_read(
         thermostat: RegisterMap) -> None:
@@ -148,7 +156,8 @@ def test_a_multi_register_value_is_one_block_write_and_one_block_read(
     assert handle(gate, call("write_value", name="SETPOINT", value=22))["ok"]
     assert handle(gate, call("read_value", name="TEMP"))["ok"]
     assert handle(gate, call("read_value", name="W"))["ok"]  # W and W_SF: one block
-    assert device.calls == ["write_block 0 [0, 220]", "read_block 2 4", "read_block 7 4"]
+    assert device.calls == ["write_table holding 0 [0, 220]", "read_table holding 2 4",
+                            "read_table holding 7 4"]
 
 
 def test_a_float_holding_nan_reads_as_the_documented_value() -> None:
