@@ -10,9 +10,12 @@ observation:
 * ``read int16``: ``read_value`` of ``SETPOINT``: two registers in one block read, in degC;
 * ``read float32``: ``read_value`` of ``TEMP`` (float32 over four registers);
 * ``read sunssf``: ``read_value`` of ``W`` (uint16 x 10^W_SF: four registers in one read);
+* ``write uint8``: ``write_value`` of ``MODE`` (one register, by enumerated name);
 
 each against the anchor, ``write_register`` of one register of the same gate (the seed tool's
-path on this map). The goal: each at most 1.5x the anchor. Run::
+path on this map); and ``int16 vs blk``: the int16 write against ``write_registers`` of the
+same two registers (the block write it makes), which shows what the conversion itself costs.
+The goal: each at most 1.5x its anchor. Run::
 
     .venv/bin/python benchmarks/typed_values.py [--rounds N] [--batch-ms MS] [--wall] [--json]
 
@@ -38,6 +41,12 @@ CASES = (
     case("read float32", ('{"tool": "read_value", "arguments": {"name": "TEMP"}}', ANCHOR),
          True),
     case("read sunssf", ('{"tool": "read_value", "arguments": {"name": "W"}}', ANCHOR), True),
+    case("write uint8", ('{"tool": "write_value", "arguments": {"name": "MODE", '
+                         '"value": "HEAT"}}', ANCHOR), True),
+    case("int16 vs blk", ('{"tool": "write_value", "arguments": {"name": "SETPOINT", '
+                          '"value": 21.5}}',
+                          '{"tool": "write_registers", "arguments": {"addr": 0, '
+                          '"data": [0, 215]}}'), True),
 )
 GOALS = {each.title: Goal(at_most=1.5) for each in CASES}
 
@@ -49,7 +58,8 @@ def main() -> None:
             Contender("regdev", "Gate.handle: read_value / write_value, thermostat map",
                       raw=True, on_refusal="observation", run=lambda pair: handle(pair[0]),
                       valid=lambda pair: handle(pair[0]).ok),
-            Contender("anchor", "Gate.handle: write_register on the same gate", raw=True,
+            Contender("anchor", "Gate.handle: write_register (int16 vs blk: write_registers) "
+                      "on the same gate", raw=True,
                       on_refusal="observation", run=lambda pair: handle(pair[1]),
                       valid=lambda pair: handle(pair[1]).ok),
             CASES, goals=GOALS, args=args)

@@ -42,7 +42,8 @@ def test_copied_alone_it_names_the_files_it_needs(tmp_path: Path) -> None:
     assert done.stderr == (
         "regdev_firmware_sim.py: error: the simulator needs regdev's "
         "src/regdev/devices/_protocol/__init__.py, src/regdev/devices/_device.py, "
-        "src/regdev/devices/_regmap.py, src/regdev/core/_errors.py, src/regdev/core/_text.py: "
+        "src/regdev/devices/_regmap.py, src/regdev/devices/_values.py, "
+        "src/regdev/core/_errors.py, src/regdev/core/_text.py: "
         "run it from a regdev source tree (firmware-sim/ beside src/), or install regdev\n")
 
 

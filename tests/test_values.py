@@ -16,7 +16,7 @@ from pymodbus.client.mixin import ModbusClientMixin
 
 from conftest import EXAMPLES
 from regdev import Gate, RegisterFile, RegisterMap
-from regdev.core._errors import MapError
+from regdev.core._errors import MapError, PolicyError
 from regdev.devices._rdl import load_map
 from regdev.devices._regmap import Register
 from regdev.devices._values import Value, ValueCodec
@@ -131,13 +131,13 @@ class _Counting(RegisterFile):
         self.calls.append("write")
         return super().write(addr, data)
 
-    def read_block(self, addr: int, count: int) -> list[int]:
-        self.calls.append(f"read_block {addr} {count}")
-        return super().read_block(addr, count)
+    def read_table(self, table: str, addr: int, count: int) -> list[int]:
+        self.calls.append(f"read_table {table} {addr} {count}")
+        return super().read_table(table, addr, count)
 
-    def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
-        self.calls.append(f"write_block {addr} {list(data)}")
-        return super().write_block(addr, data)
+    def write_table(self, table: str, addr: int, data: Sequence[int]) -> list[int]:
+        self.calls.append(f"write_table {table} {addr} {list(data)}")
+        return super().write_table(table, addr, data)
 
     def read_table(self, table: str, addr: int, count: int) -> list[int]:
         self.calls.append(f"read_table {table} {addr} {count}")
@@ -447,3 +447,21 @@ def test_wider_registers_hold_a_float64_in_the_declared_orders(
     assert codec is not None and codec.count == 64 // width
     assert codec.to_registers(21.5) == expected
     assert codec.engineering(codec.from_registers(expected)) == Decimal("21.5")
+
+
+def test_a_policy_range_in_units_needs_approval_only_within_it(thermostat: RegisterMap) -> None:
+    """protected = [{value = "SETPOINT", min = 30}]: 30.5 degC asks (denied without an
+    approver), 25 does not; a register write under the value asks (not known in units)."""
+    from regdev import Policy  # noqa: PLC0415
+
+    policy = Policy.model_validate({"registers": {"protected": [
+        {"value": "SETPOINT", "min": "30"}]}})
+    gate = Gate(RegisterFile(regmap=thermostat), policy=policy)
+    over = handle(gate, '{"tool":"write_value","arguments":{"name":"SETPOINT","value":30.5}}')
+    assert over["code"] == "approval-denied"
+    assert over["message"].startswith("value SETPOINT (values 30.. degC) is protected")
+    assert handle(gate, call("write_value", name="SETPOINT", value=25))["ok"]
+    assert handle(gate, call("write_register", addr=1, data=1))["code"] == "approval-denied"
+    with pytest.raises(PolicyError, match="no typed value `SETPONT`"):
+        Gate(RegisterFile(regmap=thermostat), policy=Policy.model_validate(
+            {"registers": {"protected": [{"value": "SETPONT", "max": 1}]}}))

@@ -782,7 +782,8 @@ class RegisterMap:
         of the map's device form, its name and each register's name, address, access, reset,
         identity flag and fields (name, bits, access, reset, onwrite, onread, enumerated
         values), as compact JSON with sorted keys (``docs/protocol.md``, "Which map the device
-        serves"). Descriptions and ``protected`` are left out: they change no register. A
+        serves"). Descriptions, ``protected`` and the typed values are left out: they change
+        no register (a value is how the host reads registers, not what the device does). A
         device that says its map says this digest; a host compares it with its own map's."""
         cached: str | None = getattr(self, "_digest", None)
         if cached is not None:

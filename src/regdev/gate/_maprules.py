@@ -18,8 +18,9 @@ The rule table (:func:`rule_table` in ``_maptools.py`` builds it):
 
 ``{"tables": {TABLE: [first, rows]}, "fields": {"REG.FIELD": [addr, index]},
 "read_only": [addr, ...], "values": {NAME: [table, first addr, count]}}`` (``values``: the
-typed values, whose registers ``write_value`` changes), one entry per table the map has (``"holding"``, ``"input"``,
-``"coil"``, ``"discrete"``; a call's ``table`` argument picks one, holding when absent),
+typed values, whose registers ``write_value`` changes), one entry per table the map has
+(``"holding"``, ``"input"``, ``"coil"``, ``"discrete"``; a call's ``table`` argument picks
+one, holding when absent),
 where ``rows[addr - first]`` is None for no register, else ``[name, reserved_mask, fields,
 top, writable]`` (``top`` the largest value of its width, ``writable`` False in a read-only
 table), and each field is ``[name, lsb, mask, writable, checked, top, values]``: ``checked``

@@ -114,6 +114,7 @@ __all__ = [
     "Session",
     "SessionPolicy",
     "TokenBucket",
+    "ValueGuard",
     "ask_approval",
     "changed_registers",
     "check_read_only",
@@ -292,6 +293,36 @@ class Guard(_Model):
         return self
 
 
+class ValueGuard(_Model):
+    """A protected range of a typed value, in its unit: a ``write_value`` of ``value`` within
+    ``min..max`` needs approval (``{value = "WMaxLimPct", min = 80}``); a write below it does
+    not. Any other write to the value's registers asks (its value in units is not known).
+
+    Attributes:
+        value: the typed value's name in the device's map.
+        min: the lowest value that needs approval, in the value's unit (inclusive, exact);
+            None: no lower bound.
+        max: the highest (inclusive); None: no upper bound.
+
+    Raises:
+        pydantic.ValidationError: a bound that is not a finite decimal, or ``min`` above
+            ``max``.
+    """
+
+    value: _Name
+    min: Decimal | None = None
+    max: Decimal | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ValueGuard:
+        for bound in (self.min, self.max):
+            if bound is not None and not bound.is_finite():
+                raise ValueError("a protected value range takes finite bounds")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"a protected range's min {self.min} is above its max {self.max}")
+        return self
+
+
 @dataclass(frozen=True, slots=True)
 class FieldGuard:
     """A protected field or value range, resolved against the device's map.
@@ -312,12 +343,18 @@ class FieldGuard:
     low: int
     high: int
     what: str
+    #: A typed value's range (:class:`ValueGuard`): its name, bounds in units, registers.
+    value: str | None = None
+    value_low: Decimal | None = None
+    value_high: Decimal | None = None
+    value_addrs: tuple[int, ...] = ()
 
 
 _ENTRY = "a register's address 0..{top} or name{more}"
 
 
-def _register_entry(value: object, *, ranges: bool = False) -> int | str | Guard:
+def _register_entry(value: object, *,
+                    ranges: bool = False) -> int | str | Guard | ValueGuard:
     """One entry of ``registers.read_only`` (``ranges`` False) or ``registers.protected``:
     an address, a name, or (protected only) a :class:`Guard` table; refused in one line
     saying what an entry may be."""
@@ -335,6 +372,8 @@ def _register_entry(value: object, *, ranges: bool = False) -> int | str | Guard
         raise ValueError(f"an entry is {what}; got a name of {len(value)} characters")
     if ranges and isinstance(value, Mapping):
         try:
+            if "value" in value:  # a typed value's range, in its unit
+                return ValueGuard.model_validate(dict(value))
             return Guard.model_validate(dict(value))
         except ValidationError as error:
             first = error.errors()[0]
@@ -342,13 +381,13 @@ def _register_entry(value: object, *, ranges: bool = False) -> int | str | Guard
                 raise ValueError(f"a protected range takes field or register, min and max; "
                                  f"not `{escape_text(str(first['loc'][-1]), 40)}`") from None
             raise ValueError(f"a protected range: {_describe(error)}") from None
-    if isinstance(value, Guard) and ranges:
+    if isinstance(value, (Guard, ValueGuard)) and ranges:
         return value
     raise ValueError(f"an entry is {what}; got {_show(value)}")
 
 
 _ReadOnlyEntry = Annotated[int | str, PlainValidator(_register_entry)]
-_ProtectedEntry = Annotated[int | str | Guard,
+_ProtectedEntry = Annotated[int | str | Guard | ValueGuard,
                             PlainValidator(lambda value: _register_entry(value, ranges=True))]
 
 
@@ -359,7 +398,8 @@ class RegisterPolicy(_Model):
         read_only: registers (addresses 0..65535, or names of the device's map) no tool call
             may write (``read-only-register``).
         protected: registers (addresses or names), typed values by name (``"SETPOINT"``:
-            every register it holds), fields (``"CTRL.MODE"``) or value ranges
+            every register it holds), a typed value's range in units (:class:`ValueGuard`:
+            ``{value = "SETPOINT", min = 30}``), fields (``"CTRL.MODE"``) or value ranges
             (:class:`Guard`: ``{field = "CTRL.MODE", min = 1}``) written only when the
             approval hook approves (``approval-denied`` otherwise). A field is guarded
             against writes that set it; a range against writes that set a value in it.
@@ -400,6 +440,8 @@ class RegisterPolicy(_Model):
         for item in sorted(self.protected, key=str):  # names, addresses and ranges
             if isinstance(item, Guard):
                 guards.append(_guard(regmap, item))
+            elif isinstance(item, ValueGuard):
+                guards.append(_value_guard(regmap, item))
             elif isinstance(item, str) and regmap.named(item) is None and (
                     codec := getattr(regmap, "value", lambda _: None)(item)) is not None:
                 # a typed value by name: every register it holds (its holding registers)
@@ -494,6 +536,40 @@ def _guard(regmap: DeviceMap, guard: Guard) -> FieldGuard:
     return FieldGuard(register.addr, mask, lsb, low, high, what)
 
 
+def _value_guard(regmap: DeviceMap, guard: ValueGuard) -> FieldGuard:
+    """A :class:`ValueGuard` resolved against ``regmap``: its value's holding registers.
+
+    Raises:
+        PolicyError: the map has no such value (or none of its registers is a holding one).
+    """
+    codec = getattr(regmap, "value", lambda _: None)(guard.value)
+    if codec is None or codec.value.table != "holding":
+        names = [v.name for v in getattr(regmap, "values", ())]
+        raise PolicyError(f"`registers.protected`: no typed value `{escape_text(guard.value)}` "
+                          f"of holding registers in the device's map"
+                          f"{_closest(guard.value, names, 'typed values')}")
+    low = "" if guard.min is None else str(guard.min)
+    high = "" if guard.max is None else str(guard.max)
+    unit = f" {codec.value.unit}" if codec.value.unit else ""
+    what = f"value {guard.value} (values {low}..{high}{unit})"
+    return FieldGuard(codec.addresses[0], REGISTER_MAX, 0, 0, REGISTER_MAX,
+                      escape_text(what, 120), guard.value, guard.min, guard.max,
+                      codec.addresses)
+
+
+def _value_hit(guard: FieldGuard, tool: Tool, arguments: Mapping[str, Any]) -> bool:
+    """Whether a call that changes a guarded value's registers trips its range: a
+    ``write_value`` of a number within it (compared exactly), or any other write to them."""
+    if tool.name != "write_value" or arguments.get("name") != guard.value:
+        return True
+    given = arguments.get("value")
+    if type(given) not in (int, Decimal, float):
+        return True  # an enumerated name, text: not known in units
+    number = Decimal(repr(given)) if type(given) is float else Decimal(cast("int", given))
+    return ((guard.value_low is None or guard.value_low <= number)
+            and (guard.value_high is None or number <= guard.value_high))
+
+
 def guarded(guards: Iterable[FieldGuard], tool: Tool, arguments: Mapping[str, Any],
             changed: tuple[int, ...], regmap: DeviceMap) -> list[FieldGuard]:
     """The guards a call may trip: those of the registers it changes whose guarded bits it
@@ -504,6 +580,11 @@ def guarded(guards: Iterable[FieldGuard], tool: Tool, arguments: Mapping[str, An
     """
     hits = []
     for guard in guards:
+        if guard.value is not None:  # a typed value's range, in units
+            if set(guard.value_addrs).intersection(changed) and _value_hit(
+                    guard, tool, arguments):
+                hits.append(guard)
+            continue
         if guard.addr not in changed:
             continue
         written = _written(tool.name, arguments, guard.addr, regmap)
