@@ -139,14 +139,6 @@ class _Counting(RegisterFile):
         self.calls.append(f"write_table {table} {addr} {list(data)}")
         return super().write_table(table, addr, data)
 
-    def read_table(self, table: str, addr: int, count: int) -> list[int]:
-        self.calls.append(f"read_table {table} {addr} {count}")
-        return super().read_table(table, addr, count)
-
-    def write_table(self, table: str, addr: int, data: Sequence[int]) -> list[int]:
-        self.calls.append(f"write_table {table} {addr} {list(data)}")
-        return super().write_table(table, addr, data)
-
 
 def test_a_multi_register_value_is_one_block_write_and_one_block_read(
         thermostat: RegisterMap) -> None:
