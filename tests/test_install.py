@@ -105,8 +105,8 @@ def test_map_examples_lists_the_installed_examples(capsys: pytest.CaptureFixture
     assert run(capsys, "map", "--examples", "x.rdl") == (
         2, "", "regdev map: error: --examples takes no FILE, --json or --output\n")
     assert run(capsys, "map") == (
-        2, "", "regdev map: error: give a register map FILE (.rdl or .json), or --examples "
-               "for the shipped ones\n")
+        2, "", "regdev map: error: give a register map FILE (.rdl or .json), --examples "
+               "for the shipped ones, or --sunspec-discover URL\n")
 
 
 def test_avr_builds_in_the_xdg_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

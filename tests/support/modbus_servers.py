@@ -33,7 +33,8 @@ SIM = ROOT / "firmware-sim" / "regdev_firmware_sim.py"
 class Plain:
     """A pymodbus server in a thread: ``registers`` holding registers from 0 (pymodbus's
     ``SimData``), unit 1. Its ``action`` hook (pymodbus's own) counts the writes executed and
-    can refuse a value with an exception code (``refuse``: value -> code).
+    can refuse a value with an exception code (``refuse``: value -> code). ``simdata``
+    (pymodbus's ``SimData`` blocks) serves other registers instead (a SunSpec image).
 
     ``echo`` (RTU): the null-modem cable also hands every byte the host sends back to it, as
     an RS-485 adapter without echo suppression does.
@@ -45,14 +46,15 @@ class Plain:
     """
 
     def __init__(self, framing: str, *, registers: int = 16, values: int = 0,
-                 refuse: dict[int, int] | None = None, echo: bool = False) -> None:
+                 refuse: dict[int, int] | None = None, echo: bool = False,
+                 simdata: list[SimData] | None = None) -> None:
         self.executed: collections.Counter[tuple[int, int, tuple[int, ...]]] = \
             collections.Counter()
         self.refuse = refuse or {}
         self.echo = echo
         self.registers: list[int] = []
-        device = SimDevice(1, simdata=[SimData(0, count=registers, values=values,
-                                               datatype=DataType.REGISTERS)],
+        device = SimDevice(1, simdata=simdata or [SimData(0, count=registers, values=values,
+                                                         datatype=DataType.REGISTERS)],
                            action=self._action)
         self._ptys: list[tuple[int, int]] = []
         ready = threading.Event()

@@ -106,10 +106,14 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
             "link path, standard output); with --avr, the firmware cannot be built or run"),
     ),
     "map": (
-        (0, "the register table or the compiled JSON form was written"),
+        (0, "the register table or the compiled JSON form was written (with "
+            "--sunspec-discover: the device's map)"),
         (1, "the output could not be written to standard output"),
         (2, "a usage error, a map that cannot be read or that regdev cannot honour (its "
-            "file:line named), or -o OUT cannot be written"),
+            "file:line named), or -o OUT cannot be written; with --sunspec-discover, the "
+            "device cannot be reached, has no SunSpec marker, or its model chain loops, "
+            "overruns the address space or names a model pysunspec2 does not know (the "
+            "address named; nothing written), or the sunspec extra is missing"),
         (130, "interrupted (Ctrl-C)"),
     ),
     "tools": (

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 from pathlib import Path
 from typing import Any, TextIO
 
 from .._files import DataFileError, examples
+from ..core._errors import MapError, RegdevError
+from ..core._limits import seconds_problem
 from ..core._text import display_text
+from ..devices._modbus import URL_FORMS, is_modbus_url
 from ..devices._regmap import Field, Register, RegisterMap
+from ..devices._sunspec import Discovery, SunSpecMissing, discover_url
 from ..gate._maptools import value_summary
-from ._common import UsageError, register_map
+from ._common import UsageError, register_map, tell
 
 _ACCESS = {"rw": "rw", "r": "r", "w": "w"}
 
@@ -104,7 +110,80 @@ def _register_line(register: Register, width: int) -> str:
     return display_text(text.rstrip())
 
 
+def format_discovery(found: Discovery) -> str:
+    """The table of ``regdev map --sunspec-discover URL``: the marker, a line per model
+    (id, name, address, registers), then a line per value (name, address, type, unit, scale
+    factor or scale, access), and the points given no value."""
+    lines = [display_text(found.name()),
+             f"SunSpec marker at {found.base}; {len(found.models)} "
+             f"model{'s' * (len(found.models) != 1)}, end model at {found.end}"]
+    for model in found.models:
+        lines.append(display_text(f"  model {model.id:<5} {model.prefix:<32} at {model.addr}, "
+                                  f"{model.length + 2} registers"))
+    rows = [(value["name"], str(value["addr"]), value["type"], value.get("unit", ""),
+             value.get("scale_factor") or value.get("scale") or "", value["access"])
+            for value in found.values]
+    head = ("value", "addr", "type", "unit", "scale", "access")
+    widths = [max(len(row[column]) for row in [head, *rows]) + 2 for column in range(5)]
+    for row in [head, *rows]:
+        line = "".join(f"{cell:<{width}}" for cell, width in zip(row, widths, strict=False))
+        lines.append(display_text(line + row[5]))
+    lines.extend(display_text(f"no value: {why}") for why in found.skipped)
+    return "\n".join(lines) + "\n"
+
+
+def _discover(args: argparse.Namespace, out: TextIO) -> int:
+    """``regdev map --sunspec-discover URL``: nothing is written unless all of the chain was
+    read and laid out."""
+    if args.map is not None or args.examples:
+        raise UsageError("--sunspec-discover takes no FILE or --examples")
+    if args.timeout is not None:
+        problem = seconds_problem(args.timeout)
+        if problem is not None:
+            raise UsageError(f"--timeout {problem}")
+    url = args.sunspec_discover
+    if not is_modbus_url(url):
+        raise UsageError(f"--sunspec-discover takes a Modbus URL, got {url}: expected "
+                         f"{URL_FORMS}")
+    try:
+        found = discover_url(url, timeout=0.5 if args.timeout is None else args.timeout)
+    except SunSpecMissing as error:
+        raise UsageError(str(error)) from None
+    except RegdevError as error:
+        raise UsageError(f"SunSpec discovery on {url}: {error}") from None
+    try:
+        found.regmap()  # a map every --map takes, or nothing written
+    except MapError as error:
+        raise UsageError(f"SunSpec discovery on {url}: {error}") from None
+    text = found.to_json() if args.json else format_discovery(found)
+    if args.json:
+        for why in found.skipped:
+            tell("map", "warning", f"no value for {why}")
+    if args.output in (None, "-"):
+        out.write(text)
+        return 0
+    _write_whole(args.output, text)
+    return 0
+
+
+def _write_whole(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a file beside it, then renamed)."""
+    target = Path(path)
+    part = target.with_name(f".{target.name}.part")
+    try:
+        part.write_text(text, encoding="utf-8")
+        os.replace(part, target)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            part.unlink()
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+
+
 def cmd_map(args: argparse.Namespace, out: TextIO) -> int:
+    if args.sunspec_discover is not None:
+        return _discover(args, out)
+    if args.timeout is not None:
+        raise UsageError("--timeout goes with --sunspec-discover URL")
     if args.examples:
         if args.map is not None or args.json or args.output is not None:
             raise UsageError("--examples takes no FILE, --json or --output")
@@ -115,8 +194,8 @@ def cmd_map(args: argparse.Namespace, out: TextIO) -> int:
         out.write("".join(display_text(str(path)) + "\n" for path in found))
         return 0
     if args.map is None:
-        raise UsageError("give a register map FILE (.rdl or .json), or --examples for the "
-                         "shipped ones")
+        raise UsageError("give a register map FILE (.rdl or .json), --examples for the "
+                         "shipped ones, or --sunspec-discover URL")
     regmap = register_map(args)
     text = regmap.to_json() if args.json else format_map(regmap)
     if args.output in (None, "-"):
@@ -150,4 +229,15 @@ def add_parser(sub: Any) -> None:
                       help="write the compiled JSON form (format regdev-map, version 1)")
     map_.add_argument("-o", "--output", metavar="OUT",
                       help="write to OUT (default: standard output)")
+    map_.add_argument("--sunspec-discover", metavar="URL",
+                      help="discover the map of a SunSpec device (an inverter, a meter, a "
+                           "battery) at this Modbus URL (modbus+tcp://HOST:PORT?unit=1, "
+                           "modbus+rtu://PORT?unit=1): find the SunS marker at holding "
+                           "register 40000, 50000 or 0, walk its model chain, and print the "
+                           "models and values found (with --json, the map in the compiled "
+                           "JSON form, which --map takes). Needs the sunspec extra. See "
+                           "docs/sunspec.md")
+    map_.add_argument("--timeout", metavar="SECONDS", type=float,
+                      help="with --sunspec-discover: seconds to wait for each reply, "
+                           "0.001..86400 (default 0.5)")
     map_.set_defaults(func=cmd_map)
