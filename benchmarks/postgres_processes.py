@@ -1,7 +1,7 @@
 """Audited writes per second on one PostgreSQL store: 3 processes against 1.
 
 Each process runs a gate over its own in-process device with its audit log on the same
-PostgreSQL store (``AuditLog("postgresql://...")``), and ``--threads`` threads calling
+PostgreSQL store (``open_audit("postgresql://...")``), and ``--threads`` threads calling
 ``Gate.handle`` with valid writes, each write's records committed before it returns. First one
 process alone for ``--seconds``, then three at once for as long; the writes each completed are
 counted (every one checked accepted), and the script prints both rates and their ratio. The
@@ -33,10 +33,10 @@ WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}'
 def worker(dsn: str, threads: int, start: Any, seconds: float, done: Any) -> None:
     """One process: ``threads`` threads writing through one audited gate for ``seconds``
     after ``start`` is set; puts the number of accepted writes in ``done``."""
-    from regdev import AuditLog, Gate  # noqa: PLC0415 - in the child
+    from regdev import Gate, open_audit  # noqa: PLC0415 - in the child
 
     counts = [0] * threads
-    with Gate(audit=AuditLog(dsn)) as gate:
+    with Gate(audit=open_audit(dsn)) as gate:
         gate.handle(WRITE)  # connected and warm before the clock starts
         start.wait()
         until = time.monotonic() + seconds

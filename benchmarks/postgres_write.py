@@ -2,7 +2,7 @@
 same record.
 
 The PostgreSQL store's hot path: ``Gate.handle`` of a valid write on a gate whose audit log
-is a PostgreSQL store (``AuditLog("postgresql://...")``: the write's record committed before
+is a PostgreSQL store (``open_audit("postgresql://...")``: the write's record committed before
 the call returns), one call after another, against the anchor written out below: psycopg 3
 executing the very INSERT the store commits a write by, of the same pre-built record, in
 autocommit (one insert, one commit), on another connection to the same server. The goal: an
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from _compare import Goal, case, compare, options
 from _script import need
-from regdev import AuditLog, Gate, Observation
+from regdev import Gate, Observation, open_audit
 from regdev.bench._bench import Contender
 
 WRITE = '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}'
@@ -67,13 +67,13 @@ def main() -> None:
     need("postgresql", "psycopg")
     import psycopg  # noqa: PLC0415 - the postgresql extra
 
-    from regdev.audit._postgres import _placeholders  # noqa: PLC0415
+    from regdev.audit._pgschema import _placeholders  # noqa: PLC0415
     from regdev.audit._writer import insert_statement  # noqa: PLC0415
 
     with server(parser_args.dsn) as dsn:
         audited = fresh_schema(dsn, "regdev_bench_audit")
         anchor_dsn = fresh_schema(dsn, "regdev_bench_anchor")
-        with AuditLog(anchor_dsn) as source:  # the anchor's table: the store's own schema
+        with open_audit(anchor_dsn) as source:  # the anchor's table: the store's own schema
             row = source.row(time=time.time(), session="default", dialect="canonical",
                              raw=WRITE.encode(),
                              observation=Observation.success("write_register",
@@ -86,11 +86,11 @@ def main() -> None:
         connection = psycopg.connect(anchor_dsn, autocommit=True)
         execute = connection.execute
         try:
-            with Gate(audit=AuditLog(audited)) as gate:
+            with Gate(audit=open_audit(audited)) as gate:
                 handle = gate.handle
                 compare("A write through a gate audited on PostgreSQL against psycopg's insert "
                         "and commit", Contender(
-                            "regdev", 'Gate(audit=AuditLog("postgresql://...")).handle, a '
+                            "regdev", 'Gate(audit=open_audit("postgresql://...")).handle, a '
                             "valid write", raw=True, on_refusal="observation", run=handle,
                             valid=lambda raw: handle(raw).ok),
                         Contender("anchor", "psycopg 3: the store's INSERT of one record, "

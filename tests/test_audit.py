@@ -34,6 +34,7 @@ from regdev import (
     Refusal,
     ScriptedProposer,
     Session,
+    open_audit,
     read_audit,
     run_loop,
 )
@@ -67,7 +68,7 @@ def only(records: list[AuditRecord]) -> AuditRecord:
 def test_accepted_write_record_has_every_field(store: Path | str) -> None:
     """Time, session, dialect, raw (size, SHA-256), verdict, tool, arguments, result, timings."""
     before = time.time()
-    with Gate(audit=AuditLog(store)) as gate:
+    with Gate(audit=open_audit(store)) as gate:
         gate.handle(WRITE)
     record = only(read_audit(store))
     raw = WRITE.encode()
@@ -105,7 +106,7 @@ def test_the_stage_names_come_from_one_tuple(db: Path) -> None:
 
 def test_refusals_record_the_stage_reached(store: Path | str) -> None:
     """A refusal's record names its stage and code; stages not reached have no time."""
-    with Gate(audit=AuditLog(store)) as gate:
+    with Gate(audit=open_audit(store)) as gate:
         gate.handle("{not json")
         gate.handle('{"tool": "write_register", "arguments": {"addr": 16, "data": 1}}')
     parse_refusal, range_refusal = read_audit(store)
@@ -122,7 +123,7 @@ def test_refusals_record_the_stage_reached(store: Path | str) -> None:
 def test_raw_is_capped_but_its_size_and_hash_are_of_the_whole(store: Path | str) -> None:
     """Only max_raw_bytes are kept; raw_bytes and raw_sha256 describe the full call."""
     raw = b'{"tool": "read_register", "arguments": {"addr": 1}, "pad": "\xff\xfe"}'
-    with Gate(audit=AuditLog(store, max_raw_bytes=16)) as gate:
+    with Gate(audit=open_audit(store, max_raw_bytes=16)) as gate:
         gate.handle(raw)
     record = only(read_audit(store))
     assert record.raw == raw[:16]
@@ -132,7 +133,7 @@ def test_raw_is_capped_but_its_size_and_hash_are_of_the_whole(store: Path | str)
 
 def test_json_export_shows_text_hex_and_the_observation(store: Path | str) -> None:
     """to_dict: raw as text, SHA-256 in hex, JSON values, and the observation rebuilt."""
-    with Gate(audit=AuditLog(store)) as gate:
+    with Gate(audit=open_audit(store)) as gate:
         observation = gate.handle(WRITE)
         refused = gate.handle(b'{"tool": "x", "arguments": {}, "bad": "\xff"}')
     ok, bad = (record.to_dict() for record in read_audit(store))
@@ -188,7 +189,7 @@ def test_the_flusher_checkpoints_the_wal_off_the_writers_path(db: Path) -> None:
 
 def test_a_write_is_committed_before_its_observation_returns(store: Path | str) -> None:
     """Another connection sees the write's record as soon as handle() returns."""
-    gate = Gate(audit=AuditLog(store, flush_interval=3600))  # the flusher never runs
+    gate = Gate(audit=open_audit(store, flush_interval=3600))  # the flusher never runs
     gate.handle(READ)
     gate.handle(WRITE)
     records = read_audit(store)  # a separate, read-only connection
@@ -198,7 +199,7 @@ def test_a_write_is_committed_before_its_observation_returns(store: Path | str) 
 
 def test_reads_are_group_committed_and_close_flushes_them(store: Path | str) -> None:
     """A read's record may wait in memory; close() commits it."""
-    gate = Gate(audit=AuditLog(store, flush_interval=3600))
+    gate = Gate(audit=open_audit(store, flush_interval=3600))
     gate.handle(READ)
     assert read_audit(store) == []  # waiting for the flusher (never, here) or a write
     gate.close()
@@ -207,7 +208,7 @@ def test_reads_are_group_committed_and_close_flushes_them(store: Path | str) -> 
 
 def test_the_flusher_commits_within_its_interval(store: Path | str) -> None:
     """With no write to carry them, records are committed by the flusher thread."""
-    gate = Gate(audit=AuditLog(store, flush_interval=0.01))
+    gate = Gate(audit=open_audit(store, flush_interval=0.01))
     gate.handle(READ)
     deadline = time.monotonic() + 10
     while not read_audit(store) and time.monotonic() < deadline:
@@ -360,7 +361,7 @@ def test_loop_steps_and_stop_are_recorded(store: Path | str) -> None:
     """Each step's record carries the loop id and step; the stop is one more record."""
     proposer = ScriptedProposer([READ, '{"tool": "read_register", "arguments": {"addr": 99}}',
                                  '{"tool": "read_register", "arguments": {}}'])
-    with Gate(audit=AuditLog(store)) as gate:
+    with Gate(audit=open_audit(store)) as gate:
         result = run_loop(proposer, gate)
     records = read_audit(store, loop_id=result.loop_id)
     assert [(r.event, r.step, r.code) for r in records] == [
@@ -373,7 +374,7 @@ def test_loop_steps_and_stop_are_recorded(store: Path | str) -> None:
 def test_filters(store: Path | str) -> None:
     """session, code (ok for accepted), time range, loop and last combine."""
     policy = Policy.from_dict({"sessions": {"viewer": {"scopes": ["read"]}}})
-    with Gate(audit=AuditLog(store), policy=policy) as gate:
+    with Gate(audit=open_audit(store), policy=policy) as gate:
         gate.handle(READ)
         gate.handle(WRITE, session=gate.session("viewer"))
         middle = time.time()
@@ -675,7 +676,7 @@ def test_a_large_batch_is_committed_whole_and_in_order(store: Path | str) -> Non
     """Records committed together (multi-row inserts plus a remainder) keep the call order."""
     raws = [f'{{"tool": "read_register", "arguments": {{"addr": {i % 16}}}, "id": "r{i}"}}'
             for i in range(100)]
-    with Gate(audit=AuditLog(store, flush_interval=3600)) as gate:
+    with Gate(audit=open_audit(store, flush_interval=3600)) as gate:
         for raw in raws:
             gate.handle(raw)
     records = read_audit(store)
@@ -689,7 +690,7 @@ def test_nulls_are_written_as_literals_and_read_back_as_none(store: Path | str) 
     column for column, whatever mix of NULLs a batch holds."""
     rows = [AuditLog.stop_row(time=1.0, session="s", loop_id="l", stop="done", detail="d",
                               steps=2)]
-    with AuditLog(store, flush_interval=3600) as audit:
+    with open_audit(store, flush_interval=3600) as audit:
         gate = Gate(audit=audit)
         gate.handle(WRITE)
         gate.handle("{not json")
@@ -1023,7 +1024,7 @@ def test_each_filter_is_answered_through_its_index(store: Path | str) -> None:
                      "read_register", None, None, None, None, 0,
                      *(None,) * len(PIPELINE), f"dev{i % 20}", None, f"p{i % 25}",
                      f"token:c{i % 10}", None, None, None, None))
-    with AuditLog(store, flush_interval=3600) as audit:
+    with open_audit(store, flush_interval=3600) as audit:
         for row in rows:
             audit.append(row)
     if isinstance(store, str):  # PostgreSQL plans by its statistics
@@ -1043,7 +1044,7 @@ def test_each_filter_is_answered_through_its_index(store: Path | str) -> None:
 def test_audit_follow_shows_records_as_they_are_committed(store: Path | str) -> None:
     """regdev audit --follow prints the records there, then each new one another writer
     commits, and exits 0 on Ctrl-C (SIGINT)."""
-    with Gate(audit=AuditLog(store)) as gate:
+    with Gate(audit=open_audit(store)) as gate:
         gate.handle(READ)
     follower = subprocess.Popen(
         [sys.executable, "-m", "regdev", "audit", "--db", str(store), "--follow", "--json"],
@@ -1052,7 +1053,7 @@ def test_audit_follow_shows_records_as_they_are_committed(store: Path | str) -> 
     assert stdout is not None
     try:
         assert json.loads(stdout.readline())["tool"] == "read_register"
-        with Gate(audit=AuditLog(store)) as gate:
+        with Gate(audit=open_audit(store)) as gate:
             gate.handle(WRITE)
         record = json.loads(stdout.readline())  # waits until it is shown
         assert (record["event"], record["tool"], record["call_id"]) == (

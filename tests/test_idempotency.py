@@ -25,6 +25,7 @@ from regdev import (
     RegisterFile,
     RegisterPolicy,
     TransportError,
+    open_audit,
     parse,
     read_audit,
 )
@@ -40,7 +41,7 @@ def keyed_write(key: object, addr: int = 3, data: int = 7, **extra: object) -> s
 def audited(store: Path | str) -> Iterator[Gate]:
     """A gate with an audit log (which holds the keys) over a counting device, on each
     store (SQLite, PostgreSQL)."""
-    with Gate(CountingDevice(), audit=AuditLog(store)) as gate:
+    with Gate(CountingDevice(), audit=open_audit(store)) as gate:
         yield gate
 
 
@@ -116,7 +117,7 @@ def test_tool_call_ids_are_keys_only_when_the_policy_says_so(
 def test_a_derived_key_never_meets_an_explicit_one(store: Path | str) -> None:
     """An explicit key may not take a provider prefix, so "openai:call_abc" sent by hand can
     neither replay nor conflict with the OpenAI call whose id is call_abc."""
-    with Gate(CountingDevice(), audit=AuditLog(store), policy=OPT_IN) as gate:
+    with Gate(CountingDevice(), audit=open_audit(store), policy=OPT_IN) as gate:
         assert gate.handle(OPENAI_CALL, dialect="openai").ok
         forged = gate.handle(keyed_write("openai:call_abc"))
         assert (forged.stage, forged.code) == ("validate", "bad-idempotency-key")
@@ -159,7 +160,7 @@ def test_bad_key_is_refused_before_anything_runs(audited: Gate, raw: str, dialec
 
 def test_keys_belong_to_a_session(store: Path | str) -> None:
     """The same key in two sessions names two calls."""
-    gate = Gate(CountingDevice(), audit=AuditLog(store),
+    gate = Gate(CountingDevice(), audit=open_audit(store),
                 policy=Policy.from_dict({"sessions": {"a": {}, "b": {}}}))
     assert not gate.handle(keyed_write("k"), session=gate.session("a")).replay
     assert not gate.handle(keyed_write("k"), session=gate.session("b")).replay
@@ -191,7 +192,7 @@ def test_a_refused_call_does_not_spend_its_key(store: Path | str) -> None:
     approve = {"answer": False}
     policy = Policy(registers=RegisterPolicy(protected=frozenset({15})),
                     approve=lambda request: approve["answer"])
-    gate = Gate(CountingDevice(), audit=AuditLog(store), policy=policy)
+    gate = Gate(CountingDevice(), audit=open_audit(store), policy=policy)
     assert gate.handle(keyed_write("k", addr=15)).code == "approval-denied"
     approve["answer"] = True
     retried = gate.handle(keyed_write("k", addr=15))
@@ -216,7 +217,7 @@ class FlakyDevice(RegisterFile):
 def test_timeout_frees_the_key_and_device_error_is_stored(store: Path | str) -> None:
     """device-timeout has no definite outcome: retry runs. device-error is kept and replayed."""
     device = FlakyDevice()
-    gate = Gate(device, audit=AuditLog(store))
+    gate = Gate(device, audit=open_audit(store))
     device.fail_next = DeviceTimeout("no answer after 0.1 s")
     assert gate.handle(keyed_write("t")).code == "device-timeout"
     assert gate.handle(keyed_write("t")).ok
@@ -275,7 +276,7 @@ class GatedDevice(RegisterFile):
 def test_a_key_still_running_is_idempotency_in_progress(store: Path | str) -> None:
     """While the first call with a key runs, a second is told to come back, and is not run."""
     device = GatedDevice()
-    gate = Gate(device, audit=AuditLog(store))
+    gate = Gate(device, audit=open_audit(store))
     results = []
     worker = threading.Thread(target=lambda: results.append(gate.handle(keyed_write("k"))))
     worker.start()
@@ -306,7 +307,7 @@ def test_handle_call_takes_a_key_and_checks_it(audited: Gate) -> None:
 def test_a_reset_through_the_gate_ends_the_keys(store: Path | str) -> None:
     """After reset_device, a key used before it runs the write again (the device holds the
     value, not its reset value); the key of that new run is replayed as usual."""
-    gate = Gate(CountingDevice(state_id="bench-1"), audit=AuditLog(store))
+    gate = Gate(CountingDevice(state_id="bench-1"), audit=open_audit(store))
     assert gate.handle(keyed_write("k", data=7)).ok
     gate.reset_device()
     assert gate.device.snapshot()[3] == 0
@@ -347,7 +348,7 @@ def test_a_reset_ends_the_keys_after_a_restart(tmp_path: Path) -> None:
 
 def test_other_devices_keep_their_keys_across_a_reset(store: Path | str) -> None:
     """A reset ends only the keys of the device reset."""
-    audit = AuditLog(store)
+    audit = open_audit(store)
     audit.record_reset("serial:other")
     with Gate(CountingDevice(state_id="bench-1"), audit=audit) as gate:
         assert gate.handle(keyed_write("k")).ok
@@ -401,7 +402,7 @@ def test_a_reset_with_an_unknown_outcome_ends_the_keys(
         store: Path | str, error: Exception, runs: bool, ended: bool) -> None:
     """A timed-out reset may have run: the keys end. One surely not executed keeps them."""
     device = ResetFailing(error, runs=runs)
-    with Gate(device, audit=AuditLog(store)) as gate:
+    with Gate(device, audit=open_audit(store)) as gate:
         assert gate.handle(keyed_write("k", data=5)).ok
         with pytest.raises(type(error)):
             gate.reset_device()
@@ -502,7 +503,7 @@ def test_a_lost_reply_of_a_write_1_to_clear_write_leaves_its_outcome_unknown(
     (not retryable), its key held; a retry with the key is not run, and says what resolves
     it; the records say so; a new key runs it."""
     device = LostReply()
-    with Gate(device, audit=AuditLog(store)) as gate:
+    with Gate(device, audit=open_audit(store)) as gate:
         first = gate.handle(_keyed(tool, arguments))
         again = gate.handle(_keyed(tool, arguments))
         fresh = gate.handle(_keyed(tool, arguments, key="k2"))
@@ -530,7 +531,7 @@ def test_a_lost_reply_of_a_plain_write_frees_its_key(
     """A write harmless to repeat keeps today's behaviour: device-timeout, and the retry with
     the same key runs."""
     device = LostReply()
-    with Gate(device, audit=AuditLog(store)) as gate:
+    with Gate(device, audit=open_audit(store)) as gate:
         first = gate.handle(_keyed(tool, arguments))
         again = gate.handle(_keyed(tool, arguments))
     assert (first.code, again.code, again.replay, device.writes) == (
@@ -543,7 +544,8 @@ def test_a_keyed_write_runs_once_across_two_audit_logs_of_one_postgresql_store(
     retry is a replay, and a different call with the key is a conflict."""
     dsn = postgres.fresh_dsn()
     device = CountingDevice(state_id="bench-1", epoch="E1")
-    with Gate(device, audit=AuditLog(dsn)) as first, Gate(device, audit=AuditLog(dsn)) as second:
+    with Gate(device, audit=open_audit(dsn)) as first, \
+            Gate(device, audit=open_audit(dsn)) as second:
         assert first.handle(keyed_write("k1", data=5)).ok
         again = second.handle(keyed_write("k1", data=5))
         assert (again.ok, again.replay) == (True, True)
@@ -555,7 +557,7 @@ def test_a_key_running_in_one_writer_is_in_progress_in_another(postgres: Any) ->
     """A key reserved by one writer of a PostgreSQL store is idempotency-in-progress in
     another until its record is committed, then a replay there."""
     dsn = postgres.fresh_dsn()
-    with AuditLog(dsn) as one, AuditLog(dsn) as other:
+    with open_audit(dsn) as one, open_audit(dsn) as other:
         slot = ("bench-1@E1", "default", "k1")
         assert one.begin_key(slot, b"p" * 32) is None
         found = other.begin_key(slot, b"p" * 32)

@@ -23,9 +23,10 @@ from regdev import (
     Gate,
     Policy,
     RegisterFile,
+    open_audit,
     read_audit,
 )
-from regdev.audit._postgres import POSTGRES_SCHEMA_VERSION
+from regdev.audit._pgschema import POSTGRES_SCHEMA_VERSION
 from regdev.audit._record import COLUMNS
 from regdev.server._approval import approvals_for
 from support.pgserver import Server, free_port
@@ -41,7 +42,7 @@ def schema_of(dsn: str) -> str:
 def test_the_calls_table_has_every_column_of_the_record(postgres: Server) -> None:
     """calls has id and every column of COLUMNS, in order (the one list of columns)."""
     dsn = postgres.fresh_dsn()
-    with AuditLog(dsn):
+    with open_audit(dsn):
         pass
     with psycopg.connect(postgres.dsn) as conn:
         names = [row[0] for row in conn.execute(
@@ -53,7 +54,7 @@ def test_the_calls_table_has_every_column_of_the_record(postgres: Server) -> Non
 def test_the_store_is_append_only(postgres: Server) -> None:
     """The database refuses UPDATE and DELETE of records, keys and resets."""
     dsn = postgres.fresh_dsn()
-    with Gate(RegisterFile(), audit=AuditLog(dsn)) as gate:
+    with Gate(RegisterFile(), audit=open_audit(dsn)) as gate:
         gate.handle('{"tool": "write_register", "arguments": {"addr": 1, "data": 1}, '
                     '"idempotency_key": "k"}')
         gate.reset_device()
@@ -68,7 +69,7 @@ def test_the_store_is_append_only(postgres: Server) -> None:
 def test_another_schema_version_is_refused_with_what_to_do(postgres: Server) -> None:
     """A store of another schema version is refused, naming both versions and the way out."""
     dsn = postgres.fresh_dsn()
-    with AuditLog(dsn):
+    with open_audit(dsn):
         pass
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE regdev_schema SET version = 99")
@@ -76,7 +77,7 @@ def test_another_schema_version_is_refused_with_what_to_do(postgres: Server) -> 
                f"{POSTGRES_SCHEMA_VERSION}: open it with the regdev that wrote it, or give "
                "this one a new database")
     with pytest.raises(AuditError, match=message):
-        AuditLog(dsn)
+        open_audit(dsn)
     with pytest.raises(AuditError, match=message):
         read_audit(dsn)
 
@@ -87,13 +88,13 @@ def test_a_database_with_a_calls_table_of_its_own_is_refused(postgres: Server) -
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE calls (x int)")
     with pytest.raises(AuditError, match="has a table calls that is not a regdev audit log"):
-        AuditLog(dsn)
+        open_audit(dsn)
 
 
 def test_several_writers_keep_every_record(postgres: Server) -> None:
     """Four writers on one store, in threads, 50 writes each: 200 records, none lost."""
     dsn = postgres.fresh_dsn()
-    logs = [AuditLog(dsn) for _ in range(4)]
+    logs = [open_audit(dsn) for _ in range(4)]
 
     def work(log: AuditLog) -> None:
         gate = Gate(RegisterFile(), audit=log)
@@ -161,7 +162,7 @@ def test_a_rate_limit_is_shared_by_the_processes_of_a_store(postgres: Server) ->
     other too (two AuditLogs stand for two processes)."""
     dsn = postgres.fresh_dsn()
     policy = Policy.from_dict({"rate_limit": {"rate": 0.001, "burst": 2}})
-    with AuditLog(dsn) as one, AuditLog(dsn) as other:
+    with open_audit(dsn) as one, open_audit(dsn) as other:
         first = policy.session(caller="token:alice", shared=one.shared_bucket)
         second = policy.session(caller="token:alice", shared=other.shared_bucket)
         bob = policy.session(caller="token:bob", shared=other.shared_bucket)
@@ -170,7 +171,7 @@ def test_a_rate_limit_is_shared_by_the_processes_of_a_store(postgres: Server) ->
         assert refusal is not None and refusal.code == "rate-limited"
         assert second.take_token() is not None
         assert bob.take_token() is None  # a bucket per caller
-    with AuditLog(dsn) as again:  # the buckets outlive the processes
+    with open_audit(dsn) as again:  # the buckets outlive the processes
         third = policy.session(caller="token:alice", shared=again.shared_bucket)
         assert third.take_token() is not None
 
@@ -187,7 +188,7 @@ def test_an_approval_question_opened_by_one_process_is_answered_through_another(
     async def approver(token: str) -> tuple[str, frozenset[str]] | None:
         return ("token:carol", frozenset({"regdev:approve"})) if token == "good" else None
 
-    with AuditLog(dsn) as one, AuditLog(dsn) as other:
+    with open_audit(dsn) as one, open_audit(dsn) as other:
         asking, answering = (approvals_for(policy, device) for _ in range(2))
         asking.shared, answering.shared = one.shared_questions(), other.shared_questions()
         answering.verify_approver = approver
@@ -218,7 +219,7 @@ def test_postgresql_down_refuses_writes_and_they_are_served_again_once_it_is_bac
     record of an accepted write is lost."""
     dsn = postgres.fresh_dsn()
     device = RegisterFile()
-    with Gate(device, audit=AuditLog(dsn)) as gate:
+    with Gate(device, audit=open_audit(dsn)) as gate:
         assert gate.handle(WRITE).ok
         postgres.stop("fast")
         try:

@@ -18,7 +18,7 @@ EXPECTED = {
     # the safety issue: policy, sessions, timeout, audit log
     "Approval", "ApprovalRequest", "AuditError", "AuditInUse", "AuditLog", "AuditRecord", "Policy",
     "PolicyError", "RateLimit", "RegisterMap", "Session", "SessionPolicy", "TimeoutDevice",
-    "read_audit",
+    "read_audit", "open_audit",
     # the Modbus issue
     "ModbusDevice",
     # the validator issue: the schema compiler

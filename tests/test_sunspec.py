@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from modbus_servers import Plain
 from pymodbus.client import ModbusTcpClient
 from pymodbus.simulator import DataType, SimData
 from sunspec2 import device as sdevice
@@ -24,7 +25,6 @@ from sunspec2 import mdef
 from sunspec2.modbus.client import SunSpecModbusClientDeviceTCP
 
 from conftest import EXAMPLES, run
-from modbus_servers import Plain
 from regdev.core._errors import DeviceError, DeviceRefused, DeviceTimeout
 from regdev.devices._regmap import RegisterMap
 from regdev.devices._sunspec import (

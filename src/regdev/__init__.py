@@ -27,7 +27,7 @@ from ._version import __version__
 from . import bench
 from .agents._demo import ScriptedProposer
 from .agents._loop import LoopResult, Step, call_with_retry, run_loop
-from .audit._log import AuditLog, AuditRecord, read_audit
+from .audit._log import AuditLog, AuditRecord, open_audit, read_audit
 from .core._errors import (
     AuditError,
     AuditInUse,
@@ -145,6 +145,7 @@ __all__ = [
     "compile_validator",
     "map_tools",
     "mcp_result",
+    "open_audit",
     "open_device",
     "openai_result",
     "openai_tool_results",

@@ -221,9 +221,9 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
 def _query(path: Path | str, query: str, params: list[object]) -> list[tuple[Any, ...]]:
     """Run one query on the audit database at ``path``, opened read-only (see
     :func:`_connect_read_only`); a PostgreSQL store's through
-    :func:`regdev.audit._postgres.query`."""
+    :func:`regdev.audit._pgschema.query`."""
     if isinstance(path, str):
-        from ._postgres import query as postgres_query  # noqa: PLC0415 - optional extra
+        from ._pgschema import query as postgres_query  # noqa: PLC0415 - optional extra
 
         return postgres_query(path, query, params)
     with mapped(f"cannot read the audit database {path}"):

@@ -84,6 +84,7 @@ from ._record import (
     encode_json,
     is_dsn,
     mapped,
+    shown_dsn,
 )
 
 logger = logging.getLogger("regdev")
@@ -227,18 +228,12 @@ class AuditLog:
         ValueError: an argument is out of range.
     """
 
-    def __new__(cls, path: str | Path, **options: Any) -> AuditLog:
-        """An :class:`AuditLog` on SQLite, or, for a ``postgresql://`` URL, the PostgreSQL
-        store (:class:`~regdev.audit._postgres.PostgresAuditLog`)."""
-        if cls is AuditLog and is_dsn(path):
-            from ._postgres import PostgresAuditLog  # noqa: PLC0415 - optional extra
-
-            return super().__new__(PostgresAuditLog)
-        return super().__new__(cls)
-
     def __init__(self, path: str | Path, *, durability: Durability = "crash",
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
                  max_raw_bytes: int = DEFAULT_MAX_RAW_BYTES) -> None:
+        if type(self) is AuditLog and is_dsn(path):
+            raise ValueError(f"{shown_dsn(str(path))} is a PostgreSQL store: open it with "
+                             "regdev.open_audit(URL), which gives its AuditLog")
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be one of {', '.join(_SYNCHRONOUS)}, "
                              f"got {durability!r}")

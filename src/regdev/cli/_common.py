@@ -17,6 +17,7 @@ from ..audit._log import (
     default_audit_path,
     default_audit_root,
 )
+from ..audit._log import open_audit as open_store
 from ..core._errors import AuditError, AuditInUse, MapError, PolicyError, RegdevError
 from ..core._limits import seconds_problem
 from ..core._text import display_text
@@ -420,7 +421,7 @@ def open_audit(args: argparse.Namespace) -> AuditLog | None:
     advice = "choose another file with --audit PATH, or record nothing with --no-audit"
     if isinstance(path, str):  # a PostgreSQL store: it is there, or nothing runs
         try:
-            return AuditLog(path, durability=args.durability)
+            return open_store(path, durability=args.durability)
         except AuditError as error:
             raise UsageError(str(error)) from None
     if given and not path.parent.exists():  # a typo in a path is not a folder to create

@@ -896,7 +896,9 @@ class RegisterMap:
 
         try:
             # A file that is not UTF-8 is said so first, as a SystemRDL file is
-            document = load_json(text.decode("utf-8") if isinstance(text, bytes) else text)
+            if isinstance(text, bytes):
+                text = text.decode("utf-8")
+            document = load_json(text)
         except UnicodeDecodeError as error:
             raise MapNotJSON(f"{source}: not valid JSON: {unicode_problem(error)}") from None
         except ValueError as error:  # in regdev's words already

@@ -37,13 +37,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as _dataclass_field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from ..core._errors import MapError
 from ..core._text import escape_text
-
-if TYPE_CHECKING:
-    from ._regmap import Register
 
 __all__ = ["ENCODINGS", "MAX_VALUE_REGISTERS", "ORDERS", "PADDINGS", "TABLES", "TYPES",
            "Value", "ValueCodec", "bind_values", "float_text"]
@@ -684,6 +681,18 @@ def _quoted(given: object) -> str:
 
 def _enum_text(value: Value) -> str:
     return ", ".join(f"{name}={raw}" for name, raw in value.enum)
+
+
+class Register(Protocol):
+    """What laying out a value reads of a register: its width in bits and its table
+    (:class:`~regdev.devices._regmap.Register` has both; that module imports this one, so the
+    import goes one way)."""
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def table(self) -> str: ...
 
 
 def _width(register: Register) -> int:

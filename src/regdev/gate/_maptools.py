@@ -627,14 +627,17 @@ class _MapTools:
         # The addresses at which a call of the one-register tools breaks no rule whatever
         # the schema let through (a register; for a write, no reserved bit and no field
         # whose values are checked): worked out once, so that such a call costs one lookup.
-        rows = list(enumerate(table["registers"]))
+        # A holding register, named without a table argument; for a write, one that takes
+        # every value the schema lets through (as wide as the widest) and is writable.
+        first, rows = table["tables"].get("holding", (0, []))
         free = frozenset(
-            addr for addr, row in rows if row is not None and (name == "read_register" or (
-                name == "write_register" and not row[1]
-                and not any(field[4] for field in row[2]))))
+            first + index for index, row in enumerate(rows) if row is not None and (
+                name == "read_register" or (
+                    name == "write_register" and row[4] and not row[1]
+                    and row[3] >= self.top and not any(field[4] for field in row[2]))))
 
         def rules(arguments: dict[str, Any]) -> Refusal | None:
-            if free and arguments["addr"] in free:
+            if free and "table" not in arguments and arguments["addr"] in free:
                 return None
             finding = map_finding(table, name, arguments)
             return None if finding is None else self.refusal(name, arguments, finding)
