@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,53 @@ def test_five_recorded_models_are_ranked_as_their_behaviour_says(
     text = capsys.readouterr().out
     assert "pass^k with k = 2 (tau-bench" in text
     assert "  1    openai:good" in text and "  5    openai:asker" in text
+
+
+class _Page(HTMLParser):
+    """Collects a page's tags, attributes and text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_the_html_report_is_one_self_contained_page(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev report --eval FILE --html PAGE: both models side by side in the ranking and
+    category tables and in two inline SVG charts; no script, nothing fetched (no src, href or
+    url()), and a proposer's name that is markup is shown as text."""
+    results = tmp_path / "results.jsonl"
+    tasks = [Task("a", "Set register 2 to 7.", "simple", registers={2: 7}),
+             Task("b", "What is 7 times 6?", "irrelevance")]
+    good = Scripted([[("write_register", {"addr": 2, "data": 7})], "42"])
+    bad = Scripted([[("write_register", {"addr": 3, "data": 7})], "Done."])
+    bad.model = "<script>alert(1)</script>"
+    lines = [json.dumps(t.to_dict()) for endpoint in (good, bad)
+             for t in run_eval(endpoint, tasks, RegisterMap.default(), k=2)]
+    results.write_text("\n".join(lines) + "\n")
+    page = tmp_path / "report.html"
+    assert main(["report", "--eval", str(results), "--html", str(page)]) == 0
+    assert f"page written to {page}" in capsys.readouterr().out
+    text = page.read_text()
+    parsed = _Page()
+    parsed.feed(text)
+    tags = [tag for tag, _ in parsed.tags]
+    assert "script" not in tags and "link" not in tags and "img" not in tags
+    assert not any(name in ("src", "href") for _, attrs in parsed.tags for name in attrs)
+    assert "url(" not in text
+    charts = [attrs.get("data-chart") for tag, attrs in parsed.tags if tag == "svg"]
+    assert charts == ["pass-k", "categories"]
+    shown = "".join(parsed.text)
+    assert "openai:<script>alert(1)</script>" in shown  # as text, escaped in the source
+    assert "&lt;script&gt;" in text
+    assert tags.count("table") == 4
+    assert "openai:scripted" in shown and "irrelevance" in shown and "state-mismatch 2" in shown
+    assert main(["report", "--html", str(page)]) == 2
+    assert "--html needs --eval RESULTS" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..agents._eval import CATEGORIES, EvalFileError, eval_figures, read_results
+from ..agents._evalhtml import eval_html
 from ..audit._log import default_audit_path, read_audit
 from ..audit._report import adherence, format_report, plot_format, plot_report
 from ..core._errors import AuditError
@@ -16,6 +17,8 @@ from ._common import UsageError, json_line, write_line
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    if args.html is not None and args.eval is None:
+        raise UsageError("--html needs --eval RESULTS (the page shows the eval figures)")
     if args.plot is not None:  # before any work: a chart that cannot be written is refused
         try:
             plot_format(args.plot)
@@ -43,6 +46,12 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(f"-k must be at least 1, got {args.k}")
         tasks = eval_figures((t for t in trials if args.model in (None, t["proposer"])),
                              args.k)
+    if args.html is not None:
+        try:
+            assert tasks is not None  # --html needs --eval
+            Path(args.html).write_text(eval_html(tasks, str(args.eval)), encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {args.html}: {error.strerror or error}") from None
     if args.plot is not None:
         try:
             plot_report(reports, args.plot, tasks)
@@ -60,6 +69,8 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             write_line(out, line)
         if args.plot is not None:
             write_line(out, f"chart written to {args.plot}")
+        if args.html is not None:
+            write_line(out, f"page written to {escape_text(str(args.html), 200)}")
     return 0
 
 
@@ -155,4 +166,8 @@ def add_parser(sub: Any) -> None:
                         help="also draw the report as a chart in FILE, in the format its "
                              "extension names (png, svg, pdf, or another matplotlib writes; "
                              "PNG when it has none); needs matplotlib: the report extra")
+    report.add_argument("--html", metavar="FILE",
+                        help="with --eval: also write the eval figures as one self-contained "
+                             "HTML page (tables and inline SVG charts side by side, several "
+                             "models in one page; no script, nothing fetched)")
     report.set_defaults(func=cmd_report)
