@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -303,3 +305,35 @@ def test_the_html_report_is_one_self_contained_page(
     assert "openai:scripted" in shown and "irrelevance" in shown and "state-mismatch 2" in shown
     assert main(["report", "--html", str(page)]) == 2
     assert "--html needs --eval RESULTS" in capsys.readouterr().err
+
+
+def _chromium() -> str | None:
+    return next((found for name in ("chromium", "chromium-browser", "google-chrome")
+                 if (found := shutil.which(name))), None)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium (Debian: apt-get install chromium)")
+def test_the_html_report_renders_in_headless_chromium_without_a_console_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The page opened by headless Chromium from a file: no console message (an error would
+    be one), both charts in the rendered DOM, and a screenshot written."""
+    results = tmp_path / "results.jsonl"
+    tasks = [Task("a", "Set register 2 to 7.", "simple", registers={2: 7})]
+    good = Scripted([[("write_register", {"addr": 2, "data": 7})], "Done."])
+    results.write_text("".join(json.dumps(t.to_dict()) + "\n"
+                               for t in run_eval(good, tasks, RegisterMap.default(), k=2)))
+    page = tmp_path / "report.html"
+    assert main(["report", "--eval", str(results), "--html", str(page)]) == 0
+    capsys.readouterr()
+    browser = _chromium()
+    assert browser is not None
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+              f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert 'data-chart="pass-k"' in dom.stdout and 'data-chart="categories"' in dom.stdout
+    assert "CONSOLE" not in dom.stderr, dom.stderr
+    shot = tmp_path / "report.png"
+    subprocess.run([*common, f"--screenshot={shot}", "--window-size=1300,1200",
+                    page.as_uri()], capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -82,7 +82,7 @@ def _category_bars(figures: dict[str, dict[str, Any]], names: list[str]) -> str:
     """pass^k per category, one group of bars per category, one bar per proposer."""
     colours = ("#4a7bb7", "#e08a3c", "#5aa469", "#c0504d", "#8064a2", "#4bacc6", "#9b9b9b")
     group, bar, top, plot = 30 + 14 * len(figures), 12, 10, 200
-    width = 60 + group * len(names)
+    width = max(60 + group * len(names), 60 + 160 * min(len(figures), 5))
     parts = [f'<svg role="img" aria-label="pass^k per category" width="{width}" '
              f'height="{plot + 90}" xmlns="http://www.w3.org/2000/svg" class="chart" '
              'data-chart="categories">']
