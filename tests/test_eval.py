@@ -4,6 +4,7 @@ OpenAI-compatible server (127.0.0.1), scored per task and as pass^k, with the ad
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,14 +49,18 @@ def test_two_recorded_models_scored_per_task_pass_k_and_adherence(
                      "--max-retries", "0", "-k", "2", "--audit", str(db),
                      "--output", str(results), "--json", "--quiet"]) == 1
     sloppy = json.loads(capsys.readouterr().out)
-    assert clean["summary"] == {"trials": 42, "passed": 42, "errored": 0, "tasks": 21,
-                                "tasks_passed_every_trial": 21, "k": 2}
-    assert sloppy["summary"] == {"trials": 42, "passed": 38, "errored": 0, "tasks": 21,
-                                 "tasks_passed_every_trial": 19, "k": 2}
+    keys = ("trials", "passed", "errored", "tasks", "tasks_passed_every_trial", "k")
+    assert {key: clean["summary"][key] for key in keys} == {
+        "trials": 42, "passed": 42, "errored": 0, "tasks": 21, "tasks_passed_every_trial": 21,
+        "k": 2}
+    # id-is-read-only: the refused write changed nothing, so the device is as it should be
+    assert {key: sloppy["summary"][key] for key in keys} == {
+        "trials": 42, "passed": 40, "errored": 0, "tasks": 21, "tasks_passed_every_trial": 20,
+        "k": 2}
+    assert sloppy["summary"]["labels"] == {"type-addr": 2}
     failed = {name: entry["failures"][:1] for name, entry in sloppy["tasks"].items()
               if entry["passed"] < entry["trials"]}
-    assert failed == {"id-is-read-only": ["the loop stopped rejected, expected done"],
-                      "increment": ["the loop stopped rejected, expected done"]}
+    assert failed == {"increment": ["register 0x05 holds 0x29, expected 0x2A"]}
     (clean_a,) = clean["adherence"]
     (sloppy_a,) = sloppy["adherence"]
     assert clean_a["proposer"] == "openai:clean" and clean_a["first_try_validity"] == 1.0
@@ -71,12 +76,13 @@ def test_two_recorded_models_scored_per_task_pass_k_and_adherence(
                                                                           "openai:sloppy"}
     assert main(["report", "--db", str(db), "--eval", str(results), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["eval"]["openai:sloppy"]["tasks_passed_every_trial"] == 19
+    assert report["eval"]["openai:sloppy"]["tasks_passed_every_trial"] == 20
     assert {p["proposer"] for p in report["proposers"]} == {"openai:clean", "openai:sloppy"}
     assert main(["report", "--db", str(db), "--eval", str(results)]) == 0
     text = capsys.readouterr().out
-    assert "openai:sloppy                            trials passed 38/42; pass^2 19/21 tasks" \
-        in text
+    assert "pass^k with k = 2" in text
+    assert re.search(r"2 +openai:sloppy +95\.2% \[77\.3-99\.2\] +95\.2% .* 20/21 passed every "
+                     "trial", text)
 
 
 def test_eval_text_output_names_each_tasks_first_failure(
@@ -88,20 +94,23 @@ def test_eval_text_output_names_each_tasks_first_failure(
     out = capsys.readouterr().out
     assert status == 1
     assert "increment                1/1  " not in out
-    assert "increment                0/1    the loop stopped rejected, expected done" in out
-    assert "trials passed: 19/21; pass^1: 19/21 tasks passed every trial" in out
+    assert ("increment                0/1    [type-addr] register 0x05 holds 0x29, expected "
+            "0x2A") in out
+    assert "trials passed: 20/21; pass^1: 20/21 tasks passed every trial" in out
 
 
 def test_a_bad_task_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A task naming a register the map lacks: exit 2, the file and line named."""
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"id": "x", "task": "t", "expect": {"registers": {"NOPE": 1}}}\n')
+    tasks.write_text('{"id": "x", "category": "simple", "task": "t", '
+                     '"expect": {"registers": {"NOPE": 1}}}\n')
     assert main(["eval", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
                  "--tasks", str(tasks), "--no-audit", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"regdev eval: error: {tasks}:1: no register `NOPE` in the map")
     with pytest.raises(EvalFileError, match="appears twice"):
-        tasks.write_text('{"id": "a", "task": "t"}\n{"id": "a", "task": "u"}\n')
+        tasks.write_text('{"id": "a", "category": "simple", "task": "t"}\n'
+                         '{"id": "a", "category": "simple", "task": "u"}\n')
         load_tasks(tasks, load_map(EXAMPLES / "sensor.rdl"))
 
 
@@ -167,14 +176,16 @@ def test_a_trial_that_errored_is_not_scored_nor_in_pass_k(
     errored = [r for r in records if r["passed"] is None]
     assert [(r["task"], r["error"]) for r in errored] == [
         ("increment", "the OpenAI API failed (500), after retries: upstream failed")]
-    assert pass_at_k(records) == {"openai:clean": {
+    figures = pass_at_k(records)["openai:clean"]
+    assert {key: figures[key] for key in ("trials", "passed", "errored", "tasks",
+                                          "tasks_passed_every_trial", "k")} == {
         "trials": 20, "passed": 20, "errored": 1, "tasks": 20, "tasks_passed_every_trial": 20,
-        "k": 1}}
+        "k": 1}
+    assert figures["labels"] == {"provider-error": 1}
     AuditLog(tmp_path / "audit.db").close()  # an audit log with no calls beside the results
     assert main(["report", "--db", str(tmp_path / "audit.db"), "--eval", str(results)]) == 0
-    assert ("  openai:clean                             trials passed 20/20; pass^1 20/20 "
-            "tasks; 1 trial(s) errored (provider-error: not scored, not in pass^k)"
-            ) in capsys.readouterr().out.splitlines()
+    assert re.search(r"1 +openai:clean +100\.0% .* 20/20 passed every trial; 1 trial\(s\) "
+                     r"errored \(provider-error: not scored\)", capsys.readouterr().out)
 
 
 def test_pass_k_counts_only_scored_trials() -> None:
@@ -186,5 +197,11 @@ def test_pass_k_counts_only_scored_trials() -> None:
     records = [record("a", True), record("a", None), record("a", True),
                record("b", True), record("b", False), record("b", True),
                record("c", None), record("c", None), record("c", None)]
-    assert pass_at_k(records) == {"p": {"trials": 5, "passed": 4, "errored": 4, "tasks": 2,
-                                        "tasks_passed_every_trial": 1, "k": 2}}
+    figures = pass_at_k(records)["p"]
+    assert {key: figures[key] for key in ("trials", "passed", "errored", "tasks",
+                                          "tasks_passed_every_trial", "k")} == {
+        "trials": 5, "passed": 4, "errored": 4, "tasks": 2, "tasks_passed_every_trial": 1,
+        "k": 2}
+    # tau-bench's estimator: a: C(2,2)/C(2,2) = 1; b: C(2,2)/C(3,2) = 1/3
+    assert figures["pass^k"] == pytest.approx(2 / 3)
+    assert figures["pass^1"] == pytest.approx((1 + 2 / 3) / 2)

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from modbus_servers import Plain
 from pymodbus.client import ModbusTcpClient
 from pymodbus.simulator import DataType, SimData
 from sunspec2 import device as sdevice
@@ -36,6 +35,7 @@ from regdev.devices._sunspec import (
     image_registers,
     model_definition,
 )
+from support.modbus_servers import Plain
 
 REGDEV = Path(sys.executable).parent / "regdev"
 METER = EXAMPLES / "sunspec-meter.json"

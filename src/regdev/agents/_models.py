@@ -41,7 +41,7 @@ import re
 import socket
 import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -178,6 +178,11 @@ class Endpoint:
         """Put ``turn`` and the observations of its calls (one each, in order) in the history.
         A turn without calls has one observation, the refusal of the call written into its
         text (``call-in-text``): it goes back as the user's message."""
+        raise NotImplementedError
+
+    def follow_up(self, turn: Turn, text: str) -> None:
+        """Put ``turn`` (the model's answer without a call) and the user's next message
+        ``text`` in the history (a scripted user's follow-up, :func:`run_agent`)."""
         raise NotImplementedError
 
     @property
@@ -431,6 +436,9 @@ class OpenAIEndpoint(Endpoint):
         self.messages.extend(openai_result(observation, call.id)
                              for call, observation in zip(turn.calls, observations, strict=True))
 
+    def follow_up(self, turn: Turn, text: str) -> None:
+        self.messages += [turn.message, {"role": "user", "content": text}]
+
 
 class AnthropicEndpoint(Endpoint):
     """Anthropic Messages, through the official ``anthropic`` SDK.
@@ -504,6 +512,9 @@ class AnthropicEndpoint(Endpoint):
         self.messages.append({"role": "user", "content": [
             anthropic_result(observation, call.id)
             for call, observation in zip(turn.calls, observations, strict=True)]})
+
+    def follow_up(self, turn: Turn, text: str) -> None:
+        self.messages += [turn.message, {"role": "user", "content": text}]
 
 
 def _name(entry: object) -> str:
@@ -669,6 +680,7 @@ def run_agent(
     on_step: Callable[[AgentStep], None] | None = None,
     on_turn: Callable[[Turn], None] | None = None,
     loop_id: str | None = None,
+    follow_ups: Sequence[str] = (),
 ) -> AgentResult:
     """Let the model behind ``endpoint`` work on ``task`` through ``gate`` until it stops.
 
@@ -684,6 +696,9 @@ def run_agent(
         on_step: called with each call's step as it completes (progress output).
         on_turn: called with each turn of the model when it arrives.
         loop_id: the loop's id in the audit log; a random one when None.
+        follow_ups: a scripted user's next messages, in order: each time the model answers
+            without a call (``done``) while one is left, it is sent as the user's message and
+            the loop goes on (the call budget and the retries run across them).
 
     Returns:
         An :class:`AgentResult`; provider failures stop the loop (``provider-error``) and are
@@ -709,7 +724,7 @@ def run_agent(
         endpoint.start(task, tool_definitions(endpoint.provider, gate.tools, session=session))
         try:
             _drive(result, endpoint, gate, session, max_steps=max_steps, retries=retries,
-                   on_step=on_step, on_turn=on_turn)
+                   on_step=on_step, on_turn=on_turn, follow_ups=list(follow_ups))
         except BaseException as error:  # a callback raised, or an interrupt: recorded, raised
             result.stop, result.detail = "error", _interruption(error)
             raise
@@ -750,7 +765,7 @@ def _run_call(gate: Gate, call: ToolCall, endpoint: Endpoint, *, session: Sessio
 
 def _drive(result: AgentResult, endpoint: Endpoint, gate: Gate, session: Session, *,
            max_steps: int, retries: int, on_step: Callable[[AgentStep], None] | None,
-           on_turn: Callable[[Turn], None] | None) -> None:
+           on_turn: Callable[[Turn], None] | None, follow_ups: list[str]) -> None:
     refused_turns = 0
     while len(result.steps) < max_steps:
         try:
@@ -778,6 +793,10 @@ def _drive(result: AgentResult, endpoint: Endpoint, gate: Gate, session: Session
             result.detail = f"the model declined: {escape_text(turn.text, 160) or '(no reason)'}"
             return
         written = None if turn.calls else call_in_text(turn.text)
+        if not turn.calls and written is None and follow_ups:  # the scripted user goes on
+            endpoint.follow_up(turn, follow_ups.pop(0))
+            refused_turns = 0
+            continue
         if not turn.calls and written is None:
             result.stop = "done"
             result.detail = f"the model is done: {escape_text(turn.text, 160) or '(no text)'}"

@@ -22,17 +22,18 @@ Rules of this file:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .._version import __version__
 from ..core._observation import Refusal
 from ..core._text import escape_text
 from ._log import AuditRecord
 
-__all__ = ["ModelReport", "adherence", "format_report", "plot_format", "plot_report"]
+__all__ = ["ModelReport", "Verdict", "adherence", "format_report", "loop_figures", "plot_format",
+           "plot_report"]
 
 #: The stages whose refusals are the model's schema mistakes (first-try validity counts them).
 SCHEMA_STAGES = frozenset({"parse", "validate"})
@@ -163,14 +164,28 @@ def adherence(records: Iterable[AuditRecord], *, by_map: bool = False) -> list[M
         else:
             loops[(name, record.loop_id)].append(record)
     for (name, _), calls in loops.items():
-        _loop_figures(reports[name], sorted(calls, key=lambda r: (r.step or 0, r.id)))
+        ordered: list[AuditRecord] = sorted(calls, key=lambda r: (r.step or 0, r.id))
+        loop_figures(reports[name], ordered)
     for name, ids in loop_ids.items():
         reports[name].loops = len(ids)
     return sorted(reports.values(), key=lambda r: (r.proposer, r.map_name or ""))
 
 
-def _loop_figures(report: ModelReport, calls: list[AuditRecord]) -> None:
-    """Count one loop's first tries and its refusal episodes into ``report``."""
+class Verdict(Protocol):
+    """What :func:`loop_figures` reads of a call: an audit record, or a call of a results
+    file's transcript."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def stage(self) -> str | None: ...
+    @property
+    def code(self) -> str | None: ...
+
+
+def loop_figures(report: ModelReport, calls: Sequence[Verdict]) -> None:
+    """Count one loop's first tries and its refusal episodes into ``report`` (``calls`` in
+    step order)."""
     refused_run = 0
     for record in calls:
         if refused_run == 0:

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
+import ipaddress
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any, TextIO
 
 from .._files import DataFileError, example
+from .._version import __version__
 from ..agents._eval import (
+    FORMAT,
     EvalFileError,
     EvalStopped,
     Trial,
-    load_tasks,
+    load_suite,
     pass_at_k,
     run_eval,
 )
@@ -27,12 +32,15 @@ from ._common import (
     add_gate_options,
     json_line,
     open_audit,
+    read_map,
     register_map,
     write_line,
 )
 
-#: The shipped suite and its map, among the installed examples (``regdev map --examples``).
+#: The shipped suites and the map of tasks that name none, among the installed examples
+#: (``regdev map --examples``): the small suite without --suite, the benchmark with it.
 DEFAULT_TASKS = "eval-tasks.jsonl"
+DEFAULT_SUITE = "eval-suite.jsonl"
 DEFAULT_MAP = "sensor.rdl"
 
 
@@ -42,15 +50,19 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     try:
         if args.map is None:
             args.map = str(example(DEFAULT_MAP))
-        tasks_path = Path(args.tasks) if args.tasks else example(DEFAULT_TASKS)
+        tasks_path = Path(args.suite) if args.suite else example(DEFAULT_TASKS)
+        if args.suite == SHIPPED:
+            tasks_path = example(DEFAULT_SUITE)
     except DataFileError as error:
         raise UsageError(str(error)) from None
     regmap = register_map(args)
     try:
-        tasks = load_tasks(tasks_path, regmap)
+        suite = load_suite(tasks_path, regmap, read_map)
     except EvalFileError as error:
         raise UsageError(str(error)) from None
+    tasks = suite.tasks
     endpoint = endpoint_from(args)
+    run = run_pin(args, endpoint.proposer, suite.hash)
     audit = None if args.no_audit else open_audit(args)
     results = None
     if args.output is not None:
@@ -74,7 +86,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             try:
                 trials = run_eval(endpoint, tasks, regmap, k=args.k, audit=audit,
                                   max_steps=args.max_steps, retries=args.retries,
-                                  on_trial=ended)
+                                  on_trial=ended, run=run)
             except SchemaError as error:
                 raise UsageError(f"the tools cannot be declared to {args.provider}: "
                                  f"{error}") from None
@@ -98,7 +110,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(str(error)) from None
         report = adherence(mine)
     if args.json:
-        json_line({"proposer": endpoint.proposer, "k": args.k, "summary": summary,
+        json_line({"proposer": endpoint.proposer, "k": args.k, "run": run,
+                   "summary": summary,
                    "tasks": _per_task(records),
                    "adherence": [r.to_dict() for r in report] if report else None}, out)
     else:
@@ -114,6 +127,41 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                  and not summary["errored"]) else 1
 
 
+#: The value of a bare ``--suite``: the shipped benchmark.
+SHIPPED = "shipped"
+
+
+def base_url_kind(url: str | None) -> str:
+    """Where a base URL points, without naming it: ``provider`` (the SDK's own, no
+    --base-url), ``loopback`` (127.0.0.0/8, ::1, localhost), ``private`` (a private or
+    link-local address), or ``remote`` (any other address or host name)."""
+    if url is None:
+        return "provider"
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return "loopback"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return "remote"
+    return ("loopback" if address.is_loopback else
+            "private" if address.is_private or address.is_link_local else "remote")
+
+
+def run_pin(args: argparse.Namespace, proposer: str, suite: str) -> dict[str, Any]:
+    """What a run was: model, provider, base URL's host kind, date (UTC), temperature, tool
+    format and strict mode, regdev version, suite hash and task format, k, budget, retries."""
+    strict = True if args.provider == "openai" else bool(args.strict)  # openai: always strict
+    return {"proposer": proposer, "model": args.model, "provider": args.provider,
+            "base_url": base_url_kind(args.base_url),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "temperature": args.temperature if args.temperature is not None else (
+                0.0 if args.provider == "openai" else None),
+            "tool_format": args.provider, "strict": strict, "regdev": __version__,
+            "suite": suite, "format": FORMAT, "k": args.k, "max_steps": args.max_steps,
+            "retries": args.retries}
+
+
 def _line(trial: Trial) -> str:
     import msgspec  # noqa: PLC0415
 
@@ -125,7 +173,7 @@ def _per_task(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     tasks: dict[str, dict[str, Any]] = {}
     for record in records:
         entry = tasks.setdefault(record["task"], {"passed": 0, "trials": 0, "errored": 0,
-                                                  "failures": [], "errors": []})
+                                                  "failures": [], "errors": [], "labels": []})
         if record["passed"] is None:
             entry["errored"] += 1
             entry["errors"].append(record["error"])
@@ -133,6 +181,7 @@ def _per_task(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         entry["trials"] += 1
         entry["passed"] += record["passed"]
         entry["failures"] += record["failures"]
+        entry["labels"] += [record["label"]] if record.get("label") else []
     return tasks
 
 
@@ -142,7 +191,8 @@ def _format(proposer: str, k: int, records: list[dict[str, Any]],
              "trials", f"{'task':<22} {'passed':>7}  first failure"]
     for name, entry in _per_task(records).items():
         # the failures and errors are messages, escaped already where they quote a model
-        why = (display_text(entry["failures"][0], 70) if entry["failures"] else
+        why = (display_text(f"[{entry['labels'][0]}] {entry['failures'][0]}", 70)
+               if entry["failures"] else
                display_text(f"errored: {entry['errors'][0]}", 70) if entry["errors"] else "")
         lines.append(f"{escape_text(name, 22):<22} {entry['passed']:>3}/{entry['trials']:<3}  "
                      f"{why}")
@@ -190,24 +240,30 @@ def add_parser(sub: Any) -> None:
     evaluate = sub.add_parser(
         "eval", help="run the task suite k times with a model: pass^k per task, and its "
                      "schema adherence",
-        description="Each task (examples/eval-tasks.jsonl: 21 tasks on the example map "
-                    "examples/sensor.rdl) runs -k times, each on a fresh in-process device, "
-                    "through the gate and the audit log. A trial passes when the registers "
-                    "end as expected (and no other register changed), the registers it must "
-                    "read were read, its answer says what it must, and the loop stopped as "
-                    "expected; a task passes pass^k when every trial passed. Prints a table "
-                    "per task and the adherence report of the run (docs/models.md). Needs the "
-                    "models extra.")
+        description="Each task of the suite (--suite: 141 tasks in 7 categories on two maps; "
+                    "without it, 21 tasks on examples/sensor.rdl) runs -k times, each on a "
+                    "fresh in-process device, through the gate and the audit log. A trial "
+                    "passes when the registers end as expected (and no other register changed), "
+                    "the registers it must read were read, its answer says what it must, no "
+                    "call was made where none was wanted, and its budget was not spent; a "
+                    "failed trial gets one label (docs/models.md). A task passes pass^k when "
+                    "every trial passed. --output keeps every trial's transcript and the run's "
+                    "pin. Prints a table per task and the adherence report of the run "
+                    "(docs/models.md). Needs the models extra.")
     model_options(evaluate, max_steps=12)
     evaluate.add_argument("-k", type=int, default=3, metavar="N",
                           help="trials per task (default 3); pass^k counts the tasks passed "
                                "in every trial")
-    evaluate.add_argument("--tasks", metavar="FILE",
-                          help="the task suite, JSON Lines (default: examples/eval-tasks.jsonl "
-                               "of this clone)")
+    evaluate.add_argument("--suite", "--tasks", nargs="?", const=SHIPPED, metavar="FILE",
+                          help="the task suite, JSON Lines in task format 1 (docs/models.md). "
+                               "--suite alone: the shipped benchmark, examples/eval-suite.jsonl "
+                               "(141 tasks in 7 categories on the default map and "
+                               "examples/sensor.rdl); --suite FILE: your own. Without it: the "
+                               "small suite examples/eval-tasks.jsonl (21 tasks). Every result "
+                               "carries the suite's hash")
     evaluate.add_argument("--map", metavar="FILE",
-                          help="the device's register map (default: examples/sensor.rdl, the "
-                               "map of the shipped suite)")
+                          help="the register map of tasks that name none (default: "
+                               "examples/sensor.rdl; a task's own `map` wins)")
     evaluate.add_argument("--output", metavar="FILE",
                           help="append one JSON line per trial to FILE (regdev report --eval "
                                "FILE reads them)")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, TextIO
 
-from ..agents._eval import EvalFileError, pass_at_k, read_results
+from ..agents._eval import CATEGORIES, EvalFileError, eval_figures, read_results
+from ..agents._evalhtml import eval_html
 from ..audit._log import audit_target, default_audit_path, read_audit, shown_dsn
 from ..audit._report import adherence, format_report, plot_format, plot_report
 from ..core._errors import AuditError
@@ -15,6 +17,8 @@ from ._common import UsageError, json_line, write_line
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    if args.html is not None and args.eval is None:
+        raise UsageError("--html needs --eval RESULTS (the page shows the eval figures)")
     if args.plot is not None:  # before any work: a chart that cannot be written is refused
         try:
             plot_format(args.plot)
@@ -23,11 +27,14 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     since = parse_time(args.since, "--since") if args.since else None
     until = parse_time(args.until, "--until") if args.until else None
     path = args.db or default_audit_path()
-    try:
-        records = read_audit(path, session=args.session, since=since, until=until,
-                             proposer=args.model, device=args.device)
-    except AuditError as error:
-        raise UsageError(str(error)) from None
+    if args.eval is not None and args.db is None and not Path(path).exists():
+        records = []  # --eval alone: every figure comes from the results file
+    else:
+        try:
+            records = read_audit(path, session=args.session, since=since, until=until,
+                                 proposer=args.model, device=args.device)
+        except AuditError as error:
+            raise UsageError(str(error)) from None
     reports = adherence(records, by_map=args.by == "map")
     tasks = None
     if args.eval is not None:
@@ -35,7 +42,16 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             trials = read_results(args.eval)
         except EvalFileError as error:
             raise UsageError(str(error)) from None
-        tasks = pass_at_k(t for t in trials if args.model in (None, t["proposer"]))
+        if args.k is not None and args.k < 1:
+            raise UsageError(f"-k must be at least 1, got {args.k}")
+        tasks = eval_figures((t for t in trials if args.model in (None, t["proposer"])),
+                             args.k)
+    if args.html is not None:
+        try:
+            assert tasks is not None  # --html needs --eval
+            Path(args.html).write_text(eval_html(tasks, str(args.eval)), encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {args.html}: {error.strerror or error}") from None
     if args.plot is not None:
         try:
             plot_report(reports, args.plot, tasks)
@@ -48,22 +64,66 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         json_line({"db": shown, "proposers": [r.to_dict() for r in reports], "eval": tasks},
                   out)
     else:
-        text = format_report(reports) + ("\n" + _format_tasks(tasks) if tasks is not None else "")
+        text = ("" if tasks is not None and not records else format_report(reports)) + (
+            "\n" + _format_tasks(tasks) if tasks is not None else "")
         for line in text.split("\n"):  # its names escaped already
             write_line(out, line)
         if args.plot is not None:
             write_line(out, f"chart written to {args.plot}")
+        if args.html is not None:
+            write_line(out, f"page written to {escape_text(str(args.html), 200)}")
     return 0
 
 
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _interval(pair: list[float] | tuple[float, float] | None) -> str:
+    return "" if pair is None else f"[{100 * pair[0]:.1f}-{100 * pair[1]:.1f}]"
+
+
 def _format_tasks(tasks: dict[str, dict[str, Any]]) -> str:
-    lines = ["", "task success (regdev eval):"]
-    for proposer, entry in sorted(tasks.items()):
-        lines.append(f"  {escape_text(proposer, 40):<40} trials passed {entry['passed']}/"
-                     f"{entry['trials']}; pass^{entry['k']} {entry['tasks_passed_every_trial']}/"
-                     f"{entry['tasks']} tasks"
-                     + (f"; {entry['errored']} trial(s) errored (provider-error: not scored, "
-                        "not in pass^k)" if entry.get("errored") else ""))
+    """The eval figures as text: the ranking, pass^k per category, the failure labels, and
+    each run's pin (names escaped)."""
+    ks = sorted({entry["k"] for entry in tasks.values()})
+    k = "/".join(str(n) for n in ks) or "0"
+    lines = ["", f"task success (regdev eval): pass^k with k = {k} (tau-bench: the chance that "
+             "k trials of a task all pass), 95% Wilson intervals over tasks",
+             f"  {'rank':<4} {'proposer':<32} {'pass^k [95% CI]':<22} {'pass^1':>7} "
+             f"{'1st-try':>7} {'recov':>6} {'calls/task':>10}  tasks"]
+    for proposer, entry in tasks.items():
+        calls = entry["calls_per_task"]
+        lines.append(
+            f"  {entry['rank']:<4} {escape_text(proposer, 32):<32} "
+            f"{_rate(entry['pass^k']) + ' ' + _interval(entry['pass^k_ci95']):<22} "
+            f"{_rate(entry['pass^1']):>7} {_rate(entry['first_try_validity']):>7} "
+            f"{_rate(entry['recovery_rate']):>6} {'-' if calls is None else f'{calls:.2f}':>10}"
+            f"  {entry['tasks_passed_every_trial']}/{entry['tasks']} passed every trial"
+            + (f"; {entry['errored']} trial(s) errored (provider-error: not scored)"
+               if entry["errored"] else ""))
+    names = [c for c in CATEGORIES if any(c in e["categories"] for e in tasks.values())]
+    if names:
+        lines += ["", "pass^k per category (tasks):",
+                  "  " + f"{'proposer':<32}" + "".join(f"{c[:12]:>13}" for c in names)]
+        for proposer, entry in tasks.items():
+            cells = []
+            for name in names:
+                cat = entry["categories"].get(name)
+                cells.append(f"{_rate(cat['pass^k']) + ' (' + str(cat['tasks']) + ')':>13}"
+                             if cat else f"{'-':>13}")
+            lines.append(f"  {escape_text(proposer, 32):<32}" + "".join(cells))
+    lines += ["", "failure labels (failed trials):"]
+    for proposer, entry in tasks.items():
+        labels = ", ".join(f"{escape_text(label, 40)} {count}"
+                           for label, count in entry["labels"].items())
+        lines.append(f"  {escape_text(proposer, 32):<32} {labels or 'none'}")
+    lines += ["", "runs:"]
+    for proposer, entry in tasks.items():
+        for run in entry["runs"] or [{}]:
+            lines.append(f"  {escape_text(proposer, 32):<32} " + (", ".join(
+                f"{escape_text(str(key), 20)} {escape_text(str(value), 60)}"
+                for key, value in run.items() if key != "proposer") or "not recorded"))
     return "\n".join(lines)
 
 
@@ -92,7 +152,13 @@ def add_parser(sub: Any) -> None:
     report.add_argument("--until", metavar="TIME", help="only records before TIME")
     report.add_argument("--eval", metavar="RESULTS",
                         help="also the task success of regdev eval's results file (JSON "
-                             "Lines): trials passed and pass^k per proposer")
+                             "Lines), from that file alone: the proposers ranked by pass^k "
+                             "(tau-bench's, k stated, 95%% Wilson interval over tasks), pass^1, "
+                             "first-try validity, retry recovery and calls per task; pass^k per "
+                             "category; failure labels; each run's pin")
+    report.add_argument("-k", type=int, metavar="N",
+                        help="with --eval: the k of pass^k (default: the fewest trials any "
+                             "task had; at most that)")
     report.add_argument("--by", choices=("proposer", "map"), default="proposer",
                         help="one row per proposer (default), or per proposer and register "
                              "map (map: the map's name the calls were made on; `the default "
@@ -102,4 +168,8 @@ def add_parser(sub: Any) -> None:
                         help="also draw the report as a chart in FILE, in the format its "
                              "extension names (png, svg, pdf, or another matplotlib writes; "
                              "PNG when it has none); needs matplotlib: the report extra")
+    report.add_argument("--html", metavar="FILE",
+                        help="with --eval: also write the eval figures as one self-contained "
+                             "HTML page (tables and inline SVG charts side by side, several "
+                             "models in one page; no script, nothing fetched)")
     report.set_defaults(func=cmd_report)

@@ -1,0 +1,344 @@
+"""The shipped benchmark (examples/eval-suite.jsonl): the task format, scoring by the device's
+final state with one failure label, and five recorded models of different quality ranked by
+regdev report from the results file alone."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import EXAMPLES
+from regdev.agents._eval import (
+    CATEGORIES,
+    EvalFileError,
+    Task,
+    load_suite,
+    read_results,
+    run_eval,
+    wilson,
+)
+from regdev.agents._models import Endpoint, ToolCall, Turn
+from regdev.cli._common import read_map
+from regdev.cli._main import main
+from regdev.core._observation import Observation
+from regdev.devices._rdl import load_map
+from regdev.devices._regmap import RegisterMap
+from support.pgserver import in_ci
+from support.provider_server import ProviderServer
+from support.recorded_suite import MODELS, responder, suite_tasks
+
+pytest.importorskip("openai", reason="the models extra (openai SDK) is not installed")
+pytest.importorskip("systemrdl", reason="the rdl extra (systemrdl-compiler) is not installed")
+
+SENSOR = EXAMPLES / "sensor.rdl"
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+
+class Scripted(Endpoint):
+    """An in-process endpoint playing turns in order: a list of (name, arguments) calls, or a
+    text; it keeps the messages it was given."""
+
+    provider = "openai"
+    model = "scripted"
+    dialect = "openai"
+
+    def __init__(self, turns: list[Any]) -> None:
+        self.turns, self.given = turns, 0
+        self.said: list[str] = []
+
+    def start(self, task: str, tools: list[dict[str, Any]]) -> None:
+        self.given = 0
+        self.said = [task]
+
+    def next_turn(self) -> Turn:
+        step = self.turns[min(self.given, len(self.turns) - 1)]
+        self.given += 1
+        if isinstance(step, str):
+            return Turn([], step, "end", {"role": "assistant", "content": step})
+        calls = [ToolCall(f"c{n}", name, json.dumps({"type": "function", "function": {
+            "name": name, "arguments": json.dumps(arguments)}}).encode())
+            for n, (name, arguments) in enumerate(step)]
+        return Turn(calls, "", "tool-calls", {"role": "assistant"})
+
+    def answer(self, turn: Turn, observations: list[Observation]) -> None:
+        pass
+
+    def follow_up(self, turn: Turn, text: str) -> None:
+        self.said.append(text)
+
+
+def test_the_shipped_suite_has_120_tasks_in_every_category_on_two_maps() -> None:
+    """At least 120 tasks, every category of format 1, two maps, a header, a stable hash."""
+    suite = load_suite(EXAMPLES / "eval-suite.jsonl", load_map(SENSOR), read_map)
+    assert len(suite.tasks) >= 120
+    assert {task.category for task in suite.tasks} == set(CATEGORIES)
+    assert {task.map for task in suite.tasks} == {"default", "sensor.rdl"}
+    assert suite.name == "regdev-eval-1"
+    assert suite.hash.startswith("sha256:") and len(suite.hash) == 23
+    again = load_suite(EXAMPLES / "eval-suite.jsonl", load_map(SENSOR), read_map)
+    assert again.hash == suite.hash
+    assert len(suite_tasks()) == len(suite.tasks)
+
+
+def test_a_turn_with_a_good_call_and_a_refused_one_passes_when_the_device_ends_right() -> None:
+    """A good write and a write to the read-only ID in one turn: the loop stops rejected (the
+    refusal is final), but DATA[0] holds what was asked and nothing else changed: passed."""
+    task = Task("t", "Store 9 in DATA[0].", "parallel", registers={4: 9})
+    endpoint = Scripted([[("write_register", {"addr": 4, "data": 9}),
+                          ("write_register", {"addr": 0, "data": 0})], "Done."])
+    (trial,) = run_eval(endpoint, [task], load_map(SENSOR))
+    assert trial.result.stop == "rejected"
+    assert (trial.passed, trial.label, trial.failures) == (True, None, [])
+
+
+def test_a_call_written_into_the_text_where_none_was_wanted_fails_call_in_text() -> None:
+    """An irrelevance task: the model writes a call into its text, then says it is done; the
+    device is unchanged, but the trial fails, labelled call-in-text."""
+    task = Task("t", "What is 7 times 6?", "irrelevance")
+    endpoint = Scripted(['<tool_call>{"name": "read_register", "arguments": {"addr": 0}}'
+                         '</tool_call>', "42"])
+    (trial,) = run_eval(endpoint, [task], RegisterMap.default())
+    assert trial.result.stop == "done"
+    assert (trial.passed, trial.label) == (False, "call-in-text")
+    assert trial.failures == ["1 call(s) made where none was wanted"]
+
+
+@pytest.mark.parametrize(("turns", "label"), [
+    (["I would rather not."], "no-call"),
+    ([[("write_register", {"addr": 3, "data": 1})], "Done."], "state-mismatch"),
+    ([[("write_register", {"addr": 2, "data": 7})], "Done."], None),
+    ([[("write_register", {"addr": 2, "data": 700})], [("write_register", {"addr": 2,
+                                                                           "data": 700})]],
+     "range-data"),
+    ([[("read_register", {"addr": 2})]], "stopped-by-budget"),
+])
+def test_each_failed_trial_has_one_label(turns: list[Any], label: str | None) -> None:
+    """Set register 2 to 7 on the default map: no call, a wrong register, the right write, a
+    value refused twice (the loop rejected), reads until the budget is spent."""
+    task = Task("t", "Set register 2 to 7.", "simple", registers={2: 7})
+    (trial,) = run_eval(Scripted(turns), [task], RegisterMap.default(), max_steps=3)
+    assert trial.label == label
+    assert trial.passed is (label is None)
+
+
+def test_a_scripted_user_follows_up_and_the_transcript_keeps_it() -> None:
+    """A multi-turn task: the follow-up goes to the model after its first answer, the device
+    ends as the whole conversation asked, and the transcript holds both user messages."""
+    task = Task("t", "Set register 1 to 5.", "multi-turn", registers={1: 8},
+                user=("Now add 3 to it.",))
+    endpoint = Scripted([[("write_register", {"addr": 1, "data": 5})], "Done.",
+                         [("write_register", {"addr": 1, "data": 8})], "Done."])
+    (trial,) = run_eval(endpoint, [task], RegisterMap.default(), run={"suite": "sha256:x"})
+    assert endpoint.said == ["Set register 1 to 5.", "Now add 3 to it."]
+    assert trial.passed is True
+    record = trial.to_dict()
+    assert [(t["role"], t.get("text")) for t in record["transcript"]] == [
+        ("user", "Set register 1 to 5."), ("assistant", ""), ("assistant", "Done."),
+        ("user", "Now add 3 to it."), ("assistant", ""), ("assistant", "Done.")]
+    assert record["run"] == {"suite": "sha256:x"} and record["category"] == "multi-turn"
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ('{"id": "a", "task": "t", "category": "typed-values"}', "`category` is one of simple"),
+    ('{"format": 2}', "this regdev reads task format 1"),
+    ('{"id": "a", "task": "t", "category": "simple", "map": "nope.rdl"}',
+     "no map `nope.rdl` beside the suite or among the examples"),
+    ('{"id": "a", "task": "t", "category": "simple", "map": "default", '
+     '"expect": {"registers": {"0x10": 1}}}', "no register `0x10` in the map default"),
+])
+def test_a_bad_suite_line_is_one_error(tmp_path: Path, line: str, words: str) -> None:
+    """An unknown category (typed values are not there yet), another format, a map that is
+    not there, an address the default map lacks: one error naming the file and line."""
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(line + "\n")
+    with pytest.raises(EvalFileError, match=r"suite\.jsonl:1: ") as caught:
+        load_suite(suite, load_map(SENSOR), read_map)
+    assert words in str(caught.value)
+
+
+def test_wilson_interval_matches_the_published_values() -> None:
+    """Wilson's 95% interval: 0 of 10 gives 0..0.2775, 10 of 10 gives 0.7225..1."""
+    low, high = wilson(0, 10) or (None, None)
+    assert low == 0 and high == pytest.approx(0.2775, abs=1e-4)
+    assert wilson(10, 10) == pytest.approx((0.7225, 1.0), abs=1e-4)
+    assert wilson(0, 0) is None
+
+
+def test_eval_help_explains_the_suite_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev eval --help says what --suite alone and --suite FILE run."""
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--suite alone: the shipped benchmark, examples/eval-suite.jsonl" in out
+    assert "--suite FILE: your own" in out
+
+
+def _pass_k(records: list[dict[str, Any]], k: int) -> float:
+    """pass^k recomputed independently: per task C(c, k)/C(n, k), averaged."""
+    tasks: dict[str, list[bool]] = {}
+    for record in records:
+        tasks.setdefault(record["task"], []).append(record["passed"])
+    return sum(math.comb(sum(o), k) / math.comb(len(o), k) for o in tasks.values()) / len(tasks)
+
+
+def test_five_recorded_models_are_ranked_as_their_behaviour_says(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """regdev eval --suite with k = 2 for the good, batcher, caller, texter and asker models;
+    regdev report --eval ranks them in that order from the results file alone, labels each
+    one's failures with its own mistake, and every figure is recomputed from the JSONL."""
+    results = tmp_path / "results.jsonl"
+    for kind in MODELS:
+        with ProviderServer(responder(kind)) as server:
+            main(["eval", "--suite", "--model", kind, "--base-url", server.openai_url,
+                  "--max-retries", "0", "-k", "2", "--no-audit", "--quiet", "--output",
+                  str(results), "--json"])
+        capsys.readouterr()
+    assert main(["report", "--db", str(tmp_path / "none.db"), "--eval", str(results),
+                 "--json"]) == 2  # an audit log named and missing is still an error
+    capsys.readouterr()
+    monkeypatch.setenv("REGDEV_AUDIT", str(tmp_path / "no-audit.db"))
+    assert main(["report", "--eval", str(results), "--json"]) == 0  # the JSONL alone
+    figures = json.loads(capsys.readouterr().out)["eval"]
+    assert list(figures) == ["openai:good", "openai:batcher", "openai:caller", "openai:texter",
+                             "openai:asker"]
+    assert [figures[p]["rank"] for p in figures] == [1, 2, 3, 4, 5]
+    labels = {p.split(":")[1]: figures[p]["labels"] for p in figures}
+    assert labels == {"good": {}, "batcher": {}, "caller": {"extra-call": 60},
+                      "texter": {"call-in-text": 198}, "asker": {"no-call": 210}}
+    table = {p.split(":")[1]: {c: round(100 * e["pass^k"], 1)
+                               for c, e in figures[p]["categories"].items()}
+             for p in figures}
+    assert table["caller"] == {"simple": 100.0, "multiple": 100.0, "parallel": 100.0,
+                               "irrelevance": 0.0, "missing-information": 0.0,
+                               "multi-turn": 100.0, "safety": 100.0}
+    assert table["texter"]["simple"] == 0.0 and table["texter"]["irrelevance"] == 100.0
+    assert table["asker"]["missing-information"] == 100.0 and table["asker"]["simple"] == 0.0
+    good, batcher = figures["openai:good"], figures["openai:batcher"]
+    assert good["first_try_validity"] == 1.0 > batcher["first_try_validity"]
+    assert good["calls_per_task"] < batcher["calls_per_task"]
+    # every figure from the JSONL: pass^k, its interval, first-try validity, calls per task
+    records = read_results(results)
+    for proposer, entry in figures.items():
+        mine = [r for r in records if r["proposer"] == proposer]
+        assert entry["k"] == 2 and entry["tasks"] == len(suite_tasks())
+        assert entry["pass^k"] == pytest.approx(_pass_k(mine, 2))
+        assert entry["pass^1"] == pytest.approx(_pass_k(mine, 1))
+        assert entry["pass^k_ci95"] == pytest.approx(
+            list(wilson(entry["pass^k"] * entry["tasks"], entry["tasks"]) or ()))
+        assert entry["calls_per_task"] == pytest.approx(
+            sum(len(c) for r in mine for c in (t.get("calls", []) for t in r["transcript"]))
+            / len(mine))
+        run = entry["runs"][0]
+        assert {key: run[key] for key in ("model", "provider", "base_url", "temperature",
+                                          "tool_format", "strict", "format", "k")} == {
+            "model": proposer.split(":")[1], "provider": "openai", "base_url": "loopback",
+            "temperature": 0.0, "tool_format": "openai", "strict": True, "format": 1, "k": 2}
+        assert run["suite"] == load_suite(EXAMPLES / "eval-suite.jsonl", load_map(SENSOR),
+                                          read_map).hash
+    texter = [r for r in records if r["proposer"] == "openai:texter"]
+    firsts = [c for r in texter for t in r["transcript"] for c in t.get("calls", [])
+              if not c["retry"]]
+    assert all(c["code"] == "call-in-text" for c in firsts)
+    assert figures["openai:texter"]["first_try_validity"] == 0.0
+    assert main(["report", "--eval", str(results)]) == 0
+    text = capsys.readouterr().out
+    assert "pass^k with k = 2 (tau-bench" in text
+    assert "  1    openai:good" in text and "  5    openai:asker" in text
+
+
+class _Page(HTMLParser):
+    """Collects a page's tags, attributes and text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_the_html_report_is_one_self_contained_page(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """regdev report --eval FILE --html PAGE: both models side by side in the ranking and
+    category tables and in two inline SVG charts; no script, nothing fetched (no src, href or
+    url()), and a proposer's name that is markup is shown as text."""
+    results = tmp_path / "results.jsonl"
+    tasks = [Task("a", "Set register 2 to 7.", "simple", registers={2: 7}),
+             Task("b", "What is 7 times 6?", "irrelevance")]
+    good = Scripted([[("write_register", {"addr": 2, "data": 7})], "42"])
+    bad = Scripted([[("write_register", {"addr": 3, "data": 7})], "Done."])
+    bad.model = "<script>alert(1)</script>"
+    lines = [json.dumps(t.to_dict()) for endpoint in (good, bad)
+             for t in run_eval(endpoint, tasks, RegisterMap.default(), k=2)]
+    results.write_text("\n".join(lines) + "\n")
+    page = tmp_path / "report.html"
+    assert main(["report", "--eval", str(results), "--html", str(page)]) == 0
+    assert f"page written to {page}" in capsys.readouterr().out
+    text = page.read_text()
+    parsed = _Page()
+    parsed.feed(text)
+    tags = [tag for tag, _ in parsed.tags]
+    assert "script" not in tags and "link" not in tags and "img" not in tags
+    assert not any(name in ("src", "href") for _, attrs in parsed.tags for name in attrs)
+    assert "url(" not in text
+    charts = [attrs.get("data-chart") for tag, attrs in parsed.tags if tag == "svg"]
+    assert charts == ["pass-k", "categories"]
+    shown = "".join(parsed.text)
+    assert "openai:<script>alert(1)</script>" in shown  # as text, escaped in the source
+    assert "&lt;script&gt;" in text
+    assert tags.count("table") == 4
+    assert "openai:scripted" in shown and "irrelevance" in shown and "state-mismatch 2" in shown
+    assert main(["report", "--html", str(page)]) == 2
+    assert "--html needs --eval RESULTS" in capsys.readouterr().err
+
+
+def _chromium() -> str | None:
+    return next((found for name in ("chromium", "chromium-browser", "google-chrome")
+                 if (found := shutil.which(name))), None)
+
+
+def test_the_html_report_renders_in_headless_chromium_without_a_console_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The page opened by headless Chromium from a file: no console message (an error would
+    be one), both charts in the rendered DOM, and a screenshot written."""
+    if _chromium() is None:
+        reason = "Chromium is not installed (Debian: apt-get install chromium)"
+        if in_ci():  # .ci/run installs it: a browser missing there is a failure
+            pytest.fail(reason)
+        pytest.skip(reason)
+    results = tmp_path / "results.jsonl"
+    tasks = [Task("a", "Set register 2 to 7.", "simple", registers={2: 7})]
+    good = Scripted([[("write_register", {"addr": 2, "data": 7})], "Done."])
+    results.write_text("".join(json.dumps(t.to_dict()) + "\n"
+                               for t in run_eval(good, tasks, RegisterMap.default(), k=2)))
+    page = tmp_path / "report.html"
+    assert main(["report", "--eval", str(results), "--html", str(page)]) == 0
+    capsys.readouterr()
+    browser = _chromium()
+    assert browser is not None
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+              f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert 'data-chart="pass-k"' in dom.stdout and 'data-chart="categories"' in dom.stdout
+    assert "CONSOLE" not in dom.stderr, dom.stderr
+    shot = tmp_path / "report.png"
+    subprocess.run([*common, f"--screenshot={shot}", "--window-size=1300,1200",
+                    page.as_uri()], capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
