@@ -18,6 +18,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import ARRAYS, CONFIGURE, ROOT
 from regdev import (
@@ -716,9 +718,10 @@ def test_standalone_module_checks_arrays_without_regdev(tmp_path: Path) -> None:
                                    "123456.789", "0.30000000000000004", "1E+400"])
 @pytest.mark.parametrize("keyword", ["minimum", "maximum", "exclusiveMinimum",
                                      "exclusiveMaximum"])
-def test_float_against_a_decimal_bound_is_exact(keyword: str, bound: str) -> None:
-    """A float value next to a decimal bound gets the exact verdict (the compiled check
-    compares a float with a float constant chosen for that bound, not with the Decimal)."""
+def test_float_against_a_decimal_bound_by_its_repr(keyword: str, bound: str) -> None:
+    """A float value next to a decimal bound gets the verdict of the decimal its repr writes
+    (the compiled check compares a float with a float constant and a test chosen for that
+    bound, not with the Decimal)."""
     schema = {"type": "object", "properties": {"x": {"type": "number", keyword: Decimal(bound)}}}
     compiled = compile_validator([{"name": "t", "inputSchema": schema}])
     fails = {"minimum": lambda x, b: x < b, "maximum": lambda x, b: x > b,
@@ -727,7 +730,8 @@ def test_float_against_a_decimal_bound_is_exact(keyword: str, bound: str) -> Non
     near = float(Decimal(bound)) if abs(Decimal(bound)) < 10**300 else 1e300
     for x in (near, math.nextafter(near, math.inf), math.nextafter(near, -math.inf),
               Decimal(bound), int(near), int(near) + 1, near * 2, 0.0):
-        expected = "range-x" if fails(Fraction(x), Fraction(Decimal(bound))) else None
+        written = Fraction(repr(x)) if type(x) is float else Fraction(x)
+        expected = "range-x" if fails(written, Fraction(Decimal(bound))) else None
         assert compiled({"tool": "t", "arguments": {"x": x}}) == expected, (x, compiled.source)
 
 
@@ -747,6 +751,62 @@ def test_extra_keys_beside_optional_ones_are_counted() -> None:
                                  "unknown-argument"),
                                 ({"reason": "b", "level": 1}, "missing-mode")]:
         assert compiled({"tool": "t", "arguments": arguments}) == expected, arguments
+
+
+def _tools_of(schemas: dict[str, Any]) -> ToolSet:
+    """Tools named by ``schemas``' keys, each with one property ``x`` (a handler that echoes)."""
+    return ToolSet([Tool(name, "", {"type": "object", "properties": {"x": schema}},
+                         handler=lambda device, a: a) for name, schema in schemas.items()])
+
+
+#: Decimal bounds: a float's repr, a float's exact binary value (more digits than a repr
+#: holds), a short decimal no float holds, a small integer, and past the floats' range.
+_bounds = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(lambda f: Decimal(repr(f))),
+    st.floats(allow_nan=False, allow_infinity=False).map(Decimal),
+    st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=-10**6,
+                max_value=10**6),
+    st.integers(-(10**30), 10**30).map(Decimal),
+    st.sampled_from([Decimal("1E+400"), Decimal("-1E+400"), Decimal("1E-400"),
+                     Decimal("-1E-400"), Decimal("1E+23"), Decimal("0.1")]))
+
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "const",
+                    "enum")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bound=_bounds, data=st.data())
+def test_float_bounds_enum_const_get_the_gates_verdict(bound: Decimal, data: Any) -> None:
+    """A number in a call decoded with json.loads (a float) gets, from the compiled check and
+    the reference, the verdict the gate gives the raw text, against every number keyword."""
+    near = float(bound)
+    if math.isfinite(near):
+        x = data.draw(st.sampled_from([near, math.nextafter(near, math.inf),
+                                       math.nextafter(near, -math.inf)])
+                      | st.floats(allow_nan=False, allow_infinity=False), label="x")
+    else:
+        x = data.draw(st.floats(allow_nan=False, allow_infinity=False), label="x")
+    text = json.dumps(x)  # the float's repr: the text a model wrote, decoded both ways
+    schemas: dict[str, Any] = {
+        f"t_{keyword}": {"type": "number", keyword: [bound, 7] if keyword == "enum" else bound}
+        for keyword in _NUMBER_KEYWORDS}
+    whole = bound.to_integral_value()
+    schemas.update({f"i_{keyword}": {"type": "integer", keyword: bound}
+                    for keyword in _NUMBER_KEYWORDS[:4]})
+    schemas.update({"i_const": {"type": "integer", "const": whole},
+                    "i_enum": {"type": "integer", "enum": [whole]}})
+    tools = _tools_of(schemas)
+    gate = Gate(RegisterFile(), tools)
+    compiled = compile_validator(tools)
+    oracle = ReferenceValidator(tools)
+    for name in schemas:
+        raw = f'{{"tool": "{name}", "arguments": {{"x": {text}}}}}'
+        observation = gate.handle(raw)
+        expected = None if observation.ok else observation.code
+        call = json.loads(raw)
+        refusal = oracle.check(call)
+        assert (compiled(call), refusal.code if refusal else None) == (expected, expected), (
+            name, bound, x, expected)
 
 
 _SET_SPEED = {"tools": [{"name": "set_speed", "inputSchema": {
@@ -779,6 +839,45 @@ def test_standalone_float_call_gets_the_gates_verdict(tmp_path: Path, ramp: str,
     floats = {"type": "object", "properties": {"ramp": {"multipleOf": 0.1}}}  # a float schema
     python = compile_validator([{"name": "set_speed", "inputSchema": floats}])
     assert python({"tool": "set_speed", "arguments": {"ramp": json.loads(ramp)}}) == expected
+
+
+_LIMITS = {"tools": [{"name": name, "inputSchema": {
+    "type": "object", "properties": {"x": {"type": "number", **schema}}}}
+    for name, schema in [("at_most", {"maximum": 0.1}), ("at_least", {"minimum": 0.3}),
+                         ("above", {"exclusiveMinimum": 0.1}),
+                         ("below", {"exclusiveMaximum": 1e23}),
+                         ("same", {"const": 0.1}), ("one_of", {"enum": [0.1, 0.7, 1e23]}),
+                         ("distinct", {"type": "array", "uniqueItems": True})]]}
+
+
+@pytest.mark.parametrize(("tool", "x", "expected"), [
+    ("at_most", "0.1", None), ("at_most", "0.10000000000000002", "range-x"),
+    ("at_least", "0.3", None), ("at_least", "0.29999999999999993", "range-x"),
+    ("above", "0.1", "range-x"), ("above", "0.10000000000000002", None),
+    ("below", "1e23", "range-x"), ("below", "9.999999999999997e22", None),
+    ("same", "0.1", None), ("same", "0.09999999999999999", "range-x"),
+    ("one_of", "0.1", None), ("one_of", "0.7", None), ("one_of", "1e23", None),
+    ("one_of", "100000000000000000000000", None), ("one_of", "0.3", "range-x"),
+    ("distinct", "[1e23, 100000000000000000000000]", "range-x"),
+    ("distinct", "[0.1, 0.10000000000000002, 1]", None)])
+def test_standalone_float_bounds_get_the_gates_verdict(tmp_path: Path, tool: str, x: str,
+                                                       expected: str | None) -> None:
+    """Bounds, const, enum and uniqueItems: the module `regdev compile` writes, given a call
+    decoded with json.loads, gives the gate's verdict on its raw text ({"x": 0.1} meets
+    "maximum": 0.1)."""
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(_LIMITS))
+    assert main(["compile", "--tools", str(path), "-o", str(tmp_path / "validator.py")]) == 0
+    text = f'{{"tool": "{tool}", "arguments": {{"x": {x}}}}}'
+    runner = _RUNNER.replace("parse_float=Decimal", "")  # plain json.loads: floats
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", runner, str(tmp_path)],
+                          input=f"[[{text}, null]]", capture_output=True, text=True, check=True)
+    tools = ToolSet.from_json(path.read_bytes())
+    gate = Gate(RegisterFile(), _tools_of({t.name: t.input_schema["properties"]["x"]
+                                           for t in tools.values()}))
+    observation = gate.handle(text)
+    assert json.loads(done.stdout) == [expected]
+    assert (None if observation.ok else observation.code) == expected
 
 
 def test_compile_command_with_a_tools_file(tmp_path: Path,

@@ -143,6 +143,18 @@ JsonSchemaValidator = jsonschema.validators.extend(
     validators={"multipleOf": _multiple_of, "uniqueItems": _unique_items})
 
 
+def _as_written(value: Any) -> Any:
+    """``value`` with each finite float made the decimal its repr writes (what JSON text said),
+    as regdev reads a float, in lists and objects too; the rest as it is."""
+    if type(value) is float and math.isfinite(value):
+        return Decimal(repr(value))
+    if type(value) is list:
+        return [_as_written(item) for item in value]
+    if type(value) is dict:
+        return {key: _as_written(item) for key, item in value.items()}
+    return value
+
+
 def _peer_valid(tools: list[dict[str, Any]], call: Any, choice: str | None) -> bool:
     """The call's validity as jsonschema sees it (shape and name checked here, by the rules)."""
     if type(call) is not dict or type(call.get("tool")) is not str:
@@ -152,7 +164,9 @@ def _peer_valid(tools: list[dict[str, Any]], call: Any, choice: str | None) -> b
     if choice is not None and call["tool"] != choice:
         return False
     schema = next((t["inputSchema"] for t in tools if t["name"] == call["tool"]), None)
-    return schema is not None and JsonSchemaValidator(schema).is_valid(call["arguments"])
+    # a float, in the schema or the call, is the decimal its repr writes, as regdev reads it
+    return schema is not None and JsonSchemaValidator(_as_written(schema)).is_valid(
+        _as_written(call["arguments"]))
 
 
 def _all_agree(case: tuple[list[dict[str, Any]], Any, str | None]) -> None:

@@ -21,9 +21,10 @@ Rules of this file:
   (many); ``type(x) is int`` runs before the slower Decimal/float integer test, and a value
   whose type is exactly str, bool, None, list or dict is refused without it; bounds are
   constants in the source, made whole numbers for ``integer`` properties (exact: ``x >= 1.5``
-  is ``x >= 2`` for an integer x); a float value meets a decimal bound as a float constant
-  chosen so the answer is exact; extra arguments are found with ``len()`` when every
-  property is required, or when the optional ones (up to :data:`_COUNTED`) are counted.
+  is ``x >= 2`` for an integer x); a float value, the decimal its repr writes, meets a
+  decimal bound as a float constant and a test chosen so the answer is that decimal's;
+  extra arguments are found with ``len()`` when every property is required, or when the
+  optional ones (up to :data:`_COUNTED`) are counted.
   Nothing calls ``int()`` or ``float()`` on a value.
 * The generated module imports only ``math`` and ``decimal``: the JSON semantics it calls
   (``is_integer``, ``is_number``, ``json_equal``, ``json_in``, ``json_first_repeat``,
@@ -49,7 +50,7 @@ from ._render import int_literal as _int
 from ._render import render_json as _render
 from ._render import render_value
 from ._render import str_literal as _str
-from ._runtime import RUNTIME_SOURCE
+from ._runtime import RUNTIME_SOURCE, written_number
 from ._runtime import coefficient_exponent as _coefficient_exponent
 from ._schema import (
     ANNOTATION_KEYWORDS,
@@ -102,25 +103,37 @@ class CompiledValidator(Protocol):
         """Return None for a valid canonical call, else the first failure's verdict code."""
 
 
-def _float_bound(bound: object, op: str) -> float | None:
-    """A float ``F`` with ``x op F`` exactly when ``x op bound``, for every float ``x``; None
-    when ``bound`` is not a Decimal (an int or a float compares fast and exactly as it is) or
-    is past the floats' range. A Decimal that a float holds (``0.5``) gives that float, equal
-    to it, so ``F`` serves every value; for any other, ``lo < bound < hi`` for the two floats
-    next to it, so a float is below ``bound`` when it is at most ``lo``, that is below ``hi``.
-    """
-    if type(bound) is not Decimal or not bound.is_finite():
-        return None
-    near = float(bound)
-    if not math.isfinite(near):
-        return None
-    if Decimal(near) == bound:
-        return near
-    if Decimal(near) < bound:
-        low, high = near, math.nextafter(near, math.inf)
-    else:
-        low, high = math.nextafter(near, -math.inf), near
-    return {"<": high, "<=": low, ">": low, ">=": high}[op]
+#: A failure test with its strictness turned: ``x < F`` and ``x <= F``, ``x > F`` and ``x >= F``.
+_TURNED = {"<": "<=", "<=": "<", ">": ">=", ">=": ">"}
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _nearest_float(number: object) -> float:
+    """The float nearest an int or a Decimal (an infinity past the floats' range)."""
+    try:
+        return float(cast(Any, number))
+    except OverflowError:  # an int past the floats' range (a Decimal gives inf)
+        return math.copysign(math.inf, cast(Any, number))
+
+
+def _repr_of(near: float) -> Decimal | None:
+    """The decimal a finite float's repr writes; None for an infinity."""
+    return Decimal(repr(near)) if math.isfinite(near) else None
+
+
+def _float_test(bound: object, op: str) -> tuple[str, float]:
+    """``(op2, b)`` with ``x op2 b`` exactly when ``Decimal(repr(x)) op bound``, for every
+    finite float ``x``: ``bound`` an int or a Decimal, ``b = float(bound)``. Rounding to the
+    nearest float is monotonic, so when ``x != b`` the float comparison gives the decimal
+    one's answer; at ``x == b`` the answer is ``Decimal(repr(b)) op bound``, known here, and
+    when it is not ``b op b`` the test turns strict or not (``x <= b`` for ``x < bound``)."""
+    near = _nearest_float(bound)
+    written = _repr_of(near)
+    if written is None or _COMPARE[op](written, bound) == _COMPARE[op](near, near):
+        return op, near
+    return _TURNED[op], near
 
 
 def _whole(bound: object, rounding: str) -> int | None:
@@ -358,6 +371,7 @@ class _Compiler:
         bound = cast(dict[str, Any], prop.schema)[keyword]
         if not is_number(bound):
             raise SchemaError(f"`{keyword}` must be a number", pointer)
+        bound = written_number(bound)  # a float in the schema: the decimal its repr writes
         if not prop.may_be("integer", "number"):
             return []  # never applies: the type step let through no number
         guard = "" if prop.only("integer", "number") else f"is_number({prop.var})"
@@ -367,16 +381,21 @@ class _Compiler:
             whole = _whole(bound, ROUND_CEILING if op in ("<", ">=") else ROUND_FLOOR)
             if whole is not None:
                 bound = whole
-        near = _float_bound(bound, op)
-        if near is not None and Decimal(near) == bound:
-            bound = near  # equal, and a float compares with a float far faster
-            near = None
-        exact = self.constant(bound, pointer)
-        if near is not None:  # a float value compares with a float, exactly, not a Decimal
-            v = prop.var
-            return [(guard, f"({v} {op} {self.constant(near, pointer)} if type({v}) is float "
-                            f"else {v} {op} {exact})")]
-        return [(guard, f"{prop.var} {op} {exact}")]
+        # A float value is the decimal its repr writes (what the JSON text said), compared
+        # with a float constant and a test chosen so that the answer is that decimal's.
+        op2, near = _float_test(bound, op)
+        if op2 == op and Decimal(near) == bound:  # one constant serves every value
+            if type(bound) is not int:
+                bound = near  # equal, and a float compares with a float far faster
+            return [(guard, f"{prop.var} {op} {self.constant(bound, pointer)}")]
+        v = prop.var
+        exact = f"{v} {op} {self.constant(bound, pointer)}"  # an int or a Decimal: exactly
+        if not math.isfinite(near):  # every finite float is on one side of the bound
+            if _COMPARE[op](0.0, near):
+                return [(guard, f"(type({v}) is float or {exact})")]
+            return [(guard, f"(type({v}) is not float and {exact})")]
+        return [(guard, f"({v} {op2} {self.constant(near, pointer)} if type({v}) is float "
+                        f"else {exact})")]
 
     def _minimum(self, prop: _Property, pointer: str) -> list[_Fail]:
         return self._bound(prop, "minimum", pointer, "<")
@@ -462,10 +481,22 @@ class _Compiler:
             return [("", f"{guard}{v} not in {members}")]
         if items and prop.only("integer", "number") and all(
                 is_number(i) and type(i) in (int, float, Decimal) for i in items):
-            # v is a finite number here; int, float and Decimal hash and compare exactly.
-            members = self.named("frozenset({" + ", ".join(self.constant(i, pointer)
-                                                           for i in items) + "})")
-            return [("", f"{v} not in {members}")]
+            # v is a finite number here; int and Decimal hash and compare exactly, and a float
+            # is the decimal its repr writes: it is in the enum when its repr is a member.
+            written = [written_number(i) for i in items]
+            floats = [(w, _nearest_float(w)) for w in written]
+            floats = [(w, near) for w, near in floats if _repr_of(near) == w]
+            if len(floats) == len(written) and all(Decimal(n) == w for w, n in floats):
+                # each member is a float's exact value and its repr: one set serves all
+                members = self.named("frozenset({" + ", ".join(
+                    self.constant(w if type(w) is int else n, pointer)
+                    for w, n in floats) + "})")
+                return [("", f"{v} not in {members}")]
+            exact = self.named("frozenset({" + ", ".join(self.constant(w, pointer)
+                                                         for w in written) + "})")
+            near = self.named("frozenset({" + ", ".join(self.constant(n, pointer)
+                                                        for _, n in floats) + "})")
+            return [("", f"({v} not in {near} if type({v}) is float else {v} not in {exact})")]
         rendered = [_render(i, f"{pointer}/{n}") for n, i in enumerate(items)]
         members = self.named("(" + "".join(r + ", " for r in rendered) + ")")
         return [("", f"not json_in({v}, {members})")]
@@ -478,7 +509,17 @@ class _Compiler:
             return [("", f"{guard}{v} != {_str(value)}")]
         if prop.only("integer", "number") and is_number(value) and type(value) in (
                 int, float, Decimal):
-            return [("", f"{v} != {self.constant(value, pointer)}")]
+            # a float is the decimal its repr writes: equal when its repr is the constant
+            written = written_number(value)
+            near = _nearest_float(written)
+            exact = f"{v} != {self.constant(written, pointer)}"
+            if _repr_of(near) != written:  # no float's repr writes it: a float is not equal
+                return [("", f"(type({v}) is float or {exact})")]
+            if Decimal(near) == written:  # a float's exact value and its repr
+                same = written if type(written) is int else near
+                return [("", f"{v} != {self.constant(same, pointer)}")]
+            return [("", f"({v} != {self.constant(near, pointer)} if type({v}) is float "
+                         f"else {exact})")]
         return [("", f"not json_equal({v}, {self.constant(value, pointer)})")]
 
     def _type(self, prop: _Property, pointer: str) -> str | None:
@@ -974,8 +1015,10 @@ def compile_validator(
     Args:
         tools: None for the built-in register tools, a :class:`ToolSet`, or a list of MCP
             ``tools/list`` entries (dicts with ``name`` and ``inputSchema``). Numbers in
-            schemas compare exactly: a bound read from JSON text should be decoded as
-            ``Decimal`` (as ``regdev compile`` does), since the float nearest 1.1 is not 1.1.
+            schemas compare exactly; a ``float``, in a schema or in a call, is read as the
+            decimal its ``repr`` writes (``1.1``, not the float's binary value), the number
+            the JSON text said, so a call decoded with ``json.loads`` gets the verdict its
+            text gets decoded exactly.
 
     Returns:
         The compiled ``check(call, tool_choice=None) -> str | None``.

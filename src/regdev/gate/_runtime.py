@@ -12,9 +12,10 @@ Rules of this file:
   :data:`RUNTIME_FILENAME`, so tracebacks through these functions show their lines.
 * Decoded JSON numbers are ``int`` (any size) or ``decimal.Decimal`` (a fraction or an
   exponent); Python callers may also pass ``float``. ``bool`` is never a number. Python
-  compares ``int``, ``float`` and ``Decimal`` by exact value, so nothing is rounded.
-  ``multipleOf`` takes a float by its shortest round-trip decimal (``repr``), the number the
-  JSON text said, so a call decoded with ``json.loads`` gets the verdict its text gets.
+  compares ``int`` and ``Decimal`` by exact value, so nothing is rounded.
+  A float is taken by its shortest round-trip decimal (``repr``), the number the JSON text
+  said, wherever it meets another number (bounds, ``multipleOf``, ``enum``, ``const``,
+  ``uniqueItems``), so a call decoded with ``json.loads`` gets the verdict its text gets.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "json_first_repeat",
     "json_in",
     "json_key",
+    "written_number",
 ]
 
 #: The functions a generated validator may call (names only ``math`` and ``Decimal``).
@@ -71,10 +73,18 @@ def is_integer(value: object) -> bool:
     return False
 
 
+def written_number(value: object) -> object:
+    """A number as JSON text wrote it: a ``float`` as its shortest round-trip decimal
+    (``repr``: ``Decimal("0.1")``, not the binary value nearest 0.1), anything else as it is."""
+    return Decimal(repr(value)) if type(value) is float else value
+
+
 def json_equal(a: object, b: object) -> bool:
-    """JSON equality as in draft 2020-12 Core 4.2.2: ``1 == 1.0``, but ``true != 1``."""
+    """JSON equality as in draft 2020-12 Core 4.2.2: ``1 == 1.0``, but ``true != 1``; a float
+    is the decimal its repr writes (``0.1 == Decimal("0.1")``)."""
     if is_number(a) and is_number(b):
-        return a == b
+        # two floats are equal when their reprs are; across types, compare the written numbers
+        return a == b if type(a) is type(b) else written_number(a) == written_number(b)
     if type(a) is not type(b):
         return False
     if isinstance(a, list) and isinstance(b, list):
@@ -91,11 +101,13 @@ def json_in(value: object, items: tuple[object, ...]) -> bool:
 
 def json_key(value: object) -> object:
     """A hashable key, equal for JSON-equal values (``1``, ``1.0`` and ``Decimal("1")`` share
-    one; ``true`` and ``1`` do not). A value that is not JSON data is equal only to itself."""
+    one, and so do ``0.1`` and ``Decimal("0.1")``; ``true`` and ``1`` do not). A value that is
+    not JSON data is equal only to itself."""
     if isinstance(value, bool):
         return (bool, value)
     if is_number(value):
-        return value  # int, float and Decimal hash and compare by exact value
+        # int and Decimal hash and compare by exact value; a float by its repr's decimal
+        return Decimal(repr(value)) if type(value) is float else value
     kind = type(value)
     if kind is str or value is None:
         return value
@@ -171,8 +183,9 @@ def is_multiple_of(value: object, m: int, f: int) -> bool:
 '''
 
 #: The names :data:`RUNTIME_SOURCE` defines, in order.
-RUNTIME_NAMES = ("is_number", "is_integer", "json_equal", "json_in", "json_key",
-                 "json_first_repeat", "_coefficient_exponent", "is_multiple", "is_multiple_of")
+RUNTIME_NAMES = ("is_number", "is_integer", "written_number", "json_equal", "json_in",
+                 "json_key", "json_first_repeat", "_coefficient_exponent", "is_multiple",
+                 "is_multiple_of")
 
 #: The fake file name the text is compiled and registered under (shown in tracebacks).
 RUNTIME_FILENAME = "<regdev runtime (regdev.gate._runtime.RUNTIME_SOURCE)>"
@@ -184,6 +197,7 @@ linecache.cache[RUNTIME_FILENAME] = (len(RUNTIME_SOURCE), None,
 
 is_number: Callable[[object], bool] = _namespace["is_number"]
 is_integer: Callable[[object], bool] = _namespace["is_integer"]
+written_number: Callable[[object], object] = _namespace["written_number"]
 json_equal: Callable[[object, object], bool] = _namespace["json_equal"]
 json_in: Callable[[object, tuple[object, ...]], bool] = _namespace["json_in"]
 json_key: Callable[[object], object] = _namespace["json_key"]

@@ -11,8 +11,9 @@ Rules of this file:
   ``minProperties`` and ``maxProperties`` Validation 6.5.
 * A keyword outside :data:`VALIDATION_KEYWORDS` and :data:`ANNOTATION_KEYWORDS` is refused
   with a :class:`~regdev.SchemaError`; nothing is silently ignored.
-* Numbers are compared exactly: ``int``, ``float`` and ``decimal.Decimal`` compare by value in
-  Python without rounding, and a JSON number with a fraction part is decoded to ``Decimal``.
+* Numbers are compared exactly: ``int`` and ``decimal.Decimal`` compare by value in Python
+  without rounding, and a JSON number with a fraction part is decoded to ``Decimal``; a
+  ``float`` is read as the decimal its ``repr`` writes (``written_number`` in ``_runtime``).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from typing import Any, cast
 
 from ..core._observation import Refusal, refuse
 from ..core._text import escape_text
-from ._runtime import is_multiple, json_first_repeat
+from ._runtime import is_multiple, json_first_repeat, written_number
 from ._schema import (
     a_json_type,
     is_number,
@@ -249,14 +249,17 @@ _RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiv
 def _range_failure(schema: Mapping[str, Any], value: object) -> str | None:
     """The first range keyword ``value`` fails, in the fixed order, or None."""
     if type(value) is int or is_number(value):
-        number: Any = value
-        if "minimum" in schema and number < schema["minimum"]:
+        # a float, in the call or in the schema, is the decimal its repr writes
+        number: Any = written_number(value)
+        if "minimum" in schema and number < written_number(schema["minimum"]):
             return "minimum"
-        if "maximum" in schema and number > schema["maximum"]:
+        if "maximum" in schema and number > written_number(schema["maximum"]):
             return "maximum"
-        if "exclusiveMinimum" in schema and number <= schema["exclusiveMinimum"]:
+        low = schema.get("exclusiveMinimum")
+        if low is not None and number <= written_number(low):
             return "exclusiveMinimum"
-        if "exclusiveMaximum" in schema and number >= schema["exclusiveMaximum"]:
+        high = schema.get("exclusiveMaximum")
+        if high is not None and number >= written_number(high):
             return "exclusiveMaximum"
         if "multipleOf" in schema and not is_multiple(number, schema["multipleOf"]):
             return "multipleOf"
