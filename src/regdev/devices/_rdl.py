@@ -39,13 +39,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..core._errors import MapError
 from ..core._text import unicode_problem
-from ._regmap import Field, Register, RegisterMap
+from ._regmap import Bus, Field, Register, RegisterMap
 
-__all__ = ["COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY", "MAX_MAP_BYTES",
+__all__ = ["BUS_PROPERTIES", "COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY", "MAX_MAP_BYTES",
            "MAX_NESTING", "MAX_REGISTERS", "MAX_STATEMENT_TOKENS", "PROTECTED_PROPERTY",
            "RDL_INSTALL", "load_map", "read_rdl"]
 
@@ -73,6 +73,13 @@ _REFUSED = 3
 PROTECTED_PROPERTY = "regdev_protected"
 #: The user-defined property that marks an identity register (a chip ID, read on connect).
 IDENTITY_PROPERTY = "regdev_identity"
+#: The user-defined properties of the top addrmap that put the chip on a bus behind the C
+#: firmware's bridge (docs/maps.md, "A chip behind a bridge"), each with its type and the
+#: :class:`Bus` attribute it sets.
+BUS_PROPERTIES: Final = {"regdev_bus": (str, "kind"), "regdev_i2c_address": (int, "address"),
+                         "regdev_bus_clock": (int, "clock"),
+                         "regdev_reg_addr_width": (int, "addr_width"),
+                         "regdev_auto_increment": (bool, "auto_increment")}
 #: How to get systemrdl-compiler: installed as a tool, or in a clone.
 RDL_INSTALL = ("pip install 'regdev[rdl]' (pipx install 'regdev[rdl]' for the command; in a "
                "clone of regdev, scripts/test, scripts/demo and scripts/serve install it)")
@@ -320,6 +327,10 @@ def _compile(path: Path, top: str | None) -> RegisterMap:
     compiler = systemrdl.RDLCompiler(message_printer=_Collect())
     compiler.register_udp(_Protected, soft=True)
     compiler.register_udp(_Identity, soft=True)
+    for bus_name, (bus_type, _attribute) in BUS_PROPERTIES.items():
+        compiler.register_udp(type(f"_Bus_{bus_name}", (udp.UDPDefinition,), {
+            "name": bus_name, "valid_components": {component.Addrmap},
+            "valid_type": bus_type}), soft=True)
     try:
         compiler.compile_file(str(path))
         root = compiler.elaborate(top_def_name=top)
@@ -382,10 +393,22 @@ class _Reader:
         if not registers:
             raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: addrmap "
                            f"{top.inst_name} has no registers")
+        given = {attribute: top.get_property(name, default=None)
+                 for name, (_type, attribute) in BUS_PROPERTIES.items()}
+        given = {key: value for key, value in given.items() if value is not None}
+        try:
+            bus = Bus(**given) if given else None
+        except TypeError:
+            raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: addrmap "
+                           f"{top.inst_name}: a bus needs regdev_bus and regdev_i2c_address"
+                           ) from None
+        except MapError as error:
+            raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: {error}") from None
         try:
             return RegisterMap(registers, name=top.inst_name,
                                description=_text(top.get_property("desc", default=None)
-                                                 or top.get_property("name", default="")))
+                                                 or top.get_property("name", default="")),
+                               bus=bus)
         except MapError as error:
             raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: {error}") from None
 
