@@ -45,9 +45,9 @@ from ..core._errors import MapError
 from ..core._text import unicode_problem
 from ._regmap import Bus, Field, Register, RegisterMap
 
-__all__ = ["BUS_PROPERTIES", "COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY", "MAX_MAP_BYTES",
-           "MAX_NESTING", "MAX_REGISTERS", "MAX_STATEMENT_TOKENS", "PROTECTED_PROPERTY",
-           "RDL_INSTALL", "load_map", "read_rdl"]
+__all__ = ["BUS_PROPERTIES", "COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY",
+           "MAX_MAP_BYTES", "MAX_NESTING", "MAX_REGISTERS", "MAX_STATEMENT_TOKENS",
+           "PROTECTED_PROPERTY", "RDL_INSTALL", "load_map", "read_rdl"]
 
 #: The largest map file read, in bytes (SystemRDL or the JSON form): 1 MiB; a map of 256
 #: registers with every description at its limit is about that.
