@@ -253,3 +253,41 @@ def test_the_board_refuses_by_the_map_before_it_touches_the_bus(bme280_json: Pat
             answers.append(wire.decode(line.read_until(b"\n")))
     assert [(a.seq, a.code) for a in answers] == [  # type: ignore[attr-defined]
         (1, "DATA"), (2, "ADDR"), (3, "DATA"), (4, "DATA"), (5, "NOACK")]
+
+
+@SHARED_BUILD
+@pytest.mark.timeout(300)
+def test_reads_writes_a_burst_and_a_masked_write_reach_the_simulated_chip(
+        bme280_json: Path) -> None:
+    """Frame by frame through the bridge: the chip's ID, a write read back, a masked write
+    (read-modify-write of two bits), a block write and a burst read of it, the raw data's
+    reset values in one burst, a write-only register reading 0, and a reset."""
+    need("avr")
+    requests = [
+        (wire.ReadRequest(1, 0xD0), "r D0 60"),
+        (wire.WriteRequest(2, 0xF4, 0x27), "w F4 27"),
+        (wire.MaskedWriteRequest(3, 0xF4, 0x03, 0x01), "m F4 25"),
+        (wire.WriteBlockRequest(4, 0xF4, (0x48, 0x1C)), "p F4 481C"),
+        (wire.ReadBlockRequest(5, 0xF2, 4), "g F2 0000481C"),
+        (wire.ReadBlockRequest(6, 0xF7, 8), "g F7 8000008000008000"),
+        (wire.WriteRequest(7, 0xE0, 0xB6), "w E0 00"),
+        (wire.ResetRequest(8), "z"),
+        (wire.ReadRequest(9, 0xF4), "r F4 00"),
+    ]
+    with sim_process("--avr", "--map", str(bme280_json)) as (port, _), serial.Serial(
+            port, 115200, timeout=5) as line:
+        for request, expected in requests:
+            line.write(wire.encode(request))
+            answer = line.read_until(b"\n")
+            assert answer.split(b"*")[0] == b"$%02X %s" % (request.seq, expected.encode())
+
+
+def test_a_bus_fault_needs_a_map_with_a_bus(capsys: pytest.CaptureFixture[str]) -> None:
+    """--bus-fault without --avr and a map whose chip is on a bus is a usage error."""
+    with pytest.raises(SystemExit) as stopped:
+        run(capsys, "firmware-sim", "--avr", "--bus-fault", "sda-low")
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert err.splitlines()[-1].endswith(
+        "error: --bus-fault goes with --avr and a map whose chip is on a bus (a bridge: "
+        "docs/maps.md)")
