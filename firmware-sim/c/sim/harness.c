@@ -351,8 +351,8 @@ static int setup_eeprom(uint8_t *ee, uint32_t size, int wanted, const uint8_t *i
  *   nack-data     it acknowledges its address and the register address, no data byte after
  *   arbitration   every START loses arbitration (another master on the bus)
  *   sda-low       SDA held low: a stuck bus
- *   stretch       the chip holds SCL low for 30 ms (past the bridge's 25 ms bound) at every
- *                 byte after its address
+ *   stretch       at every byte after its address the chip holds SCL low until the master
+ *                 sends a STOP (the bridge gives up after its 25 ms bound)
  */
 enum { FAULT_NONE, FAULT_NACK_ADDRESS, FAULT_NACK_DATA, FAULT_ARBITRATION, FAULT_SDA_LOW,
        FAULT_STRETCH };
@@ -403,15 +403,6 @@ static avr_cycle_count_t hold_clock(avr_t *avr, avr_cycle_count_t when, void *pa
     return 0;
 }
 
-static avr_cycle_count_t release_clock(avr_t *avr, avr_cycle_count_t when, void *param)
-{
-    (void)avr;
-    (void)when;
-    (void)param;
-    avr_raise_irq(chip.scl, 1);
-    return 0;
-}
-
 /* Another master won the bus: the step ends with status 38. */
 static avr_cycle_count_t lose_arbitration(avr_t *avr, avr_cycle_count_t when, void *param)
 {
@@ -440,8 +431,11 @@ static void on_twi(struct avr_irq_t *irq, uint32_t value, void *param)
     (void)irq;
     (void)param;
     msg.u.v = value;
-    if (msg.u.twi.msg & TWI_COND_STOP)
+    if (msg.u.twi.msg & TWI_COND_STOP) {
         chip.selected = 0;
+        if (chip.fault == FAULT_STRETCH)
+            avr_raise_irq(chip.scl, 1); /* the master gave up: the clock is let go */
+    }
     if (msg.u.twi.msg & TWI_COND_START) {
         chip.selected = 0;
         if (chip.fault == FAULT_ARBITRATION) {
@@ -460,7 +454,6 @@ static void on_twi(struct avr_irq_t *irq, uint32_t value, void *param)
         return;
     if (chip.fault == FAULT_STRETCH) {
         avr_cycle_timer_register(chip.avr, 1, hold_clock, NULL);
-        avr_cycle_timer_register_usec(chip.avr, 30000, release_clock, NULL);
         return;
     }
     if (msg.u.twi.msg & TWI_COND_WRITE) {
