@@ -291,3 +291,31 @@ def test_a_bus_fault_needs_a_map_with_a_bus(capsys: pytest.CaptureFixture[str]) 
     assert err.splitlines()[-1].endswith(
         "error: --bus-fault goes with --avr and a map whose chip is on a bus (a bridge: "
         "docs/maps.md)")
+
+
+@SHARED_BUILD
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("regmap", "calls"), [
+    ("sensor.rdl", "sensor-calls.jsonl"),  # write-1-to-clear, clear-on-read, write-only bits
+    (None, "wild-calls.jsonl"),  # the default map: the shared wild cases
+])
+def test_shared_cases_through_the_bridge_give_the_in_process_verdicts(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, regmap: str | None,
+        calls: str) -> None:
+    """A map put on a bus (the example sensor's, the default one) and its shared cases
+    replayed through the bridge to the simulated chip give what they give in process."""
+    need("avr")
+    base = load_map(EXAMPLES / regmap) if regmap else RegisterMap.default()
+    document = json.loads(base.to_json())
+    document["bus"] = {"kind": "i2c", "address": 0x48}
+    compiled = tmp_path / "chip.json"
+    compiled.write_text(json.dumps(document), encoding="utf-8")
+    local_status, out, _ = run(capsys, "replay", "--no-audit", "--json", "--map",
+                               str(compiled), str(EXAMPLES / calls))
+    local = [json.loads(line) for line in out.splitlines()]
+    with sim_process("--avr", "--map", str(compiled)) as (port, _):
+        status, out, err = run(capsys, "replay", "--no-audit", "--json", "--port", port,
+                               "--timeout", "2", "--map", str(compiled), str(EXAMPLES / calls))
+    assert (status, err) == (local_status, "")
+    assert [json.loads(line) for line in out.splitlines()] == local
+    assert len(local) > 15
