@@ -232,7 +232,6 @@ static uint8_t read_register(regdev_core_t *core, uint8_t index)
     return value;
 }
 
-
 /* A write of the bits `mask` of `data` (Register.written): writable bits take the data,
  * write-1-to-clear bits clear where it has a 1, the others keep their value. Returns what
  * a read would show after, without clearing anything. */
@@ -317,10 +316,10 @@ static void readable(uint8_t index, uint8_t *data, uint8_t n)
  * between two frames (the host's next frame waits in the receive ring meanwhile). */
 HANDLER(do_register)
 {
-    (void)core;
     static const char replies[] REGDEV_ROM = "rwm";
     uint8_t index = find(args[0]), mask = count == 3u ? args[1] : 0xFFu;
     uint8_t data = args[count - 1u], value, error;
+    (void)core;
     if (index == NO_REGISTER)
         return put_error(out, CODE_ADDR);
     if (count > 1u) {
