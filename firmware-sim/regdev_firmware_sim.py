@@ -758,6 +758,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                              "id, a new epoch (default: a new board with a random id each "
                              "run); a new FILE's board gets --device-id (with --avr: 8 hex "
                              "digits 0-9 A-F), else 8 random ones")
+    parser.add_argument("--bus-fault", metavar="KIND", choices=BUS_FAULTS,
+                        help="with --avr and a map with a bus (a bridge): the simulated chip "
+                             "on the TWI misbehaves for the whole run: "
+                             f"{', '.join(BUS_FAULTS)} (docs/firmware.md, \"Bus errors\")")
     parser.add_argument("--plain-identify", action="store_true",
                         help="answer identify with the description alone, as a device that "
                              "cannot say its id and reset epoch (then regdev replays no "
@@ -884,6 +888,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
         parser.error("--link goes with --pty or --avr")
     if args.eeprom is not None and not args.avr:
         parser.error("--eeprom goes with --avr (the Uno's EEPROM)")
+    if args.bus_fault is not None and not (args.avr and regmap is not None
+                                           and regmap.bus is not None):
+        parser.error("--bus-fault goes with --avr and a map whose chip is on a bus "
+                     "(a bridge: docs/maps.md)")
     modbus = args.modbus_rtu or args.modbus_tcp is not None
     if args.modbus_rtu and not (args.pty or args.tcp):
         parser.error("--modbus-rtu goes with --pty or --tcp")
@@ -906,7 +914,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
                          "built, without faults, with its own identity")
         return run_avr(parser.prog, link=args.link, verbose=args.verbose, eeprom=args.eeprom,
                        device_id=args.device_id, regmap=regmap,
-                       source=str(args.map) if args.map is not None else None)
+                       source=str(args.map) if args.map is not None else None,
+                       bus_fault=args.bus_fault)
 
     def announce(port: str) -> None:
         """The port on the first line of stdout, flushed: a host waits for it to connect."""
@@ -959,9 +968,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
 _AVR_OUTPUTS = {
     Path("sim/regdev-simavr"): ("sim/harness.c", "avr/eeprom_layout.h", "host/own_file.h",
                                 "host/own_link.h"),
-    Path("avr/regdev-uno.elf"): ("avr/main.c", "avr/eeprom_layout.h", "src/regdev_core.c",
+    Path("avr/regdev-uno.elf"): ("avr/main.c", "avr/i2c.c", "avr/eeprom_layout.h",
+                                 "src/regdev_core.c",
                                  "src/regdev_core.h", "src/regdev_rom.h", "regmap.h"),
 }
+#: The simulated chip's faults (the harness's --i2c-fault), for a bridge's --bus-fault.
+BUS_FAULTS = ("nack-address", "nack-data", "arbitration", "sda-low", "stretch")
 #: What in make's output says that a tool, header or library is missing (then the packages
 #: that give them are named; any other failure is quoted alone).
 _MISSING_TOOL = re.compile(r"fatal error: [^:\n]+: No such file or directory|cannot find -l\S+"
@@ -1067,7 +1079,9 @@ def avr_build(build: Path | None = None, regmap: RegisterMap | None = None, *,
     try:
         done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}",
                                f"PYTHON={sys.executable}",
-                               *([f"MAP={compiled}"] if compiled is not None else []), "sim"],
+                               *([f"MAP={compiled}"] if compiled is not None else []),
+                               *(["BUS=1"] if regmap is not None and regmap.bus else []),
+                               "sim"],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace", check=False,
                               env={**os.environ, "LC_ALL": "C"})  # the tools' plain quotes
@@ -1099,12 +1113,14 @@ def _build_failure(output: str, compiled: Path | None, named: str) -> str:
 
 def run_avr(prog: str, *, link: Path | None, verbose: bool, eeprom: Path | None = None,
             device_id: str | None = None, regmap: RegisterMap | None = None,
-            source: str | None = None) -> int:
+            source: str | None = None, bus_fault: str | None = None) -> int:
     """Build if needed, then become the simavr harness running the Uno image (``exec``), with
     the board's EEPROM in ``eeprom`` (a new one's id ``device_id``, 8 upper-case hex digits)
     if given, serving ``regmap`` (the default map when None; ``source`` names it in
     messages). The harness runs under the name ``prog``, so its error lines start as this
-    program's do.
+    program's do. A map with a bus is a bridge's: the harness attaches the simulated chip
+    of the same map to the TWI (its ``--i2c-chip``), misbehaving as ``bus_fault`` says (one
+    of :data:`BUS_FAULTS`) when given.
 
     Returns:
         2 (one line on stderr) when it cannot be built or started; else it does not return.
@@ -1117,7 +1133,10 @@ def run_avr(prog: str, *, link: Path | None, verbose: bool, eeprom: Path | None 
     options = [*(["--link", str(link)] if link else []),
                *(["--eeprom", str(eeprom)] if eeprom else []),
                *(["--id", device_id] if device_id else []),
-               *(["-v"] if verbose else []), str(image)]
+               *(["-v"] if verbose else []),
+               *(["--i2c-chip", str(image.parents[1] / "chip.txt")]
+                 if regmap is not None and regmap.bus else []),
+               *(["--i2c-fault", bus_fault] if bus_fault else []), str(image)]
     sys.stdout.flush()
     try:
         os.execv(harness, [prog, *options])

@@ -134,6 +134,40 @@ def map_text(regmap: Any, name: str) -> str:
     return text + (f" {name[:MAX_TEXT - len(text) - 1]}" if name else "")
 
 
+def bus_defines(regmap: Any) -> list[str]:
+    """The bridge's settings, for a map whose chip is on a bus (its ``bus``: the user-defined
+    properties of docs/maps.md, "A chip behind a bridge"); none for a map without one. With
+    them the core forwards every register access to the chip (``REGDEV_BUS_I2C``)."""
+    bus = regmap.bus
+    if bus is None:
+        return []
+    return ["",
+            "/* The chip is on I2C: the firmware is a bridge to it (docs/firmware.md). */",
+            "#define REGDEV_BUS_I2C 1",
+            f"#define REGDEV_BUS_ADDRESS 0x{bus.address:02X}u /* 7-bit */",
+            f"#define REGDEV_BUS_CLOCK {bus.clock}UL /* Hz */",
+            f"#define REGDEV_BUS_ADDR_WIDTH {bus.addr_width}u /* bits of a register address */",
+            f"#define REGDEV_BUS_AUTO_INCREMENT {int(bus.auto_increment)}"]
+
+
+def chip_table(regmap: Any) -> str:
+    """The simulated chip's table, for the simavr harness's ``--i2c-chip FILE``
+    (``sim/harness.c``): ``i2c ADDRESS ADDR_WIDTH AUTO_INCREMENT``, then one line a register,
+    ``ADDR RESET WRITABLE READABLE WOCLR RCLR`` in hex, from the same map as the image.
+
+    Raises:
+        MapError: the map has no bus (no chip to simulate).
+    """
+    bus = regmap.bus
+    if bus is None:
+        raise MapError("the map puts no chip on a bus (docs/maps.md, \"A chip behind a "
+                       "bridge\"): there is no chip to simulate")
+    lines = [f"i2c {bus.address:02X} {bus.addr_width} {int(bus.auto_increment)}"]
+    lines += [f"{r.addr:02X} {r.reset:02X} {r.writable_mask:02X} {r.readable_mask:02X} "
+              f"{r.woclr_mask:02X} {r.rclr_mask:02X}" for r in regmap.registers]
+    return "\n".join(lines) + "\n"
+
+
 def render(regmap: Any, name: str, source: str) -> str:
     """The C header for a map: its name, its register count, and the table (one row per
     column of :data:`COLUMNS`, each with one value per register, in address order)."""
@@ -161,6 +195,7 @@ def render(regmap: Any, name: str, source: str) -> str:
         f'#define REGDEV_MAP_NAME "{name}"',
         f'#define REGDEV_MAP_TEXT "{map_text(regmap, name)}"',
         f"#define REGDEV_REGISTER_COUNT {len(regmap.registers)}u",
+        *bus_defines(regmap),
         "",
         "#endif",
         "",
@@ -187,9 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--map", type=Path, help="the compiled register map (JSON)")
     parser.add_argument("-o", "--output", type=Path, required=True,
                         help="the header to write (rewritten only when its text changes)")
+    parser.add_argument("--chip", action="store_true",
+                        help="write the simulated chip's table (for the simavr harness's "
+                             "--i2c-chip) instead of the header; the map must have a bus")
     args = parser.parse_args(argv)
     try:
-        text = header(args.map)
+        text = chip_table(load(args.map)[0]) if args.chip else header(args.map)
     except MapError as error:
         print(f"gen_regmap.py: error: {error}", file=sys.stderr)
         return 2

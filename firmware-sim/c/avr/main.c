@@ -54,6 +54,7 @@ ISR(USART_RX_vect)
 #define EE_BYTE(at) ((uint8_t *)(uintptr_t)(at))
 #define EE_WORD(at) ((uint16_t *)(uintptr_t)(at))
 
+#ifndef REGDEV_BUS_I2C
 static volatile uint8_t jitter, jitter_fresh;
 
 ISR(WDT_vect)
@@ -111,6 +112,8 @@ static uint16_t start_count(char text[2u * REGDEV_EE_ID_BYTES + 1u])
     return starts;
 }
 
+#endif
+
 /* The core's new start count, when its reset count passed FFFF. */
 uint16_t regdev_core_next_start(uint16_t starts)
 {
@@ -146,8 +149,10 @@ static void send(const uint8_t *data, uint8_t n)
 
 int main(void)
 {
+#ifndef REGDEV_BUS_I2C
     char id[2u * REGDEV_EE_ID_BYTES + 1u];
     uint16_t starts;
+#endif
     MCUSR = 0; /* a watchdog reset (a bootloader's way to start the sketch) leaves it on */
     wdt_disable();
     usart_init(); /* receiving from now on: a frame sent meanwhile waits in the ring */
@@ -156,8 +161,14 @@ int main(void)
     set_sleep_mode(SLEEP_MODE_IDLE);
 #pragma GCC diagnostic pop
     sei();
+#ifdef REGDEV_BUS_I2C
+    /* A bridge says no id and so no epoch: its reset epoch would cover the bridge, not the
+     * chip, whose resets it cannot see; so regdev never replays a write to it. */
+    regdev_core_init(&core, 0, 0);
+#else
     starts = start_count(id); /* before the first reply */
     regdev_core_init(&core, id, starts);
+#endif
     for (;;) {
         uint8_t byte, n;
         cli();

@@ -1,7 +1,7 @@
 /* Run an AVR image in simavr with USART0 bridged to a pseudo-terminal.
  *
  *     regdev-simavr [--link PATH] [--eeprom FILE [--id ID]] [--stats] [-v] [--poll-us N]
- *                   [--mcu NAME] [--freq HZ] IMAGE.elf
+ *                   [--mcu NAME] [--freq HZ] [--i2c-chip FILE [--i2c-fault KIND]] IMAGE.elf
  *
  * Like `regdev firmware-sim --pty`: the first line of standard output is the port to open
  * (the pty's path, or PATH with --link, a symlink to it), flushed; then the image runs, in
@@ -59,6 +59,8 @@
 #include <unistd.h>
 
 #include "avr_eeprom.h"
+#include "avr_ioport.h"
+#include "avr_twi.h"
 #include "avr_uart.h"
 #include "eeprom_layout.h"
 #include "sim_avr.h"
@@ -332,6 +334,223 @@ static int setup_eeprom(uint8_t *ee, uint32_t size, int wanted, const uint8_t *i
     return 1;
 }
 
+/* --- a simulated I2C chip on the TWI (--i2c-chip FILE, --i2c-fault KIND) -------------------
+ *
+ * The chip a bridge image forwards to: its registers come from FILE, which gen_regmap.py
+ * writes from the same map as the image (--chip: "i2c ADDRESS ADDR_WIDTH AUTO_INCREMENT", then
+ * one line a register, "ADDR RESET WRITABLE READABLE WOCLR RCLR" in hex). It answers its
+ * 7-bit address: a write's first byte (two with a 16-bit address width, high first) sets its
+ * register pointer, each further byte is written to the register there (writable bits take
+ * it, write-1-to-clear bits clear where it has a 1, others keep theirs; an address with no
+ * register takes nothing), and a read returns the readable bits, then clears the
+ * clear-on-read ones; the pointer steps after each byte when the chip auto-increments. SDA and
+ * SCL are pulled up (the board's resistors), unless a fault holds one low.
+ *
+ * --i2c-fault KIND, one fault for the whole run:
+ *   nack-address  the chip never acknowledges its address (as a chip that is absent)
+ *   nack-data     it acknowledges its address and the register address, no data byte after
+ *   arbitration   every START loses arbitration (another master on the bus)
+ *   sda-low       SDA held low: a stuck bus
+ *   stretch       at every byte after its address the chip holds SCL low until the master
+ *                 sends a STOP (the bridge gives up after its 25 ms bound)
+ */
+enum { FAULT_NONE, FAULT_NACK_ADDRESS, FAULT_NACK_DATA, FAULT_ARBITRATION, FAULT_SDA_LOW,
+       FAULT_STRETCH };
+static const char *const FAULTS[] = {"", "nack-address", "nack-data", "arbitration", "sda-low",
+                                     "stretch"};
+typedef struct {
+    uint8_t present, reset, writable, readable, woclr, rclr, value;
+} chip_reg_t;
+static struct {
+    avr_t *avr;
+    avr_twi_t *twi;
+    avr_irq_t *irq;            /* the chip's end: [0] to the TWI, [1] from it */
+    avr_irq_t *sda, *scl;
+    uint8_t address, addr_width, auto_increment, fault;
+    uint8_t selected, reading;  /* addressed since the last START; SLA+R */
+    uint8_t index;              /* bytes written since SLA+W */
+    uint16_t pointer;
+    chip_reg_t regs[256];
+} chip;
+
+static avr_twi_t *find_twi(avr_t *avr)
+{
+    avr_io_t *io;
+    for (io = avr->io_port; io; io = io->next)
+        if (io->kind && strcmp(io->kind, "twi") == 0)
+            return (avr_twi_t *)io;
+    return NULL;
+}
+
+/* The TWI's pending status (the step the firmware waits on), cancelled. */
+static void cancel_step(avr_t *avr)
+{
+    avr_cycle_timer_slot_p slot;
+    for (slot = avr->cycle_timers.timer; slot; slot = slot->next)
+        if (slot->param == chip.twi) {
+            avr_cycle_timer_cancel(avr, slot->timer, chip.twi);
+            break;
+        }
+}
+
+/* The chip holds SCL low: the step does not end. */
+static avr_cycle_count_t hold_clock(avr_t *avr, avr_cycle_count_t when, void *param)
+{
+    (void)when;
+    (void)param;
+    cancel_step(avr);
+    avr_raise_irq(chip.scl, 0);
+    return 0;
+}
+
+/* Another master won the bus: the step ends with status 38. */
+static avr_cycle_count_t lose_arbitration(avr_t *avr, avr_cycle_count_t when, void *param)
+{
+    (void)when;
+    (void)param;
+    cancel_step(avr);
+    avr_regbit_setto_raw(avr, chip.twi->twsr, 0x38);
+    avr_raise_interrupt(avr, &chip.twi->twi);
+    return 0;
+}
+
+static void chip_ack(int ack)
+{
+    avr_raise_irq(chip.irq + TWI_IRQ_INPUT, avr_twi_irq_msg(TWI_COND_ACK, chip.selected, ack));
+}
+
+static void chip_step(void)
+{
+    if (chip.auto_increment)
+        chip.pointer = (uint16_t)((chip.pointer + 1u) & 0xFFFFu);
+}
+
+static void on_twi(struct avr_irq_t *irq, uint32_t value, void *param)
+{
+    avr_twi_msg_irq_t msg;
+    (void)irq;
+    (void)param;
+    msg.u.v = value;
+    if (msg.u.twi.msg & TWI_COND_STOP) {
+        chip.selected = 0;
+        if (chip.fault == FAULT_STRETCH)
+            avr_raise_irq(chip.scl, 1); /* the master gave up: the clock is let go */
+    }
+    if (msg.u.twi.msg & TWI_COND_START) {
+        chip.selected = 0;
+        if (chip.fault == FAULT_ARBITRATION) {
+            avr_cycle_timer_register(chip.avr, 1, lose_arbitration, NULL);
+            return;
+        }
+        if ((msg.u.twi.addr >> 1) == chip.address && chip.fault != FAULT_NACK_ADDRESS) {
+            chip.selected = msg.u.twi.addr;
+            chip.reading = msg.u.twi.addr & 1u;
+            chip.index = 0;
+            chip_ack(1);
+        }
+        return;
+    }
+    if (!chip.selected)
+        return;
+    if (chip.fault == FAULT_STRETCH) {
+        avr_cycle_timer_register(chip.avr, 1, hold_clock, NULL);
+        return;
+    }
+    if (msg.u.twi.msg & TWI_COND_WRITE) {
+        uint8_t byte = msg.u.twi.data, width = chip.addr_width / 8u;
+        if (chip.index < width) {
+            chip.pointer = (uint16_t)(chip.index ? (chip.pointer << 8) | byte : byte);
+            chip.index++;
+            chip_ack(1);
+            return;
+        }
+        if (chip.fault == FAULT_NACK_DATA) {
+            chip_ack(0);
+            return;
+        }
+        if (chip.pointer < 256u) {
+            chip_reg_t *reg = &chip.regs[chip.pointer];
+            uint8_t store = (uint8_t)(reg->writable & ~reg->woclr);
+            if (reg->present)
+                reg->value = (uint8_t)(((reg->value & ~store) | (byte & store)) &
+                                       ~(reg->woclr & byte));
+        }
+        chip_step();
+        chip_ack(1);
+    }
+    if (msg.u.twi.msg & TWI_COND_READ) {
+        uint8_t byte = 0;
+        if (chip.pointer < 256u && chip.regs[chip.pointer].present) {
+            chip_reg_t *reg = &chip.regs[chip.pointer];
+            byte = (uint8_t)(reg->value & reg->readable);
+            reg->value = (uint8_t)(reg->value & ~reg->rclr);
+        }
+        chip_step();
+        avr_raise_irq(chip.irq + TWI_IRQ_INPUT,
+                      avr_twi_irq_msg(TWI_COND_READ, chip.selected, byte));
+    }
+}
+
+/* Read the chip's table; -1 and `why` when it cannot. */
+static int load_chip(const char *path, char *why, size_t why_size)
+{
+    FILE *in = fopen(path, "r");
+    char kind[8];
+    unsigned address, width, autoinc, a, r, w, rd, wc, rc;
+    if (!in) {
+        snprintf(why, why_size, "cannot read the chip file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fscanf(in, "%7s %x %u %u", kind, &address, &width, &autoinc) != 4 ||
+        strcmp(kind, "i2c") != 0 || address > 0x7Fu || (width != 8u && width != 16u)) {
+        fclose(in);
+        snprintf(why, why_size, "the chip file %s does not start with `i2c ADDRESS WIDTH "
+                 "AUTO_INCREMENT`", path);
+        return -1;
+    }
+    chip.address = (uint8_t)address;
+    chip.addr_width = (uint8_t)width;
+    chip.auto_increment = autoinc != 0;
+    while (fscanf(in, "%x %x %x %x %x %x", &a, &r, &w, &rd, &wc, &rc) == 6 && a < 256u) {
+        chip_reg_t *reg = &chip.regs[a];
+        reg->present = 1;
+        reg->value = reg->reset = (uint8_t)r;
+        reg->writable = (uint8_t)w;
+        reg->readable = (uint8_t)rd;
+        reg->woclr = (uint8_t)wc;
+        reg->rclr = (uint8_t)rc;
+    }
+    fclose(in);
+    return 0;
+}
+
+/* Attach the chip to the TWI, and pull SDA and SCL up (or hold SDA low: --i2c-fault
+ * sda-low). */
+static int attach_chip(avr_t *avr)
+{
+    static const char *names[2] = {"8>chip.out", "32<chip.in"};
+    avr_ioport_external_t pulls;
+    chip.avr = avr;
+    chip.twi = find_twi(avr);
+    if (!chip.twi)
+        return -1;
+    chip.irq = avr_alloc_irq(&avr->irq_pool, 0, 2, names);
+    avr_irq_register_notify(chip.irq + TWI_IRQ_OUTPUT, on_twi, NULL);
+    avr_connect_irq(avr_io_getirq(avr, AVR_IOCTL_TWI_GETIRQ(0), TWI_IRQ_OUTPUT),
+                    chip.irq + TWI_IRQ_OUTPUT);
+    avr_connect_irq(chip.irq + TWI_IRQ_INPUT,
+                    avr_io_getirq(avr, AVR_IOCTL_TWI_GETIRQ(0), TWI_IRQ_INPUT));
+    chip.sda = avr_io_getirq(avr, AVR_IOCTL_IOPORT_GETIRQ('C'), 4);
+    chip.scl = avr_io_getirq(avr, AVR_IOCTL_IOPORT_GETIRQ('C'), 5);
+    pulls.name = 'C';
+    pulls.mask = (1u << 4) | (1u << 5);
+    pulls.value = chip.fault == FAULT_SDA_LOW ? (1u << 5) : pulls.mask;
+    avr_ioctl(avr, AVR_IOCTL_IOPORT_SET_EXTERNAL('C'), &pulls);
+    avr_raise_irq(chip.sda, chip.fault == FAULT_SDA_LOW ? 0 : 1);
+    avr_raise_irq(chip.scl, 1);
+    return 0;
+}
+
 static double seconds(clockid_t clock)
 {
     struct timespec now;
@@ -342,7 +561,7 @@ static double seconds(clockid_t clock)
 int main(int argc, char **argv)
 {
     elf_firmware_t image;
-    const char *path = NULL, *mcu = "atmega328p";
+    const char *path = NULL, *mcu = "atmega328p", *chip_path = NULL;
     unsigned long freq = 16000000UL, poll_us = 100;
     int stats = 0, i, port_fd, quiet_fd;
     struct sigaction action;
@@ -382,6 +601,20 @@ int main(int argc, char **argv)
                              &poll_us) < 0)
                 return 2;
         }
+        else if (strcmp(argv[i], "--i2c-chip") == 0 && i + 1 < argc)
+            chip_path = argv[++i];
+        else if (strcmp(argv[i], "--i2c-fault") == 0 && i + 1 < argc) {
+            const char *kind = argv[++i];
+            unsigned k;
+            for (k = 1; k < sizeof FAULTS / sizeof FAULTS[0]; k++)
+                if (strcmp(kind, FAULTS[k]) == 0)
+                    chip.fault = (uint8_t)k;
+            if (!chip.fault) {
+                fprintf(stderr, "%s: error: --i2c-fault: expected nack-address, nack-data, "
+                                "arbitration, sda-low or stretch, got `%s`\n", prog, kind);
+                return 2;
+            }
+        }
         else if (strcmp(argv[i], "--stats") == 0)
             stats = 1;
         else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0)
@@ -393,7 +626,13 @@ int main(int argc, char **argv)
     }
     if (!path || i > argc) {
         fprintf(stderr, "usage: %s [--link PATH] [--eeprom FILE [--id ID]] [--stats] "
-                        "[-v] [--poll-us N] [--mcu NAME] [--freq HZ] IMAGE.elf\n", prog);
+                        "[-v] [--poll-us N] [--mcu NAME] [--freq HZ] [--i2c-chip FILE "
+                        "[--i2c-fault KIND]] IMAGE.elf\n", prog);
+        return 2;
+    }
+    if (chip.fault && !chip_path) {
+        fprintf(stderr, "%s: error: --i2c-fault needs --i2c-chip FILE (the chip it is a fault "
+                        "of)\n", prog);
         return 2;
     }
     if (wanted && !eeprom_path) {
@@ -476,6 +715,14 @@ int main(int argc, char **argv)
         avr_cycle_timer_register(avr, eeprom_cycles, poll_eeprom, NULL);
     }
 
+    if (chip_path) {
+        if (load_chip(chip_path, why, sizeof why) < 0) {
+            fprintf(stderr, "%s: error: %s\n", prog, why);
+            return 2;
+        }
+        if (attach_chip(avr) < 0)
+            return fail("this MCU has no TWI to attach the chip to", image.mmcu);
+    }
     uart0 = find_uart0(avr);
     uart_input = avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ('0'), UART_IRQ_INPUT);
     if (!uart0 || !uart_input)

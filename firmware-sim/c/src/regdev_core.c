@@ -40,6 +40,16 @@ static const char CODE_ADDR[] REGDEV_ROM = "ADDR";
 static const char CODE_DATA[] REGDEV_ROM = "DATA";
 static const char CODE_CKSUM[] REGDEV_ROM = "CKSUM";
 static const char CODE_SYNTAX[] REGDEV_ROM = "SYNTAX";
+#ifdef REGDEV_BUS_I2C
+/* The bus errors of a bridge, by REGDEV_BUS_* (docs/firmware.md, "Bus errors"). */
+static const char CODE_NOACK[] REGDEV_ROM = "NOACK";
+static const char CODE_NACK[] REGDEV_ROM = "NACK";
+static const char CODE_ARBLOST[] REGDEV_ROM = "ARBLOST";
+static const char CODE_BUSLOW[] REGDEV_ROM = "BUSLOW";
+static const char CODE_STRETCH[] REGDEV_ROM = "STRETCH";
+static const char *const BUS_CODES[] = {CODE_SYNTAX, CODE_NOACK, CODE_NACK, CODE_ARBLOST,
+                                        CODE_BUSLOW, CODE_STRETCH};
+#endif
 
 /* --- the shapes of fields ------------------------------------------------------------- */
 
@@ -200,6 +210,14 @@ static uint8_t find(uint16_t addr)
     return NO_REGISTER;
 }
 
+/* Whether the register refuses the bits `mask` of `data` (Register.refuse_write): it has no
+ * writable bit, or a reserved bit would be set. */
+static uint8_t refuses(uint8_t index, uint8_t data, uint8_t mask)
+{
+    return !COLUMN(index, COL_WRITABLE) || (data & mask & COLUMN(index, COL_RESERVED));
+}
+
+#ifndef REGDEV_BUS_I2C
 /* What a dump shows of register `index`: its readable bits, without side effects. */
 static uint8_t shown(const regdev_core_t *core, uint8_t index)
 {
@@ -212,13 +230,6 @@ static uint8_t read_register(regdev_core_t *core, uint8_t index)
     uint8_t value = shown(core, index);
     core->regs[index] &= (uint8_t)~COLUMN(index, COL_RCLR);
     return value;
-}
-
-/* Whether the register refuses the bits `mask` of `data` (Register.refuse_write): it has no
- * writable bit, or a reserved bit would be set. */
-static uint8_t refuses(uint8_t index, uint8_t data, uint8_t mask)
-{
-    return !COLUMN(index, COL_WRITABLE) || (data & mask & COLUMN(index, COL_RESERVED));
 }
 
 /* A write of the bits `mask` of `data` (Register.written): writable bits take the data,
@@ -239,6 +250,7 @@ static void reset_registers(regdev_core_t *core)
     for (index = 0; index < REGDEV_REGISTER_COUNT; index++)
         core->regs[index] = COLUMN(index, COL_RESET);
 }
+#endif
 
 /* --- the requests ---------------------------------------------------------------------- */
 
@@ -278,6 +290,81 @@ HANDLER(do_identify)
     return (uint8_t)(end - out);
 }
 
+#ifdef REGDEV_BUS_I2C
+/* --- a bridge: the registers are the chip's, moved over the bus ------------------------ */
+
+/* `e` and the code of a bus error (REGDEV_BUS_*). */
+static uint8_t bus_error(uint8_t *out, uint8_t error)
+{
+    return put_error(out, BUS_CODES[error]);
+}
+
+/* The readable bits of `n` registers read from the chip, from the one at `index`. */
+static void readable(uint8_t index, uint8_t *data, uint8_t n)
+{
+    while (n--) {
+        *data = (uint8_t)(*data & COLUMN(index, COL_READABLE));
+        data++;
+        index++;
+    }
+}
+
+/* R AA, W AA DD and M AA MM DD, forwarded to the chip after the map's checks. A write's reply
+ * is the register read back from the chip (its readable bits); a register with clear-on-read
+ * bits is not read back (a read would clear them): its reply is what the write stored. A
+ * masked write reads the register, sets the bits of MM, writes it: one read-modify-write,
+ * between two frames (the host's next frame waits in the receive ring meanwhile). */
+HANDLER(do_register)
+{
+    static const char replies[] REGDEV_ROM = "rwm";
+    uint8_t index = find(args[0]), mask = count == 3u ? args[1] : 0xFFu;
+    uint8_t data = args[count - 1u], value, error;
+    (void)core;
+    if (index == NO_REGISTER)
+        return put_error(out, CODE_ADDR);
+    if (count > 1u) {
+        uint8_t woclr = COLUMN(index, COL_WOCLR);
+        if (refuses(index, data, mask))
+            return put_error(out, CODE_DATA); /* refused, the bus not touched */
+        if (mask != 0xFFu) {
+            uint8_t store = (uint8_t)(COLUMN(index, COL_WRITABLE) & ~woclr & mask), old;
+            if ((error = regdev_bus_read(args[0], &old, 1)) != 0)
+                return bus_error(out, error);
+            /* write-1-to-clear bits: a 1 only where MM and DD have one */
+            data = (uint8_t)((((old & ~store) | (data & store)) & ~woclr) | (woclr & mask & data));
+        }
+        if ((error = regdev_bus_write(args[0], &data, 1)) != 0)
+            return bus_error(out, error);
+        if (COLUMN(index, COL_RCLR))
+            value = (uint8_t)(data & COLUMN(index, COL_WRITABLE) & ~woclr);
+        else if ((error = regdev_bus_read(args[0], &value, 1)) != 0)
+            return bus_error(out, error);
+    } else if ((error = regdev_bus_read(args[0], &value, 1)) != 0) {
+        return bus_error(out, error);
+    }
+    readable(index, &value, 1);
+    return put_register(out, REGDEV_ROM_BYTE(&replies[count - 1u]), args[0], value);
+}
+
+/* Z: each register with writable bits written its reset value (write-1-to-clear bits 0), in
+ * address order; the first bus error stops it and is the answer. */
+HANDLER(do_reset)
+{
+    uint8_t index, error;
+    (void)args;
+    (void)count;
+    for (index = 0; index < REGDEV_REGISTER_COUNT; index++) {
+        uint8_t value = (uint8_t)(COLUMN(index, COL_RESET) & ~COLUMN(index, COL_WOCLR));
+        if (COLUMN(index, COL_WRITABLE) &&
+            (error = regdev_bus_write(COLUMN(index, COL_ADDR), &value, 1)) != 0)
+            return bus_error(out, error);
+    }
+    if (++core->resets == 0)
+        core->starts = regdev_core_next_start(core->starts);
+    out[0] = 'z';
+    return 1;
+}
+#else
 /* R AA, W AA DD and M AA MM DD (one handler: the count of bytes tells them apart). A masked
  * write is one read-modify-write, between two frames; a write is one of mask FF. */
 HANDLER(do_register)
@@ -308,6 +395,7 @@ HANDLER(do_reset)
     out[0] = 'z';
     return 1;
 }
+#endif
 
 /* `letter`, a space, `addr` and a space: the head of a d AA, g or p reply. */
 static uint8_t *put_head(uint8_t *out, uint8_t letter, uint8_t addr)
@@ -319,6 +407,67 @@ static uint8_t *put_head(uint8_t *out, uint8_t letter, uint8_t addr)
     return out + 5;
 }
 
+#ifdef REGDEV_BUS_I2C
+/* D, or D AA: the 16 addresses from AA, each register read from the chip (its readable bits);
+ * an address with no register, or a register with clear-on-read bits (a read would clear
+ * them), shows 00. */
+HANDLER(do_dump)
+{
+    uint8_t start = count ? args[0] : 0, i, *end = out + 2, error;
+    (void)core;
+    if (count && !start)
+        return put_error(out, CODE_SYNTAX); /* `D 00` is spelt `D` */
+    out[0] = 'd';
+    out[1] = ' ';
+    if (start)
+        end = put_head(out, 'd', start);
+    for (i = 0; i < 16u; i++) {
+        uint8_t index = find((uint16_t)start + i), value = 0;
+        if (index != NO_REGISTER && !COLUMN(index, COL_RCLR)) {
+            if ((error = regdev_bus_read((uint8_t)(start + i), &value, 1)) != 0)
+                return bus_error(out, error);
+            readable(index, &value, 1);
+        }
+        end = put_hex(end, value);
+    }
+    return (uint8_t)(end - out);
+}
+
+/* G AA NN: one burst read of NN registers from the chip. P AA DD...: every address and value
+ * checked, then one burst write, then the block read back in one burst (unless a register of
+ * it has clear-on-read bits: then the reply is what was written, as a read would show it). */
+HANDLER(do_block)
+{
+    uint8_t addr = args[0], write = core->line[4] == 'P', n = write ? count : args[1], i, *end;
+    uint8_t values[REGDEV_MAX_BLOCK], clears = 0, error, first = find(addr);
+    if (n < 1u || n > REGDEV_MAX_BLOCK)
+        return put_error(out, CODE_SYNTAX); /* G with NN 00 or over 10 */
+    for (i = 0; i < n; i++) {
+        uint8_t index = find((uint16_t)addr + i);
+        if (index == NO_REGISTER)
+            return put_error(out, CODE_ADDR);
+        clears |= COLUMN(index, COL_RCLR);
+        values[i] = args[1u + i];
+    }
+    for (i = 0; write && i < n; i++)
+        if (refuses(find((uint16_t)addr + i), args[1u + i], 0xFFu))
+            return put_error(out, CODE_DATA);
+    if (write) {
+        if ((error = regdev_bus_write(addr, values, n)) != 0)
+            return bus_error(out, error);
+        for (i = 0; clears && i < n; i++)
+            values[i] = (uint8_t)(values[i] & COLUMN(first + i, COL_WRITABLE) &
+                                  ~COLUMN(first + i, COL_WOCLR));
+    }
+    if ((!write || !clears) && (error = regdev_bus_read(addr, values, n)) != 0)
+        return bus_error(out, error);
+    readable(first, values, n);
+    end = put_head(out, write ? 'p' : 'g', addr);
+    for (i = 0; i < n; i++)
+        end = put_hex(end, values[i]);
+    return (uint8_t)(end - out);
+}
+#else
 HANDLER(do_dump) /* D, or D AA: the 16 addresses from AA as a read shows them, unchanged */
 {
     uint8_t start = count ? args[0] : 0, i, *end = out + 2;
@@ -357,6 +506,7 @@ HANDLER(do_block)
     }
     return (uint8_t)(end - out);
 }
+#endif
 
 /* --- frames ---------------------------------------------------------------------------- */
 
@@ -475,7 +625,9 @@ static uint8_t on_line(regdev_core_t *core, uint8_t n)
 void regdev_core_init(regdev_core_t *core, const char *id, uint16_t starts)
 {
     uint8_t n = 0;
-    reset_registers(core);
+#ifndef REGDEV_BUS_I2C
+    reset_registers(core); /* (a bridge's chip starts as it starts) */
+#endif
     core->len = 0;
     core->starts = starts;
     core->resets = 0;

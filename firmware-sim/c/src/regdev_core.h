@@ -47,7 +47,9 @@
  * platform's start count (kept where a restart does not lose it: EEPROM on the Uno), RRRR
  * the number of Z executed since that start; both 4 upper-case hex digits. */
 typedef struct regdev_core {
+#ifndef REGDEV_BUS_I2C
     uint8_t regs[REGDEV_REGISTER_COUNT];  /* the registers of the map, in address order */
+#endif
     uint8_t line[REGDEV_MAX_FRAME];       /* the frame being received, from its '$' */
     uint8_t len;                          /* bytes in line; 0 while hunting for a '$' */
     uint8_t reply[REGDEV_MAX_FRAME];      /* the last reply, '$' through LF */
@@ -72,6 +74,25 @@ uint16_t regdev_core_next_start(uint16_t starts);
  * LF of a frame, a '$' that cuts a frame short (rule 2), the 64th byte of a frame without
  * LF (rule 3). The reply must be sent (or copied) before the next call. */
 uint8_t regdev_core_feed(regdev_core_t *core, uint8_t byte);
+
+#ifdef REGDEV_BUS_I2C
+/* A bridge (a map with a bus, docs/firmware.md): the registers are the chip's, and the core
+ * asks the platform to move them over the bus, after its own checks (a register at every
+ * address, a value the map lets it write). Each call is one burst on the bus: `n` (1..16)
+ * registers from `reg` up, into or from `data`. It returns 0 when the chip acknowledged
+ * every byte, else one of REGDEV_BUS_* below, and the core answers `e` with its code
+ * (docs/firmware.md, "Bus errors"). */
+enum {
+    REGDEV_BUS_OK,
+    REGDEV_BUS_NOACK,   /* the chip did not acknowledge its address */
+    REGDEV_BUS_NACK,    /* the chip did not acknowledge a byte after its address */
+    REGDEV_BUS_ARBLOST, /* another master took the bus (arbitration lost) */
+    REGDEV_BUS_BUSLOW,  /* SDA or SCL held low: the bus is stuck */
+    REGDEV_BUS_STRETCH  /* the chip held the clock low past the bound (25 ms) */
+};
+uint8_t regdev_bus_read(uint8_t reg, uint8_t *data, uint8_t n);
+uint8_t regdev_bus_write(uint8_t reg, const uint8_t *data, uint8_t n);
+#endif
 
 /* The identify text's description, "regdev C/<platform> <map name>" (1..48 printable ASCII
  * bytes; in ROM on an AVR). With an id and epoch it is cut to fit the 48 bytes. */

@@ -44,16 +44,16 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..core._errors import MapError
 from ..core._text import unicode_problem
-from ._regmap import TABLES, WIDTHS, Field, Register, RegisterMap
+from ._regmap import TABLES, WIDTHS, Bus, Field, Register, RegisterMap
 from ._values import RDL_PROPERTIES, Value, value_of_rdl
 
-__all__ = ["COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY", "MAX_MAP_BYTES",
-           "MAX_NESTING", "MAX_REGISTERS", "MAX_STATEMENT_TOKENS", "PROTECTED_PROPERTY",
-           "RDL_INSTALL", "TABLE_PROPERTY", "load_map", "read_rdl"]
+__all__ = ["BUS_PROPERTIES", "COMPILE_MEMORY", "COMPILE_SECONDS", "IDENTITY_PROPERTY",
+           "MAX_MAP_BYTES", "MAX_NESTING", "MAX_REGISTERS", "MAX_STATEMENT_TOKENS",
+           "PROTECTED_PROPERTY", "RDL_INSTALL", "TABLE_PROPERTY", "load_map", "read_rdl"]
 
 #: The largest map file read, in bytes (SystemRDL or the JSON form): 1 MiB; a map of 256
 #: registers with every description at its limit is about that.
@@ -83,6 +83,13 @@ IDENTITY_PROPERTY = "regdev_identity"
 #: The user-defined property that puts a register (or a regfile's registers) in a Modbus
 #: table: ``"holding"``, ``"input"``, ``"coil"`` or ``"discrete"``.
 TABLE_PROPERTY = "regdev_table"
+#: The user-defined properties of the top addrmap that put the chip on a bus behind the C
+#: firmware's bridge (docs/maps.md, "A chip behind a bridge"), each with its type and the
+#: :class:`Bus` attribute it sets.
+BUS_PROPERTIES: Final = {"regdev_bus": (str, "kind"), "regdev_i2c_address": (int, "address"),
+                         "regdev_bus_clock": (int, "clock"),
+                         "regdev_reg_addr_width": (int, "addr_width"),
+                         "regdev_auto_increment": (bool, "auto_increment")}
 #: How to get systemrdl-compiler: installed as a tool, or in a clone.
 RDL_INSTALL = ("pip install 'regdev[rdl]' (pipx install 'regdev[rdl]' for the command; in a "
                "clone of regdev, scripts/test, scripts/demo and scripts/serve install it)")
@@ -342,6 +349,10 @@ def _compile(path: Path, top: str | None) -> RegisterMap:
             "name": udp_name, "valid_components": {component.Reg}, "valid_type": udp_type}),
             soft=True)
     compiler.register_udp(_Table, soft=True)
+    for bus_name, (bus_type, _attribute) in BUS_PROPERTIES.items():
+        compiler.register_udp(type(f"_Bus_{bus_name}", (udp.UDPDefinition,), {
+            "name": bus_name, "valid_components": {component.Addrmap},
+            "valid_type": bus_type}), soft=True)
     try:
         compiler.compile_file(str(path))
         root = compiler.elaborate(top_def_name=top)
@@ -419,11 +430,22 @@ class _Reader:
         if not registers:
             raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: addrmap "
                            f"{top.inst_name} has no registers")
+        given = {attribute: top.get_property(name, default=None)
+                 for name, (_type, attribute) in BUS_PROPERTIES.items()}
+        given = {key: value for key, value in given.items() if value is not None}
+        try:
+            bus = Bus(**given) if given else None
+        except TypeError:
+            raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: addrmap "
+                           f"{top.inst_name}: a bus needs regdev_bus and regdev_i2c_address"
+                           ) from None
+        except MapError as error:
+            raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: {error}") from None
         try:
             return RegisterMap(registers, name=top.inst_name,
                                description=_text(top.get_property("desc", default=None)
                                                  or top.get_property("name", default="")),
-                               values=values)
+                               values=values, bus=bus)
         except MapError as error:
             if values and str(error).startswith(str(self.path)):  # a value's: placed
                 raise

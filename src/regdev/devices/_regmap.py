@@ -57,6 +57,7 @@ from ._values import Value, ValueCodec, bind_values, values_from_json
 
 __all__ = [
     "ACCESS",
+    "BUS_KINDS",
     "FORMAT",
     "MAX_ADDRESS",
     "MAX_DESCRIPTION",
@@ -67,6 +68,7 @@ __all__ = [
     "TABLES",
     "VERSION",
     "WIDTHS",
+    "Bus",
     "Field",
     "MapNotJSON",
     "Register",
@@ -588,6 +590,63 @@ class Register:
         }
 
 
+#: The buses a map may put its chip on (the C firmware's bridge, ``docs/firmware.md``).
+BUS_KINDS: Final = ("i2c",)
+#: The 7-bit I2C addresses a chip may have: 0x08..0x77 (the others are reserved by the I2C
+#: specification: general call, CBUS, high-speed mode, 10-bit addressing).
+I2C_ADDRESSES: Final = range(0x08, 0x78)
+#: I2C clocks the bridge runs, in Hz: 10 kHz to 400 kHz (fast mode).
+I2C_CLOCKS: Final = range(10_000, 400_001)
+
+
+@dataclass(frozen=True)
+class Bus:
+    """Where the chip a map describes sits, for a board that bridges to it (the C firmware's
+    bridge, ``docs/firmware.md``): the user-defined properties ``regdev_bus``,
+    ``regdev_i2c_address``, ``regdev_bus_clock``, ``regdev_reg_addr_width`` and
+    ``regdev_auto_increment`` of the map (``docs/maps.md``).
+
+    Attributes:
+        kind: the bus, one of :data:`BUS_KINDS` (``"i2c"``).
+        address: the chip's 7-bit I2C address, 0x08..0x77 (0x76 for a BME280).
+        clock: the bus clock in Hz, 10000..400000 (default 100000).
+        addr_width: bits of the register address sent before the data, 8 or 16 (16: the
+            high byte 0 first, as 24C32-style EEPROMs take it); default 8.
+        auto_increment: True when the chip moves to the next register after each byte of a
+            burst (most do); False makes the bridge move a block one register at a time.
+
+    Raises:
+        MapError: a value out of its range or of the wrong type.
+    """
+
+    kind: str
+    address: int
+    clock: int = 100_000
+    addr_width: int = 8
+    auto_increment: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in BUS_KINDS:
+            raise MapError(f"the bus: {_shown(self.kind)} is not a bus the bridge knows; "
+                           f"expected one of {', '.join(BUS_KINDS)}")
+        if type(self.address) is not int or self.address not in I2C_ADDRESSES:
+            raise MapError(f"the bus: the I2C address must be a 7-bit address 0x08..0x77, "
+                           f"got {_shown(self.address)}")
+        if type(self.clock) is not int or self.clock not in I2C_CLOCKS:
+            raise MapError(f"the bus: the clock must be 10000..400000 Hz, got "
+                           f"{_shown(self.clock)}")
+        if self.addr_width not in (8, 16) or type(self.addr_width) is not int:
+            raise MapError(f"the bus: the register address width must be 8 or 16 bits, got "
+                           f"{_shown(self.addr_width)}")
+        if type(self.auto_increment) is not bool:
+            raise MapError("the bus: auto-increment must be true or false")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The bus as the compiled JSON form's ``"bus"`` object."""
+        return {"kind": self.kind, "address": self.address, "clock": self.clock,
+                "addr_width": self.addr_width, "auto_increment": self.auto_increment}
+
+
 class RegisterMap:
     """A device's registers: looked up by address and by name. Immutable.
 
@@ -598,6 +657,8 @@ class RegisterMap:
         description: what the device is.
         values: its typed values (:class:`~regdev.devices._values.Value`), in the order
             given; none by default.
+        bus: where the chip is, for a board that bridges to it (:class:`Bus`); None for a
+            device that holds its registers itself.
 
     Raises:
         MapError: no register, two registers at one address of one table or with one name,
@@ -605,9 +666,10 @@ class RegisterMap:
             fit its registers (``_values.bind_values``).
     """
 
-    __slots__ = ("_by_addr", "_by_name", "_codecs", "_digest", "_tables", "description",
+    __slots__ = ("_by_addr", "_by_name", "_codecs", "_digest", "_tables", "bus", "description",
                  "name", "registers", "values")
 
+    bus: Bus | None
     name: str
     description: str
     registers: tuple[Register, ...]
@@ -618,7 +680,8 @@ class RegisterMap:
     _tables: dict[str, dict[int, Register]]
 
     def __init__(self, registers: Iterable[Register], *, name: str = "",
-                 description: str = "", values: Iterable[Value] = ()) -> None:
+                 description: str = "", values: Iterable[Value] = (),
+                 bus: Bus | None = None) -> None:
         regs = tuple(sorted(registers, key=_table_order))
         if not regs:
             raise MapError("a register map needs at least one register")
@@ -654,6 +717,9 @@ class RegisterMap:
         set_(self, "registers", regs)
         set_(self, "name", name)
         set_(self, "description", description)
+        if bus is not None and not isinstance(bus, Bus):
+            raise MapError(f"the map's bus must be a Bus, got {_shown(bus)}")
+        set_(self, "bus", bus)
         set_(self, "_by_addr", tables.get("holding", {}))
         set_(self, "_by_name", by_name)
         set_(self, "_tables", tables)
@@ -706,8 +772,8 @@ class RegisterMap:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RegisterMap):
             return NotImplemented
-        return (self.registers, self.name, self.description, self.values) == (
-            other.registers, other.name, other.description, other.values)
+        return (self.registers, self.name, self.description, self.values, self.bus) == (
+            other.registers, other.name, other.description, other.values, other.bus)
 
     def __hash__(self) -> int:
         return hash((self.registers, self.name))
@@ -847,12 +913,16 @@ class RegisterMap:
                "registers": [each.to_dict() for each in self.registers]}
         if self.values:  # (a map without values writes what it always did)
             out["values"] = [each.to_dict() for each in self.values]
+        if self.bus is not None:
+            out["bus"] = self.bus.to_dict()
         return out
 
     def to_json(self) -> str:
         """The compiled JSON form, as ``regdev map FILE --json`` writes it::
 
             {"format": "regdev-map", "version": 1, "name": ..., "description": ...,
+             "bus": {"kind": "i2c", "address", "clock", "addr_width", "auto_increment"}
+                    (only for a map of a chip behind a bridge),
              "registers": [{"name", "addr", "table" (only when not "holding"), "width" (only
                             when not 8; 1 for a coil), "access": "rw"|"r"|"w", "reset",
                             "description",
@@ -916,7 +986,7 @@ class RegisterMap:
         """
         reader = _Reader(source)
         top = reader.obj(document, "", {"format", "version", "name", "description",
-                                           "registers", "values"},
+                                           "registers", "values", "bus"},
                          {"format", "version", "registers"})
         if top["format"] != FORMAT or top["version"] != VERSION:
             raise reader.error("", f'not a regdev map: expected "format": "{FORMAT}", '
@@ -928,10 +998,11 @@ class RegisterMap:
         for index, item in enumerate(raw):
             registers.append(reader.register(item, f"registers[{index}]"))
         values = values_from_json(top["values"], source, text) if "values" in top else ()
+        bus = reader.bus(top["bus"]) if "bus" in top else None
         try:
             return cls(registers, name=reader.text(top.get("name", ""), "name"),
                        description=reader.text(top.get("description", ""), "description"),
-                       values=values)
+                       values=values, bus=bus)
         except MapError as error:  # (a value's message names its file already)
             raise (error if str(error).startswith(source) else
                    MapError(f"{source}: {error}")) from None
@@ -981,6 +1052,14 @@ class _Reader:
         if type(value) is not int or not low <= value <= high:
             raise self.error(where, f"must be an integer {low}..{high}")
         return value
+
+    def bus(self, item: object) -> Bus:
+        data = self.obj(item, "bus", {"kind", "address", "clock", "addr_width",
+                                      "auto_increment"}, {"kind", "address"})
+        try:
+            return Bus(**data)
+        except MapError as error:
+            raise self.error("bus", str(error).partition(": ")[2]) from None
 
     def register(self, item: object, where: str) -> Register:
         data = self.obj(item, where, _KEYS_REGISTER, {"addr"})

@@ -97,6 +97,19 @@ _REFUSALS = {
     "SYNTAX": "the request was damaged on the line (bad syntax); it was not executed",
     "BUSY": "the device is busy; the request was not executed",
 }
+#: A bridge's bus errors (``docs/firmware.md``, "Bus errors"): what happened on the bus
+#: between the board and its chip, with ``{chip}`` the chip (``the chip at 0x76``, from the
+#: map's bus). The request may have been run in part: a :class:`DeviceError`, never a value.
+_BUS_ERRORS = {
+    "NOACK": "{chip} did not acknowledge its address; nothing was done on it",
+    "NACK": "{chip} did not acknowledge a byte; a write may be partly done",
+    "ARBLOST": "another I2C master took the bus from the bridge (arbitration lost) on the way "
+               "to {chip}; a write may be partly done",
+    "BUSLOW": "the I2C bus to {chip} is held low (SDA or SCL stuck: a chip holding it, or a "
+              "missing pull-up)",
+    "STRETCH": "{chip} held the I2C clock low past the bridge's bound (25 ms); a write may be "
+               "partly done",
+}
 #: Codes that say nothing about the request itself (:class:`DeviceBusy`): sending it again
 #: may succeed. Any other code is a refusal for good (:class:`DeviceRefused`).
 _BUSY = frozenset({"CKSUM", "SYNTAX", "BUSY"})
@@ -323,6 +336,12 @@ class _SerialWire:
 
     def refusal(self, request: object, reply: object) -> DeviceError | None:
         if isinstance(reply, ErrorReply):
+            if reply.code in _BUS_ERRORS:
+                bus = self._device._regmap.bus
+                chip = (f"the chip at 0x{bus.address:02X}" if bus is not None
+                        else "the chip behind the bridge")
+                return DeviceError(f"{_BUS_ERRORS[reply.code].format(chip=chip)} "
+                                   f"({reply.code})")
             meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
             kind = DeviceBusy if reply.code in _BUSY else DeviceRefused
             return kind(f"{meaning} ({reply.code})", reply.code)
