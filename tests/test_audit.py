@@ -1023,7 +1023,7 @@ def test_each_filter_is_answered_through_its_index(store: Path | str) -> None:
                      None, None, None, 1, None, f"code-{i % 30}" if i % 2 else None, None,
                      "read_register", None, None, None, None, 0,
                      *(None,) * len(PIPELINE), f"dev{i % 20}", None, f"p{i % 25}",
-                     f"token:c{i % 10}", None, None, None, None))
+                     f"token:c{i % 10}", None, None, None, None, None))
     with open_audit(store, flush_interval=3600) as audit:
         for row in rows:
             audit.append(row)

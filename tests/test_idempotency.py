@@ -13,7 +13,6 @@ import pytest
 
 from conftest import EXAMPLES, CountingDevice
 from regdev import (
-    AuditLog,
     DeviceBusy,
     DeviceIdentity,
     DeviceRefused,
@@ -105,10 +104,10 @@ def test_tool_call_ids_are_keys_only_when_the_policy_says_so(
         tmp_path: Path, dialect: str, raw: str, key: str) -> None:
     """OpenAI and Anthropic ids are keys only with tool_call_ids_as_keys, prefixed with the
     dialect; without it each call runs."""
-    with Gate(CountingDevice(), audit=AuditLog(tmp_path / "off.db")) as plain:
+    with Gate(CountingDevice(), audit=open_audit(tmp_path / "off.db")) as plain:
         assert [plain.handle(raw, dialect=dialect).replay for _ in range(2)] == [False, False]
         assert accesses(plain) == 2
-    with Gate(CountingDevice(), audit=AuditLog(tmp_path / "on.db"), policy=OPT_IN) as opted:
+    with Gate(CountingDevice(), audit=open_audit(tmp_path / "on.db"), policy=OPT_IN) as opted:
         assert [opted.handle(raw, dialect=dialect).replay for _ in range(2)] == [False, True]
         assert accesses(opted) == 1
     assert [r.idempotency_key for r in read_audit(tmp_path / "on.db")] == [key, key]
@@ -233,10 +232,10 @@ def test_keys_survive_a_restart(store: Path | str) -> None:
     """A new gate on the same audit database and the same registers (the same id, in the
     same reset epoch) replays the keys of the old one."""
     path = store
-    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as first:
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=open_audit(path)) as first:
         first.handle(keyed_write("k1", data=1))
         first.handle(keyed_write("k2", data=2))
-    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as second:
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=open_audit(path)) as second:
         assert second.handle(keyed_write("k1", data=1)).replay is True
         assert second.handle(keyed_write("k2", data=3)).code == "idempotency-conflict"
         assert accesses(second) == 0
@@ -248,10 +247,10 @@ def test_a_key_is_never_replayed_to_a_device_that_did_not_see_the_write(
     """A fresh in-process register file is other registers: the keyed write runs on it, and
     its key there is new (the bug: a replay reported a write the device never received)."""
     path = store
-    with Gate(CountingDevice(), audit=AuditLog(path)) as first:
+    with Gate(CountingDevice(), audit=open_audit(path)) as first:
         assert first.handle(keyed_write("k1", data=9)).ok
     fresh = CountingDevice()
-    with Gate(fresh, audit=AuditLog(path)) as second:
+    with Gate(fresh, audit=open_audit(path)) as second:
         again = second.handle(keyed_write("k1", data=9))
         other = second.handle(keyed_write("k1", data=9))
     assert (again.ok, again.replay, other.replay) == (True, False, True)
@@ -324,18 +323,18 @@ def test_a_reset_ends_the_keys_after_a_restart(tmp_path: Path) -> None:
     database too, ending the old epoch's keys on the host's side."""
     path = tmp_path / "a.db"
     with Gate(CountingDevice(state_id="serial:bench", epoch="E1"),
-              audit=AuditLog(path)) as first:
+              audit=open_audit(path)) as first:
         assert first.handle(keyed_write("k", data=9)).ok
         first.reset_device()
         after = first.device.identity().epoch
     assert after is not None and after != "E1"
     device = CountingDevice(state_id="serial:bench", epoch=after)  # after the reset: all 0
-    with Gate(device, audit=AuditLog(path)) as second:
+    with Gate(device, audit=open_audit(path)) as second:
         assert second.audit is not None and len(second.audit.idempotency) == 0
         again = second.handle(keyed_write("k", data=9))
     assert (again.ok, again.replay) == (True, False) and device.snapshot()[3] == 9
     with Gate(CountingDevice(state_id="serial:bench", epoch=after),
-              audit=AuditLog(path)) as third:
+              audit=open_audit(path)) as third:
         assert third.handle(keyed_write("k", data=9)).replay is True and accesses(third) == 0
     conn = sqlite3.connect(path)
     keys = conn.execute("SELECT device, epoch FROM idempotency_keys ORDER BY time").fetchall()
@@ -361,7 +360,7 @@ def test_a_key_completed_after_a_reset_is_not_stored(tmp_path: Path) -> None:
     landed before or after it, so its outcome does not describe the registers now."""
     path = tmp_path / "a.db"
     device = GatedDevice()
-    gate = Gate(device, audit=AuditLog(path))
+    gate = Gate(device, audit=open_audit(path))
     results = []
     worker = threading.Thread(target=lambda: results.append(gate.handle(keyed_write("k"))))
     worker.start()
@@ -374,7 +373,7 @@ def test_a_key_completed_after_a_reset_is_not_stored(tmp_path: Path) -> None:
     assert (again.ok, again.replay, device.write_count) == (True, False, 2)
     gate.close()
     same = RegisterFile(state_id=device.state_id(), epoch=device.identity().epoch)
-    with Gate(same, audit=AuditLog(path)) as reopened:
+    with Gate(same, audit=open_audit(path)) as reopened:
         assert reopened.audit is not None and len(reopened.audit.idempotency) == 1
         assert reopened.handle(keyed_write("k")).replay is True
 
@@ -416,11 +415,11 @@ def test_a_read_in_a_new_epoch_ends_the_loading_of_the_old_epochs_keys(tmp_path:
     key (a read, a plain write): its new epoch is in the log, so reopening the audit log
     loads none of the old epoch's keys, which can never match again."""
     path = tmp_path / "a.db"
-    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as first:
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=open_audit(path)) as first:
         assert first.handle(keyed_write("old", data=1)).ok
-    with Gate(CountingDevice(state_id="bench-1", epoch="E2"), audit=AuditLog(path)) as second:
+    with Gate(CountingDevice(state_id="bench-1", epoch="E2"), audit=open_audit(path)) as second:
         assert second.handle('{"tool": "read_register", "arguments": {"addr": 3}}').ok
-    with AuditLog(path) as audit:
+    with open_audit(path) as audit:
         assert audit.idempotency.get(("bench-1@E1", "default", "old")) is None
         assert len(audit.idempotency) == 0
 
@@ -441,16 +440,16 @@ def test_keys_of_a_devices_earlier_epochs_are_not_loaded(tmp_path: Path) -> None
     another device and of a device that cannot say its epoch (``ID@``: still conflicts);
     the last epoch's keys replay, the old epoch's key is a new key there."""
     path = tmp_path / "a.db"
-    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=AuditLog(path)) as first:
+    with Gate(CountingDevice(state_id="bench-1", epoch="E1"), audit=open_audit(path)) as first:
         assert first.handle(keyed_write("old-1", data=1)).ok
         assert first.handle(keyed_write("old-2", data=2)).ok
-    with Gate(CountingDevice(state_id="bench-2", epoch="F1"), audit=AuditLog(path)) as other:
+    with Gate(CountingDevice(state_id="bench-2", epoch="F1"), audit=open_audit(path)) as other:
         assert other.handle(keyed_write("other", data=4)).ok
-    with Gate(CountingDevice(state_id="bench-1", epoch="E2"), audit=AuditLog(path)) as second:
+    with Gate(CountingDevice(state_id="bench-1", epoch="E2"), audit=open_audit(path)) as second:
         assert second.handle(keyed_write("new", data=3)).ok
-    with Gate(NoEpoch(), audit=AuditLog(path)) as no_epoch:
+    with Gate(NoEpoch(), audit=open_audit(path)) as no_epoch:
         assert no_epoch.handle(keyed_write("plain", data=5)).ok
-    with AuditLog(path) as audit:
+    with open_audit(path) as audit:
         loaded = audit.idempotency
         assert len(loaded) == 3
         assert loaded.get(("bench-1@E2", "default", "new")) is not None
@@ -458,7 +457,7 @@ def test_keys_of_a_devices_earlier_epochs_are_not_loaded(tmp_path: Path) -> None
         assert loaded.get(("bench-1@E1", "default", "old-1")) is None
         assert loaded.get(("serial:plain@", "default", "plain")) is not None
     device = CountingDevice(state_id="bench-1", epoch="E2")
-    with Gate(device, audit=AuditLog(path)) as third:
+    with Gate(device, audit=open_audit(path)) as third:
         assert third.handle(keyed_write("new", data=3)).replay is True
         assert third.handle(keyed_write("old-1", data=9)).replay is False  # runs: a new key
         assert device.snapshot()[3] == 9 and device.accesses == 1

@@ -498,7 +498,7 @@ def test_a_version_3_database_gains_the_device_columns(tmp_path: Path) -> None:
     with Gate(audit=AuditLog(path)) as gate:
         gate.handle('{"tool": "read_register", "arguments": {"addr": 1}}')
     conn = sqlite3.connect(path)  # as version 3 wrote it
-    conn.executescript("ALTER TABLE calls DROP COLUMN device_epoch; "
+    conn.executescript("DROP INDEX calls_by_device; ALTER TABLE calls DROP COLUMN device_epoch; "
                        "ALTER TABLE calls DROP COLUMN device; PRAGMA user_version = 3;")
     conn.close()
     device = RegisterFile()

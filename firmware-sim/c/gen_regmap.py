@@ -90,7 +90,7 @@ def load(path: Path | None) -> tuple[Any, str]:
     try:
         regmap = model.RegisterMap.from_json(text, str(path))
     except Exception as error:  # regdev's MapError, from its private package
-        if type(error).__name__ != "MapError":
+        if "MapError" not in (kind.__name__ for kind in type(error).__mro__):
             raise
         raise MapError(str(error)) from None
     problem = refusal(regmap)

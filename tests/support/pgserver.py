@@ -23,8 +23,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
-
 INSTALL = "apt-get install postgresql"
 
 
@@ -96,6 +94,8 @@ class Server:
         """The DSN of a new, empty schema of its own (so each test starts from nothing):
         the server's DSN with ``search_path`` set to it."""
         name = "t_" + uuid.uuid4().hex[:12]
+        import psycopg  # noqa: PLC0415 - the postgresql extra, where a test needs it
+
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA {name}")
         return f"{self.dsn}?options=-csearch_path%3D{name}"
@@ -148,6 +148,10 @@ def started() -> Iterator[Server]:
 
 def _wait_ready(server: Server, timeout: float = 120.0) -> None:
     """Wait until the server answers a query (``pg_ctl -w`` waits for the socket)."""
+    try:
+        import psycopg  # noqa: PLC0415 - the postgresql extra, where a test needs it
+    except ModuleNotFoundError:
+        raise Missing("psycopg is not installed: pip install 'regdev[postgresql]'") from None
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -74,7 +74,7 @@ CODES: dict[str, Code] = {
     "field-value": Code(("validate",), True),
     # (at execute: a value with a scale factor, which converts only once the factor is read)
     "resolution": Code(("validate", "execute"), True),
-    "read-only-register": Code(("authorize",), False),
+    "read-only-register": Code(("authorize", "validate"), False),
     "idempotency-conflict": Code(("authorize",), False),
     "idempotency-in-progress": Code(("authorize",), True),
     "rate-limited": Code(("authorize",), True),

@@ -1164,7 +1164,7 @@ def _device_failure(error: RegdevError) -> Refusal:
     and did not answer as it should (any other :class:`DeviceError`).
     """
     if isinstance(error, ValueRefused):  # nothing was written: the value does not convert
-        return Refusal("execute", error.code, str(error))
+        return refuse(error.code, str(error), "execute")
     text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
     if isinstance(error, AuditError):  # a tool that records its effect, as a reset does
         return refuse("audit-error",

@@ -672,15 +672,13 @@ class _MapTools:
         assert register is not None
         what = f"data[{index}]" if name == "write_registers" else "data"
         if code.startswith("range-data"):  # as the schema says it of a value past its bound
-            return Refusal("validate", code, f"{what} {data} is outside 0..{finding[4]} "
-                                             f"(register {register.label} is "
-                                             f"{register.width} bit{'s' * (register.width > 1)}"
-                                             " wide)")
+            return refuse(code, f"{what} {data} is outside 0..{finding[4]} (register "
+                                f"{register.label} is {register.width} "
+                                f"bit{'s' * (register.width > 1)} wide)")
         if code == "read-only-register":
-            return Refusal("validate", code,
-                           f"register {register.label} is read-only: the {table} table "
-                           "cannot be written (input registers and discrete inputs are the "
-                           "device's); read it with read_register")
+            return refuse(code, f"register {register.label} is read-only: the {table} table "
+                                "cannot be written (input registers and discrete inputs are "
+                                "the device's); read it with read_register", "validate")
         if code == "reserved-bits":
             fields = ", ".join(f"{f.name} ({f.bits()})" for f in register.fields)
             return refuse("reserved-bits",

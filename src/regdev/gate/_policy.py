@@ -1090,7 +1090,7 @@ def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, .
             return None
         return refuse("read-only-register",
                       f"register {label(changed[0])} is read-only {_source(changed[0], by_map)}"
-                      "; no call can write it")
+                      "; no call can write it", "authorize")
     whole = changed == every
     # A call that changes every register (a device reset) sets the map's read-only registers
     # to their reset values as the hardware does: only the policy's read-only ones refuse it.
@@ -1100,10 +1100,11 @@ def check_read_only(registers: RegisterPolicy, tool: Tool, changed: tuple[int, .
     if not whole:
         return refuse("read-only-register",
                       f"{tool.name} writes register {label(hit[0])}, which is read-only "
-                      f"{_source(hit[0], by_map)}; no call can write it (leave it out)")
+                      f"{_source(hit[0], by_map)}; no call can write it (leave it out)",
+                      "authorize")
     return refuse("read-only-register",
                   f"{tool.name} changes every register, and register {label(hit[0])} is "
-                  f"read-only {_source(hit[0], by_map)}; no call can run it")
+                  f"read-only {_source(hit[0], by_map)}; no call can run it", "authorize")
 
 
 def _source(addr: int, by_map: frozenset[int]) -> str:
