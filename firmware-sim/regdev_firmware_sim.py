@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import importlib
 import importlib.util
@@ -1077,14 +1078,20 @@ def avr_build(build: Path | None = None, regmap: RegisterMap | None = None, *,
         raise CannotServe(f"--avr needs {', '.join(missing)} on PATH to build the C firmware "
                           f"(Debian/Ubuntu: apt-get install {AVR_PACKAGES})")
     try:
-        done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}",
-                               f"PYTHON={sys.executable}",
-                               *([f"MAP={compiled}"] if compiled is not None else []),
-                               *(["BUS=1"] if regmap is not None and regmap.bus else []),
-                               "sim"],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace", check=False,
-                              env={**os.environ, "LC_ALL": "C"})  # the tools' plain quotes
+        folder.mkdir(parents=True, exist_ok=True)
+        # One build of a folder at a time: two processes starting the same image (two tests,
+        # two shells) would otherwise both link it, one reading the other's half-written file.
+        with open(folder / ".build-lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = subprocess.run(["make", "-s", "-C", str(FIRMWARE_C), f"BUILD={folder}",
+                                   f"PYTHON={sys.executable}",
+                                   *([f"MAP={compiled}"] if compiled is not None else []),
+                                   *(["BUS=1"] if regmap is not None and regmap.bus else []),
+                                   "sim"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, errors="replace",
+                                  check=False,
+                                  env={**os.environ, "LC_ALL": "C"})  # the tools' plain quotes
     except OSError as error:
         raise CannotServe(f"cannot run make: {_reason(error)}") from None
     if done.returncode != 0:

@@ -18,7 +18,7 @@ from typing import Any
 
 from support.provider_server import Reply, openai_turn
 
-SUITE = Path(__file__).resolve().parent.parent / "examples" / "eval-suite.jsonl"
+SUITE = Path(__file__).resolve().parents[2] / "examples" / "eval-suite.jsonl"
 MODELS = ("good", "texter", "batcher", "asker", "caller")
 NO_CALL = {"irrelevance", "missing-information"}
 QUESTION = "Which register do you mean, and which value should it hold?"
