@@ -138,6 +138,7 @@ def _standalone_modules() -> tuple[types.ModuleType, ...]:
 
 
 if TYPE_CHECKING or __name__ != "__main__":
+    import regdev.devices._protocol as wire
     from regdev.core._errors import (
         LocalProtocolError,
         MapError,
@@ -145,7 +146,6 @@ if TYPE_CHECKING or __name__ != "__main__":
         RemoteProtocolError,
     )
     from regdev.core._text import display_text, escape_text, unicode_problem
-    from regdev.devices import _protocol as wire
     from regdev.devices._device import REGISTER_COUNT, RegisterFile
     from regdev.devices._regmap import RegisterMap
 else:  # run as a script: regdev need not be installed
