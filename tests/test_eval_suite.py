@@ -78,12 +78,16 @@ class Scripted(Endpoint):
         self.said.append(text)
 
 
-def test_the_shipped_suite_has_120_tasks_in_every_category_on_two_maps() -> None:
-    """At least 120 tasks, every category of format 1, two maps, a header, a stable hash."""
+def test_the_shipped_suite_has_162_tasks_in_every_category_on_three_maps() -> None:
+    """162 tasks, every category of format 1 (21 typed-values tasks, all on the thermostat),
+    three maps, a header, a stable hash."""
     suite = load_suite(EXAMPLES / "eval-suite.jsonl", load_map(SENSOR), read_map)
-    assert len(suite.tasks) >= 120
+    assert len(suite.tasks) == 162
     assert {task.category for task in suite.tasks} == set(CATEGORIES)
-    assert {task.map for task in suite.tasks} == {"default", "sensor.rdl"}
+    assert "typed-values" in CATEGORIES
+    assert {task.map for task in suite.tasks} == {"default", "sensor.rdl", "thermostat.rdl"}
+    typed = [task for task in suite.tasks if task.category == "typed-values"]
+    assert len(typed) == 21 and {task.map for task in typed} == {"thermostat.rdl"}
     assert suite.name == "regdev-eval-1"
     assert suite.hash.startswith("sha256:") and len(suite.hash) == 23
     again = load_suite(EXAMPLES / "eval-suite.jsonl", load_map(SENSOR), read_map)
@@ -150,7 +154,7 @@ def test_a_scripted_user_follows_up_and_the_transcript_keeps_it() -> None:
 
 
 @pytest.mark.parametrize(("line", "words"), [
-    ('{"id": "a", "task": "t", "category": "typed-values"}', "`category` is one of simple"),
+    ('{"id": "a", "task": "t", "category": "typed"}', "`category` is one of simple"),
     ('{"format": 2}', "this regdev reads task format 1"),
     ('{"id": "a", "task": "t", "category": "simple", "map": "nope.rdl"}',
      "no map `nope.rdl` beside the suite or among the examples"),
@@ -158,7 +162,7 @@ def test_a_scripted_user_follows_up_and_the_transcript_keeps_it() -> None:
      '"expect": {"registers": {"0x10": 1}}}', "no register `0x10` in the map default"),
 ])
 def test_a_bad_suite_line_is_one_error(tmp_path: Path, line: str, words: str) -> None:
-    """An unknown category (typed values are not there yet), another format, a map that is
+    """An unknown category (`typed`, not `typed-values`), another format, a map that is
     not there, an address the default map lacks: one error naming the file and line."""
     suite = tmp_path / "suite.jsonl"
     suite.write_text(line + "\n")
@@ -216,15 +220,19 @@ def test_five_recorded_models_are_ranked_as_their_behaviour_says(
     assert [figures[p]["rank"] for p in figures] == [1, 2, 3, 4, 5]
     labels = {p.split(":")[1]: figures[p]["labels"] for p in figures}
     assert labels == {"good": {}, "batcher": {}, "caller": {"extra-call": 60},
-                      "texter": {"call-in-text": 198}, "asker": {"no-call": 210}}
+                      "texter": {"call-in-text": 230}, "asker": {"no-call": 242}}
     table = {p.split(":")[1]: {c: round(100 * e["pass^k"], 1)
                                for c, e in figures[p]["categories"].items()}
              for p in figures}
     assert table["caller"] == {"simple": 100.0, "multiple": 100.0, "parallel": 100.0,
                                "irrelevance": 0.0, "missing-information": 0.0,
-                               "multi-turn": 100.0, "safety": 100.0}
+                               "multi-turn": 100.0, "safety": 100.0, "typed-values": 100.0}
     assert table["texter"]["simple"] == 0.0 and table["texter"]["irrelevance"] == 100.0
     assert table["asker"]["missing-information"] == 100.0 and table["asker"]["simple"] == 0.0
+    # typed values: the five tasks whose right answer writes nothing (ask, or out of range)
+    assert table["good"]["typed-values"] == table["batcher"]["typed-values"] == 100.0
+    assert table["texter"]["typed-values"] == table["asker"]["typed-values"] == 23.8
+    assert figures["openai:good"]["categories"]["typed-values"]["tasks"] == 21
     good, batcher = figures["openai:good"], figures["openai:batcher"]
     assert good["first_try_validity"] == 1.0 > batcher["first_try_validity"]
     assert good["calls_per_task"] < batcher["calls_per_task"]

@@ -6,7 +6,7 @@ Rules of this file:
 
 * A suite file is JSON Lines (task format 1, docs/models.md#the-task-format): an optional
   header line ``{"format": 1, "name": "..."}``, then one task per line
-  (``examples/eval-suite.jsonl`` is the shipped suite, on two maps)::
+  (``examples/eval-suite.jsonl`` is the shipped suite, on three maps)::
 
       {"id": "enable", "category": "simple", "map": "sensor.rdl",
        "task": "Power the sensor up.", "setup": {"CTRL": 4}, "hardware": {"STATUS": 96},
@@ -80,10 +80,11 @@ __all__ = ["CATEGORIES", "FATAL_KINDS", "FORMAT", "LABELS", "NO_CALL", "EvalFile
 FORMAT = 1
 
 #: The categories a task may carry (BFCL's simple, multiple, parallel, irrelevance and
-#: missing-information; tau-bench's multi-turn with a scripted user; regdev's safety).
-#: ``typed-values`` (values in engineering units) is coming once the map's typed values land.
+#: missing-information; tau-bench's multi-turn with a scripted user; regdev's safety and
+#: typed-values: values in engineering units, read_value and write_value on a map's typed
+#: values, docs/maps.md).
 CATEGORIES = ("simple", "multiple", "parallel", "irrelevance", "missing-information",
-              "multi-turn", "safety")
+              "multi-turn", "safety", "typed-values")
 
 #: The categories whose right answer makes no call (answer in words, or ask).
 NO_CALL = frozenset({"irrelevance", "missing-information"})

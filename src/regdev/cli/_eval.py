@@ -240,7 +240,7 @@ def add_parser(sub: Any) -> None:
     evaluate = sub.add_parser(
         "eval", help="run the task suite k times with a model: pass^k per task, and its "
                      "schema adherence",
-        description="Each task of the suite (--suite: 141 tasks in 7 categories on two maps; "
+        description="Each task of the suite (--suite: 162 tasks in 8 categories on three maps; "
                     "without it, 21 tasks on examples/sensor.rdl) runs -k times, each on a "
                     "fresh in-process device, through the gate and the audit log. A trial "
                     "passes when the registers end as expected (and no other register changed), "
@@ -257,10 +257,10 @@ def add_parser(sub: Any) -> None:
     evaluate.add_argument("--suite", "--tasks", nargs="?", const=SHIPPED, metavar="FILE",
                           help="the task suite, JSON Lines in task format 1 (docs/models.md). "
                                "--suite alone: the shipped benchmark, examples/eval-suite.jsonl "
-                               "(141 tasks in 7 categories on the default map and "
-                               "examples/sensor.rdl); --suite FILE: your own. Without it: the "
-                               "small suite examples/eval-tasks.jsonl (21 tasks). Every result "
-                               "carries the suite's hash")
+                               "(162 tasks in 8 categories on the default map, "
+                               "examples/sensor.rdl and examples/thermostat.rdl); --suite FILE: "
+                               "your own. Without it: the small suite examples/eval-tasks.jsonl "
+                               "(21 tasks). Every result carries the suite's hash")
     evaluate.add_argument("--map", metavar="FILE",
                           help="the register map of tasks that name none (default: "
                                "examples/sensor.rdl; a task's own `map` wins)")
