@@ -190,3 +190,29 @@ def test_names_get_the_closest_and_the_list_says_how_many_more(
     assert [line for line in out if line.startswith("error: ")] == [
         "error: no register `NOPE`; registers: R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, "
         "R11 and 8 more (`regdev map FILE` lists them all)"]
+
+
+THERMOSTAT = SENSOR.parent / "thermostat.rdl"
+
+
+def test_a_misspelt_name_on_a_map_with_values_suggests_value_names_too(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """On a map with typed values a misspelt name is "no register or value" with the closest
+    value names; a map whose registers have no names lists none (never an empty list)."""
+    status, out = _shell(monkeypatch, capsys, ["read SETPNT", "write SETPONT 21"],
+                         "--map", str(THERMOSTAT))
+    assert status == 1
+    errors = [line for line in out if line.startswith("error: ")]
+    listed = ("did you mean SETPOINT, SETPOINT_LO or SETPOINT_HI?; values and registers: "
+              "SETPOINT, TEMP, MODE, W, W_SF, ROOM, ENABLED, SETPOINT_HI, SETPOINT_LO, TEMP_0, "
+              "TEMP_1, TEMP_2 and 9 more (`regdev map FILE` lists them all)")
+    assert errors == [f"error: no register or value `SETPNT`; {listed}",
+                      f"error: no register or value `SETPONT`; {listed}"]
+    unnamed = tmp_path / "unnamed.json"
+    unnamed.write_text('{"format": "regdev-map", "version": 1, "registers": '
+                       '[{"addr": 0, "width": 16}]}')
+    status, out = _shell(monkeypatch, capsys, ["read controls.WMaxLimPc"],
+                         "--map", str(unnamed))
+    assert [line for line in out if line.startswith("error: ")] == [
+        "error: no register `controls.WMaxLimPc`"]

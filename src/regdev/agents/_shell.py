@@ -269,17 +269,20 @@ def _closest(name: str, names: Sequence[str]) -> list[str]:
     return [folded[each] for each in found]
 
 
-def _unknown(kind: str, target: str, names: Sequence[str]) -> str:
+def _unknown(kind: str, target: str, names: Sequence[str], listed_as: str = "") -> str:
     """``no register `X`; did you mean Y?; registers: ...``: the closest names in full first,
-    then the first :data:`_LISTED_NAMES` of ``names`` and how many more there are."""
+    then the first :data:`_LISTED_NAMES` of ``names`` (under ``listed_as``, ``KINDs`` by
+    default) and how many more there are; no list when ``names`` is empty."""
     text = f"no {kind} `{escape_text(target)}`"
     close = _closest(target, names)
     if close:
         text += f"; did you mean {', '.join(close[:-1]) + ' or ' if close[1:] else ''}" \
                 f"{close[-1]}?"
+    if not names:
+        return text
     listed = ", ".join(names[:_LISTED_NAMES])
     more = len(names) - _LISTED_NAMES
-    text += f"; {kind}s: {listed}" + (
+    text += f"; {listed_as or kind + 's'}: {listed}" + (
         f" and {more} more (`regdev map FILE` lists them all)" if more > 0 else "")
     return text
 
@@ -288,7 +291,8 @@ def _register_of(target: str, regmap: RegisterMap) -> Register:
     """The register named ``target``.
 
     Raises:
-        ValueError: no register has that name (the closest names said first).
+        ValueError: no register has that name (the closest register and value names said
+            first).
     """
     register = regmap.named(target)
     if register is None:
@@ -297,8 +301,12 @@ def _register_of(target: str, regmap: RegisterMap) -> Register:
             if holder is not None:
                 raise ValueError(f"`{escape_text(target)}` is a field; name its register "
                                  f"`{holder.name}` here")
-        raise ValueError(_unknown("register", target,
-                                  [r.name for r in regmap.registers if r.name]))
+        names = [r.name for r in regmap.registers if r.name]
+        if regmap.values:  # the name may be a typed value's, misspelt: those are said too
+            raise ValueError(_unknown("register or value", target,
+                                      list(dict.fromkeys([v.name for v in regmap.values] + names)),
+                                      "values and registers"))
+        raise ValueError(_unknown("register", target, names))
     return register
 
 
@@ -306,11 +314,15 @@ def _check_field(target: str, regmap: RegisterMap) -> None:
     """Nothing when ``target`` (``REG.FIELD``) is a field of the map.
 
     Raises:
-        ValueError: it is not (the closest field names said first).
+        ValueError: it is not (the closest field and value names said first).
     """
     if regmap.find_field(target) is not None:
         return
     paths = [f"{r.name}.{f.name}" for r in regmap.registers if r.name for f in r.fields]
+    if regmap.values:  # the name may be a typed value's, misspelt: those are said too
+        raise ValueError(_unknown("field or value", target,
+                                  list(dict.fromkeys([v.name for v in regmap.values] + paths)),
+                                  "values and fields"))
     raise ValueError(_unknown("field", target, paths))
 
 
