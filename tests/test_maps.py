@@ -631,28 +631,34 @@ def test_a_bad_map_on_the_command_line_is_exit_2_and_one_line(
         assert err == (f"regdev {command[0]}: error: {bad}:2:21: missing ';' at '}}'\n")
 
 
+_WHAT_A_MAP_IS = ("; a register map is SystemRDL (a file named .rdl) or its compiled JSON "
+                  "form (regdev map FILE.rdl --json)")
+
+
 @pytest.mark.parametrize(("text", "why"), [
     ('{"format": "regdev-map"}\n{"more": 1}\n',
      "more text after the end of the JSON document, at byte 25"),
-    ("addrmap a {};\n", "unexpected `a` at byte 0"),
-    ("", "the input is empty"),
+    ("addrmap a {};\n", "unexpected `a` at byte 0" + _WHAT_A_MAP_IS),
+    ("", "the input is empty" + _WHAT_A_MAP_IS),
     ('{"format": "regdev-map", "registers": [', "the text ends at byte 39, before the JSON "
      "document does (a string, array or object is not closed, or a value is missing)"),
+    (' \n {"format": "regdev-map", "format": "regdev-map"}',
+     'key "format" appears twice in one object'),
+    ("[1, 2,]", "a comma with no item after it before `]`, at byte 6"),
 ])
 def test_a_map_that_is_not_json_is_said_in_regdevs_words(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, why: str) -> None:
     """A --map (or regdev map FILE) that is neither .rdl nor JSON: regdev's words for where
     the JSON breaks (never Python's "Extra data: line 2 column 1 (char 25)"), and what a map
-    file is; the same for every command that takes --map."""
+    file is only when the text does not start like JSON (``{`` or ``[``); the same for every
+    command that takes --map."""
     path = tmp_path / "map.txt"
     path.write_text(text)
     for command in (["map", str(path)], ["tools", "--map", str(path)],
                     ["firmware-sim", "--tcp", "127.0.0.1:0", "--map", str(path)]):
         status, out, err = run(capsys, *command)
         assert (status, out) == (2, ""), command
-        assert err == (f"regdev {command[0]}: error: {path}: not valid JSON: {why}; a register "
-                       "map is SystemRDL (a file named .rdl) or its compiled JSON form (regdev "
-                       "map FILE.rdl --json)\n")
+        assert err == f"regdev {command[0]}: error: {path}: not valid JSON: {why}\n"
         assert "char" not in err and "Expecting" not in err and "Extra data" not in err
 
 

@@ -233,7 +233,8 @@ def register_map(args: argparse.Namespace) -> RegisterMap:
 def read_map(path: str | Path) -> RegisterMap:
     """The register map at ``path``: SystemRDL when it ends in ``.rdl``, else the compiled
     JSON form (:func:`~regdev.devices._rdl.load_map`), a file that is not JSON said in
-    regdev's words (the strict decoder's) and followed by what a map file is.
+    regdev's words (the strict decoder's) and, when it does not even start like JSON (``{``
+    or ``[``), followed by what a map file is.
 
     Raises:
         UsageError: the map cannot be read or is not supported (one line naming the file).
@@ -241,6 +242,8 @@ def read_map(path: str | Path) -> RegisterMap:
     try:
         return load_map(path)
     except MapNotJSON as error:
+        if error.json_like:  # JSON with a fault: the fault alone says it
+            raise UsageError(str(error)) from None
         raise UsageError(f"{error}; a register map is SystemRDL (a file named .rdl) or its "
                          "compiled JSON form (regdev map FILE.rdl --json)") from None
     except MapError as error:

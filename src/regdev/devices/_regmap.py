@@ -79,7 +79,16 @@ __all__ = [
 class MapNotJSON(MapError):
     """The text of a map in the compiled JSON form is not one strict JSON document (the
     message says what is wrong and where, in regdev's words; a command adds what a map file
-    is)."""
+    is when the text is not JSON-like at all).
+
+    Attributes:
+        json_like: the text starts like JSON (its first non-space character is ``{`` or
+            ``[``): a JSON document with a fault, not some other kind of file.
+    """
+
+    def __init__(self, message: str, *, json_like: bool = False) -> None:
+        super().__init__(message)
+        self.json_like = json_like
 
 
 #: Software access of a field or register: read-write, read-only, write-only.
@@ -964,15 +973,19 @@ class RegisterMap:
         # library alone, and reads its maps with from_dict.)
         from ..core._json import load_json  # noqa: PLC0415
 
+        start = text.lstrip()[:1]
+        json_like = start in ((b"{", b"[") if isinstance(start, bytes) else ("{", "["))
         try:
             # A file that is not UTF-8 is said so first, as a SystemRDL file is
             if isinstance(text, bytes):
                 text = text.decode("utf-8")
             document = load_json(text)
         except UnicodeDecodeError as error:
-            raise MapNotJSON(f"{source}: not valid JSON: {unicode_problem(error)}") from None
+            raise MapNotJSON(f"{source}: not valid JSON: {unicode_problem(error)}",
+                             json_like=json_like) from None
         except ValueError as error:  # in regdev's words already
-            raise MapNotJSON(f"{source}: not valid JSON: {error}") from None
+            raise MapNotJSON(f"{source}: not valid JSON: {error}",
+                             json_like=json_like) from None
         return cls.from_dict(document, source, text)
 
     @classmethod
