@@ -748,3 +748,26 @@ def test_port_inprocess_is_the_in_process_device_of_the_device_factory(
     assert (status, out) == (2, "")
     assert err == ("regdev call: error: the in-process device takes no timeout (they are for a "
                    "device at the end of a port)\n")
+
+
+def test_report_exit_2_covers_a_bad_eval_file_and_an_unwritable_html_page(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """report --eval with a missing or invalid file, or --html naming a directory: one line,
+    exit 2, as report --help's exit statuses say."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    missing = tmp_path / "missing.jsonl"
+    error = "regdev report: error: "
+    assert run(capsys, "report", "--eval", str(missing)) == (
+        2, "", f"{error}cannot read {missing}: No such file or directory\n")
+    assert run(capsys, "report", "--eval", str(bad)) == (
+        2, "", f"{error}{bad}:1: not a JSON line\n")
+    assert run(capsys, "report", "--eval", str(empty), "--html", str(tmp_path)) == (
+        2, "", f"{error}cannot write {tmp_path}: Is a directory\n")
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    assert ("the --eval file cannot be read or is not eval results, or the chart or the "
+            "--html file cannot be written") in usage

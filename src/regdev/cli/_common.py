@@ -161,7 +161,8 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (0, "the report was written (no record matching is no error)"),
         (1, "the output could not be written"),
         (2, "a usage error (--plot naming a directory, or a format matplotlib does not "
-            "write, is refused before any work), the audit log cannot be read, or the chart "
+            "write, is refused before any work), the audit log cannot be read, the --eval "
+            "file cannot be read or is not eval results, or the chart or the --html file "
             "cannot be written"),
         (130, "interrupted (Ctrl-C)"),
     ),
