@@ -34,6 +34,19 @@ def is_sim_identity(text: str) -> bool:
     return SIM_IDENTITY.fullmatch(text) is not None
 
 
+def stop(process: subprocess.Popen[str]) -> None:
+    """Stop a simulator process: SIGTERM, then SIGKILL if it has not exited within 30 s (a
+    loaded machine can take seconds to run its handler; a test's teardown does not judge
+    that, the simulator's own tests of SIGTERM do)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+
+
 @contextmanager
 def sim_process(*args: str, python: Sequence[str] = (sys.executable,)
                 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
@@ -51,9 +64,7 @@ def sim_process(*args: str, python: Sequence[str] = (sys.executable,)
             raise AssertionError(f"the simulator printed no port: {process.stderr.read()}")
         yield port, process
     finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=5)
+        stop(process)
         process.stdout.close()
         process.stderr.close()
 

@@ -26,6 +26,7 @@ from pymodbus.simulator import DataType, SimData, SimDevice
 
 from conftest import ROOT
 from regdev.devices._modbus_codec import crc16
+from support.firmware import stop
 
 SIM = ROOT / "firmware-sim" / "regdev_firmware_sim.py"
 
@@ -162,9 +163,7 @@ def modbus_sim_process(*args: str) -> Iterator[str]:
             raise AssertionError(f"the simulator printed no port: {process.stderr.read()}")
         yield port if port.startswith("modbus+") else f"modbus+rtu://{port}"
     finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=5)
+        stop(process)
         process.stdout.close()
         process.stderr.close()
 
