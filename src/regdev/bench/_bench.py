@@ -542,6 +542,17 @@ def _by_name(validators: dict[str, Callable[[Any], Any]]) -> Callable[[Any], Any
     return run
 
 
+def _is_valid(is_valid: Callable[[Any], Any]) -> Callable[[Any], bool]:
+    """A peer's ``is_valid`` picked by tool name (:func:`_by_name`) as a verdict: False for a
+    call it cannot even pick a schema for (not an object, an unknown tool name)."""
+    def valid(call: Any) -> bool:
+        try:
+            return bool(is_valid(call))
+        except (KeyError, TypeError, ValueError):
+            return False
+    return valid
+
+
 def _plain_schema(schema: Any) -> Any:
     """A tool schema as plain JSON data (``json.loads`` of its text: a Decimal becomes a
     float), the form the JSON Schema peers take; the schema says the same."""
@@ -584,12 +595,6 @@ def _jsonschema(tools: ToolSet = BENCH_TOOLS) -> list[Contender]:
              for name, schema in _schemas(tools).items()}
     by_name = _by_name({name: v.is_valid for name, v in built.items()})
 
-    def valid(call: Any) -> bool:
-        try:
-            return bool(by_name(call))
-        except (KeyError, TypeError, ValueError):
-            return False
-
     def first_error(validator: Any) -> Callable[[Any], Any]:
         def run(call: Any) -> Any:
             error = next(validator.iter_errors(call), None)
@@ -599,7 +604,7 @@ def _jsonschema(tools: ToolSet = BENCH_TOOLS) -> list[Contender]:
 
     worded = _by_name({name: first_error(v) for name, v in built.items()})
     return [Contender(key, f"jsonschema {version} ({api})", raw=False, on_refusal="bool",
-                      run=by_name, valid=valid, version=version),
+                      run=by_name, valid=_is_valid(by_name), version=version),
             Contender("jsonschema-message", f"jsonschema {version} (the first of iter_errors, "
                       "its message read; picked by tool name)", raw=False,
                       on_refusal="exception", run=worded, valid=_raises_means_invalid(worded),
@@ -620,15 +625,9 @@ def _jsonschema_rs(tools: ToolSet = BENCH_TOOLS) -> list[Contender]:
              for name, schema in _schemas(tools).items()}
     by_name = _by_name({name: v.is_valid for name, v in built.items()})
 
-    def valid(call: Any) -> bool:
-        try:
-            return bool(by_name(call))
-        except (KeyError, TypeError, ValueError):
-            return False
-
     worded = _by_name({name: v.validate for name, v in built.items()})
     return [Contender(key, f"jsonschema-rs {version} ({api})", raw=False, on_refusal="bool",
-                      run=by_name, valid=valid, version=version),
+                      run=by_name, valid=_is_valid(by_name), version=version),
             Contender("jsonschema-rs-message", f"jsonschema-rs {version} (validate: raises "
                       "the first error with its message; picked by tool name)", raw=False,
                       on_refusal="exception", run=worded, valid=_raises_means_invalid(worded),
