@@ -761,8 +761,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                              "digits 0-9 A-F), else 8 random ones")
     parser.add_argument("--bus-fault", metavar="KIND", choices=BUS_FAULTS,
                         help="with --avr and a map with a bus (a bridge): the simulated chip "
-                             "on the TWI misbehaves for the whole run: "
-                             f"{', '.join(BUS_FAULTS)} (docs/firmware.md, \"Bus errors\")")
+                             "misbehaves for the whole run: on I2C "
+                             f"{', '.join(CHIP_FAULTS['i2c'])}; on SPI "
+                             f"{', '.join(CHIP_FAULTS['spi'])} (docs/firmware.md, \"Bus "
+                             "errors\", \"SPI errors\")")
     parser.add_argument("--plain-identify", action="store_true",
                         help="answer identify with the description alone, as a device that "
                              "cannot say its id and reset epoch (then regdev replays no "
@@ -893,6 +895,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
                                            and regmap.bus is not None):
         parser.error("--bus-fault goes with --avr and a map whose chip is on a bus "
                      "(a bridge: docs/maps.md)")
+    if args.bus_fault is not None and regmap is not None and regmap.bus is not None \
+            and args.bus_fault not in CHIP_FAULTS[regmap.bus.kind]:
+        kind = regmap.bus.kind
+        parser.error(f"--bus-fault {args.bus_fault} is not a fault of a chip on "
+                     f"{kind.upper()}, as this map's is; expected one of "
+                     f"{', '.join(CHIP_FAULTS[kind])}")
     modbus = args.modbus_rtu or args.modbus_tcp is not None
     if args.modbus_rtu and not (args.pty or args.tcp):
         parser.error("--modbus-rtu goes with --pty or --tcp")
@@ -969,12 +977,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
 _AVR_OUTPUTS = {
     Path("sim/regdev-simavr"): ("sim/harness.c", "avr/eeprom_layout.h", "host/own_file.h",
                                 "host/own_link.h"),
-    Path("avr/regdev-uno.elf"): ("avr/main.c", "avr/i2c.c", "avr/eeprom_layout.h",
-                                 "src/regdev_core.c",
+    Path("avr/regdev-uno.elf"): ("avr/main.c", "avr/i2c.c", "avr/spi.c",
+                                 "avr/eeprom_layout.h", "src/regdev_core.c",
                                  "src/regdev_core.h", "src/regdev_rom.h", "regmap.h"),
 }
-#: The simulated chip's faults (the harness's --i2c-fault), for a bridge's --bus-fault.
-BUS_FAULTS = ("nack-address", "nack-data", "arbitration", "sda-low", "stretch")
+#: The simulated chip's faults by its bus (the harness's --i2c-fault and --spi-fault), for a
+#: bridge's --bus-fault.
+CHIP_FAULTS = {"i2c": ("nack-address", "nack-data", "arbitration", "sda-low", "stretch"),
+               "spi": ("miso-high", "miso-low", "ignore-writes")}
+BUS_FAULTS = (*CHIP_FAULTS["i2c"], *CHIP_FAULTS["spi"])
 #: What in make's output says that a tool, header or library is missing (then the packages
 #: that give them are named; any other failure is quoted alone).
 _MISSING_TOOL = re.compile(r"fatal error: [^:\n]+: No such file or directory|cannot find -l\S+"
@@ -1126,8 +1137,9 @@ def run_avr(prog: str, *, link: Path | None, verbose: bool, eeprom: Path | None 
     if given, serving ``regmap`` (the default map when None; ``source`` names it in
     messages). The harness runs under the name ``prog``, so its error lines start as this
     program's do. A map with a bus is a bridge's: the harness attaches the simulated chip
-    of the same map to the TWI (its ``--i2c-chip``), misbehaving as ``bus_fault`` says (one
-    of :data:`BUS_FAULTS`) when given.
+    of the same map to the TWI or the SPI, as the map's bus says (its ``--i2c-chip`` or
+    ``--spi-chip``), misbehaving as ``bus_fault`` says (one of :data:`CHIP_FAULTS` for that
+    bus) when given.
 
     Returns:
         2 (one line on stderr) when it cannot be built or started; else it does not return.
@@ -1141,9 +1153,10 @@ def run_avr(prog: str, *, link: Path | None, verbose: bool, eeprom: Path | None 
                *(["--eeprom", str(eeprom)] if eeprom else []),
                *(["--id", device_id] if device_id else []),
                *(["-v"] if verbose else []),
-               *(["--i2c-chip", str(image.parents[1] / "chip.txt")]
+               *([f"--{regmap.bus.kind}-chip", str(image.parents[1] / "chip.txt")]
                  if regmap is not None and regmap.bus else []),
-               *(["--i2c-fault", bus_fault] if bus_fault else []), str(image)]
+               *([f"--{regmap.bus.kind}-fault", bus_fault]
+                 if bus_fault and regmap is not None and regmap.bus else []), str(image)]
     sys.stdout.flush()
     try:
         os.execv(harness, [prog, *options])

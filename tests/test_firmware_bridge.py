@@ -1,6 +1,6 @@
-"""The C firmware as a bridge to an I2C chip: a map's bus, the generator's bridge settings and
-simulated chip, and the Uno image in simavr forwarding to a simulated chip on its TWI
-(host -> pty -> firmware -> TWI -> chip), its bus faults, and its size budget.
+"""The C firmware as a bridge to an I2C or SPI chip: a map's bus, the generator's bridge
+settings and simulated chip, and the Uno image in simavr forwarding to a simulated chip on its
+TWI or SPI (host -> pty -> firmware -> bus -> chip), its bus faults, and its size budget.
 
 The simavr tests need avr-gcc and simavr (tests/firmware_c.py; ``REGDEV_REQUIRE_FIRMWARE=1``
 makes a missing tool a failure, as in CI).
@@ -26,6 +26,11 @@ from support.firmware import sim_process
 from support.firmware_c import C_DIR, SHARED_BUILD, make, need
 
 BME280 = EXAMPLES / "bme280.rdl"
+SX1276 = EXAMPLES / "sx1276.rdl"
+#: A BME280 in SPI mode (its datasheet, section 6.3): mode 0 (or 3), bit 7 of the address
+#: byte 1 for a read and 0 for a write, the address's own bit 7 dropped.
+BME280_SPI = {"kind": "spi", "clock": 2_000_000, "mode": 0, "cs": "D10", "read_mask": 0x80,
+              "write_mask": 0x00}
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +39,32 @@ def bme280_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("bme280") / "bme280.json"
     path.write_text(load_map(BME280).to_json(), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def bme280_spi_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/bme280.rdl put on SPI (:data:`BME280_SPI`), in its compiled JSON form."""
+    document = json.loads(load_map(BME280).to_json())
+    document["bus"] = BME280_SPI
+    path = tmp_path_factory.mktemp("bme280-spi") / "bme280-spi.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def sx1276_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/sx1276.rdl in its compiled JSON form."""
+    path = tmp_path_factory.mktemp("sx1276") / "sx1276.json"
+    path.write_text(load_map(SX1276).to_json(), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module", params=["i2c", "spi"])
+def bridged_bme280(request: pytest.FixtureRequest, bme280_json: Path,
+                   bme280_spi_json: Path) -> Path:
+    """The BME280's map on each bus the bridge knows (a fixture: the image of each is built
+    once for the module)."""
+    return bme280_json if request.param == "i2c" else bme280_spi_json
 
 
 # --- the map's bus ---------------------------------------------------------------------------
@@ -54,9 +85,47 @@ def test_the_example_map_puts_a_bme280_on_i2c_and_the_json_form_keeps_it(
     assert "bus" not in json.loads(RegisterMap.default().to_json())
 
 
+def test_the_example_map_puts_an_sx1276_on_spi_and_the_json_form_keeps_it(
+        sx1276_json: Path) -> None:
+    """The SPI properties give the bus, the SX1276's framing (bit 7 set to write) included."""
+    regmap = load_map(SX1276)
+    assert regmap.bus == Bus("spi", clock=1_000_000, mode=0, cs="D10", read_mask=0x00,
+                             write_mask=0x80, verify=True)
+    assert regmap.bus.chip == "the SPI chip on D10"  # type: ignore[union-attr]
+    assert RegisterMap.from_json(sx1276_json.read_text(encoding="utf-8")) == regmap
+    assert json.loads(regmap.to_json())["bus"] == {
+        "kind": "spi", "clock": 1_000_000, "addr_width": 8, "auto_increment": True,
+        "mode": 0, "cs": "D10", "read_mask": 0, "write_mask": 0x80, "verify": True}
+    assert Bus("spi") == Bus("spi", clock=1_000_000, mode=0, cs="D10", read_mask=0x80,
+                             write_mask=0, verify=False)  # the defaults
+
+
 @pytest.mark.parametrize(("bus", "message"), [
-    ({"kind": "spi", "address": 0x76}, "`bus`: `spi` is not a bus the bridge knows; expected "
-                                       "one of i2c"),
+    ({"kind": "usb"}, "`bus`: `usb` is not a bus the bridge knows; expected one of i2c, spi"),
+    ({"kind": "i2c"}, "`bus`: an I2C chip needs its 7-bit address (regdev_i2c_address; in "
+                      "JSON, `address`)"),
+    ({"kind": "spi", "address": 0x76}, "`bus`: address is for I2C; this chip is on SPI"),
+    ({"kind": "i2c", "address": 0x76, "mode": 1, "cs": "D9"},
+     "`bus`: mode, cs are for SPI; this chip is on I2C"),
+    ({"kind": "spi", "mode": 4}, "`bus`: the SPI mode must be 0, 1, 2 or 3, got 4"),
+    ({"kind": "spi", "mode": True}, "`bus`: the SPI mode must be 0, 1, 2 or 3, got True"),
+    ({"kind": "spi", "clock": 5_000_000}, "`bus`: the ATmega328P makes its SPI clock from 16 "
+                                          "MHz divided by 2..128: 8000000, 4000000, 2000000, "
+                                          "1000000, 500000, 250000, 125000 Hz; got 5000000"),
+    ({"kind": "spi", "clock": 16_000_000}, "`bus`: the ATmega328P makes its SPI clock from 16 "
+                                           "MHz divided by 2..128: 8000000, 4000000, 2000000, "
+                                           "1000000, 500000, 250000, 125000 Hz; got 16000000"),
+    *[({"kind": "spi", "cs": pin}, "`bus`: the chip-select pin must be one of the Uno's "
+                                   "D2..D10 or A0..A5 (D0 and D1 carry the serial line, "
+                                   f"D11..D13 are MOSI, MISO and SCK), got {shown}")
+      for pin, shown in (("D12", "`D12`"), ("D1", "`D1`"), ("PB2", "`PB2`"), ("A6", "`A6`"),
+                         (10, "10"))],
+    ({"kind": "spi", "read_mask": 0x100}, "`bus`: the SPI read mask must be a byte 0..255, got "
+                                          "256"),
+    ({"kind": "spi", "read_mask": 0x80, "write_mask": 0x80},
+     "`bus`: the SPI read mask and write mask are both 0x80: the chip could not tell a read "
+     "from a write"),
+    ({"kind": "spi", "verify": 1}, "`bus`: verify must be true or false"),
     ({"kind": "i2c", "address": 0x78}, "`bus`: the I2C address must be a 7-bit address "
                                        "0x08..0x77, got 120"),
     ({"kind": "i2c", "address": 0x76, "clock": 1_000_000}, "`bus`: the clock must be "
@@ -76,9 +145,35 @@ def test_a_bus_out_of_range_is_refused_in_one_line(bus: dict[str, object], messa
     assert str(caught.value) == f"chip.json: {message}"
 
 
+def test_two_registers_one_spi_address_byte_are_refused() -> None:
+    """On SPI the read and write bits replace bits of the address byte: registers whose
+    addresses differ only there are refused (with 16-bit addresses they are not)."""
+    registers = [Register("LOW", 0x74), Register("HIGH", 0xF4)]
+    with pytest.raises(MapError) as caught:
+        RegisterMap(registers, bus=Bus("spi"))
+    assert str(caught.value) == ("register HIGH (0xF4): on SPI its address byte is 0x74 (the "
+                                 "bits 0x80 say read or write), the same as LOW (0x74)'s")
+    assert len(RegisterMap(registers, bus=Bus("spi", addr_width=16))) == 2
+    assert len(RegisterMap(registers, bus=Bus("i2c", 0x76))) == 2
+
+
+def test_systemrdl_spi_properties_out_of_range_are_refused_naming_the_file(
+        tmp_path: Path) -> None:
+    """A SystemRDL map's SPI property out of its range is refused naming the file."""
+    text = SX1276.read_text(encoding="utf-8").replace("regdev_spi_mode = 0;",
+                                                     "regdev_spi_mode = 5;")
+    path = tmp_path / "radio.rdl"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(MapError) as caught:
+        load_map(path)
+    assert str(caught.value).startswith(f"{path}:")
+    assert str(caught.value).endswith("the bus: the SPI mode must be 0, 1, 2 or 3, got 5")
+
+
 def test_generator_writes_the_bridge_settings_and_the_simulated_chip(
-        bme280_json: Path, tmp_path: Path) -> None:
-    """gen_regmap.py: REGDEV_BUS_* for a map with a bus (none without), and --chip's table."""
+        bme280_json: Path, sx1276_json: Path, tmp_path: Path) -> None:
+    """gen_regmap.py: REGDEV_BUS_* (and REGDEV_SPI_* for SPI) for a map with a bus (none
+    without), and --chip's table."""
     gen = [sys.executable, str(C_DIR / "gen_regmap.py")]
     subprocess.run([*gen, "--map", str(bme280_json), "-o", str(tmp_path / "regmap.h")],
                    check=True)
@@ -95,6 +190,22 @@ def test_generator_writes_the_bridge_settings_and_the_simulated_chip(
     assert "E0 00 FF 00 00 00" in lines  # RESET: write-only
     assert "F3 00 00 09 00 00" in lines  # STATUS: two read-only bits, the rest reserved
     assert len(lines) == 1 + len(load_map(BME280))
+    subprocess.run([*gen, "--map", str(sx1276_json), "-o", str(tmp_path / "spi.h")],
+                   check=True)
+    header = (tmp_path / "spi.h").read_text(encoding="utf-8")
+    for line in ("#define REGDEV_BUS 1", "#define REGDEV_BUS_SPI 1",
+                 "#define REGDEV_BUS_CLOCK 1000000UL", "#define REGDEV_SPI_MODE 0u",
+                 "#define REGDEV_SPI_CS_PORT PORTB", "#define REGDEV_SPI_CS_BIT 2u",
+                 "#define REGDEV_SPI_READ 0x00u", "#define REGDEV_SPI_WRITE 0x80u",
+                 "#define REGDEV_SPI_VERIFY 1", "#define REGDEV_SPI_IDENTITY 0x42u"):
+        assert line in header
+    assert "REGDEV_BUS_I2C" not in header
+    subprocess.run([*gen, "--chip", "--map", str(sx1276_json), "-o", str(tmp_path / "spi")],
+                   check=True)
+    lines = (tmp_path / "spi").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "spi 8 1 0 B 2 00 80"
+    assert "12 00 FF FF FF 00" in lines  # IRQ_FLAGS: every bit write-1-to-clear
+    assert "42 12 00 FF 00 00" in lines  # VERSION: read-only, the identity
     subprocess.run([*gen, "-o", str(tmp_path / "plain.h")], check=True)
     assert "REGDEV_BUS" not in (tmp_path / "plain.h").read_text(encoding="utf-8")
     done = subprocess.run([*gen, "--chip", "-o", str(tmp_path / "none")], capture_output=True,
@@ -105,23 +216,25 @@ def test_generator_writes_the_bridge_settings_and_the_simulated_chip(
 
 
 @SHARED_BUILD
-def test_bridge_image_fits_eight_kib_of_flash_and_one_of_ram(bme280_json: Path,
-                                                            tmp_path: Path) -> None:
-    """avr-size of the BME280 bridge image: flash <= 8 KiB, static RAM <= 1 KiB; make size
-    checks the bridge's budget."""
+@pytest.mark.parametrize("example", ["bme280", "sx1276"])
+def test_bridge_image_fits_eight_kib_of_flash_and_one_of_ram(
+        bme280_json: Path, sx1276_json: Path, tmp_path: Path, example: str) -> None:
+    """avr-size of each bridge image (the BME280 on I2C, the SX1276 on SPI): flash <= 8 KiB,
+    static RAM <= 1 KiB; make size checks the bridge's budget."""
     need("avr")
-    make(tmp_path, "avr", regmap=bme280_json)
+    compiled = bme280_json if example == "bme280" else sx1276_json
+    make(tmp_path, "avr", regmap=compiled)
     done = subprocess.run(["avr-size", str(tmp_path / "avr" / "regdev-uno.elf")],
                           capture_output=True, text=True, check=True)
     text, data, bss = map(int, done.stdout.splitlines()[1].split()[:3])
     assert text + data <= 8192
     assert data + bss <= 1024
-    out = make(tmp_path, "size", regmap=bme280_json)
+    out = make(tmp_path, "size", regmap=compiled)
     assert (f"flash {text + data} of the bridge's 8192 bytes, static RAM {data + bss} of 1024 "
             "bytes") in out
 
 
-# --- in simavr: host -> pty -> firmware -> TWI -> simulated chip --------------------------------
+# --- in simavr: host -> pty -> firmware -> TWI or SPI -> simulated chip -------------------------
 
 
 def seeded_calls(seed: int, count: int = 60) -> list[str]:
@@ -163,20 +276,20 @@ def seeded_calls(seed: int, count: int = 60) -> list[str]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_seeded_stream_through_the_bridge_gives_the_in_process_verdicts(
-        capsys: pytest.CaptureFixture[str], bme280_json: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], bridged_bme280: Path, tmp_path: Path,
         seed: int) -> None:
     """The same seeded calls replayed through regdev, the pty, the Uno bridge image and its
-    TWI to the simulated BME280 give what they give in process with the same map, call for
-    call, and leave the same registers."""
+    TWI or SPI to the simulated BME280 give what they give in process with the same map, call
+    for call, and leave the same registers."""
     need("avr")
     calls = tmp_path / "calls.jsonl"
     calls.write_text("\n".join(seeded_calls(seed)) + "\n", encoding="utf-8")
-    status, out, err = run(capsys, "replay", "--no-audit", "--json", "--map", str(bme280_json),
-                           str(calls))
+    status, out, err = run(capsys, "replay", "--no-audit", "--json", "--map",
+                           str(bridged_bme280), str(calls))
     local = [json.loads(line) for line in out.splitlines()]
-    with sim_process("--avr", "--map", str(bme280_json)) as (port, _):
+    with sim_process("--avr", "--map", str(bridged_bme280)) as (port, _):
         status, out, err = run(capsys, "replay", "--no-audit", "--json", "--port", port,
-                               "--timeout", "2", "--map", str(bme280_json), str(calls))
+                               "--timeout", "2", "--map", str(bridged_bme280), str(calls))
     assert (status, err) == (0, "")
     bridged = [json.loads(line) for line in out.splitlines()]
     assert bridged == local
@@ -234,6 +347,83 @@ def test_each_bus_fault_is_its_documented_error_never_a_value(
         False, None, f"the device failed: {expected_write}")
 
 
+#: Each fault of the simulated SPI chip, and the error regdev reports for a read of the
+#: SX1276's VERSION and a write of its OP_MODE (the map asks the bridge to verify writes).
+SPI_FAULTS = {
+    "miso-high": ("the SPI chip on D10 answered 0xFF to every byte, its identity register too: "
+                  "nothing drives MISO (the chip absent, unpowered or not selected); a write "
+                  "may or may not be done (MISOHI)",) * 2,
+    "miso-low": ("the SPI chip on D10 answered 0x00 to every byte, its identity register too: "
+                 "MISO is held low (a short, or the chip in reset); a write may or may not be "
+                 "done (MISOLO)",) * 2,
+    "ignore-writes": (None, "the SPI chip on D10 did not keep a write: read back, the bits the "
+                            "map says it stores differ (MOSI or chip select open, or the chip "
+                            "write-protected) (VERIFY)"),
+}
+
+
+@SHARED_BUILD
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fault", list(SPI_FAULTS))
+def test_each_detectable_spi_fault_is_its_documented_error_never_a_value(
+        capsys: pytest.CaptureFixture[str], sx1276_json: Path, tmp_path: Path,
+        fault: str) -> None:
+    """SPI has no acknowledgement; what the bridge can tell, it tells: MISO stuck high or low
+    (every byte and the identity register alike) on a read and on a write's read back, and a
+    write the chip did not keep (the map's regdev_spi_verify); a read the chip served is its
+    value."""
+    need("avr")
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text("\n".join(json.dumps({"raw": json.dumps(call)}) for call in (
+        {"tool": "read_register", "arguments": {"addr": 0x42}},
+        {"tool": "write_register", "arguments": {"addr": 0x01, "data": 0x81}},
+    )) + "\n", encoding="utf-8")
+    with sim_process("--avr", "--map", str(sx1276_json), "--bus-fault", fault) as (port, _):
+        status, out, err = run(capsys, "replay", "--no-audit", "--json", "--port", port,
+                               "--timeout", "2", "--map", str(sx1276_json), str(calls))
+    read, write = (json.loads(line) for line in out.splitlines()[:2])
+    expected_read, expected_write = SPI_FAULTS[fault]
+    assert (status, err) == ((0, "") if expected_read is None else (
+        2, f"regdev replay: error: the registers could not be read after the replay: the "
+           f"device on {port} failed: {expected_read}\n"))
+    if expected_read is None:
+        assert (read["ok"], read["result"]["data"]) == (True, 0x12)
+    else:
+        assert (read["ok"], read["result"], read["message"]) == (
+            False, None, f"the device failed: {expected_read}")
+    assert (write["ok"], write["result"], write["message"]) == (
+        False, None, f"the device failed: {expected_write}")
+
+
+@SHARED_BUILD
+@pytest.mark.timeout(300)
+def test_spi_reads_writes_a_burst_and_a_masked_write_reach_the_simulated_chip(
+        sx1276_json: Path) -> None:
+    """Frame by frame through the SPI bridge to the simulated SX1276 (bit 7 set to write):
+    its VERSION, a write read back, a masked write, a block write and a burst read of the
+    carrier frequency, write-1-to-clear flags, a dump, and a reset (verified)."""
+    need("avr")
+    requests = [
+        (wire.ReadRequest(1, 0x42), "r 42 12"),
+        (wire.WriteRequest(2, 0x01, 0x81), "w 01 81"),
+        (wire.MaskedWriteRequest(3, 0x01, 0x07, 0x05), "m 01 85"),
+        (wire.ReadBlockRequest(4, 0x06, 4), "g 06 6C80004F"),
+        (wire.WriteBlockRequest(5, 0x06, (0xE4, 0xC0, 0x00)), "p 06 E4C000"),
+        (wire.ReadBlockRequest(6, 0x06, 3), "g 06 E4C000"),
+        (wire.WriteRequest(7, 0x12, 0xFF), "w 12 00"),
+        (wire.DumpRequest(8, 0x30), "d 30 00000000000000000012000000000000"),
+        (wire.ResetRequest(9), "z"),
+        (wire.ReadBlockRequest(10, 0x06, 3), "g 06 6C8000"),
+        (wire.ReadRequest(11, 0x01), "r 01 09"),
+    ]
+    with sim_process("--avr", "--map", str(sx1276_json)) as (port, _), serial.Serial(
+            port, 115200, timeout=5) as line:
+        for request, expected in requests:
+            line.write(wire.encode(request))
+            answer = line.read_until(b"\n")
+            assert answer.split(b"*")[0] == b"$%02X %s" % (request.seq, expected.encode())
+
+
 @SHARED_BUILD
 @pytest.mark.timeout(300)
 def test_the_board_refuses_by_the_map_before_it_touches_the_bus(bme280_json: Path) -> None:
@@ -282,6 +472,19 @@ def test_reads_writes_a_burst_and_a_masked_write_reach_the_simulated_chip(
             assert answer.split(b"*")[0] == b"$%02X %s" % (request.seq, expected.encode())
 
 
+def test_a_bus_fault_must_be_one_of_the_maps_bus(capsys: pytest.CaptureFixture[str],
+                                                bme280_json: Path) -> None:
+    """--bus-fault with a fault of the other bus is a usage error naming the right ones."""
+    with pytest.raises(SystemExit) as stopped:
+        run(capsys, "firmware-sim", "--avr", "--map", str(bme280_json), "--bus-fault",
+            "miso-high")
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert err.splitlines()[-1].endswith(
+        "error: --bus-fault miso-high is not a fault of a chip on I2C, as this map's is; "
+        "expected one of nack-address, nack-data, arbitration, sda-low, stretch")
+
+
 def test_a_bus_fault_needs_a_map_with_a_bus(capsys: pytest.CaptureFixture[str]) -> None:
     """--bus-fault without --avr and a map whose chip is on a bus is a usage error."""
     with pytest.raises(SystemExit) as stopped:
@@ -293,21 +496,29 @@ def test_a_bus_fault_needs_a_map_with_a_bus(capsys: pytest.CaptureFixture[str]) 
         "docs/maps.md)")
 
 
+#: The buses the shared cases are replayed over: I2C; SPI in mode 3 with an SX1276's framing
+#: (bit 7 set to write), another chip-select pin, and every write verified on the board.
+SHARED_BUSES = {"i2c": {"kind": "i2c", "address": 0x48},
+                "spi": {"kind": "spi", "mode": 3, "clock": 4_000_000, "cs": "D9",
+                        "read_mask": 0x00, "write_mask": 0x80, "verify": True}}
+
+
 @SHARED_BUILD
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("bus", list(SHARED_BUSES))
 @pytest.mark.parametrize(("regmap", "calls"), [
     ("sensor.rdl", "sensor-calls.jsonl"),  # write-1-to-clear, clear-on-read, write-only bits
     (None, "wild-calls.jsonl"),  # the default map: the shared wild cases
 ])
 def test_shared_cases_through_the_bridge_give_the_in_process_verdicts(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, regmap: str | None,
-        calls: str) -> None:
+        calls: str, bus: str) -> None:
     """A map put on a bus (the example sensor's, the default one) and its shared cases
     replayed through the bridge to the simulated chip give what they give in process."""
     need("avr")
     base = load_map(EXAMPLES / regmap) if regmap else RegisterMap.default()
     document = json.loads(base.to_json())
-    document["bus"] = {"kind": "i2c", "address": 0x48}
+    document["bus"] = SHARED_BUSES[bus]
     compiled = tmp_path / "chip.json"
     compiled.write_text(json.dumps(document), encoding="utf-8")
     local_status, out, _ = run(capsys, "replay", "--no-audit", "--json", "--map",

@@ -137,23 +137,59 @@ def map_text(regmap: Any, name: str) -> str:
 def bus_defines(regmap: Any) -> list[str]:
     """The bridge's settings, for a map whose chip is on a bus (its ``bus``: the user-defined
     properties of docs/maps.md, "A chip behind a bridge"); none for a map without one. With
-    them the core forwards every register access to the chip (``REGDEV_BUS_I2C``)."""
+    them the core forwards every register access to the chip (``REGDEV_BUS``, and
+    ``REGDEV_BUS_I2C`` or ``REGDEV_BUS_SPI``)."""
     bus = regmap.bus
     if bus is None:
         return []
+    common = [f"#define REGDEV_BUS_CLOCK {bus.clock}UL /* Hz */",
+              f"#define REGDEV_BUS_ADDR_WIDTH {bus.addr_width}u /* bits of a register "
+              "address */",
+              f"#define REGDEV_BUS_AUTO_INCREMENT {int(bus.auto_increment)}"]
+    if bus.kind == "i2c":
+        return ["",
+                "/* The chip is on I2C: the firmware is a bridge to it (docs/firmware.md). */",
+                "#define REGDEV_BUS 1",
+                "#define REGDEV_BUS_I2C 1",
+                f"#define REGDEV_BUS_ADDRESS 0x{bus.address:02X}u /* 7-bit */", *common]
+    port, bit = cs_pin(bus)
+    identity = spi_identity(regmap)
     return ["",
-            "/* The chip is on I2C: the firmware is a bridge to it (docs/firmware.md). */",
-            "#define REGDEV_BUS_I2C 1",
-            f"#define REGDEV_BUS_ADDRESS 0x{bus.address:02X}u /* 7-bit */",
-            f"#define REGDEV_BUS_CLOCK {bus.clock}UL /* Hz */",
-            f"#define REGDEV_BUS_ADDR_WIDTH {bus.addr_width}u /* bits of a register address */",
-            f"#define REGDEV_BUS_AUTO_INCREMENT {int(bus.auto_increment)}"]
+            "/* The chip is on SPI: the firmware is a bridge to it (docs/firmware.md). */",
+            "#define REGDEV_BUS 1",
+            "#define REGDEV_BUS_SPI 1", *common,
+            f"#define REGDEV_SPI_MODE {bus.mode}u /* CPOL CPHA */",
+            f"#define REGDEV_SPI_CS_PORT PORT{port} /* chip select: {bus.cs} */",
+            f"#define REGDEV_SPI_CS_DDR DDR{port}",
+            f"#define REGDEV_SPI_CS_BIT {bit}u",
+            f"#define REGDEV_SPI_READ 0x{bus.read_mask:02X}u /* in the first address byte */",
+            f"#define REGDEV_SPI_WRITE 0x{bus.write_mask:02X}u",
+            f"#define REGDEV_SPI_VERIFY {int(bus.verify)} /* read back every write */",
+            *([f"#define REGDEV_SPI_IDENTITY 0x{identity.addr:02X}u /* {identity.label}, "
+               f"holds 0x{identity.reset:02X} */"] if identity is not None else [])]
+
+
+def cs_pin(bus: Any) -> tuple[str, int]:
+    """The port (``B``, ``C``, ``D``) and bit of an SPI bus's chip-select pin (``D10``: B
+    2), by the map model's table of the Uno's pins."""
+    port, bit = regmap_module().SPI_CS_PINS[bus.cs]
+    return str(port), int(bit)
+
+
+def spi_identity(regmap: Any) -> Any:
+    """The register an SPI bridge reads to tell a stuck MISO from a value (docs/firmware.md,
+    "SPI errors"): the map's first identity register whose reset value (the chip's id) is
+    neither 0x00 nor 0xFF and whose bits all read; None when the map names none."""
+    return next((r for r in regmap.registers if r.identity and r.reset not in (0, 0xFF)
+                 and r.readable_mask == 0xFF), None)
 
 
 def chip_table(regmap: Any) -> str:
-    """The simulated chip's table, for the simavr harness's ``--i2c-chip FILE``
-    (``sim/harness.c``): ``i2c ADDRESS ADDR_WIDTH AUTO_INCREMENT``, then one line a register,
-    ``ADDR RESET WRITABLE READABLE WOCLR RCLR`` in hex, from the same map as the image.
+    """The simulated chip's table, for the simavr harness's ``--i2c-chip FILE`` or
+    ``--spi-chip FILE`` (``sim/harness.c``): ``i2c ADDRESS ADDR_WIDTH AUTO_INCREMENT`` or
+    ``spi ADDR_WIDTH AUTO_INCREMENT MODE CS_PORT CS_BIT READ_MASK WRITE_MASK``, then one line
+    a register, ``ADDR RESET WRITABLE READABLE WOCLR RCLR`` in hex, from the same map as the
+    image.
 
     Raises:
         MapError: the map has no bus (no chip to simulate).
@@ -162,7 +198,12 @@ def chip_table(regmap: Any) -> str:
     if bus is None:
         raise MapError("the map puts no chip on a bus (docs/maps.md, \"A chip behind a "
                        "bridge\"): there is no chip to simulate")
-    lines = [f"i2c {bus.address:02X} {bus.addr_width} {int(bus.auto_increment)}"]
+    if bus.kind == "i2c":
+        lines = [f"i2c {bus.address:02X} {bus.addr_width} {int(bus.auto_increment)}"]
+    else:
+        port, bit = cs_pin(bus)
+        lines = [f"spi {bus.addr_width} {int(bus.auto_increment)} {bus.mode} {port} {bit} "
+                 f"{bus.read_mask:02X} {bus.write_mask:02X}"]
     lines += [f"{r.addr:02X} {r.reset:02X} {r.writable_mask:02X} {r.readable_mask:02X} "
               f"{r.woclr_mask:02X} {r.rclr_mask:02X}" for r in regmap.registers]
     return "\n".join(lines) + "\n"
@@ -224,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the header to write (rewritten only when its text changes)")
     parser.add_argument("--chip", action="store_true",
                         help="write the simulated chip's table (for the simavr harness's "
-                             "--i2c-chip) instead of the header; the map must have a bus")
+                             "--i2c-chip or --spi-chip) instead of the header; the map must have a bus")
     args = parser.parse_args(argv)
     try:
         text = chip_table(load(args.map)[0]) if args.chip else header(args.map)

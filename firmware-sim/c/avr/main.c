@@ -54,7 +54,7 @@ ISR(USART_RX_vect)
 #define EE_BYTE(at) ((uint8_t *)(uintptr_t)(at))
 #define EE_WORD(at) ((uint16_t *)(uintptr_t)(at))
 
-#ifndef REGDEV_BUS_I2C
+#ifndef REGDEV_BUS
 static volatile uint8_t jitter, jitter_fresh;
 
 ISR(WDT_vect)
@@ -149,7 +149,7 @@ static void send(const uint8_t *data, uint8_t n)
 
 int main(void)
 {
-#ifndef REGDEV_BUS_I2C
+#ifndef REGDEV_BUS
     char id[2u * REGDEV_EE_ID_BYTES + 1u];
     uint16_t starts;
 #endif
@@ -161,7 +161,7 @@ int main(void)
     set_sleep_mode(SLEEP_MODE_IDLE);
 #pragma GCC diagnostic pop
     sei();
-#ifdef REGDEV_BUS_I2C
+#ifdef REGDEV_BUS
     /* A bridge says no id and so no epoch: its reset epoch would cover the bridge, not the
      * chip, whose resets it cannot see; so regdev never replays a write to it. */
     regdev_core_init(&core, 0, 0);

@@ -1,7 +1,8 @@
 /* Run an AVR image in simavr with USART0 bridged to a pseudo-terminal.
  *
  *     regdev-simavr [--link PATH] [--eeprom FILE [--id ID]] [--stats] [-v] [--poll-us N]
- *                   [--mcu NAME] [--freq HZ] [--i2c-chip FILE [--i2c-fault KIND]] IMAGE.elf
+ *                   [--mcu NAME] [--freq HZ] [--i2c-chip FILE [--i2c-fault KIND]]
+ *                   [--spi-chip FILE [--spi-fault KIND]] IMAGE.elf
  *
  * Like `regdev firmware-sim --pty`: the first line of standard output is the port to open
  * (the pty's path, or PATH with --link, a symlink to it), flushed; then the image runs, in
@@ -60,6 +61,7 @@
 
 #include "avr_eeprom.h"
 #include "avr_ioport.h"
+#include "avr_spi.h"
 #include "avr_twi.h"
 #include "avr_uart.h"
 #include "eeprom_layout.h"
@@ -355,9 +357,11 @@ static int setup_eeprom(uint8_t *ee, uint32_t size, int wanted, const uint8_t *i
  *                 sends a STOP (the bridge gives up after its 25 ms bound)
  */
 enum { FAULT_NONE, FAULT_NACK_ADDRESS, FAULT_NACK_DATA, FAULT_ARBITRATION, FAULT_SDA_LOW,
-       FAULT_STRETCH };
+       FAULT_STRETCH, FAULT_MISO_HIGH, FAULT_MISO_LOW, FAULT_IGNORE_WRITES };
 static const char *const FAULTS[] = {"", "nack-address", "nack-data", "arbitration", "sda-low",
-                                     "stretch"};
+                                     "stretch", "miso-high", "miso-low", "ignore-writes"};
+/* The first of the SPI chip's faults (--spi-fault); those before it are the I2C chip's. */
+#define FIRST_SPI_FAULT FAULT_MISO_HIGH
 typedef struct {
     uint8_t present, reset, writable, readable, woclr, rclr, value;
 } chip_reg_t;
@@ -367,10 +371,17 @@ static struct {
     avr_irq_t *irq;            /* the chip's end: [0] to the TWI, [1] from it */
     avr_irq_t *sda, *scl;
     uint8_t address, addr_width, auto_increment, fault;
+    /* an SPI chip (the file's first word is "spi"): its mode, chip-select pin and framing */
+    uint8_t spi, mode, cs_bit, read_mask, write_mask, writing;
+    char cs_port;
+    avr_spi_t *spi_io;
     uint8_t selected, reading;  /* addressed since the last START; SLA+R */
     uint8_t index;              /* bytes written since SLA+W */
     uint16_t pointer;
     chip_reg_t regs[256];
+    /* SPI, 8-bit addresses: the register an address byte names once its read and write bits
+     * are taken out (0x50 is the BME280's 0xD0, bit 7 being the read bit) */
+    uint8_t wire_register[256];
 } chip;
 
 static avr_twi_t *find_twi(avr_t *avr)
@@ -417,6 +428,33 @@ static avr_cycle_count_t lose_arbitration(avr_t *avr, avr_cycle_count_t when, vo
 static void chip_ack(int ack)
 {
     avr_raise_irq(chip.irq + TWI_IRQ_INPUT, avr_twi_irq_msg(TWI_COND_ACK, chip.selected, ack));
+}
+
+/* A byte written to the register at the pointer: writable bits take it, write-1-to-clear
+ * bits clear where it has a 1, others keep theirs; an address with no register takes
+ * nothing. */
+static void chip_write(uint8_t byte)
+{
+    if (chip.pointer < 256u) {
+        chip_reg_t *reg = &chip.regs[chip.pointer];
+        uint8_t store = (uint8_t)(reg->writable & ~reg->woclr);
+        if (reg->present)
+            reg->value = (uint8_t)(((reg->value & ~store) | (byte & store)) &
+                                   ~(reg->woclr & byte));
+    }
+}
+
+/* A read of the register at the pointer: its readable bits (0 at an address with no
+ * register), then its clear-on-read bits cleared. */
+static uint8_t chip_read(void)
+{
+    uint8_t byte = 0;
+    if (chip.pointer < 256u && chip.regs[chip.pointer].present) {
+        chip_reg_t *reg = &chip.regs[chip.pointer];
+        byte = (uint8_t)(reg->value & reg->readable);
+        reg->value = (uint8_t)(reg->value & ~reg->rclr);
+    }
+    return byte;
 }
 
 static void chip_step(void)
@@ -468,23 +506,12 @@ static void on_twi(struct avr_irq_t *irq, uint32_t value, void *param)
             chip_ack(0);
             return;
         }
-        if (chip.pointer < 256u) {
-            chip_reg_t *reg = &chip.regs[chip.pointer];
-            uint8_t store = (uint8_t)(reg->writable & ~reg->woclr);
-            if (reg->present)
-                reg->value = (uint8_t)(((reg->value & ~store) | (byte & store)) &
-                                       ~(reg->woclr & byte));
-        }
+        chip_write(byte);
         chip_step();
         chip_ack(1);
     }
     if (msg.u.twi.msg & TWI_COND_READ) {
-        uint8_t byte = 0;
-        if (chip.pointer < 256u && chip.regs[chip.pointer].present) {
-            chip_reg_t *reg = &chip.regs[chip.pointer];
-            byte = (uint8_t)(reg->value & reg->readable);
-            reg->value = (uint8_t)(reg->value & ~reg->rclr);
-        }
+        uint8_t byte = chip_read();
         chip_step();
         avr_raise_irq(chip.irq + TWI_IRQ_INPUT,
                       avr_twi_irq_msg(TWI_COND_READ, chip.selected, byte));
@@ -496,16 +523,33 @@ static int load_chip(const char *path, char *why, size_t why_size)
 {
     FILE *in = fopen(path, "r");
     char kind[8];
-    unsigned address, width, autoinc, a, r, w, rd, wc, rc;
+    unsigned address = 0, width = 0, autoinc = 0, a, r, w, rd, wc, rc;
     if (!in) {
         snprintf(why, why_size, "cannot read the chip file %s: %s", path, strerror(errno));
         return -1;
     }
-    if (fscanf(in, "%7s %x %u %u", kind, &address, &width, &autoinc) != 4 ||
-        strcmp(kind, "i2c") != 0 || address > 0x7Fu || (width != 8u && width != 16u)) {
+    int ok = fscanf(in, "%7s", kind) == 1;
+    if (ok && strcmp(kind, "spi") == 0) {
+        char port;
+        unsigned mode, bit, rd_mask, wr_mask;
+        ok = fscanf(in, "%u %u %u %c %u %x %x", &width, &autoinc, &mode, &port, &bit,
+                    &rd_mask, &wr_mask) == 7 && mode < 4u && port >= 'B' && port <= 'D' &&
+             bit < 8u && rd_mask < 256u && wr_mask < 256u && rd_mask != wr_mask;
+        chip.spi = 1;
+        chip.mode = (uint8_t)mode;
+        chip.cs_port = port;
+        chip.cs_bit = (uint8_t)bit;
+        chip.read_mask = (uint8_t)rd_mask;
+        chip.write_mask = (uint8_t)wr_mask;
+    } else {
+        ok = ok && strcmp(kind, "i2c") == 0 &&
+             fscanf(in, "%x %u %u", &address, &width, &autoinc) == 3 && address <= 0x7Fu;
+    }
+    if (!ok || (width != 8u && width != 16u)) {
         fclose(in);
         snprintf(why, why_size, "the chip file %s does not start with `i2c ADDRESS WIDTH "
-                 "AUTO_INCREMENT`", path);
+                 "AUTO_INCREMENT` or `spi WIDTH AUTO_INCREMENT MODE CS_PORT CS_BIT READ_MASK "
+                 "WRITE_MASK`", path);
         return -1;
     }
     chip.address = (uint8_t)address;
@@ -520,6 +564,11 @@ static int load_chip(const char *path, char *why, size_t why_size)
         reg->woclr = (uint8_t)wc;
         reg->rclr = (uint8_t)rc;
     }
+    for (a = 0; a < 256u; a++)
+        chip.wire_register[a] = (uint8_t)a;
+    for (a = 0; a < 256u; a++)
+        if (chip.regs[a].present)
+            chip.wire_register[a & ~(chip.read_mask | chip.write_mask) & 0xFFu] = (uint8_t)a;
     fclose(in);
     return 0;
 }
@@ -551,6 +600,96 @@ static int attach_chip(avr_t *avr)
     return 0;
 }
 
+/* --- a simulated SPI chip on the SPI (--spi-chip FILE, --spi-fault KIND) -------------------
+ *
+ * The chip of a bridge image whose map puts it on SPI: the same registers as the I2C chip's
+ * (FILE's first line "spi ADDR_WIDTH AUTO_INCREMENT MODE CS_PORT CS_BIT READ_MASK
+ * WRITE_MASK"). It listens while its chip-select pin (CS_PORT, CS_BIT: the map's) is low;
+ * each time the pin goes low a new transfer starts. The first byte (two with a 16-bit address
+ * width) is the register address, whose READ_MASK | WRITE_MASK bits say a read (READ_MASK) or a
+ * write (WRITE_MASK) and are no part of the address; each byte after it is written to the
+ * register at the pointer (a write), or is answered with that register's value (a read);
+ * the pointer steps after each when the chip auto-increments. The answer to a byte is raised
+ * on the SPI's input as the byte ends (simavr 1.6 ends every byte 100 us after SPDR is
+ * written, whatever the clock), which is when a real chip's MISO bits have all been shifted
+ * in. A byte sent with SPCR's mode (CPOL, CPHA) other than MODE, or LSB first, is not
+ * understood: the chip answers nothing and takes nothing, as a real one would misread it.
+ *
+ * --spi-fault KIND, one fault for the whole run:
+ *   miso-high      no chip answers: every byte reads 0xFF (MISO floats high) and no write
+ *                  lands (as a chip that is absent, unpowered or not selected)
+ *   miso-low       MISO held low: every byte reads 0x00; writes land
+ *   ignore-writes  the chip takes no write (MOSI open, or the chip write-protected); reads
+ *                  are served
+ */
+static void on_spi(struct avr_irq_t *irq, uint32_t value, void *param)
+{
+    uint8_t in = (uint8_t)value, out = 0, rw = (uint8_t)(chip.read_mask | chip.write_mask);
+    uint8_t spcr = chip.avr->data[chip.spi_io->r_spcr], width = chip.addr_width / 8u;
+    (void)irq;
+    (void)param;
+    if (!chip.selected || ((spcr >> 2) & 3u) != chip.mode || (spcr & (1u << 5)))
+        return; /* not selected, or another mode or bit order: nothing understood */
+    if (chip.index < width) {
+        if (chip.index == 0) {
+            chip.writing = (in & rw) == chip.write_mask;
+            chip.reading = (in & rw) == chip.read_mask;
+            in = (uint8_t)(in & ~rw);
+            if (width == 1u)
+                in = chip.wire_register[in];
+        }
+        chip.pointer = (uint16_t)((chip.pointer << 8) | in);
+        chip.index++;
+    } else if (chip.writing) {
+        if (chip.fault != FAULT_MISO_HIGH && chip.fault != FAULT_IGNORE_WRITES)
+            chip_write(in);
+        chip_step();
+    } else if (chip.reading) {
+        out = chip_read();
+        chip_step();
+    }
+    if (chip.fault == FAULT_MISO_HIGH)
+        out = 0xFFu;
+    else if (chip.fault == FAULT_MISO_LOW)
+        out = 0;
+    avr_raise_irq(chip.irq + SPI_IRQ_INPUT, out);
+}
+
+/* The chip-select pin: low starts a transfer, high ends it. */
+static void on_chip_select(struct avr_irq_t *irq, uint32_t value, void *param)
+{
+    (void)irq;
+    (void)param;
+    chip.selected = value == 0;
+    chip.index = 0;
+    chip.pointer = 0;
+    chip.reading = chip.writing = 0;
+}
+
+/* Attach the SPI chip: the SPI's output (each byte the master sends) to the chip, the chip's
+ * answers to the SPI's input, and the chip-select pin watched. */
+static int attach_spi_chip(avr_t *avr)
+{
+    static const char *names[2] = {"8<spichip.in", "8>spichip.out"};
+    avr_io_t *io;
+    chip.avr = avr;
+    for (io = avr->io_port; io; io = io->next)
+        if (io->kind && strcmp(io->kind, "spi") == 0)
+            chip.spi_io = (avr_spi_t *)io;
+    if (!chip.spi_io)
+        return -1;
+    /* [SPI_IRQ_INPUT] is the chip's answer, [SPI_IRQ_OUTPUT] what it is sent */
+    chip.irq = avr_alloc_irq(&avr->irq_pool, 0, 2, names);
+    avr_irq_register_notify(chip.irq + SPI_IRQ_OUTPUT, on_spi, NULL);
+    avr_connect_irq(avr_io_getirq(avr, AVR_IOCTL_SPI_GETIRQ(0), SPI_IRQ_OUTPUT),
+                    chip.irq + SPI_IRQ_OUTPUT);
+    avr_connect_irq(chip.irq + SPI_IRQ_INPUT,
+                    avr_io_getirq(avr, AVR_IOCTL_SPI_GETIRQ(0), SPI_IRQ_INPUT));
+    avr_irq_register_notify(avr_io_getirq(avr, AVR_IOCTL_IOPORT_GETIRQ(chip.cs_port),
+                                          chip.cs_bit), on_chip_select, NULL);
+    return 0;
+}
+
 static double seconds(clockid_t clock)
 {
     struct timespec now;
@@ -570,7 +709,7 @@ int main(int argc, char **argv)
     char what[4200];
     double wall0, cpu0;
     uint64_t cycle0;
-    int state = cpu_Running, wanted = 0;
+    int state = cpu_Running, wanted = 0, spi_option = 0, fault_spi = 0;
     uint8_t id[REGDEV_EE_ID_BYTES];
     avr_eeprom_desc_t eeprom;
     char why[4300];
@@ -603,17 +742,24 @@ int main(int argc, char **argv)
         }
         else if (strcmp(argv[i], "--i2c-chip") == 0 && i + 1 < argc)
             chip_path = argv[++i];
-        else if (strcmp(argv[i], "--i2c-fault") == 0 && i + 1 < argc) {
+        else if (strcmp(argv[i], "--spi-chip") == 0 && i + 1 < argc)
+            chip_path = argv[++i], spi_option = 1;
+        else if ((strcmp(argv[i], "--i2c-fault") == 0 || strcmp(argv[i], "--spi-fault") == 0)
+                 && i + 1 < argc) {
             const char *kind = argv[++i];
-            unsigned k;
-            for (k = 1; k < sizeof FAULTS / sizeof FAULTS[0]; k++)
+            unsigned k, spi_fault = strcmp(argv[i - 1], "--spi-fault") == 0;
+            for (k = spi_fault ? FIRST_SPI_FAULT : 1;
+                 k < (spi_fault ? sizeof FAULTS / sizeof FAULTS[0] : FIRST_SPI_FAULT); k++)
                 if (strcmp(kind, FAULTS[k]) == 0)
                     chip.fault = (uint8_t)k;
             if (!chip.fault) {
-                fprintf(stderr, "%s: error: --i2c-fault: expected nack-address, nack-data, "
-                                "arbitration, sda-low or stretch, got `%s`\n", prog, kind);
+                fprintf(stderr, "%s: error: %s: expected %s, got `%s`\n", prog, argv[i - 1],
+                        spi_fault ? "miso-high, miso-low or ignore-writes"
+                                  : "nack-address, nack-data, arbitration, sda-low or stretch",
+                        kind);
                 return 2;
             }
+            fault_spi = (int)spi_fault;
         }
         else if (strcmp(argv[i], "--stats") == 0)
             stats = 1;
@@ -627,12 +773,13 @@ int main(int argc, char **argv)
     if (!path || i > argc) {
         fprintf(stderr, "usage: %s [--link PATH] [--eeprom FILE [--id ID]] [--stats] "
                         "[-v] [--poll-us N] [--mcu NAME] [--freq HZ] [--i2c-chip FILE "
-                        "[--i2c-fault KIND]] IMAGE.elf\n", prog);
+                        "[--i2c-fault KIND]] [--spi-chip FILE [--spi-fault KIND]] IMAGE.elf\n",
+                prog);
         return 2;
     }
-    if (chip.fault && !chip_path) {
-        fprintf(stderr, "%s: error: --i2c-fault needs --i2c-chip FILE (the chip it is a fault "
-                        "of)\n", prog);
+    if (chip.fault && (!chip_path || fault_spi != spi_option)) {
+        fprintf(stderr, "%s: error: --%s-fault needs --%s-chip FILE (the chip it is a fault "
+                        "of)\n", prog, fault_spi ? "spi" : "i2c", fault_spi ? "spi" : "i2c");
         return 2;
     }
     if (wanted && !eeprom_path) {
@@ -720,8 +867,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: error: %s\n", prog, why);
             return 2;
         }
-        if (attach_chip(avr) < 0)
-            return fail("this MCU has no TWI to attach the chip to", image.mmcu);
+        if (chip.spi != spi_option) {
+            fprintf(stderr, "%s: error: the chip file %s is of an %s chip: give it to --%s-chip"
+                            "\n", prog, chip_path, chip.spi ? "SPI" : "I2C",
+                    chip.spi ? "spi" : "i2c");
+            return 2;
+        }
+        if (chip.spi ? attach_spi_chip(avr) < 0 : attach_chip(avr) < 0)
+            return fail(chip.spi ? "this MCU has no SPI to attach the chip to"
+                                 : "this MCU has no TWI to attach the chip to", image.mmcu);
     }
     uart0 = find_uart0(avr);
     uart_input = avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ('0'), UART_IRQ_INPUT);

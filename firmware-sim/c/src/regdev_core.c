@@ -49,6 +49,15 @@ static const char CODE_BUSLOW[] REGDEV_ROM = "BUSLOW";
 static const char CODE_STRETCH[] REGDEV_ROM = "STRETCH";
 static const char *const BUS_CODES[] = {CODE_SYNTAX, CODE_NOACK, CODE_NACK, CODE_ARBLOST,
                                         CODE_BUSLOW, CODE_STRETCH};
+#elif defined(REGDEV_BUS_SPI)
+/* What an SPI bridge can tell, by REGDEV_BUS_* (docs/firmware.md, "SPI errors"). */
+static const char CODE_MISOHI[] REGDEV_ROM = "MISOHI";
+static const char CODE_MISOLO[] REGDEV_ROM = "MISOLO";
+static const char CODE_VERIFY[] REGDEV_ROM = "VERIFY";
+static const char *const BUS_CODES[] = {CODE_SYNTAX, CODE_MISOHI, CODE_MISOLO, CODE_VERIFY};
+#if REGDEV_SPI_VERIFY
+#define VERIFYING 1
+#endif
 #endif
 
 /* --- the shapes of fields ------------------------------------------------------------- */
@@ -217,7 +226,7 @@ static uint8_t refuses(uint8_t index, uint8_t data, uint8_t mask)
     return !COLUMN(index, COL_WRITABLE) || (data & mask & COLUMN(index, COL_RESERVED));
 }
 
-#ifndef REGDEV_BUS_I2C
+#ifndef REGDEV_BUS
 /* What a dump shows of register `index`: its readable bits, without side effects. */
 static uint8_t shown(const regdev_core_t *core, uint8_t index)
 {
@@ -290,7 +299,7 @@ HANDLER(do_identify)
     return (uint8_t)(end - out);
 }
 
-#ifdef REGDEV_BUS_I2C
+#ifdef REGDEV_BUS
 /* --- a bridge: the registers are the chip's, moved over the bus ------------------------ */
 
 /* `e` and the code of a bus error (REGDEV_BUS_*). */
@@ -308,6 +317,16 @@ static void readable(uint8_t index, uint8_t *data, uint8_t n)
         index++;
     }
 }
+
+#ifdef VERIFYING
+/* Whether register `index`, written `written`, read back `read` without the bits it should
+ * store (writable, readable, not write-1-to-clear): the SPI chip did not take the write. */
+static uint8_t lost(uint8_t index, uint8_t written, uint8_t read)
+{
+    return (uint8_t)((written ^ read) & COLUMN(index, COL_WRITABLE) &
+                     COLUMN(index, COL_READABLE) & ~COLUMN(index, COL_WOCLR));
+}
+#endif
 
 /* R AA, W AA DD and M AA MM DD, forwarded to the chip after the map's checks. A write's reply
  * is the register read back from the chip (its readable bits); a register with clear-on-read
@@ -339,6 +358,10 @@ HANDLER(do_register)
             value = (uint8_t)(data & COLUMN(index, COL_WRITABLE) & ~woclr);
         else if ((error = regdev_bus_read(args[0], &value, 1)) != 0)
             return bus_error(out, error);
+#ifdef VERIFYING
+        else if (lost(index, data, value))
+            return bus_error(out, REGDEV_BUS_VERIFY);
+#endif
     } else if ((error = regdev_bus_read(args[0], &value, 1)) != 0) {
         return bus_error(out, error);
     }
@@ -358,6 +381,15 @@ HANDLER(do_reset)
         if (COLUMN(index, COL_WRITABLE) &&
             (error = regdev_bus_write(COLUMN(index, COL_ADDR), &value, 1)) != 0)
             return bus_error(out, error);
+#ifdef VERIFYING
+        if (COLUMN(index, COL_WRITABLE) && !COLUMN(index, COL_RCLR)) {
+            uint8_t read;
+            if ((error = regdev_bus_read(COLUMN(index, COL_ADDR), &read, 1)) != 0)
+                return bus_error(out, error);
+            if (lost(index, value, read))
+                return bus_error(out, REGDEV_BUS_VERIFY);
+        }
+#endif
     }
     if (++core->resets == 0)
         core->starts = regdev_core_next_start(core->starts);
@@ -407,7 +439,7 @@ static uint8_t *put_head(uint8_t *out, uint8_t letter, uint8_t addr)
     return out + 5;
 }
 
-#ifdef REGDEV_BUS_I2C
+#ifdef REGDEV_BUS
 /* D, or D AA: the 16 addresses from AA, each register read from the chip (its readable bits);
  * an address with no register, or a register with clear-on-read bits (a read would clear
  * them), shows 00. */
@@ -461,6 +493,11 @@ HANDLER(do_block)
     }
     if ((!write || !clears) && (error = regdev_bus_read(addr, values, n)) != 0)
         return bus_error(out, error);
+#ifdef VERIFYING
+    for (i = 0; write && !clears && i < n; i++)
+        if (lost((uint8_t)(first + i), args[1u + i], values[i]))
+            return bus_error(out, REGDEV_BUS_VERIFY);
+#endif
     readable(first, values, n);
     end = put_head(out, write ? 'p' : 'g', addr);
     for (i = 0; i < n; i++)
@@ -625,7 +662,7 @@ static uint8_t on_line(regdev_core_t *core, uint8_t n)
 void regdev_core_init(regdev_core_t *core, const char *id, uint16_t starts)
 {
     uint8_t n = 0;
-#ifndef REGDEV_BUS_I2C
+#ifndef REGDEV_BUS
     reset_registers(core); /* (a bridge's chip starts as it starts) */
 #endif
     core->len = 0;

@@ -47,7 +47,7 @@
  * platform's start count (kept where a restart does not lose it: EEPROM on the Uno), RRRR
  * the number of Z executed since that start; both 4 upper-case hex digits. */
 typedef struct regdev_core {
-#ifndef REGDEV_BUS_I2C
+#ifndef REGDEV_BUS
     uint8_t regs[REGDEV_REGISTER_COUNT];  /* the registers of the map, in address order */
 #endif
     uint8_t line[REGDEV_MAX_FRAME];       /* the frame being received, from its '$' */
@@ -75,13 +75,15 @@ uint16_t regdev_core_next_start(uint16_t starts);
  * LF (rule 3). The reply must be sent (or copied) before the next call. */
 uint8_t regdev_core_feed(regdev_core_t *core, uint8_t byte);
 
-#ifdef REGDEV_BUS_I2C
+#ifdef REGDEV_BUS
 /* A bridge (a map with a bus, docs/firmware.md): the registers are the chip's, and the core
  * asks the platform to move them over the bus, after its own checks (a register at every
  * address, a value the map lets it write). Each call is one burst on the bus: `n` (1..16)
- * registers from `reg` up, into or from `data`. It returns 0 when the chip acknowledged
- * every byte, else one of REGDEV_BUS_* below, and the core answers `e` with its code
- * (docs/firmware.md, "Bus errors"). */
+ * registers from `reg` up, into or from `data`. It returns 0 when the transfer went as it
+ * should (on I2C: the chip acknowledged every byte), else one of REGDEV_BUS_* below, and the
+ * core answers `e` with its code (docs/firmware.md, "Bus errors"). The bus is I2C
+ * (REGDEV_BUS_I2C, avr/i2c.c) or SPI (REGDEV_BUS_SPI, avr/spi.c). */
+#ifdef REGDEV_BUS_I2C
 enum {
     REGDEV_BUS_OK,
     REGDEV_BUS_NOACK,   /* the chip did not acknowledge its address */
@@ -90,6 +92,15 @@ enum {
     REGDEV_BUS_BUSLOW,  /* SDA or SCL held low: the bus is stuck */
     REGDEV_BUS_STRETCH  /* the chip held the clock low past the bound (25 ms) */
 };
+#else
+/* SPI has no acknowledgement: what the bridge can tell (docs/firmware.md, "SPI errors"). */
+enum {
+    REGDEV_BUS_OK,
+    REGDEV_BUS_MISOHI, /* every byte read 0xFF, the identity register too: no chip drives MISO */
+    REGDEV_BUS_MISOLO, /* every byte read 0x00, the identity register too: MISO held low */
+    REGDEV_BUS_VERIFY  /* a write read back does not hold the bits written (REGDEV_SPI_VERIFY) */
+};
+#endif
 uint8_t regdev_bus_read(uint8_t reg, uint8_t *data, uint8_t n);
 uint8_t regdev_bus_write(uint8_t reg, const uint8_t *data, uint8_t n);
 #endif

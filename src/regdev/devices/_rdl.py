@@ -89,7 +89,11 @@ TABLE_PROPERTY = "regdev_table"
 BUS_PROPERTIES: Final = {"regdev_bus": (str, "kind"), "regdev_i2c_address": (int, "address"),
                          "regdev_bus_clock": (int, "clock"),
                          "regdev_reg_addr_width": (int, "addr_width"),
-                         "regdev_auto_increment": (bool, "auto_increment")}
+                         "regdev_auto_increment": (bool, "auto_increment"),
+                         "regdev_spi_mode": (int, "mode"), "regdev_spi_cs": (str, "cs"),
+                         "regdev_spi_read_mask": (int, "read_mask"),
+                         "regdev_spi_write_mask": (int, "write_mask"),
+                         "regdev_spi_verify": (bool, "verify")}
 #: How to get systemrdl-compiler: installed as a tool, or in a clone.
 RDL_INSTALL = ("pip install 'regdev[rdl]' (pipx install 'regdev[rdl]' for the command; in a "
                "clone of regdev, scripts/test, scripts/demo and scripts/serve install it)")
@@ -437,7 +441,7 @@ class _Reader:
             bus = Bus(**given) if given else None
         except TypeError:
             raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: addrmap "
-                           f"{top.inst_name}: a bus needs regdev_bus and regdev_i2c_address"
+                           f"{top.inst_name}: a bus needs regdev_bus"
                            ) from None
         except MapError as error:
             raise MapError(f"{_where(top.inst_src_ref, str(self.path))}: {error}") from None

@@ -45,7 +45,7 @@ import hashlib
 import importlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as _dataclass_field
 from pathlib import Path
@@ -600,60 +600,168 @@ class Register:
 
 
 #: The buses a map may put its chip on (the C firmware's bridge, ``docs/firmware.md``).
-BUS_KINDS: Final = ("i2c",)
+BUS_KINDS: Final = ("i2c", "spi")
 #: The 7-bit I2C addresses a chip may have: 0x08..0x77 (the others are reserved by the I2C
 #: specification: general call, CBUS, high-speed mode, 10-bit addressing).
 I2C_ADDRESSES: Final = range(0x08, 0x78)
 #: I2C clocks the bridge runs, in Hz: 10 kHz to 400 kHz (fast mode).
 I2C_CLOCKS: Final = range(10_000, 400_001)
+#: SPI clocks the bridge makes, in Hz: the ATmega328P's SPI clock is its 16 MHz clock divided
+#: by 2, 4, 8, 16, 32, 64 or 128 (ATmega328P datasheet, SPCR's SPR1:0 and SPSR's SPI2X).
+SPI_CLOCKS: Final = tuple(16_000_000 // divider for divider in (2, 4, 8, 16, 32, 64, 128))
+#: The Arduino Uno pins that may select an SPI chip, by the port pin they are on: D2..D10 and
+#: A0..A5 (D0 and D1 carry the serial line to the host; D11, D12 and D13 are MOSI, MISO and
+#: SCK).
+SPI_CS_PINS: Final = {**{f"D{n}": ("D", n) for n in range(2, 8)},
+                      **{f"D{n}": ("B", n - 8) for n in range(8, 11)},
+                      **{f"A{n}": ("C", n) for n in range(6)}}
+#: The properties of each kind of bus beyond ``kind``, ``clock``, ``addr_width`` and
+#: ``auto_increment``.
+_BUS_OWN: Final = {"i2c": ("address",), "spi": ("mode", "cs", "read_mask", "write_mask",
+                                                 "verify")}
+#: Each bus's clock when the map gives none, in Hz.
+_BUS_CLOCK: Final = {"i2c": 100_000, "spi": 1_000_000}
 
 
 @dataclass(frozen=True)
 class Bus:
     """Where the chip a map describes sits, for a board that bridges to it (the C firmware's
     bridge, ``docs/firmware.md``): the user-defined properties ``regdev_bus``,
-    ``regdev_i2c_address``, ``regdev_bus_clock``, ``regdev_reg_addr_width`` and
-    ``regdev_auto_increment`` of the map (``docs/maps.md``).
+    ``regdev_i2c_address``, ``regdev_bus_clock``, ``regdev_reg_addr_width``,
+    ``regdev_auto_increment`` and, for SPI, ``regdev_spi_mode``, ``regdev_spi_cs``,
+    ``regdev_spi_read_mask``, ``regdev_spi_write_mask`` and ``regdev_spi_verify`` of the map
+    (``docs/maps.md``).
 
     Attributes:
-        kind: the bus, one of :data:`BUS_KINDS` (``"i2c"``).
-        address: the chip's 7-bit I2C address, 0x08..0x77 (0x76 for a BME280).
-        clock: the bus clock in Hz, 10000..400000 (default 100000).
+        kind: the bus, one of :data:`BUS_KINDS` (``"i2c"``, ``"spi"``).
+        address: I2C only (required there): the chip's 7-bit address, 0x08..0x77 (0x76 for a
+            BME280); None on SPI.
+        clock: the bus clock in Hz: on I2C 10000..400000 (default 100000); on SPI one of
+            :data:`SPI_CLOCKS`, 125000..8000000 (default 1000000).
         addr_width: bits of the register address sent before the data, 8 or 16 (16: the
             high byte 0 first, as 24C32-style EEPROMs take it); default 8.
         auto_increment: True when the chip moves to the next register after each byte of a
             burst (most do); False makes the bridge move a block one register at a time.
+        mode: SPI only: the SPI mode 0..3 (CPOL, CPHA: mode 0 is CPOL 0, CPHA 0); default 0.
+        cs: SPI only: the Uno pin that selects the chip (active low), one of
+            :data:`SPI_CS_PINS`; default ``"D10"`` (PB2, the SPI's own SS).
+        read_mask, write_mask: SPI only: the bits set in the first address byte of a read
+            and of a write, 0..255; the address's own bits there are replaced (default 0x80
+            and 0x00: bit 7 set to read, as a BME280 in SPI mode takes it; an SX1276 is
+            0x00 and 0x80). They must differ.
+        verify: SPI only: True to have the bridge read back each write and answer an error
+            when the chip does not hold the bits written (SPI has no acknowledgement);
+            default False.
 
     Raises:
-        MapError: a value out of its range or of the wrong type.
+        MapError: a value out of its range or of the wrong type, or a property of the other
+            bus.
     """
 
     kind: str
-    address: int
-    clock: int = 100_000
+    address: int | None = None
+    clock: int | None = None
     addr_width: int = 8
     auto_increment: bool = True
+    mode: int | None = None
+    cs: str | None = None
+    read_mask: int | None = None
+    write_mask: int | None = None
+    verify: bool | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in BUS_KINDS:
             raise MapError(f"the bus: {_shown(self.kind)} is not a bus the bridge knows; "
                            f"expected one of {', '.join(BUS_KINDS)}")
-        if type(self.address) is not int or self.address not in I2C_ADDRESSES:
-            raise MapError(f"the bus: the I2C address must be a 7-bit address 0x08..0x77, "
-                           f"got {_shown(self.address)}")
-        if type(self.clock) is not int or self.clock not in I2C_CLOCKS:
-            raise MapError(f"the bus: the clock must be 10000..400000 Hz, got "
-                           f"{_shown(self.clock)}")
+        other = next(kind for kind in BUS_KINDS if kind != self.kind)
+        stray = [name for name in _BUS_OWN[other] if getattr(self, name) is not None]
+        if stray:
+            raise MapError(f"the bus: {', '.join(stray)} {'is' if len(stray) == 1 else 'are'} "
+                           f"for {other.upper()}; this chip is on {self.kind.upper()}")
+        if self.clock is None:
+            object.__setattr__(self, "clock", _BUS_CLOCK[self.kind])
+        if self.kind == "i2c":
+            if self.address is None:
+                raise MapError("the bus: an I2C chip needs its 7-bit address "
+                               "(regdev_i2c_address; in JSON, `address`)")
+            if type(self.address) is not int or self.address not in I2C_ADDRESSES:
+                raise MapError(f"the bus: the I2C address must be a 7-bit address 0x08..0x77, "
+                               f"got {_shown(self.address)}")
+            if type(self.clock) is not int or self.clock not in I2C_CLOCKS:
+                raise MapError(f"the bus: the clock must be 10000..400000 Hz, got "
+                               f"{_shown(self.clock)}")
+        else:
+            self._check_spi()
         if self.addr_width not in (8, 16) or type(self.addr_width) is not int:
             raise MapError(f"the bus: the register address width must be 8 or 16 bits, got "
                            f"{_shown(self.addr_width)}")
         if type(self.auto_increment) is not bool:
             raise MapError("the bus: auto-increment must be true or false")
 
+    def _check_spi(self) -> None:
+        set_ = object.__setattr__
+        for name, default in (("mode", 0), ("cs", "D10"), ("read_mask", 0x80),
+                              ("write_mask", 0x00), ("verify", False)):
+            if getattr(self, name) is None:
+                set_(self, name, default)
+        if type(self.clock) is not int or self.clock not in SPI_CLOCKS:
+            raise MapError(f"the bus: the ATmega328P makes its SPI clock from 16 MHz divided "
+                           f"by 2..128: {', '.join(map(str, SPI_CLOCKS))} Hz; got "
+                           f"{_shown(self.clock)}")
+        if type(self.mode) is not int or self.mode not in range(4):
+            raise MapError(f"the bus: the SPI mode must be 0, 1, 2 or 3, got "
+                           f"{_shown(self.mode)}")
+        if type(self.cs) is not str or self.cs not in SPI_CS_PINS:
+            raise MapError(f"the bus: the chip-select pin must be one of the Uno's D2..D10 or "
+                           f"A0..A5 (D0 and D1 carry the serial line, D11..D13 are MOSI, MISO "
+                           f"and SCK), got {_shown(self.cs)}")
+        for name in ("read_mask", "write_mask"):
+            value = getattr(self, name)
+            if type(value) is not int or not 0 <= value <= 0xFF:
+                raise MapError(f"the bus: the SPI {name.replace('_', ' ')} must be a byte "
+                               f"0..255, got {_shown(value)}")
+        if self.read_mask == self.write_mask:
+            raise MapError(f"the bus: the SPI read mask and write mask are both "
+                           f"0x{self.read_mask:02X}: the chip could not tell a read from a "
+                           "write")
+        if type(self.verify) is not bool:
+            raise MapError("the bus: verify must be true or false")
+
+    @property
+    def rw_mask(self) -> int:
+        """SPI: the bits of the first address byte that say read or write (the read and
+        write masks together); 0 on I2C."""
+        return (self.read_mask or 0) | (self.write_mask or 0)
+
+    @property
+    def chip(self) -> str:
+        """How messages name the chip: ``the chip at 0x76`` (I2C), ``the SPI chip on D10``."""
+        if self.kind == "i2c":
+            return f"the chip at 0x{self.address:02X}"
+        return f"the SPI chip on {self.cs}"
+
     def to_dict(self) -> dict[str, Any]:
         """The bus as the compiled JSON form's ``"bus"`` object."""
-        return {"kind": self.kind, "address": self.address, "clock": self.clock,
-                "addr_width": self.addr_width, "auto_increment": self.auto_increment}
+        if self.kind == "i2c":
+            return {"kind": self.kind, "address": self.address, "clock": self.clock,
+                    "addr_width": self.addr_width, "auto_increment": self.auto_increment}
+        return {"kind": self.kind, "clock": self.clock, "addr_width": self.addr_width,
+                "auto_increment": self.auto_increment,
+                **{name: getattr(self, name) for name in _BUS_OWN["spi"]}}
+
+
+def _check_spi_addresses(registers: Sequence[Register], bus: Bus) -> None:
+    """Refuse two registers the chip on ``bus`` (SPI, 8-bit addresses) cannot tell apart: the
+    read and write bits replace bits of the address byte, so addresses that differ only there
+    (0x74 and 0xF4 with bit 7 the read bit) are one register to the chip."""
+    seen: dict[int, Register] = {}
+    for register in registers:
+        wire = register.addr & ~bus.rw_mask & 0xFF
+        if register.addr <= 0xFF and wire in seen:
+            raise _fail(f"register {register.label}", (
+                f"on SPI its address byte is 0x{wire:02X} (the bits 0x{bus.rw_mask:02X} say "
+                f"read or write), the same as {seen[wire].label}'s"))
+        seen[wire] = register
 
 
 class RegisterMap:
@@ -729,6 +837,8 @@ class RegisterMap:
         if bus is not None and not isinstance(bus, Bus):
             raise MapError(f"the map's bus must be a Bus, got {_shown(bus)}")
         set_(self, "bus", bus)
+        if bus is not None and bus.kind == "spi" and bus.addr_width == 8:
+            _check_spi_addresses(regs, bus)
         set_(self, "_by_addr", tables.get("holding", {}))
         set_(self, "_by_name", by_name)
         set_(self, "_tables", tables)
@@ -931,6 +1041,8 @@ class RegisterMap:
 
             {"format": "regdev-map", "version": 1, "name": ..., "description": ...,
              "bus": {"kind": "i2c", "address", "clock", "addr_width", "auto_increment"}
+                    or {"kind": "spi", "clock", "addr_width", "auto_increment", "mode",
+                    "cs", "read_mask", "write_mask", "verify"}
                     (only for a map of a chip behind a bridge),
              "registers": [{"name", "addr", "table" (only when not "holding"), "width" (only
                             when not 8; 1 for a coil), "access": "rw"|"r"|"w", "reset",
@@ -1068,7 +1180,8 @@ class _Reader:
 
     def bus(self, item: object) -> Bus:
         data = self.obj(item, "bus", {"kind", "address", "clock", "addr_width",
-                                      "auto_increment"}, {"kind", "address"})
+                                      "auto_increment", "mode", "cs", "read_mask",
+                                      "write_mask", "verify"}, {"kind"})
         try:
             return Bus(**data)
         except MapError as error:

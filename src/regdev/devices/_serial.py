@@ -109,6 +109,14 @@ _BUS_ERRORS = {
               "missing pull-up)",
     "STRETCH": "{chip} held the I2C clock low past the bridge's bound (25 ms); a write may be "
                "partly done",
+    # SPI has no acknowledgement: what an SPI bridge can tell (docs/firmware.md, "SPI errors")
+    "MISOHI": "{chip} answered 0xFF to every byte, its identity register too: nothing drives "
+              "MISO (the chip absent, unpowered or not selected); a write may or may not be "
+              "done",
+    "MISOLO": "{chip} answered 0x00 to every byte, its identity register too: MISO is held low "
+              "(a short, or the chip in reset); a write may or may not be done",
+    "VERIFY": "{chip} did not keep a write: read back, the bits the map says it stores differ "
+              "(MOSI or chip select open, or the chip write-protected)",
 }
 #: Codes that say nothing about the request itself (:class:`DeviceBusy`): sending it again
 #: may succeed. Any other code is a refusal for good (:class:`DeviceRefused`).
@@ -338,8 +346,7 @@ class _SerialWire:
         if isinstance(reply, ErrorReply):
             if reply.code in _BUS_ERRORS:
                 bus = self._device._regmap.bus
-                chip = (f"the chip at 0x{bus.address:02X}" if bus is not None
-                        else "the chip behind the bridge")
+                chip = bus.chip if bus is not None else "the chip behind the bridge"
                 return DeviceError(f"{_BUS_ERRORS[reply.code].format(chip=chip)} "
                                    f"({reply.code})")
             meaning = _REFUSALS.get(reply.code, "an error code regdev does not know")
