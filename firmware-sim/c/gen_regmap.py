@@ -265,7 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the header to write (rewritten only when its text changes)")
     parser.add_argument("--chip", action="store_true",
                         help="write the simulated chip's table (for the simavr harness's "
-                             "--i2c-chip or --spi-chip) instead of the header; the map must have a bus")
+                             "--i2c-chip or --spi-chip) instead of the header; the map "
+                             "must have a bus")
     args = parser.parse_args(argv)
     try:
         text = chip_table(load(args.map)[0]) if args.chip else header(args.map)
