@@ -397,6 +397,37 @@ def test_each_detectable_spi_fault_is_its_documented_error_never_a_value(
 
 @SHARED_BUILD
 @pytest.mark.timeout(300)
+def test_a_write_the_spi_chip_did_not_keep_is_never_reported_done_without_verify(
+        capsys: pytest.CaptureFixture[str], bme280_spi_json: Path, tmp_path: Path) -> None:
+    """With a map that does not ask the board to verify, a write, a field write and a block
+    write the chip did not take are still errors: regdev compares what the bridge read back
+    with what it asked for."""
+    need("avr")
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text("\n".join(json.dumps({"raw": json.dumps(call)}) for call in (
+        {"tool": "write_register", "arguments": {"addr": 0xF4, "data": 0x27}},
+        {"tool": "write_field", "arguments": {"field": "CTRL_MEAS.MODE", "value": "NORMAL"}},
+        {"tool": "write_registers", "arguments": {"addr": 0xF2, "data": [1]}},
+        {"tool": "read_register", "arguments": {"addr": 0xD0}},
+    )) + "\n", encoding="utf-8")
+    with sim_process("--avr", "--map", str(bme280_spi_json), "--bus-fault",
+                     "ignore-writes") as (port, _):
+        status, out, err = run(capsys, "replay", "--no-audit", "--json", "--port", port,
+                               "--timeout", "2", "--map", str(bme280_spi_json), str(calls))
+    assert (status, err) == (0, "")
+    lines = [json.loads(line) for line in out.splitlines()[:4]]
+    assert [(line["ok"], line["message"]) for line in lines[:3]] == [
+        (False, "the device failed: register CTRL_MEAS (0xF4) holds 0x00 after writing 0x27 "
+                "(bits 0x27 differ)"),
+        (False, "the device failed: register CTRL_MEAS (0xF4) holds 0x00 after writing 0x03 "
+                "(bits 0x03 differ)"),
+        (False, "the device failed: register CTRL_HUM (0xF2) holds 0x00 after writing 0x01 "
+                "(bits 0x01 differ)")]
+    assert (lines[3]["ok"], lines[3]["result"]["data"]) == (True, 0x60)
+
+
+@SHARED_BUILD
+@pytest.mark.timeout(300)
 def test_spi_reads_writes_a_burst_and_a_masked_write_reach_the_simulated_chip(
         sx1276_json: Path) -> None:
     """Frame by frame through the SPI bridge to the simulated SX1276 (bit 7 set to write):
@@ -424,25 +455,31 @@ def test_spi_reads_writes_a_burst_and_a_masked_write_reach_the_simulated_chip(
             assert answer.split(b"*")[0] == b"$%02X %s" % (request.seq, expected.encode())
 
 
+#: For each bus, a fault that makes every transfer an error, and that error's code.
+FAILING_BUS = {"i2c": ("nack-address", "NOACK"), "spi": ("miso-high", "MISOHI")}
+
+
 @SHARED_BUILD
 @pytest.mark.timeout(300)
-def test_the_board_refuses_by_the_map_before_it_touches_the_bus(bme280_json: Path) -> None:
+def test_the_board_refuses_by_the_map_before_it_touches_the_bus(
+        request: pytest.FixtureRequest, bridged_bme280: Path) -> None:
     """Frames sent straight to the bridge (past regdev's own checks) are refused by the map on
-    the board, without a bus transfer: with a chip that acknowledges nothing, a write to the
-    read-only ID is e DATA and an absent register e ADDR, while a read that goes to the bus
-    is e NOACK."""
+    the board, without a bus transfer: with a chip that answers nothing (on I2C, no
+    acknowledgement; on SPI, MISO high), a write to the read-only ID is e DATA and an absent
+    register e ADDR, while a read that goes to the bus is the bus's error."""
     need("avr")
-    with sim_process("--avr", "--map", str(bme280_json), "--bus-fault", "nack-address") as (
+    fault, code = FAILING_BUS[request.node.callspec.params["bridged_bme280"]]
+    with sim_process("--avr", "--map", str(bridged_bme280), "--bus-fault", fault) as (
             port, _), serial.Serial(port, 115200, timeout=5) as line:
         answers = []
-        for request in (wire.WriteRequest(1, 0xD0, 0), wire.ReadRequest(2, 0),
-                        wire.WriteBlockRequest(3, 0xF2, (1, 0)),
-                        wire.MaskedWriteRequest(4, 0xF3, 0x08, 0x08),
-                        wire.ReadRequest(5, 0xD0)):
-            line.write(wire.encode(request))
+        for frame in (wire.WriteRequest(1, 0xD0, 0), wire.ReadRequest(2, 0),
+                      wire.WriteBlockRequest(3, 0xF2, (1, 0)),
+                      wire.MaskedWriteRequest(4, 0xF3, 0x08, 0x08),
+                      wire.ReadRequest(5, 0xD0)):
+            line.write(wire.encode(frame))
             answers.append(wire.decode(line.read_until(b"\n")))
     assert [(a.seq, a.code) for a in answers] == [  # type: ignore[attr-defined]
-        (1, "DATA"), (2, "ADDR"), (3, "DATA"), (4, "DATA"), (5, "NOACK")]
+        (1, "DATA"), (2, "ADDR"), (3, "DATA"), (4, "DATA"), (5, code)]
 
 
 @SHARED_BUILD
