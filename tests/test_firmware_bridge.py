@@ -534,10 +534,15 @@ def test_a_bus_fault_needs_a_map_with_a_bus(capsys: pytest.CaptureFixture[str]) 
 
 
 #: The buses the shared cases are replayed over: I2C; SPI in mode 3 with an SX1276's framing
-#: (bit 7 set to write), another chip-select pin, and every write verified on the board.
+#: (bit 7 set to write), another chip-select pin, and every write verified on the board; SPI
+#: in mode 2 at the slowest clock with 16-bit register addresses, no auto-increment (a block
+#: is one transfer a register) and the chip selected by a pin of port C.
 SHARED_BUSES = {"i2c": {"kind": "i2c", "address": 0x48},
                 "spi": {"kind": "spi", "mode": 3, "clock": 4_000_000, "cs": "D9",
-                        "read_mask": 0x00, "write_mask": 0x80, "verify": True}}
+                        "read_mask": 0x00, "write_mask": 0x80, "verify": True},
+                "spi16": {"kind": "spi", "mode": 2, "clock": 125_000, "cs": "A0",
+                          "addr_width": 16, "auto_increment": False, "read_mask": 0x03,
+                          "write_mask": 0x02}}
 
 
 @SHARED_BUILD
