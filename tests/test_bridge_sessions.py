@@ -146,10 +146,8 @@ def test_the_map_demo_through_the_bridge_is_the_in_process_demo(
     # the writes reached the chip: its registers at exit hold what the demo shows after
     shown = {int(line.split()[0], 16): int(line.split()[2], 16) for line in bridged
              if re.match(r"  0x[0-9A-F]{2} ", line)}
-    chip = sim.chip()
-    regmap_ = BRIDGES[name].regmap()
-    assert shown == {addr: chip[addr] & regmap_.at(addr).readable_mask  # type: ignore[union-attr]
-                     for addr in shown}
+    chip, registers = sim.chip(), {r.addr: r for r in BRIDGES[name].regmap().registers}
+    assert shown == {addr: chip[addr] & registers[addr].readable_mask for addr in shown}
 
 
 # --- regdev shell ---------------------------------------------------------------------------
@@ -297,7 +295,8 @@ def test_typed_values_through_the_bridge_are_the_in_process_ones_each_one_burst(
 
 def seeded_calls(regmap: RegisterMap, seed: int, count: int = 60) -> list[str]:
     """A seeded stream of raw tool calls made from ``regmap`` alone (so any map can be put
-    through it): reads and writes of its registers and of addresses that are none, field
+    through it): reads and writes of its registers (their reset values and writable bits
+    among the data: write-1-to-clear flags cleared) and of addresses that are none, field
     writes (masked writes) by name and number in and out of range, field reads, block reads
     and writes (some over gaps), and its typed values read and written in and out of their
     range and resolution."""
@@ -310,7 +309,8 @@ def seeded_calls(regmap: RegisterMap, seed: int, count: int = 60) -> list[str]:
               if f.writable]
     runs = [run for run in (registers[at:at + 2] for at in range(len(registers) - 1))
             if run[1].addr == run[0].addr + 1 and all(
-                r.writable_mask and r.addr not in regmap.read_only() for r in run)]
+                r.writable_mask and r.addr not in regmap.read_only() | regmap.protected()
+                for r in run)]
     named = [r.name for r in registers if r.name and r.fields]
     readable = [v.name for v in regmap.values if v.access != "w"]
     writable = [v.name for v in regmap.values if v.access != "r"]
@@ -322,9 +322,11 @@ def seeded_calls(regmap: RegisterMap, seed: int, count: int = 60) -> list[str]:
             calls.append({"tool": "read_register",
                           "arguments": {"addr": rng.choice(some_addresses)}})
         elif kind == 1:
-            calls.append({"tool": "write_register", "arguments": {
-                "addr": rng.choice(some_addresses),
-                "data": rng.choice([0, 1, 0x10, 0x24, 0x27, 0x5A, 0xB6, 0xFF, 0x100])}})
+            addr = rng.choice(some_addresses)
+            register = regmap.at(addr)
+            own = [] if register is None else [register.reset or 0, register.writable_mask]
+            calls.append({"tool": "write_register", "arguments": {"addr": addr, "data": rng.choice(
+                [*own, *own, 0, 1, 0x10, 0x24, 0x27, 0x5A, 0xB6, 0xFF, 0x100])}})
         elif kind == 2 and fields:
             path, field = rng.choice(fields)
             choices: list[object] = [*field.values, *range(field.msb - field.lsb + 2)]
