@@ -290,6 +290,27 @@ def test_typed_values_through_the_bridge_are_the_in_process_ones_each_one_burst(
         0x00, 0xD7, 0x41, 0xAC, 0, 0, 0x02, 0x30, 0x39, 0xFF, 0xFF, 0x68, 0x61, 0x6C, 0x6C, 1]
 
 
+@SHARED_BUILD
+@pytest.mark.timeout(300)
+def test_a_real_parts_calibration_words_read_through_the_bridge_in_one_burst_each(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        compiled: dict[str, Path], tmp_path: Path) -> None:
+    """The BME280's temperature calibration words (least significant byte first) and raw
+    humidity (most significant first) read as typed values through the bridge: the
+    datasheet's worked example (27504, 26435, -1000), each value one burst on the bus."""
+    commands = ["read DIG_T1", "read DIG_T2", "read DIG_T3", "read HUM_RAW"]
+    answers = ["accepted  read_value: DIG_T1 = 27504 (raw 0x70 0x6b)",
+               "accepted  read_value: DIG_T2 = 26435 (raw 0x43 0x67)",
+               "accepted  read_value: DIG_T3 = -1000 (raw 0x18 0xfc)",
+               "accepted  read_value: HUM_RAW = 32768 (raw 0x80 0x00)"]
+    with bridge_running(compiled["i2c-bme280"], tmp_path / "sim.log") as sim:
+        status, out = _shell(monkeypatch, capsys, commands, "--map", str(compiled["i2c-bme280"]),
+                             "--port", sim.port, "--timeout", "2")
+    assert (status, out[2:]) == (0, answers)
+    assert sim.transfers() == ["i2c 0x76: w 88, r 70 6B", "i2c 0x76: w 8A, r 43 67",
+                               "i2c 0x76: w 8C, r 18 FC", "i2c 0x76: w FD, r 80 00"]
+
+
 # --- seeded streams, byte for byte ----------------------------------------------------------
 
 
