@@ -223,6 +223,7 @@ OUT_OF_RANGE = [
     ("audit_breakdown.py", "--rounds=1001", f"{WHOLE} 1..1000, got '1001'"),
     ("audit_breakdown.py", "--calls=0", f"{WHOLE} 1..100000, got '0'"),
     ("firmware_roundtrip.py", "--calls=1", f"{WHOLE} 2..100000, got '1'"),
+    ("bridge_roundtrip.py", "--calls=0", f"{WHOLE} 2..100000, got '0'"),
     ("gate_hotpath.py", "--calls=-5", f"{WHOLE} 1..10000000, got '-5'"),
     ("load.py", "--threads=100000", f"{WHOLE} 1..1024, got '100000'"),
     ("load.py", "--calls=0", f"{WHOLE} 1..100000, got '0'"),

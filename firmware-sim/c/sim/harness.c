@@ -348,6 +348,12 @@ static int setup_eeprom(uint8_t *ee, uint32_t size, int wanted, const uint8_t *i
  * clear-on-read ones; the pointer steps after each byte when the chip auto-increments. SDA and
  * SCL are pulled up (the board's resistors), unless a fault holds one low.
  *
+ * With -v, each transfer the chip takes part in is one line on stderr, from its START to its
+ * STOP: `i2c 0x76: w F4 27` (the bytes after SLA+W: the register address, then the data
+ * written), `i2c 0x76: w F7, r 80 00 00` (a read: the register address, a repeated START and
+ * the bytes read, in one burst); and at exit the registers the chip holds, write-only bits
+ * included: `chip: 88=70 89=6B ...` (address=value, in hex, address order).
+ *
  * --i2c-fault KIND, one fault for the whole run:
  *   nack-address  the chip never acknowledges its address (as a chip that is absent)
  *   nack-data     it acknowledges its address and the register address, no data byte after
@@ -425,6 +431,34 @@ static avr_cycle_count_t lose_arbitration(avr_t *avr, avr_cycle_count_t when, vo
     return 0;
 }
 
+/* -v: the transfer under way, as logged at its STOP (above). */
+static char xfer[160];
+static size_t xfer_len;
+
+static void xfer_add(const char *format, unsigned value)
+{
+    if (verbose && xfer_len < sizeof xfer - 8u)
+        xfer_len += (size_t)snprintf(xfer + xfer_len, sizeof xfer - xfer_len, format, value);
+}
+
+static void xfer_end(void)
+{
+    if (verbose && xfer_len)
+        fprintf(stderr, "i2c 0x%02X:%.*s\n", chip.address, (int)xfer_len, xfer);
+    xfer_len = 0;
+}
+
+/* -v, at exit: every register the chip holds. */
+static void dump_chip(void)
+{
+    unsigned a;
+    fprintf(stderr, "chip:");
+    for (a = 0; a < 256u; a++)
+        if (chip.regs[a].present)
+            fprintf(stderr, " %02X=%02X", a, chip.regs[a].value);
+    fprintf(stderr, "\n");
+}
+
 static void chip_ack(int ack)
 {
     avr_raise_irq(chip.irq + TWI_IRQ_INPUT, avr_twi_irq_msg(TWI_COND_ACK, chip.selected, ack));
@@ -470,6 +504,7 @@ static void on_twi(struct avr_irq_t *irq, uint32_t value, void *param)
     (void)param;
     msg.u.v = value;
     if (msg.u.twi.msg & TWI_COND_STOP) {
+        xfer_end();
         chip.selected = 0;
         if (chip.fault == FAULT_STRETCH)
             avr_raise_irq(chip.scl, 1); /* the master gave up: the clock is let go */
@@ -484,6 +519,7 @@ static void on_twi(struct avr_irq_t *irq, uint32_t value, void *param)
             chip.selected = msg.u.twi.addr;
             chip.reading = msg.u.twi.addr & 1u;
             chip.index = 0;
+            xfer_add(xfer_len ? ", %c" : " %c", chip.reading ? 'r' : 'w');
             chip_ack(1);
         }
         return;
@@ -496,6 +532,7 @@ static void on_twi(struct avr_irq_t *irq, uint32_t value, void *param)
     }
     if (msg.u.twi.msg & TWI_COND_WRITE) {
         uint8_t byte = msg.u.twi.data, width = chip.addr_width / 8u;
+        xfer_add(" %02X", byte);
         if (chip.index < width) {
             chip.pointer = (uint16_t)(chip.index ? (chip.pointer << 8) | byte : byte);
             chip.index++;
@@ -513,6 +550,7 @@ static void on_twi(struct avr_irq_t *irq, uint32_t value, void *param)
     if (msg.u.twi.msg & TWI_COND_READ) {
         uint8_t byte = chip_read();
         chip_step();
+        xfer_add(" %02X", byte);
         avr_raise_irq(chip.irq + TWI_IRQ_INPUT,
                       avr_twi_irq_msg(TWI_COND_READ, chip.selected, byte));
     }
@@ -941,6 +979,8 @@ int main(int argc, char **argv)
                 wall > 0 ? 100.0 * cpu / wall : 0.0, wall > 0 ? cycles / wall : 0.0,
                 wall > 0 ? cycles / avr->frequency / wall : 0.0);
     }
+    if (verbose && chip_path)
+        dump_chip();
     fflush(stdout); /* simavr's messages, with -v */
     fflush(stderr);
     if (state == cpu_Done || state == cpu_Crashed) {

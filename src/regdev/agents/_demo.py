@@ -92,10 +92,11 @@ def _writable(register: Register, regmap: RegisterMap) -> bool:
 
 
 def map_demo(regmap: RegisterMap) -> MapDemo:
-    """The demo of any register map: read an identity register, a bad enumerated value
-    corrected on its retry, a reserved bit refused and corrected, a block write and read, and
-    a write to a read-only register, which stops the loop. Steps the map cannot show are left
-    out, each with a line saying why.
+    """The demo of any register map: read an identity register (the one the map marks, else
+    the first read-only register with a reset value), a bad enumerated value corrected on its
+    retry, a reserved bit refused and corrected, a block write and read, and a write to a
+    read-only register, which stops the loop. Steps the map cannot show are left out, each
+    with a line saying why.
 
     Args:
         regmap: the device's register map (with names: ``regdev demo --map FILE``).
@@ -104,7 +105,11 @@ def map_demo(regmap: RegisterMap) -> MapDemo:
     left_out: list[str] = []
     registers = list(regmap.in_table("holding"))  # (a map's other tables: read with tables)
     read_only = regmap.read_only()
-    identity = next((r for r in registers if r.addr in read_only and r.reset), None)
+    # the register the map marks as the chip's identity (regdev_identity), else the first
+    # read-only one with a reset value
+    identity = next((r for r in registers if r.identity and r.addr in read_only and r.reset),
+                    None) or next((r for r in registers if r.addr in read_only and r.reset),
+                                  None)
     if identity is not None and identity.name and identity.fields:
         steps.append((f"read the identity register {identity.name}, by name",
                       _call("read_fields", register=identity.name), "ok"))
