@@ -57,6 +57,7 @@ BRIDGES = {bridge.name: bridge for bridge in (
     Bridge("i2c-bme280", EXAMPLES / "bme280.rdl"),
     Bridge("i2c-sensor", EXAMPLES / "sensor.rdl", {"kind": "i2c", "address": 0x48}),
     Bridge("i2c-thermostat", EXAMPLES / "thermostat.rdl", {"kind": "i2c", "address": 0x4A}),
+    Bridge("spi-sx1276", EXAMPLES / "sx1276.rdl"),
 )}
 
 
