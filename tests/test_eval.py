@@ -130,7 +130,7 @@ def test_a_bad_task_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     (error_reply(400, "tools.0.function.strict: Extra inputs are not permitted"),
      "the OpenAI API refused the request (400): tools.0.function.strict: Extra inputs are not "
      "permitted (the tools were declared strict: true; a server or model without strict mode "
-     "refuses it: --strict off declares them without)"),
+     "refuses it: --no-strict declares them without)"),
 ])
 def test_a_provider_every_trial_would_fail_on_stops_the_run_after_one_trial(
         reply: Reply | None, words: str, tmp_path: Path,

@@ -498,13 +498,14 @@ def test_format_sensitivity_catches_the_model_that_depends_on_the_wording_and_st
 
 def test_format_sensitivity_takes_no_single_variant(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--format-sensitivity with --wording or --strict is a usage error (exit 2)."""
-    for extra in (["--wording", "reworded"], ["--strict", "off"]):
+    """--format-sensitivity with --wording, --strict or --no-strict is a usage error (exit
+    2)."""
+    for extra in (["--wording", "reworded"], ["--strict"], ["--no-strict"]):
         assert main(["eval", "--suite", str(_small_suite(tmp_path)), "--model", "m",
                      "--base-url", "http://127.0.0.1:9/v1", "--no-audit",
                      "--format-sensitivity", *extra]) == 2
         assert ("--format-sensitivity runs every wording with strict on and off: leave out "
-                "--wording and --strict") in capsys.readouterr().err
+                "--wording, --strict and --no-strict") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

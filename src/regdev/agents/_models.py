@@ -341,7 +341,7 @@ def _strict_hint(strict: bool) -> Iterator[None]:
         if error.kind != "bad-request" or not strict or "strict" not in str(error).lower():
             raise
         raise ModelError(f"{error} (the tools were declared strict: true; a server or model "
-                         "without strict mode refuses it: --strict off declares them without)",
+                         "without strict mode refuses it: --no-strict declares them without)",
                          error.kind, error.status) from None
 
 

@@ -74,11 +74,12 @@ def endpoint_from(args: argparse.Namespace) -> Endpoint:
 
 
 def strict_mode(args: argparse.Namespace) -> bool:
-    """Whether the tools are declared strict: ``--strict on|off``, else the provider's
-    default (on for openai, off for anthropic, where not every model supports it)."""
+    """Whether the tools are declared strict: ``--strict`` or ``--no-strict``, else the
+    provider's default (strict for openai; not for anthropic, where not every model supports
+    it)."""
     if args.strict is None:
         return bool(args.provider == "openai")
-    return bool(args.strict == "on")
+    return bool(args.strict)
 
 
 def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
@@ -170,11 +171,11 @@ def model_options(p: argparse.ArgumentParser, *, max_steps: int) -> None:
                         "openai, the model's own for anthropic)")
     p.add_argument("--seed", type=int, metavar="N",
                    help="sampling seed, where the provider honours one (openai)")
-    p.add_argument("--strict", nargs="?", const="on", choices=("on", "off"),
+    p.add_argument("--strict", action=argparse.BooleanOptionalAction,
                    help="declare the tools with the provider's strict: true (the arguments "
-                        "constrained to the schema while decoding): on (--strict alone) or "
-                        "off; default: on for openai, off for anthropic (not every model "
-                        "supports it). The gate checks every call either way")
+                        "constrained to the schema while decoding), or without it "
+                        "(--no-strict); default: strict for openai, not for anthropic (not "
+                        "every model supports it). The gate checks every call either way")
     p.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="seconds to wait for one model response, 0.001..86400 (default 60)")
     p.add_argument("--max-retries", type=int, default=2, metavar="N",

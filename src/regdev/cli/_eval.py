@@ -67,7 +67,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     tasks = suite.tasks
     if args.format_sensitivity and (args.wording is not None or args.strict is not None):
         raise UsageError("--format-sensitivity runs every wording with strict on and off: "
-                         "leave out --wording and --strict")
+                         "leave out --wording, --strict and --no-strict")
     endpoint = endpoint_from(args)
     variants = (VARIANTS if args.format_sensitivity else
                 ((args.wording or "original", endpoint.strict),))
@@ -286,7 +286,7 @@ def add_parser(sub: Any) -> None:
                                "every result with its hash")
     evaluate.add_argument("--format-sensitivity", action="store_true",
                           help="run every task in each of four variants: the original and "
-                               "the reworded wording, each with --strict on and off (4 x k "
+                               "the reworded wording, each with --strict and --no-strict (4 x k "
                                "trials a task); regdev report --eval shows pass^k per variant "
                                "and its difference from original/strict-on")
     evaluate.add_argument("--map", metavar="FILE",
