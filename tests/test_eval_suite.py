@@ -254,9 +254,11 @@ def test_five_recorded_models_are_ranked_as_their_behaviour_says(
             / len(mine))
         run = entry["runs"][0]
         assert {key: run[key] for key in ("model", "provider", "base_url", "temperature",
-                                          "tool_format", "strict", "format", "k")} == {
+                                          "tool_format", "strict", "format", "k",
+                                          "wording", "wording_hash")} == {
             "model": proposer.split(":")[1], "provider": "openai", "base_url": "loopback",
-            "temperature": 0.0, "tool_format": "openai", "strict": True, "format": 1, "k": 2}
+            "temperature": 0.0, "tool_format": "openai", "strict": True, "format": 1, "k": 2,
+            "wording": "original", "wording_hash": wording("original").hash}
         assert run["suite"] == load_suite(EXAMPLES / "eval-suite.jsonl", load_map(SENSOR),
                                           read_map).hash
     texter = [r for r in records if r["proposer"] == "openai:texter"]
@@ -328,7 +330,8 @@ def _chromium() -> str | None:
 def test_the_html_report_renders_in_headless_chromium_without_a_console_message(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The page opened by headless Chromium from a file: no console message (an error would
-    be one), both charts in the rendered DOM, and a screenshot written."""
+    be one), the three charts in the rendered DOM (the format-sensitivity one for a model run
+    in two wordings), and a screenshot written."""
     if _chromium() is None:
         reason = "Chromium is not installed (Debian: apt-get install chromium)"
         if in_ci():  # .ci/run installs it: a browser missing there is a failure
@@ -337,8 +340,11 @@ def test_the_html_report_renders_in_headless_chromium_without_a_console_message(
     results = tmp_path / "results.jsonl"
     tasks = [Task("a", "Set register 2 to 7.", "simple", registers={2: 7})]
     good = Scripted([[("write_register", {"addr": 2, "data": 7})], "Done."])
-    results.write_text("".join(json.dumps(t.to_dict()) + "\n"
-                               for t in run_eval(good, tasks, RegisterMap.default(), k=2)))
+    trials = [trial for name in ("original", "reworded")
+              for trial in run_eval(good, tasks, RegisterMap.default(), k=2,
+                                    run={"wording": name, "strict": True},
+                                    wording=wording(name))]
+    results.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
     page = tmp_path / "report.html"
     assert main(["report", "--eval", str(results), "--html", str(page)]) == 0
     capsys.readouterr()
@@ -348,7 +354,8 @@ def test_the_html_report_renders_in_headless_chromium_without_a_console_message(
               f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
     dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=120, check=True)
-    assert 'data-chart="pass-k"' in dom.stdout and 'data-chart="categories"' in dom.stdout
+    assert all(f'data-chart="{name}"' in dom.stdout for name in ("pass-k", "categories",
+                                                                   "formats"))
     assert "CONSOLE" not in dom.stderr, dom.stderr
     shot = tmp_path / "report.png"
     subprocess.run([*common, f"--screenshot={shot}", "--window-size=1300,1200",
