@@ -92,10 +92,12 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                 progress.step(trial)
 
             trials: list[Trial] = []
+            pins: list[dict[str, Any]] = []
             try:
                 for name, strict in variants:
                     endpoint.strict = strict
                     run = run_pin(args, endpoint, suite.hash, wording(name))
+                    pins.append(run)
                     trials += run_eval(endpoint, tasks, regmap, k=args.k, audit=audit,
                                        max_steps=args.max_steps, retries=args.retries,
                                        on_trial=ended, run=run, wording=wording(name))
@@ -123,7 +125,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(str(error)) from None
         report = adherence(mine)
     if args.json:
-        json_line({"proposer": endpoint.proposer, "k": args.k, "run": run,
+        json_line({"proposer": endpoint.proposer, "k": args.k, "run": pins[0], "runs": pins,
                    "summary": summary, "formats": figures["formats"],
                    "tasks": _per_task(records),
                    "adherence": [r.to_dict() for r in report] if report else None}, out)
