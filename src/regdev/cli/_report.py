@@ -188,7 +188,10 @@ def add_parser(sub: Any) -> None:
                              "Lines), from that file alone: the proposers ranked by pass^k "
                              "(tau-bench's, k stated, 95%% Wilson interval over tasks), pass^1, "
                              "first-try validity, retry recovery and calls per task; pass^k per "
-                             "category; failure labels; each run's pin")
+                             "category; failure labels; for a model run with eval "
+                             "--format-sensitivity, pass^k per wording and strict mode and its "
+                             "difference from the reference (95%% Newcombe interval); each "
+                             "run's pin")
     report.add_argument("-k", type=int, metavar="N",
                         help="with --eval: the k of pass^k (default: the fewest trials any "
                              "task had; at most that)")
