@@ -521,8 +521,8 @@ def test_the_suite_runs_end_to_end_through_each_sdk(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """regdev eval --suite FILE through the official SDK of each provider against a local
     server speaking its wire format (Chat Completions at /v1/chat/completions, Messages at
-    /v1/messages): the good model passes every task, the texter only those that want no
-    call; the pins name the provider, the loopback host and the provider's strict default;
+    /v1/messages): the good model passes every task, the texter only those whose device
+    must not change (no call is right, or the write is refused); the pins name the provider, the loopback host and the provider's strict default;
     the figures are the JSONL's."""
     pytest.importorskip("anthropic", reason="the models extra (anthropic SDK) is missing")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
@@ -531,7 +531,7 @@ def test_the_suite_runs_end_to_end_through_each_sdk(
         with ProviderServer(responder(kind, provider)) as server:
             url = server.openai_url if provider == "openai" else server.anthropic_url
             main(["eval", "--provider", provider, "--suite", str(suite), "--model", kind,
-                  "--base-url", url, "--max-retries", "0", "-k", "2", "--no-audit",
+                  "--base-url", url, "--max-retries", "0", "-k", "1", "--no-audit",
                   "--quiet", "--output", str(results)])
             paths = {request.path for request in server.requests}
             strict = {tool.get("function", tool).get("strict") for request in server.requests
@@ -547,7 +547,7 @@ def test_the_suite_runs_end_to_end_through_each_sdk(
     records = read_results(results)
     for proposer, entry in figures.items():
         mine = [r for r in records if r["proposer"] == proposer]
-        assert entry["pass^k"] == pytest.approx(_pass_k(mine, 2))
+        assert entry["k"] == 1 and entry["pass^k"] == pytest.approx(_pass_k(mine, 1))
         (run,) = entry["runs"]
         assert {key: run[key] for key in ("provider", "base_url", "tool_format", "strict",
                                           "wording")} == {
@@ -556,4 +556,4 @@ def test_the_suite_runs_end_to_end_through_each_sdk(
     assert figures[f"{provider}:good"]["pass^k"] == 1.0
     assert figures[f"{provider}:good"]["first_try_validity"] == 1.0
     texter = figures[f"{provider}:texter"]
-    assert texter["pass^k"] == 0.375 and texter["labels"] == {"call-in-text": 10}
+    assert texter["pass^k"] == 0.375 and texter["labels"] == {"call-in-text": 5}
