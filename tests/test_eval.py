@@ -120,13 +120,26 @@ def test_a_bad_task_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     (raw_reply(b"<html>proxy</html>", "text/html"),
      "the OpenAI API answered 200 with a body that is not JSON (text/html: <html>proxy</html>);"
      " is --base-url the API's?"),
+    # llama.cpp's server started without --jinja; an ollama model without tool support
+    (error_reply(400, "tools param requires --jinja flag"),
+     "the OpenAI API refused the request (400): tools param requires --jinja flag"),
+    (error_reply(400, "registry.ollama.ai/library/gemma:2b does not support tools"),
+     "the OpenAI API refused the request (400): registry.ollama.ai/library/gemma:2b does not "
+     "support tools"),
+    # a server that refuses OpenAI's strict flag (a pydantic model without the field)
+    (error_reply(400, "tools.0.function.strict: Extra inputs are not permitted"),
+     "the OpenAI API refused the request (400): tools.0.function.strict: Extra inputs are not "
+     "permitted (the tools were declared strict: true; a server or model without strict mode "
+     "refuses it: --no-strict declares them without)"),
 ])
 def test_a_provider_every_trial_would_fail_on_stops_the_run_after_one_trial(
         reply: Reply | None, words: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Unreachable, key refused, not the API: one line on stderr after the first trial (no
-    progress bar: stderr is not a terminal), exit 1, and --output holds that one trial as
-    errored (``passed`` null, the error in words), not as the model's failure."""
+    """Unreachable, key refused, not the API, the request refused (no tool support, no
+    --jinja, strict not taken): one line on stderr after the first trial (no progress bar:
+    stderr is not a terminal), exit 1, and --output holds that one trial as errored
+    (``passed`` null, label provider-error, the error in words), not as the model's
+    failure."""
     results = tmp_path / "results.jsonl"
     argv = ["eval", "--model", "m", "--max-retries", "0", "-k", "3", "--no-audit",
             "--output", str(results)]
@@ -143,7 +156,8 @@ def test_a_provider_every_trial_would_fail_on_stops_the_run_after_one_trial(
                    f"repeat: {words}\n")
     (line,) = [json.loads(text) for text in results.read_text().splitlines()]
     assert (line["task"], line["trial"], line["passed"], line["failures"], line["error"],
-            line["stop"]) == ("enable", 1, None, [], words, "provider-error")
+            line["stop"], line["label"]) == ("enable", 1, None, [], words, "provider-error",
+                                             "provider-error")
     assert asked == (0 if reply is None else 1)
 
 

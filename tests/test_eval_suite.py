@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -25,14 +26,17 @@ from regdev.agents._eval import (
     wilson,
 )
 from regdev.agents._models import Endpoint, ToolCall, Turn
+from regdev.agents._wording import wording
 from regdev.cli._common import read_map
 from regdev.cli._main import main
 from regdev.core._observation import Observation
 from regdev.devices._rdl import load_map
 from regdev.devices._regmap import RegisterMap
+from regdev.gate._maptools import map_tools
+from regdev.gate._providers import tool_definitions
 from support.pgserver import in_ci
 from support.provider_server import ProviderServer
-from support.recorded_suite import MODELS, responder, suite_tasks
+from support.recorded_suite import FORMAT_MODELS, MODELS, responder, suite_tasks
 
 pytest.importorskip("openai", reason="the models extra (openai SDK) is not installed")
 pytest.importorskip("systemrdl", reason="the rdl extra (systemrdl-compiler) is not installed")
@@ -250,9 +254,11 @@ def test_five_recorded_models_are_ranked_as_their_behaviour_says(
             / len(mine))
         run = entry["runs"][0]
         assert {key: run[key] for key in ("model", "provider", "base_url", "temperature",
-                                          "tool_format", "strict", "format", "k")} == {
+                                          "tool_format", "strict", "format", "k",
+                                          "wording", "wording_hash")} == {
             "model": proposer.split(":")[1], "provider": "openai", "base_url": "loopback",
-            "temperature": 0.0, "tool_format": "openai", "strict": True, "format": 1, "k": 2}
+            "temperature": 0.0, "tool_format": "openai", "strict": True, "format": 1, "k": 2,
+            "wording": "original", "wording_hash": wording("original").hash}
         assert run["suite"] == load_suite(EXAMPLES / "eval-suite.jsonl", load_map(SENSOR),
                                           read_map).hash
     texter = [r for r in records if r["proposer"] == "openai:texter"]
@@ -324,7 +330,8 @@ def _chromium() -> str | None:
 def test_the_html_report_renders_in_headless_chromium_without_a_console_message(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The page opened by headless Chromium from a file: no console message (an error would
-    be one), both charts in the rendered DOM, and a screenshot written."""
+    be one), the three charts in the rendered DOM (the format-sensitivity one for a model run
+    in two wordings), and a screenshot written."""
     if _chromium() is None:
         reason = "Chromium is not installed (Debian: apt-get install chromium)"
         if in_ci():  # .ci/run installs it: a browser missing there is a failure
@@ -333,8 +340,11 @@ def test_the_html_report_renders_in_headless_chromium_without_a_console_message(
     results = tmp_path / "results.jsonl"
     tasks = [Task("a", "Set register 2 to 7.", "simple", registers={2: 7})]
     good = Scripted([[("write_register", {"addr": 2, "data": 7})], "Done."])
-    results.write_text("".join(json.dumps(t.to_dict()) + "\n"
-                               for t in run_eval(good, tasks, RegisterMap.default(), k=2)))
+    trials = [trial for name in ("original", "reworded")
+              for trial in run_eval(good, tasks, RegisterMap.default(), k=2,
+                                    run={"wording": name, "strict": True},
+                                    wording=wording(name))]
+    results.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
     page = tmp_path / "report.html"
     assert main(["report", "--eval", str(results), "--html", str(page)]) == 0
     capsys.readouterr()
@@ -344,9 +354,206 @@ def test_the_html_report_renders_in_headless_chromium_without_a_console_message(
               f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
     dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=120, check=True)
-    assert 'data-chart="pass-k"' in dom.stdout and 'data-chart="categories"' in dom.stdout
+    assert all(f'data-chart="{name}"' in dom.stdout for name in ("pass-k", "categories",
+                                                                   "formats"))
     assert "CONSOLE" not in dom.stderr, dom.stderr
     shot = tmp_path / "report.png"
     subprocess.run([*common, f"--screenshot={shot}", "--window-size=1300,1200",
                     page.as_uri()], capture_output=True, timeout=120, check=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- format sensitivity, and the two SDKs end to end --------------------------------------------
+
+
+def _small_suite(tmp_path: Path) -> Path:
+    """The shipped suite's first task of each category, as a suite file of its own (its maps
+    found among the examples)."""
+    picked: dict[str, dict[str, Any]] = {}
+    for task in suite_tasks():
+        picked.setdefault(task["category"], task)
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps(task) + "\n" for task in picked.values()))
+    return path
+
+
+def _maps() -> list[RegisterMap]:
+    return [RegisterMap.default(), load_map(SENSOR), read_map(EXAMPLES / "thermostat.rdl")]
+
+
+def test_the_reworded_wording_rewords_every_description_and_keeps_every_fact() -> None:
+    """On the three maps of the suite, every tool's and every parameter's description reads
+    differently in the reworded wording, with the same numbers and names (addresses, ranges,
+    register and field names); the wording's hash is pinned (a change to its table is a new
+    version), and the original wording changes nothing."""
+    reworded, original = wording("reworded"), wording("original")
+    facts = re.compile(r"0x[0-9A-F]+|\d+|\b[A-Z][A-Z0-9_]*(?:\[\d+\])?\b")
+    seen = 0
+    for regmap in _maps():
+        for provider in ("openai", "anthropic"):
+            tools = tool_definitions(provider, map_tools(regmap))
+            assert original.apply(tools) == tools
+            after = reworded.apply(tools)
+            assert after != tools and tools == tool_definitions(provider, map_tools(regmap))
+            for before_tool, after_tool in zip(tools, after, strict=True):
+                pairs = [(before_tool.get("description") or before_tool["function"][
+                    "description"], after_tool.get("description") or after_tool["function"][
+                    "description"])]
+                schema = before_tool.get("input_schema") or before_tool["function"]["parameters"]
+                new = after_tool.get("input_schema") or after_tool["function"]["parameters"]
+                pairs += [(schema["properties"][name]["description"],
+                           new["properties"][name]["description"])
+                          for name in schema["properties"]]
+                for text, words in pairs:
+                    assert text != words, text
+                    assert sorted(facts.findall(text)) == sorted(facts.findall(words)), words
+                    seen += 1
+    assert seen > 60
+    assert reworded.hash == "sha256:435a85d2a7bc2fd7", "a change to the table is a new version"
+    assert original.hash != reworded.hash
+    with pytest.raises(ValueError, match="expected one of original, reworded"):
+        wording("paraphrased")
+
+
+def _newcombe(p1: float, n1: int, p2: float, n2: int) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of p1 - p2 (method 10), written out again here."""
+    def bounds(p: float, n: int) -> tuple[float, float]:
+        z = 1.959963984540054
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return centre - half, centre + half
+
+    (l1, u1), (l2, u2) = bounds(p1, n1), bounds(p2, n2)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), \
+        d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+def test_format_sensitivity_catches_the_model_that_depends_on_the_wording_and_strict(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """regdev eval --format-sensitivity on one task of each category, k = 2, for the good and
+    the fragile model: each variant pinned (wording, its hash, strict); the request declares
+    what the pin says; regdev report --eval shows, per model, pass^k per variant and its
+    difference from original/strict-on: 0 for the good model, an interval below 0 for the
+    fragile one in each other variant, with its own label; every figure recomputed from the
+    JSONL; the same table on the HTML page."""
+    suite, results = _small_suite(tmp_path), tmp_path / "results.jsonl"
+    requests = {}
+    for kind in FORMAT_MODELS:
+        with ProviderServer(responder(kind)) as server:
+            main(["eval", "--suite", str(suite), "--model", kind, "--base-url",
+                  server.openai_url, "--max-retries", "0", "-k", "2", "--no-audit", "--quiet",
+                  "--output", str(results), "--format-sensitivity"])
+            requests[kind] = [r.body["tools"] for r in server.requests]
+        capsys.readouterr()
+    declared = {(tools[0]["function"]["description"].split()[0],
+                 tools[0]["function"].get("strict")) for tools in requests["good"]}
+    assert declared == {("Write", True), ("Write", None), ("Store", True), ("Store", None)}
+    monkeypatch.setenv("REGDEV_AUDIT", str(tmp_path / "no-audit.db"))
+    assert main(["report", "--eval", str(results), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)["eval"]
+    records = read_results(results)
+    variants = ["original/strict-on", "original/strict-off", "reworded/strict-on",
+                "reworded/strict-off"]
+    for proposer, entry in figures.items():
+        assert entry["variant"] == "original/strict-on" and list(entry["formats"]) == variants
+        reference = None
+        for name, row in entry["formats"].items():
+            words, strict = name.split("/")
+            mine = [r for r in records if r["proposer"] == proposer
+                    and r["run"]["wording"] == words
+                    and r["run"]["strict"] is (strict == "strict-on")]
+            assert {r["run"]["wording_hash"] for r in mine} == {wording(words).hash}
+            assert row["tasks"] == 8 and row["trials"] == 16 and row["k"] == 2
+            assert row["pass^k"] == pytest.approx(_pass_k(mine, 2))
+            reference = reference if reference is not None else row["pass^k"]
+            assert row["difference"] == pytest.approx(row["pass^k"] - reference)
+            assert row["difference_ci95"] == pytest.approx(
+                list(_newcombe(row["pass^k"], 8, reference, 8)))
+        assert entry["pass^k"] == entry["formats"]["original/strict-on"]["pass^k"]
+    good, fragile = figures["openai:good"]["formats"], figures["openai:fragile"]["formats"]
+    assert {name: row["pass^k"] for name, row in good.items()} == dict.fromkeys(variants, 1.0)
+    assert all(row["difference_ci95"][0] < 0 < row["difference_ci95"][1]
+               for row in list(good.values())[1:])
+    assert fragile["original/strict-on"]["pass^k"] == 1.0
+    for name in variants[1:]:
+        # only the tasks whose right answer leaves the device as it is pass: irrelevance,
+        # missing-information, and safety (the protected write is refused either way)
+        assert fragile[name]["pass^k"] == 0.375
+        assert fragile[name]["difference"] == -0.625
+        assert fragile[name]["difference_ci95"][1] < 0  # the interval leaves 0 out
+    assert fragile["original/strict-off"]["labels"] == {"unknown-argument": 10}
+    assert fragile["reworded/strict-on"]["labels"] == {"call-in-text": 10}
+    assert main(["report", "--eval", str(results)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("format sensitivity:"))
+    assert lines[start + 2].split() == ["openai:good", "original/strict-on", "100.0%",
+                                        "[67.6-100.0]", "(reference)", "none"]
+    assert lines[start + 7].split() == ["original/strict-off", "37.5%", "[13.7-69.4]",
+                                        "-62.5", "[-86.3,", "-17.0]", "unknown-argument", "10"]
+    page = tmp_path / "report.html"
+    assert main(["report", "--eval", str(results), "--html", str(page)]) == 0
+    parsed = _Page()
+    parsed.feed(page.read_text())
+    assert [a.get("data-chart") for t, a in parsed.tags if t == "svg"] == [
+        "pass-k", "categories", "formats"]
+    shown = " ".join(" ".join(parsed.text).split())
+    assert "Format sensitivity" in shown and "reworded/strict-off" in shown
+    assert "unknown-argument 10" in shown
+
+
+def test_format_sensitivity_takes_no_single_variant(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--format-sensitivity with --wording, --strict or --no-strict is a usage error (exit
+    2)."""
+    for extra in (["--wording", "reworded"], ["--strict"], ["--no-strict"]):
+        assert main(["eval", "--suite", str(_small_suite(tmp_path)), "--model", "m",
+                     "--base-url", "http://127.0.0.1:9/v1", "--no-audit",
+                     "--format-sensitivity", *extra]) == 2
+        assert ("--format-sensitivity runs every wording with strict on and off: leave out "
+                "--wording, --strict and --no-strict") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_the_suite_runs_end_to_end_through_each_sdk(
+        provider: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """regdev eval --suite FILE through the official SDK of each provider against a local
+    server speaking its wire format (Chat Completions at /v1/chat/completions, Messages at
+    /v1/messages): the good model passes every task, the texter only those whose device
+    must not change (no call is right, or the write is refused); the pins name the provider, the loopback host and the provider's strict default;
+    the figures are the JSONL's."""
+    pytest.importorskip("anthropic", reason="the models extra (anthropic SDK) is missing")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    suite, results = _small_suite(tmp_path), tmp_path / "results.jsonl"
+    for kind in ("good", "texter"):
+        with ProviderServer(responder(kind, provider)) as server:
+            url = server.openai_url if provider == "openai" else server.anthropic_url
+            main(["eval", "--provider", provider, "--suite", str(suite), "--model", kind,
+                  "--base-url", url, "--max-retries", "0", "-k", "1", "--no-audit",
+                  "--quiet", "--output", str(results)])
+            paths = {request.path for request in server.requests}
+            strict = {tool.get("function", tool).get("strict") for request in server.requests
+                      for tool in request.body["tools"]}
+        capsys.readouterr()
+        assert paths == ({"/v1/chat/completions"} if provider == "openai" else
+                         {"/v1/messages"})
+        assert strict == ({True} if provider == "openai" else {None})  # each one's default
+    monkeypatch.setenv("REGDEV_AUDIT", str(tmp_path / "no-audit.db"))
+    assert main(["report", "--eval", str(results), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)["eval"]
+    assert list(figures) == [f"{provider}:good", f"{provider}:texter"]
+    records = read_results(results)
+    for proposer, entry in figures.items():
+        mine = [r for r in records if r["proposer"] == proposer]
+        assert entry["k"] == 1 and entry["pass^k"] == pytest.approx(_pass_k(mine, 1))
+        (run,) = entry["runs"]
+        assert {key: run[key] for key in ("provider", "base_url", "tool_format", "strict",
+                                          "wording")} == {
+            "provider": provider, "base_url": "loopback", "tool_format": provider,
+            "strict": provider == "openai", "wording": "original"}
+    assert figures[f"{provider}:good"]["pass^k"] == 1.0
+    assert figures[f"{provider}:good"]["first_try_validity"] == 1.0
+    texter = figures[f"{provider}:texter"]
+    assert texter["pass^k"] == 0.375 and texter["labels"] == {"call-in-text": 5}

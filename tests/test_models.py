@@ -321,6 +321,30 @@ def test_anthropic_temperature_and_strict_are_sent_only_when_asked() -> None:
     assert tuned["temperature"] == 0.0 and tuned["tools"][0]["strict"] is True
 
 
+@pytest.mark.parametrize(("provider", "flag", "declared"), [
+    ("openai", [], True), ("openai", ["--no-strict"], None), ("openai", ["--strict"], True),
+    ("anthropic", [], None), ("anthropic", ["--strict"], True),
+    ("anthropic", ["--no-strict"], None)])
+def test_agent_strict_or_no_strict_is_what_each_tool_declares(
+        provider: str, flag: list[str], declared: bool | None,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--strict`` or ``--no-strict`` (before the task) sets the provider's ``strict`` on
+    every tool; without either, OpenAI's tools are strict and Anthropic's are not."""
+    from regdev.cli._main import main  # noqa: PLC0415
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    reply = openai_turn(content="Done.") if provider == "openai" else anthropic_turn(
+        [{"type": "text", "text": "Done."}])
+    with ProviderServer([reply]) as server:
+        url = server.openai_url if provider == "openai" else server.anthropic_url
+        assert main(["agent", "--provider", provider, "--model", "m", "--base-url", url,
+                     "--max-retries", "0", "--no-audit", *flag, "task"]) == 0
+        (request,) = server.requests
+    capsys.readouterr()
+    tools = [tool.get("function", tool) for tool in request.body["tools"]]
+    assert tools and {tool.get("strict") for tool in tools} == {declared}
+
+
 #: What each malformed body of provider_server.MALFORMED is called, by provider.
 MALFORMED_WORDS = {
     "html-page": ("the {name} API answered 200 with a body that is not JSON (text/html: "

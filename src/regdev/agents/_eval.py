@@ -71,10 +71,12 @@ from ..devices._regmap import RegisterMap
 from ..gate._gate import Gate
 from ..gate._maptools import map_tools
 from ._models import AgentResult, Endpoint, run_agent
+from ._wording import VARIANTS, Wording, variant_name
 
 __all__ = ["CATEGORIES", "FATAL_KINDS", "FORMAT", "LABELS", "NO_CALL", "EvalFileError",
-           "EvalStopped", "Suite", "Task", "Trial", "eval_figures", "load_suite",
-           "load_tasks", "pass_at_k", "read_results", "run_eval", "score", "wilson"]
+           "EvalStopped", "Suite", "Task", "Trial", "difference_interval", "eval_figures",
+           "load_suite", "load_tasks", "pass_at_k", "read_results", "record_variant",
+           "run_eval", "score", "wilson"]
 
 #: The task format's version, written in every result (``format``).
 FORMAT = 1
@@ -96,8 +98,11 @@ LABELS = ("provider-error", "stopped-by-budget", "extra-call", "no-call", "call-
 
 #: The :class:`~regdev.agents._models.ModelError` kinds that stop a run after its first
 #: trial: every other trial would meet them too (no connection, the key or the model refused,
-#: an answer that is not the API's).
-FATAL_KINDS = frozenset({"connection", "auth", "forbidden", "not-found", "malformed"})
+#: the request refused: a 400 to the tools every trial declares, such as a model without tool
+#: support, llama.cpp's server without ``--jinja``, or ``strict`` where it is not taken; an
+#: answer that is not the API's).
+FATAL_KINDS = frozenset({"connection", "auth", "forbidden", "not-found", "bad-request",
+                         "malformed"})
 
 #: Fields a task and its ``expect`` may have.
 _TASK_KEYS = frozenset({"id", "task", "category", "map", "setup", "hardware", "user", "expect",
@@ -459,7 +464,8 @@ def score(task: Task, result: AgentResult, before: dict[int, int],
 def run_eval(endpoint: Endpoint, tasks: Sequence[Task], regmap: RegisterMap, *, k: int = 1,
              audit: AuditLog | None = None, max_steps: int = 12, retries: int = 1,
              on_trial: Callable[[Trial], None] | None = None,
-             run: dict[str, Any] | None = None) -> list[Trial]:
+             run: dict[str, Any] | None = None,
+             wording: Wording | None = None) -> list[Trial]:
     """Run every task ``k`` times with the model behind ``endpoint``.
 
     Args:
@@ -474,7 +480,9 @@ def run_eval(endpoint: Endpoint, tasks: Sequence[Task], regmap: RegisterMap, *, 
         on_trial: called with each trial as it ends (progress).
         run: the run's pin, copied into every trial's record (model, provider, base URL's
             host kind, date, temperature, tool format, strict mode, regdev version, suite
-            hash).
+            hash, wording and its hash).
+        wording: the wording of the tools' descriptions (:mod:`regdev.agents._wording`);
+            None: regdev's own. Strict mode is the endpoint's (``endpoint.strict``).
 
     Returns:
         The trials in the order they ran (task by task, trial by trial). A trial whose loop
@@ -501,7 +509,7 @@ def run_eval(endpoint: Endpoint, tasks: Sequence[Task], regmap: RegisterMap, *, 
             before = _registers(device, task_map)
             gate = Gate(device, offered, audit=audit)
             result = run_agent(endpoint, gate, task.task, max_steps=max_steps,
-                               retries=retries, follow_ups=task.user)
+                               retries=retries, follow_ups=task.user, wording=wording)
             after = _registers(device, task_map)
             said = (task.task, *task.user)
             if result.stop == "provider-error":  # the API failed, not the model: not scored
@@ -597,17 +605,33 @@ def eval_figures(records: Iterable[dict[str, Any]], k: int | None = None
         ``{proposer: {"tasks", "trials", "passed", "errored", "tasks_passed_every_trial",
         "k", "pass^1", "pass^k", "pass^k_ci95", "labels", "categories": {category: the same
         figures}, "first_try_validity", "first_tries", "recovery_rate", "episodes",
-        "calls_per_task", "runs": [pins], "rank"}}``. pass^k is tau-bench's (the mean over
-        tasks of C(c, k)/C(n, k)); its 95% interval is Wilson's over the tasks (a task's
-        value counted as a success share); a trial that errored is counted in ``errored``
-        only; rank 1 is the best (pass^k, then pass^1, then first-try validity).
+        "calls_per_task", "runs": [pins], "rank", "variant", "formats"}}``. pass^k is
+        tau-bench's (the mean over tasks of C(c, k)/C(n, k)); its 95% interval is Wilson's
+        over the tasks (a task's value counted as a success share); a trial that errored is
+        counted in ``errored`` only; rank 1 is the best (pass^k, then pass^1, then first-try
+        validity, then the lowest pass^k over its format variants).
+
+        A proposer run in several format variants (:func:`record_variant`: the wording and
+        the strict mode of its pin) has its figures from its reference variant (``variant``:
+        the first of :data:`~regdev.agents._wording.VARIANTS` it was run in), and
+        ``formats``: per variant, ``{"tasks", "trials", "passed", "errored", "k", "pass^1",
+        "pass^k", "pass^k_ci95", "labels", "difference", "difference_ci95"}``, the
+        difference being the variant's pass^k minus the reference's, with Newcombe's 95%
+        interval (:func:`difference_interval`).
     """
     by_proposer: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         by_proposer.setdefault(record["proposer"], []).append(record)
     out: dict[str, dict[str, Any]] = {}
-    for proposer, mine in by_proposer.items():
+    for proposer, every in by_proposer.items():
+        variants: dict[str, list[dict[str, Any]]] = {}
+        for record in every:
+            variants.setdefault(record_variant(record), []).append(record)
+        reference = min(variants, key=_variant_order)
+        mine = variants[reference]
         entry = _figures(mine, k)
+        entry["variant"] = reference
+        entry["formats"] = _formats(variants, reference, entry)
         categories: dict[str, list[dict[str, Any]]] = {}
         for record in mine:
             categories.setdefault(record.get("category") or "simple", []).append(record)
@@ -628,16 +652,66 @@ def eval_figures(records: Iterable[dict[str, Any]], k: int | None = None
         entry["calls_per_task"] = (sum(r.get("calls", 0) for r in scored) / len(scored)
                                    if scored else None)
         runs: list[dict[str, Any]] = []
-        for record in mine:
+        for record in every:
             if record.get("run") and record["run"] not in runs:
                 runs.append(record["run"])
         entry["runs"] = runs
         out[proposer] = entry
     order = sorted(out, key=lambda p: (-(out[p]["pass^k"] or 0), -(out[p]["pass^1"] or 0),
-                                       -(out[p]["first_try_validity"] or 0), p))
+                                       -(out[p]["first_try_validity"] or 0),
+                                       -min(row["pass^k"] or 0
+                                            for row in out[p]["formats"].values()), p))
     for rank, proposer in enumerate(order, 1):
         out[proposer]["rank"] = rank
     return {p: out[p] for p in order}
+
+
+def record_variant(record: dict[str, Any]) -> str:
+    """The format variant a trial record was run in, from its pin: ``WORDING/strict-on`` or
+    ``WORDING/strict-off`` (:func:`~regdev.agents._wording.variant_name`; a pin without
+    ``wording`` is regdev's own, ``original``; one without ``strict``, strict on)."""
+    run = record.get("run") or {}
+    return variant_name(str(run.get("wording") or "original"), bool(run.get("strict", True)))
+
+
+def _variant_order(name: str) -> tuple[int, str]:
+    known = [variant_name(w, s) for w, s in VARIANTS]
+    return (known.index(name) if name in known else len(known), name)
+
+
+def _formats(variants: dict[str, list[dict[str, Any]]], reference: str,
+             entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per variant (the reference first): its figures, and its pass^k's difference from the
+    reference's with Newcombe's interval."""
+    out = {}
+    for name in sorted(variants, key=_variant_order):
+        figures = entry if name == reference else _figures(variants[name], entry["k"] or None)
+        row = {key: figures[key] for key in ("tasks", "trials", "passed", "errored", "k",
+                                             "pass^1", "pass^k", "pass^k_ci95", "labels")}
+        row["difference"] = (row["pass^k"] - entry["pass^k"]
+                             if row["pass^k"] is not None and entry["pass^k"] is not None
+                             else None)
+        row["difference_ci95"] = (difference_interval(
+            row["pass^k"], row["tasks"], entry["pass^k"], entry["tasks"])
+            if row["difference"] is not None else None)
+        out[name] = row
+    return out
+
+
+def difference_interval(p1: float, n1: int, p2: float, n2: int) -> tuple[float, float] | None:
+    """A 95% interval of ``p1 - p2``, two proportions of ``n1`` and ``n2`` (``(low, high)``
+    in -1..1; None when either n is 0): Newcombe's hybrid score interval, from the two Wilson
+    intervals (R. G. Newcombe, "Interval estimation for the difference between independent
+    proportions: comparison of eleven methods", Statistics in Medicine 17 (1998), method 10).
+    The variants of a sweep ran the same tasks, so the pairing would narrow it: this interval
+    leaves the pairing out, and errs wide."""
+    first, second = wilson(p1 * n1, n1), wilson(p2 * n2, n2)
+    if first is None or second is None:
+        return None
+    (l1, u1), (l2, u2) = first, second
+    difference = p1 - p2
+    return (max(-1.0, difference - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)),
+            min(1.0, difference + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)))
 
 
 def pass_at_k(trials: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -41,8 +41,8 @@ import re
 import socket
 import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -56,6 +56,7 @@ from ..gate._gate import Gate, check_loop_id
 from ..gate._policy import Session
 from ..gate._providers import anthropic_result, openai_result, tool_definitions
 from ._loop import _interruption
+from ._wording import Wording
 
 __all__ = [
     "PROVIDERS",
@@ -155,11 +156,14 @@ class Endpoint:
         provider: ``openai`` or ``anthropic``.
         model: the model name sent to the API.
         dialect: the gate dialect of its tool calls (the provider's name).
+        strict: whether the tools are declared with the provider's strict flag.
     """
 
     provider: Provider
     model: str
     dialect: str
+    #: Whether the tools are declared with the provider's strict flag (``strict: true``).
+    strict: bool = False
 
     def start(self, task: str, tools: list[dict[str, Any]]) -> None:
         """Begin a conversation: the system prompt, the task, and ``tools`` (the provider's
@@ -326,6 +330,21 @@ def _answer(sdk: Any, provider: str, base_url: object, create: Callable[[], Any]
     return dropped
 
 
+@contextmanager
+def _strict_hint(strict: bool) -> Iterator[None]:
+    """A 400 that names ``strict`` to a request whose tools were declared strict says how to
+    leave it off (a server or model without strict mode refuses the flag with a 400 naming it,
+    e.g. ``tools.0.function.strict: Extra inputs are not permitted``)."""
+    try:
+        yield
+    except ModelError as error:
+        if error.kind != "bad-request" or not strict or "strict" not in str(error).lower():
+            raise
+        raise ModelError(f"{error} (the tools were declared strict: true; a server or model "
+                         "without strict mode refuses it: --no-strict declares them without)",
+                         error.kind, error.status) from None
+
+
 def _drop_nulls(value: object) -> object:
     if isinstance(value, dict):
         return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
@@ -363,6 +382,10 @@ class OpenAIEndpoint(Endpoint):
         timeout: seconds to wait for one response (default 60).
         max_retries: the SDK's retries of 408/429/5xx and connection errors, with its
             backoff (default 2).
+        strict: declare the tools with ``strict: true`` (OpenAI's strict mode: the arguments
+            are constrained to the schema while decoding); on by default. Off, the same
+            schemas are declared without the flag (for a server that refuses it, or to measure
+            what it changes); the gate checks every call either way.
 
     Raises:
         ModelError: the base URL is not http:// or https://, the SDK is not installed, or
@@ -374,11 +397,12 @@ class OpenAIEndpoint(Endpoint):
 
     def __init__(self, model: str, *, base_url: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY", temperature: float = 0.0,
-                 seed: int | None = None, timeout: float = 60.0, max_retries: int = 2) -> None:
+                 seed: int | None = None, timeout: float = 60.0, max_retries: int = 2,
+                 strict: bool = True) -> None:
         check_base_url(base_url)
         self.sdk = _import("openai")
         self.model = model
-        self.temperature, self.seed = temperature, seed
+        self.temperature, self.seed, self.strict = temperature, seed, strict
         self.client = self.sdk.OpenAI(api_key=_api_key(api_key_env, base_url),
                                       base_url=base_url, timeout=timeout,
                                       max_retries=max_retries)
@@ -387,7 +411,9 @@ class OpenAIEndpoint(Endpoint):
         self.tools: list[dict[str, Any]] = []
 
     def start(self, task: str, tools: list[dict[str, Any]]) -> None:
-        self.tools = tools
+        self.tools = tools if self.strict else [
+            {**tool, "function": {k: v for k, v in tool["function"].items() if k != "strict"}}
+            for tool in tools]
         self.messages = [{"role": "system", "content": SYSTEM_PROMPT},
                          {"role": "user", "content": task}]
 
@@ -395,10 +421,11 @@ class OpenAIEndpoint(Endpoint):
         options: dict[str, Any] = {"temperature": self.temperature}
         if self.seed is not None:
             options["seed"] = self.seed
-        doc = _answer(self.sdk, "openai", self.base_url,
-                      lambda: self.client.chat.completions.with_raw_response.create(
-                          model=self.model, messages=self.messages, tools=self.tools,
-                          **options))
+        with _strict_hint(self.strict):
+            doc = _answer(self.sdk, "openai", self.base_url,
+                          lambda: self.client.chat.completions.with_raw_response.create(
+                              model=self.model, messages=self.messages, tools=self.tools,
+                              **options))
         choices = doc.get("choices")
         if not isinstance(choices, list):
             raise _malformed("OpenAI", "has no `choices` list")
@@ -486,10 +513,12 @@ class AnthropicEndpoint(Endpoint):
 
     def next_turn(self) -> Turn:
         extra = {} if self.temperature is None else {"temperature": self.temperature}
-        doc = _answer(self.sdk, "anthropic", self.base_url,
-                      lambda: self.client.messages.with_raw_response.create(
-                          model=self.model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT,
-                          messages=self.messages, tools=self.tools, extra_body=extra or None))
+        with _strict_hint(self.strict):
+            doc = _answer(self.sdk, "anthropic", self.base_url,
+                          lambda: self.client.messages.with_raw_response.create(
+                              model=self.model, max_tokens=self.max_tokens,
+                              system=SYSTEM_PROMPT, messages=self.messages, tools=self.tools,
+                              extra_body=extra or None))
         blocks = doc.get("content")
         if not isinstance(blocks, list) or not all(
                 isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
@@ -681,6 +710,7 @@ def run_agent(
     on_turn: Callable[[Turn], None] | None = None,
     loop_id: str | None = None,
     follow_ups: Sequence[str] = (),
+    wording: Wording | None = None,
 ) -> AgentResult:
     """Let the model behind ``endpoint`` work on ``task`` through ``gate`` until it stops.
 
@@ -699,6 +729,8 @@ def run_agent(
         follow_ups: a scripted user's next messages, in order: each time the model answers
             without a call (``done``) while one is left, it is sent as the user's message and
             the loop goes on (the call budget and the retries run across them).
+        wording: the wording the tools' descriptions are declared in
+            (:mod:`regdev.agents._wording`); None: regdev's own.
 
     Returns:
         An :class:`AgentResult`; provider failures stop the loop (``provider-error``) and are
@@ -721,7 +753,8 @@ def run_agent(
         telemetry.agent_run(provider=endpoint.provider, model=endpoint.model,
                             loop_id=result.loop_id)
     with run as span:
-        endpoint.start(task, tool_definitions(endpoint.provider, gate.tools, session=session))
+        tools = tool_definitions(endpoint.provider, gate.tools, session=session)
+        endpoint.start(task, wording.apply(tools) if wording is not None else tools)
         try:
             _drive(result, endpoint, gate, session, max_steps=max_steps, retries=retries,
                    on_step=on_step, on_turn=on_turn, follow_ups=list(follow_ups))

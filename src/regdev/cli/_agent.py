@@ -65,13 +65,21 @@ def endpoint_from(args: argparse.Namespace) -> Endpoint:
         options["temperature"] = args.temperature
     if args.provider == "openai" and args.seed is not None:
         options["seed"] = args.seed
-    if args.provider == "anthropic":
-        options["strict"] = args.strict
+    options["strict"] = strict_mode(args)
     try:
         return make_endpoint(args.provider, args.model, **options)
     except ModelError as error:
         raise UsageError(f"--base-url: {error}" if error.kind == "base-url" else str(error)) \
             from None
+
+
+def strict_mode(args: argparse.Namespace) -> bool:
+    """Whether the tools are declared strict: ``--strict`` or ``--no-strict``, else the
+    provider's default (strict for openai; not for anthropic, where not every model supports
+    it)."""
+    if args.strict is None:
+        return bool(args.provider == "openai")
+    return bool(args.strict)
 
 
 def cmd_agent(args: argparse.Namespace, out: TextIO) -> int:
@@ -163,9 +171,11 @@ def model_options(p: argparse.ArgumentParser, *, max_steps: int) -> None:
                         "openai, the model's own for anthropic)")
     p.add_argument("--seed", type=int, metavar="N",
                    help="sampling seed, where the provider honours one (openai)")
-    p.add_argument("--strict", action="store_true",
-                   help="anthropic: declare the tools with strict: true (openai tools are "
-                        "always strict)")
+    p.add_argument("--strict", action=argparse.BooleanOptionalAction,
+                   help="declare the tools with the provider's strict: true (the arguments "
+                        "constrained to the schema while decoding), or without it "
+                        "(--no-strict); default: strict for openai, not for anthropic (not "
+                        "every model supports it). The gate checks every call either way")
     p.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="seconds to wait for one model response, 0.001..86400 (default 60)")
     p.add_argument("--max-retries", type=int, default=2, metavar="N",

@@ -20,8 +20,11 @@ from ..agents._eval import (
     Trial,
     load_suite,
     pass_at_k,
+    record_variant,
     run_eval,
 )
+from ..agents._models import Endpoint
+from ..agents._wording import VARIANTS, WORDINGS, Wording, wording
 from ..audit._log import read_audit
 from ..audit._report import adherence, format_report
 from ..core._errors import AuditError, SchemaError
@@ -36,6 +39,7 @@ from ._common import (
     register_map,
     write_line,
 )
+from ._report import format_sensitivity
 
 #: The shipped suites and the map of tasks that name none, among the installed examples
 #: (``regdev map --examples``): the small suite without --suite, the benchmark with it.
@@ -61,8 +65,12 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     except EvalFileError as error:
         raise UsageError(str(error)) from None
     tasks = suite.tasks
+    if args.format_sensitivity and (args.wording is not None or args.strict is not None):
+        raise UsageError("--format-sensitivity runs every wording with strict on and off: "
+                         "leave out --wording, --strict and --no-strict")
     endpoint = endpoint_from(args)
-    run = run_pin(args, endpoint.proposer, suite.hash)
+    variants = (VARIANTS if args.format_sensitivity else
+                ((args.wording or "original", endpoint.strict),))
     audit = None if args.no_audit else open_audit(args)
     results = None
     if args.output is not None:
@@ -70,7 +78,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             results = Path(args.output).open("a", encoding="utf-8")  # noqa: SIM115
         except OSError as error:
             raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
-    total = len(tasks) * args.k
+    total = len(tasks) * args.k * len(variants)
     progress = _Progress(total, enabled=not args.quiet)
     try:
         with contextlib.ExitStack() as stack:
@@ -83,10 +91,16 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                     results.flush()
                 progress.step(trial)
 
+            trials: list[Trial] = []
+            pins: list[dict[str, Any]] = []
             try:
-                trials = run_eval(endpoint, tasks, regmap, k=args.k, audit=audit,
-                                  max_steps=args.max_steps, retries=args.retries,
-                                  on_trial=ended, run=run)
+                for name, strict in variants:
+                    endpoint.strict = strict
+                    run = run_pin(args, endpoint, suite.hash, wording(name))
+                    pins.append(run)
+                    trials += run_eval(endpoint, tasks, regmap, k=args.k, audit=audit,
+                                       max_steps=args.max_steps, retries=args.retries,
+                                       on_trial=ended, run=run, wording=wording(name))
             except SchemaError as error:
                 raise UsageError(f"the tools cannot be declared to {args.provider}: "
                                  f"{error}") from None
@@ -99,7 +113,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         if audit is not None:
             audit.close()
     records = [trial.to_dict() for trial in trials]
-    summary = pass_at_k(records)[endpoint.proposer]
+    figures = pass_at_k(records)[endpoint.proposer]
+    summary = {key: value for key, value in figures.items() if key != "formats"}
     report = None
     if audit is not None:
         loops = {trial.result.loop_id for trial in trials}
@@ -110,12 +125,15 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(str(error)) from None
         report = adherence(mine)
     if args.json:
-        json_line({"proposer": endpoint.proposer, "k": args.k, "run": run,
-                   "summary": summary,
+        json_line({"proposer": endpoint.proposer, "k": args.k, "run": pins[0], "runs": pins,
+                   "summary": summary, "formats": figures["formats"],
                    "tasks": _per_task(records),
                    "adherence": [r.to_dict() for r in report] if report else None}, out)
     else:
-        text = _format(endpoint.proposer, args.k, records, summary)
+        reference = [r for r in records if record_variant(r) == figures["variant"]]
+        text = _format(endpoint.proposer, args.k, reference, summary)
+        if len(variants) > 1:
+            text += "\n\n" + format_sensitivity({endpoint.proposer: figures})
         if report:
             text += "\n\n" + format_report(report)
         if args.output is not None:
@@ -148,16 +166,18 @@ def base_url_kind(url: str | None) -> str:
             "private" if address.is_private or address.is_link_local else "remote")
 
 
-def run_pin(args: argparse.Namespace, proposer: str, suite: str) -> dict[str, Any]:
+def run_pin(args: argparse.Namespace, endpoint: Endpoint, suite: str,
+            words: Wording) -> dict[str, Any]:
     """What a run was: model, provider, base URL's host kind, date (UTC), temperature, tool
-    format and strict mode, regdev version, suite hash and task format, k, budget, retries."""
-    strict = True if args.provider == "openai" else bool(args.strict)  # openai: always strict
-    return {"proposer": proposer, "model": args.model, "provider": args.provider,
+    format and strict mode, the tools' wording and its hash, regdev version, suite hash and
+    task format, k, budget, retries."""
+    return {"proposer": endpoint.proposer, "model": args.model, "provider": args.provider,
             "base_url": base_url_kind(args.base_url),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "temperature": args.temperature if args.temperature is not None else (
                 0.0 if args.provider == "openai" else None),
-            "tool_format": args.provider, "strict": strict, "regdev": __version__,
+            "tool_format": args.provider, "strict": endpoint.strict,
+            "wording": words.name, "wording_hash": words.hash, "regdev": __version__,
             "suite": suite, "format": FORMAT, "k": args.k, "max_steps": args.max_steps,
             "retries": args.retries}
 
@@ -261,6 +281,16 @@ def add_parser(sub: Any) -> None:
                                "examples/sensor.rdl and examples/thermostat.rdl); --suite FILE: "
                                "your own. Without it: the small suite examples/eval-tasks.jsonl "
                                "(21 tasks). Every result carries the suite's hash")
+    evaluate.add_argument("--wording", choices=tuple(WORDINGS),
+                          help="the wording of the tools' descriptions: original (regdev's "
+                               "own, the default) or reworded (the same facts in other words, "
+                               "a versioned table in the package; docs/models.md); pinned in "
+                               "every result with its hash")
+    evaluate.add_argument("--format-sensitivity", action="store_true",
+                          help="run every task in each of four variants: the original and "
+                               "the reworded wording, each with --strict and --no-strict (4 x k "
+                               "trials a task); regdev report --eval shows pass^k per variant "
+                               "and its difference from original/strict-on")
     evaluate.add_argument("--map", metavar="FILE",
                           help="the register map of tasks that name none (default: "
                                "examples/sensor.rdl; a task's own `map` wins)")

@@ -118,12 +118,45 @@ def _format_tasks(tasks: dict[str, dict[str, Any]]) -> str:
         labels = ", ".join(f"{escape_text(label, 40)} {count}"
                            for label, count in entry["labels"].items())
         lines.append(f"  {escape_text(proposer, 32):<32} {labels or 'none'}")
+    if any(len(entry["formats"]) > 1 for entry in tasks.values()):
+        lines += ["", format_sensitivity(tasks)]
     lines += ["", "runs:"]
     for proposer, entry in tasks.items():
         for run in entry["runs"] or [{}]:
             lines.append(f"  {escape_text(proposer, 32):<32} " + (", ".join(
                 f"{escape_text(str(key), 20)} {escape_text(str(value), 60)}"
                 for key, value in run.items() if key != "proposer") or "not recorded"))
+    return "\n".join(lines)
+
+
+def _points(value: float) -> str:
+    return f"{100 * value:+.1f}"
+
+
+def format_sensitivity(tasks: dict[str, dict[str, Any]]) -> str:
+    """The format-sensitivity table: per proposer run in more than one variant, pass^k per
+    variant and its difference from the reference variant in percentage points, with
+    Newcombe's 95% interval, and the variant's failure labels (names escaped)."""
+    lines = ["format sensitivity: pass^k per variant (wording/strict mode); the difference "
+             "from the first, in points, with its 95% Newcombe interval",
+             f"  {'proposer':<32} {'variant':<20} {'pass^k [95% CI]':<22} "
+             f"{'difference [95% CI]':<24} labels"]
+    for proposer, entry in tasks.items():
+        if len(entry["formats"]) < 2:  # a sweep has more than one variant
+            continue
+        shown = escape_text(proposer, 32)
+        for name, row in entry["formats"].items():
+            interval = row["difference_ci95"]
+            difference = ("(reference)" if name == entry["variant"] else
+                          "-" if row["difference"] is None else
+                          f"{_points(row['difference'])} "
+                          f"[{_points(interval[0])}, {_points(interval[1])}]")
+            labels = ", ".join(f"{escape_text(label, 40)} {count}"
+                               for label, count in row["labels"].items()) or "none"
+            lines.append(f"  {shown:<32} {escape_text(name, 20):<20} "
+                         f"{_rate(row['pass^k']) + ' ' + _interval(row['pass^k_ci95']):<22} "
+                         f"{difference:<24} {labels}")
+            shown = ""
     return "\n".join(lines)
 
 
@@ -155,7 +188,10 @@ def add_parser(sub: Any) -> None:
                              "Lines), from that file alone: the proposers ranked by pass^k "
                              "(tau-bench's, k stated, 95%% Wilson interval over tasks), pass^1, "
                              "first-try validity, retry recovery and calls per task; pass^k per "
-                             "category; failure labels; each run's pin")
+                             "category; failure labels; for a model run with eval "
+                             "--format-sensitivity, pass^k per wording and strict mode and its "
+                             "difference from the reference (95%% Newcombe interval); each "
+                             "run's pin")
     report.add_argument("-k", type=int, metavar="N",
                         help="with --eval: the k of pass^k (default: the fewest trials any "
                              "task had; at most that)")
