@@ -17,7 +17,8 @@ Rules of this file:
   :data:`RESERVATION_SECONDS` is taken over: its process died), then looks for a stored key;
   the key's row is inserted and its reservation deleted in the transaction of the write's
   record. So a keyed write runs once across every process; a retry that lands on another
-  process while it runs gets ``idempotency-in-progress``, after it the stored observation.
+  process while it runs gets ``idempotency-in-progress``, after it the stored observation
+  (``idempotency-unconfirmed`` on a device that cannot say its reset epoch).
   A device's reset epoch (``device_resets``) is read from the database at every keyed call.
 * A schema version table (``regdev_schema``, one row): a database of another version is
   refused, with what to do; a database holding other tables named ``calls`` is refused.
@@ -39,7 +40,15 @@ import psycopg
 from ..core._errors import AuditError
 from ..core._observation import Observation, Refusal
 from ..core._wording import postgres_problem
-from ._idempotency import IdempotencyStore, KeyRow, Slot, conflict, in_progress, replayed
+from ._idempotency import (
+    IdempotencyStore,
+    KeyRow,
+    Slot,
+    conflict,
+    in_progress,
+    replayed,
+    unconfirmed,
+)
 from ._pgschema import _one, _placeholders, check_version, connect
 from ._record import (
     mapped,
@@ -84,6 +93,8 @@ _LOOK_UP = f"""
 SELECT (SELECT fingerprint FROM idempotency_keys WHERE device = %(device)s
             AND epoch = {_CURRENT_EPOCH} AND session = %(session)s AND key = %(key)s),
        (SELECT observation FROM idempotency_keys WHERE device = %(device)s
+            AND epoch = {_CURRENT_EPOCH} AND session = %(session)s AND key = %(key)s),
+       (SELECT time FROM idempotency_keys WHERE device = %(device)s
             AND epoch = {_CURRENT_EPOCH} AND session = %(session)s AND key = %(key)s),
        (SELECT fingerprint FROM idempotency_running WHERE device = %(device)s
             AND session = %(session)s AND key = %(key)s)
@@ -133,13 +144,16 @@ class SharedKeys(IdempotencyStore):
         params = self._params(slot, print_)
         with self._lock, mapped(f"cannot reach the audit database {self._name}"):
             row = self._live().execute(_RESERVE, params).fetchone()
-            stored_print, observation, running = _one(self._live().execute(_LOOK_UP, params))
+            stored_print, observation, time, running = _one(
+                self._live().execute(_LOOK_UP, params))
             reserved = row is not None
-            if stored_print is not None and not (not replay and stored_print == print_):
+            if stored_print is not None:
                 if reserved:  # stored already: the reservation was not needed
                     self._live().execute(_RELEASE, (*slot, self._owner))
                 if bytes(stored_print) != print_:
                     return conflict(slot[2])
+                if not replay:
+                    return unconfirmed(slot[2], observation, float(time))
                 return replayed(observation)
             if row is not None:
                 self._running[slot] = (print_, row[0])
@@ -148,7 +162,8 @@ class SharedKeys(IdempotencyStore):
             return in_progress(slot[2])
         return conflict(slot[2])
 
-    def complete(self, slot: Slot, print_: bytes, observation: str) -> None:
+    def complete(self, slot: Slot, print_: bytes, observation: str,
+                 time: float | None = None) -> None:
         """The key's row was committed with its record (and its reservation deleted)."""
         self._running.pop(slot, None)
 

@@ -77,6 +77,8 @@ CODES: dict[str, Code] = {
     "read-only-register": Code(("authorize", "validate"), False),
     "idempotency-conflict": Code(("authorize",), False),
     "idempotency-in-progress": Code(("authorize",), True),
+    # (a device that cannot say its reset epoch: a key used is neither run again nor replayed)
+    "idempotency-unconfirmed": Code(("authorize",), False),
     "rate-limited": Code(("authorize",), True),
     # (at execute: an approved register no longer holds the value its approver was shown)
     "approval-denied": Code(("authorize", "execute"), False),

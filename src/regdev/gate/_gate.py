@@ -958,7 +958,7 @@ class Gate:
         if slot is not None:
             if executed and _keeps_key(observation):
                 assert print_ is not None
-                audit.complete_key(slot, print_, stored or _stored(observation))
+                audit.complete_key(slot, print_, stored or _stored(observation), arrived)
             else:
                 audit.release_key(slot)
         return observation
