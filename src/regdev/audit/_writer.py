@@ -530,6 +530,17 @@ class AuditLog:
         process's alone (SQLite: None)."""
         return None
 
+    def line_leases(self, seconds: float, renew_seconds: float) -> Any:
+        """The leases of serial lines kept in the store, so that one process of those that
+        open it drives each line (:class:`~regdev.audit._postgres.LineLeases`), or None
+        where the store is this process's alone (SQLite: None).
+
+        Args:
+            seconds: how long a lease lasts unless renewed (> ``renew_seconds``).
+            renew_seconds: how often its owner renews it (> 0).
+        """
+        return None
+
     def shared_bucket(self, name: str, rate: float, burst: int) -> Any:
         """A rate-limit bucket kept in the store for every process that opens it, or None
         where the store is this process's alone (SQLite: None).

@@ -86,6 +86,9 @@ CODES: dict[str, Code] = {
     # (at authorize: the device could not be asked its reset epoch for a keyed write)
     "device-unavailable": Code(("execute", "authorize"), True),
     "device-busy": Code(("execute", "authorize"), True),
+    # (a serial line another process of the fleet holds the lease of; at authorize: asked for
+    # the device's reset epoch before a keyed write)
+    "line-elsewhere": Code(("execute", "authorize"), True),
     "device-error": Code(("execute",), False),
     "outcome-unknown": Code(("execute",), False),
     "output-too-large": Code(("observe",), False),
