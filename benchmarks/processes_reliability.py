@@ -58,6 +58,7 @@ def main() -> int:
                "line_elsewhere_refusals": len(run.elsewhere),
                "unconfirmed_refusals": sum(1 for r in run.records
                                            if r.code == "idempotency-unconfirmed"),
+               "unacknowledged_by_last_answer": dict(run.unacknowledged),
                "seconds": run.seconds,
                "acknowledged_per_second": len(run.acknowledged) / run.seconds}
     if args.json:

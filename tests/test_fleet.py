@@ -186,3 +186,28 @@ def test_one_unit_twice_through_a_link_to_the_port_is_refused(tmp_path: Path) ->
     with pytest.raises(FleetError, match=r"fleet.toml:6: devices a \(line 1\) and b are on one "
                        r"serial line serial:.*/tty, both unit 4; one port has one owner"):
         load_fleet(path)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(os.name != "posix", reason="needs a pty")
+def test_serve_http_fleet_drives_two_rtu_units_of_one_line_through_its_one_port(
+        tmp_path: Path) -> None:
+    """serve --http --fleet with two Modbus RTU units on one pty (a pymodbus server serving
+    units 1 and 2): each endpoint writes its own unit, through the one port the server holds
+    for the line (SQLite store: one process, no lease)."""
+    from support.httpserver import TOKENS, http_server, policy_text, sdk_client  # noqa: PLC0415
+    from support.modbus_servers import Plain  # noqa: PLC0415
+
+    with Plain("rtu", units=(1, 2)) as plain:
+        port = plain.url.removesuffix("?unit=1")
+        path = fleet(tmp_path, f'[devices.a]\nport = "{port}"\nunit = 1\n\n'
+                               f'[devices.b]\nport = "{port}"\nunit = 2\n')
+        alice = TOKENS["alice"][0]
+        with http_server(tmp_path / "srv", policy_text(), "--fleet", str(path),
+                         "--timeout", "2") as served:
+            for name, data in (("a", 11), ("b", 22)):
+                with sdk_client(f"{served.url}/{name}", alice) as client:
+                    written = client.call("write_register", {"addr": 5, "data": data})
+                    assert not written.is_error, written.structured_content
+        assert plain.unit_registers[1][5] == 11 and plain.unit_registers[2][5] == 22
+        assert plain.executed[(6, 5, (11,))] == plain.executed[(6, 5, (22,))] == 1
