@@ -354,6 +354,8 @@ class Transactions(Generic[_Reply]):
             TransportError, DeviceTimeout, ReplyLost, DeviceBusy, DeviceRefused,
                 DeviceError: as the module's rules say; the message puts the request's fate
                 first, and ends with the attempts and seconds spent when there were several.
+            LineElsewhere (a TransportError): the line's guard refused (another process
+                drives the line); nothing was sent.
         """
         with self.lock:
             if self.line is not None:
