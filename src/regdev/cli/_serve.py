@@ -261,7 +261,7 @@ def _serve_fleet(args: argparse.Namespace, log: logging.Logger,
             devices.append(device)
         elsewhere = set()
         for name, line in lines.items():  # a port that does not open fails here, at start
-            if leases is not None:
+            if leases is not None and "://" not in name:  # a port of this host's, not a URL
                 line.guard = lease_guard(leases)
             try:
                 with line.lock:
