@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -34,12 +36,13 @@ unit = 4
 [devices.oven]
 port = "/dev/ttyACM0"
 """)
-    assert load_fleet(path) == [
+    assert load_fleet(path).devices == [
         FleetDevice("bench1", "modbus+rtu:///dev/ttyUSB0?baud=19200&unit=3",
                     tmp_path / "sensor.rdl", "lab", 2),
         FleetDevice("bench2", "modbus+rtu:///dev/ttyUSB0?baud=19200&unit=4", None, None, 8),
         FleetDevice("oven", "/dev/ttyACM0", None, None, 12)]
-    assert {d.line_key for d in load_fleet(path)[:2]} == {"modbus+rtu:///dev/ttyUSB0"}
+    assert {d.line_key for d in load_fleet(path).devices[:2]} == {"modbus+rtu:///dev/ttyUSB0"}
+    assert (load_fleet(path).lease_seconds, load_fleet(path).renew_seconds) == (10.0, 3.0)
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -99,3 +102,112 @@ def test_serve_http_fleet_serves_each_device_at_its_own_endpoint(tmp_path: Path)
         refused = post(f"{base}/a", '{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
                        bearer=secret)
         assert refused.status_code == 403 and "other devices than a" in refused.text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(os.name != "posix", reason="needs a pty")
+def test_units_on_one_rs485_line_share_one_port_and_one_transaction_at_a_time() -> None:
+    """Two Modbus RTU units on one line (a pymodbus server on a pty serving units 1 and 2),
+    opened through one table of lines: one SharedLine, one port open (a second open of the
+    port alone is refused: it is held exclusively), one lock; threads writing both units at
+    once each get every write acknowledged, and each unit holds its own values."""
+    from regdev.core._errors import TransportError  # noqa: PLC0415
+    from regdev.devices._open import open_device  # noqa: PLC0415
+    from regdev.devices._transaction import SharedLine  # noqa: PLC0415
+    from support.modbus_servers import Plain  # noqa: PLC0415
+
+    with Plain("rtu", units=(1, 2)) as plain:
+        port = plain.url.removesuffix("?unit=1")
+        lines: dict[str, SharedLine] = {}
+        one = open_device(f"{port}?unit=1", timeout=2.0, lines=lines)
+        two = open_device(f"{port}?unit=2", timeout=2.0, lines=lines)
+        try:
+            assert len(lines) == 1
+            line = next(iter(lines.values()))
+            assert line.name == "serial:" + os.path.realpath(port.removeprefix("modbus+rtu://"))
+            assert one._tx.lock is two._tx.lock is line.lock  # type: ignore[attr-defined]
+            line.open()
+            with pytest.raises(TransportError):  # the port is the line's, held exclusively
+                open_device(f"{port}?unit=3", timeout=2.0)
+            failures: list[BaseException] = []
+
+            def writes(device: object, offset: int) -> None:
+                try:
+                    for addr in range(16):
+                        assert device.write(addr, (addr + offset) % 256) == (  # type: ignore[attr-defined]
+                            addr + offset) % 256
+                except BaseException as error:
+                    failures.append(error)
+
+            threads = [threading.Thread(target=writes, args=(one, 10)),
+                       threading.Thread(target=writes, args=(two, 100))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert failures == []
+            assert one.snapshot() == [addr + 10 for addr in range(16)]
+            assert two.snapshot() == [addr + 100 for addr in range(16)]
+            assert plain.unit_registers[1][:16] == [addr + 10 for addr in range(16)]
+            assert plain.unit_registers[2][:16] == [addr + 100 for addr in range(16)]
+        finally:
+            one.close()
+            two.close()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[devices.a]\nport = "modbus+rtu:///dev/ttyS9?baud=9600"\nunit = 1\n\n[devices.b]\n'
+     'port = "modbus+rtu:///dev/ttyS9?baud=19200"\nunit = 2\n',
+     r"fleet.toml:6: devices a \(line 1\) and b are on one serial line serial:/dev/ttyS9 with "
+     r"other settings \(baud=9600 and baud=19200\): give every unit of a line the same$"),
+    ('[devices.a]\nport = "/dev/ttyS9"\n\n[devices.b]\nport = "modbus+rtu:///dev/ttyS9"\n',
+     r"fleet.toml:5: devices a \(line 1\) and b are on one serial line serial:/dev/ttyS9; one "
+     r"port has one owner \(only Modbus RTU units share a line\)$"),
+    ('[leases]\nseconds = 5\nrenew_seconds = 5\n\n[devices.a]\nport = "inprocess"\n',
+     r"fleet.toml:3: leases.renew_seconds \(5\) must be less than leases.seconds \(5\)"),
+    ('[leases]\nseconds = 0\n\n[devices.a]\nport = "inprocess"\n',
+     r"fleet.toml:2: leases.seconds must be a number of seconds in \(0, 3600\], got 0$"),
+])
+def test_devices_on_one_serial_line_must_be_rtu_units_of_one_line_setting(
+        tmp_path: Path, text: str, message: str) -> None:
+    """Two devices on one serial line: only Modbus RTU units with the line's settings share
+    it; a bad [leases] table is refused naming its line too."""
+    with pytest.raises(FleetError, match=message):
+        load_fleet(fleet(tmp_path, text))
+
+
+def test_one_unit_twice_through_a_link_to_the_port_is_refused(tmp_path: Path) -> None:
+    """A link to a port names its line: one unit id through the link and the port is
+    refused naming the line, as through one spelling."""
+    (tmp_path / "tty").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "tty")
+    path = fleet(tmp_path, f'[devices.a]\nport = "modbus+rtu://{tmp_path}/tty"\nunit = 4\n\n'
+                           f'[devices.b]\nport = "modbus+rtu://{tmp_path}/link"\nunit = 4\n')
+    with pytest.raises(FleetError, match=r"fleet.toml:6: devices a \(line 1\) and b are on one "
+                       r"serial line serial:.*/tty, both unit 4; one port has one owner"):
+        load_fleet(path)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(os.name != "posix", reason="needs a pty")
+def test_serve_http_fleet_drives_two_rtu_units_of_one_line_through_its_one_port(
+        tmp_path: Path) -> None:
+    """serve --http --fleet with two Modbus RTU units on one pty (a pymodbus server serving
+    units 1 and 2): each endpoint writes its own unit, through the one port the server holds
+    for the line (SQLite store: one process, no lease)."""
+    from support.httpserver import TOKENS, http_server, policy_text, sdk_client  # noqa: PLC0415
+    from support.modbus_servers import Plain  # noqa: PLC0415
+
+    with Plain("rtu", units=(1, 2)) as plain:
+        port = plain.url.removesuffix("?unit=1")
+        path = fleet(tmp_path, f'[devices.a]\nport = "{port}"\nunit = 1\n\n'
+                               f'[devices.b]\nport = "{port}"\nunit = 2\n')
+        alice = TOKENS["alice"][0]
+        with http_server(tmp_path / "srv", policy_text(), "--fleet", str(path),
+                         "--timeout", "2") as served:
+            for name, data in (("a", 11), ("b", 22)):
+                with sdk_client(f"{served.url}/{name}", alice) as client:
+                    written = client.call("write_register", {"addr": 5, "data": data})
+                    assert not written.is_error, written.structured_content
+        assert plain.unit_registers[1][5] == 11 and plain.unit_registers[2][5] == 22
+        assert plain.executed[(6, 5, (11,))] == plain.executed[(6, 5, (22,))] == 1

@@ -306,15 +306,28 @@ class NoEpoch(Device):
 
 
 def test_a_device_that_cannot_say_its_epoch_gets_no_replay(tmp_path: Path) -> None:
-    """Nothing tells whether it was reset since: the call sent again runs again (never a
-    claimed replay); the key still refuses another call; the record names it, no epoch."""
+    """Nothing tells whether it was reset since: the call sent again is neither run again nor
+    a claimed replay but idempotency-unconfirmed, saying what the record says of the first
+    attempt, also after a restart; the key still refuses another call; the record names the
+    device, no epoch."""
     device = NoEpoch()
     path = tmp_path / "a.db"
     with Gate(device, audit=AuditLog(path)) as gate:
         first, again = gate.handle(keyed_write()), gate.handle(keyed_write())
-        assert (first.replay, again.replay) == (False, False) and first.ok and again.ok
-        assert device.registers.write_count == 2
+        assert first.ok and not first.replay
+        assert (again.code, again.replay, again.to_dict()["retryable"]) == (
+            "idempotency-unconfirmed", False, False)
+        assert re.fullmatch(
+            r'idempotency key "op-1" was used for this call at \d{4}-\d\d-\d\d '
+            r"\d\d:\d\d:\d\d UTC, and the record says its first attempt ran and the device "
+            r"acknowledged it; this device cannot say whether it was reset since, so the call "
+            r"is neither run again nor answered from the record: read the register back, then "
+            r"send the call with a new key if it must run", again.message or ""), again.message
+        assert device.registers.write_count == 1
         assert gate.handle(keyed_write(data=1)).code == "idempotency-conflict"
+    with Gate(device, audit=AuditLog(path)) as gate:  # the key is in the log: after a restart
+        assert gate.handle(keyed_write()).code == "idempotency-unconfirmed"
+        assert device.registers.write_count == 1
     records = read_audit(path)
     assert {(r.device, r.device_epoch) for r in records} == {(device.state_id(), None)}
 
@@ -426,14 +439,20 @@ def test_a_power_cycled_device_ends_the_keys(capsys: pytest.CaptureFixture[str],
 def test_a_device_that_says_no_epoch_never_gets_a_replay_over_the_wire(
         capsys: pytest.CaptureFixture[str], calls: dict[str, Path], audit_path: Path) -> None:
     """A protocol 1 device (--plain-identify): regdev cannot see a reset by another path, so
-    the keyed write runs again each time, through any spelling; the records name it by the
-    port: one name for a trailing slash, leading zeros or options (a host name is not looked
-    up: localhost is another name, docs/safety.md)."""
+    the keyed write sent again is never replayed nor run again but idempotency-unconfirmed,
+    through any spelling; the records name it by the port: one name for a trailing slash,
+    leading zeros or options (a host name is not looked up: localhost is another name, where
+    the key is new, docs/safety.md)."""
     with sim_process("--tcp", "127.0.0.1:0", "--plain-identify") as (url, _):
         p = url.rsplit(":", 1)[1]
-        for spelling in (url, f"socket://127.0.0.1:{p}/", f"socket://127.0.0.1:0{p}",
-                         f"socket://127.0.0.1:{p}?logging=warning", f"socket://localhost:{p}"):
-            assert_ran_again(*replay(capsys, calls["write"], spelling))
+        assert_ran_again(*replay(capsys, calls["write"], url))
+        for spelling in (f"socket://127.0.0.1:{p}/", f"socket://127.0.0.1:0{p}",
+                         f"socket://127.0.0.1:{p}?logging=warning"):
+            outcome, registers = replay(capsys, calls["write"], spelling)
+            assert (outcome["ok"], outcome["code"]) == (False, "idempotency-unconfirmed")
+            assert "its first attempt ran and the device acknowledged it" in outcome["message"]
+            assert registers[3] == VALUE
+        assert_ran_again(*replay(capsys, calls["write"], f"socket://localhost:{p}"))
     assert [(r.device, r.device_epoch) for r in read_audit(audit_path)] == [
         (f"serial:socket://127.0.0.1:{p}", None)] * 4 + [(f"serial:socket://localhost:{p}", None)]
 

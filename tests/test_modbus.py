@@ -446,9 +446,10 @@ def test_a_setting_the_port_refuses_is_one_transport_error() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_keyed_write_runs_again_on_a_modbus_device(tmp_path: Path) -> None:
-    """A Modbus device says no reset epoch, so an idempotency key sent again is not answered
-    from the records: the write runs again (docs/safety.md), and the server counts it twice."""
+def test_a_keyed_write_sent_again_to_a_modbus_device_is_unconfirmed(tmp_path: Path) -> None:
+    """A Modbus device says no reset epoch, so an idempotency key sent again is neither
+    answered from the records nor run again: idempotency-unconfirmed (docs/safety.md), and
+    the server counts the write once."""
     from regdev import AuditLog  # noqa: PLC0415
 
     call_ = {"tool": "write_register", "arguments": {"addr": 5, "data": 7}}
@@ -456,8 +457,8 @@ def test_a_keyed_write_runs_again_on_a_modbus_device(tmp_path: Path) -> None:
             Gate(device, audit=AuditLog(tmp_path / "audit.db")) as gate:
         first = gate.handle_call(call_, idempotency_key="k1")
         second = gate.handle_call(call_, idempotency_key="k1")
-        assert first.ok and second.ok and not second.replay
-        assert plain.executed[(6, 5, (7,))] == 2
+        assert first.ok and (second.code, second.replay) == ("idempotency-unconfirmed", False)
+        assert plain.executed[(6, 5, (7,))] == 1
 
 
 @pytest.mark.timeout(30)

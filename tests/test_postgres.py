@@ -5,6 +5,7 @@ run on SQLite and PostgreSQL alike (the ``store`` fixture)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -259,3 +260,78 @@ def test_a_missing_postgresql_or_nginx_is_one_line_naming_the_install_command(
         pass
     assert str(missing.value).endswith("install it with: apt-get install nginx")
     assert "\n" not in str(missing.value)
+
+
+def test_a_version_1_store_is_upgraded_with_the_leases_table(postgres: Server) -> None:
+    """A store of schema version 1 (before serial leases) is read as it is, and upgraded
+    to this version, the table serial_leases added, when a writer opens it."""
+    dsn = postgres.fresh_dsn()
+    with Gate(RegisterFile(), audit=open_audit(dsn)) as gate:
+        assert gate.handle(WRITE).ok
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE serial_leases")
+        conn.execute("UPDATE regdev_schema SET version = 1")
+    assert len(read_audit(dsn)) == 1
+    with open_audit(dsn):
+        pass
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM regdev_schema").fetchone() == (
+            POSTGRES_SCHEMA_VERSION,) == (2,)
+        assert conn.execute("SELECT count(*) FROM serial_leases").fetchone() == (0,)
+
+
+def test_one_process_holds_a_serial_line_and_another_takes_it_once_its_lease_lapses(
+        postgres: Server) -> None:
+    """Two processes' leases on one store: the first to ask holds the line (renewed); the
+    other is refused LineElsewhere naming the owner and the expiry; an owner that stops
+    renewing without a word (as SIGKILL leaves it) loses the line once its lease lapses,
+    by the server's clock, and the other takes it; a clean close gives it up at once."""
+    from regdev.core._errors import LineElsewhere  # noqa: PLC0415
+
+    dsn = postgres.fresh_dsn()
+    with open_audit(dsn) as audit:
+        first = audit.line_leases(1.0, 0.2)
+        second = audit.line_leases(1.0, 0.2)
+        try:
+            assert first.hold("serial:/dev/ttyUSB0") is True  # taken anew
+            assert first.hold("serial:/dev/ttyUSB0") is False  # held
+            with pytest.raises(LineElsewhere) as refused:
+                second.hold("serial:/dev/ttyUSB0")
+            assert re.fullmatch(
+                r"the serial line serial:/dev/ttyUSB0 is driven by another regdev process of "
+                + re.escape(f"the fleet, {first.owner}, whose lease expires at ")
+                + r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC unless renewed \(its owner renews "
+                r"it while it runs\); nothing was sent: send the call again to reach that "
+                r"process, or after that time if it stopped", str(refused.value))
+            assert second.hold("serial:/dev/ttyS1") is True  # another line: another owner
+            with psycopg.connect(dsn, autocommit=True) as conn:  # renewed: a later expiry
+                query = "SELECT owner, expires FROM serial_leases WHERE line = %s"
+                owner, expires = conn.execute(query, ("serial:/dev/ttyUSB0",)).fetchone()
+                deadline = time.monotonic() + 60
+                while conn.execute(query, ("serial:/dev/ttyUSB0",)).fetchone() == (
+                        owner, expires):
+                    assert time.monotonic() < deadline, "the lease was never renewed"
+                    time.sleep(0.05)
+                assert conn.execute(query, ("serial:/dev/ttyUSB0",)).fetchone()[0] == first.owner
+            first._stop.set()  # renews no more, gives nothing up: as a process killed
+            assert first._renewer is not None
+            first._renewer.join(5)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    assert second.hold("serial:/dev/ttyUSB0") is True
+                    break
+                except LineElsewhere:
+                    assert time.monotonic() < deadline, "the lease never lapsed"
+                    time.sleep(0.05)
+            with pytest.raises(LineElsewhere, match=re.escape(second.owner)):
+                first.hold("serial:/dev/ttyUSB0")  # its own view lapsed too
+        finally:
+            second.close()
+            first.close()
+        third = audit.line_leases(10.0, 3.0)
+        try:  # the second closed: its lines are free at once
+            assert third.hold("serial:/dev/ttyUSB0") is True
+            assert third.hold("serial:/dev/ttyS1") is True
+        finally:
+            third.close()

@@ -38,25 +38,37 @@ class Plain:
     (pymodbus's ``SimData`` blocks) serves other registers instead (a SunSpec image).
 
     ``echo`` (RTU): the null-modem cable also hands every byte the host sends back to it, as
-    an RS-485 adapter without echo suppression does.
+    an RS-485 adapter without echo suppression does. ``units``: the unit ids served, each a
+    device of its own registers (several units on one RS-485 line, under RTU).
 
     Attributes:
         url: the regdev URL: ``modbus+tcp://127.0.0.1:P?unit=1`` or ``modbus+rtu://PTY?unit=1``.
         executed: Counter of ``(function code, address, values)`` written.
         registers: the live register list (for reading what the server holds).
+        unit_registers: each unit's live register list, once it was accessed.
     """
 
     def __init__(self, framing: str, *, registers: int = 16, values: int = 0,
                  refuse: dict[int, int] | None = None, echo: bool = False,
-                 simdata: list[SimData] | None = None) -> None:
+                 simdata: list[SimData] | None = None, units: tuple[int, ...] = (1,)) -> None:
         self.executed: collections.Counter[tuple[int, int, tuple[int, ...]]] = \
             collections.Counter()
         self.refuse = refuse or {}
         self.echo = echo
         self.registers: list[int] = []
-        device = SimDevice(1, simdata=simdata or [SimData(0, count=registers, values=values,
-                                                         datatype=DataType.REGISTERS)],
-                           action=self._action)
+        self.unit_registers: dict[int, list[int]] = {}
+
+        def action_of(unit: int) -> Any:
+            async def action(*args: Any) -> ExcCodes | None:
+                self.unit_registers[unit] = args[4]
+                return await self._action(*args)
+            return action
+
+        device: Any = [
+            SimDevice(unit, simdata=simdata or [SimData(0, count=registers, values=values,
+                                                        datatype=DataType.REGISTERS)],
+                      action=action_of(unit)) for unit in units]
+        device = device[0] if len(device) == 1 else device
         self._ptys: list[tuple[int, int]] = []
         ready = threading.Event()
         self._stop: asyncio.Event | None = None

@@ -10,7 +10,10 @@ Rules of this file:
   stored write is replayed only to the device it was applied to, not reset since. The gate
   takes the epoch before the write is sent (so a key is never stored in an epoch later than
   its write's), and asks the device again just before it answers a replay. A device that
-  cannot say its epoch (scope ``"ID@"``) gets no replay: ``begin(..., replay=False)``. Keys
+  cannot say its epoch (scope ``"ID@"``) gets no replay: ``begin(..., replay=False)``; a key
+  stored for it is refused ``idempotency-unconfirmed`` (:func:`unconfirmed`: neither run
+  again, since the first attempt may have run, nor answered "done", since the device may have
+  been reset since), with what the record says of the first attempt and when. Keys
   apply to tools that change the device; a read-only tool runs every time and its
   (well-formed) key is ignored.
 * Where a key travels in each dialect is in ``_parse.py`` and ``docs/safety.md``. Explicit keys
@@ -25,7 +28,8 @@ Rules of this file:
   (``docs/safety.md`` says why). A call refused before it executed releases the key, so the
   next call with it runs.
 * A later call with the key: the same fingerprint gets the stored observation marked as a
-  replay, and nothing runs (without ``replay``, it runs again); another fingerprint is
+  replay, and nothing runs (without ``replay``, ``idempotency-unconfirmed``); another
+  fingerprint is
   ``idempotency-conflict``; while the first call is still running, ``idempotency-in-progress``.
 * Stored keys live in the audit database (table ``idempotency_keys``), inserted in the same
   transaction as the write's audit record and committed before the observation is returned,
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time as _time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
@@ -56,7 +61,7 @@ from ..core._text import escape_text
 
 __all__ = ["INSERT_KEY", "INSERT_RESET", "KEYS_SCHEMA", "PROVIDER_DIALECTS",
            "SELECT_CURRENT_KEYS", "SELECT_EPOCHS", "IdempotencyStore", "KeyRow", "Slot",
-           "conflict", "fingerprint", "in_progress", "key_scope", "replayed"]
+           "conflict", "fingerprint", "in_progress", "key_scope", "replayed", "unconfirmed"]
 
 #: The table of stored keys and the table of device resets (created by the audit database).
 KEYS_SCHEMA = """
@@ -99,7 +104,7 @@ CREATE TRIGGER IF NOT EXISTS device_resets_append_only_delete BEFORE DELETE ON d
 #: different call with one is still ``idempotency-conflict``. Costs one pass over ``calls``
 #: when the database is opened.
 SELECT_CURRENT_KEYS = """
-SELECT device, session, key, fingerprint, observation FROM idempotency_keys AS k
+SELECT device, session, key, fingerprint, observation, time FROM idempotency_keys AS k
 WHERE epoch = coalesce((SELECT epoch FROM device_resets AS r WHERE r.device = k.device
                         ORDER BY r.id DESC LIMIT 1), '')
   AND (substr(device, -1) = '@'
@@ -159,17 +164,19 @@ class IdempotencyStore:
 
     Args:
         entries: stored keys that can match, as ``(device, session, key, fingerprint,
-            observation JSON)`` rows (:data:`SELECT_CURRENT_KEYS`).
+            observation JSON, time)`` rows (:data:`SELECT_CURRENT_KEYS`; time in Unix
+            seconds).
         epochs: each device's current epoch (:data:`SELECT_EPOCHS`); a device not in it has
             never been reset through regdev (epoch ``""``).
     """
 
-    def __init__(self, entries: Iterable[tuple[str, str, str, bytes, str]] = (),
+    def __init__(self, entries: Iterable[tuple[str, str, str, bytes, str, float]] = (),
                  epochs: Mapping[str, str] | None = None) -> None:
         self._epochs: dict[str, str] = dict(epochs or {})
-        self._done: dict[Slot, tuple[bytes, str]] = {
-            (device, session, key): (bytes(print_), observation)
-            for device, session, key, print_, observation in entries
+        #: Stored keys: the call's fingerprint, its observation JSON, when it arrived.
+        self._done: dict[Slot, tuple[bytes, str, float]] = {
+            (device, session, key): (bytes(print_), observation, float(time))
+            for device, session, key, print_, observation, time in entries
         }
         #: Reserved keys: the call's fingerprint, and its device's epoch when reserved.
         self._running: dict[Slot, tuple[bytes, str]] = {}
@@ -183,18 +190,19 @@ class IdempotencyStore:
             slot: the key's slot.
             print_: the call's :func:`fingerprint`.
             replay: False when the stored observation may not be replayed (the device cannot
-                say it was not reset since): a key stored for the same call is reserved
-                again, so the call runs again.
+                say it was not reset since): a key stored for the same call is refused
+                ``idempotency-unconfirmed`` (:func:`unconfirmed`).
 
         Returns:
-            None: the key is new (or not replayed) and now reserved (call :meth:`complete`
-            or :meth:`release`).
+            None: the key is new and now reserved (call :meth:`complete` or
+            :meth:`release`).
             An :class:`Observation`: the stored one, marked as a replay (``id`` unset).
-            A :class:`Refusal`: ``idempotency-conflict`` or ``idempotency-in-progress``.
+            A :class:`Refusal`: ``idempotency-conflict``, ``idempotency-in-progress`` or
+            ``idempotency-unconfirmed``.
         """
         with self._lock:
             stored = self._done.get(slot)
-            if stored is None or (not replay and stored[0] == print_):
+            if stored is None:
                 running = self._running.get(slot)
                 if running is None:
                     self._running[slot] = (print_, self._epochs.get(slot[0], ""))
@@ -204,6 +212,8 @@ class IdempotencyStore:
                 return conflict(slot[2])
         if stored[0] != print_:
             return conflict(slot[2])
+        if not replay:
+            return unconfirmed(slot[2], stored[1], stored[2])
         return replayed(stored[1])
 
     def key_row(self, slot: Slot, print_: bytes, observation: str, time: float) -> KeyRow:
@@ -217,13 +227,16 @@ class IdempotencyStore:
         device, session, key = slot
         return KeyRow(device, epoch, session, key, print_, observation, time)
 
-    def complete(self, slot: Slot, print_: bytes, observation: str) -> None:
-        """Store the reserved key's observation JSON (after its audit record is committed);
-        not when its device was reset since the key was reserved (its epoch ended)."""
+    def complete(self, slot: Slot, print_: bytes, observation: str,
+                 time: float | None = None) -> None:
+        """Store the reserved key's observation JSON (after its audit record is committed),
+        with the Unix time its call arrived (None: now); not when its device was reset since
+        the key was reserved (its epoch ended)."""
         with self._lock:
             running = self._running.pop(slot, None)
             if running is not None and running[1] == self._epochs.get(slot[0], ""):
-                self._done[slot] = (print_, observation)
+                self._done[slot] = (print_, observation,
+                                    _time.time() if time is None else time)
 
     def release(self, slot: Slot) -> None:
         """Drop a reservation whose call did not run: the key can be used again."""
@@ -271,6 +284,28 @@ def in_progress(key: str) -> Refusal:
     return refuse("idempotency-in-progress",
                   f"a call with idempotency key {_show(key)} is still running; send it again "
                   "shortly to get its observation")
+
+
+def unconfirmed(key: str, stored: str, time: float) -> Refusal:
+    """The refusal of a call whose key was stored for the same call on a device that cannot
+    say its reset epoch: it is not run again (its first attempt may have run) nor answered
+    from the record (the device may have been reset since, undoing it). The message says
+    what the record says of the first attempt (``stored``: its observation JSON), when it
+    arrived (``time``, Unix seconds, shown in UTC), and what to do."""
+    first = Observation.from_dict(decode_json(stored))
+    if first.ok:
+        said = "ran and the device acknowledged it"
+    elif first.code == "outcome-unknown":
+        said = "was sent and its outcome is unknown (outcome-unknown)"
+    else:
+        said = f"ended {first.code}"
+    when = _time.strftime("%Y-%m-%d %H:%M:%S UTC", _time.gmtime(time))
+    return refuse("idempotency-unconfirmed",
+                  f"idempotency key {_show(key)} was used for this call at {when}, and the "
+                  f"record says its first attempt {said}; this device cannot say whether it "
+                  "was reset since, so the call is neither run again nor answered from the "
+                  "record: read the register back, then send the call with a new key if it "
+                  "must run")
 
 
 def conflict(key: str) -> Refusal:

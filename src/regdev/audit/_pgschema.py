@@ -16,8 +16,12 @@ import psycopg
 from ..core._errors import AuditError
 from ._record import ADDED_COLUMNS, COLUMNS, INDEXES, STAGE_TIMES, UNSETTLED, mapped, shown_dsn
 
-#: This regdev's version of the PostgreSQL schema (table ``regdev_schema``).
-POSTGRES_SCHEMA_VERSION = 1
+#: This regdev's version of the PostgreSQL schema (table ``regdev_schema``). Version 2 added
+#: the table ``serial_leases``; a version 1 store is upgraded when a writer opens it (the
+#: table added: nothing of version 1 changes), and read as it is.
+POSTGRES_SCHEMA_VERSION = 2
+#: The versions this regdev reads (and a writer upgrades to :data:`POSTGRES_SCHEMA_VERSION`).
+_READABLE = (1, POSTGRES_SCHEMA_VERSION)
 #: The PostgreSQL type of SQLite's types (REAL is float8: SQLite's REAL is 64-bit).
 _KINDS = {"TEXT": "TEXT", "INTEGER": "BIGINT", "REAL": "DOUBLE PRECISION", "BLOB": "BYTEA"}
 #: The types of the columns ``calls`` was created with (the added ones: ADDED_COLUMNS).
@@ -93,6 +97,11 @@ CREATE TABLE IF NOT EXISTS approval_questions (
     reason      TEXT,
     used        BOOLEAN NOT NULL DEFAULT false
 );
+CREATE TABLE IF NOT EXISTS serial_leases (
+    line        TEXT PRIMARY KEY,      -- the serial line, as regdev names it (serial:/dev/...)
+    owner       TEXT NOT NULL,         -- the process that drives it: host, pid and a nonce
+    expires     TIMESTAMPTZ NOT NULL   -- by the server's clock; renewed while the owner lives
+);
 """
 #: Take a token from a bucket (made full when new), by the database's clock.
 def _one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
@@ -130,7 +139,7 @@ def check_version(conn: psycopg.Connection[Any], name: str, *, create: bool) -> 
         if version_table is not None:
             row = conn.execute("SELECT version FROM regdev_schema").fetchone()
             version = row[0] if row else None
-            if version != POSTGRES_SCHEMA_VERSION:
+            if version not in _READABLE:
                 raise AuditError(
                     f"the audit database {name} has regdev's PostgreSQL schema version "
                     f"{version}; this regdev uses version {POSTGRES_SCHEMA_VERSION}: open it "
@@ -147,6 +156,7 @@ def check_version(conn: psycopg.Connection[Any], name: str, *, create: bool) -> 
             conn.execute("INSERT INTO regdev_schema VALUES (%s)", (POSTGRES_SCHEMA_VERSION,))
         if create:  # columns added to the record since the database was made
             conn.execute(_STATE_SCHEMA)
+            conn.execute("UPDATE regdev_schema SET version = %s", (POSTGRES_SCHEMA_VERSION,))
             have = {row[0] for row in conn.execute(
                 "SELECT column_name FROM information_schema.columns "
                 "WHERE table_name = 'calls' AND table_schema = current_schema()")}

@@ -17,8 +17,19 @@ Rules of this file:
   :data:`RESERVATION_SECONDS` is taken over: its process died), then looks for a stored key;
   the key's row is inserted and its reservation deleted in the transaction of the write's
   record. So a keyed write runs once across every process; a retry that lands on another
-  process while it runs gets ``idempotency-in-progress``, after it the stored observation.
+  process while it runs gets ``idempotency-in-progress``, after it the stored observation
+  (``idempotency-unconfirmed`` on a device that cannot say its reset epoch).
   A device's reset epoch (``device_resets``) is read from the database at every keyed call.
+* Serial lines are leased (:class:`LineLeases`, table ``serial_leases``): a row per line names
+  the process that drives it and when its lease expires, by the server's clock
+  (``clock_timestamp()``), so no two hosts' clocks are compared. The owner renews it every
+  ``renew_seconds``; it counts the line its own only until ``seconds`` after it *sent* its
+  last successful renewal (by its own monotonic clock), which is never later than the expiry
+  the server wrote: so once another process takes an expired lease over, the old owner has
+  stopped driving the line, even when it could not reach the server to hear of it. A row,
+  not an advisory lock: a session's lock outlives its process for as long as the server
+  takes to see the connection is dead (TCP keepalive, hours across a network), and its
+  holder cannot tell when it lost it; an expiry bounds both.
 * A schema version table (``regdev_schema``, one row): a database of another version is
   refused, with what to do; a database holding other tables named ``calls`` is refused.
 * psycopg's errors become :class:`~regdev.AuditError` in :func:`~regdev.audit._record.mapped`
@@ -29,17 +40,28 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from ..core._errors import AuditError
+from ..core._errors import AuditError, LineElsewhere
 from ..core._observation import Observation, Refusal
 from ..core._wording import postgres_problem
-from ._idempotency import IdempotencyStore, KeyRow, Slot, conflict, in_progress, replayed
+from ._idempotency import (
+    IdempotencyStore,
+    KeyRow,
+    Slot,
+    conflict,
+    in_progress,
+    replayed,
+    unconfirmed,
+)
 from ._pgschema import _one, _placeholders, check_version, connect
 from ._record import (
     mapped,
@@ -84,6 +106,8 @@ _LOOK_UP = f"""
 SELECT (SELECT fingerprint FROM idempotency_keys WHERE device = %(device)s
             AND epoch = {_CURRENT_EPOCH} AND session = %(session)s AND key = %(key)s),
        (SELECT observation FROM idempotency_keys WHERE device = %(device)s
+            AND epoch = {_CURRENT_EPOCH} AND session = %(session)s AND key = %(key)s),
+       (SELECT time FROM idempotency_keys WHERE device = %(device)s
             AND epoch = {_CURRENT_EPOCH} AND session = %(session)s AND key = %(key)s),
        (SELECT fingerprint FROM idempotency_running WHERE device = %(device)s
             AND session = %(session)s AND key = %(key)s)
@@ -133,13 +157,16 @@ class SharedKeys(IdempotencyStore):
         params = self._params(slot, print_)
         with self._lock, mapped(f"cannot reach the audit database {self._name}"):
             row = self._live().execute(_RESERVE, params).fetchone()
-            stored_print, observation, running = _one(self._live().execute(_LOOK_UP, params))
+            stored_print, observation, time, running = _one(
+                self._live().execute(_LOOK_UP, params))
             reserved = row is not None
-            if stored_print is not None and not (not replay and stored_print == print_):
+            if stored_print is not None:
                 if reserved:  # stored already: the reservation was not needed
                     self._live().execute(_RELEASE, (*slot, self._owner))
                 if bytes(stored_print) != print_:
                     return conflict(slot[2])
+                if not replay:
+                    return unconfirmed(slot[2], observation, float(time))
                 return replayed(observation)
             if row is not None:
                 self._running[slot] = (print_, row[0])
@@ -148,7 +175,8 @@ class SharedKeys(IdempotencyStore):
             return in_progress(slot[2])
         return conflict(slot[2])
 
-    def complete(self, slot: Slot, print_: bytes, observation: str) -> None:
+    def complete(self, slot: Slot, print_: bytes, observation: str,
+                 time: float | None = None) -> None:
         """The key's row was committed with its record (and its reservation deleted)."""
         self._running.pop(slot, None)
 
@@ -178,6 +206,146 @@ class SharedKeys(IdempotencyStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+_TAKE_LEASE = """
+INSERT INTO serial_leases AS l (line, owner, expires)
+VALUES (%(line)s, %(owner)s, clock_timestamp() + make_interval(secs => %(seconds)s))
+ON CONFLICT (line) DO UPDATE SET owner = EXCLUDED.owner, expires = EXCLUDED.expires
+    WHERE l.owner = EXCLUDED.owner OR l.expires < clock_timestamp()
+RETURNING owner
+"""
+_LEASE_HOLDER = ("SELECT owner, to_char(expires AT TIME ZONE 'UTC', "
+                 "'YYYY-MM-DD HH24:MI:SS.MS') FROM serial_leases WHERE line = %s")
+_RENEW_LEASES = ("UPDATE serial_leases SET expires = clock_timestamp() + "
+                 "make_interval(secs => %s) WHERE owner = %s RETURNING line")
+_DROP_LEASES = "DELETE FROM serial_leases WHERE owner = %s"
+
+
+class LineLeases:
+    """The leases of serial lines in the store (see the module docstring): :meth:`hold`
+    before every transaction on a line; renewed by a thread every ``renew_seconds``; given
+    up by :meth:`close`. A process killed (SIGKILL) keeps its leases until they expire:
+    ``seconds`` after its last renewal at most. Thread-safe.
+
+    Args:
+        dsn: the store's URL.
+        name: the store's name in messages (password hidden).
+        seconds: how long a lease lasts unless renewed, > ``renew_seconds``.
+        renew_seconds: how often the owner renews its leases, > 0.
+
+    Attributes:
+        owner: this process as leases name it: ``HOST pid PID (NONCE)``.
+    """
+
+    def __init__(self, dsn: str, name: str, seconds: float, renew_seconds: float) -> None:
+        if not 0 < renew_seconds < seconds:
+            raise ValueError(f"a lease of {seconds:g} s renewed every {renew_seconds:g} s: "
+                             "renew it more often than it lasts (0 < renew_seconds < seconds)")
+        self._dsn = dsn
+        self._name = name
+        self.seconds = float(seconds)
+        self.renew_seconds = float(renew_seconds)
+        self.owner = f"{socket.gethostname()} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        #: The lines held: until when (time.monotonic()) each is this process's.
+        self._held: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The connection (the lock held), made when there is none or it broke.
+
+        Raises:
+            psycopg.Error: the server cannot be reached.
+        """
+        if self._conn is None or self._conn.broken or self._conn.closed:
+            self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
+        return self._conn
+
+    def hold(self, line: str) -> bool:
+        """Make sure this process holds the lease of ``line`` for ``renew_seconds`` more at
+        least: taken when free or expired, renewed when due; no round trip while it is.
+
+        Returns:
+            True when the lease was taken anew (the line may have been driven by another
+            process since this one last did: synchronise it again); False when it was held.
+
+        Raises:
+            LineElsewhere: another process holds it (the message names it and when its lease
+                expires, UTC), or the store cannot be reached to take or renew it.
+        """
+        now = time.monotonic()
+        until = self._held.get(line)
+        if until is not None and until - now > self.renew_seconds:
+            return False
+        sent = time.monotonic()
+        try:
+            with self._lock:
+                conn = self._live()
+                taken = conn.execute(_TAKE_LEASE, {"line": line, "owner": self.owner,
+                                                   "seconds": self.seconds}).fetchone()
+                holder = (None if taken is not None
+                          else conn.execute(_LEASE_HOLDER, (line,)).fetchone())
+                if taken is not None:
+                    self._held[line] = sent + self.seconds
+                else:
+                    self._held.pop(line, None)
+        except psycopg.Error as error:
+            with self._lock:
+                self._held.pop(line, None)
+            raise LineElsewhere(
+                f"the serial line {line} was not driven: its lease could not be taken or "
+                f"renewed, the audit database {self._name} is out of reach "
+                f"({postgres_problem(error)}); nothing was sent") from None
+        if taken is None:
+            owner, expires = holder if holder is not None else ("another process", "now")
+            raise LineElsewhere(
+                f"the serial line {line} is driven by another regdev process of the fleet, "
+                f"{owner}, whose lease expires at {expires} UTC unless renewed (its owner "
+                f"renews it while it runs); nothing was sent: send the call again to reach "
+                "that process, or after that time if it stopped")
+        self._start_renewing()
+        return until is None or until <= now
+
+    def _start_renewing(self) -> None:
+        if self._renewer is None:
+            self._renewer = threading.Thread(target=self._renew, daemon=True,
+                                             name="regdev line leases")
+            self._renewer.start()
+
+    def _renew(self) -> None:
+        """Renew this process's leases every ``renew_seconds`` until :meth:`close`; a lease
+        not renewed lapses here as it does in the store."""
+        while not self._stop.wait(self.renew_seconds):
+            sent = time.monotonic()
+            try:
+                with self._lock:
+                    rows = self._live().execute(_RENEW_LEASES,
+                                                (self.seconds, self.owner)).fetchall()
+                    kept = {row[0] for row in rows}
+                    for line in list(self._held):
+                        if line in kept:
+                            self._held[line] = sent + self.seconds
+                        else:
+                            del self._held[line]
+            except psycopg.Error as error:
+                logger.warning("the leases of serial lines were not renewed: the audit "
+                               "database cannot be reached: %s", postgres_problem(error))
+
+    def close(self) -> None:
+        """Stop renewing and give the leases up (another process may take the lines at
+        once); a store out of reach lets them expire."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(self.renew_seconds + 10)
+        with self._lock:
+            self._held.clear()
+            with contextlib.suppress(psycopg.Error):
+                self._live().execute(_DROP_LEASES, (self.owner,))
+            if self._conn is not None:
+                self._conn.close()
 
 
 class SharedBucket:
@@ -299,6 +467,15 @@ class PostgresAuditLog(AuditLog):
         (:class:`SharedQuestions`)."""
         assert isinstance(self.idempotency, SharedKeys)
         return SharedQuestions(self.idempotency)
+
+    def line_leases(self, seconds: float, renew_seconds: float) -> LineLeases:
+        """The leases of serial lines in the store (:class:`LineLeases`); close them before
+        the log.
+
+        Raises:
+            ValueError: ``renew_seconds`` is not in 0 < renew_seconds < seconds.
+        """
+        return LineLeases(str(self.path), self.name, seconds, renew_seconds)
 
     def shared_bucket(self, name: str, rate: float, burst: int) -> SharedBucket:
         """The bucket ``name`` of the store's table ``rate_buckets``, shared by every process

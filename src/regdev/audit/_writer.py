@@ -530,6 +530,17 @@ class AuditLog:
         process's alone (SQLite: None)."""
         return None
 
+    def line_leases(self, seconds: float, renew_seconds: float) -> Any:
+        """The leases of serial lines kept in the store, so that one process of those that
+        open it drives each line (:class:`~regdev.audit._postgres.LineLeases`), or None
+        where the store is this process's alone (SQLite: None).
+
+        Args:
+            seconds: how long a lease lasts unless renewed (> ``renew_seconds``).
+            renew_seconds: how often its owner renews it (> 0).
+        """
+        return None
+
     def shared_bucket(self, name: str, rate: float, burst: int) -> Any:
         """A rate-limit bucket kept in the store for every process that opens it, or None
         where the store is this process's alone (SQLite: None).
@@ -548,8 +559,9 @@ class AuditLog:
         """Look up the key in ``slot`` for a call with fingerprint ``print_``, reserving it
         when new: None (reserved: store it with :meth:`key_row` and :meth:`complete_key`, or
         :meth:`release_key` it), the stored observation marked as a replay, or a refusal
-        (``idempotency-conflict``, ``idempotency-in-progress``). Without ``replay``, a key
-        stored for the same call is reserved again instead (the call runs again)."""
+        (``idempotency-conflict``, ``idempotency-in-progress``). Without ``replay`` (a device
+        that cannot say its reset epoch), a key stored for the same call is refused
+        ``idempotency-unconfirmed`` instead of replayed."""
         return self.idempotency.begin(slot, print_, replay=replay)
 
     def key_row(self, slot: Slot, print_: bytes, observation: str, time: float) -> KeyRow:
@@ -561,9 +573,11 @@ class AuditLog:
         """
         return self.idempotency.key_row(slot, print_, observation, time)
 
-    def complete_key(self, slot: Slot, print_: bytes, observation: str) -> None:
-        """Keep the reserved key's observation JSON in memory (once its row is committed)."""
-        self.idempotency.complete(slot, print_, observation)
+    def complete_key(self, slot: Slot, print_: bytes, observation: str,
+                     time: float | None = None) -> None:
+        """Keep the reserved key's observation JSON in memory (once its row is committed),
+        with the Unix time its call arrived (None: now)."""
+        self.idempotency.complete(slot, print_, observation, time)
 
     def release_key(self, slot: Slot) -> None:
         """Free a reserved key whose call did not run: the next call with it runs."""

@@ -11,8 +11,9 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..core._errors import PolicyError, RegdevError
-from ..devices._open import open_device
+from ..core._errors import LineElsewhere, PolicyError, RegdevError
+from ..devices._open import line_name, open_device
+from ..devices._transaction import SharedLine
 from ..gate._gate import Gate
 from ..gate._providers import offered_tools
 from ..server._access import Policy
@@ -225,7 +226,7 @@ def _serve_fleet(args: argparse.Namespace, log: logging.Logger,
     """``serve --http --fleet FILE``: every device of the fleet file, each at /mcp/NAME, with
     one audit log; nothing is served unless every device opens and answers."""
     from ..server._approval import approvals_for  # noqa: PLC0415  (the `mcp` extra)
-    from ..server._fleet import FleetError, load_fleet  # noqa: PLC0415
+    from ..server._fleet import FleetError, lease_guard, load_fleet  # noqa: PLC0415
     from ..server._http import serve_http  # noqa: PLC0415
 
     try:
@@ -233,8 +234,17 @@ def _serve_fleet(args: argparse.Namespace, log: logging.Logger,
     except FleetError as error:
         raise UsageError(str(error)) from None
     with contextlib.ExitStack() as stack:
+        audit = None if args.no_audit else open_audit(args)
+        if audit is not None:
+            stack.callback(audit.close)
+        # a shared store leases the serial lines (given up after the ports are closed)
+        leases = (audit.line_leases(fleet.lease_seconds, fleet.renew_seconds)
+                  if audit is not None else None)
+        if leases is not None:
+            stack.callback(leases.close)
+        lines: dict[str, SharedLine] = {}
         devices = []
-        for member in fleet:
+        for member in fleet.devices:
             if member.session is not None:
                 try:
                     policy.session_policy(member.session)
@@ -243,17 +253,32 @@ def _serve_fleet(args: argparse.Namespace, log: logging.Logger,
             try:
                 regmap = read_map(member.map) if member.map is not None else None
                 device = stack.enter_context(contextlib.closing(
-                    open_device(member.port, regmap=regmap, timeout=args.timeout)))
+                    open_device(member.port, regmap=regmap, timeout=args.timeout,
+                                lines=lines)))
             except (RegdevError, ValueError) as error:
                 raise UsageError(f"{args.fleet}:{member.line}: device {member.name}: "
                                  f"{error}") from None
-            device_call(args, device.identify)  # a silent device fails here, at once
             devices.append(device)
-        audit = None if args.no_audit else open_audit(args)
-        if audit is not None:
-            stack.callback(audit.close)
+        elsewhere = set()
+        for name, line in lines.items():  # a port that does not open fails here, at start
+            if leases is not None and "://" not in name:  # a port of this host's, not a URL
+                line.guard = lease_guard(leases)
+            try:
+                with line.lock:
+                    line.check()
+                    line.opened()
+            except LineElsewhere as error:
+                log.info("%s", error)  # its owner serves its devices
+                elsewhere.add(name)
+            except RegdevError as error:
+                first = next(m for m in fleet.devices if line_name(m.port) == name)
+                raise UsageError(f"{args.fleet}:{first.line}: device {first.name}: "
+                                 f"{error}") from None
+        for member, device in zip(fleet.devices, devices, strict=True):
+            if line_name(member.port) not in elsewhere:
+                device_call(args, device.identify)  # a silent device fails here, at once
         served = []
-        for member, device in zip(fleet, devices, strict=True):
+        for member, device in zip(fleet.devices, devices, strict=True):
             approvals = approvals_for(policy, device, state_key)
             if audit is not None:
                 approvals.shared = audit.shared_questions()
@@ -265,7 +290,7 @@ def _serve_fleet(args: argparse.Namespace, log: logging.Logger,
         def ready(url: str) -> None:
             log.info("serving MCP over HTTP at %s (%s): the devices %s at /mcp/NAME, audit "
                      "log %s", url.rsplit("/mcp/", 1)[0] + "/mcp", "stateless" if args.stateless
-                     else "sessions", ", ".join(member.name for member in fleet),
+                     else "sessions", ", ".join(member.name for member in fleet.devices),
                      audit.name if audit is not None else "off")
 
         try:

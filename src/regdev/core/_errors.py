@@ -9,9 +9,11 @@ The tree::
     │   ├── LocalProtocolError     by this side (misuse of the codec)
     │   └── RemoteProtocolError    by the peer (garbage, bad checksum, over-long frame)
     ├── TransportError         the request was not sent, so nothing was executed: the port
-    │                          could not be opened, read or written, or the line could not
-    │                          be synchronised first (the serial backend reopens the port
-    │                          on the next transaction)
+    │   │                      could not be opened, read or written, or the line could not
+    │   │                      be synchronised first (the serial backend reopens the port
+    │   │                      on the next transaction)
+    │   └── LineElsewhere      the serial line is driven by another process of the fleet
+    │                          (it holds the line's lease): not sent
     ├── PolicyError            a policy (file or Python) is invalid, or names a session or
     │                          tool that does not exist (raised when the policy is loaded)
     ├── MapError               a register map (SystemRDL or its compiled JSON form) cannot be
@@ -56,6 +58,7 @@ __all__ = [
     "DeviceError",
     "DeviceRefused",
     "DeviceTimeout",
+    "LineElsewhere",
     "LocalProtocolError",
     "MapError",
     "PolicyError",
@@ -148,6 +151,12 @@ class TransportError(RegdevError):
     Once a request (or an earlier attempt of the same transaction) went out, a failure is
     :class:`DeviceTimeout` or :class:`ReplyLost` instead, never this.
     """
+
+
+class LineElsewhere(TransportError):
+    """The request was not sent: its device is on a serial line that another process holds
+    the lease of (``docs/postgresql.md``), or whose lease could not be taken or confirmed.
+    The message names the line, the owner and when its lease expires."""
 
 
 class PolicyError(RegdevError, ValueError):

@@ -77,6 +77,8 @@ CODES: dict[str, Code] = {
     "read-only-register": Code(("authorize", "validate"), False),
     "idempotency-conflict": Code(("authorize",), False),
     "idempotency-in-progress": Code(("authorize",), True),
+    # (a device that cannot say its reset epoch: a key used is neither run again nor replayed)
+    "idempotency-unconfirmed": Code(("authorize",), False),
     "rate-limited": Code(("authorize",), True),
     # (at execute: an approved register no longer holds the value its approver was shown)
     "approval-denied": Code(("authorize", "execute"), False),
@@ -84,6 +86,9 @@ CODES: dict[str, Code] = {
     # (at authorize: the device could not be asked its reset epoch for a keyed write)
     "device-unavailable": Code(("execute", "authorize"), True),
     "device-busy": Code(("execute", "authorize"), True),
+    # (a serial line another process of the fleet holds the lease of; at authorize: asked for
+    # the device's reset epoch before a keyed write)
+    "line-elsewhere": Code(("execute", "authorize"), True),
     "device-error": Code(("execute",), False),
     "outcome-unknown": Code(("execute",), False),
     "output-too-large": Code(("observe",), False),

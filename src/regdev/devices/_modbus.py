@@ -103,7 +103,7 @@ from ._modbus_codec import (
 )
 from ._regmap import Register, RegisterMap
 from ._serial import MAX_BAUDRATE, MODBUS_URL_FORMS, PortLink, map_exceptions, port_state_id
-from ._transaction import Transactions
+from ._transaction import SharedLine, Transactions
 
 __all__ = ["MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget", "is_modbus_url",
            "parse_modbus_url"]
@@ -387,6 +387,9 @@ class ModbusDevice(Device):
         regmap: the device's register map (``docs/maps.md``); None (or the default map) for
             ``count`` plain read-write registers (:attr:`regmap` is then the default map for
             16, else a map of ``count`` unnamed read-write registers at 0..count-1).
+        line: RTU: the serial line (RS-485 bus) this unit shares with other units of other
+            devices: one port, one transaction at a time on the bus (the port is opened at the
+            first transaction). None: the device opens its port itself, at construction.
 
     Raises:
         ValueError: ``timeout``, ``retries``, ``baudrate``, ``count`` or ``first_tid`` is out
@@ -403,7 +406,8 @@ class ModbusDevice(Device):
 
     def __init__(self, url: str, *, timeout: float = 0.5, retries: int = 1,
                  baudrate: int | None = None, count: int = REGISTER_COUNT,
-                 first_tid: int | None = None, regmap: RegisterMap | None = None) -> None:
+                 first_tid: int | None = None, regmap: RegisterMap | None = None,
+                 line: SharedLine | None = None) -> None:
         problem = seconds_problem(timeout)
         if problem is not None:
             raise ValueError(f"timeout {problem}")
@@ -430,6 +434,9 @@ class ModbusDevice(Device):
         elif type(first_tid) is not int or not 0 <= first_tid <= 0xFFFF:
             raise ValueError(f"first_tid must be an int 0..65535, got {first_tid!r}")
         target = parse_modbus_url(url)
+        if line is not None and target.framing == TCP:
+            raise ValueError("line is for units on one serial line (modbus+rtu://); each "
+                             "modbus+tcp:// device has a connection of its own")
         if target.base + count > 0x10000:
             where = ("holding register 65535" if regmap is None or regmap.tables == ("holding",)
                      else "register 65535 of a table")
@@ -460,7 +467,7 @@ class ModbusDevice(Device):
         self._state_id = _state_id(target)
         self._tx: Transactions[Reply] = Transactions(
             url, lambda: self.timeout, self._open, self._codec, _ModbusWire(self),
-            synced=target.framing == TCP)  # RTU: a sync exchange is due
+            synced=target.framing == TCP, line=line)  # RTU: a sync exchange is due
 
     @property
     def timeouts(self) -> int:

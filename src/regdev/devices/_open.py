@@ -25,11 +25,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ._device import Device, RegisterFile
-from ._modbus import ModbusDevice
+from ._modbus import ModbusDevice, parse_modbus_url
 from ._regmap import RegisterMap
-from ._serial import SerialDevice
+from ._serial import SerialDevice, port_state_id
+from ._transaction import SharedLine
 
-__all__ = ["INPROCESS", "SCHEMES", "open_device", "url_scheme"]
+__all__ = ["INPROCESS", "SCHEMES", "line_name", "open_device", "url_scheme"]
 
 #: The URL of the in-process register file (also ``None``).
 INPROCESS = "inprocess"
@@ -80,9 +81,28 @@ def url_scheme(url: str | None) -> str:
     return scheme.lower() if sep else ""
 
 
+def line_name(url: str | None) -> str | None:
+    """The serial line a device at ``url`` is on, as devices sharing it name it: its port's
+    :func:`~regdev.devices._serial.port_state_id` (``serial:/dev/ttyUSB0``, a link resolved),
+    for regdev's serial protocol on a device path and for Modbus RTU on any port; None for a
+    device reached over the network (``socket://``, ``rfc2217://``, ``modbus+tcp://``) or in
+    process, which needs no owner of a line.
+
+    Raises:
+        TransportError: a Modbus URL that is malformed.
+    """
+    scheme = url_scheme(url)
+    assert url is not None or scheme == INPROCESS
+    if scheme == "modbus+rtu":
+        return port_state_id(parse_modbus_url(url or "").port)
+    if scheme == "":
+        return port_state_id(url or "")
+    return None
+
+
 def open_device(url: str | None = None, *, regmap: RegisterMap | None = None,
                 timeout: float | None = None, baudrate: int | None = None,
-                **options: Any) -> Device:
+                lines: dict[str, SharedLine] | None = None, **options: Any) -> Device:
     """Open the device at ``url`` with the register map ``regmap``: the one table of URL
     schemes (:data:`SCHEMES`, in the module's docstring) that the command line's ``--port``
     uses too. The device is a context manager: ``with open_device(url) as device: ...``
@@ -100,6 +120,10 @@ def open_device(url: str | None = None, *, regmap: RegisterMap | None = None,
         baudrate: line speed in baud; None: 115200 for a serial device, the URL's (else
             19200) for Modbus RTU; ignored by ``socket://`` and ``modbus+tcp://``. Not in
             process.
+        lines: the serial lines open so far, by :func:`line_name`: a device on one of them
+            joins it (one port, one transaction at a time on the line), a device on a new
+            one adds it; the port is then opened at the first transaction
+            (:meth:`SharedLine.open` opens it sooner). None: every device opens its own port.
         **options: the backend's other keyword arguments (``flush_before_request``,
             ``retries``, ``first_seq``; ``count``, ``first_tid``), as its class takes them.
 
@@ -114,6 +138,10 @@ def open_device(url: str | None = None, *, regmap: RegisterMap | None = None,
     """
     scheme = url_scheme(url)
     opener: _Opener = SCHEMES.get(scheme, _serial)  # pyserial knows a few more, and words the rest
+    name = line_name(url) if lines is not None else None
+    if name is not None:
+        assert lines is not None
+        options["line"] = lines.setdefault(name, SharedLine(name))
     try:
         return opener(url or INPROCESS, regmap=regmap, timeout=timeout, baudrate=baudrate,
                       **options)

@@ -72,7 +72,7 @@ from ._protocol import (
     split_map_text,
 )
 from ._regmap import RegisterMap
-from ._transaction import ITSELF, Transactions
+from ._transaction import ITSELF, SharedLine, Transactions
 
 __all__ = ["MAX_BAUDRATE", "MODBUS_URL_FORMS", "URL_FORMS", "SerialDevice", "map_exceptions",
            "port_state_id"]
@@ -390,6 +390,9 @@ class SerialDevice(Device):
             0..15). Addresses are checked against it before anything is sent, and a read
             of a register with clear-on-read bits is sent once, never again (a second read
             would find them cleared).
+        line: the serial line the device is on, shared with a lease of it
+            (:class:`~regdev.devices._transaction.SharedLine`): the port is the line's,
+            opened at the first transaction. None: the device's own, opened at construction.
 
     Raises:
         ValueError: ``baudrate``, ``timeout``, ``retries`` or ``first_seq`` is out of range.
@@ -404,7 +407,7 @@ class SerialDevice(Device):
 
     def __init__(self, url: str, *, baudrate: int = 115200, timeout: float = 0.5,
                  retries: int = 1, first_seq: int | None = None,
-                 regmap: RegisterMap | None = None) -> None:
+                 regmap: RegisterMap | None = None, line: SharedLine | None = None) -> None:
         if type(baudrate) is not int or not 1 <= baudrate <= MAX_BAUDRATE:
             raise ValueError(f"baudrate must be an int 1..{MAX_BAUDRATE} (baud), "
                              f"got {baudrate!r}")
@@ -437,7 +440,7 @@ class SerialDevice(Device):
             url, lambda: self.timeout,
             lambda: PortLink(url, self.timeout, baudrate=baudrate,
                              reply_size=self._link.awaited_size),
-            self._link, _SerialWire(self))
+            self._link, _SerialWire(self), line=line)
 
     @property
     def _port(self) -> serial.Serial | None:

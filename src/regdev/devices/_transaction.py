@@ -31,6 +31,11 @@ Rules of this file:
   stale, and the codec drops it); a link whose :attr:`Link.flush_before_request` is True
   flushes its input before every request.
 * A reply is taken only through the codec (:meth:`Codec.next_event`): one exchange path.
+* Devices on one serial line (units of an RS-485 bus) share a :class:`SharedLine`: its lock is
+  each one's transaction lock (one transaction at a time on the bus), its port their one
+  open port, opened at the first transaction that needs it; its guard (a lease of the line,
+  when several processes may drive it) is asked before every transaction, and may close the
+  port, and set every device's link aside, when the line is not this process's.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from ..core._errors import (
     TransportError,
 )
 
-__all__ = ["ITSELF", "UNKNOWN", "Codec", "Link", "Transactions", "Wire"]
+__all__ = ["ITSELF", "UNKNOWN", "Codec", "Link", "SharedLine", "Transactions", "Wire"]
 
 #: What a request whose outcome is unknown asks the caller to do, by what it was.
 UNKNOWN = {
@@ -149,6 +154,112 @@ class Wire(Protocol):
         request), ``"sync"`` (synchronise again) or ``"reopen"`` (close the link)."""
 
 
+class SharedLine:
+    """One serial line (an RS-485 bus, or a port) and its one port, shared by the devices on
+    it (each a :class:`Transactions` given ``line=``).
+
+    Args:
+        name: the line's name in messages and leases (its port, without a device's options).
+        open_port: opens the port (:class:`TransportError` when it cannot); None: the
+            opener of the first device that joins the line.
+
+    Attributes:
+        lock: the transaction lock of every device on the line.
+        guard: None, or a function of the line called, the lock held, before every
+            transaction; it raises (a :class:`TransportError`: nothing is sent) when the line
+            may not be driven now, and may :meth:`drop` the line first.
+    """
+
+    def __init__(self, name: str, open_port: Callable[[], Link] | None = None) -> None:
+        self.name = name
+        self.lock = threading.Lock()
+        self.guard: Callable[[SharedLine], None] | None = None
+        self._open_port = open_port
+        self.port: Link | None = None
+        self._users: list[Transactions[Any]] = []
+
+    def link(self) -> Link:
+        """A device's link on the line: the port, opened when first used."""
+        return _LineLink(self)
+
+    def open(self) -> None:
+        """Open the port now, if it is not open (to fail at start rather than at a call).
+
+        Raises:
+            TransportError: the port cannot be opened.
+        """
+        with self.lock:
+            self.opened()
+
+    def opened(self) -> Link:
+        """The port, opened when it is not (the lock held).
+
+        Raises:
+            TransportError: the port cannot be opened.
+        """
+        if self.port is None:
+            assert self._open_port is not None, "no device joined the line"
+            self.port = self._open_port()
+        return self.port
+
+    def check(self) -> None:
+        """Ask the guard (the lock held); raises what it raises."""
+        if self.guard is not None:
+            self.guard(self)
+
+    def drop(self) -> None:
+        """Close the port and set every device's link aside (the lock held): each device
+        synchronises again, and asks who the device is, at its next transaction (another
+        process may have driven the line meanwhile)."""
+        for user in self._users:
+            user._set_link_aside()
+            user._close_failed()
+        self.close_port()
+
+    def close_port(self) -> None:
+        """Close the port, if open; the next transaction opens it again."""
+        port, self.port = self.port, None
+        if port is not None:
+            port.close()
+
+
+class _LineLink:
+    """One device's view of a :class:`SharedLine`: the line's port, opened when used."""
+
+    def __init__(self, line: SharedLine) -> None:
+        self._line = line
+        self._used: Link | None = None
+
+    @property
+    def flush_before_request(self) -> bool:
+        """The port's (opened to tell: :class:`TransportError` when it cannot be)."""
+        return self._port().flush_before_request
+
+    @flush_before_request.setter
+    def flush_before_request(self, value: bool) -> None:
+        raise AttributeError("a line's port says whether it flushes before every request")
+
+    def _port(self) -> Link:
+        self._used = self._line.opened()
+        return self._used
+
+    def write(self, data: bytes) -> None:
+        self._port().write(data)
+
+    def read(self, deadline: float) -> bytes:
+        return self._port().read(deadline)
+
+    def flush_input(self) -> None:
+        self._port().flush_input()
+
+    def close(self) -> None:
+        """Close the line's port if it is still the one this device used (a port another
+        device opened since is left alone)."""
+        if self._used is not None and self._used is self._line.port:
+            self._line.close_port()
+        self._used = None
+
+
 class _Failed(Exception):
     """Inside a transaction: one attempt failed. ``error`` is what the caller is told;
     ``again`` is True when sending the request again may help."""
@@ -190,6 +301,8 @@ class Transactions(Generic[_Reply]):
         wire: the backend's protocol.
         synced: True when a newly opened link needs no synchronisation (TCP with
             transaction ids).
+        line: the serial line the device shares with others (its lock, port and guard), in
+            place of ``open_link``'s own port; None: the device's link is its own.
 
     Attributes:
         timeouts: replies waited for in vain so far.
@@ -197,11 +310,18 @@ class Transactions(Generic[_Reply]):
     """
 
     def __init__(self, url: str, timeout: Callable[[], float], open_link: Callable[[], Link],
-                 codec: Codec, wire: Wire, *, synced: bool = False) -> None:
+                 codec: Codec, wire: Wire, *, synced: bool = False,
+                 line: SharedLine | None = None) -> None:
         self.url = url
         self._timeout = timeout
         self.codec = codec
-        self.lock = threading.Lock()
+        self.line = line
+        self.lock = threading.Lock() if line is None else line.lock
+        if line is not None:
+            line._users.append(self)
+            if line._open_port is None:
+                line._open_port = open_link
+            open_link = line.link
         self.timeouts = 0
         self.bad_frames = 0
         self._open_link = open_link
@@ -234,8 +354,12 @@ class Transactions(Generic[_Reply]):
             TransportError, DeviceTimeout, ReplyLost, DeviceBusy, DeviceRefused,
                 DeviceError: as the module's rules say; the message puts the request's fate
                 first, and ends with the attempts and seconds spent when there were several.
+            LineElsewhere (a TransportError): the line's guard refused (another process
+                drives the line); nothing was sent.
         """
         with self.lock:
+            if self.line is not None:
+                self.line.check()  # not this process's line: nothing is sent
             started = time.monotonic()
             attempts = 0
             unknown: DeviceTimeout | None = None  # the last attempt sent without an outcome

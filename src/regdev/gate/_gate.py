@@ -85,6 +85,7 @@ from ..core._errors import (
     DeviceBusy,
     DeviceRefused,
     DeviceTimeout,
+    LineElsewhere,
     PolicyError,
     RegdevError,
     ReplyLost,
@@ -958,7 +959,7 @@ class Gate:
         if slot is not None:
             if executed and _keeps_key(observation):
                 assert print_ is not None
-                audit.complete_key(slot, print_, stored or _stored(observation))
+                audit.complete_key(slot, print_, stored or _stored(observation), arrived)
             else:
                 audit.release_key(slot)
         return observation
@@ -1175,6 +1176,8 @@ def _device_failure(error: RegdevError) -> Refusal:
                       f"the link failed before the device's answer came: {text}")
     if isinstance(error, DeviceTimeout):
         return refuse("device-timeout", f"the device did not answer in time: {text}")
+    if isinstance(error, LineElsewhere):
+        return refuse("line-elsewhere", escape_text(str(error), 400), "execute")
     if isinstance(error, TransportError):
         return refuse("device-unavailable", f"the device is unavailable: {text}", "execute")
     if isinstance(error, DeviceBusy):
@@ -1258,6 +1261,8 @@ def _unidentified(error: RegdevError) -> Refusal:
     epoch (before the call was sent, so nothing ran): ``device-busy`` when it was busy, else
     ``device-unavailable``. The key stays free."""
     text = escape_text(str(error), _DEVICE_MESSAGE_CHARS)
+    if isinstance(error, LineElsewhere):
+        return refuse("line-elsewhere", escape_text(str(error), 400), "authorize")
     code = "device-busy" if isinstance(error, DeviceBusy) else "device-unavailable"
     return refuse(code,
                   "the call was not sent: the device did not say its reset epoch, which its "

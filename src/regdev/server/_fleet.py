@@ -12,6 +12,10 @@ The file is TOML, one table per device::
     [devices.oven]
     port = "/dev/ttyUSB0"
 
+    [leases]                            # optional: the leases of serial lines
+    seconds = 10                        # a lease lasts this long unless renewed (default 10)
+    renew_seconds = 3                   # its owner renews it this often (default 3)
+
 Rules of this file:
 
 * A device's name is one path segment of a URL (letters, digits, ``-``, ``_``, ``.``, ``~``;
@@ -21,6 +25,16 @@ Rules of this file:
   one Modbus line (RS-485, ``modbus+rtu://``) or behind one gateway (``modbus+tcp://``) share
   the port, each with a unit id of its own: two devices on one port with one unit id are
   refused.
+* One serial line, one owner: the devices on one serial line (:func:`~regdev.devices._open.
+  line_name`: a port path, a link to it resolved; Modbus RTU on any port) are Modbus RTU
+  units with ids of their own and one line's settings (baud, parity, stop bits, echo and
+  the port's options: the URL's query but ``unit`` and ``base``), or one device of regdev's
+  serial protocol alone. The server drives each line through one port, one transaction at
+  a time; on a shared store, the process that holds the line's lease does
+  (``docs/postgresql.md``).
+* ``[leases]``: ``seconds`` (1..3600, default 10) and ``renew_seconds`` (> 0, less than
+  ``seconds``; default 3). A process killed without a word keeps its lines until
+  ``seconds`` after its last renewal.
 * Every refusal names the file and the line of the table or key at fault, in one line
   (:class:`FleetError`); a fleet file refused starts nothing.
 """
@@ -29,15 +43,24 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from ..core._errors import RegdevError
+from ..core._errors import LineElsewhere, RegdevError
 from ..core._text import escape_text
+from ..devices._open import line_name, url_scheme
+from ..devices._transaction import SharedLine
 
-__all__ = ["FleetDevice", "FleetError", "load_fleet"]
+__all__ = ["LEASE_SECONDS", "RENEW_SECONDS", "Fleet", "FleetDevice", "FleetError",
+           "lease_guard", "load_fleet"]
+
+#: A serial line's lease lasts this long unless renewed, in seconds (``[leases] seconds``).
+LEASE_SECONDS = 10.0
+#: Its owner renews it this often, in seconds (``[leases] renew_seconds``).
+RENEW_SECONDS = 3.0
 
 #: A device name: one URL path segment of unreserved characters (RFC 3986, 2.3).
 _NAME = re.compile(r"[A-Za-z0-9._~-]{1,64}")
@@ -77,8 +100,17 @@ class FleetDevice:
         return _line_of(self.port)[0]
 
 
-def load_fleet(path: str | Path) -> list[FleetDevice]:
-    """The devices of the fleet file at ``path``, in the file's order.
+@dataclass(frozen=True)
+class Fleet:
+    """A fleet file's devices, in the file's order, and its leases' times (seconds)."""
+
+    devices: list[FleetDevice]
+    lease_seconds: float = LEASE_SECONDS
+    renew_seconds: float = RENEW_SECONDS
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    """The fleet file at ``path``: its devices, in the file's order, and its leases.
 
     Raises:
         FleetError: the file cannot be read, is not TOML, or breaks a rule of the module
@@ -95,10 +127,12 @@ def load_fleet(path: str | Path) -> list[FleetDevice]:
     except tomllib.TOMLDecodeError as error:
         raise FleetError(f"{path}: not TOML: {error}") from None
     lines = text.splitlines()
-    extra = sorted(set(document) - {"devices"})
+    extra = sorted(set(document) - {"devices", "leases"})
     if extra:
         raise FleetError(f"{path}:{_find(lines, extra[0]) or 1}: unknown table or key "
-                         f"`{escape_text(extra[0])}` (a fleet file holds [devices.NAME] tables)")
+                         f"`{escape_text(extra[0])}` (a fleet file holds [devices.NAME] "
+                         "tables and a [leases] table)")
+    seconds, renew = _leases(path, lines, document.get("leases", {}))
     tables = document.get("devices")
     if not isinstance(tables, dict) or not tables:
         raise FleetError(f"{path}: no devices: give one [devices.NAME] table per device")
@@ -126,9 +160,100 @@ def load_fleet(path: str | Path) -> list[FleetDevice]:
                              f"and {shown} both name {escape_text(what, 120)}; one port has "
                              "one owner" + (", each unit an id of its own" if unit is not None
                                             else ""))
+        _check_line(path, lines, device, devices)
         seen[key] = device
         devices.append(device)
-    return devices
+    return Fleet(devices, seconds, renew)
+
+
+class _Leases(Protocol):
+    """What :func:`lease_guard` needs of the store's leases
+    (:class:`~regdev.audit._postgres.LineLeases`)."""
+
+    def hold(self, line: str) -> bool: ...
+
+
+def lease_guard(leases: _Leases) -> Callable[[SharedLine], None]:
+    """The guard of a serial line (:attr:`SharedLine.guard`) that drives it only while this
+    process holds its lease: a line whose lease another process holds (or that cannot be
+    confirmed) is dropped (its port closed, so that the owner can open it) and the call
+    refused with :class:`LineElsewhere`, nothing sent; a lease taken anew drops the line
+    first too, so that every device on it is synchronised again and asked who it is
+    (another process drove it meanwhile)."""
+
+    def guard(line: SharedLine) -> None:
+        try:
+            fresh = leases.hold(line.name)
+        except LineElsewhere:
+            line.drop()
+            raise
+        if fresh:
+            line.drop()
+
+    return guard
+
+
+def _leases(path: Path, lines: list[str], table: object) -> tuple[float, float]:
+    """``[leases]``: (seconds, renew_seconds), checked."""
+    line = _find(lines, "leases") or 1
+    if not isinstance(table, dict):
+        raise FleetError(f"{path}:{line}: leases must be a table ([leases])")
+    extra = sorted(set(table) - {"seconds", "renew_seconds"})
+    if extra:
+        raise FleetError(f"{path}:{_key_line(lines, line, extra[0])}: [leases] has an unknown "
+                         f"key `{escape_text(extra[0])}` (seconds, renew_seconds)")
+    seconds, renew = table.get("seconds", LEASE_SECONDS), table.get("renew_seconds",
+                                                                    RENEW_SECONDS)
+    for key, value in (("seconds", seconds), ("renew_seconds", renew)):
+        if type(value) not in (int, float) or not 0 < value <= 3600:
+            raise FleetError(f"{path}:{_key_line(lines, line, key)}: leases.{key} must be a "
+                             f"number of seconds in (0, 3600], got {escape_text(repr(value))}")
+    if not renew < seconds:
+        raise FleetError(f"{path}:{_key_line(lines, line, 'renew_seconds')}: "
+                         f"leases.renew_seconds ({renew:g}) must be less than leases.seconds "
+                         f"({seconds:g}): a lease is renewed before it lapses")
+    return float(seconds), float(renew)
+
+
+def _line_settings(port: str) -> tuple[str, list[tuple[str, str]]]:
+    """A device's protocol and its line's settings: the URL's query but unit and base."""
+    query = urlsplit(port).query if "://" in port else ""
+    return url_scheme(port), sorted((k, v) for k, v in parse_qsl(query)
+                                    if k not in ("unit", "base"))
+
+
+def _check_line(path: Path, lines: list[str], device: FleetDevice,
+                before: list[FleetDevice]) -> None:
+    """Refuse ``device`` when it cannot share its serial line with a device ``before`` it:
+    one of them is not a Modbus RTU unit, their line settings differ, or their unit ids are
+    one (the line named as :func:`line_name` names it, links resolved)."""
+    try:
+        name = line_name(device.port)
+    except RegdevError as error:
+        raise FleetError(f"{path}:{_key_line(lines, device.line, 'port')}: devices."
+                         f"{escape_text(device.name)}: {error}") from None
+    if name is None:
+        return
+    for first in before:
+        if line_name(first.port) != name:
+            continue
+        where = f"{path}:{_key_line(lines, device.line, 'port')}: devices {first.name} " \
+                f"(line {first.line}) and {escape_text(device.name)} are on one serial line " \
+                f"{escape_text(name, 120)}"
+        mine, theirs = _line_settings(device.port), _line_settings(first.port)
+        if mine[0] != "modbus+rtu" or theirs[0] != "modbus+rtu":
+            raise FleetError(f"{where}; one port has one owner (only Modbus RTU units share "
+                             "a line)")
+        if mine != theirs:
+            raise FleetError(f"{where} with other settings ({_shown(theirs[1])} and "
+                             f"{_shown(mine[1])}): give every unit of a line the same")
+        if _line_of(first.port)[1] == _line_of(device.port)[1]:
+            raise FleetError(f"{where}, both unit {_line_of(device.port)[1]}; one port has "
+                             "one owner, each unit an id of its own")
+
+
+def _shown(settings: list[tuple[str, str]]) -> str:
+    return escape_text("&".join(f"{k}={v}" for k, v in settings) or "none", 80)
 
 
 def _device(path: Path, lines: list[str], name: str, table: dict[str, Any],
