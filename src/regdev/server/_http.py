@@ -140,7 +140,7 @@ MAX_CALLER_SESSIONS = 4096
 #: Most bytes of an approval page's form (a token and a decision).
 PAGE_FORM_BYTES = 32 * 1024
 #: Calls running at once beyond the approval questions that may be open (worker threads).
-WORKERS = 4
+WORKERS = 16
 #: The scope keys the front leaves for the handlers.
 CALLER_KEY = "regdev.caller"
 RECEIVED_KEY = "regdev.received"
