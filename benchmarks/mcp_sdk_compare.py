@@ -28,6 +28,7 @@ client count. Not a test: nothing asserts a rate; on a loaded machine the ratios
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -246,12 +247,24 @@ def stop(process: subprocess.Popen[Any]) -> None:
         process.wait()
 
 
+def counts(text: str) -> list[int]:
+    """An argparse ``type``: client counts, comma-separated, each a whole number 1..256."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(1 <= value <= 256 for value in values):
+        raise argparse.ArgumentTypeError(
+            f"must be whole numbers in 1..256, comma-separated, got {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--serve-sdk":
         serve_sdk(Path(sys.argv[2]))
         return 0
     parser = Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", default="1,4,16", metavar="N,N,...",
+    parser.add_argument("--clients", type=counts, default=[1, 4, 16], metavar="N,N,...",
                         help="client counts, comma-separated, each 1..256 (default 1,4,16)")
     parser.add_argument("--seconds", type=count(1, 600), default=5, metavar="S",
                         help="seconds each cell sends calls: 1..600 (default 5)")
@@ -259,13 +272,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds of every cell, the median shown: 1..99 (default 3)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    try:
-        counts = [int(text) for text in args.clients.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or any(not 1 <= n <= 256 for n in counts):
-        parser.error(f"--clients must be whole numbers 1..256, comma-separated, got "
-                     f"{args.clients!r}")
     need("mcp", "mcp", "anyio", "uvicorn", "starlette", "pydantic")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from support.httpserver import http_server  # noqa: PLC0415
@@ -284,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 for url in urls.values():  # warm: connected, imported, caches filled
                     asyncio.run(load(url, 1, 0.5))
                 for _ in range(args.rounds):
-                    for clients in counts:
+                    for clients in args.clients:
                         for side, url in urls.items():
                             used = cpu_seconds(pids[side])
                             calls = asyncio.run(load(url, clients, args.seconds))
@@ -296,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stop(sdk)
     rows = []
-    for clients in counts:
+    for clients in args.clients:
         ours = statistics.median(rates[("regdev", clients)])
         theirs = statistics.median(rates[("sdk", clients)])
         ours_cpu = statistics.median(per_cpu[("regdev", clients)])
@@ -332,4 +338,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())
