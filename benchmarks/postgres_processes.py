@@ -5,7 +5,10 @@ PostgreSQL store (``open_audit("postgresql://...")``), and ``--threads`` threads
 ``Gate.handle`` with valid writes, each write's records committed before it returns. First one
 process alone for ``--seconds``, then three at once for as long; the writes each completed are
 counted (every one checked accepted), and the script prints both rates and their ratio. The
-goal: 3 processes give at least 2x the audited writes per second of one. Run::
+goal: 3 processes give at least 2x the audited writes per second of one. It also prints the CPU
+a write cost, its process's and its two server backends' (Linux's ``/proc``; a server on
+another machine is not counted), and the rate the machine's CPUs would carry at that cost: one
+process that already takes half of them cannot be doubled. Run::
 
     .venv/bin/python benchmarks/postgres_processes.py [--dsn URL] [--seconds S] [--threads N]
         [--json]
