@@ -160,7 +160,9 @@ class SharedKeys(IdempotencyStore):
         params = self._params(slot, print_)
         with self._lock, mapped(f"cannot reach the audit database {self._name}"):
             conn = self._live()
-            with conn.pipeline():  # both sent at once: one round trip, each its own snapshot
+            # Both sent at once: one round trip, each statement its own snapshot, in order
+            # (psycopg's pipeline mode: libpq 14 or later, as the binary build bundles).
+            with conn.pipeline():
                 reserving = conn.execute(_RESERVE, params)
                 looking = conn.execute(_LOOK_UP, params)
             row = reserving.fetchone()
