@@ -100,7 +100,7 @@ def _run(script: str, *args: str, env: dict[str, str] | None = None
 #: The runs made in the runtime-only interpreter: every script's --help, each suite run
 #: directly, and the scripts that need an extra run without it.
 RUNS = [*((name, "--help") for name in SCRIPTS), *((name,) for name in SUITES),
-        ("modbus_ratio.py",), ("http_load.py",)]
+        ("modbus_ratio.py",), ("http_load.py",), ("mcp_sdk_compare.py",)]
 
 
 #: Runs scripts as ``python SCRIPT ARGS...`` would, each in a child forked from one
@@ -177,6 +177,9 @@ def test_help_works_with_only_the_runtime(
     ("http_load.py", "http_load.py: needs mcp (the mcp extra): scripts/serve installs it into "
                      ".venv (or: .venv/bin/pip install -e '.[mcp]'; scripts/test installs it "
                      "too)"),
+    ("mcp_sdk_compare.py", "mcp_sdk_compare.py: needs mcp (the mcp extra): scripts/serve "
+                           "installs it into .venv (or: .venv/bin/pip install -e '.[mcp]'; "
+                           "scripts/test installs it too)"),
 ])
 def test_a_missing_package_is_one_line_saying_how_to_get_it(
         script: str, line: str,
@@ -229,6 +232,10 @@ OUT_OF_RANGE = [
     ("load.py", "--calls=0", f"{WHOLE} 1..100000, got '0'"),
     ("http_load.py", "--clients=0", f"{WHOLE} 1..256, got '0'"),
     ("http_load.py", "--calls=100001", f"{WHOLE} 1..100000, got '100001'"),
+    ("mcp_sdk_compare.py", "--clients=1,0", "must be whole numbers in 1..256, comma-separated, "
+                                            "got '1,0'"),
+    ("mcp_sdk_compare.py", "--seconds=0", f"{WHOLE} 1..600, got '0'"),
+    ("mcp_sdk_compare.py", "--rounds=100", f"{WHOLE} 1..99, got '100'"),
     ("modbus_ratio.py", "--batches=99999999999999999999",
      f"{WHOLE} 1..1000, got '99999999999999999999'"),
     ("modbus_ratio.py", "--batch=0", f"{WHOLE} 1..100000, got '0'"),

@@ -100,6 +100,33 @@ def stateful(tmp_path: Path, keys: KeySet) -> Iterator[Served]:
         yield server
 
 
+def test_a_verified_token_is_taken_again_until_its_exp_or_60_s(
+        keys: KeySet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JWT verified once is taken again without its signature checked (no second decode),
+    for at most 60 s of the clock, and never once its exp and leeway are past (wall clock);
+    then it is verified anew."""
+    clock = Clock()
+    check = check_for(keys, clock)
+    decoded: list[str] = []
+    decode = _auth.jwt.decode
+
+    def counted(token: str, *args: Any, **kwargs: Any) -> Any:
+        decoded.append(token)
+        return decode(token, *args, **kwargs)
+
+    monkeypatch.setattr(_auth.jwt, "decode", counted)
+    now = time.time()
+    token = keys.sign({"exp": int(now) + 100})
+    first = verify(check, token)
+    assert first is not None and verify(check, token) == first and len(decoded) == 1
+    clock.now += 61  # past VERIFIED_SECONDS: verified again
+    assert verify(check, token) == first and len(decoded) == 2
+    leeway = 30.0  # the policy's default
+    monkeypatch.setattr(_auth.time, "time", lambda: int(now) + 100 + leeway + 1)
+    assert verify(check, token) is None and len(decoded) == 3  # expired: decoded, refused
+    assert check._verified.get(token) is None
+
+
 def test_subjects_alike_up_to_the_cut_are_two_callers(stateful: Served, keys: KeySet) -> None:
     """Two subjects that differ only past the 200-character cut of the shown name: two audit
     names, each with a digest of its subject, and one cannot use the other's MCP session."""

@@ -22,6 +22,7 @@ from regdev import (
     AuditError,
     AuditLog,
     Gate,
+    Observation,
     Policy,
     RegisterFile,
     open_audit,
@@ -111,6 +112,40 @@ def test_several_writers_keep_every_record(postgres: Server) -> None:
         log.close()
     records = read_audit(dsn, code="ok")
     assert len(records) == 200 and len({r.id for r in records}) == 200
+
+
+def test_records_and_keys_of_one_commit_are_one_statement(postgres: Server) -> None:
+    """Two keyed records and a plain one committed together (one statement with the keys and
+    the reservations' deletion): every record and key stored, no reservation left, and each
+    key answered from the store by another process."""
+    dsn = postgres.fresh_dsn()
+    first, other = open_audit(dsn, flush_interval=3600), open_audit(dsn)  # no flush between
+    try:
+        slots = [("dev@1", "default", "k1"), ("dev@1", "default", "k2")]
+        prints = [b"a" * 32, b"b" * 32]
+        for slot, print_ in zip(slots, prints, strict=True):
+            assert first.begin_key(slot, print_) is None  # reserved
+        observation = Observation.success("write_register", {"addr": 3, "data": 1})
+        text = json.dumps(observation.to_dict())
+        rows = [first.row(time=1.0, session="default", dialect="canonical", raw=WRITE,
+                          observation=observation, tool="write_register",
+                          arguments='{"addr":3,"data":1}', idempotency_key=key)
+                for key in ("k1", "k2", None)]
+        first.append(rows[0], first.key_row(slots[0], prints[0], text, 1.0))
+        first.append(rows[1], first.key_row(slots[1], prints[1], text, 1.0))
+        first.append(rows[2], durable=True)  # the three in one commit
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM calls").fetchone() == (3,)
+            assert conn.execute("SELECT key FROM idempotency_keys ORDER BY key").fetchall() == [
+                ("k1",), ("k2",)]
+            assert conn.execute("SELECT count(*) FROM idempotency_running").fetchone() == (0,)
+        for slot, print_ in zip(slots, prints, strict=True):
+            found = other.begin_key(slot, print_)
+            assert isinstance(found, Observation) and found.replay and found.result == {
+                "addr": 3, "data": 1}
+    finally:
+        first.close()
+        other.close()
 
 
 def test_cli_records_to_postgresql_and_audit_and_report_read_it(

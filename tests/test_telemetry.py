@@ -44,6 +44,7 @@ from regdev import (
     Policy,
     RegisterFile,
     RegisterPolicy,
+    open_audit,
     read_audit,
 )
 from regdev.agents._models import Endpoint, ToolCall, Turn, run_agent
@@ -253,6 +254,18 @@ def test_metrics_count_calls_by_verdict_and_code_and_time_device_and_commits(
     commits = recorded.points("regdev.audit.commit.duration")
     assert sum(p.count for p in commits) >= 2  # each write's record, committed before it returns
     assert all(dict(p.attributes) == {"regdev.store": "sqlite"} for p in commits)
+
+
+def test_the_postgresql_stores_commits_are_timed_under_its_name(
+        recorded: Recorded, postgres: Any) -> None:
+    """A write on the PostgreSQL store: its two commits (intent, record) and a device's
+    reset are timed into regdev.audit.commit.duration as `postgresql`."""
+    with Gate(audit=open_audit(postgres.fresh_dsn())) as gate:
+        assert gate.handle(WRITE).ok
+        gate.reset_device()
+    (point,) = recorded.points("regdev.audit.commit.duration")
+    assert dict(point.attributes) == {"regdev.store": "postgresql"}
+    assert point.count == 3  # the intent, the record, the reset
 
 
 class Scripted(Endpoint):

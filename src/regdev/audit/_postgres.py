@@ -39,6 +39,7 @@ Rules of this file:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -116,6 +117,32 @@ _RELEASE = ("DELETE FROM idempotency_running WHERE device = %s AND session = %s 
             "AND owner = %s")
 _INSERT_KEY = (f"INSERT INTO idempotency_keys ({', '.join(KeyRow._fields)}) "
                f"VALUES ({', '.join(['%s'] * len(KeyRow._fields))}) ON CONFLICT DO NOTHING")
+#: A key's values in :func:`_with_keys` (``?`` placeholders, as the writer's statements).
+_KEY_VALUES = "(" + ", ".join("?" * len(KeyRow._fields)) + ")"
+
+
+def _with_keys(statement: str, params: list[Any], keys: list[KeyRow],
+               owner: str) -> tuple[str, list[Any]]:
+    """The INSERT of records ``statement`` (the writer's, ``?`` placeholders) made one
+    statement with the storing of ``keys`` and the deletion of their reservations (by
+    ``owner``): data-modifying common table expressions, so that records, keys and
+    reservations commit together in one statement, one round trip (PostgreSQL, "WITH
+    Queries", "Data-Modifying Statements in WITH")."""
+    stored = (f"INSERT INTO idempotency_keys ({', '.join(KeyRow._fields)}) VALUES "
+              + ", ".join([_KEY_VALUES] * len(keys)) + " ON CONFLICT DO NOTHING")
+    released = ("DELETE FROM idempotency_running WHERE owner = ? AND (device, session, key) IN ("
+                + ", ".join(["(?, ?, ?)"] * len(keys)) + ")")
+    return (f"WITH stored AS ({stored}), released AS ({released}) {statement}",
+            [*(value for key in keys for value in key), owner,
+             *(value for key in keys for value in (key.device, key.session, key.key)),
+             *params])
+
+
+@functools.lru_cache(maxsize=256)
+def _converted(statement: str) -> str:
+    """A record's INSERT (the same string object each time, hashed once) in psycopg's
+    placeholders."""
+    return _placeholders(statement)
 _INSERT_RESET = "INSERT INTO device_resets (device, epoch, time) VALUES (%s, %s, %s)"
 
 
@@ -156,9 +183,14 @@ class SharedKeys(IdempotencyStore):
         """As :meth:`IdempotencyStore.begin`, across every process of the database."""
         params = self._params(slot, print_)
         with self._lock, mapped(f"cannot reach the audit database {self._name}"):
-            row = self._live().execute(_RESERVE, params).fetchone()
-            stored_print, observation, time, running = _one(
-                self._live().execute(_LOOK_UP, params))
+            conn = self._live()
+            # Both sent at once: one round trip, each statement its own snapshot, in order
+            # (psycopg's pipeline mode: libpq 14 or later, as the binary build bundles).
+            with conn.pipeline():
+                reserving = conn.execute(_RESERVE, params)
+                looking = conn.execute(_LOOK_UP, params)
+            row = reserving.fetchone()
+            stored_print, observation, stored_at, running = _one(looking)
             reserved = row is not None
             if stored_print is not None:
                 if reserved:  # stored already: the reservation was not needed
@@ -166,7 +198,7 @@ class SharedKeys(IdempotencyStore):
                 if bytes(stored_print) != print_:
                     return conflict(slot[2])
                 if not replay:
-                    return unconfirmed(slot[2], observation, float(time))
+                    return unconfirmed(slot[2], observation, float(stored_at))
                 return replayed(observation)
             if row is not None:
                 self._running[slot] = (print_, row[0])
@@ -446,6 +478,7 @@ class PostgresAuditLog(AuditLog):
     """
 
     _unstorable_text = (UnicodeEncodeError, psycopg.DataError)
+    store_kind = "postgresql"
 
     def _connect(self, path: str | Path) -> None:
         dsn = str(path)
@@ -460,6 +493,7 @@ class PostgresAuditLog(AuditLog):
             self._pg.close()
             raise
         self.idempotency = SharedKeys(keys_conn, self.name, dsn)
+        self._cursor = self._pg.cursor()
         self._rows_per_insert = MAX_ROWS_PER_INSERT
 
     def shared_questions(self) -> SharedQuestions:
@@ -499,26 +533,39 @@ class PostgresAuditLog(AuditLog):
     def _rollback(self) -> None:
         pass  # the failed transaction block rolled back on its way out
 
-    def _live(self) -> psycopg.Connection[Any]:
-        """The writing connection, made again when the last one broke (the server
-        restarted: the records a failed commit lost are logged, and calls that change a
-        device were refused meanwhile); the commit lock held.
+    def _live(self) -> psycopg.Cursor[Any]:
+        """The writing connection's cursor (one, kept: a commit makes none), made again
+        when the connection broke (the server restarted: the records a failed commit lost
+        are logged, and calls that change a device were refused meanwhile); the commit lock
+        held.
 
         Raises:
             psycopg.Error: the server cannot be reached.
         """
         if self._pg.broken or self._pg.closed:
             self._pg = psycopg.connect(str(self.path), autocommit=True, connect_timeout=10)
-        return self._pg
+            self._cursor = self._pg.cursor()
+        return self._cursor
 
     def _insert_reset(self, device: str, epoch: str, time: float) -> None:
         self._live().execute(_INSERT_RESET, (device, epoch, time))
 
     def _insert(self, batch: list[_Pending], keys: list[KeyRow]) -> None:
-        conn, step = self._live(), self._rows_per_insert
-        if not keys and len(batch) == 1:  # a write's record alone: autocommit
-            conn.execute(_placeholders(batch[0].shape.one), batch[0].params)
+        """One statement in autocommit (one round trip, one commit) for a batch that one
+        INSERT holds, its keys stored and their reservations deleted by the same statement
+        (:func:`_with_keys`); a longer batch in a transaction of several."""
+        cursor, step = self._live(), self._rows_per_insert
+        if len(batch) == 1 and not keys:  # a write's record alone: its shape's statement
+            cursor.execute(_converted(batch[0].shape.one), batch[0].params)
             return
+        owner: str = self.idempotency._owner  # type: ignore[attr-defined]
+        if len(batch) <= step:
+            statement, params = _statement(batch)
+            if keys:
+                statement, params = _with_keys(statement, params, keys, owner)
+            cursor.execute(_placeholders(statement), params)
+            return
+        conn = self._pg
         with conn.transaction():
             for start in range(0, len(batch), step):
                 statement, params = _statement(batch[start:start + step])
@@ -526,8 +573,7 @@ class PostgresAuditLog(AuditLog):
             if keys:
                 cursor = conn.cursor()
                 cursor.executemany(_INSERT_KEY, keys)
-                cursor.executemany(_RELEASE, [(key.device, key.session, key.key,
-                                               self.idempotency._owner)  # type: ignore[attr-defined]
+                cursor.executemany(_RELEASE, [(key.device, key.session, key.key, owner)
                                               for key in keys])
 
     def _disconnect(self) -> None:

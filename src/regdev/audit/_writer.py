@@ -610,6 +610,8 @@ class AuditLog:
                                  "the audit log is closed")
             self._commit()  # the records pending before the reset go first (or are lost)
             outcome: object = True
+            telemetry = _telemetry.current  # the commit's latency, when telemetry is on
+            began = _time.perf_counter() if telemetry is not None else 0.0
             try:  # autocommit: committed when execute() returns
                 self._insert_reset(device, epoch, _time.time())
                 self.failure = None
@@ -617,6 +619,8 @@ class AuditLog:
                 outcome = self.failure = self._problem(error)
                 logger.error("the reset of %s was not recorded: could not commit to the "
                              "audit database %s: %s", device, self.name, outcome)
+            if telemetry is not None:
+                telemetry.commit(_time.perf_counter() - began, self.store_kind, outcome is True)
         if outcome is not True:
             raise AuditError(f"could not commit to the audit database {self.name}: {outcome}",
                              str(outcome))
@@ -653,8 +657,11 @@ class AuditLog:
         for pending in batch:
             pending.outcome = outcome
         if telemetry is not None:
-            telemetry.commit(_time.perf_counter() - began, "sqlite", outcome is True)
+            telemetry.commit(_time.perf_counter() - began, self.store_kind, outcome is True)
         return outcome
+
+    #: The store's kind, as the commit metric names it (``regdev.store``).
+    store_kind = "sqlite"
 
     #: What :meth:`_insert` raises for text the store cannot hold (then retried through
     #: :meth:`_as_text`): SQLite, a lone surrogate.

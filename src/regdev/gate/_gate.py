@@ -781,6 +781,13 @@ class Gate:
                            approval=None, reserved=False, intent=None)
         return observation
 
+    @property
+    def asks_approval(self) -> bool:
+        """Whether any call can be put to the approval hook: the policy protects a register,
+        a field or a range (else :meth:`needs_approval` is False for every call)."""
+        registers = self._registers
+        return registers is not None and bool(registers.protected or registers.guards)
+
     def needs_approval(self, name: str, arguments: object, *,
                        session: Session | None = None) -> bool:
         """Whether a call would be put to the approval hook: it is valid for the session
@@ -800,7 +807,7 @@ class Gate:
             True when the call, sent now, would ask for approval.
         """
         registers = self._registers
-        if registers is None or not (registers.protected or registers.guards):
+        if registers is None or not self.asks_approval:
             return False
         session = session or self.default_session
         if isinstance(arguments, (str, bytes)):

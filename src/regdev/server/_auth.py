@@ -28,6 +28,7 @@ import hashlib
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,12 @@ logger = logging.getLogger("regdev")
 #: Longest bearer token read, in characters: anything longer is refused unread (a JWT with
 #: many claims is a few KiB).
 MAX_TOKEN_CHARS = 16 * 1024
+#: Seconds a verified bearer token is taken again without being verified again (a JWT never
+#: past its ``exp`` and leeway); then its signature and claims are checked anew, so a key
+#: withdrawn from the issuer's key set stops a token it signed within this time.
+VERIFIED_SECONDS = 60.0
+#: Most verified tokens remembered (least recently used dropped first): about 1 KB each.
+MAX_VERIFIED_TOKENS = 1024
 #: Seconds the whole fetch of the key set (JWKS) may take: connecting, the answer's headers
 #: and its body. A key set that trickles in slower is a failed fetch.
 JWKS_TIMEOUT = 10.0
@@ -139,6 +146,11 @@ class KeySet:
         self._fetching: anyio.Event | None = None  # set when the fetch under way ends
         #: Fetches started (for the tests and the log).
         self.fetches = 0
+
+    @property
+    def fresh_until(self) -> float:
+        """The clock's time until which the keys in use are taken without a fetch."""
+        return self._fetched + JWKS_REFRESH
 
     async def key(self, kid: str | None, algorithm: object) -> jwt.PyJWK:
         """The key ``kid`` names, for a token signed with ``algorithm`` (the header's
@@ -289,7 +301,8 @@ class TokenCheck:
 
     Args:
         access: the policy's ``[http]`` table.
-        clock: the monotonic clock of the key set's cache, in seconds (tests move it).
+        clock: the monotonic clock of the key set's cache and of the tokens verified
+            lately (:data:`VERIFIED_SECONDS`), in seconds (tests move it).
     """
 
     def __init__(self, access: HttpAccess, *,
@@ -300,6 +313,10 @@ class TokenCheck:
         oauth = access.oauth
         self.keys = KeySet(oauth.jwks_url, oauth.algorithms, clock=clock) \
             if oauth is not None else None
+        self._clock = clock
+        #: Tokens verified lately: the token, its AccessToken, the clock's time until which
+        #: it is taken as verified, and (a JWT) its ``exp`` plus the leeway, Unix seconds.
+        self._verified: OrderedDict[str, tuple[AccessToken, float, float]] = OrderedDict()
 
     def caller(self, token: AccessToken) -> Caller:
         """The :class:`Caller` a token verified by :meth:`verify_token` stands for."""
@@ -323,6 +340,33 @@ class TokenCheck:
         if not token or len(token) > MAX_TOKEN_CHARS:
             logger.info("refused a bearer token: empty or over %d characters", MAX_TOKEN_CHARS)
             return None
+        verified = self._verified.get(token)
+        if verified is not None:  # taken again: within VERIFIED_SECONDS and before its exp
+            access, until, expires = verified
+            if self._clock() < until and time.time() < expires:
+                self._verified.move_to_end(token)
+                return access
+            self._verified.pop(token, None)
+        found = await self._verify(token)
+        if found is not None:
+            self._remember(token, found)
+        return found
+
+    def _remember(self, token: str, access: AccessToken) -> None:
+        """Keep ``token`` as verified for :data:`VERIFIED_SECONDS`; a JWT never past its
+        ``exp`` plus the leeway, nor past the time its issuer's keys are fetched again (a key
+        withdrawn then stops its tokens as it would without this)."""
+        oauth, until = self.access.oauth, self._clock() + VERIFIED_SECONDS
+        expires = math.inf
+        if access.expires_at is not None and oauth is not None and self.keys is not None:
+            expires = access.expires_at + oauth.leeway
+            until = min(until, self.keys.fresh_until)
+        self._verified[token] = (access, until, expires)
+        while len(self._verified) > MAX_VERIFIED_TOKENS:
+            self._verified.popitem(last=False)
+
+    async def _verify(self, token: str) -> AccessToken | None:
+        """:meth:`verify_token` without the tokens verified lately."""
         digest = token_sha256(token)
         lab = self._lab.get(digest)
         if lab is not None:

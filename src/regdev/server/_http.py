@@ -238,6 +238,11 @@ def _one_header(scope: Scope, name: bytes) -> list[str]:
             if key.lower() == name]
 
 
+#: ``Content-Type`` values taken without the MIME parser (which gives them the same verdict).
+_PLAIN_JSON = frozenset({"application/json", "application/json; charset=utf-8",
+                         "application/json;charset=utf-8"})
+
+
 def _media_type_problem(scope: Scope) -> Response | None:
     """None when a POST's ``Content-Type`` is ``application/json`` (any case, other parameters
     ignored) with no ``charset`` or ``charset=utf-8`` (RFC 8259 section 8.1: JSON between
@@ -246,6 +251,8 @@ def _media_type_problem(scope: Scope) -> Response | None:
     Parsed by the standard library's MIME header parser (``email.headerregistry``); the
     front then hands the SDK ``application/json`` as such (its own check is case-sensitive)."""
     values = _one_header(scope, b"content-type")
+    if len(values) == 1 and values[0].lower() in _PLAIN_JSON:  # what clients send, read as is
+        return None
     if len(values) > 1:
         return _json_rpc_error(400, types.INVALID_REQUEST,
                                "Invalid Request: the Content-Type header is given twice")
@@ -370,7 +377,8 @@ class McpFront:
             return await receive()
 
         ended = anyio.Event()
-        scope[ENDED_KEY] = ended
+        if self._in_session(scope):  # elsewhere the SDK cancels a call whose POST is over
+            scope[ENDED_KEY] = ended
         try:
             if method == "initialize" and self._opens_session(scope):
                 await self._open_session(scope, caller, replay, send)
@@ -378,6 +386,15 @@ class McpFront:
                 await self.inner(scope, replay, send)
         finally:  # the answer was sent, or the client went away: none can be sent now
             ended.set()
+
+    def _in_session(self, scope: Scope) -> bool:
+        """Whether the SDK may serve this POST in a session's own task (which outlives the
+        POST): it keeps sessions and the request is of the 2025 era (no
+        ``MCP-Protocol-Version``, or one of the handshake versions, as the SDK routes it)."""
+        if self.sessions is None:
+            return False
+        version = _headers(scope).get(MCP_PROTOCOL_VERSION_HEADER)
+        return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
     def _opens_session(self, scope: Scope) -> bool:
         """Whether the SDK would open a session for this POST: it keeps sessions, the request
@@ -466,8 +483,11 @@ class McpFront:
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         cap = self.max_body_bytes
-        too_large = _json_rpc_error(413, types.INVALID_REQUEST,
-                                    f"Invalid Request: the body is over the cap of {cap} bytes")
+
+        def too_large() -> Response:
+            return _json_rpc_error(413, types.INVALID_REQUEST,
+                                   f"Invalid Request: the body is over the cap of {cap} bytes")
+
         lengths = _one_header(scope, b"content-length")
         if lengths and _one_header(scope, b"transfer-encoding"):  # RFC 9112 6.3: may refuse
             raise _Refused(_json_rpc_error(400, types.INVALID_REQUEST,
@@ -479,7 +499,7 @@ class McpFront:
                                            "Invalid Request: Content-Length is not one number"))
         if lengths and int(lengths[0]) > cap:
             await self._record_too_large(scope, None, int(lengths[0]))
-            raise _Refused(too_large)
+            raise _Refused(too_large())
         body = bytearray()
         with anyio.move_on_after(self.body_seconds) as deadline:
             while True:
@@ -490,7 +510,7 @@ class McpFront:
                 if len(body) > cap:
                     declared = int(lengths[0]) if lengths else None
                     await self._record_too_large(scope, bytes(body[:cap]), declared)
-                    raise _Refused(too_large)
+                    raise _Refused(too_large())
                 if not message.get("more_body", False):
                     break
         if deadline.cancelled_caught:
@@ -653,7 +673,7 @@ def build_http_server(gate: Gate, sessions: CallerSessions,
                         proposer=client_name(ctx, proposer),
                         incoming=None if _telemetry.current is None else incoming_of(
                             ctx, params, "tcp", _headers(_scope_of(ctx)))),
-                limiter, asking, approvals,
+                limiter, asking, approvals if gate.asks_approval else None,
                 ended if isinstance(ended, anyio.Event) else None)
         finally:
             ASKING.reset(reset)
@@ -687,7 +707,12 @@ async def _run_call(call: Callable[[], Observation], limiter: anyio.CapacityLimi
       and does not cancel it when the POST's response stream closes, as the stream of a
       resumable session may be taken up again (``Last-Event-ID``); regdev keeps no event
       store, so no answer can reach the caller after its POST is over.
+
+    Without ``approvals`` (the gate asks none) nothing is to be withdrawn: the call's thread
+    is simply awaited (a cancelled request still waits for its end).
     """
+    if approvals is None:
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
     done: list[Observation] = []
     failed: list[Exception] = []
     finished = anyio.Event()
@@ -706,9 +731,11 @@ async def _run_call(call: Callable[[], Observation], limiter: anyio.CapacityLimi
             await ended.wait()
             approvals.withdraw(asking)
 
+    watched = False  # (only in a session)
     async with anyio.create_task_group() as group:
         group.start_soon(run)
         if ended is not None and approvals is not None:
+            watched = True
             group.start_soon(watch, ended, approvals)
         try:
             await finished.wait()
@@ -717,7 +744,8 @@ async def _run_call(call: Callable[[], Observation], limiter: anyio.CapacityLimi
                 approvals.withdraw(asking)
             raise
         finally:
-            watching.cancel()
+            if watched:
+                watching.cancel()
     if failed:
         raise failed[0]
     return done[0]
