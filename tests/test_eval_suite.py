@@ -522,8 +522,8 @@ def test_the_suite_runs_end_to_end_through_each_sdk(
     """regdev eval --suite FILE through the official SDK of each provider against a local
     server speaking its wire format (Chat Completions at /v1/chat/completions, Messages at
     /v1/messages): the good model passes every task, the texter only those whose device
-    must not change (no call is right, or the write is refused); the pins name the provider, the loopback host and the provider's strict default;
-    the figures are the JSONL's."""
+    must not change (no call is right, or the write is refused); the pins name the provider,
+    the loopback host and the provider's strict default; the figures are the JSONL's."""
     pytest.importorskip("anthropic", reason="the models extra (anthropic SDK) is missing")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     suite, results = _small_suite(tmp_path), tmp_path / "results.jsonl"
