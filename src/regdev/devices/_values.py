@@ -312,6 +312,15 @@ class Value:
         """True when software can write it (``rw`` or ``w``)."""
         return self.access != "r"
 
+    @property
+    def guarded(self) -> bool:
+        """True when it is writable and its registers can hold a raw value ``write_value``
+        refuses: it has a ``min`` or a ``max``, or it is a float that takes no NaN (its range
+        is the finite numbers). The map's rules refuse a raw write into its registers
+        (``value-register``), so nothing outside its range reaches the device."""
+        return self.writable and (self.min is not None or self.max is not None or (
+            self.kind == "float" and not self.allow_nan))
+
     def to_dict(self) -> dict[str, Any]:
         """The value in the compiled JSON form (keys at their defaults left out; decimals as
         strings, exact)."""
