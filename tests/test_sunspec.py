@@ -258,6 +258,21 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         2, "", f"{error}--timeout goes with --sunspec-discover URL\n")
 
 
+@pytest.mark.parametrize("image", ["sunspec-meter.json", "sunspec-inverter.json"])
+def test_a_device_image_given_as_a_map_is_said_to_be_one(
+        capsys: pytest.CaptureFixture[str], image: str) -> None:
+    """`regdev map IMAGE` (and any --map): one line saying it is a SunSpec device image for a
+    server, and how to get its map, not that `base` is an unknown key."""
+    path = EXAMPLES / image
+    status, out, err = run(capsys, "map", str(path))
+    assert (status, out) == (2, "")
+    assert err == (
+        f"regdev map: error: {path}: a SunSpec device image (its `models`' register values, "
+        "for a Modbus server to serve), not a register map: serve it (docs/sunspec.md, "
+        '"Example images"), then `regdev map --sunspec-discover modbus+tcp://HOST:PORT?unit=1` '
+        "prints its map, and with `--json -o MAP.json` writes the map that --map takes\n")
+
+
 def test_the_marker_is_looked_for_at_40000_then_50000_then_0() -> None:
     """The base is the first of 40000, 50000, 0 holding the marker; a base the device
     refuses is passed over."""
