@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from collections.abc import Sequence
 from decimal import Decimal
@@ -277,15 +278,29 @@ def test_overlapping_values_are_refused_at_load(tmp_path: Path) -> None:
         load_map(path)
 
 
-def test_a_bad_value_in_systemrdl_names_the_rdl_file_and_line(tmp_path: Path) -> None:
-    """A value declared with regdev_* properties is checked where it is written."""
-    text = THERMOSTAT.read_text().replace('regdev_scale = "0.1";', 'regdev_scale = "0";')
+@pytest.mark.parametrize(("change", "problem"), [
+    (('regdev_scale = "0.1";', 'regdev_scale = "0";'),
+     "regdev_scale 0 makes every raw value 0: give a nonzero scale"),
+    (('regdev_word_order = "big";\n        regdev_scale', '\n        regdev_scale'),
+     'an int16 over 2 registers needs a declared order: regdev_word_order (or '
+     'regdev_byte_order) "big" or "little"'),
+    (('regdev_min = "5"', 'regdev_min = "50"'), "regdev_min 50 is above regdev_max 35"),
+])
+def test_a_bad_value_in_systemrdl_names_the_rdl_file_line_and_property(
+        tmp_path: Path, change: tuple[str, str], problem: str) -> None:
+    """A value declared with regdev_* properties is checked where it is written, and the
+    message names SystemRDL's property (regdev_word_order), not the JSON key."""
+    text = THERMOSTAT.read_text()
+    assert change[0] in text
+    text = text.replace(*change)
     path = tmp_path / "bad.rdl"
     path.write_text(text)
     line = next(number for number, each in enumerate(text.splitlines(), 1)
                 if 'regdev_value = "SETPOINT"' in each)
-    with pytest.raises(MapError, match=rf"^{path}:{line}:\d+: value SETPOINT: scale 0"):
+    with pytest.raises(MapError) as raised:
         load_map(path)
+    assert re.fullmatch(rf"{re.escape(str(path))}:{line}:\d+: value SETPOINT: "
+                        rf"{re.escape(problem)}", str(raised.value)), str(raised.value)
 
 
 def test_values_round_trip_through_the_json_form(thermostat: RegisterMap) -> None:
