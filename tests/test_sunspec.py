@@ -273,6 +273,25 @@ def test_a_device_image_given_as_a_map_is_said_to_be_one(
         "prints its map, and with `--json -o MAP.json` writes the map that --map takes\n")
 
 
+def test_a_device_that_never_answers_is_said_in_regdevs_words(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A TCP peer that takes the connection and never answers: one line saying what was read,
+    from which unit, and that no valid answer came within the timeout; none of pymodbus's
+    own text ("Modbus Error: [Input/Output] No response received ...")."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # (the kernel completes the handshake: connected, never answered)
+        url = f"modbus+tcp://127.0.0.1:{silent.getsockname()[1]}?unit=3"
+        status, out, err = run(capsys, "map", "--sunspec-discover", url, "--timeout", "0.05")
+    assert (status, out) == (2, "")
+    assert err == (
+        f"regdev map: error: SunSpec discovery on {url}: the device answered no read of the SunSpec marker at holding "
+        "register 40000, 50000 or 0 (the last: a read of holding registers 0..1 (function 03) "
+        "to unit 3: no valid answer within 50 ms, sent twice (a read changes nothing))\n"), err
+
+
 def test_the_marker_is_looked_for_at_40000_then_50000_then_0() -> None:
     """The base is the first of 40000, 50000, 0 holding the marker; a base the device
     refuses is passed over."""
