@@ -287,9 +287,10 @@ def test_a_device_that_never_answers_is_said_in_regdevs_words(
         status, out, err = run(capsys, "map", "--sunspec-discover", url, "--timeout", "0.05")
     assert (status, out) == (2, "")
     assert err == (
-        f"regdev map: error: SunSpec discovery on {url}: the device answered no read of the SunSpec marker at holding "
-        "register 40000, 50000 or 0 (the last: a read of holding registers 0..1 (function 03) "
-        "to unit 3: no valid answer within 50 ms, sent twice (a read changes nothing))\n"), err
+        f"regdev map: error: SunSpec discovery on {url}: the device answered no read of the "
+        "SunSpec marker at holding register 40000, 50000 or 0 (the last: a read of holding "
+        "registers 0..1 (function 03) to unit 3: no valid answer within 50 ms, sent twice (a "
+        "read changes nothing))\n"), err
 
 
 def test_the_marker_is_looked_for_at_40000_then_50000_then_0() -> None:

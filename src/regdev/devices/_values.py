@@ -234,20 +234,23 @@ class Value:
         if type(self.addr) is not int or self.addr < 0:
             raise self.fail(f"addr must be a register address, got {_shown(self.addr)}")
         if self.type not in TYPES:
-            raise self.fail(f"{self.term('type')} must be one of {', '.join(TYPES)}, got {_shown(self.type)}")
+            raise self.fail(f"{self.term('type')} must be one of {', '.join(TYPES)}, got "
+                            f"{_shown(self.type)}")
         if self.table not in TABLES:
             raise self.fail(f"{self.term('table')} must be one of {', '.join(TABLES)}, got "
                             f"{_shown(self.table)}")
         kind = self.kind
         if self.count is not None and (type(self.count) is not int or self.count < 0
                                        or self.count > MAX_VALUE_REGISTERS):
-            raise self.fail(f"{self.term('count')} must be an integer 1..{MAX_VALUE_REGISTERS} (registers), "
+            raise self.fail(f"{self.term('count')} must be an integer 1.."
+                            f"{MAX_VALUE_REGISTERS} (registers), "
                             f"got {_shown(self.count)}")
         if kind == "string" and not self.count:
             raise self.fail(f"a string of length 0: give {self.term('count')}, its registers (1.."
                             f"{MAX_VALUE_REGISTERS})")
         if self.count == 0:
-            raise self.fail(f"{self.term('count')} must be an integer 1..{MAX_VALUE_REGISTERS} (registers), "
+            raise self.fail(f"{self.term('count')} must be an integer 1.."
+                            f"{MAX_VALUE_REGISTERS} (registers), "
                             "got 0")
         for key in ("byte_order", "word_order"):
             if getattr(self, key) not in (None, *ORDERS):
@@ -273,7 +276,8 @@ class Value:
                                 f"{self.term('scale_factor')}, not both")
         if type(self.unit) is not str or len(self.unit) > MAX_UNIT or not (
                 self.unit.isprintable()):
-            raise self.fail(f"{self.term('unit')} must be at most {MAX_UNIT} printable characters, got "
+            raise self.fail(f"{self.term('unit')} must be at most {MAX_UNIT} printable "
+                            "characters, got "
                             f"{_shown(self.unit)}")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise self.fail(f"{self.term('min')} {self.min} is above {self.term('max')} "
@@ -305,9 +309,11 @@ class Value:
             names.add(name)
             raws.add(raw)
         if self.encoding not in ENCODINGS:
-            raise self.fail(f"{self.term('encoding')} must be ascii or utf-8, got {_shown(self.encoding)}")
+            raise self.fail(f"{self.term('encoding')} must be ascii or utf-8, got "
+                            f"{_shown(self.encoding)}")
         if self.padding not in PADDINGS:
-            raise self.fail(f"{self.term('padding')} must be nul or space, got {_shown(self.padding)}")
+            raise self.fail(f"{self.term('padding')} must be nul or space, got "
+                            f"{_shown(self.padding)}")
         if type(self.allow_nan) is not bool:
             raise self.fail(f"{self.term('allow_nan')} must be true or false")
         if self.allow_nan and kind != "float":
@@ -820,7 +826,8 @@ def bind_values(values: Iterable[Value], registers: Mapping[tuple[str, int], Reg
             continue
         factor = codecs.get(factor_name)
         if factor is None or factor.value.type != "int16" or factor.scaled or factor.value.enum:
-            raise codec.value.fail(f"{codec.value.term('scale_factor')} {_shown(factor_name)} must name an int16 value "
+            raise codec.value.fail(f"{codec.value.term('scale_factor')} {_shown(factor_name)} "
+                                   "must name an int16 value "
                                    "of the map without a scale of its own (a sunssf)")
         if factor.value.access == "w":
             raise codec.value.fail(f"{codec.value.term('scale_factor')} {factor_name} must be "
