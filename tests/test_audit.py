@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from conftest import EXAMPLES, CountingDevice, run
+from conftest import EXAMPLES, CountingDevice, default_signals, run
 from regdev import (
     Approval,
     AuditError,
@@ -1046,8 +1046,9 @@ def test_audit_follow_shows_records_as_they_are_committed(store: Path | str) -> 
     commits, and exits 0 on Ctrl-C (SIGINT)."""
     with Gate(audit=open_audit(store)) as gate:
         gate.handle(READ)
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "regdev", "audit", "--db", str(store), "--follow", "--json"],
+    follower = subprocess.Popen(  # (SIGINT at its default: a background job ignores it)
+        default_signals([sys.executable, "-m", "regdev", "audit", "--db", str(store),
+                         "--follow", "--json"]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout = follower.stdout
     assert stdout is not None

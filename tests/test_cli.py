@@ -771,3 +771,24 @@ def test_report_exit_2_covers_a_bad_eval_file_and_an_unwritable_html_page(
     usage = " ".join(capsys.readouterr().out.split())
     assert ("the --eval file cannot be read or is not eval results, or the chart or the "
             "--html file cannot be written") in usage
+
+
+def test_map_examples_help_says_what_it_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """`regdev map --help` says what --examples prints: each kind of file it lists, and that
+    the SunSpec images are not maps; every file it lists is of a kind the help names."""
+    with pytest.raises(SystemExit):
+        main(["map", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    said = usage[usage.index("--examples "):usage.index("--json ")]
+    assert ("print the full path of each example file installed with regdev, one a line, and "
+            "exit: register maps (*.rdl), eval task suites and recorded calls (*.jsonl), "
+            "policies (*.toml), a tool-definitions file (motor-tools.json), SunSpec device "
+            "images (sunspec-*.json: for a Modbus server to serve, not maps) and "
+            "agent-framework example scripts (agents_*.py)") in said
+    status, out, _ = run(capsys, "map", "--examples")
+    assert status == 0 and out
+    for line in out.splitlines():
+        name = Path(line).name
+        assert (Path(line).suffix in (".rdl", ".jsonl", ".toml") or name == "motor-tools.json"
+                or (name.startswith("sunspec-") and name.endswith(".json"))
+                or (name.startswith("agents_") and name.endswith(".py"))), line

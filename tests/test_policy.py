@@ -686,25 +686,31 @@ def test_scope_check_uses_the_tools_read_only_flag() -> None:
 
 
 @pytest.fixture(scope="module")
-def shared_audit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuditLog]:
-    """One audit log for every example of the property test below."""
+def shared_gate(tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[Gate, CountingDevice, AuditLog]]:
+    """One guarded gate, its counting device and its audit log for every example of the
+    property test below: the gate's validator is compiled once, not once an example. No
+    verdict of the sessions it draws depends on earlier calls (no rate limit, no idempotency
+    key, protected register 15 asks no approver: denied each time)."""
     with AuditLog(tmp_path_factory.mktemp("audit") / "audit.db") as audit:
-        yield audit
+        device = CountingDevice()
+        yield Gate(device, policy=POLICY, audit=audit), device, audit
 
 
 @given(canonical_calls(), st.sampled_from(["default", "viewer", "reader", "writer"]),
        st.sampled_from([None, "write_register", "read_register"]))
 def test_guarded_gate_gives_one_observation_one_record_and_never_runs_a_refusal(
-        shared_audit: AuditLog, call: Any, session: str, tool_choice: str | None) -> None:
+        shared_gate: tuple[Gate, CountingDevice, AuditLog], call: Any, session: str,
+        tool_choice: str | None) -> None:
     """Any call, any session: one observation, one audit record with its verdict, and the
     device is touched once when accepted, never when refused."""
-    audit = shared_audit
-    device = CountingDevice()
-    gate = Gate(device, policy=POLICY, audit=audit)
-    before = len(audit.records())
+    gate, device, audit = shared_gate
+    device.accesses = 0
+    # (the records after the last one so far: not the whole shared log read twice an example)
+    last = audit.records(last=1)
     obs = gate.handle(to_json(call), session=gate.session(session), tool_choice=tool_choice)
-    records = audit.records()
-    assert len(records) == before + 1
+    records = audit.records(after=last[0].id if last else 0)
+    assert len(records) == 1
     assert (records[-1].ok, records[-1].code, records[-1].session) == (obs.ok, obs.code, session)
     assert device.accesses == (1 if obs.ok else 0)
     if obs.ok:

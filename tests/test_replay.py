@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, default_rows, run
+from conftest import EXAMPLES, default_rows, default_signals, run
 from regdev import read_audit
 from regdev.agents._replay import LineTooLong, max_line_bytes, read_replay
 
@@ -88,9 +88,9 @@ def test_ctrl_c_while_waiting_for_input_prints_the_summary_of_what_ran(tmp_path:
     """SIGINT while `replay -` waits for its next line: the results so far stay, the summary
     and the registers are printed, one line on stderr says so, exit 130."""
     audit = tmp_path / "audit.db"
-    replay = subprocess.Popen([str(REGDEV), "replay", "-", "--audit", str(audit)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+    replay = subprocess.Popen(  # (SIGINT at its default: a background job ignores it)
+        default_signals([str(REGDEV), "replay", "-", "--audit", str(audit)]),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert replay.stdin is not None and replay.stdout is not None
     try:
         replay.stdin.write(line(WRITE, expect="ok") + line(READ, expect="range-addr"))

@@ -216,3 +216,16 @@ def test_a_misspelt_name_on_a_map_with_values_suggests_value_names_too(
                          "--map", str(unnamed))
     assert [line for line in out if line.startswith("error: ")] == [
         "error: no register `controls.WMaxLimPc`"]
+
+
+def test_writing_a_read_only_value_says_it_is_read_only(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`write TEMP 3` (TEMP is access r) says TEMP is read-only and how to read it, not that
+    it is not one of the writable names; nothing is sent; `read TEMP` reads it."""
+    status, out = _shell(monkeypatch, capsys, ["write TEMP 3", "read TEMP"],
+                         "--map", str(THERMOSTAT))
+    assert status == 1
+    assert [line for line in out if line.startswith("error: ")] == [
+        "error: TEMP is a read-only value (the device sets it): `read TEMP` reads it"]
+    assert "accepted  read_value: TEMP = 21.5 degC (raw 0x41 0xac 0x00 0x00)" in out
+    assert not any("write_value" in line for line in out)

@@ -258,6 +258,41 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         2, "", f"{error}--timeout goes with --sunspec-discover URL\n")
 
 
+@pytest.mark.parametrize("image", ["sunspec-meter.json", "sunspec-inverter.json"])
+def test_a_device_image_given_as_a_map_is_said_to_be_one(
+        capsys: pytest.CaptureFixture[str], image: str) -> None:
+    """`regdev map IMAGE` (and any --map): one line saying it is a SunSpec device image for a
+    server, and how to get its map, not that `base` is an unknown key."""
+    path = EXAMPLES / image
+    status, out, err = run(capsys, "map", str(path))
+    assert (status, out) == (2, "")
+    assert err == (
+        f"regdev map: error: {path}: a SunSpec device image (its `models`' register values, "
+        "for a Modbus server to serve), not a register map: serve it (docs/sunspec.md, "
+        '"Example images"), then `regdev map --sunspec-discover modbus+tcp://HOST:PORT?unit=1` '
+        "prints its map, and with `--json -o MAP.json` writes the map that --map takes\n")
+
+
+def test_a_device_that_never_answers_is_said_in_regdevs_words(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A TCP peer that takes the connection and never answers: one line saying what was read,
+    from which unit, and that no valid answer came within the timeout; none of pymodbus's
+    own text ("Modbus Error: [Input/Output] No response received ...")."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # (the kernel completes the handshake: connected, never answered)
+        url = f"modbus+tcp://127.0.0.1:{silent.getsockname()[1]}?unit=3"
+        status, out, err = run(capsys, "map", "--sunspec-discover", url, "--timeout", "0.05")
+    assert (status, out) == (2, "")
+    assert err == (
+        f"regdev map: error: SunSpec discovery on {url}: the device answered no read of the "
+        "SunSpec marker at holding register 40000, 50000 or 0 (the last: a read of holding "
+        "registers 0..1 (function 03) to unit 3: no valid answer within 50 ms, sent twice (a "
+        "read changes nothing))\n"), err
+
+
 def test_the_marker_is_looked_for_at_40000_then_50000_then_0() -> None:
     """The base is the first of 40000, 50000, 0 holding the marker; a base the device
     refuses is passed over."""

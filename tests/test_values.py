@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from collections.abc import Sequence
 from decimal import Decimal
@@ -131,6 +132,14 @@ class _Counting(RegisterFile):
         self.calls.append("write")
         return super().write(addr, data)
 
+    def write_block(self, addr: int, data: Sequence[int]) -> list[int]:
+        self.calls.append(f"write_block {addr} {list(data)}")
+        return super().write_block(addr, data)
+
+    def write_masked(self, addr: int, mask: int, data: int) -> int:
+        self.calls.append(f"write_masked {addr}")
+        return super().write_masked(addr, mask, data)
+
     def read_table(self, table: str, addr: int, count: int) -> list[int]:
         self.calls.append(f"read_table {table} {addr} {count}")
         return super().read_table(table, addr, count)
@@ -150,6 +159,57 @@ def test_a_multi_register_value_is_one_block_write_and_one_block_read(
     assert handle(gate, call("read_value", name="W"))["ok"]  # W and W_SF: one block
     assert device.calls == ["write_table holding 0 [0, 220]", "read_table holding 2 4",
                             "read_table holding 7 4"]
+
+
+def test_a_raw_write_into_a_ranged_values_registers_is_refused_naming_the_value(
+        thermostat: RegisterMap) -> None:
+    """write_register, write_registers (a block covering one of them, or all of them with
+    data in range) and write_field on SETPOINT's or W's registers are value-register at
+    validate, naming the value and its range; nothing reaches the device; registers of values
+    without a range (MODE, ROOM) are written raw as before."""
+    device = _Counting(thermostat)
+    gate = Gate(device)
+    refused = handle(gate, call("write_register", addr=0, data=99))
+    assert (refused["stage"], refused["code"]) == ("validate", "value-register")
+    assert refused["message"] == (
+        "data is for register SETPOINT_HI (0x00), which holds part of value SETPOINT (int16, "
+        "5..35 degC, registers 0x00..0x01): a raw write could put it outside its range; "
+        "write it in units with write_value")
+    whole = handle(gate, call("write_registers", addr=0, data=[0, 215]))  # 21.5 degC
+    assert whole["code"] == "value-register" and "data[0]" in whole["message"]
+    block = handle(gate, call("write_registers", addr=6, data=[1, 0]))  # MODE, then W_HI
+    assert block["code"] == "value-register"
+    assert block["message"].startswith("data[1] is for register W_HI (0x07), which holds "
+                                       "part of value W (uint16, 0..2000 W, registers "
+                                       "0x07..0x08)")
+    field = handle(gate, call("write_field", field="SETPOINT_LO.v", value=1))
+    assert field["code"] == "value-register"
+    assert field["message"].startswith("SETPOINT_LO.v is a field of register SETPOINT_LO")
+    assert device.calls == []
+    assert handle(gate, call("write_register", addr=6, data=7))["ok"]  # MODE: no range
+    assert handle(gate, call("write_registers", addr=0x0B, data=[72, 73]))["ok"]  # ROOM
+    assert device.read_block(0, 2) == [0, 200]
+
+
+def test_a_float_without_nan_and_a_plain_map_guard_their_values_registers() -> None:
+    """On a map of plain 16-bit registers (no field, no gap: write_register has no other
+    rule) an int16 with a range and a float32 that takes no NaN are guarded, and their
+    neighbours, an int16 without a range and a float32 with allow_nan, are written raw."""
+    regmap = RegisterMap([Register(None, a, width=16) for a in range(8)], values=[
+        Value("T", 0, "int16", byte_order="big", min=Decimal(-40), max=Decimal(125)),
+        Value("F", 1, "float32", word_order="big", byte_order="big"),
+        Value("N", 3, "int16", byte_order="big"),
+        Value("G", 4, "float32", word_order="big", byte_order="big", allow_nan=True)])
+    gate = Gate(RegisterFile(regmap=regmap))
+    for addr in (0, 1, 2):
+        assert handle(gate, call("write_register", addr=addr, data=0x7FC0))["code"] == (
+            "value-register"), addr
+    refused = handle(gate, call("write_registers", addr=1, data=[0x7FC0, 0]))
+    assert "value F (float32, finite numbers only, registers 0x01..0x02)" in refused["message"]
+    for addr in (3, 4, 5, 6, 7):
+        assert handle(gate, call("write_register", addr=addr, data=0x7FC0))["ok"], addr
+    assert handle(gate, call("read_value", name="G"))["result"]["value"] == "NaN"
+    assert handle(gate, call("read_value", name="T"))["result"]["value"] == 0
 
 
 def test_a_float_holding_nan_reads_as_the_documented_value() -> None:
@@ -218,15 +278,29 @@ def test_overlapping_values_are_refused_at_load(tmp_path: Path) -> None:
         load_map(path)
 
 
-def test_a_bad_value_in_systemrdl_names_the_rdl_file_and_line(tmp_path: Path) -> None:
-    """A value declared with regdev_* properties is checked where it is written."""
-    text = THERMOSTAT.read_text().replace('regdev_scale = "0.1";', 'regdev_scale = "0";')
+@pytest.mark.parametrize(("change", "problem"), [
+    (('regdev_scale = "0.1";', 'regdev_scale = "0";'),
+     "regdev_scale 0 makes every raw value 0: give a nonzero scale"),
+    (('regdev_word_order = "big";\n        regdev_scale', '\n        regdev_scale'),
+     'an int16 over 2 registers needs a declared order: regdev_word_order (or '
+     'regdev_byte_order) "big" or "little"'),
+    (('regdev_min = "5"', 'regdev_min = "50"'), "regdev_min 50 is above regdev_max 35"),
+])
+def test_a_bad_value_in_systemrdl_names_the_rdl_file_line_and_property(
+        tmp_path: Path, change: tuple[str, str], problem: str) -> None:
+    """A value declared with regdev_* properties is checked where it is written, and the
+    message names SystemRDL's property (regdev_word_order), not the JSON key."""
+    text = THERMOSTAT.read_text()
+    assert change[0] in text
+    text = text.replace(*change)
     path = tmp_path / "bad.rdl"
     path.write_text(text)
     line = next(number for number, each in enumerate(text.splitlines(), 1)
                 if 'regdev_value = "SETPOINT"' in each)
-    with pytest.raises(MapError, match=rf"^{path}:{line}:\d+: value SETPOINT: scale 0"):
+    with pytest.raises(MapError) as raised:
         load_map(path)
+    assert re.fullmatch(rf"{re.escape(str(path))}:{line}:\d+: value SETPOINT: "
+                        rf"{re.escape(problem)}", str(raised.value)), str(raised.value)
 
 
 def test_values_round_trip_through_the_json_form(thermostat: RegisterMap) -> None:
@@ -359,17 +433,20 @@ def test_a_float32_over_two_16_bit_holding_registers_drives_a_plain_pymodbus_ser
 
 
 def test_a_policy_protects_a_typed_value_by_name(thermostat: RegisterMap) -> None:
-    """protected = ["SETPOINT"] guards both of its registers: write_value and a register write
-    under it need approval; the other values do not."""
+    """protected = ["SETPOINT", "ROOM"] guards their registers: write_value, and a register
+    write under ROOM (a value without a range, whose registers stay writable raw), need
+    approval; the other values do not."""
     from regdev import Policy, RegisterPolicy  # noqa: PLC0415
 
-    policy = Policy(registers=RegisterPolicy(protected=frozenset({"SETPOINT"})))
+    policy = Policy(registers=RegisterPolicy(protected=frozenset({"SETPOINT", "ROOM"})))
     device = RegisterFile(regmap=thermostat)
     gate = Gate(device, policy=policy)
     for raw in (call("write_value", name="SETPOINT", value=21), call(
-            "write_register", addr=1, data=215)):
+            "write_value", name="ROOM", value="hall"), call("write_register", addr=0x0C,
+                                                             data=65)):
         assert handle(gate, raw)["code"] == "approval-denied", raw
     assert device.read_block(0, 2) == [0, 200]
+    assert device.read_block(0x0B, 4) == [0, 0, 0, 0]
     assert handle(gate, call("write_value", name="MODE", value="COOL"))["ok"]
 
 
@@ -443,7 +520,8 @@ def test_wider_registers_hold_a_float64_in_the_declared_orders(
 
 def test_a_policy_range_in_units_needs_approval_only_within_it(thermostat: RegisterMap) -> None:
     """protected = [{value = "SETPOINT", min = 30}]: 30.5 degC asks (denied without an
-    approver), 25 does not; a register write under the value asks (not known in units)."""
+    approver), 25 does not; a register write under the value is refused before the policy
+    (SETPOINT has a range: its registers are written in units only)."""
     from regdev import Policy  # noqa: PLC0415
 
     policy = Policy.model_validate({"registers": {"protected": [
@@ -453,7 +531,7 @@ def test_a_policy_range_in_units_needs_approval_only_within_it(thermostat: Regis
     assert over["code"] == "approval-denied"
     assert over["message"].startswith("value SETPOINT (values 30.. degC) is protected")
     assert handle(gate, call("write_value", name="SETPOINT", value=25))["ok"]
-    assert handle(gate, call("write_register", addr=1, data=1))["code"] == "approval-denied"
+    assert handle(gate, call("write_register", addr=1, data=1))["code"] == "value-register"
     with pytest.raises(PolicyError, match="no typed value `SETPONT`"):
         Gate(RegisterFile(regmap=thermostat), policy=Policy.model_validate(
             {"registers": {"protected": [{"value": "SETPONT", "max": 1}]}}))

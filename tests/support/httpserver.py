@@ -109,7 +109,8 @@ class KeySet:
         self.stopped = False
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # (looks for shutdown every 20 ms: socketserver's 0.5 s was a wait at every close)
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
 
     def add_key(self, kid: str, kind: str = "RSA") -> Any:
         """A new signing key ``kid`` (RSA 2048 or EC P-256), published; the private key."""

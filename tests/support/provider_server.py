@@ -38,6 +38,10 @@ class Request:
     body: Any
 
 
+#: Seconds between serve_forever's looks for shutdown (socketserver's default is 0.5).
+_POLL_SECONDS = 0.02
+
+
 class ProviderServer:
     """Serve ``replies`` in order, one per request, whichever API path is asked; a request
     past the last reply gets a 500 naming the fact (a test that asks too much fails loudly).
@@ -86,7 +90,10 @@ class ProviderServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # (serve_forever's loop looks for shutdown every poll_interval: the default 0.5 s
+        # was a wait of up to half a second at the end of every test that used a server)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(_POLL_SECONDS,),
+                                       daemon=True)
 
     @property
     def openai_url(self) -> str:

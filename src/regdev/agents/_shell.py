@@ -339,7 +339,15 @@ def _named_call(words: Sequence[str], regmap: RegisterMap) -> str | None:
     if command not in usage or _number(rest[0]) is not None:
         return None
     target = rest[0]
-    if command in ("read", "write") and regmap.value(target) is not None:
+    codec = regmap.value(target) if command in ("read", "write") else None
+    if codec is not None:
+        shown = escape_text(target)
+        if command == "write" and not codec.value.writable:
+            raise ValueError(f"{shown} is a read-only value (the device sets it): `read "
+                             f"{shown}` reads it")
+        if command == "read" and not codec.value.readable:
+            raise ValueError(f"{shown} is a write-only value: `write {shown} VALUE` writes "
+                             "it")
         return _value_call(command, rest)
     if command == "write" and "." in target and regmap.named(target) is None:
         if len(rest) != 2:

@@ -219,12 +219,16 @@ def add_parser(sub: Any) -> None:
                     "which the firmware simulator reads with the standard library alone and "
                     "which every --map option takes. A map regdev cannot honour is an error "
                     "naming the construct and its file:line (exit 2). With --examples, list "
-                    "the example files installed with regdev (maps, eval tasks, recorded "
-                    "calls, policies), one path a line. See docs/maps.md.")
+                    "the example files installed with regdev, one path a line. See "
+                    "docs/maps.md.")
     map_.add_argument("map", metavar="FILE", nargs="?", help="the register map (.rdl or .json)")
     map_.add_argument("--examples", action="store_true",
-                      help="print the path of each example file installed with regdev "
-                           "(e.g. sensor.rdl, eval-tasks.jsonl), one a line, and exit")
+                      help="print the full path of each example file installed with "
+                           "regdev, one a line, and exit: register maps (*.rdl), eval task "
+                           "suites and recorded calls (*.jsonl), policies (*.toml), a "
+                           "tool-definitions file (motor-tools.json), SunSpec device images "
+                           "(sunspec-*.json: for a Modbus server to serve, not maps) and "
+                           "agent-framework example scripts (agents_*.py)")
     map_.add_argument("--json", action="store_true",
                       help="write the compiled JSON form (format regdev-map, version 1)")
     map_.add_argument("-o", "--output", metavar="OUT",

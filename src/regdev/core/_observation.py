@@ -75,6 +75,8 @@ CODES: dict[str, Code] = {
     # (at execute: a value with a scale factor, which converts only once the factor is read)
     "resolution": Code(("validate", "execute"), True),
     "read-only-register": Code(("authorize", "validate"), False),
+    # (a raw write into the registers of a typed value with a range: write_value writes it)
+    "value-register": Code(("validate",), True),
     "idempotency-conflict": Code(("authorize",), False),
     "idempotency-in-progress": Code(("authorize",), True),
     # (a device that cannot say its reset epoch: a key used is neither run again nor replayed)

@@ -1079,7 +1079,9 @@ class RegisterMap:
                 and what is wrong where, e.g. ``map.json: not valid JSON: more text after the
                 end of the JSON document, at byte 25``.
             MapError: one line naming ``source`` and the place, e.g.
-                ``map.json: `registers[1].fields[0].msb`: must be an integer 0..7``.
+                ``map.json: `registers[1].fields[0].msb`: must be an integer 0..7``; a
+                SunSpec device image (``models``, no ``registers``) is said to be one,
+                with how to get its map.
         """
         # (Imported here: the simulator run as a script imports this module on the standard
         # library alone, and reads its maps with from_dict.)
@@ -1110,6 +1112,14 @@ class RegisterMap:
             MapError: as :meth:`from_json`.
         """
         reader = _Reader(source)
+        if type(document) is dict and "models" in document and "registers" not in document:
+            # (a SunSpec device image, pysunspec2's device JSON: what a server serves)
+            raise MapError(
+                f"{source}: a SunSpec device image (its `models`' register values, for a "
+                "Modbus server to serve), not a register map: serve it (docs/sunspec.md, "
+                "\"Example images\"), then `regdev map --sunspec-discover "
+                "modbus+tcp://HOST:PORT?unit=1` prints its map, and with `--json -o "
+                "MAP.json` writes the map that --map takes")
         top = reader.obj(document, "", {"format", "version", "name", "description",
                                            "registers", "values", "bus"},
                          {"format", "version", "registers"})

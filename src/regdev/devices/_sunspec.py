@@ -582,7 +582,9 @@ def _value(point: _Point) -> dict[str, Any]:
 
 def discover_url(url: str, *, timeout: float = 0.5) -> Discovery:
     """:func:`discover` on the device at a ``modbus+tcp://`` or ``modbus+rtu://`` URL (its unit
-    id from the URL), with pymodbus's client, each read retried once.
+    id from the URL), with pymodbus's client, each read retried once (discovery only reads:
+    no write's outcome is ever in doubt). pymodbus's errors are said in regdev's words: what
+    was read, from which unit, and that no valid answer came within ``timeout``.
 
     Args:
         url: the device (``docs/modbus.md``); ``base`` is refused (SunSpec says where).
@@ -603,7 +605,10 @@ def discover_url(url: str, *, timeout: float = 0.5) -> Discovery:
     _sunspec2()
     try:
         from pymodbus.client import ModbusSerialClient, ModbusTcpClient  # noqa: PLC0415
-        from pymodbus.exceptions import ModbusException  # noqa: PLC0415
+        from pymodbus.exceptions import (  # noqa: PLC0415
+            ConnectionException,
+            ModbusException,
+        )
         from pymodbus.framer import FramerType  # noqa: PLC0415
     except ImportError:
         raise SunSpecMissing(f"SunSpec discovery needs pymodbus: {INSTALL}") from None
@@ -622,12 +627,21 @@ def discover_url(url: str, *, timeout: float = 0.5) -> Discovery:
         raise TransportError(f"cannot open the port: {target.port} does not answer, or "
                              "cannot be opened")
 
+    where = (f"{target.host}:{target.tcp_port}" if target.framing == "tcp"
+             else str(target.port))
+
     def read(addr: int, count: int) -> list[int]:
         span = f"holding registers {addr}..{addr + count - 1}"
         try:
             reply = client.read_holding_registers(addr, count=count, device_id=target.unit)
-        except ModbusException as error:
-            raise DeviceTimeout(f"{span}: no valid reply ({error})") from None
+        except ConnectionException:  # (pymodbus's words stay out: its text names its internals)
+            raise TransportError(f"a read of {span} (function 03) to unit {target.unit}: the "
+                                 f"connection to {where} was closed or could not be made"
+                                 ) from None
+        except ModbusException:  # no reply, or none that was valid, on every attempt
+            raise DeviceTimeout(f"a read of {span} (function 03) to unit {target.unit}: no "
+                                f"valid answer within {timeout * 1000:g} ms, sent twice (a "
+                                "read changes nothing)") from None
         if reply.isError():
             code = getattr(reply, "exception_code", 0)
             raise DeviceRefused(f"{span}: the device answered Modbus exception {code:02X}")

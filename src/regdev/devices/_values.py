@@ -75,6 +75,9 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[0-9]+\])*"
 _ENUM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Exact enough for any product of a 64-bit raw value and a scale of a map's.
 _EXACT = Context(prec=100)
+#: The SystemRDL term of each JSON key of a value whose property is not ``regdev_`` + key.
+_RDL_TERMS: Final = {"name": "regdev_value", "description": "desc", "table": "regdev_table",
+                     "addr": "the register's address"}
 #: What a float's non-finite values are called in results and calls (JSON has no NaN).
 NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -163,6 +166,8 @@ class Value:
         allow_nan: a float value may be written NaN or an infinity (``"NaN"``,
             ``"Infinity"``, ``"-Infinity"``).
         where: where it is declared, for messages (``map.json:14``); not compared.
+        rdl: declared in SystemRDL: messages name its ``regdev_*`` properties
+            (``regdev_word_order``), not the JSON keys; not compared.
 
     Raises:
         MapError: the declaration is not consistent on its own (the message names the value
@@ -189,6 +194,7 @@ class Value:
     padding: str = "nul"
     allow_nan: bool = False
     where: str = _dataclass_field(default="", compare=False)
+    rdl: bool = _dataclass_field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -198,7 +204,7 @@ class Value:
             set_(self, "enum", tuple(self.enum))
         for key in ("scale", "offset", "min", "max"):
             try:
-                set_(self, key, _decimal(getattr(self, key), key))
+                set_(self, key, _decimal(getattr(self, key), self.term(key)))
             except ValueError as error:
                 raise self.fail(str(error)) from None
         self.check()
@@ -208,6 +214,11 @@ class Value:
         """How messages name the value: ``value SETPOINT``."""
         return (f"value {self.name}" if type(self.name) is str and _NAME.fullmatch(self.name)
                 else f"a value at {_shown(self.addr)}")
+
+    def term(self, key: str) -> str:
+        """How messages name the declaration's ``key`` (a JSON key: ``word_order``): the
+        SystemRDL property (``regdev_word_order``) for a value declared in SystemRDL."""
+        return _RDL_TERMS.get(key, f"regdev_{key}") if self.rdl else key
 
     def fail(self, problem: str) -> MapError:
         """The :class:`MapError` of ``problem``, naming the value and where it is declared."""
@@ -223,53 +234,61 @@ class Value:
         if type(self.addr) is not int or self.addr < 0:
             raise self.fail(f"addr must be a register address, got {_shown(self.addr)}")
         if self.type not in TYPES:
-            raise self.fail(f"type must be one of {', '.join(TYPES)}, got {_shown(self.type)}")
+            raise self.fail(f"{self.term('type')} must be one of {', '.join(TYPES)}, got "
+                            f"{_shown(self.type)}")
         if self.table not in TABLES:
-            raise self.fail(f"table must be one of {', '.join(TABLES)}, got "
+            raise self.fail(f"{self.term('table')} must be one of {', '.join(TABLES)}, got "
                             f"{_shown(self.table)}")
         kind = self.kind
         if self.count is not None and (type(self.count) is not int or self.count < 0
                                        or self.count > MAX_VALUE_REGISTERS):
-            raise self.fail(f"count must be an integer 1..{MAX_VALUE_REGISTERS} (registers), "
+            raise self.fail(f"{self.term('count')} must be an integer 1.."
+                            f"{MAX_VALUE_REGISTERS} (registers), "
                             f"got {_shown(self.count)}")
         if kind == "string" and not self.count:
-            raise self.fail("a string of length 0: give count, its registers (1.."
+            raise self.fail(f"a string of length 0: give {self.term('count')}, its registers (1.."
                             f"{MAX_VALUE_REGISTERS})")
         if self.count == 0:
-            raise self.fail(f"count must be an integer 1..{MAX_VALUE_REGISTERS} (registers), "
+            raise self.fail(f"{self.term('count')} must be an integer 1.."
+                            f"{MAX_VALUE_REGISTERS} (registers), "
                             "got 0")
         for key in ("byte_order", "word_order"):
             if getattr(self, key) not in (None, *ORDERS):
-                raise self.fail(f"{key} must be \"big\" or \"little\", got "
+                raise self.fail(f"{self.term(key)} must be \"big\" or \"little\", got "
                                 f"{_shown(getattr(self, key))}")
         numeric = kind in ("int", "float")
         if not numeric:
             for key in ("scale", "offset", "scale_factor", "min", "max"):
                 if getattr(self, key) is not None:
-                    raise self.fail(f"{key} is for a number; a {self.type} has none")
+                    raise self.fail(f"{self.term(key)} is for a number; a {self.type} has none")
             if self.unit:
-                raise self.fail(f"a unit is for a number; a {self.type} has none")
+                raise self.fail(f"{'regdev_unit' if self.rdl else 'a unit'} is for a number; a "
+                                f"{self.type} has none")
         if self.scale is not None and self.scale.is_zero():
-            raise self.fail("scale 0 makes every raw value 0: give a nonzero scale")
+            raise self.fail(f"{self.term('scale')} 0 makes every raw value 0: give a nonzero "
+                            "scale")
         if self.scale_factor is not None:
             if type(self.scale_factor) is not str or not _NAME.fullmatch(self.scale_factor):
-                raise self.fail(f"scale_factor must name another value, got "
+                raise self.fail(f"{self.term('scale_factor')} must name another value, got "
                                 f"{_shown(self.scale_factor)}")
             if self.scale is not None or self.offset is not None:
-                raise self.fail("give scale and offset, or scale_factor, not both")
+                raise self.fail(f"give {self.term('scale')} and {self.term('offset')}, or "
+                                f"{self.term('scale_factor')}, not both")
         if type(self.unit) is not str or len(self.unit) > MAX_UNIT or not (
                 self.unit.isprintable()):
-            raise self.fail(f"unit must be at most {MAX_UNIT} printable characters, got "
+            raise self.fail(f"{self.term('unit')} must be at most {MAX_UNIT} printable "
+                            "characters, got "
                             f"{_shown(self.unit)}")
         if self.min is not None and self.max is not None and self.min > self.max:
-            raise self.fail(f"min {self.min} is above max {self.max}")
+            raise self.fail(f"{self.term('min')} {self.min} is above {self.term('max')} "
+                            f"{self.max}")
         if self.access not in ("rw", "r", "w"):
-            raise self.fail(f"access must be rw, r or w, got {_shown(self.access)}")
+            raise self.fail(f"{self.term('access')} must be rw, r or w, got {_shown(self.access)}")
         if type(self.description) is not str or len(self.description) > _MAX_DESCRIPTION:
             raise self.fail(f"the description must be a string of at most {_MAX_DESCRIPTION} "
                             "characters")
         if self.enum and kind != "int":
-            raise self.fail(f"enum is for an integer; a {self.type} has none")
+            raise self.fail(f"{self.term('enum')} is for an integer; a {self.type} has none")
         bits, _, signed = TYPES[self.type]
         low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (
             0, (1 << bits) - 1)
@@ -277,25 +296,28 @@ class Value:
         raws: set[int] = set()
         for pair in self.enum:
             if not (isinstance(pair, tuple) and len(pair) == 2):
-                raise self.fail(f"enum holds {_shown(pair)}, not a NAME: raw pair")
+                raise self.fail(f"{self.term('enum')} holds {_shown(pair)}, not a NAME: raw "
+                                "pair")
             name, raw = pair
             if type(name) is not str or not _ENUM_NAME.fullmatch(name) or len(name) > 64:
                 raise self.fail(f"an enum name must be an identifier, got {_shown(name)}")
             if type(raw) is not int or not low <= raw <= high:
-                raise self.fail(f"enum {name} = {_shown(raw)} does not fit {self.type} "
-                                f"({low}..{high})")
+                raise self.fail(f"{self.term('enum')} {name} = {_shown(raw)} does not fit "
+                                f"{self.type} ({low}..{high})")
             if name in names or raw in raws:
-                raise self.fail(f"enum {name} = {raw} repeats a name or a value")
+                raise self.fail(f"{self.term('enum')} {name} = {raw} repeats a name or a value")
             names.add(name)
             raws.add(raw)
         if self.encoding not in ENCODINGS:
-            raise self.fail(f"encoding must be ascii or utf-8, got {_shown(self.encoding)}")
+            raise self.fail(f"{self.term('encoding')} must be ascii or utf-8, got "
+                            f"{_shown(self.encoding)}")
         if self.padding not in PADDINGS:
-            raise self.fail(f"padding must be nul or space, got {_shown(self.padding)}")
+            raise self.fail(f"{self.term('padding')} must be nul or space, got "
+                            f"{_shown(self.padding)}")
         if type(self.allow_nan) is not bool:
-            raise self.fail("allow_nan must be true or false")
+            raise self.fail(f"{self.term('allow_nan')} must be true or false")
         if self.allow_nan and kind != "float":
-            raise self.fail(f"allow_nan is for a float; a {self.type} has no NaN")
+            raise self.fail(f"{self.term('allow_nan')} is for a float; a {self.type} has no NaN")
 
     @property
     def kind(self) -> str:
@@ -311,6 +333,15 @@ class Value:
     def writable(self) -> bool:
         """True when software can write it (``rw`` or ``w``)."""
         return self.access != "r"
+
+    @property
+    def guarded(self) -> bool:
+        """True when it is writable and its registers can hold a raw value ``write_value``
+        refuses: it has a ``min`` or a ``max``, or it is a float that takes no NaN (its range
+        is the finite numbers). The map's rules refuse a raw write into its registers
+        (``value-register``), so nothing outside its range reaches the device."""
+        return self.writable and (self.min is not None or self.max is not None or (
+            self.kind == "float" and not self.allow_nan))
 
     def to_dict(self) -> dict[str, Any]:
         """The value in the compiled JSON form (keys at their defaults left out; decimals as
@@ -732,7 +763,8 @@ def bind_values(values: Iterable[Value], registers: Mapping[tuple[str, int], Reg
         width = _width(first)
         bits, kind, _ = TYPES[value.type]
         if value.table in ("input", "discrete") and value.writable:
-            raise value.fail(f"the {value.table} table is read-only: give access r")
+            raise value.fail(f"the {value.table} table is read-only: give {value.term('access')} "
+                             "r")
         if width < 8 and kind != "bool":
             raise value.fail(f"{_a(value.type)} needs registers of 8 bits or more; its register "
                              f"is {width} bit{'s' * (width != 1)} wide")
@@ -767,21 +799,23 @@ def bind_values(values: Iterable[Value], registers: Mapping[tuple[str, int], Reg
         word, byte = value.word_order, value.byte_order
         if width == 8:
             if word is not None and byte is not None and word != byte:
-                raise value.fail(f"contradictory orders: byte_order {byte} and word_order "
-                                 f"{word} (a register holds one byte: they name one order)")
+                raise value.fail(f"contradictory orders: {value.term('byte_order')} {byte} and "
+                                 f"{value.term('word_order')} {word} (a register holds one "
+                                 "byte: they name one order)")
             order = word or byte
             if multi and order is None:
                 raise value.fail(f"{_a(value.type)} over {count} registers needs a declared "
-                                 "order: word_order (or byte_order) \"big\" or \"little\"")
+                                 f"order: {value.term('word_order')} (or "
+                                 f"{value.term('byte_order')}) \"big\" or \"little\"")
             word = byte = order or "big"
         else:
             if multi and word is None:
                 raise value.fail(f"{_a(value.type)} over {count} registers needs a declared "
-                                 "word_order: \"big\" or \"little\"")
+                                 f"{value.term('word_order')}: \"big\" or \"little\"")
             if per_register > 1 and byte is None:
                 raise value.fail(f"{_a(value.type)} puts {per_register} bytes in a register of "
-                                 f"{width} bits: it needs a declared byte_order, \"big\" or "
-                                 "\"little\"")
+                                 f"{width} bits: it needs a declared "
+                                 f"{value.term('byte_order')}, \"big\" or \"little\"")
             word, byte = word or "big", byte or "big"
         for key in addresses:
             taken[key] = value
@@ -792,10 +826,12 @@ def bind_values(values: Iterable[Value], registers: Mapping[tuple[str, int], Reg
             continue
         factor = codecs.get(factor_name)
         if factor is None or factor.value.type != "int16" or factor.scaled or factor.value.enum:
-            raise codec.value.fail(f"scale_factor {_shown(factor_name)} must name an int16 value "
+            raise codec.value.fail(f"{codec.value.term('scale_factor')} {_shown(factor_name)} "
+                                   "must name an int16 value "
                                    "of the map without a scale of its own (a sunssf)")
         if factor.value.access == "w":
-            raise codec.value.fail(f"scale_factor {factor_name} must be readable")
+            raise codec.value.fail(f"{codec.value.term('scale_factor')} {factor_name} must be "
+                                   "readable")
         codecs[name] = ValueCodec(codec.value, codec.width, codec.count, codec.word_order,
                                   codec.byte_order, factor)
     return codecs
@@ -859,4 +895,4 @@ def value_of_rdl(reg: Any, name: str, addr: int, table: str, where: Any) -> Valu
         description=" ".join(str(reg.get_property("desc", default=None) or "").split()),
         enum=tuple(enum), encoding=got["regdev_encoding"] or "ascii",
         padding=got["regdev_padding"] or "nul", allow_nan=bool(got["regdev_allow_nan"]),
-        where=where(reg, "regdev_type"))
+        where=where(reg, "regdev_type"), rdl=True)

@@ -22,10 +22,14 @@ typed values, whose registers ``write_value`` changes), one entry per table the 
 (``"holding"``, ``"input"``, ``"coil"``, ``"discrete"``; a call's ``table`` argument picks
 one, holding when absent),
 where ``rows[addr - first]`` is None for no register, else ``[name, reserved_mask, fields,
-top, writable]`` (``top`` the largest value of its width, ``writable`` False in a read-only
-table), and each field is ``[name, lsb, mask, writable, checked, top, values]``: ``checked``
-is True when a register write's bits for it must be one of its enumerated ``values`` (a dict
-of name to number; None for a plain number). Fields are of holding registers.
+top, writable, value]`` (``top`` the largest value of its width, ``writable`` False in a
+read-only table, ``value`` the name of the **guarded** typed value whose registers include it,
+else None: a writable value whose registers can hold what ``write_value`` refuses, one with a
+``min`` or a ``max``, or a float that takes no NaN; a raw write there is refused,
+``value-register``, so nothing outside the value's range reaches the device), and each field
+is ``[name, lsb, mask, writable, checked, top, values]``: ``checked`` is True when a register
+write's bits for it must be one of its enumerated ``values`` (a dict of name to number; None
+for a plain number). Fields are of holding registers.
 """
 
 from __future__ import annotations
@@ -50,10 +54,12 @@ def map_missing(rows, addr, count):
 
 def map_value_finding(register, data):
     """For one value written to a register (a table row): None, ``("read-only-table",)``,
-    ``("range", top)``, ``("reserved-bits", bits)`` or ``("field-value", field index, the
-    field's number)``."""
+    ``("value-register", value name)``, ``("range", top)``, ``("reserved-bits", bits)`` or
+    ``("field-value", field index, the field's number)``."""
     if not register[4]:
         return ("read-only-table",)
+    if register[5] is not None:
+        return ("value-register", register[5])
     if data > register[3]:
         return ("range", register[3])
     reserved = data & register[1]
@@ -84,8 +90,9 @@ def map_field_number(field, value):
 def map_finding(table, name, a):
     """The first of the map's rules the call of tool ``name`` with arguments ``a`` breaks:
     None, or ``(code, ...)``: ``("no-register", missing addresses)``, ``("read-only-register",
-    index, addr, data)`` (a write to a read-only table), ``("range-data", index, addr, data,
-    top)`` (``range-data[]`` in a block: a value wider than its register),
+    index, addr, data)`` (a write to a read-only table), ``("value-register", index, addr,
+    data, value name)`` (a raw write into a guarded typed value's registers), ``("range-data",
+    index, addr, data, top)`` (``range-data[]`` in a block: a value wider than its register),
     ``("reserved-bits", index, addr, data, bits)``, ``("field-value", index, addr, data, field
     index, number)``
     (``index`` the position in a block, 0 for one register), ``("read-only-field", addr,
@@ -96,9 +103,12 @@ def map_finding(table, name, a):
     if name == "write_field":
         addr, index = table["fields"][a["field"]]
         first, rows = table["tables"]["holding"]
-        field = rows[addr - first][2][index]
+        row = rows[addr - first]
+        field = row[2][index]
         if not field[3]:
             return ("read-only-field", addr, index)
+        if row[5] is not None:
+            return ("value-register", addr, index, row[5])
         if map_field_number(field, a["value"]) is None:
             return ("field-value", addr, index)
         return None

@@ -137,6 +137,8 @@ def rule_table(regmap: RegisterMap) -> dict[str, Any]:
     the map's rules and ``changes`` hooks read, in process and in a standalone module."""
     tables: dict[str, Any] = {}
     fields: dict[str, list[int]] = {}
+    guarded = {(value.table, addr): value.name for value in regmap.values if value.guarded
+               for addr in _codec(regmap, value.name).addresses}
     for table in regmap.tables:
         registers = regmap.in_table(table)
         first = registers[0].addr
@@ -151,15 +153,20 @@ def rule_table(regmap: RegisterMap) -> dict[str, Any]:
                 if register.name and table == "holding":
                     fields[f"{register.name}.{field.name}"] = [register.addr, index]
             rows[register.addr - first] = [register.name, register.reserved_mask, described,
-                                           register.top, table in _WRITABLE_TABLES]
+                                           register.top, table in _WRITABLE_TABLES,
+                                           guarded.get((table, register.addr))]
         tables[table] = [first, rows]
-    typed: dict[str, list[Any]] = {}
-    for value in regmap.values:
-        codec = regmap.value(value.name)
-        assert codec is not None
-        typed[value.name] = [value.table, value.addr, codec.count]
+    typed = {value.name: [value.table, value.addr, _codec(regmap, value.name).count]
+             for value in regmap.values}
     return {"tables": tables, "fields": fields, "read_only": sorted(regmap.read_only()),
             "values": typed}
+
+
+def _codec(regmap: RegisterMap, name: str) -> ValueCodec:
+    """The layout of ``regmap``'s value ``name`` (one of its values)."""
+    codec = regmap.value(name)
+    assert codec is not None
+    return codec
 
 
 def register_summary(regmap: RegisterMap, limit: int = 24) -> str:
@@ -277,10 +284,12 @@ class _MapTools:
                          register.name is None and not register.description
                          and not register.fields and register.access == "rw"
                          and not register.protected for register in regmap.registers))
-        #: No gap, no field, one width: write_register and read_register have no rule to
-        #: check after the schema's, and a write changes its address and is harmless to repeat.
+        #: No gap, no field, one width, no guarded value (``Value.guarded``): write_register
+        #: and read_register have no rule to check after the schema's, and a write changes its
+        #: address and is harmless to repeat.
         self.simple = (regmap.contiguous and not fielded
-                       and all(r.width == regmap.widest for r in regmap.registers))
+                       and all(r.width == regmap.widest for r in regmap.registers)
+                       and not any(value.guarded for value in regmap.values))
         #: The 8-bit read-write holding registers without fields, by address, each with its
         #: result's ``register`` name (None for an unnamed one): a write there stores what it
         #: writes, and a result is ``{"addr", "data"}`` and the name, nothing else.
@@ -628,12 +637,13 @@ class _MapTools:
         # the schema let through (a register; for a write, no reserved bit and no field
         # whose values are checked): worked out once, so that such a call costs one lookup.
         # A holding register, named without a table argument; for a write, one that takes
-        # every value the schema lets through (as wide as the widest) and is writable.
+        # every value the schema lets through (as wide as the widest), is writable and holds
+        # no guarded value.
         first, rows = table["tables"].get("holding", (0, []))
         free = frozenset(
             first + index for index, row in enumerate(rows) if row is not None and (
                 name == "read_register" or (
-                    name == "write_register" and row[4] and not row[1]
+                    name == "write_register" and row[4] and not row[1] and row[5] is None
                     and row[3] >= self.top and not any(field[4] for field in row[2]))))
 
         def rules(arguments: dict[str, Any]) -> Refusal | None:
@@ -665,12 +675,19 @@ class _MapTools:
         if name == "write_field":
             register = self.map.at(finding[1])
             assert register is not None
-            return self._field_refusal(register, register.fields[finding[2]], code,
-                                       arguments["value"])
+            field = register.fields[finding[2]]
+            if code == "value-register":
+                return self._value_register(f"{register.name}.{field.name} is a field of "
+                                            f"register {register.label}, which",
+                                            finding[3])
+            return self._field_refusal(register, field, code, arguments["value"])
         index, addr, data = finding[1], finding[2], finding[3]
         register = self.map.at(addr, table)
         assert register is not None
         what = f"data[{index}]" if name == "write_registers" else "data"
+        if code == "value-register":
+            return self._value_register(
+                f"{what} is for register {register.label}, which", finding[4])
         if code.startswith("range-data"):  # as the schema says it of a value past its bound
             return refuse(code, f"{what} {data} is outside 0..{finding[4]} (register "
                                 f"{register.label} is {register.width} "
@@ -689,6 +706,25 @@ class _MapTools:
         return refuse("field-value",
                       f"{what} 0x{data:02X} would set {register.name}.{field.name} to "
                       f"{finding[5]}, which is not one of its values: {_enum_list(field)}")
+
+    def _value_register(self, what: str, name: str) -> Refusal:
+        """``value-register``: ``what`` (a register, "which") holds part of the guarded value
+        ``name``, which only ``write_value`` writes."""
+        codec = _codec(self.map, name)
+        value = codec.value
+        if value.min is None and value.max is None:  # (a float that takes no NaN)
+            shown = "finite numbers only"
+        else:
+            low, high = (codec.bounds() if codec.factor is None else (value.min, value.max))
+            shown = ("" if low is None else f"{low}") + ".." + (
+                "" if high is None else codec.unit_text(high))
+        first, last = codec.addresses[0], codec.addresses[-1]
+        place = (f"register 0x{first:02X}" if first == last
+                 else f"registers 0x{first:02X}..0x{last:02X}")
+        return refuse("value-register",
+                      f"{what} holds part of value {name} ({value.type}, {shown}, "
+                      f"{place}): a raw write could put it outside its range; write it in "
+                      f"units with write_value")
 
     def _no_register(self, what: str, verb: str = "is") -> Refusal:
         return refuse("no-register",
