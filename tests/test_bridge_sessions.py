@@ -240,8 +240,8 @@ VALUE_SESSION = [
                                                 "35.000000000000000000001 degC"),
     ("read SETPOINT", "accepted  read_value: SETPOINT = 21.5 degC (raw 0x00 0xd7)"),
     ("read TEMP", "accepted  read_value: TEMP = 21.5 degC (raw 0x41 0xac 0x00 0x00)"),
-    ("write TEMP 20", "refused   validate/range-name (retryable): name \"TEMP\" is not one of "
-                      "\"SETPOINT\", \"MODE\", \"W\", \"ROOM\", \"ENABLED\""),
+    ("write TEMP 20", "error: TEMP is a read-only value (the device sets it): `read TEMP` "
+                      "reads it"),
     ("write W 1234.5", "accepted  write_value: W = 1234.5 W (raw 0x30 0x39)"),
     ("write W 1234.55", "refused   execute/resolution (retryable): W takes whole steps of 0.1 "
                         "W: 1234.55 at a resolution of 0.1: 1234.5 or 1234.6 (at the scale "

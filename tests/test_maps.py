@@ -730,6 +730,18 @@ def test_the_demo_runs_on_any_map(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert json.loads(out.splitlines()[-2])["as_scripted"] is True
 
 
+@pytest.mark.parametrize("name", ["sensor.rdl", "thermostat.rdl", "bme280.rdl", "sx1276.rdl"])
+def test_the_demo_runs_as_scripted_on_each_example_map(
+        capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """regdev demo --map of each example map runs as scripted (exit 0): it writes no register
+    of a typed value with a range (those take write_value; a raw write is refused
+    value-register) nor a protected one."""
+    status, out, err = run(capsys, "demo", "--no-audit", "--json", "--map", str(EXAMPLES / name))
+    assert (status, err) == (0, "")
+    assert json.loads(out.splitlines()[-2])["as_scripted"] is True
+    assert "value-register" not in out
+
+
 
 def test_tools_and_compile_take_the_map(capsys: pytest.CaptureFixture[str]) -> None:
     """regdev tools --map lists the map's tools in each format; compile compiles them."""

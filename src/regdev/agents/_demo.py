@@ -85,10 +85,20 @@ def _valid_data(register: Register, values: dict[str, int] | None = None) -> int
 
 
 def _writable(register: Register, regmap: RegisterMap) -> bool:
-    """Whether the demo may write ``register``: software can write it, and the map neither
-    makes it read-only nor protects it (no approver watches a demo)."""
+    """Whether the demo may write ``register``: software can write it, the map neither makes
+    it read-only nor protects it (no approver watches a demo), and it holds no typed value
+    with a range (a raw write there is refused ``value-register``: the value is written in its
+    units, by ``write_value``)."""
     return (register.writable_mask != 0 and register.addr not in regmap.read_only()
-            and register.addr not in regmap.protected())
+            and register.addr not in regmap.protected()
+            and register.addr not in _guarded(regmap, register.table))
+
+
+def _guarded(regmap: RegisterMap, table: str) -> set[int]:
+    """The addresses in ``table`` of the registers that hold a typed value with a range."""
+    return {addr for value in regmap.values if value.guarded and value.table == table
+            for codec in (regmap.value(value.name),) if codec is not None
+            for addr in codec.addresses}
 
 
 def map_demo(regmap: RegisterMap) -> MapDemo:
