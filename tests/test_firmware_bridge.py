@@ -428,6 +428,25 @@ def test_a_write_the_spi_chip_did_not_keep_is_never_reported_done_without_verify
 
 @SHARED_BUILD
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(("fault", "answer"), [
+    (None, "z"), ("miso-high", "e MISOHI"), ("miso-low", "e MISOLO")])
+def test_a_reset_to_a_stuck_spi_chip_is_never_reported_done_without_verify(
+        bme280_spi_json: Path, fault: str | None, answer: str) -> None:
+    """With a map that does not ask the board to verify, nothing of a reset (`Z`: each
+    register written, nothing read) is read back; the board still reads the identity register
+    after it, so that a chip whose MISO is stuck (absent, or held in reset) makes the reset
+    the bus's error rather than `z`, and a chip that answers lets it be done."""
+    need("avr")
+    faults = ("--bus-fault", fault) if fault else ()
+    with sim_process("--avr", "--map", str(bme280_spi_json), *faults) as (
+            port, _), serial.Serial(port, 115200, timeout=5) as line:
+        line.write(wire.encode(wire.ResetRequest(1)))
+        reply = line.read_until(b"\n")
+    assert reply.split(b"*")[0] == b"$01 " + answer.encode()
+
+
+@SHARED_BUILD
+@pytest.mark.timeout(300)
 def test_spi_reads_writes_a_burst_and_a_masked_write_reach_the_simulated_chip(
         sx1276_json: Path) -> None:
     """Frame by frame through the SPI bridge to the simulated SX1276 (bit 7 set to write):

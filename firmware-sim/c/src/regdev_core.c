@@ -391,6 +391,16 @@ HANDLER(do_reset)
         }
 #endif
     }
+#if defined(REGDEV_SPI_IDENTITY) && !defined(VERIFYING)
+    /* Nothing above was read back, and SPI has no acknowledgement: the identity register, read
+     * through the stuck-MISO check, makes a reset of a chip that is not there the bus's error
+     * rather than `z`. */
+    {
+        uint8_t id;
+        if ((error = regdev_bus_read(REGDEV_SPI_IDENTITY, &id, 1)) != 0)
+            return bus_error(out, error);
+    }
+#endif
     if (++core->resets == 0)
         core->starts = regdev_core_next_start(core->starts);
     out[0] = 'z';
