@@ -21,7 +21,7 @@ from conftest import EXAMPLES, run
 from regdev import MapError
 from regdev.devices import _protocol as wire
 from regdev.devices._rdl import load_map
-from regdev.devices._regmap import Bus, Register, RegisterMap
+from regdev.devices._regmap import Bus, Field, Register, RegisterMap
 from support.firmware import sim_process
 from support.firmware_c import C_DIR, SHARED_BUILD, make, need
 
@@ -426,23 +426,47 @@ def test_a_write_the_spi_chip_did_not_keep_is_never_reported_done_without_verify
     assert (lines[3]["ok"], lines[3]["result"]["data"]) == (True, 0x60)
 
 
+#: An SPI chip whose writes the board does not verify: an identity register, and a register
+#: whose clear-on-read bits keep the board from reading a write back (a read would clear them).
+UNREAD_SPI = RegisterMap([
+    Register("ID", 0x10, identity=True, fields=(Field("PART", 0, 7, access="r", reset=0x5A),)),
+    Register("EVT", 0x11, fields=(Field("EN", 0, 0),
+                                  Field("COUNT", 4, 7, access="r", onread="rclr")))],
+    name="unread", bus=Bus("spi"))
+
+
+@pytest.fixture(scope="module")
+def unread_spi_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:data:`UNREAD_SPI` in its compiled JSON form."""
+    path = tmp_path_factory.mktemp("unread") / "unread.json"
+    path.write_text(UNREAD_SPI.to_json(), encoding="utf-8")
+    return path
+
+
 @SHARED_BUILD
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("fault", "answer"), [
-    (None, "z"), ("miso-high", "e MISOHI"), ("miso-low", "e MISOLO")])
-def test_a_reset_to_a_stuck_spi_chip_is_never_reported_done_without_verify(
-        bme280_spi_json: Path, fault: str | None, answer: str) -> None:
-    """With a map that does not ask the board to verify, nothing of a reset (`Z`: each
-    register written, nothing read) is read back; the board still reads the identity register
-    after it, so that a chip whose MISO is stuck (absent, or held in reset) makes the reset
-    the bus's error rather than `z`, and a chip that answers lets it be done."""
+@pytest.mark.parametrize(("fault", "code"), [
+    (None, None), ("miso-high", "MISOHI"), ("miso-low", "MISOLO")])
+def test_a_write_the_spi_board_reads_nothing_back_of_is_checked_against_a_stuck_miso(
+        unread_spi_json: Path, fault: str | None, code: str | None) -> None:
+    """Without regdev_spi_verify nothing of a reset (`Z`: each register written) is read
+    back, nor is a write to a register with clear-on-read bits (`W`, `P`); SPI has no
+    acknowledgement, so the board reads the identity register after each: with MISO stuck
+    (the chip absent, or held in reset) each is the bus's error, never done; with the chip
+    there each is done."""
     need("avr")
+    requests = [wire.ResetRequest(1), wire.WriteRequest(2, 0x11, 0x01),
+                wire.WriteBlockRequest(3, 0x11, (0x00,))]
+    done = ["z", "w 11 01", "p 11 00"]
     faults = ("--bus-fault", fault) if fault else ()
-    with sim_process("--avr", "--map", str(bme280_spi_json), *faults) as (
+    with sim_process("--avr", "--map", str(unread_spi_json), *faults) as (
             port, _), serial.Serial(port, 115200, timeout=5) as line:
-        line.write(wire.encode(wire.ResetRequest(1)))
-        reply = line.read_until(b"\n")
-    assert reply.split(b"*")[0] == b"$01 " + answer.encode()
+        answers = []
+        for request in requests:
+            line.write(wire.encode(request))
+            answers.append(line.read_until(b"\n").split(b"*")[0].decode())
+    assert answers == [f"${r.seq:02X} " + (f"e {code}" if code else d)
+                       for r, d in zip(requests, done, strict=True)]
 
 
 @SHARED_BUILD
