@@ -565,6 +565,24 @@ def test_a_bus_fault_must_be_one_of_the_maps_bus(capsys: pytest.CaptureFixture[s
         "expected one of nack-address, nack-data, arbitration, sda-low, stretch")
 
 
+def test_a_bridge_map_the_c_firmware_cannot_carry_is_refused_without_pointing_at_modbus(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A 16-bit register on an I2C chip: --avr names the map and says the C firmware cannot
+    serve it, in one line, and does not suggest Modbus, which the firmware does not speak."""
+    wide = RegisterMap([Register("ID", 0, identity=True, access="r", reset=0x42),
+                        Register("WORD", 2, width=16)],
+                       name="wide", bus=Bus("i2c", 0x50))
+    path = tmp_path / "wide.json"
+    path.write_text(wide.to_json(), encoding="utf-8")
+    with pytest.raises(SystemExit) as stopped:
+        run(capsys, "firmware-sim", "--avr", "--map", str(path))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert err == (f"regdev firmware-sim: error: {path}: the C firmware cannot serve this map: "
+                   "register WORD (0x02) is 16 bits wide; regdev's serial protocol carries "
+                   "8-bit registers (one byte each on the wire)\n")
+
+
 def test_a_bus_fault_needs_a_map_with_a_bus(capsys: pytest.CaptureFixture[str]) -> None:
     """--bus-fault without --avr and a map whose chip is on a bus is a usage error."""
     with pytest.raises(SystemExit) as stopped:
