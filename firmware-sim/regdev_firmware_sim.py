@@ -825,12 +825,16 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def serial_refusal(regmap: RegisterMap | None) -> str | None:
+def serial_refusal(regmap: RegisterMap | None, avr_source: str | None = None) -> str | None:
     """Why regdev's serial protocol cannot serve ``regmap`` (wider registers, other tables,
-    addresses past 255), or None."""
+    addresses past 255), or None. With ``avr_source`` (the map's file, for ``--avr``), the C
+    firmware's refusal naming it: the firmware speaks that protocol only, so Modbus, which
+    this simulator could serve the map on, is not suggested."""
     problem = regmap.serial_problem() if regmap is not None else None
     if problem is None:
         return None
+    if avr_source is not None:
+        return f"{avr_source}: the C firmware cannot serve this map: {problem}"
     return (f"the map cannot be served on regdev's serial protocol: {problem} (serve it with "
             "--modbus-tcp or --modbus-rtu)")
 
@@ -853,7 +857,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None,
         except MapError as error:
             parser.exit(2, f"{parser.prog}: error: {error}\n")
     if not (args.modbus_rtu or args.modbus_tcp is not None):
-        refused = serial_refusal(regmap)
+        refused = serial_refusal(
+            regmap, (str(args.map) if args.map is not None else "the map") if args.avr else None)
         if refused is not None:
             parser.exit(2, f"{parser.prog}: error: {refused}\n")
     rates: dict[str, float] = {}

@@ -21,7 +21,7 @@ from conftest import EXAMPLES, run
 from regdev import MapError
 from regdev.devices import _protocol as wire
 from regdev.devices._rdl import load_map
-from regdev.devices._regmap import Bus, Register, RegisterMap
+from regdev.devices._regmap import Bus, Field, Register, RegisterMap
 from support.firmware import sim_process
 from support.firmware_c import C_DIR, SHARED_BUILD, make, need
 
@@ -426,6 +426,49 @@ def test_a_write_the_spi_chip_did_not_keep_is_never_reported_done_without_verify
     assert (lines[3]["ok"], lines[3]["result"]["data"]) == (True, 0x60)
 
 
+#: An SPI chip whose writes the board does not verify: an identity register, and a register
+#: whose clear-on-read bits keep the board from reading a write back (a read would clear them).
+UNREAD_SPI = RegisterMap([
+    Register("ID", 0x10, identity=True, fields=(Field("PART", 0, 7, access="r", reset=0x5A),)),
+    Register("EVT", 0x11, fields=(Field("EN", 0, 0),
+                                  Field("COUNT", 4, 7, access="r", onread="rclr")))],
+    name="unread", bus=Bus("spi"))
+
+
+@pytest.fixture(scope="module")
+def unread_spi_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:data:`UNREAD_SPI` in its compiled JSON form."""
+    path = tmp_path_factory.mktemp("unread") / "unread.json"
+    path.write_text(UNREAD_SPI.to_json(), encoding="utf-8")
+    return path
+
+
+@SHARED_BUILD
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("fault", "code"), [
+    (None, None), ("miso-high", "MISOHI"), ("miso-low", "MISOLO")])
+def test_a_write_the_spi_board_reads_nothing_back_of_is_checked_against_a_stuck_miso(
+        unread_spi_json: Path, fault: str | None, code: str | None) -> None:
+    """Without regdev_spi_verify nothing of a reset (`Z`: each register written) is read
+    back, nor is a write to a register with clear-on-read bits (`W`, `P`); SPI has no
+    acknowledgement, so the board reads the identity register after each: with MISO stuck
+    (the chip absent, or held in reset) each is the bus's error, never done; with the chip
+    there each is done."""
+    need("avr")
+    requests = [wire.ResetRequest(1), wire.WriteRequest(2, 0x11, 0x01),
+                wire.WriteBlockRequest(3, 0x11, (0x00,))]
+    done = ["z", "w 11 01", "p 11 00"]
+    faults = ("--bus-fault", fault) if fault else ()
+    with sim_process("--avr", "--map", str(unread_spi_json), *faults) as (
+            port, _), serial.Serial(port, 115200, timeout=5) as line:
+        answers = []
+        for request in requests:
+            line.write(wire.encode(request))
+            answers.append(line.read_until(b"\n").split(b"*")[0].decode())
+    assert answers == [f"${r.seq:02X} " + (f"e {code}" if code else d)
+                       for r, d in zip(requests, done, strict=True)]
+
+
 @SHARED_BUILD
 @pytest.mark.timeout(300)
 def test_spi_reads_writes_a_burst_and_a_masked_write_reach_the_simulated_chip(
@@ -520,6 +563,24 @@ def test_a_bus_fault_must_be_one_of_the_maps_bus(capsys: pytest.CaptureFixture[s
     assert err.splitlines()[-1].endswith(
         "error: --bus-fault miso-high is not a fault of a chip on I2C, as this map's is; "
         "expected one of nack-address, nack-data, arbitration, sda-low, stretch")
+
+
+def test_a_bridge_map_the_c_firmware_cannot_carry_is_refused_without_pointing_at_modbus(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A 16-bit register on an I2C chip: --avr names the map and says the C firmware cannot
+    serve it, in one line, and does not suggest Modbus, which the firmware does not speak."""
+    wide = RegisterMap([Register("ID", 0, identity=True, access="r", reset=0x42),
+                        Register("WORD", 2, width=16)],
+                       name="wide", bus=Bus("i2c", 0x50))
+    path = tmp_path / "wide.json"
+    path.write_text(wide.to_json(), encoding="utf-8")
+    with pytest.raises(SystemExit) as stopped:
+        run(capsys, "firmware-sim", "--avr", "--map", str(path))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert err == (f"regdev firmware-sim: error: {path}: the C firmware cannot serve this map: "
+                   "register WORD (0x02) is 16 bits wide; regdev's serial protocol carries "
+                   "8-bit registers (one byte each on the wire)\n")
 
 
 def test_a_bus_fault_needs_a_map_with_a_bus(capsys: pytest.CaptureFixture[str]) -> None:

@@ -318,6 +318,21 @@ static void readable(uint8_t index, uint8_t *data, uint8_t n)
     }
 }
 
+/* After a write that read nothing back from the chip: on SPI, which has no acknowledgement,
+ * the map's identity register read through the stuck-MISO check (avr/spi.c), so that a write
+ * to a chip that is not there is MISOHI or MISOLO, never done; REGDEV_BUS_OK on I2C (the chip
+ * acknowledged every byte) and on an SPI map without an identity register (nothing to tell
+ * by). */
+static uint8_t unread_checked(void)
+{
+#ifdef REGDEV_SPI_IDENTITY
+    uint8_t id;
+    return regdev_bus_read(REGDEV_SPI_IDENTITY, &id, 1);
+#else
+    return REGDEV_BUS_OK;
+#endif
+}
+
 #ifdef VERIFYING
 /* Whether register `index`, written `written`, read back `read` without the bits it should
  * store (writable, readable, not write-1-to-clear): the SPI chip did not take the write. */
@@ -330,9 +345,10 @@ static uint8_t lost(uint8_t index, uint8_t written, uint8_t read)
 
 /* R AA, W AA DD and M AA MM DD, forwarded to the chip after the map's checks. A write's reply
  * is the register read back from the chip (its readable bits); a register with clear-on-read
- * bits is not read back (a read would clear them): its reply is what the write stored. A
- * masked write reads the register, sets the bits of MM, writes it: one read-modify-write,
- * between two frames (the host's next frame waits in the receive ring meanwhile). */
+ * bits is not read back (a read would clear them): its reply is what the write stored, once
+ * unread_checked() finds the chip there. A masked write reads the register, sets the bits of
+ * MM, writes it: one read-modify-write, between two frames (the host's next frame waits in the
+ * receive ring meanwhile). */
 HANDLER(do_register)
 {
     static const char replies[] REGDEV_ROM = "rwm";
@@ -354,9 +370,11 @@ HANDLER(do_register)
         }
         if ((error = regdev_bus_write(args[0], &data, 1)) != 0)
             return bus_error(out, error);
-        if (COLUMN(index, COL_RCLR))
+        if (COLUMN(index, COL_RCLR)) {
             value = (uint8_t)(data & COLUMN(index, COL_WRITABLE) & ~woclr);
-        else if ((error = regdev_bus_read(args[0], &value, 1)) != 0)
+            if ((error = unread_checked()) != 0)
+                return bus_error(out, error);
+        } else if ((error = regdev_bus_read(args[0], &value, 1)) != 0)
             return bus_error(out, error);
 #ifdef VERIFYING
         else if (lost(index, data, value))
@@ -391,6 +409,10 @@ HANDLER(do_reset)
         }
 #endif
     }
+#ifndef VERIFYING
+    if ((error = unread_checked()) != 0) /* nothing above was read back */
+        return bus_error(out, error);
+#endif
     if (++core->resets == 0)
         core->starts = regdev_core_next_start(core->starts);
     out[0] = 'z';
@@ -467,7 +489,8 @@ HANDLER(do_dump)
 
 /* G AA NN: one burst read of NN registers from the chip. P AA DD...: every address and value
  * checked, then one burst write, then the block read back in one burst (unless a register of
- * it has clear-on-read bits: then the reply is what was written, as a read would show it). */
+ * it has clear-on-read bits: then the reply is what was written, as a read would show it, once
+ * unread_checked() finds the chip there). */
 HANDLER(do_block)
 {
     uint8_t addr = args[0], write = core->line[4] == 'P', n = write ? count : args[1], i, *end;
@@ -490,6 +513,8 @@ HANDLER(do_block)
         for (i = 0; clears && i < n; i++)
             values[i] = (uint8_t)(values[i] & COLUMN(first + i, COL_WRITABLE) &
                                   ~COLUMN(first + i, COL_WOCLR));
+        if (clears && (error = unread_checked()) != 0)
+            return bus_error(out, error);
     }
     if ((!write || !clears) && (error = regdev_bus_read(addr, values, n)) != 0)
         return bus_error(out, error);
