@@ -252,6 +252,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
+    # The longest files first: the workers take files in this order, so a long file started
+    # last would leave the others idle while it finishes.
+    items.sort(key=lambda item: _LONGEST_FIRST.get(item.path.name, len(_LONGEST_FIRST)))
+
+
+#: The test files that take longest (summed test time, ``scripts/test --durations=0``), longest
+#: first; the rest keep their order after them (the sort is stable).
+_LONGEST_FIRST = {name: rank for rank, name in enumerate((
+    "test_eval_suite.py", "test_mcp.py", "test_install.py", "test_firmware_c.py", "test_cli.py",
+    "test_bench.py", "test_modbus.py", "test_bridge_sessions.py", "test_firmware_sim.py",
+    "test_compile.py", "test_display.py", "test_equivalence.py", "test_http.py"))}
 
 
 #: The user property under which a test leaves a line for the end of the run.
