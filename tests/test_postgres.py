@@ -183,6 +183,24 @@ def test_a_wrong_url_or_a_server_down_is_exit_2_one_line(
             assert "cannot" in err and words in err, err
 
 
+def test_a_password_is_never_shown_even_where_libpq_quotes_the_url(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL libpq cannot parse whole is quoted in its message: the password is hidden there
+    too, in the user part or as the query's `password` parameter."""
+    port = free_port()
+    for dsn, shown in (
+            (f"postgresql://me:hunter2@[::1:{port}/x", f"postgresql://me:***@[::1:{port}/x"),
+            (f"postgresql://me@[::1:{port}/x?password=hunter2",
+             f"postgresql://me@[::1:{port}/x?password=***"),
+            (f"postgresql://me@127.0.0.1:{port}/x?sslmode=disable&password=hunter2",
+             f"postgresql://me@127.0.0.1:{port}/x?sslmode=disable&password=***")):
+        for argv in (["call", WRITE, "--audit", dsn], ["audit", "--db", dsn]):
+            status, out, err = run(capsys, *argv)
+            assert status == 2 and out == "", (argv, out)
+            assert err.count("\n") == 1 and "hunter2" not in err, err
+            assert shown in err, err
+
+
 def test_serve_with_postgresql_down_exits_2_in_one_line() -> None:
     """regdev serve with its store out of reach: exit 2, one line on stderr."""
     dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"

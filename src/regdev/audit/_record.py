@@ -203,13 +203,20 @@ def is_dsn(target: object) -> bool:
 
 
 def shown_dsn(dsn: str) -> str:
-    """The URL ``dsn`` as messages show it: its password replaced by ``***``."""
+    """The URL ``dsn`` as messages show it: its password replaced by ``***``, whether in the
+    user part (``postgresql://me:PASSWORD@host/db``) or a query parameter
+    (``?password=PASSWORD``, libpq's "Connection URIs")."""
     scheme, _, rest = dsn.partition("://")
     authority, slash, tail = rest.partition("/")
     user, at, host = authority.rpartition("@")
     if at and ":" in user:
         authority = f"{user.partition(':')[0]}:***@{host}"
-    return f"{scheme}://{authority}{slash}{tail}"
+    shown = f"{scheme}://{authority}{slash}{tail}"
+    head, question, query = shown.partition("?")
+    if question:
+        query = "&".join("password=***" if part.startswith("password=") else part
+                         for part in query.split("&"))
+    return f"{head}{question}{query}"
 
 
 @contextmanager
