@@ -437,16 +437,19 @@ def test_format_sensitivity_catches_the_model_that_depends_on_the_wording_and_st
     what the pin says; regdev report --eval shows, per model, pass^k per variant and its
     difference from original/strict-on: 0 for the good model, an interval below 0 for the
     fragile one in each other variant, with its own label; every figure recomputed from the
-    JSONL; the same table on the HTML page."""
+    JSONL; the same table on the HTML page; exit 1 for a trial failed in any variant."""
     suite, results = _small_suite(tmp_path), tmp_path / "results.jsonl"
-    requests = {}
+    requests, status = {}, {}
     for kind in FORMAT_MODELS:
         with ProviderServer(responder(kind)) as server:
-            main(["eval", "--suite", str(suite), "--model", kind, "--base-url",
-                  server.openai_url, "--max-retries", "0", "-k", "2", "--no-audit", "--quiet",
-                  "--output", str(results), "--format-sensitivity"])
+            status[kind] = main([
+                "eval", "--suite", str(suite), "--model", kind, "--base-url",
+                server.openai_url, "--max-retries", "0", "-k", "2", "--no-audit", "--quiet",
+                "--output", str(results), "--format-sensitivity"])
             requests[kind] = [r.body["tools"] for r in server.requests]
         capsys.readouterr()
+    # the fragile model passes its reference variant only: a failed trial in another is 1
+    assert status == {"good": 0, "fragile": 1}
     declared = {(tools[0]["function"]["description"].split()[0],
                  tools[0]["function"].get("strict")) for tools in requests["good"]}
     assert declared == {("Write", True), ("Write", None), ("Store", True), ("Store", None)}
