@@ -322,6 +322,30 @@ def test_the_html_report_is_one_self_contained_page(
     assert "--html needs --eval RESULTS" in capsys.readouterr().err
 
 
+def test_report_eval_alone_reads_no_audit_log_and_db_adds_its_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """regdev report --eval FILE shows the results file's figures only, even when the default
+    audit log ($REGDEV_AUDIT here) holds other calls; --db adds that log's report."""
+    log = tmp_path / "other-runs.db"
+    assert main(["call", '{"tool": "read_register", "arguments": {"addr": 1}}',
+                 "--audit", str(log)]) == 0
+    monkeypatch.setenv("REGDEV_AUDIT", str(log))
+    results = tmp_path / "results.jsonl"
+    task = Task("a", "Set register 2 to 7.", "simple", registers={2: 7})
+    good = Scripted([[("write_register", {"addr": 2, "data": 7})], "Done."])
+    results.write_text("".join(json.dumps(t.to_dict()) + "\n"
+                               for t in run_eval(good, [task], RegisterMap.default(), k=1)))
+    capsys.readouterr()
+    assert main(["report", "--eval", str(results), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["proposers"] == [] and list(alone["eval"]) == ["openai:scripted"]
+    assert main(["report", "--eval", str(results), "--db", str(log), "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert [(p["proposer"], p["calls"]) for p in both["proposers"]] == [("unknown", 1)]
+    assert list(both["eval"]) == ["openai:scripted"]
+
+
 def _chromium() -> str | None:
     return next((found for name in ("chromium", "chromium-browser", "google-chrome")
                  if (found := shutil.which(name))), None)
