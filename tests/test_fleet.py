@@ -176,6 +176,23 @@ def test_devices_on_one_serial_line_must_be_rtu_units_of_one_line_setting(
         load_fleet(fleet(tmp_path, text))
 
 
+def test_one_line_spelt_otherwise_is_one_setting(tmp_path: Path) -> None:
+    """The settings in effect decide, not the URL's text: no `baud` is `baud=19200` (the
+    default), `parity=e` is `parity=E`, the keys in any order; a setting that differs is
+    shown alone, with each side's value."""
+    same = load_fleet(fleet(tmp_path, (
+        '[devices.a]\nport = "modbus+rtu:///dev/ttyS9?baud=19200&parity=e"\nunit = 1\n\n'
+        '[devices.b]\nport = "modbus+rtu:///dev/ttyS9?parity=E&stopbits=1"\nunit = 2\n')))
+    assert [device.name for device in same.devices] == ["a", "b"]
+    with pytest.raises(FleetError, match=(
+            r"fleet.toml:6: devices a \(line 1\) and b are on one serial line "
+            r"serial:/dev/ttyS9 with other settings \(parity=N and parity=E\): give every "
+            r"unit of a line the same$")):
+        load_fleet(fleet(tmp_path, (
+            '[devices.a]\nport = "modbus+rtu:///dev/ttyS9?baud=19200"\nunit = 1\n\n'
+            '[devices.b]\nport = "modbus+rtu:///dev/ttyS9?parity=E"\nunit = 2\n')))
+
+
 def test_one_unit_twice_through_a_link_to_the_port_is_refused(tmp_path: Path) -> None:
     """A link to a port names its line: one unit id through the link and the port is
     refused naming the line, as through one spelling."""
