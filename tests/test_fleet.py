@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run
 from regdev.server._fleet import FleetDevice, FleetError, load_fleet
 
 
@@ -174,6 +175,20 @@ def test_devices_on_one_serial_line_must_be_rtu_units_of_one_line_setting(
     it; a bad [leases] table is refused naming its line too."""
     with pytest.raises(FleetError, match=message):
         load_fleet(fleet(tmp_path, text))
+
+
+@pytest.mark.parametrize("option", [["--port", "inprocess"], ["--baud", "9600"],
+                                    ["--map", "sensor.rdl"]])
+def test_serve_refuses_a_device_option_beside_a_fleet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str]) -> None:
+    """--port, --baud and --map name one device: beside --fleet (whose URLs say each port,
+    line speed and map) they are refused in one line, nothing started; --baud was ignored."""
+    path = fleet(tmp_path, '[devices.a]\nport = "inprocess"\n')
+    status, out, err = run(capsys, "serve", "--http", "127.0.0.1:0", "--fleet", str(path),
+                           "--no-audit", *option)
+    assert (status, out) == (2, "")
+    assert err == ("regdev serve: error: --fleet names each device's port (its line speed in "
+                   "the URL: ?baud=N) and map; give no --port, --baud or --map with it\n")
 
 
 def test_one_line_spelt_otherwise_is_one_setting(tmp_path: Path) -> None:
