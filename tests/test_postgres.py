@@ -297,6 +297,30 @@ def test_postgresql_down_refuses_writes_and_they_are_served_again_once_it_is_bac
     assert accepted == ['{"addr":3,"data":255}', '{"addr":3,"data":9}']
 
 
+def test_a_keyed_write_refused_after_a_restart_says_why(postgres: Server) -> None:
+    """PostgreSQL restarted between two keyed writes: a keyed write refused `audit-error`
+    while the store's connections learn that theirs were cut says why (the server's words),
+    never the bare "audit log failure"; nothing is sent; a later one is served."""
+    dsn = postgres.fresh_dsn()
+    device = RegisterFile()
+    keyed = ('{"tool": "write_register", "arguments": {"addr": 3, "data": %d}, '
+             '"idempotency_key": "%s"}')
+    with Gate(device, audit=open_audit(dsn)) as gate:
+        assert gate.handle(keyed % (1, "k1")).ok
+        postgres.stop("fast")
+        postgres.start()
+        deadline, refused = time.monotonic() + 120, []
+        back = gate.handle(keyed % (2, "k2"))
+        while not back.ok and time.monotonic() < deadline:
+            assert back.code == "audit-error", back.to_dict()
+            refused.append(back.message)
+            time.sleep(0.05)
+            back = gate.handle(keyed % (2, f"k{len(refused) + 2}"))
+        assert back.ok, back.to_dict()
+        assert refused and not any("audit log failure" in m for m in refused), refused
+        assert device.read(3) == 2
+
+
 def test_a_missing_postgresql_or_nginx_is_one_line_naming_the_install_command(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Where PostgreSQL's server or nginx is not installed, the harness says so in one line

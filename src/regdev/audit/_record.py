@@ -231,13 +231,16 @@ def mapped(what: str) -> Iterator[None]:
     except IsADirectoryError as error:
         raise AuditError(f"{what}: {error.filename} is a directory") from None
     except OSError as error:  # the OS's words, without errno number or file name repeated
-        raise AuditError(f"{what}: {error.strerror or error}") from None
+        reason = str(error.strerror or error)
+        raise AuditError(f"{what}: {reason}", reason) from None
     except sqlite3.Error as error:  # regdev's words for SQLite's result code
-        raise AuditError(f"{what}: {sqlite_problem(error)}") from None
+        reason = sqlite_problem(error)
+        raise AuditError(f"{what}: {reason}", reason) from None
     except Exception as error:
         psycopg = sys.modules.get("psycopg")  # imported by the PostgreSQL store alone
         if psycopg is not None and isinstance(error, psycopg.Error):
-            raise AuditError(f"{what}: {postgres_problem(error)}") from None
+            reason = postgres_problem(error)
+            raise AuditError(f"{what}: {reason}", reason) from None
         raise
 
 
