@@ -44,6 +44,9 @@ port = "/dev/ttyACM0"
         FleetDevice("oven", "/dev/ttyACM0", None, None, 12)]
     assert {d.line_key for d in load_fleet(path).devices[:2]} == {"modbus+rtu:///dev/ttyUSB0"}
     assert (load_fleet(path).lease_seconds, load_fleet(path).renew_seconds) == (10.0, 3.0)
+    # Modbus TCP takes unit 255, as its URL's ?unit= does (the id of a device reached directly)
+    direct = fleet(tmp_path, '[devices.meter]\nport = "modbus+tcp://127.0.0.1:502"\nunit = 255\n')
+    assert [d.port for d in load_fleet(direct).devices] == ["modbus+tcp://127.0.0.1:502?unit=255"]
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -60,6 +63,10 @@ port = "/dev/ttyACM0"
      r"fleet.toml:1: the device name `\.\.` is not one URL path segment"),
     ('[devices.a]\nport = "loop://"\nunit = 0\n',
      r"fleet.toml:3: devices.a: unit must be a Modbus unit id 1..247, got 0$"),
+    ('[devices.a]\nport = "modbus+rtu:///dev/ttyS9"\nunit = 248\n',
+     r"fleet.toml:3: devices.a: unit must be a Modbus unit id 1..247, got 248$"),
+    ('[devices.a]\nport = "modbus+tcp://127.0.0.1:502"\nunit = 256\n',
+     r"fleet.toml:3: devices.a: unit must be a Modbus unit id 1..255 \(Modbus TCP\), got 256$"),
     ('[devices.a]\nport = "loop://"\ncolour = "red"\n',
      r"fleet.toml:3: devices.a has an unknown key `colour`"),
     ('[devices.a]\nmap = "x.rdl"\n', r"fleet.toml:1: devices.a needs port = \"URL\""),

@@ -5,7 +5,7 @@ The file is TOML, one table per device::
 
     [devices.bench1]
     port = "modbus+tcp://10.0.0.5:502"   # the device's URL, as --port takes it
-    unit = 3                            # Modbus unit id (1..247), into the URL's ?unit=
+    unit = 3                            # Modbus unit id (1..247; 1..255 on TCP), into ?unit=
     map = "maps/sensor.rdl"             # its register map (relative to the file), optional
     session = "lab"                     # the policy session its calls default to, optional
 
@@ -284,9 +284,12 @@ def _device(path: Path, lines: list[str], name: str, table: dict[str, Any],
                          "port = \"URL\" (as --port takes it)")
     unit = table.get("unit")
     if unit is not None:
-        if type(unit) is not int or not 1 <= unit <= 247:
+        high = 255 if port.startswith("modbus+tcp://") else 247  # as the URL's ?unit= takes
+        if type(unit) is not int or not 1 <= unit <= high:
             raise FleetError(f"{path}:{_key_line(lines, line, 'unit')}: devices.{shown}: unit "
-                             f"must be a Modbus unit id 1..247, got {escape_text(repr(unit))}")
+                             f"must be a Modbus unit id 1..{high}"
+                             f"{' (Modbus TCP)' if high == 255 else ''}, "
+                             f"got {escape_text(repr(unit))}")
         if not port.startswith(_BUS_SCHEMES):
             raise FleetError(f"{path}:{_key_line(lines, line, 'unit')}: devices.{shown}: unit "
                              "goes with a modbus+rtu:// or modbus+tcp:// port")
