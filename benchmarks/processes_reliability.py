@@ -30,11 +30,13 @@ from _script import Parser, count, need
 
 
 def main() -> int:
-    parser = Parser(description=__doc__.splitlines()[0])
+    paragraphs = __doc__.split("\n\n")
+    parser = Parser(description=paragraphs[0].replace("``", "`"),  # the whole first one
+                    epilog=paragraphs[-1].replace("``", "`"))  # what it needs, its status
     parser.add_argument("--clients", type=count(1, 64), default=16, metavar="N",
-                        help="client threads (default 16)")
+                        help="client threads: 1..64 (default 16)")
     parser.add_argument("--calls", type=count(1, 100_000), default=500, metavar="N",
-                        help="keyed writes per client (default 500)")
+                        help="keyed writes per client: 1..100000 (default 500)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     need("dev", "psycopg", "pytest", "mcp", "pymodbus")

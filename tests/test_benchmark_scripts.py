@@ -306,3 +306,10 @@ def test_help_names_each_range(monkeypatch: pytest.MonkeyPatch,
     assert _main("load.py", monkeypatch, "--help") == 0
     assert "concurrent callers: 1..1024 (default 32)" in " ".join(
         capsys.readouterr().out.split())
+    assert _main("processes_reliability.py", monkeypatch, "--help") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("client threads: 1..64 (default 16)" in text
+            and "keyed writes per client: 1..100000 (default 500)" in text)
+    # the whole first paragraph of its docstring, not its first line cut mid-sentence
+    assert "--fleet` processes on one PostgreSQL store behind nginx" in text
+    assert "apt-get install postgresql nginx" in text and "Exit status 1" in text

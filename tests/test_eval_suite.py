@@ -322,6 +322,30 @@ def test_the_html_report_is_one_self_contained_page(
     assert "--html needs --eval RESULTS" in capsys.readouterr().err
 
 
+def test_report_eval_alone_reads_no_audit_log_and_db_adds_its_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """regdev report --eval FILE shows the results file's figures only, even when the default
+    audit log ($REGDEV_AUDIT here) holds other calls; --db adds that log's report."""
+    log = tmp_path / "other-runs.db"
+    assert main(["call", '{"tool": "read_register", "arguments": {"addr": 1}}',
+                 "--audit", str(log)]) == 0
+    monkeypatch.setenv("REGDEV_AUDIT", str(log))
+    results = tmp_path / "results.jsonl"
+    task = Task("a", "Set register 2 to 7.", "simple", registers={2: 7})
+    good = Scripted([[("write_register", {"addr": 2, "data": 7})], "Done."])
+    results.write_text("".join(json.dumps(t.to_dict()) + "\n"
+                               for t in run_eval(good, [task], RegisterMap.default(), k=1)))
+    capsys.readouterr()
+    assert main(["report", "--eval", str(results), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["proposers"] == [] and list(alone["eval"]) == ["openai:scripted"]
+    assert main(["report", "--eval", str(results), "--db", str(log), "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert [(p["proposer"], p["calls"]) for p in both["proposers"]] == [("unknown", 1)]
+    assert list(both["eval"]) == ["openai:scripted"]
+
+
 def _chromium() -> str | None:
     return next((found for name in ("chromium", "chromium-browser", "google-chrome")
                  if (found := shutil.which(name))), None)
@@ -437,16 +461,19 @@ def test_format_sensitivity_catches_the_model_that_depends_on_the_wording_and_st
     what the pin says; regdev report --eval shows, per model, pass^k per variant and its
     difference from original/strict-on: 0 for the good model, an interval below 0 for the
     fragile one in each other variant, with its own label; every figure recomputed from the
-    JSONL; the same table on the HTML page."""
+    JSONL; the same table on the HTML page; exit 1 for a trial failed in any variant."""
     suite, results = _small_suite(tmp_path), tmp_path / "results.jsonl"
-    requests = {}
+    requests, status = {}, {}
     for kind in FORMAT_MODELS:
         with ProviderServer(responder(kind)) as server:
-            main(["eval", "--suite", str(suite), "--model", kind, "--base-url",
-                  server.openai_url, "--max-retries", "0", "-k", "2", "--no-audit", "--quiet",
-                  "--output", str(results), "--format-sensitivity"])
+            status[kind] = main([
+                "eval", "--suite", str(suite), "--model", kind, "--base-url",
+                server.openai_url, "--max-retries", "0", "-k", "2", "--no-audit", "--quiet",
+                "--output", str(results), "--format-sensitivity"])
             requests[kind] = [r.body["tools"] for r in server.requests]
         capsys.readouterr()
+    # the fragile model passes its reference variant only: a failed trial in another is 1
+    assert status == {"good": 0, "fragile": 1}
     declared = {(tools[0]["function"]["description"].split()[0],
                  tools[0]["function"].get("strict")) for tools in requests["good"]}
     assert declared == {("Write", True), ("Write", None), ("Store", True), ("Store", None)}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run
 from regdev.server._fleet import FleetDevice, FleetError, load_fleet
 
 
@@ -43,6 +44,9 @@ port = "/dev/ttyACM0"
         FleetDevice("oven", "/dev/ttyACM0", None, None, 12)]
     assert {d.line_key for d in load_fleet(path).devices[:2]} == {"modbus+rtu:///dev/ttyUSB0"}
     assert (load_fleet(path).lease_seconds, load_fleet(path).renew_seconds) == (10.0, 3.0)
+    # Modbus TCP takes unit 255, as its URL's ?unit= does (the id of a device reached directly)
+    direct = fleet(tmp_path, '[devices.meter]\nport = "modbus+tcp://127.0.0.1:502"\nunit = 255\n')
+    assert [d.port for d in load_fleet(direct).devices] == ["modbus+tcp://127.0.0.1:502?unit=255"]
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -59,6 +63,10 @@ port = "/dev/ttyACM0"
      r"fleet.toml:1: the device name `\.\.` is not one URL path segment"),
     ('[devices.a]\nport = "loop://"\nunit = 0\n',
      r"fleet.toml:3: devices.a: unit must be a Modbus unit id 1..247, got 0$"),
+    ('[devices.a]\nport = "modbus+rtu:///dev/ttyS9"\nunit = 248\n',
+     r"fleet.toml:3: devices.a: unit must be a Modbus unit id 1..247, got 248$"),
+    ('[devices.a]\nport = "modbus+tcp://127.0.0.1:502"\nunit = 256\n',
+     r"fleet.toml:3: devices.a: unit must be a Modbus unit id 1..255 \(Modbus TCP\), got 256$"),
     ('[devices.a]\nport = "loop://"\ncolour = "red"\n',
      r"fleet.toml:3: devices.a has an unknown key `colour`"),
     ('[devices.a]\nmap = "x.rdl"\n', r"fleet.toml:1: devices.a needs port = \"URL\""),
@@ -174,6 +182,37 @@ def test_devices_on_one_serial_line_must_be_rtu_units_of_one_line_setting(
     it; a bad [leases] table is refused naming its line too."""
     with pytest.raises(FleetError, match=message):
         load_fleet(fleet(tmp_path, text))
+
+
+@pytest.mark.parametrize("option", [["--port", "inprocess"], ["--baud", "9600"],
+                                    ["--map", "sensor.rdl"]])
+def test_serve_refuses_a_device_option_beside_a_fleet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str]) -> None:
+    """--port, --baud and --map name one device: beside --fleet (whose URLs say each port,
+    line speed and map) they are refused in one line, nothing started; --baud was ignored."""
+    path = fleet(tmp_path, '[devices.a]\nport = "inprocess"\n')
+    status, out, err = run(capsys, "serve", "--http", "127.0.0.1:0", "--fleet", str(path),
+                           "--no-audit", *option)
+    assert (status, out) == (2, "")
+    assert err == ("regdev serve: error: --fleet names each device's port (its line speed in "
+                   "the URL: ?baud=N) and map; give no --port, --baud or --map with it\n")
+
+
+def test_one_line_spelt_otherwise_is_one_setting(tmp_path: Path) -> None:
+    """The settings in effect decide, not the URL's text: no `baud` is `baud=19200` (the
+    default), `parity=e` is `parity=E`, the keys in any order; a setting that differs is
+    shown alone, with each side's value."""
+    same = load_fleet(fleet(tmp_path, (
+        '[devices.a]\nport = "modbus+rtu:///dev/ttyS9?baud=19200&parity=e"\nunit = 1\n\n'
+        '[devices.b]\nport = "modbus+rtu:///dev/ttyS9?parity=E&stopbits=1"\nunit = 2\n')))
+    assert [device.name for device in same.devices] == ["a", "b"]
+    with pytest.raises(FleetError, match=(
+            r"fleet.toml:6: devices a \(line 1\) and b are on one serial line "
+            r"serial:/dev/ttyS9 with other settings \(parity=N and parity=E\): give every "
+            r"unit of a line the same$")):
+        load_fleet(fleet(tmp_path, (
+            '[devices.a]\nport = "modbus+rtu:///dev/ttyS9?baud=19200"\nunit = 1\n\n'
+            '[devices.b]\nport = "modbus+rtu:///dev/ttyS9?parity=E"\nunit = 2\n')))
 
 
 def test_one_unit_twice_through_a_link_to_the_port_is_refused(tmp_path: Path) -> None:

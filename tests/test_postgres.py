@@ -183,6 +183,24 @@ def test_a_wrong_url_or_a_server_down_is_exit_2_one_line(
             assert "cannot" in err and words in err, err
 
 
+def test_a_password_is_never_shown_even_where_libpq_quotes_the_url(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL libpq cannot parse whole is quoted in its message: the password is hidden there
+    too, in the user part or as the query's `password` parameter."""
+    port = free_port()
+    for dsn, shown in (
+            (f"postgresql://me:hunter2@[::1:{port}/x", f"postgresql://me:***@[::1:{port}/x"),
+            (f"postgresql://me@[::1:{port}/x?password=hunter2",
+             f"postgresql://me@[::1:{port}/x?password=***"),
+            (f"postgresql://me@127.0.0.1:{port}/x?sslmode=disable&password=hunter2",
+             f"postgresql://me@127.0.0.1:{port}/x?sslmode=disable&password=***")):
+        for argv in (["call", WRITE, "--audit", dsn], ["audit", "--db", dsn]):
+            status, out, err = run(capsys, *argv)
+            assert status == 2 and out == "", (argv, out)
+            assert err.count("\n") == 1 and "hunter2" not in err, err
+            assert shown in err, err
+
+
 def test_serve_with_postgresql_down_exits_2_in_one_line() -> None:
     """regdev serve with its store out of reach: exit 2, one line on stderr."""
     dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
@@ -277,6 +295,30 @@ def test_postgresql_down_refuses_writes_and_they_are_served_again_once_it_is_bac
         assert device.read(3) == 9
     accepted = [r.arguments for r in read_audit(dsn, code="ok")]
     assert accepted == ['{"addr":3,"data":255}', '{"addr":3,"data":9}']
+
+
+def test_a_keyed_write_refused_after_a_restart_says_why(postgres: Server) -> None:
+    """PostgreSQL restarted between two keyed writes: a keyed write refused `audit-error`
+    while the store's connections learn that theirs were cut says why (the server's words),
+    never the bare "audit log failure"; nothing is sent; a later one is served."""
+    dsn = postgres.fresh_dsn()
+    device = RegisterFile()
+    keyed = ('{"tool": "write_register", "arguments": {"addr": 3, "data": %d}, '
+             '"idempotency_key": "%s"}')
+    with Gate(device, audit=open_audit(dsn)) as gate:
+        assert gate.handle(keyed % (1, "k1")).ok
+        postgres.stop("fast")
+        postgres.start()
+        deadline, refused = time.monotonic() + 120, []
+        back = gate.handle(keyed % (2, "k2"))
+        while not back.ok and time.monotonic() < deadline:
+            assert back.code == "audit-error", back.to_dict()
+            refused.append(back.message)
+            time.sleep(0.05)
+            back = gate.handle(keyed % (2, f"k{len(refused) + 2}"))
+        assert back.ok, back.to_dict()
+        assert refused and not any("audit log failure" in m for m in refused), refused
+        assert device.read(3) == 2
 
 
 def test_a_missing_postgresql_or_nginx_is_one_line_naming_the_install_command(

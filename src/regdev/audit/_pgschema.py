@@ -119,9 +119,17 @@ def _placeholders(statement: str) -> str:
 
 def connect(dsn: str, what: str) -> psycopg.Connection[Any]:
     """A connection to the store at ``dsn`` (autocommit), or AuditError saying ``what`` failed
-    and why, in one line (a wrong URL, the server down, a password refused)."""
-    with mapped(f"{what} {shown_dsn(dsn)}"):
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    and why, in one line (a wrong URL, the server down, a password refused); the password
+    is never in it, not even where libpq quotes a URL it cannot parse whole."""
+    shown = shown_dsn(dsn)
+    try:
+        with mapped(f"{what} {shown}"):
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    except AuditError as error:
+        if shown == dsn:
+            raise
+        raise AuditError(str(error).replace(dsn, shown),
+                         error.reason.replace(dsn, shown)) from None
 
 
 def check_version(conn: psycopg.Connection[Any], name: str, *, create: bool) -> None:

@@ -203,13 +203,20 @@ def is_dsn(target: object) -> bool:
 
 
 def shown_dsn(dsn: str) -> str:
-    """The URL ``dsn`` as messages show it: its password replaced by ``***``."""
+    """The URL ``dsn`` as messages show it: its password replaced by ``***``, whether in the
+    user part (``postgresql://me:PASSWORD@host/db``) or a query parameter
+    (``?password=PASSWORD``, libpq's "Connection URIs")."""
     scheme, _, rest = dsn.partition("://")
     authority, slash, tail = rest.partition("/")
     user, at, host = authority.rpartition("@")
     if at and ":" in user:
         authority = f"{user.partition(':')[0]}:***@{host}"
-    return f"{scheme}://{authority}{slash}{tail}"
+    shown = f"{scheme}://{authority}{slash}{tail}"
+    head, question, query = shown.partition("?")
+    if question:
+        query = "&".join("password=***" if part.startswith("password=") else part
+                         for part in query.split("&"))
+    return f"{head}{question}{query}"
 
 
 @contextmanager
@@ -224,13 +231,16 @@ def mapped(what: str) -> Iterator[None]:
     except IsADirectoryError as error:
         raise AuditError(f"{what}: {error.filename} is a directory") from None
     except OSError as error:  # the OS's words, without errno number or file name repeated
-        raise AuditError(f"{what}: {error.strerror or error}") from None
+        reason = str(error.strerror or error)
+        raise AuditError(f"{what}: {reason}", reason) from None
     except sqlite3.Error as error:  # regdev's words for SQLite's result code
-        raise AuditError(f"{what}: {sqlite_problem(error)}") from None
+        reason = sqlite_problem(error)
+        raise AuditError(f"{what}: {reason}", reason) from None
     except Exception as error:
         psycopg = sys.modules.get("psycopg")  # imported by the PostgreSQL store alone
         if psycopg is not None and isinstance(error, psycopg.Error):
-            raise AuditError(f"{what}: {postgres_problem(error)}") from None
+            reason = postgres_problem(error)
+            raise AuditError(f"{what}: {reason}", reason) from None
         raise
 
 

@@ -141,7 +141,7 @@ EXIT_STATUS: dict[str, tuple[tuple[int, str], ...]] = {
         (130, "interrupted (Ctrl-C)"),
     ),
     "eval": (
-        (0, "every task passed every trial"),
+        (0, "every task passed every trial (with --format-sensitivity, in every variant)"),
         (1, "some task failed a trial, or a trial errored (provider-error), or the run "
             "stopped after its first trial (the provider cannot be used); or the output "
             "could not be written"),

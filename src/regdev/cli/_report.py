@@ -27,8 +27,10 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     since = parse_time(args.since, "--since") if args.since else None
     until = parse_time(args.until, "--until") if args.until else None
     path = args.db or default_audit_path()
-    if args.eval is not None and args.db is None and not Path(path).exists():
-        records = []  # --eval alone: every figure comes from the results file
+    if args.eval is not None and args.db is None:
+        # --eval alone: every figure comes from the results file; the default log (or
+        # $REGDEV_AUDIT) holds other runs, whose report would be read as this file's
+        records = []
     else:
         try:
             records = read_audit(path, session=args.session, since=since, until=until,
@@ -184,8 +186,9 @@ def add_parser(sub: Any) -> None:
                         help="only records at or after TIME: ISO 8601 or Unix seconds")
     report.add_argument("--until", metavar="TIME", help="only records before TIME")
     report.add_argument("--eval", metavar="RESULTS",
-                        help="also the task success of regdev eval's results file (JSON "
-                             "Lines), from that file alone: the proposers ranked by pass^k "
+                        help="the task success of regdev eval's results file (JSON Lines), "
+                             "from that file alone (with --db, below the audit log's "
+                             "report): the proposers ranked by pass^k "
                              "(tau-bench's, k stated, 95%% Wilson interval over tasks), pass^1, "
                              "first-try validity, retry recovery and calls per task; pass^k per "
                              "category; failure labels; for a model run with eval "

@@ -93,9 +93,10 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
                 if args.state_key_file is not None else "--fleet"
                 if args.fleet is not None else _limit_flags(args)[0])
         raise UsageError(f"{flag} goes with --http [HOST:]PORT")
-    if args.fleet is not None and (args.port is not None or args.map is not None):
-        raise UsageError("--fleet names each device's port and map; give no --port or --map "
-                         "with it")
+    if args.fleet is not None and (args.port is not None or args.map is not None
+                                   or args.baud is not None):
+        raise UsageError("--fleet names each device's port (its line speed in the URL: "
+                         "?baud=N) and map; give no --port, --baud or --map with it")
     if args.http is None and sys.stdout is None:  # fd 1 closed: nowhere to answer the client
         raise UsageError(f"cannot write the output: {STDOUT_CLOSED}")
     stderr = logging.StreamHandler(sys.stderr)  # each record one line, text escaped

@@ -105,9 +105,12 @@ from ._regmap import Register, RegisterMap
 from ._serial import MAX_BAUDRATE, MODBUS_URL_FORMS, PortLink, map_exceptions, port_state_id
 from ._transaction import SharedLine, Transactions
 
-__all__ = ["MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget", "is_modbus_url",
-           "parse_modbus_url"]
+__all__ = ["DEFAULT_BAUDRATE", "MODBUS_SCHEMES", "URL_FORMS", "ModbusDevice", "ModbusTarget",
+           "is_modbus_url", "parse_modbus_url"]
 
+#: An RTU line's speed in baud when neither the URL nor the caller gives one: the Modbus over
+#: Serial Line specification's (V1.02, section 2.5.1).
+DEFAULT_BAUDRATE = 19200
 #: The URL schemes of :class:`ModbusDevice`.
 MODBUS_SCHEMES = ("modbus+tcp", "modbus+rtu")
 #: The forms of a Modbus URL, repeated in errors about one.
@@ -459,7 +462,7 @@ class ModbusDevice(Device):
         self.target = target
         self.timeout = float(timeout)
         self.retries = retries
-        self.baudrate = target.baudrate or baudrate or 19200
+        self.baudrate = target.baudrate or baudrate or DEFAULT_BAUDRATE
         self.count = count
         self.echo = target.echo
         self._codec = ClientConnection(target.framing, target.unit, first_tid,

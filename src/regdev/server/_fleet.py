@@ -5,7 +5,7 @@ The file is TOML, one table per device::
 
     [devices.bench1]
     port = "modbus+tcp://10.0.0.5:502"   # the device's URL, as --port takes it
-    unit = 3                            # Modbus unit id (1..247), into the URL's ?unit=
+    unit = 3                            # Modbus unit id (1..247; 1..255 on TCP), into ?unit=
     map = "maps/sensor.rdl"             # its register map (relative to the file), optional
     session = "lab"                     # the policy session its calls default to, optional
 
@@ -51,6 +51,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ..core._errors import LineElsewhere, RegdevError
 from ..core._text import escape_text
+from ..devices._modbus import DEFAULT_BAUDRATE, parse_modbus_url
 from ..devices._open import line_name, url_scheme
 from ..devices._transaction import SharedLine
 
@@ -216,10 +217,21 @@ def _leases(path: Path, lines: list[str], table: object) -> tuple[float, float]:
 
 
 def _line_settings(port: str) -> tuple[str, list[tuple[str, str]]]:
-    """A device's protocol and its line's settings: the URL's query but unit and base."""
+    """A device's protocol and its line's settings: the URL's query but unit and base; for
+    Modbus RTU the settings in effect, defaults filled in (``?baud=19200`` is the line of
+    no ``baud``: 19200 is the default), whatever their order and case."""
+    scheme = url_scheme(port)
+    if scheme == "modbus+rtu":
+        try:
+            target = parse_modbus_url(port)
+        except RegdevError:
+            pass  # a bad URL is refused, naming its fault, when its device is opened
+        else:
+            return scheme, [("baud", str(target.baudrate or DEFAULT_BAUDRATE)),
+                            ("parity", target.parity), ("stopbits", str(target.stopbits)),
+                            ("echo", str(int(target.echo)))]
     query = urlsplit(port).query if "://" in port else ""
-    return url_scheme(port), sorted((k, v) for k, v in parse_qsl(query)
-                                    if k not in ("unit", "base"))
+    return scheme, sorted((k, v) for k, v in parse_qsl(query) if k not in ("unit", "base"))
 
 
 def _check_line(path: Path, lines: list[str], device: FleetDevice,
@@ -245,8 +257,10 @@ def _check_line(path: Path, lines: list[str], device: FleetDevice,
             raise FleetError(f"{where}; one port has one owner (only Modbus RTU units share "
                              "a line)")
         if mine != theirs:
-            raise FleetError(f"{where} with other settings ({_shown(theirs[1])} and "
-                             f"{_shown(mine[1])}): give every unit of a line the same")
+            theirs_only = [pair for pair in theirs[1] if pair not in mine[1]]
+            mine_only = [pair for pair in mine[1] if pair not in theirs[1]]
+            raise FleetError(f"{where} with other settings ({_shown(theirs_only)} and "
+                             f"{_shown(mine_only)}): give every unit of a line the same")
         if _line_of(first.port)[1] == _line_of(device.port)[1]:
             raise FleetError(f"{where}, both unit {_line_of(device.port)[1]}; one port has "
                              "one owner, each unit an id of its own")
@@ -270,9 +284,12 @@ def _device(path: Path, lines: list[str], name: str, table: dict[str, Any],
                          "port = \"URL\" (as --port takes it)")
     unit = table.get("unit")
     if unit is not None:
-        if type(unit) is not int or not 1 <= unit <= 247:
+        high = 255 if port.startswith("modbus+tcp://") else 247  # as the URL's ?unit= takes
+        if type(unit) is not int or not 1 <= unit <= high:
             raise FleetError(f"{path}:{_key_line(lines, line, 'unit')}: devices.{shown}: unit "
-                             f"must be a Modbus unit id 1..247, got {escape_text(repr(unit))}")
+                             f"must be a Modbus unit id 1..{high}"
+                             f"{' (Modbus TCP)' if high == 255 else ''}, "
+                             f"got {escape_text(repr(unit))}")
         if not port.startswith(_BUS_SCHEMES):
             raise FleetError(f"{path}:{_key_line(lines, line, 'unit')}: devices.{shown}: unit "
                              "goes with a modbus+rtu:// or modbus+tcp:// port")
