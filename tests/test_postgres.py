@@ -378,8 +378,9 @@ def test_one_process_holds_a_serial_line_and_another_takes_it_once_its_lease_lap
                 r"the serial line serial:/dev/ttyUSB0 is driven by another regdev process of "
                 + re.escape(f"the fleet, {first.owner}, whose lease expires at ")
                 + r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC unless renewed \(its owner renews "
-                r"it while it runs\); nothing was sent: send the call again to reach that "
-                r"process, or after that time if it stopped", str(refused.value))
+                r"it while it runs\); nothing was sent: send the call to that process "
+                r"\(behind a load balancer, send it again until it lands there\), or again "
+                r"after that time if it stopped", str(refused.value))
             assert second.hold("serial:/dev/ttyS1") is True  # another line: another owner
             with psycopg.connect(dsn, autocommit=True) as conn:  # renewed: a later expiry
                 query = "SELECT owner, expires FROM serial_leases WHERE line = %s"

@@ -336,8 +336,9 @@ class LineLeases:
             raise LineElsewhere(
                 f"the serial line {line} is driven by another regdev process of the fleet, "
                 f"{owner}, whose lease expires at {expires} UTC unless renewed (its owner "
-                f"renews it while it runs); nothing was sent: send the call again to reach "
-                "that process, or after that time if it stopped")
+                f"renews it while it runs); nothing was sent: send the call to that process "
+                "(behind a load balancer, send it again until it lands there), or again after "
+                "that time if it stopped")
         self._start_renewing()
         return until is None or until <= now
 

@@ -361,8 +361,10 @@ def add_parser(sub: Any) -> None:
                            "tokens (see docs/agents.md)")
     http.add_argument("--fleet", metavar="FILE",
                       help="with --http: serve every device of this fleet file (TOML: "
-                           "[devices.NAME] tables with port, unit, map, session), each at "
-                           "/mcp/NAME, instead of --port (docs/postgresql.md)")
+                           "[devices.NAME] tables with port, unit, map, session; [leases] "
+                           "seconds and renew_seconds for its serial lines on a PostgreSQL "
+                           "store), each at /mcp/NAME, instead of --port "
+                           "(docs/postgresql.md)")
     http.add_argument("--stateless", action="store_true",
                       help="with --http: no sessions, so several server processes can sit "
                            "behind one load balancer (a 2026-07-28 client is served "
