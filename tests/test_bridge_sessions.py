@@ -27,6 +27,7 @@ import pytest
 
 from conftest import EXAMPLES, run
 from regdev import Gate, RegisterFile, RegisterMap
+from regdev.agents._shell import NOT_READ
 from regdev.cli._main import main
 from regdev.devices._open import open_device
 from regdev.devices._rdl import load_map
@@ -113,6 +114,24 @@ def bridge_running(regmap: Path, log: Path) -> Iterator[Simulated]:
         simulated.log = log.read_text(encoding="utf-8", errors="replace")
 
 
+def as_bridged(values: list[int], regmap: RegisterMap) -> list[int | None]:
+    """An in-process snapshot as a bridge's: a register with clear-on-read bits not read
+    (None), as the bridge cannot look at it without clearing them."""
+    return [None if register.rclr_mask else value
+            for register, value in zip(regmap.registers, values, strict=True)]
+
+
+def _as_bridged_lines(lines: list[str], regmap: RegisterMap) -> list[str]:
+    """An in-process transcript as a bridge's: a clear-on-read register's line in the
+    registers shown "not read: reading clears it"."""
+    clears = {f"0x{register.addr:02X}" for register in regmap.registers if register.rclr_mask}
+    shown = []
+    for line in lines:
+        row = re.match(r"(  (0x[0-9A-F]{2}) \S+ +)0x[0-9a-f]+\b.*$", line)
+        shown.append(row[1] + NOT_READ if row and row[2] in clears else line)
+    return shown
+
+
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
     status, out, err = run(capsys, *argv)
     return status, out.splitlines(), err
@@ -139,14 +158,14 @@ def test_the_map_demo_through_the_bridge_is_the_in_process_demo(
     assert bridged[0] == (f"regdev demo: a scripted agent drives the device on {sim.port} of "
                           f"the register map {regmap} through the gate.")
     assert bridged[1].startswith("device: regdev C/uno ")
-    assert bridged[2:] == local[2:]
+    assert bridged[2:] == _as_bridged_lines(local[2:], BRIDGES[name].regmap())
     assert not any(line.startswith("not as scripted") for line in bridged)
     assert sum(line.startswith("step ") for line in bridged) >= 6
     assert "loop stopped: rejected (read-only-register: the refusal is final (not " \
            "retryable))" in bridged
     # the writes reached the chip: its registers at exit hold what the demo shows after
     shown = {int(line.split()[0], 16): int(line.split()[2], 16) for line in bridged
-             if re.match(r"  0x[0-9A-F]{2} ", line)}
+             if re.match(r"  0x[0-9A-F]{2} \S+ +0x", line)}
     chip, registers = sim.chip(), {r.addr: r for r in BRIDGES[name].regmap().registers}
     assert shown == {addr: chip[addr] & registers[addr].readable_mask for addr in shown}
 
@@ -399,7 +418,62 @@ def test_seeded_streams_through_the_bridge_are_byte_for_byte_the_in_process_ones
                 assert got.to_json() == expected.to_json(), raw
                 if got.ok:
                     kinds.add(got.tool)
-            assert device.snapshot() == local.snapshot()
+            assert device.snapshot() == as_bridged(local.snapshot(), regmap)
     held = local._registers  # (the in-process device's own bits, write-only ones included)
     assert sim.chip() == held
     assert kinds == set(here.tools), set(here.tools) - kinds  # each tool reached the chip
+
+
+# --- what a dump and a reset through a bridge do not do ------------------------------------
+
+
+#: A chip with a write-1-to-clear flag register and a clear-on-read event count, on I2C.
+FLAGS_CHIP = """\
+property regdev_bus { type = string; component = addrmap; };
+property regdev_i2c_address { type = longint unsigned; component = addrmap; };
+addrmap flags {
+    regdev_bus = "i2c";
+    regdev_i2c_address = 0x50;
+    default regwidth = 8;
+    default sw = rw;
+    default hw = r;
+    reg { field { } MODE[2:0] = 1; } CTRL @ 0x01;
+    reg { field { onwrite = woclr; hw = w; } F[7:0] = 0xA5; } IRQ @ 0x12;
+    reg { field { onread = rclr; sw = r; hw = w; } EV[3:0] = 0xF; } EVENTS @ 0x20;
+};
+"""
+
+
+@SHARED_BUILD
+@pytest.mark.timeout(300)
+def test_a_bridge_dump_and_reset_say_what_they_did_not_do(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """Through the bridge a dump cannot peek: the clear-on-read EVENTS is "not read", never
+    the 00 the board's dump carries, and a read then finds the chip's 0x0f; a reset writes
+    the writable registers only and says so, and the write-1-to-clear IRQ keeps what the chip
+    holds (0x24), where in process every register takes its reset value (IRQ 0xa5)."""
+    source = tmp_path / "flags.rdl"
+    source.write_text(FLAGS_CHIP, encoding="utf-8")
+    regmap = tmp_path / "flags.json"
+    regmap.write_text(load_map(source).to_json(), encoding="utf-8")
+    commands = ["dump", "read EVENTS", "write IRQ 0x81", "write CTRL 5", "reset", "read IRQ",
+                "read CTRL"]
+    _, local = _shell(monkeypatch, capsys, commands, "--map", str(regmap))
+    with bridge_running(regmap, tmp_path / "sim.log") as sim:
+        _, bridged = _shell(monkeypatch, capsys, commands, "--map", str(regmap), "--port",
+                            sim.port, "--timeout", "2")
+    assert "  0x20 EVENTS  0x0f  EV=0x0f" in local
+    assert "  0x20 EVENTS  not read: reading clears it" in bridged
+    assert not any(line.startswith("  0x20 EVENTS  0x") for line in bridged)
+    read_events = "accepted  read_fields: register EVENTS (0x20) = 0x0f EV=0x0f"
+    assert read_events in local and read_events in bridged
+    assert local[-3:] == ["accepted  reset_device: every register holds its reset value",
+                          "accepted  read_fields: register IRQ (0x12) = 0xa5 F=0xa5",
+                          "accepted  read_fields: register CTRL (0x01) = 0x01 MODE=1"]
+    assert bridged[-3:] == [
+        "accepted  reset_device: the bridge wrote each writable register its reset value; the "
+        "chip's read-only bits and write-1-to-clear flags were not reset (they keep what the "
+        "chip holds: only the chip's own reset restores them)",
+        "accepted  read_fields: register IRQ (0x12) = 0x24 F=0x24",
+        "accepted  read_fields: register CTRL (0x01) = 0x01 MODE=1"]

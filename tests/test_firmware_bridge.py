@@ -631,5 +631,9 @@ def test_shared_cases_through_the_bridge_give_the_in_process_verdicts(
         status, out, err = run(capsys, "replay", "--no-audit", "--json", "--port", port,
                                "--timeout", "2", "--map", str(compiled), str(EXAMPLES / calls))
     assert (status, err) == (local_status, "")
+    # the registers after: a clear-on-read register not read through the bridge (null)
+    clears = {register.addr for register in base.registers if register.rclr_mask}
+    local[-1]["registers"] = [{**row, "data": None} if row["addr"] in clears else row
+                              for row in local[-1]["registers"]]
     assert [json.loads(line) for line in out.splitlines()] == local
     assert len(local) > 15

@@ -29,6 +29,7 @@ from regdev import (
     read_audit,
 )
 from regdev.devices._rdl import load_map
+from regdev.devices._transaction import UNKNOWN
 
 
 def keyed_write(key: object, addr: int = 3, data: int = 7, **extra: object) -> str:
@@ -470,21 +471,22 @@ class LostReply(RegisterFile):
         super().__init__(regmap=load_map(EXAMPLES / "sensor.rdl"))
         self.writes = 0
 
-    def _lost(self) -> DeviceTimeout:
+    def _lost(self, what: str) -> DeviceTimeout:
+        """The timeout a wire device raises (the transaction engine's words and advice)."""
         self.writes += 1
-        return DeviceTimeout("no answer after 0.5 s")
+        return DeviceTimeout(f"no answer after 0.5 s; {UNKNOWN[what]}")
 
     def write(self, addr: int, data: int) -> int:
         super().write(addr, data)
-        raise self._lost()
+        raise self._lost("write")
 
     def write_masked(self, addr: int, mask: int, data: int) -> int:
         super().write_masked(addr, mask, data)
-        raise self._lost()
+        raise self._lost("masked write")
 
     def write_block(self, addr: int, data: Any) -> list[int]:
         super().write_block(addr, data)
-        raise self._lost()
+        raise self._lost("block write")
 
 
 def _keyed(tool: str, arguments: dict[str, Any], key: str = "k") -> str:
@@ -500,7 +502,8 @@ def test_a_lost_reply_of_a_write_1_to_clear_write_leaves_its_outcome_unknown(
         store: Path | str, tool: str, arguments: dict[str, Any]) -> None:
     """A write of 1 to STATUS's write-1-to-clear POR bit whose reply is lost: outcome-unknown
     (not retryable), its key held; a retry with the key is not run, and says what resolves
-    it; the records say so; a new key runs it."""
+    it, once (the timeout's own advice is not repeated); the records say so; a new key runs
+    it."""
     device = LostReply()
     with Gate(device, audit=open_audit(store)) as gate:
         first = gate.handle(_keyed(tool, arguments))

@@ -238,6 +238,23 @@ def test_every_access_kind_over_the_serial_line() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_the_simulator_serving_a_bridge_map_is_no_bridge(sensor: RegisterMap) -> None:
+    """A map with a bus served by the Python simulator (which says its reset epoch, as the
+    bridge never does): not a bridge, so a snapshot shows the clear-on-read register's value
+    without clearing it, and a reset leaves nothing."""
+    bused = json.loads(sensor.to_json())
+    bused["bus"] = {"kind": "i2c", "address": 0x48}
+    regmap = RegisterMap.from_json(json.dumps(bused))
+    registers = RegisterFile(regmap=regmap)
+    registers.hardware_set(0x0A, 0x07)  # EVENTS.COUNT, clear-on-read
+    with sim_thread(sim.Firmware(registers)) as url, \
+            SerialDevice(url, timeout=2, regmap=regmap) as device:
+        assert (device.is_bridge(), device.reset_leaves()) == (False, None)
+        assert device.snapshot()[-1] == 0x07
+        assert registers.snapshot()[-1] == 0x07  # not cleared
+
+
+@pytest.mark.timeout(60)
 def test_the_simulator_script_serves_a_json_map(sensor: RegisterMap, tmp_path: Path) -> None:
     """`python firmware-sim/regdev_firmware_sim.py --map sensor.json` (standard library)."""
     path = tmp_path / "sensor.json"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from regdev import Gate, RegisterFile
-from regdev.agents._shell import run_shell, shell_tools
+from regdev import Gate, RegisterFile, map_tools
+from regdev.agents._shell import format_registers, register_rows, run_shell, shell_tools
+from regdev.devices._rdl import load_map
 
 REGDEV = Path(sys.executable).parent / "regdev"
 
@@ -229,3 +230,55 @@ def test_writing_a_read_only_value_says_it_is_read_only(
         "error: TEMP is a read-only value (the device sets it): `read TEMP` reads it"]
     assert "accepted  read_value: TEMP = 21.5 degC (raw 0x41 0xac 0x00 0x00)" in out
     assert not any("write_value" in line for line in out)
+
+
+class _NoPeek(RegisterFile):
+    """A register file that, as a bridge to a chip, cannot show a clear-on-read register
+    without reading it, and whose reset leaves the chip's flags (its words say so)."""
+
+    def snapshot(self) -> list[int | None]:
+        values = super().snapshot()
+        return [None if register.rclr_mask else value
+                for register, value in zip(self.regmap.registers, values, strict=True)]
+
+    def reset_leaves(self) -> str | None:
+        return "the write-1-to-clear flags were not reset"
+
+
+def test_dump_and_reset_say_what_the_device_did_not_do(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """A register a snapshot did not read is shown "not read: reading clears it", never a
+    made-up value, and a reset that left registers says which instead of "every register
+    holds its reset value"; a device that peeks and resets all is shown as before."""
+    chip = tmp_path / "chip.rdl"
+    chip.write_text("addrmap chip {\n  default regwidth = 8;\n"
+                    "  reg { field { sw = rw; hw = r; } MODE[7:0] = 0; } CTRL @ 0;\n"
+                    "  reg { field { sw = r; hw = w; onread = rclr; } COUNT[3:0] = 0; } "
+                    "EVENTS @ 1;\n};\n")
+    regmap = load_map(chip)
+    shown = {}
+    for device in (_NoPeek(regmap=regmap), RegisterFile(regmap=regmap)):
+        device.hardware_set(1, 0x0F)  # EVENTS.COUNT, clear-on-read
+        monkeypatch.setattr("sys.stdin", io.StringIO("dump\nreset\n"))
+        out = io.StringIO()
+        with Gate(device, shell_tools(tools=map_tools(regmap))) as gate:
+            assert run_shell(gate, gate.default_session, out, where="here",
+                             interactive=False) == 0
+        shown[type(device)] = out.getvalue().splitlines()
+    events = [line for line in shown[_NoPeek] if "EVENTS" in line]
+    assert events == ["  0x01 EVENTS  not read: reading clears it"]
+    assert shown[_NoPeek][-1] == ("accepted  reset_device: the write-1-to-clear flags were "
+                                  "not reset")
+    assert [line for line in shown[RegisterFile] if "EVENTS" in line] == [
+        "  0x01 EVENTS  0x0f  COUNT=0x0f"]
+    assert shown[RegisterFile][-1] == ("accepted  reset_device: every register holds its "
+                                       "reset value")
+
+
+def test_a_register_not_read_is_null_in_json_and_dashes_in_the_default_table() -> None:
+    """register_rows gives a register not read (None) as null data, never 0; the default
+    map's table shows it as ``----``."""
+    rows = register_rows([7, None] + [0] * 14)
+    assert rows[:2] == [{"addr": 0, "data": 7}, {"addr": 1, "data": None}]
+    assert format_registers([7, None] + [0] * 14).splitlines()[1].split()[1:4] == [
+        "0x07", "----", "0x00"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
@@ -13,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from conftest import ARRAYS
+from conftest import ARRAYS, EXAMPLES
 from regdev import (
     READ_REGISTER,
     REGISTER_TOOLS,
@@ -28,6 +29,7 @@ from regdev import (
     compile_validator,
     map_tools,
 )
+from regdev.devices._rdl import load_map
 from regdev.gate._maptools import _MapTools
 
 
@@ -217,3 +219,23 @@ def test_a_register_without_fields_that_holds_another_value_says_so_as_the_defau
     default = Gate(_LowNibble()).handle(
         '{"tool": "write_register", "arguments": {"addr": 3, "data": 255}}')
     assert default.message == "the device failed: register 3 holds 15 after writing 255"
+
+
+class _LowNibbleTable(RegisterFile):
+    """A register file whose table writes store the low nibble of each value (a stuck bus
+    line under a typed value's burst)."""
+
+    def write_table(self, table: str, addr: int, data: Sequence[int]) -> list[int]:
+        return super().write_table(table, addr, [value & 0x0F for value in data])
+
+
+def test_a_typed_value_that_holds_other_registers_shows_them_in_hex() -> None:
+    """A typed value whose registers read back other than written fails naming both in hex,
+    as a register's mismatch does ("holds [0x00, 0x08] after writing [0x00, 0xC8]"), never
+    as decimal lists."""
+    regmap = load_map(EXAMPLES / "thermostat.rdl")
+    failed = Gate(_LowNibbleTable(regmap=regmap)).handle(
+        '{"tool": "write_value", "arguments": {"name": "SETPOINT", "value": 20}}')
+    assert (failed.code, failed.message) == (
+        "device-error",
+        "the device failed: value SETPOINT holds [0x00, 0x08] after writing [0x00, 0xC8]")

@@ -532,7 +532,9 @@ def run_eval(endpoint: Endpoint, tasks: Sequence[Task], regmap: RegisterMap, *, 
 
 def _registers(device: RegisterFile, regmap: RegisterMap) -> dict[int, int]:
     """Every register's value by address, read without side effects (a snapshot: clear-on-read
-    bits are not cleared)."""
+    bits are not cleared). Trials run on the in-process register file, which has every value
+    (its snapshot is ``list[int]``): never a register not read (None), which a bridge's
+    snapshot may give, so no task is scored on a value made up for one."""
     return dict(zip((r.addr for r in regmap.registers), device.snapshot(), strict=True))
 
 

@@ -30,22 +30,27 @@ from ..gate._policy import Session
 from ..gate._providers import offered_tools
 from ..gate._tools import REGISTER_TOOLS, Handler, Tool, ToolSet
 
-__all__ = ["SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers", "register_rows",
-           "run_shell", "shell_call", "shell_tools"]
+__all__ = ["NOT_READ", "SHELL_HELP", "SHELL_MAP_HELP", "describe", "format_registers",
+           "register_rows", "run_shell", "shell_call", "shell_tools"]
 
 
 #: A result's Decimal numbers as the JSON numbers they are, never as strings.
 _encode_json = msgspec.json.Encoder(decimal_format="number").encode
 
 
-def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -> str:
+#: What the registers' display shows for a register a snapshot did not read (None).
+NOT_READ = "not read: reading clears it"
+
+
+def format_registers(values: Sequence[int | None], regmap: RegisterMap | None = None) -> str:
     """The registers as text: for the default map, a table of hex bytes (an address row and
     a data row per 8); for a map with names, one line per register: address, name, value and
-    its fields by name.
+    its fields by name. A register not read (None) shows :data:`NOT_READ` (``----`` in the
+    default map's table), never a value.
 
     Args:
         values: one value per register of the map, in its address order (as
-            :meth:`Device.snapshot` returns them).
+            :meth:`Device.snapshot` returns them: None for a register not read).
         regmap: the map; None for the default map.
     """
     regmap = regmap if regmap is not None else RegisterMap.default()
@@ -54,11 +59,15 @@ def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -
         for start in range(0, len(values), 8):
             row = range(start, min(start + 8, len(values)))
             lines.append("  addr " + " ".join(f"{a:>4}" for a in row))
-            lines.append("  data " + " ".join(f"0x{values[a]:02x}" for a in row))
+            lines.append("  data " + " ".join(_byte_text(values[a]) for a in row))
         return "\n".join(lines)
     width = max(len(r.name or "") for r in regmap.registers)
     lines = []
     for register, value in zip(regmap.registers, values, strict=True):
+        if value is None:
+            lines.append(display_text(f"  0x{register.addr:02X} {register.name or '-':<{width}}"
+                                      f"  {NOT_READ}"))
+            continue
         fields = "  ".join(f"{name}={_field_text(shown)}"
                            for name, shown in register.decode(value).items())
         lines.append(display_text(f"  0x{register.addr:02X} {register.name or '-':<{width}}  "
@@ -66,27 +75,33 @@ def format_registers(values: Sequence[int], regmap: RegisterMap | None = None) -
     return "\n".join(lines)
 
 
-def register_rows(values: Sequence[int], regmap: RegisterMap | None = None
-                  ) -> list[dict[str, int | str]]:
+def register_rows(values: Sequence[int | None], regmap: RegisterMap | None = None
+                  ) -> list[dict[str, int | str | None]]:
     """The registers as JSON rows, one per register of the map in its address order:
     ``{"addr": 3, "name": "CTRL", "data": 200}`` (``name`` only when the map names the
-    register). A map with gaps in its addresses keeps them: the address is given, never left
-    to a value's position. What ``--json`` prints after ``replay``, ``demo`` and ``agent``.
+    register; ``data`` null for a register not read, as reading would clear it). A map with
+    gaps in its addresses keeps them: the address is given, never left to a value's
+    position. What ``--json`` prints after ``replay``, ``demo`` and ``agent``.
 
     Args:
         values: one value per register of the map, in its address order (as
-            :meth:`Device.snapshot` returns them).
+            :meth:`Device.snapshot` returns them: None for a register not read).
         regmap: the map; None for the default map (addresses 0..15, no names).
     """
     regmap = regmap if regmap is not None else RegisterMap.default()
-    rows: list[dict[str, int | str]] = []
+    rows: list[dict[str, int | str | None]] = []
     for register, value in zip(regmap.registers, values, strict=True):
-        row: dict[str, int | str] = {"addr": register.addr}
+        row: dict[str, int | str | None] = {"addr": register.addr}
         if register.name:
             row["name"] = register.name
         row["data"] = value
         rows.append(row)
     return rows
+
+
+def _byte_text(value: int | None) -> str:
+    """A register's value in the default map's table: ``0x1f``, or ``----`` not read."""
+    return "----" if value is None else f"0x{value:02x}"
 
 
 def _field_text(value: object) -> str:
@@ -151,9 +166,10 @@ def shell_tools(reset: Callable[[Device], None] = Device.reset,
             log, so that no idempotency key stored before the reset is replayed after it.
         tools: the register tools to offer (:func:`regdev.map_tools` of the device's map).
     """
-    def reset_device(device: Device, arguments: object) -> dict[str, bool]:
+    def reset_device(device: Device, arguments: object) -> dict[str, bool | str]:
         reset(device)
-        return {"reset": True}
+        left = device.reset_leaves()  # a bridge's reset leaves the chip's flags as they are
+        return {"reset": True} if left is None else {"reset": True, "not_reset": left}
 
     return ToolSet([
         *tools.values(),
@@ -162,7 +178,8 @@ def shell_tools(reset: Callable[[Device], None] = Device.reset,
         _engineer_tool("dump_registers", "Every register, in address order, without the "
                                          "side effects of a read.",
                        lambda device, _: {"registers": device.snapshot()}),
-        _engineer_tool("reset_device", "Set every register to its reset value.", reset_device,
+        _engineer_tool("reset_device", "Set every register to its reset value (through a "
+                                       "bridge, every writable one).", reset_device,
                        read_only=False),
     ])
 
@@ -459,6 +476,8 @@ def _show(observation: Observation, regmap: RegisterMap | None = None) -> str:
         return "accepted  dump_registers\n" + format_registers(result["registers"], regmap)
     if observation.ok and "identity" in result:  # the device's words: shown escaped
         return display_text(f"accepted  identify_device: {result['identity']}")
+    if observation.ok and "not_reset" in result:  # a bridge: what its reset could not do
+        return display_text(f"accepted  reset_device: {result['not_reset']}")
     if observation.ok and "reset" in result:
         return "accepted  reset_device: every register holds its reset value"
     return describe(observation)

@@ -202,9 +202,19 @@ class Device(ABC):
         """Set every register to its reset value."""
 
     @abstractmethod
-    def snapshot(self) -> list[int]:
+    def snapshot(self) -> Sequence[int | None]:
         """Return every register's value, in the map's address order (address 0 first for
-        the default map's 16), without the side effects of a read (no clear-on-read)."""
+        the default map's 16), without the side effects of a read (no clear-on-read).
+
+        None for a register the device cannot show without reading it, when a read would
+        clear its clear-on-read bits (a bridge to a chip, ``docs/firmware.md``): its value is
+        unknown, never a made-up 0. The in-process register file always has every value.
+        """
+
+    def reset_leaves(self) -> str | None:
+        """What :meth:`reset` leaves as it was, in words; None (this default) when a reset
+        sets every register to its reset value."""
+        return None
 
     def read_block(self, addr: int, count: int) -> list[int]:
         """Read ``count`` (1..16) registers from ``addr`` up, as reads (clear-on-read bits
@@ -758,9 +768,16 @@ class TimeoutDevice(Device):
         """Reset the device, waiting at most ``timeout`` seconds."""
         self._call(self.device.reset)
 
-    def snapshot(self) -> list[int]:
-        """Return all 16 registers, waiting at most ``timeout`` seconds."""
-        result: list[int] = self._call(self.device.snapshot)
+    def snapshot(self) -> Sequence[int | None]:
+        """The wrapped device's :meth:`~Device.snapshot`, waiting at most ``timeout``
+        seconds."""
+        result: Sequence[int | None] = self._call(self.device.snapshot)
+        return result
+
+    def reset_leaves(self) -> str | None:
+        """The wrapped device's :meth:`~Device.reset_leaves`, waiting at most ``timeout``
+        seconds (it may ask the device who it is)."""
+        result: str | None = self._call(self.device.reset_leaves)
         return result
 
     def identify(self) -> str:

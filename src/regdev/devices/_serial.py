@@ -600,9 +600,13 @@ class SerialDevice(Device):
         with contextlib.suppress(DeviceError, TransportError):  # the reset itself is done
             self._transact(IdentifyRequest, IdentifyReply, "identify", self.retries)
 
-    def snapshot(self) -> list[int]:
+    def snapshot(self) -> list[int | None]:
         """Return every register of the map, in address order, without the side effects of a
         read: one dump (``D``) per 16 addresses (one transaction for the default map).
+
+        A bridge (:meth:`is_bridge`) cannot peek at its chip: a read of a register with
+        clear-on-read bits would clear them, so its dump shows 00 there; such a register is
+        None here (not read), never that 00.
 
         Raises:
             DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for :meth:`read`.
@@ -617,7 +621,38 @@ class SerialDevice(Device):
             reply = self._transact(lambda seq, at=start: DumpRequest(seq, at),  # type: ignore[misc]
                                    DumpReply, "dump", self.retries)
             values.update(zip(range(start, start + 16), reply.values, strict=True))
-        return [values[a] for a in regmap.addresses]
+        unread = ({r.addr for r in regmap.registers if r.rclr_mask} if self.is_bridge()
+                  else set())
+        return [None if a in unread else values[a] for a in regmap.addresses]
+
+    def is_bridge(self) -> bool:
+        """Whether the device is the C firmware's bridge to a chip (``docs/firmware.md``,
+        "A bridge to an I2C chip", "A bridge to an SPI chip"): its map names a bus, and it
+        says no reset epoch (a bridge never does; the Python simulator and the firmware
+        holding its own registers always do). A bridge dumps without peeking
+        (:meth:`snapshot`) and resets only the writable registers (:meth:`reset_leaves`).
+
+        Raises:
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: the identify this may
+                need failed, as for :meth:`read`.
+        """
+        return self._regmap.bus is not None and self.identity().epoch is None
+
+    def reset_leaves(self) -> str | None:
+        """For a bridge (:meth:`is_bridge`): its reset (``Z``) writes each register with
+        writable bits its reset value and cannot reset the chip, so the chip's read-only
+        registers, its write-1-to-clear flags and its other bits software cannot write keep
+        what the chip holds. None for any other device: every register took its reset value.
+
+        Raises:
+            DeviceTimeout, DeviceBusy, DeviceRefused, TransportError: as for
+                :meth:`is_bridge`.
+        """
+        if not self.is_bridge():
+            return None
+        return ("the bridge wrote each writable register its reset value; the chip's "
+                "read-only bits and write-1-to-clear flags were not reset (they keep what the "
+                "chip holds: only the chip's own reset restores them)")
 
     def state_id(self) -> str:
         """The port's name, ``"serial:" + port`` (:func:`port_state_id`, as the port was named

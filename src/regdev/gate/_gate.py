@@ -95,6 +95,7 @@ from ..core._errors import (
 from ..core._observation import Observation, Refusal, refuse
 from ..core._text import display_text, escape_text, is_text
 from ..devices._device import Device, DeviceIdentity, RegisterFile, TimeoutDevice
+from ..devices._transaction import UNKNOWN
 from ._compile import BIND, RefusalCheck, compile_refusals
 from ._maptools import map_tools
 from ._parse import (
@@ -1215,8 +1216,11 @@ def _execute_failure(error: RegdevError, tool: Tool, arguments: dict[str, Any]) 
     risk = tool.repeat_risk(arguments)
     if risk is None:
         return refusal
+    said = refusal.message  # the timeout's words, without their own advice: said once below
+    for advice in UNKNOWN.values():
+        said = said.replace(f"; {advice}", "").replace(f"{advice}; ", "")
     return refuse("outcome-unknown",
-                  f"{refusal.message}; the write may or may not have run, and it is not "
+                  f"{said}; the write may or may not have run, and it is not "
                   f"safe to send twice ({risk}): read the register back to learn whether "
                   "it ran; a retry with this idempotency key gets this answer again and "
                   "does not run (send the call with a new key if the read-back says it "

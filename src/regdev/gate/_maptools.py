@@ -74,6 +74,7 @@ authorize (the map's read-only registers are the policy's by default).
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from ..core._errors import DeviceError, ValueRefused
@@ -567,8 +568,8 @@ class _MapTools:
         addr = codec.value.addr
         after = device.write_table(codec.value.table, addr, registers)
         if after != registers:
-            raise DeviceError(f"value {codec.value.name} holds {after!r} after writing "
-                              f"{registers!r}")
+            raise DeviceError(f"value {codec.value.name} holds {_hex_list(after)} after "
+                              f"writing {_hex_list(registers)}")
         # (the device holds what was written: the value after is the raw value's)
         out: dict[str, Any] = {"name": codec.value.name, "value": codec.engineering(raw, sf)}
         if codec.value.unit:
@@ -976,6 +977,11 @@ def _value(value: object, register: Register | None, what: str) -> int:
         kind = "a byte" if top == DATA_MAX else "a value"
         raise DeviceError(f"the device answered {what} with {value!r}, not {kind} 0..{top}")
     return value
+
+
+def _hex_list(values: Sequence[int]) -> str:
+    """Registers' values as a register mismatch shows them: ``[0x00, 0xC8]``."""
+    return "[" + ", ".join(f"0x{value:02X}" for value in values) + "]"
 
 
 def _check_written(register: Register, data: int, mask: int, after: int) -> None:
