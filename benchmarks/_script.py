@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -127,3 +128,20 @@ def helper(path: str, doc: str | None, argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(helper(__file__, __doc__))
+
+
+def serve(command: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Start ``command`` (a simulator that prints the port it serves, e.g. a pty's path, as
+    its first line of output); the process and that port.
+
+    Raises:
+        SystemExit: it printed no port (its error output in the message).
+    """
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stdout is not None
+    port = process.stdout.readline().strip()
+    if not port:
+        raise SystemExit(f"{Path(command[0]).name} printed no port: "
+                         f"{process.communicate()[1].strip()}")
+    return process, port

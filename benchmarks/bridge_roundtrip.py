@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _script import Parser, count
+from _script import Parser, count, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "firmware-sim"))
@@ -84,16 +84,6 @@ def i2c_seconds(regmap: RegisterMap, count: int) -> float:
     assert regmap.bus is not None
     return (9 * i2c_read_bytes(regmap, count) + 3) / regmap.bus.clock
 
-
-def serve(command: list[str]) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    assert process.stdout is not None
-    port = process.stdout.readline().strip()
-    if not port:
-        raise SystemExit(f"bridge_roundtrip.py: {command[0]} printed no port: "
-                         f"{process.communicate()[1].strip()}")
-    return process, port
 
 
 def stop(process: subprocess.Popen[str]) -> float | None:

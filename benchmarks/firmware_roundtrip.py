@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _script import Parser, count
+from _script import Parser, count, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "firmware-sim"))
@@ -75,15 +75,6 @@ def measure(port: str, calls: int) -> dict[str, list[float]]:
             "gate read_register": time_calls(lambda n: gate.handle(READ_CALL), calls),
         }
 
-
-def serve(command: list[str]) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    assert process.stdout is not None
-    port = process.stdout.readline().strip()
-    if not port:
-        raise SystemExit(f"{command[0]} printed no port: {process.communicate()[1].strip()}")
-    return process, port
 
 
 def stop(process: subprocess.Popen[str]) -> str:
