@@ -16,7 +16,7 @@ benchmark is one read of holding register 3, one request and its reply:
   caller would).
 
 The summary gives each one's median per request and its ratio to the fastest pymodbus client
-of the same framing (the issue's target: the gate at most 1.2x).
+of the same framing (the goal: the gate at most 1.2x).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ at a time, so that the machine's load falls on both alike: ``SerialDevice.read``
 register, ``read_block`` of eight (one burst on the bus), and a ``read_register`` call
 through a ``Gate``; the medians are printed beside two floors:
 
-* the real floor (the issue's budget: within 1.3x of it): the request's and the reply's bytes
+* the real floor (the budget: within 1.3x of it): the request's and the reply's bytes
   at 10 bits a byte (8N1) and 115200 baud, plus the I2C transaction at the map's bus clock
   (100 kHz): START, the chip's address and write bit, the register address, a repeated START,
   the address and read bit, the data bytes, STOP; 9 clock periods a byte (8 bits and the
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['sim_floor_ms']:>9.2f} {row['vs_sim_floor']:>6.2f}x")
     print(f"  floor: the frames' bytes x {BITS_PER_BYTE} bits / {BAUD} baud, plus the I2C "
           "transaction at 100 kHz (9 clocks a byte, 1 each for START, repeated START, STOP); "
-          "the issue's budget is 1.3x of it on a board; simavr's UART and TWI are faster than a "
+          "the budget is 1.3x of it on a board; simavr's UART and TWI are faster than a "
           "real wire and bus, so here this ratio is no measure of it")
     print(f"  sim floor: the same call on the plain image (no bus), measured alongside, plus "
           f"simavr's TWI time ({SIMAVR_TWI_BYTE_SECONDS * 1e6:g} us a byte whatever the clock: "

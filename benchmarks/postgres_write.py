@@ -9,7 +9,7 @@ record); each commit is one statement, one round trip. Two anchors, written out 
 the very rows the gate wrote for a write (read back from its store) with psycopg 3 in
 autocommit, on another connection to the same server:
 
-* ``write, 1 commit``: the issue's anchor, the write's record alone (one insert, one commit).
+* ``write, 1 commit``: the goal's anchor, the write's record alone (one insert, one commit).
   The goal: within 1.3x. Two commits cannot be within 1.3x of one where a commit costs a round
   trip: this row stays missed by design.
 * ``write, 2 commits``: the honest anchor, the same two commits the gate makes (the intent row,

@@ -4,7 +4,7 @@ leased to one process at a time), keyed writes retried onto other processes whil
 line's owner is SIGKILLed, twice.
 
 The same run as ``tests/test_processes.py`` (which runs it at a size that fits CI), at the
-issue's size by default: 16 clients x 500 keyed writes, to the two devices in turn. Prints the
+full size by default: 16 clients x 500 keyed writes, to the two devices in turn. Prints the
 calls sent, those acknowledged (in all, and of the serial device after the last kill: the
 line taken over), the acknowledged writes without a record (must be 0), the keyed writes
 executed twice (must be 0: a retry of a key stored for the Modbus device, which cannot say

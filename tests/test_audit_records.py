@@ -75,7 +75,7 @@ def export(db: Path) -> tuple[int, list[dict[str, Any]], str]:
     return status, lines, err.getvalue()
 
 
-#: Arguments objects holding numbers no float holds, as the issue found them, and their kin.
+#: Arguments objects holding numbers no float holds, as they were found in the wild, and their kin.
 HUGE_ARGUMENTS = [
     '{"addr": 1e999}', '{"addr": -1e309}', '{"addr": 2e308}', '{"addr": [1e999]}',
     '{"addr": {"x": -1e999999999}}', '{"addr": 1e-400}',
