@@ -42,6 +42,7 @@ import contextlib
 import functools
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -146,6 +147,21 @@ def _converted(statement: str) -> str:
 _INSERT_RESET = "INSERT INTO device_resets (device, epoch, time) VALUES (%s, %s, %s)"
 
 
+def _cut(conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``conn`` is broken, or was closed by the server while idle (a restart sends
+    each session a FATAL message and closes it): found before a statement is sent, so that
+    none is sent into a closed connection and the call refused for it. An idle connection in
+    autocommit is sent nothing unasked for here (no LISTEN, no asynchronous notices expected),
+    so anything waiting on its socket means the server is done with it; at worst a live one
+    is made again. One poll of the socket, without waiting."""
+    if conn.broken or conn.closed:
+        return True
+    try:
+        return bool(select.select([conn.fileno()], [], [], 0)[0])
+    except (OSError, ValueError):  # its socket is gone
+        return True
+
+
 class SharedKeys(IdempotencyStore):
     """The idempotency keys of a PostgreSQL store, in the database (see the module
     docstring); the calls this process runs are remembered by their epoch. Thread-safe (one
@@ -164,13 +180,16 @@ class SharedKeys(IdempotencyStore):
         self._lock = threading.Lock()
 
     def _live(self) -> psycopg.Connection[Any]:
-        """The connection, made again when the last one broke (the server restarted); the
+        """The connection, made again when the last one broke or was closed by the server
+        while idle (:func:`_cut`: the server restarted); the
         lock held.
 
         Raises:
             psycopg.Error: the server cannot be reached.
         """
-        if self._conn.broken or self._conn.closed:
+        if _cut(self._conn):
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
             self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
         return self._conn
 
@@ -292,7 +311,10 @@ class LineLeases:
         Raises:
             psycopg.Error: the server cannot be reached.
         """
-        if self._conn is None or self._conn.broken or self._conn.closed:
+        if self._conn is None or _cut(self._conn):
+            if self._conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.close()
             self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
         return self._conn
 
@@ -536,14 +558,17 @@ class PostgresAuditLog(AuditLog):
 
     def _live(self) -> psycopg.Cursor[Any]:
         """The writing connection's cursor (one, kept: a commit makes none), made again
-        when the connection broke (the server restarted: the records a failed commit lost
-        are logged, and calls that change a device were refused meanwhile); the commit lock
+        when the connection broke or the server closed it while idle (:func:`_cut`: after a
+        restart, the next write is served; while the server is down, the records a failed
+        commit lost are logged, and calls that change a device are refused); the commit lock
         held.
 
         Raises:
             psycopg.Error: the server cannot be reached.
         """
-        if self._pg.broken or self._pg.closed:
+        if _cut(self._pg):
+            with contextlib.suppress(psycopg.Error):
+                self._pg.close()
             self._pg = psycopg.connect(str(self.path), autocommit=True, connect_timeout=10)
             self._cursor = self._pg.cursor()
         return self._cursor
