@@ -2,8 +2,10 @@
 --stateless --fleet`` processes, round-robin, serving two devices: a Modbus TCP device any of
 them drives, and a serial device on a pty that the process holding its line's lease drives
 (the others refuse its calls, ``line-elsewhere``, naming the owner); the owner of the serial
-line is killed with SIGKILL mid-run, twice, and another takes the line over. Sized to fit CI;
-benchmarks/processes_reliability.py runs it at full size, benchmarks/postgres_processes.py
+line is killed with SIGKILL mid-run, twice, and another takes the line over. Register 15 is
+protected (approval by URL): an approver thread answers each question, yes, through nginx, so
+that a question asked by one process is answered through another (round-robin). Sized to fit
+CI; benchmarks/processes_reliability.py runs it at full size, benchmarks/postgres_processes.py
 measures the rates."""
 
 from __future__ import annotations
@@ -35,29 +37,37 @@ CLIENTS, CALLS, RETRIES = 6, 40, 12
 LEASE, RENEW = 3, 0.5
 #: Seconds a client keeps sending a call refused line-elsewhere (its line changing owner).
 LINE_PATIENCE = 120.0
+#: The register the run's policy protects (the keyed writes reach it one time in 15).
+PROTECTED = 15
 
 
 @contextmanager
-def backend(folder: Path, policy: Path, dsn: str, fleet: Path) -> Iterator[
+def backend(folder: Path, policy: Path, dsn: str, fleet: Path, log: list[str]) -> Iterator[
         tuple[subprocess.Popen[bytes], int]]:
-    """One `regdev serve --http --stateless --fleet FILE` process; yields it and its port."""
+    """One `regdev serve --http --stateless --fleet FILE` process; yields it and its port.
+    Its log lines (at info) are appended to ``log`` as they come, every one of them by the
+    time the process has stopped."""
     process = subprocess.Popen(
         [REGDEV, "serve", "--http", "127.0.0.1:0", "--stateless", "--policy", str(policy),
          "--audit", dsn, "--fleet", str(fleet), "--log-level", "info"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env=server_env(folder))
     assert process.stderr is not None
-    lines = []
     port = None
     for raw in process.stderr:
         line = raw.decode("utf-8", "replace")
-        lines.append(line)
+        log.append(line)
         if "serving MCP over HTTP at " in line:
             port = int(line.split("serving MCP over HTTP at ")[1].split()[0]
                        .rsplit(":", 1)[1].split("/")[0])
             break
-    assert port is not None, "".join(lines)
-    drain = threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True)
+    assert port is not None, "".join(log)
+
+    def read() -> None:
+        for raw in process.stderr or ():
+            log.append(raw.decode("utf-8", "replace"))
+
+    drain = threading.Thread(target=read, daemon=True)
     drain.start()
     try:
         yield process, port
@@ -69,6 +79,7 @@ def backend(folder: Path, policy: Path, dsn: str, fleet: Path) -> Iterator[
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        drain.join(60)  # the pipe's end: every line read
 
 
 def keyed_write(client: int, index: int) -> str:
@@ -88,7 +99,12 @@ class Run:
     the keys a client sent more than once (an attempt failed: no answer, or refused while
     running or while the serial line was elsewhere), the refusals line-elsewhere (their
     messages), the serial line's owners killed, the serial writes acknowledged after the
-    last kill, and how the calls not acknowledged ended (their last code, or ``no answer``)."""
+    last kill, how the calls not acknowledged ended (their last code, or ``no answer``); and
+    of the approval questions (register 15): the process that asked each (by its index, from
+    its log's ``approval needed``), the process that took each answer and whether it said
+    the question was asked by another (from its log's ``approval question ID ... answered
+    by``), the approver's answers by HTTP status (or ``no answer``), and how the writes to
+    register 15 ended for their clients (``ok``, or as ``unacknowledged`` counts them)."""
 
     acknowledged: list[tuple[str, str, dict[str, Any]]]
     records: list[Any]
@@ -99,6 +115,10 @@ class Run:
     killed_owners: list[str]
     serial_after_kills: int
     unacknowledged: Counter[str]
+    asked_by: dict[str, int]
+    answered_by: dict[str, tuple[int, bool]]
+    answers: Counter[str]
+    protected_ends: Counter[str]
 
     def unrecorded(self) -> list[str]:
         """Acknowledged writes without an accepted call record of their key."""
@@ -112,6 +132,31 @@ class Run:
         executed = Counter(r.idempotency_key for r in self.records
                            if r.event == "call" and r.ok and not r.replay)
         return [key for key, times in executed.items() if times > 1]
+
+    def protected(self) -> list[Any]:
+        """The call records of writes to the protected register (replays left out)."""
+        return [r for r in self.records if r.event == "call" and r.tool == "write_register"
+                and not r.replay and _addr(r.arguments) == PROTECTED]
+
+    def unapproved(self) -> list[Any]:
+        """Writes to the protected register that ran without the approver's yes on the
+        page: none may be."""
+        return [r for r in self.protected()
+                if r.ok and (r.approver, r.approval) != ("token:bob", "url")]
+
+    def answered_elsewhere(self) -> list[str]:
+        """The questions answered through another process than the one that asked."""
+        return [question for question, (at, _) in self.answered_by.items()
+                if self.asked_by.get(question, at) != at]
+
+
+def _addr(arguments: str | None) -> object:
+    """The ``addr`` of a call record's arguments (JSON text), or None."""
+    try:
+        bound = json.loads(arguments or "null")
+    except ValueError:
+        return None
+    return bound.get("addr") if isinstance(bound, dict) else None
 
 
 def fleet_file(folder: Path, modbus: str, serial: str) -> Path:
@@ -139,11 +184,18 @@ def reliability_run(folder: Path, dsn: str, *, clients: int, calls: int,
     ``clients`` threads sends ``calls`` keyed writes, to the two devices in turn, a failed
     call retried with its key (round-robin lands it on another process); ``kills`` times,
     at each ``1/(kills+1)`` of the calls, the process holding the serial line's lease is
-    SIGKILLed.
+    SIGKILLed. Register 15 is protected, asked about on a page (``approval.via = "url"``):
+    while the clients run, an approver thread reads each process's log for the questions it
+    opens (``approval needed: ...; answer at URL``) and approves each on its page through
+    nginx with bob's token (``regdev:approve``), so that round-robin takes many answers to
+    another process than the one that asked.
 
     Raises:
         pgserver.Missing: nginx is not installed.
     """
+    logs: list[list[str]] = [[], [], []]  # each process's log lines
+    asked_by: dict[str, int] = {}
+    answers = Counter[str]()
     with ExitStack() as stack:
         modbus = stack.enter_context(modbus_sim_process("--modbus-tcp", "127.0.0.1:0"))
         serial, _ = stack.enter_context(sim_process("--pty"))
@@ -152,19 +204,21 @@ def reliability_run(folder: Path, dsn: str, *, clients: int, calls: int,
         processes = []
         policy = folder / "policy.toml"
         nginx_port = pgserver.free_port()
-        policy.write_text(policy_text().replace(
+        policy.write_text(policy_text(via="url").replace(
             "[http]\n", f'[http]\nallowed_hosts = ["127.0.0.1:{nginx_port}"]\n', 1))
         for at in range(3):
             home = folder / f"home{at}"
             home.mkdir()
-            process, port = stack.enter_context(backend(home, policy, dsn, fleet))
+            process, port = stack.enter_context(backend(home, policy, dsn, fleet, logs[at]))
             processes.append(process)
             ports.append(port)
-        url = stack.enter_context(nginxserver.started(ports, nginx_port)) + "/mcp"
+        base = stack.enter_context(nginxserver.started(ports, nginx_port))
+        url = base + "/mcp"
         acknowledged: list[tuple[str, str, dict[str, Any]]] = []
         retried: set[str] = set()
         elsewhere: list[str] = []
         unacknowledged = Counter[str]()
+        protected_ends = Counter[str]()
         lock = threading.Lock()
         done = Counter[str]()
         headers = {**MCP_HEADERS, "Authorization": f"Bearer {TOKENS['alice'][0]}"}
@@ -172,6 +226,7 @@ def reliability_run(folder: Path, dsn: str, *, clients: int, calls: int,
         def send(http: httpx2.Client, device: str, number: int, index: int) -> None:
             """One keyed write, sent until answered for good."""
             key, params = f"k{number}-{index}", keyed_write(number, index)
+            protected = json.loads(params)["arguments"]["addr"] == PROTECTED
             failures, patience = 0, time.monotonic() + LINE_PATIENCE
             last = "no answer"
             while failures <= RETRIES:
@@ -186,6 +241,8 @@ def reliability_run(folder: Path, dsn: str, *, clients: int, calls: int,
                     if result.get("ok"):
                         with lock:
                             acknowledged.append((device, key, result))
+                            if protected:
+                                protected_ends["ok"] += 1
                         return
                     code = last = str(result.get("code"))
                     if code == "line-elsewhere" and time.monotonic() < patience:
@@ -200,6 +257,8 @@ def reliability_run(folder: Path, dsn: str, *, clients: int, calls: int,
                     retried.add(key)
             with lock:
                 unacknowledged[last] += 1
+                if protected:
+                    protected_ends[last] += 1
 
         def client(number: int) -> None:
             with httpx2.Client(timeout=60, headers=headers) as http:
@@ -208,10 +267,47 @@ def reliability_run(folder: Path, dsn: str, *, clients: int, calls: int,
                     with lock:
                         done["calls"] += 1
 
+        def approve(http: httpx2.Client, page: str) -> str:
+            """Approve on ``page`` (through nginx); the HTTP status, or ``no answer``."""
+            status = "no answer"
+            for _ in range(RETRIES):  # again when nginx found the process gone (killed)
+                try:
+                    response = http.post(page, data={"token": TOKENS["bob"][0],
+                                                     "decision": "approve"})
+                except httpx2.HTTPError:
+                    continue
+                status = str(response.status_code)
+                if response.status_code not in (502, 503):
+                    break
+            return status
+
+        stop = threading.Event()
+
+        def approver() -> None:
+            """Approve each question a process logs, until ``stop`` and none is left."""
+            seen = [0] * len(logs)
+            with httpx2.Client(timeout=60, headers={"Origin": base}) as http:
+                while True:
+                    last = stop.is_set()
+                    for at, log in enumerate(logs):
+                        while seen[at] < len(log):
+                            line = log[seen[at]]
+                            seen[at] += 1
+                            if "approval needed: " in line and "; answer at " in line:
+                                page = line.rsplit("; answer at ", 1)[1].split()[0]
+                                asked_by[page.rsplit("/", 1)[1]] = at
+                                answers[approve(http, base + page[page.index("/approve/"):])
+                                        ] += 1
+                    if last:
+                        return
+                    stop.wait(0.02)  # the approver's pause between two looks at the logs
+
         began = time.monotonic()
         pool = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
         for thread in pool:
             thread.start()
+        answering = threading.Thread(target=approver)
+        answering.start()
         pids = {process.pid: process for process in processes}
         killed_owners: list[str] = []
         marks: list[int] = []
@@ -232,10 +328,19 @@ def reliability_run(folder: Path, dsn: str, *, clients: int, calls: int,
         for thread in pool:
             thread.join(1800)
         seconds = time.monotonic() - began
+        stop.set()
+        answering.join(600)
         after = sum(1 for device, _, _ in acknowledged[marks[-1] if marks else 0:]
                     if device == "serial")
+    answered_by: dict[str, tuple[int, bool]] = {}  # every log complete: the processes stopped
+    for at, log in enumerate(logs):
+        for line in log:
+            if "approval question " in line and " answered by " in line:
+                question = line.split("approval question ", 1)[1].split()[0]
+                answered_by[question] = (at, "(asked by another process)" in line)
     return Run(acknowledged, read_audit(dsn), clients * calls, seconds, retried, elsewhere,
-               killed_owners, after, unacknowledged)
+               killed_owners, after, unacknowledged, asked_by, answered_by, answers,
+               protected_ends)
 
 
 def test_processes_killed_mid_run_lose_no_acknowledged_write_and_run_none_twice(
@@ -244,7 +349,10 @@ def test_processes_killed_mid_run_lose_no_acknowledged_write_and_run_none_twice(
     keyed writes retried (landing on other processes) while the serial line's owner is
     SIGKILLed, twice: every acknowledged write has its record, no keyed write ran twice;
     calls for the serial device that land on a process not owning its line are refused
-    naming the owner; after each kill another process takes the line over."""
+    naming the owner; after each kill another process takes the line over. Writes to
+    protected register 15 run only on the approver's yes, given on their pages through nginx,
+    or are denied; some questions are answered through another process than the one that
+    asked (round-robin), and that process's log says it was asked by another."""
     try:
         run = reliability_run(tmp_path, postgres.fresh_dsn(), clients=CLIENTS, calls=CALLS)
     except pgserver.Missing as error:
@@ -262,3 +370,18 @@ def test_processes_killed_mid_run_lose_no_acknowledged_write_and_run_none_twice(
     assert all(" pid " in owner for owner in run.killed_owners), run.killed_owners
     assert len(set(run.killed_owners)) == 2
     assert run.serial_after_kills > 0  # the last process left took the line over
+    # register 15: every write ran on the approver's yes or was denied; or its process was
+    # killed while it waited (its key stays reserved: its retries in progress) or after it
+    # ran (its retry on the Modbus device unconfirmed)
+    assert run.unapproved() == []
+    assert {(r.ok, r.code) for r in run.protected() if r.approval is not None} <= {
+        (True, None), (False, "approval-denied")}, Counter(r.message for r in run.protected())
+    assert run.protected_ends["ok"] > 0, run.protected_ends
+    assert set(run.protected_ends) <= {"ok", "approval-denied", "idempotency-in-progress",
+                                       "idempotency-unconfirmed", "no answer"}, run.protected_ends
+    # each question answered once, its page taken by whichever process nginx chose
+    assert set(run.answers) <= {"200", "404"}, run.answers  # 404: withdrawn, its caller gone
+    assert set(run.answered_by) <= set(run.asked_by)
+    assert all(elsewhere == (run.asked_by[question] != at)
+               for question, (at, elsewhere) in run.answered_by.items()), run.answered_by
+    assert run.answered_elsewhere(), (run.asked_by, run.answered_by)
