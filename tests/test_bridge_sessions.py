@@ -59,6 +59,9 @@ BRIDGES = {bridge.name: bridge for bridge in (
     Bridge("i2c-sensor", EXAMPLES / "sensor.rdl", {"kind": "i2c", "address": 0x48}),
     Bridge("i2c-thermostat", EXAMPLES / "thermostat.rdl", {"kind": "i2c", "address": 0x4A}),
     Bridge("spi-sx1276", EXAMPLES / "sx1276.rdl"),
+    Bridge("spi-sensor", EXAMPLES / "sensor.rdl", {
+        "kind": "spi", "mode": 3, "clock": 4_000_000, "cs": "D9", "read_mask": 0x00,
+        "write_mask": 0x80, "verify": True}),
 )}
 
 
@@ -211,35 +214,39 @@ SENSOR_SESSION = [
 
 @SHARED_BUILD
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["i2c-sensor", "spi-sensor"])
 def test_a_shell_session_through_the_bridge_is_the_in_process_one(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        compiled: dict[str, Path], tmp_path: Path) -> None:
-    """``regdev shell --port PTY --map F`` on the sensor behind the bridge: each command
-    gets the in-process answer (reads, writes, a refused write, a masked field write, a
-    block); a field write is one masked frame, a read-modify-write on the board; a refused
-    write never reaches the bus."""
-    regmap = str(compiled["i2c-sensor"])
+        compiled: dict[str, Path], tmp_path: Path, name: str) -> None:
+    """``regdev shell --port PTY --map F`` on the sensor behind the bridge, on I2C and on SPI
+    (mode 3, the write bit in the address byte's MSB, writes verified): each command gets the
+    in-process answer (reads, writes, a refused write, a masked field write, a block); on I2C,
+    whose chip logs its transfers, a field write is one masked frame, a read-modify-write on
+    the board, and a refused write never reaches the bus."""
+    regmap = str(compiled[name])
     commands = [command for command, _ in SENSOR_SESSION]
     status, local = _shell(monkeypatch, capsys, commands, "--map", regmap)
     assert local[2:] == [answer for _, answer in SENSOR_SESSION]
-    with bridge_running(compiled["i2c-sensor"], tmp_path / "sim.log") as sim:
+    with bridge_running(compiled[name], tmp_path / "sim.log") as sim:
         bridged_status, bridged = _shell(monkeypatch, capsys, commands, "--map", regmap,
                                          "--port", sim.port, "--timeout", "2")
     assert (bridged_status, bridged[2:]) == (status, local[2:])
     assert bridged[:2] == [f"regdev shell on {sim.port}. Type help for the commands, quit to "
                            "leave.", "accepted  identify_device: regdev C/uno sensor"]
-    log = sim.log.splitlines()
-    # CTRL.RATE = HZ16: one M frame (mask 0x30, data 0x20); the board reads CTRL from the chip
-    # and writes it back with the two bits changed, then reads it back for the answer
-    masked = next(index for index, line in enumerate(log) if re.match(r"<- \$.. M 01 30 20", line))
-    assert log[masked + 1:masked + 4] == ["i2c 0x48: w 01, r 02", "i2c 0x48: w 01 22",
-                                          "i2c 0x48: w 01, r 22"]
-    # write-1-to-clear: the 1 written to POR goes to the chip, which clears the bit
-    assert "i2c 0x48: w 02 10" in sim.transfers()
-    # the refused writes never reached the bus: ID (0x00) and CTRL with 0x08 were not written
-    assert not any(re.match(r"i2c 0x48: w (00|01 08)\b", line) and ", r" not in line
-                   for line in sim.transfers())
-    assert sim.chip()[0x01] == 0x22
+    assert sim.chip()[0x01] == 0x22  # what the chip holds at the end: CTRL.RATE = HZ16
+    if name.startswith("i2c"):  # the I2C chip logs its transfers
+        log = sim.log.splitlines()
+        # CTRL.RATE = HZ16: one M frame (mask 0x30, data 0x20); the board reads CTRL from the
+        # chip and writes it back with the two bits changed, then reads it back for the answer
+        masked = next(index for index, line in enumerate(log)
+                      if re.match(r"<- \$.. M 01 30 20", line))
+        assert log[masked + 1:masked + 4] == ["i2c 0x48: w 01, r 02", "i2c 0x48: w 01 22",
+                                              "i2c 0x48: w 01, r 22"]
+        # write-1-to-clear: the 1 written to POR goes to the chip, which clears the bit
+        assert "i2c 0x48: w 02 10" in sim.transfers()
+        # the refused writes never reached the bus: ID (0x00), CTRL with 0x08 were not written
+        assert not any(re.match(r"i2c 0x48: w (00|01 08)\b", line) and ", r" not in line
+                       for line in sim.transfers())
 
 
 # --- typed values ---------------------------------------------------------------------------
