@@ -91,14 +91,7 @@ def _writable(register: Register, regmap: RegisterMap) -> bool:
     units, by ``write_value``)."""
     return (register.writable_mask != 0 and register.addr not in regmap.read_only()
             and register.addr not in regmap.protected()
-            and register.addr not in _guarded(regmap, register.table))
-
-
-def _guarded(regmap: RegisterMap, table: str) -> set[int]:
-    """The addresses in ``table`` of the registers that hold a typed value with a range."""
-    return {addr for value in regmap.values if value.guarded and value.table == table
-            for codec in (regmap.value(value.name),) if codec is not None
-            for addr in codec.addresses}
+            and (register.table, register.addr) not in regmap.guarded())
 
 
 def map_demo(regmap: RegisterMap) -> MapDemo:

@@ -957,6 +957,14 @@ class RegisterMap:
         """The typed value called ``name``, laid out on its registers, or None."""
         return self._codecs.get(name)
 
+    def guarded(self) -> dict[tuple[str, int], str]:
+        """The registers that hold part of a guarded typed value (``Value.guarded``: writable,
+        with a range a raw write could leave), as ``(table, address)`` -> the value's name;
+        the map's rules refuse a raw write into them (``value-register``)."""
+        return {(codec.value.table, addr): codec.value.name
+                for codec in self._codecs.values() if codec.value.guarded
+                for addr in codec.addresses}
+
     def find_field(self, path: str) -> tuple[Register, Field] | None:
         """The register and field of ``"REGISTER.FIELD"``, or None."""
         register_name, dot, field_name = path.rpartition(".")

@@ -138,8 +138,7 @@ def rule_table(regmap: RegisterMap) -> dict[str, Any]:
     the map's rules and ``changes`` hooks read, in process and in a standalone module."""
     tables: dict[str, Any] = {}
     fields: dict[str, list[int]] = {}
-    guarded = {(value.table, addr): value.name for value in regmap.values if value.guarded
-               for addr in _codec(regmap, value.name).addresses}
+    guarded = regmap.guarded()
     for table in regmap.tables:
         registers = regmap.in_table(table)
         first = registers[0].addr
