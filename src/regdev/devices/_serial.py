@@ -621,8 +621,8 @@ class SerialDevice(Device):
             reply = self._transact(lambda seq, at=start: DumpRequest(seq, at),  # type: ignore[misc]
                                    DumpReply, "dump", self.retries)
             values.update(zip(range(start, start + 16), reply.values, strict=True))
-        unread = ({r.addr for r in regmap.registers if r.rclr_mask} if self.is_bridge()
-                  else set())
+        clear_on_read = {r.addr for r in regmap.registers if r.rclr_mask}
+        unread = clear_on_read if clear_on_read and self.is_bridge() else set()
         return [None if a in unread else values[a] for a in regmap.addresses]
 
     def is_bridge(self) -> bool:
